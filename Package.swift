@@ -1,0 +1,35 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "reachability",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "LinuxReachability", targets: ["LinuxReachability"]),
+        .library(name: "ResumableDownloads", targets: ["ResumableDownloads"]),
+        .executable(name: "reachability", targets: ["reachability"]),
+    ],
+    targets: [
+        // The only target that touches netlink: libnl-3 / libnl-route-3 plus a shim header.
+        .systemLibrary(
+            name: "CNetlink",
+            pkgConfig: "libnl-route-3.0",
+            providers: [.apt(["libnl-3-dev", "libnl-route-3-dev"])]
+        ),
+        // libcurl and libcrypto (SHA-256) with a shim for the variadic setopt/getinfo calls.
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev", "libssl-dev"])]
+        ),
+        .target(name: "LinuxReachability", dependencies: ["CNetlink"]),
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "LinuxReachability"]),
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"]),
+        .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
+        .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
+        .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads"]),
+        .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["LinuxReachability", "ResumableDownloads", "ReachabilityCLI"]),
+    ],
+    swiftLanguageModes: [.v6]
+)
