@@ -13,7 +13,6 @@
 #ifdef __linux__
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -23,10 +22,6 @@
 #include <netlink/msg.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
-#include <linux/if_link.h>
-#include <linux/if_addr.h>
-#include <linux/if_arp.h>
-#include <net/if.h>
 
 /* rtnetlink multicast groups, re-exported because RTMGRP_* / RTNLGRP_* are enum or macro mixes. */
 static const int CNL_GROUP_LINK = RTNLGRP_LINK;
@@ -123,8 +118,10 @@ static inline int cnl_socket_set_blocking(struct nl_sock *sk, int blocking) {
 }
 
 /* Enters a network namespace on the calling thread only (setns is per-thread). */
+/* Called through syscall() because glibc declares setns() only under _GNU_SOURCE, which a module
+   header cannot define without diverging from the Glibc module. 0x40000000 is CLONE_NEWNET. */
 static inline int cnl_setns_net(int fd) {
-    return setns(fd, CLONE_NEWNET) < 0 ? -errno : 0;
+    return syscall(SYS_setns, fd, 0x40000000) < 0 ? -errno : 0;
 }
 
 /*

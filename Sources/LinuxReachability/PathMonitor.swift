@@ -119,3 +119,10 @@ public final class PathMonitor: Sendable {
 
     deinit { state.withLock { $0.engine }?.cancel() }
 }
+
+extension PathMonitor {
+    /// Counters since `start()`: datagrams, messages, overflows, dumps, evaluations.
+    public var statistics: MonitorStatistics {
+        state.withLock { $0.engine }?.statistics ?? MonitorStatistics()
+    }
+}
