@@ -221,3 +221,56 @@ struct PathMonitorIntegrationTests {
         #expect(monitor.statistics.overflows >= 1, "the small buffer should have overflowed: \(monitor.statistics)")
     }
 }
+
+@Suite("Reachability facade in a namespace", .serialized, .enabled(if: isRoot, rootReason))
+struct ReachabilityFacadeIntegrationTests {
+    @Test("whenReachable runs for the current state, whenUnreachable on link down, notification posted")
+    func callbacks() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("wlp1s0", subnet: 1)
+        let center = NotificationCenter()
+        let reachability = Reachability(configuration: .init(networkNamespace: net.client),
+                                        callbackQueue: DispatchQueue(label: "test.callbacks"), notificationCenter: center)
+        let (events, continuation) = AsyncStream.makeStream(of: String.self)
+        reachability.whenReachable = { r in continuation.yield("reachable \(r.connection.rawValue)") }
+        reachability.whenUnreachable = { _ in continuation.yield("unreachable") }
+        let observer = center.addObserver(forName: .reachabilityChanged, object: nil, queue: nil) { _ in
+            continuation.yield("notification")
+        }
+        defer { center.removeObserver(observer) }
+        try reachability.startNotifier()
+        defer { reachability.stopNotifier() }
+
+        let queue = EventQueue(events)
+        #expect(await next(queue) == "reachable wifi")
+        #expect(await next(queue) == "notification")
+        try ip("-n \(net.client) link set wlp1s0 down")
+        #expect(await next(queue) == "unreachable")
+        #expect(await next(queue) == "notification")
+        #expect(reachability.connection == .unavailable)
+    }
+
+    /// The next event, or nil after a 5 s deadline.
+    private func next(_ events: EventQueue) async -> String? {
+        await withTaskGroup(of: String?.self) { group in
+            group.addTask { await events.next() }
+            group.addTask { await deadline(.seconds(5)); return nil }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+}
+
+/// Lets child tasks advance one stream iterator in turn.
+actor EventQueue {
+    private var iterator: AsyncStream<String>.Iterator
+    init(_ stream: AsyncStream<String>) { iterator = stream.makeAsyncIterator() }
+    func next() async -> String? {
+        var copy = iterator
+        let value = await copy.next(isolation: self)
+        iterator = copy
+        return value
+    }
+}
