@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what reachability needs to build, test and benchmark on Debian/Ubuntu.
+# Idempotent and quiet when everything is already there; uses sudo when not root.
+set -euo pipefail
+
+packages=(
+  pkg-config
+  libnl-3-dev libnl-route-3-dev          # CNetlink
+  libcurl4-openssl-dev libssl-dev        # CCurl (libcurl + libcrypto for SHA-256)
+  iproute2 iptables procps kmod          # integration tests build namespaces and cut links
+  nginx-light                            # integration tests start their own nginx
+  python3                                # holds tun devices open in the VPN test
+)
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(curl wget aria2 time)       # peers measured by bench/
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Debian nginx package starts a system nginx on port 80; tests start their own and do not
+# need it, so stop it when this script is what installed it.
+if [[ " ${missing[*]} " == *" nginx-light "* ]] && command -v systemctl >/dev/null 2>&1; then
+  systemctl disable --now nginx >/dev/null 2>&1 || true
+fi
+
+command -v swift >/dev/null 2>&1 || [ -x /opt/swift/usr/bin/swift ] || {
+  echo "setup: the Swift toolchain (6.0 or newer) is not on PATH" >&2
+  exit 1
+}
