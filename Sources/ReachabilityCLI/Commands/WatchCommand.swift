@@ -1,0 +1,40 @@
+import LinuxReachability
+
+/// `reachability watch`: print the current path, then one timestamped line per change, until
+/// SIGINT/SIGTERM (exit 0).
+struct WatchCommand: Command {
+    static let name = "watch"
+    static let abstract = "Print the current path, then one timestamped line each time it changes."
+    static let json = Option.flag("json", help: "Print one JSON object per line (NDJSON).")
+    static let options = [json] + MonitorOptions.all
+    static let discussion: String? = """
+        Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
+        watch with exit status 0.
+
+        """ + MonitorOptions.discussion
+
+    var isJSON: Bool
+    var monitor: MonitorOptions
+
+    init(arguments: ParsedArguments) throws {
+        isJSON = arguments.isSet(Self.json)
+        monitor = try MonitorOptions(arguments: arguments)
+    }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let source = context.makePathSource(try monitor.configuration(in: context))
+        defer { source.cancel() }
+        try source.start()
+        // Cancelling the source finishes `paths`, which ends the loop below normally.
+        let removeHandler = context.onInterrupt { source.cancel() }
+        defer { removeHandler() }
+
+        var previous: NetworkPath?
+        for await path in source.paths where path != previous {
+            previous = path
+            let time = context.now()
+            context.output.line(isJSON ? PathJSON.line(path, at: time) : PathText.line(path, at: time))
+        }
+        return .success
+    }
+}
