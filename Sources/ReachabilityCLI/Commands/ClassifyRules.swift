@@ -46,7 +46,7 @@ enum ClassifyRules {
     /// Parses a classify.conf text: blank lines and `#` comments (whole-line, or after a space) are skipped.
     static func parseFile(_ text: String, path: String) throws(RuleError) -> [ClassificationOverride] {
         var rules: [ClassificationOverride] = []
-        for (offset, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        for (offset, rawLine) in lines(of: text).enumerated() {
             var line = Substring(rawLine)
             if let comment = line.commentStart { line = line[..<comment] }
             let content = line.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -55,6 +55,12 @@ enum ClassifyRules {
         }
         return rules
     }
+}
+
+/// Lines split at LF, keeping empty ones for line numbers. Swift treats CRLF as one Character,
+/// so it has to be named as a separator of its own.
+private func lines(of text: String) -> [Substring] {
+    text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
 }
 
 private extension Substring {

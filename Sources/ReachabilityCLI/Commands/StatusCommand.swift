@@ -11,8 +11,7 @@ struct StatusCommand: Command {
     static let discussion: String? = """
         EXIT STATUS: 0 when the network is reachable, 1 when it is not or the monitor failed, \
         64 for a usage error, 77 when --netns lacks privilege, 78 for a bad classify.conf line.
-
-        """ + MonitorOptions.discussion
+        """ + "\n\n" + MonitorOptions.discussion
 
     var isJSON: Bool
     var isExplaining: Bool

@@ -15,8 +15,7 @@ struct WaitCommand: Command {
     static let discussion: String? = """
         EXIT STATUS: 0 as soon as the path qualifies, 1 on timeout or when the monitor stops, \
         64 for a usage error, 77 when --netns lacks privilege, 78 for a bad classify.conf line.
-
-        """ + MonitorOptions.discussion
+        """ + "\n\n" + MonitorOptions.discussion
 
     /// Used when `--timeout` is not given.
     static let defaultTimeout = Duration.seconds(30)

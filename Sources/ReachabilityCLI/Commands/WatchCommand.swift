@@ -10,8 +10,7 @@ struct WatchCommand: Command {
     static let discussion: String? = """
         Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
         watch with exit status 0.
-
-        """ + MonitorOptions.discussion
+        """ + "\n\n" + MonitorOptions.discussion
 
     var isJSON: Bool
     var monitor: MonitorOptions

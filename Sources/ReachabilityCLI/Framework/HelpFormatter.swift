@@ -24,7 +24,7 @@ enum HelpFormatter {
 
     /// Full help for one subcommand.
     static func help(for command: any Command.Type) -> String {
-        var text = "OVERVIEW: \(command.abstract)\n\n"
+        var text = wrap("OVERVIEW: \(command.abstract)", indent: 0) + "\n\n"
         text += "USAGE: \(usage(for: command))\n\n"
         if !command.positionals.isEmpty {
             text += "ARGUMENTS:\n"
@@ -41,7 +41,7 @@ enum HelpFormatter {
 
     /// Help for `reachability` itself, listing the subcommands.
     static func rootHelp() -> String {
-        var text = "OVERVIEW: \(CommandRegistry.abstract)\n\n"
+        var text = wrap("OVERVIEW: \(CommandRegistry.abstract)", indent: 0) + "\n\n"
         text += "USAGE: \(rootUsage)\n\n"
         text += "OPTIONS:\n"
         text += row("--version", "Show the version.")
