@@ -72,4 +72,16 @@ struct MonitorOptions: Sendable, Equatable {
             classificationOverrides: overrides + fileOverrides,
             logger: logger)
     }
+
+    /// Builds the source for `configuration(in:)` and starts it; the caller cancels it when done.
+    func startPathSource(in context: CommandContext) throws -> any PathSource {
+        let source = context.makePathSource(try configuration(in: context))
+        do {
+            try source.start()
+        } catch {
+            source.cancel()
+            throw error
+        }
+        return source
+    }
 }

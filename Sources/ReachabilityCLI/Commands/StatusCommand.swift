@@ -24,9 +24,8 @@ struct StatusCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let source = context.makePathSource(try monitor.configuration(in: context))
+        let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
-        try source.start()
         let path = source.currentPath
         if isJSON {
             // The JSON object carries the routes and interface evidence already.

@@ -45,9 +45,8 @@ struct WaitCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let source = context.makePathSource(try monitor.configuration(in: context))
+        let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
-        try source.start()
         let outcome = await requirement.firstQualifyingPath(
             current: source.currentPath, updates: source.paths, timeout: timeoutDuration, sleep: context.sleep)
         switch outcome {

@@ -21,13 +21,14 @@ struct WatchCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let source = context.makePathSource(try monitor.configuration(in: context))
+        let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
-        try source.start()
         // Cancelling the source finishes `paths`, which ends the loop below normally.
         let removeHandler = context.onInterrupt { source.cancel() }
         defer { removeHandler() }
 
+        // PathMonitor already drops repeats; checking here keeps "one line per change" true for
+        // any PathSource.
         var previous: NetworkPath?
         for await path in source.paths where path != previous {
             previous = path
