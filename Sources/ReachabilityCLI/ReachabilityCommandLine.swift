@@ -31,11 +31,33 @@ public enum ReachabilityCommandLine {
         default:
             break
         }
-        guard let command = CommandRegistry.command(named: first) else {
-            let message = first.hasPrefix("-") ? "Unknown option '\(first)'" : "Unknown subcommand '\(first)'"
-            return reportUsage(UsageError(message), command: nil, context: context)
+        if first.hasPrefix("-") {
+            return reportUsage(UsageError("Unknown option '\(first)'"), command: nil, context: context)
         }
-        return await run(command, arguments: Array(arguments.dropFirst()), context: context)
+        switch CommandRegistry.resolve(arguments) {
+        case .command(let command, let rest):
+            return await run(command, arguments: rest, context: context)
+        case .group(let group, let members):
+            let next = arguments.dropFirst(group.split(separator: " ").count).first
+            if next == "--help" || next == "-h" {
+                context.output.text(HelpFormatter.rootHelp())
+                return ExitCode.success.rawValue
+            }
+            return reportUsage(missingMember(of: group, members, after: arguments), command: nil, context: context)
+        case .unknown(let word):
+            return reportUsage(UsageError("Unknown subcommand '\(word)'"), command: nil, context: context)
+        }
+    }
+
+    /// `reachability queue` or `reachability queue frobnicate`, when only `queue add`/`queue list` exist.
+    static func missingMember(of group: String, _ members: [any Command.Type], after arguments: [String]) -> UsageError {
+        let depth = group.split(separator: " ").count
+        let names = members.map { $0.name.split(separator: " ").dropFirst(depth).joined(separator: " ") }
+        let expected = "expected one of: \(names.joined(separator: ", "))"
+        if arguments.count > depth {
+            return UsageError("Unknown subcommand '\(group) \(arguments[depth])' (\(expected))")
+        }
+        return UsageError("Missing subcommand after '\(group)' (\(expected))")
     }
 
     static func run(_ command: any Command.Type, arguments: [String], context: CommandContext) async -> Int32 {
@@ -64,18 +86,22 @@ public enum ReachabilityCommandLine {
 
     /// `reachability help [<subcommand>]`.
     static func help(topic: [String], context: CommandContext) -> Int32 {
-        guard let name = topic.first else {
+        guard !topic.isEmpty else {
             context.output.text(HelpFormatter.rootHelp())
             return ExitCode.success.rawValue
         }
-        guard topic.count == 1 else {
-            return reportUsage(UsageError("Unexpected argument '\(topic[1])'"), command: nil, context: context)
+        switch CommandRegistry.resolve(topic) {
+        case .command(let command, let rest):
+            if let extra = rest.first {
+                return reportUsage(UsageError("Unexpected argument '\(extra)'"), command: nil, context: context)
+            }
+            context.output.text(HelpFormatter.help(for: command))
+            return ExitCode.success.rawValue
+        case .group(let group, let members):
+            return reportUsage(missingMember(of: group, members, after: topic), command: nil, context: context)
+        case .unknown(let word):
+            return reportUsage(UsageError("Unknown subcommand '\(word)'"), command: nil, context: context)
         }
-        guard let command = CommandRegistry.command(named: name) else {
-            return reportUsage(UsageError("Unknown subcommand '\(name)'"), command: nil, context: context)
-        }
-        context.output.text(HelpFormatter.help(for: command))
-        return ExitCode.success.rawValue
     }
 
     static func reportUsage(_ error: UsageError, command: (any Command.Type)?, context: CommandContext) -> Int32 {

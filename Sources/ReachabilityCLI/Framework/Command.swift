@@ -4,7 +4,8 @@
 /// the help text is generated from them, so the two cannot drift. Adding a subcommand is a new
 /// type conforming to `Command` (in its own file) plus one line in `CommandRegistry.commands`.
 protocol Command: Sendable {
-    /// The word after `reachability`, e.g. `status`.
+    /// The words after `reachability`, e.g. `status`; a group member is named `queue add`
+    /// (words separated by one space), and `reachability queue` then lists the group.
     static var name: String { get }
     /// One sentence for OVERVIEW and the SUBCOMMANDS list.
     static var abstract: String { get }
@@ -46,8 +47,31 @@ enum CommandRegistry {
         WaitCommand.self,
     ]
 
-    /// The command called `name`, if any.
-    static func command(named name: String) -> (any Command.Type)? {
-        commands.first { $0.name == name }
+    /// What the leading arguments name.
+    enum Resolution {
+        /// A command, and the arguments after its name.
+        case command(any Command.Type, arguments: [String])
+        /// The first words of group members (`queue` for `queue add`, `queue list`), but no member.
+        case group(String, members: [any Command.Type])
+        /// Nothing known starts with this word.
+        case unknown(String)
+    }
+
+    /// Finds the command whose name words start `arguments`, preferring the longest name.
+    static func resolve(_ arguments: [String], in commands: [any Command.Type] = commands) -> Resolution {
+        let matches = commands
+            .map { command in (command, command.name.split(separator: " ").map(String.init)) }
+            .filter { _, words in arguments.starts(with: words) }
+            .sorted { $0.1.count > $1.1.count }
+        if let (command, words) = matches.first {
+            return .command(command, arguments: Array(arguments.dropFirst(words.count)))
+        }
+        // The longest run of leading words that some names extend: `queue` in `queue frobnicate`.
+        for length in stride(from: arguments.count, to: 0, by: -1) {
+            let prefix = Array(arguments.prefix(length))
+            let members = commands.filter { $0.name.split(separator: " ").map(String.init).starts(with: prefix) }
+            if !members.isEmpty { return .group(prefix.joined(separator: " "), members: members) }
+        }
+        return .unknown(arguments.first ?? "")
     }
 }
