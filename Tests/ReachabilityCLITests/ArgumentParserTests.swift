@@ -97,6 +97,8 @@ struct CommandOptionTests {
         (["--timeout=0"], .some(.zero)),
         (["--timeout", "inf"], nil),
         (["--timeout", "1e-3"], .some(.milliseconds(1))),
+        (["--timeout", "0.0001"], .some(.milliseconds(1))),
+        (["--timeout", "1e300"], nil),
     ])
     func waitTimeouts(arguments: [String], expected: Duration?) throws {
         let wait = try WaitCommand(arguments: ParsedArguments.parse(arguments, options: WaitCommand.options))

@@ -91,4 +91,15 @@ struct WaitTests {
 
             """)
     }
+
+    @Test func waitCommandExitsOneWhenTheMonitorStops() async {
+        let source = ScriptedPathSource(current: Fixtures.noRoute, script: [Fixtures.ipv6OnlyWired])
+        let harness = Harness(source: source)
+        #expect(await harness.run(["wait", "--require", "wifi", "--timeout", "inf"]) == 1)
+        #expect(harness.standardError.text == """
+            reachability wait: the monitor stopped before finding a reachable wifi path; \
+            last path: unreachable: no route
+
+            """)
+    }
 }

@@ -39,7 +39,9 @@ struct WaitCommand: Command {
             guard let seconds = Double(text), !seconds.isNaN, seconds >= 0 else {
                 throw UsageError.invalidValue(text, for: Self.timeout, "expected a number of seconds, 0 or more, or 'inf'")
             }
-            timeoutDuration = seconds.isInfinite ? nil : .milliseconds(Int64((seconds * 1000).rounded(.up)))
+            // Whole milliseconds; anything beyond Int64 milliseconds (292 million years) is forever.
+            let milliseconds = (seconds * 1000).rounded(.up)
+            timeoutDuration = milliseconds < 9e18 ? .milliseconds(Int64(milliseconds)) : nil
         }
         monitor = try MonitorOptions(arguments: arguments)
     }
@@ -59,7 +61,7 @@ struct WaitCommand: Command {
             return .failure
         case .ended:
             context.errorOutput.line(
-                "\(Self.commandPath): the monitor stopped before \(requirement); last path: \(PathText.summary(source.currentPath))")
+                "\(Self.commandPath): the monitor stopped before finding \(requirement); last path: \(PathText.summary(source.currentPath))")
             return .failure
         }
     }
