@@ -86,7 +86,7 @@ public enum ReachabilityCommandLine {
 
     /// `reachability help [<subcommand>]`.
     static func help(topic: [String], context: CommandContext) -> Int32 {
-        guard !topic.isEmpty else {
+        guard let first = topic.first, first != "--help", first != "-h" else {
             context.output.text(HelpFormatter.rootHelp())
             return ExitCode.success.rawValue
         }

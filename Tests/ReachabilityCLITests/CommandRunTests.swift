@@ -62,6 +62,15 @@ struct CommandRunTests {
         #expect(harness.standardError.text.isEmpty)
     }
 
+    @Test(arguments: [(["watch"], 1), (["watch", "--json"], 2)])
+    func aChangeOutsideThePrimaryRouteIsALineOnlyInJSON(arguments: [String], lineCount: Int) async {
+        var ethernetUp = Fixtures.satisfiedWifi
+        ethernetUp.interfaces[0].hasCarrier = true
+        let harness = Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, script: [ethernetUp]))
+        #expect(await harness.run(arguments) == 0)
+        #expect(harness.standardOutput.lines.count == lineCount)
+    }
+
     @Test func watchJSONIsOneObjectPerLine() async {
         let source = ScriptedPathSource(current: Fixtures.noRoute, script: [Fixtures.cellular])
         let harness = Harness(source: source)

@@ -5,7 +5,7 @@ import Testing
 struct HelpTests {
     static let commandNames = CommandRegistry.commands.map { $0.name }
 
-    @Test(arguments: [["--help"], ["-h"], ["help"]])
+    @Test(arguments: [["--help"], ["-h"], ["help"], ["help", "--help"]])
     func rootHelpListsSubcommands(arguments: [String]) async {
         let harness = Harness()
         #expect(await harness.run(arguments) == 0)
@@ -85,6 +85,7 @@ struct HelpTests {
         (["--frobnicate"], "Error: Unknown option '--frobnicate'"),
         (["help", "frobnicate"], "Error: Unknown subcommand 'frobnicate'"),
         (["help", "status", "extra"], "Error: Unexpected argument 'extra'"),
+        (["help", "--bogus"], "Error: Unknown subcommand '--bogus'"),
     ])
     func rootUsageErrors(arguments: [String], firstLine: String) async {
         let harness = Harness()

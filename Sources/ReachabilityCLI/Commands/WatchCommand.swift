@@ -27,14 +27,20 @@ struct WatchCommand: Command {
         let removeHandler = context.onInterrupt { source.cancel() }
         defer { removeHandler() }
 
-        // PathMonitor already drops repeats; checking here keeps "one line per change" true for
-        // any PathSource.
         var previous: NetworkPath?
-        for await path in source.paths where path != previous {
+        for await path in source.paths where !isRepeat(path, of: previous) {
             previous = path
             let time = context.now()
             context.output.line(isJSON ? PathJSON.line(path, at: time) : PathText.line(path, at: time))
         }
         return .success
+    }
+
+    /// Whether printing `path` would repeat the previous line. PathMonitor already drops equal
+    /// paths, but a text line shows only the route summary, so a change elsewhere (another interface
+    /// losing carrier) would print the same words again; JSON shows everything, so any change counts.
+    func isRepeat(_ path: NetworkPath, of previous: NetworkPath?) -> Bool {
+        guard let previous else { return false }
+        return isJSON ? path == previous : PathText.summary(path) == PathText.summary(previous)
     }
 }
