@@ -34,18 +34,23 @@ public enum ReachabilityCommandLine {
         if first.hasPrefix("-") {
             return reportUsage(UsageError("Unknown option '\(first)'"), command: nil, context: context)
         }
-        switch CommandRegistry.resolve(arguments) {
-        case .command(let command, let rest):
+        do {
+            let (command, rest) = try lookUp(arguments)
             return await run(command, arguments: rest, context: context)
+        } catch {
+            return reportUsage(error, command: nil, context: context)
+        }
+    }
+
+    /// The command the leading words name, and the arguments after them.
+    static func lookUp(_ words: [String]) throws(UsageError) -> (any Command.Type, [String]) {
+        switch CommandRegistry.resolve(words) {
+        case .command(let command, let rest):
+            return (command, rest)
         case .group(let group, let members):
-            let next = arguments.dropFirst(group.split(separator: " ").count).first
-            if next == "--help" || next == "-h" {
-                context.output.text(HelpFormatter.rootHelp())
-                return ExitCode.success.rawValue
-            }
-            return reportUsage(missingMember(of: group, members, after: arguments), command: nil, context: context)
+            throw missingMember(of: group, members, after: words)
         case .unknown(let word):
-            return reportUsage(UsageError("Unknown subcommand '\(word)'"), command: nil, context: context)
+            throw UsageError("Unknown subcommand '\(word)'")
         }
     }
 
@@ -90,17 +95,13 @@ public enum ReachabilityCommandLine {
             context.output.text(HelpFormatter.rootHelp())
             return ExitCode.success.rawValue
         }
-        switch CommandRegistry.resolve(topic) {
-        case .command(let command, let rest):
-            if let extra = rest.first {
-                return reportUsage(UsageError("Unexpected argument '\(extra)'"), command: nil, context: context)
-            }
+        do throws(UsageError) {
+            let (command, rest) = try lookUp(topic)
+            if let extra = rest.first { throw UsageError("Unexpected argument '\(extra)'") }
             context.output.text(HelpFormatter.help(for: command))
             return ExitCode.success.rawValue
-        case .group(let group, let members):
-            return reportUsage(missingMember(of: group, members, after: topic), command: nil, context: context)
-        case .unknown(let word):
-            return reportUsage(UsageError("Unknown subcommand '\(word)'"), command: nil, context: context)
+        } catch {
+            return reportUsage(error, command: nil, context: context)
         }
     }
 
