@@ -64,8 +64,8 @@ enum HelpFormatter {
     static func row(_ label: String, _ help: String) -> String {
         let indent = String(repeating: " ", count: labelColumn)
         let labelText = "  " + label
-        let body = wrap(help, indent: labelColumn)
-        let helpText = body.dropFirst(labelColumn)
+        // Wrapped as if every line were indented, then the first line's indent is replaced by the label.
+        let helpText = wrap(help, indent: labelColumn).dropFirst(labelColumn)
         if labelText.count + 1 < labelColumn {
             return labelText + String(repeating: " ", count: labelColumn - labelText.count) + helpText + "\n"
         }
@@ -76,8 +76,9 @@ enum HelpFormatter {
     static func wrap(_ text: String, indent: Int) -> String {
         let prefix = String(repeating: " ", count: indent)
         return text.split(separator: "\n", omittingEmptySubsequences: false).map { paragraph -> String in
+            if paragraph.isEmpty { return "" }
             // Lines that start with spaces are preformatted (tables, examples); keep them as they are.
-            if paragraph.hasPrefix(" ") || paragraph.isEmpty { return paragraph.isEmpty ? "" : prefix + paragraph }
+            if paragraph.hasPrefix(" ") { return prefix + paragraph }
             var lines: [String] = []
             var line = prefix
             for word in paragraph.split(separator: " ") {
