@@ -103,4 +103,27 @@ struct BuiltBinaryTests {
         #expect(result.status == 64)
         #expect(result.standardError.hasPrefix("Error: Unknown subcommand 'frobnicate'\n"))
     }
+
+    /// Runs against whatever monitor is linked (the placeholder or the netlink engine) in the current
+    /// namespace, which needs no root: the JSON has the documented keys and agrees with the exit status.
+    @Test func statusJSONAgreesWithTheExitStatus() throws {
+        let result = try Self.run(["status", "--json"])
+        guard !result.standardOutput.isEmpty else {
+            // No netlink in this sandbox: the failure must still be a reported error, not a crash.
+            #expect([1, 77].contains(result.status))
+            #expect(result.standardError.hasPrefix("Error: "))
+            return
+        }
+        #expect(result.standardOutput.filter { $0 == "\n" }.count == 1)
+        let object = try #require(
+            try JSONSerialization.jsonObject(with: Data(result.standardOutput.utf8)) as? [String: Any])
+        for key in ["time", "status", "reason", "connection", "interface", "isExpensive", "supportsIPv4",
+                    "supportsIPv6", "gateways", "interfaces", "sourceAddress", "index", "routes"] {
+            #expect(object[key] != nil, "missing \(key)")
+        }
+        let status = try #require(object["status"] as? String)
+        #expect(["satisfied", "unsatisfied"].contains(status))
+        #expect((status == "satisfied") == (result.status == 0))
+        #expect(result.status == 0 || result.status == 1)
+    }
 }
