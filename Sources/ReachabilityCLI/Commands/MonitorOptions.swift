@@ -13,7 +13,7 @@ struct MonitorOptions: Sendable, Equatable {
     /// The three options, for a command's option table.
     static let all = [networkNamespace, classify, verbose]
 
-    /// Explains the config files and exit codes every monitor command shares.
+    /// Help paragraph on the classify.conf files every monitor command reads.
     static let discussion = """
         Classification overrides are also read from /etc/reachability/classify.conf and \
         $XDG_CONFIG_HOME/reachability/classify.conf (default ~/.config): one PATTERN=TYPE per line, \
@@ -37,9 +37,9 @@ struct MonitorOptions: Sendable, Equatable {
             networkNamespace = name
         }
         overrides = try arguments.values(Self.classify).map { rule in
-            do {
+            do throws(ClassifyRules.RuleError) {
                 return try ClassifyRules.parseRule(rule, source: "--classify")
-            } catch let error as ClassifyRules.RuleError {
+            } catch {
                 throw UsageError.invalidValue(rule, for: Self.classify, error.reason)
             }
         }
