@@ -1,1 +1,3 @@
 import ReachabilityCLI
+
+await ReachabilityCommandLine.main()

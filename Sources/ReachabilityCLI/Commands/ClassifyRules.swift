@@ -1,0 +1,76 @@
+import Foundation
+import LinuxReachability
+
+/// `PATTERN=TYPE` rules from `--classify` and classify.conf files.
+enum ClassifyRules {
+    /// A rule that could not be parsed; `description` names where it came from.
+    struct RuleError: Error, Equatable, CustomStringConvertible {
+        /// `--classify` or `file:line`.
+        var source: String
+        /// What is wrong with it.
+        var reason: String
+
+        var description: String { "\(source): \(reason)" }
+    }
+
+    /// The config files in precedence order: the user's, then the system's.
+    /// `XDG_CONFIG_HOME` is used only when absolute, as the XDG Base Directory spec requires.
+    static func configurationFiles(environment: [String: String]) -> [String] {
+        var files: [String] = []
+        if let xdg = environment["XDG_CONFIG_HOME"], xdg.hasPrefix("/") {
+            files.append(xdg + "/reachability/classify.conf")
+        } else if let home = environment["HOME"], !home.isEmpty {
+            files.append(home + "/.config/reachability/classify.conf")
+        }
+        files.append("/etc/reachability/classify.conf")
+        return files
+    }
+
+    /// Parses one `PATTERN=TYPE`; the type is case-insensitive, spaces around either side are ignored.
+    static func parseRule(_ text: String, source: String) throws(RuleError) -> ClassificationOverride {
+        guard let equals = text.firstIndex(of: "=") else {
+            throw RuleError(source: source, reason: "expected PATTERN=TYPE, got '\(text)'")
+        }
+        let pattern = text[..<equals].trimmingCharacters(in: .whitespacesAndNewlines)
+        let typeName = text[text.index(after: equals)...].trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        guard !pattern.isEmpty else {
+            throw RuleError(source: source, reason: "missing interface name pattern before '=' in '\(text)'")
+        }
+        guard let type = InterfaceType(rawValue: typeName) else {
+            let names = InterfaceType.allCases.map(\.rawValue).joined(separator: ", ")
+            throw RuleError(source: source, reason: "unknown type '\(typeName)' (expected one of \(names))")
+        }
+        return ClassificationOverride(pattern: pattern, type: type, source: source)
+    }
+
+    /// Parses a classify.conf text: blank lines and `#` comments (whole-line, or after a space) are skipped.
+    static func parseFile(_ text: String, path: String) throws(RuleError) -> [ClassificationOverride] {
+        var rules: [ClassificationOverride] = []
+        for (offset, rawLine) in lines(of: text).enumerated() {
+            var line = Substring(rawLine)
+            if let comment = line.commentStart { line = line[..<comment] }
+            let content = line.trimmingCharacters(in: .whitespacesAndNewlines)
+            if content.isEmpty { continue }
+            rules.append(try parseRule(content, source: "\(path):\(offset + 1)"))
+        }
+        return rules
+    }
+}
+
+/// Lines split at LF, keeping empty ones for line numbers. Swift treats CRLF as one Character,
+/// so it has to be named as a separator of its own.
+private func lines(of text: String) -> [Substring] {
+    text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
+}
+
+private extension Substring {
+    /// Where a `#` comment starts: at the beginning or after whitespace (so `eth#1` stays a name).
+    var commentStart: Index? {
+        var previous: Character?
+        for index in indices {
+            if self[index] == "#", previous == nil || previous!.isWhitespace { return index }
+            previous = self[index]
+        }
+        return nil
+    }
+}

@@ -1,0 +1,77 @@
+import LinuxReachability
+
+/// `reachability wait`: exit 0 as soon as the path qualifies, 1 on timeout.
+struct WaitCommand: Command {
+    static let name = "wait"
+    static let abstract = "Wait until the network is reachable (optionally over a given kind of link)."
+    static let timeout = Option.value(
+        "timeout", valueName: "seconds",
+        help: "Give up after this many seconds (fractions allowed; 0 checks once; 'inf' waits forever). Default: 30.")
+    static let require = Option.value(
+        "require", valueName: "kind",
+        help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any. Default: any.")
+    static let notExpensive = Option.flag("not-expensive", help: "Only a path that is not expensive (cellular) qualifies.")
+    static let options = [timeout, require, notExpensive] + MonitorOptions.all
+    static let discussion: String? = """
+        EXIT STATUS: 0 as soon as the path qualifies, 1 on timeout or when the monitor stops, \
+        64 for a usage error, 77 when --netns lacks privilege, 78 for a bad classify.conf line.
+        """ + "\n\n" + MonitorOptions.discussion
+
+    /// Used when `--timeout` is not given.
+    static let defaultTimeout = Duration.seconds(30)
+
+    var requirement: PathRequirement
+    /// nil waits forever.
+    var timeoutDuration: Duration?
+    var monitor: MonitorOptions
+
+    init(arguments: ParsedArguments) throws {
+        requirement = PathRequirement()
+        if let kind = arguments.value(Self.require) {
+            guard let connection = PathRequirement.Connection(rawValue: kind.lowercased()) else {
+                throw UsageError.invalidValue(kind, for: Self.require, "expected one of wired, wifi, cellular, any")
+            }
+            requirement.connection = connection
+        }
+        requirement.allowsExpensive = !arguments.isSet(Self.notExpensive)
+        timeoutDuration = Self.defaultTimeout
+        if let text = arguments.value(Self.timeout) {
+            guard let seconds = Double(text), !seconds.isNaN, seconds >= 0 else {
+                throw UsageError.invalidValue(text, for: Self.timeout, "expected a number of seconds, 0 or more, or 'inf'")
+            }
+            // Whole milliseconds; anything beyond Int64 milliseconds (292 million years) is forever.
+            let milliseconds = (seconds * 1000).rounded(.up)
+            timeoutDuration = milliseconds < 9e18 ? .milliseconds(Int64(milliseconds)) : nil
+        }
+        monitor = try MonitorOptions(arguments: arguments)
+    }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let source = try monitor.startPathSource(in: context)
+        defer { source.cancel() }
+        let outcome = await requirement.firstQualifyingPath(
+            current: source.currentPath, updates: source.paths, timeout: timeoutDuration, sleep: context.sleep)
+        switch outcome {
+        case .qualified:
+            return .success
+        case .timedOut:
+            let waited = timeoutDuration.map { " after \($0.formattedSeconds)s" } ?? ""
+            context.errorOutput.line(
+                "\(Self.commandPath): timed out\(waited) waiting for \(requirement); last path: \(PathText.summary(source.currentPath))")
+            return .failure
+        case .ended:
+            context.errorOutput.line(
+                "\(Self.commandPath): the monitor stopped before finding \(requirement); last path: \(PathText.summary(source.currentPath))")
+            return .failure
+        }
+    }
+}
+
+private extension Duration {
+    /// `30`, `0.5`: seconds as given on the command line.
+    var formattedSeconds: String {
+        let (seconds, attoseconds) = components
+        guard attoseconds != 0 else { return String(seconds) }
+        return String(Double(seconds) + Double(attoseconds) / 1e18)
+    }
+}

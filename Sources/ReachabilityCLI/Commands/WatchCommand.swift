@@ -1,0 +1,46 @@
+import LinuxReachability
+
+/// `reachability watch`: print the current path, then one timestamped line per change, until
+/// SIGINT/SIGTERM (exit 0).
+struct WatchCommand: Command {
+    static let name = "watch"
+    static let abstract = "Print the current path, then one timestamped line each time it changes."
+    static let json = Option.flag("json", help: "Print one JSON object per line (NDJSON).")
+    static let options = [json] + MonitorOptions.all
+    static let discussion: String? = """
+        Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
+        watch with exit status 0.
+        """ + "\n\n" + MonitorOptions.discussion
+
+    var isJSON: Bool
+    var monitor: MonitorOptions
+
+    init(arguments: ParsedArguments) throws {
+        isJSON = arguments.isSet(Self.json)
+        monitor = try MonitorOptions(arguments: arguments)
+    }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let source = try monitor.startPathSource(in: context)
+        defer { source.cancel() }
+        // Cancelling the source finishes `paths`, which ends the loop below normally.
+        let removeHandler = context.onInterrupt { source.cancel() }
+        defer { removeHandler() }
+
+        var previous: NetworkPath?
+        for await path in source.paths where !isRepeat(path, of: previous) {
+            previous = path
+            let time = context.now()
+            context.output.line(isJSON ? PathJSON.line(path, at: time) : PathText.line(path, at: time))
+        }
+        return .success
+    }
+
+    /// Whether printing `path` would repeat the previous line. PathMonitor already drops equal
+    /// paths, but a text line shows only the route summary, so a change elsewhere (another interface
+    /// losing carrier) would print the same words again; JSON shows everything, so any change counts.
+    func isRepeat(_ path: NetworkPath, of previous: NetworkPath?) -> Bool {
+        guard let previous else { return false }
+        return isJSON ? path == previous : PathText.summary(path) == PathText.summary(previous)
+    }
+}

@@ -1,0 +1,76 @@
+import Foundation
+import LinuxReachability
+
+/// Human-readable renderings of a `NetworkPath`.
+enum PathText {
+    /// `reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)` or `unreachable: no route`.
+    ///
+    /// Each route is listed as `[interface, ]source[, gw gateway]`, IPv4 first; the interface is
+    /// repeated only when a later route leaves through a different one. Dual-stack therefore reads
+    /// `(wlp2s0, 192.0.2.20, gw 192.0.2.1; 2001:db8::20, gw fe80::1)`, so losing IPv6 changes the line.
+    static func summary(_ path: NetworkPath) -> String {
+        guard path.isSatisfied else {
+            return "unreachable: \(path.unsatisfiedReason?.rawValue ?? "unknown reason")"
+        }
+        let routes = orderedRoutes(path)
+        let firstInterface = routes.first?.interfaceName ?? path.primaryInterface?.name
+        var parts: [String] = []
+        for (position, route) in routes.enumerated() {
+            var fields: [String] = []
+            if position == 0 || route.interfaceName != firstInterface { fields.append(route.interfaceName) }
+            if let source = route.sourceAddress { fields.append(source) }
+            if let gateway = route.gateway { fields.append("gw \(gateway)") }
+            parts.append(fields.joined(separator: ", "))
+        }
+        if parts.isEmpty, let name = firstInterface { parts.append(name) }
+        var text = "reachable via \(path.connection.rawValue)"
+        if !parts.isEmpty { text += " (\(parts.joined(separator: "; ")))" }
+        if path.isExpensive { text += " expensive" }
+        return text
+    }
+
+    /// `2026-11-30T06:00:00.123Z reachable via ...`: one `watch` line.
+    static func line(_ path: NetworkPath, at time: Date) -> String {
+        "\(timestamp(time)) \(summary(path))"
+    }
+
+    /// ISO 8601 in UTC with milliseconds.
+    static func timestamp(_ time: Date) -> String {
+        time.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    }
+
+    /// The summary followed by routes and every interface with its classification evidence.
+    static func explanation(_ path: NetworkPath) -> String {
+        var lines = [summary(path)]
+        lines.append("  expensive: \(yesNo(path.isExpensive)), ipv4: \(yesNo(path.supportsIPv4)), ipv6: \(yesNo(path.supportsIPv6))")
+        lines.append("routes:")
+        for family in [AddressFamily.ipv4, .ipv6] {
+            guard let route = path.routes.first(where: { $0.family == family }) else {
+                lines.append("  \(family.rawValue): none")
+                continue
+            }
+            var text = "  \(family.rawValue): dev \(route.interfaceName) (index \(route.interfaceIndex))"
+            text += route.gateway.map { ", gw \($0)" } ?? ", on-link"
+            if let source = route.sourceAddress { text += ", src \(source)" }
+            lines.append(text)
+        }
+        lines.append("interfaces:")
+        if path.interfaces.isEmpty { lines.append("  none") }
+        for interface in path.interfaces {
+            let primary = interface.index == path.primaryInterface?.index ? " [primary]" : ""
+            lines.append("  \(interface.name) (index \(interface.index)): \(interface.type.rawValue)\(primary)")
+            lines.append("    evidence: \(interface.classificationReason)")
+            lines.append("    up: \(yesNo(interface.isUp)), carrier: \(yesNo(interface.hasCarrier))")
+            let addresses = interface.addresses.isEmpty ? "none" : interface.addresses.joined(separator: ", ")
+            lines.append("    addresses: \(addresses)")
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    /// Routes with IPv4 first, as `NetworkPath.primaryRoute` prefers it.
+    private static func orderedRoutes(_ path: NetworkPath) -> [PathRoute] {
+        path.routes.filter { $0.family == .ipv4 } + path.routes.filter { $0.family == .ipv6 }
+    }
+
+    private static func yesNo(_ value: Bool) -> String { value ? "yes" : "no" }
+}

@@ -1,0 +1,129 @@
+import Foundation
+import Testing
+
+/// Runs the built `reachability` executable, like swift-argument-parser's `AssertExecuteCommand`:
+/// only commands that need neither root nor the netlink engine.
+@Suite("Built binary")
+struct BuiltBinaryTests {
+    struct Result {
+        var status: Int32
+        var standardOutput: String
+        var standardError: String
+    }
+
+    /// `REACHABILITY_BINARY`, else next to the test bundle (`.build/<triple>/debug/`), else
+    /// `.build/debug/` under the package root found from this file's path.
+    static func binaryURL() throws -> URL {
+        let environment = ProcessInfo.processInfo.environment
+        var candidates: [URL] = []
+        if let path = environment["REACHABILITY_BINARY"] { candidates.append(URL(fileURLWithPath: path)) }
+        let testExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        candidates.append(testExecutable.deletingLastPathComponent().appendingPathComponent("reachability"))
+        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent("reachability"))
+        let packageRoot = URL(fileURLWithPath: #filePath)
+            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        candidates.append(packageRoot.appendingPathComponent(".build/debug/reachability"))
+        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0.path) }) else {
+            throw BinaryNotFound(candidates: candidates.map(\.path))
+        }
+        return found
+    }
+
+    struct BinaryNotFound: Error, CustomStringConvertible {
+        var candidates: [String]
+        var description: String {
+            "reachability executable not found (run 'swift build' first); looked at \(candidates.joined(separator: ", "))"
+        }
+    }
+
+    static func run(_ arguments: [String]) throws -> Result {
+        let process = Process()
+        process.executableURL = try binaryURL()
+        process.arguments = arguments
+        process.environment = ["PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": "/nonexistent"]
+        let output = Pipe()
+        let error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // Help text is far below a pipe buffer, so reading one pipe after the other cannot deadlock.
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        let errorData = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(status: process.terminationStatus,
+                      standardOutput: String(decoding: outputData, as: UTF8.self),
+                      standardError: String(decoding: errorData, as: UTF8.self))
+    }
+
+    @Test func help() throws {
+        let result = try Self.run(["--help"])
+        #expect(result.status == 0)
+        #expect(result.standardOutput.hasPrefix("OVERVIEW: "))
+        for heading in ["\nUSAGE: ", "\nOPTIONS:\n", "\nSUBCOMMANDS:\n", "  status ", "  watch ", "  wait "] {
+            #expect(result.standardOutput.contains(heading))
+        }
+        #expect(result.standardError.isEmpty)
+    }
+
+    @Test func version() throws {
+        let result = try Self.run(["--version"])
+        #expect(result.status == 0)
+        #expect(result.standardOutput == "0.1.0\n")
+        #expect(result.standardError.isEmpty)
+    }
+
+    @Test func helpStatus() throws {
+        let result = try Self.run(["help", "status"])
+        #expect(result.status == 0)
+        #expect(result.standardOutput.hasPrefix("OVERVIEW: "))
+        #expect(result.standardOutput.contains("\nUSAGE: reachability status [--json] [--explain]"))
+        #expect(result.standardOutput.contains("  --classify <pattern=type>\n"))
+        #expect(result.standardError.isEmpty)
+    }
+
+    @Test(arguments: [
+        (["status", "--bogus"], "Error: Unknown option '--bogus'", "status"),
+        (["wait", "--require", "ethernet"],
+         "Error: The value 'ethernet' is invalid for '--require <kind>': expected one of wired, wifi, cellular, any", "wait"),
+        (["watch", "--netns"], "Error: Missing value for '--netns <name>'", "watch"),
+    ])
+    func usageErrorsGoToStandardErrorWithExit64(arguments: [String], message: String, command: String) throws {
+        let result = try Self.run(arguments)
+        #expect(result.status == 64)
+        #expect(result.standardOutput.isEmpty)
+        let lines = result.standardError.split(separator: "\n").map(String.init)
+        #expect(lines.first == message)
+        #expect(lines.dropFirst().first?.hasPrefix("Usage: reachability \(command) ") == true)
+        #expect(lines.last == "  See 'reachability \(command) --help' for more information.")
+    }
+
+    @Test func unknownSubcommand() throws {
+        let result = try Self.run(["frobnicate"])
+        #expect(result.status == 64)
+        #expect(result.standardError.hasPrefix("Error: Unknown subcommand 'frobnicate'\n"))
+    }
+
+    /// Runs against whatever monitor is linked (the placeholder or the netlink engine) in the current
+    /// namespace, which needs no root: the JSON has the documented keys and agrees with the exit status.
+    @Test func statusJSONAgreesWithTheExitStatus() throws {
+        let result = try Self.run(["status", "--json"])
+        guard !result.standardOutput.isEmpty else {
+            // No netlink in this sandbox: the failure must still be a reported error, not a crash.
+            #expect([1, 77].contains(result.status))
+            #expect(result.standardError.hasPrefix("Error: "))
+            return
+        }
+        #expect(result.standardOutput.filter { $0 == "\n" }.count == 1)
+        let object = try #require(
+            try JSONSerialization.jsonObject(with: Data(result.standardOutput.utf8)) as? [String: Any])
+        for key in ["time", "status", "reason", "connection", "interface", "isExpensive", "supportsIPv4",
+                    "supportsIPv6", "gateways", "interfaces", "sourceAddress", "index", "routes"] {
+            #expect(object[key] != nil, "missing \(key)")
+        }
+        let status = try #require(object["status"] as? String)
+        #expect(["satisfied", "unsatisfied"].contains(status))
+        #expect((status == "satisfied") == (result.status == 0))
+        #expect(result.status == 0 || result.status == 1)
+    }
+}

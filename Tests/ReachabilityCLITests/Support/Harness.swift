@@ -1,0 +1,147 @@
+import Foundation
+import LinuxReachability
+import Synchronization
+@testable import ReachabilityCLI
+
+/// Collects everything written to one stream.
+final class CapturedOutput: Sendable {
+    private let buffer = Mutex("")
+
+    var writer: LineWriter { LineWriter { text in self.buffer.withLock { $0 += text } } }
+    var text: String { buffer.withLock { $0 } }
+    var lines: [String] { text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init) }
+}
+
+/// A `PathSource` that "plays the monitor": `paths` yields `current` then `script`, then either
+/// finishes (like a monitor that was cancelled) or stays open until `cancel()`.
+final class ScriptedPathSource: PathSource {
+    struct State {
+        var isStarted = false
+        var isCancelled = false
+        var continuations: [AsyncStream<NetworkPath>.Continuation] = []
+        var requestObservers: [AsyncStream<Void>.Continuation] = []
+        var configuration: PathMonitor.Configuration?
+    }
+
+    let current: NetworkPath
+    let script: [NetworkPath]
+    let staysOpen: Bool
+    let startError: (any Error)?
+    let state = Mutex(State())
+
+    init(current: NetworkPath, script: [NetworkPath] = [], staysOpen: Bool = false, startError: (any Error)? = nil) {
+        self.current = current
+        self.script = script
+        self.staysOpen = staysOpen
+        self.startError = startError
+    }
+
+    func start() throws {
+        if let startError { throw startError }
+        state.withLock { $0.isStarted = true }
+    }
+
+    var currentPath: NetworkPath { current }
+
+    var paths: AsyncStream<NetworkPath> {
+        let (stream, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        let (cancelled, observers) = state.withLock { state in
+            if !state.isCancelled && staysOpen { state.continuations.append(continuation) }
+            return (state.isCancelled, state.requestObservers)
+        }
+        if !cancelled {
+            for path in [current] + script { continuation.yield(path) }
+        }
+        if cancelled || !staysOpen { continuation.finish() }
+        for observer in observers { observer.yield() }
+        return stream
+    }
+
+    func cancel() {
+        let continuations = state.withLock { state in
+            state.isCancelled = true
+            defer { state.continuations = [] }
+            return state.continuations
+        }
+        for continuation in continuations { continuation.finish() }
+    }
+
+    var isCancelled: Bool { state.withLock { $0.isCancelled } }
+
+    /// Yields each time a command subscribes to `paths` (after the script is buffered).
+    func pathsRequests() -> AsyncStream<Void> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+        state.withLock { $0.requestObservers.append(continuation) }
+        return stream
+    }
+}
+
+/// A command context with captured output, in-memory files and a scripted path source.
+final class Harness: Sendable {
+    let standardOutput = CapturedOutput()
+    let standardError = CapturedOutput()
+    let source: ScriptedPathSource
+    let files: [String: String]
+    let environment: [String: String]
+    let canEnterNetworkNamespace: Bool
+    private let recorded = Mutex<(configurations: [PathMonitor.Configuration], interrupt: (@Sendable () -> Void)?)>(([], nil))
+    private let sleep: @Sendable (Duration) async throws -> Void
+
+    init(source: ScriptedPathSource = ScriptedPathSource(current: Fixtures.satisfiedWifi),
+         files: [String: String] = [:],
+         environment: [String: String] = ["HOME": "/home/tester"],
+         canEnterNetworkNamespace: Bool = true,
+         sleep: @escaping @Sendable (Duration) async throws -> Void = Harness.neverReturns) {
+        self.source = source
+        self.files = files
+        self.environment = environment
+        self.canEnterNetworkNamespace = canEnterNetworkNamespace
+        self.sleep = sleep
+    }
+
+    var context: CommandContext {
+        CommandContext(
+            output: standardOutput.writer,
+            errorOutput: standardError.writer,
+            environment: environment,
+            now: { Fixtures.time },
+            readFile: { [files] path in files[path] },
+            makePathSource: { configuration in
+                self.recorded.withLock { $0.configurations.append(configuration) }
+                return self.source
+            },
+            canEnterNetworkNamespace: { self.canEnterNetworkNamespace },
+            onInterrupt: { handler in
+                self.recorded.withLock { $0.interrupt = handler }
+                return { self.recorded.withLock { $0.interrupt = nil } }
+            },
+            sleep: sleep)
+    }
+
+    func run(_ arguments: [String]) async -> Int32 {
+        await ReachabilityCommandLine.run(arguments: arguments, context: context)
+    }
+
+    /// The configurations commands asked the source factory for.
+    var configurations: [PathMonitor.Configuration] { recorded.withLock { $0.configurations } }
+
+    /// Delivers a simulated SIGINT; false when no handler is installed.
+    @discardableResult
+    func interrupt() -> Bool {
+        guard let handler = recorded.withLock({ $0.interrupt }) else { return false }
+        handler()
+        return true
+    }
+
+    /// A deadline that never passes: suspends until the task is cancelled.
+    @Sendable static func neverReturns(_: Duration) async throws {
+        // Nothing ever yields to this stream; iterating it ends only when the task is cancelled.
+        let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+        for await _ in stream {}
+        continuation.finish()
+        throw CancellationError()
+    }
+
+    /// A deadline that passes immediately.
+    @Sendable static func returnsAtOnce(_: Duration) async throws {}
+}
