@@ -100,7 +100,7 @@ public struct Classification: Sendable, Hashable {
 ///
 /// Order: user override > uevent DEVTYPE (wlan, wwan) and `wireless`/`phy80211` > ARPHRD_PPP,
 /// ARPHRD_RAWIP, raw-IP modem drivers > USB-tethered phone drivers > tunnel link kinds >
-/// systemd predictable-name prefixes > ARPHRD_ETHER.
+/// systemd predictable-name prefixes > virtual link kinds (veth, ifb) > ARPHRD_ETHER.
 public struct InterfaceClassifier: Sendable {
     /// User rules, first match wins.
     public var overrides: [ClassificationOverride]
@@ -114,6 +114,10 @@ public struct InterfaceClassifier: Sendable {
         "tun", "wireguard", "ipip", "gre", "gretap", "ip6gre", "ip6gretap", "sit", "ip6tnl", "vti", "vti6",
         "xfrm", "geneve", "vxlan", "openvpn",
     ]
+
+    /// Ethernet-framed link kinds that carry no traffic off the host by themselves (container
+    /// veth ends, ifb, dummy); bridges, bonds and macvlans are left wired because they wrap NICs.
+    public static let virtualKinds: Set<String> = ["veth", "ifb", "dummy", "nlmon", "vcan", "vxcan", "netdevsim"]
 
     /// Creates a classifier with user overrides.
     public init(overrides: [ClassificationOverride] = []) {
@@ -157,6 +161,9 @@ public struct InterfaceClassifier: Sendable {
         for (prefix, type) in [("wl", InterfaceType.wifi), ("ww", .cellular), ("en", .wired), ("eth", .wired)]
         where facts.name.hasPrefix(prefix) {
             return Classification(type: type, reason: "name prefix '\(prefix)' (systemd predictable name)")
+        }
+        if let kind = facts.linkKind, Self.virtualKinds.contains(kind) {
+            return Classification(type: .other, reason: "virtual link kind \(kind) without a predictable name")
         }
         if facts.hardwareType == HardwareType.ether {
             let kind = facts.linkKind.map { ", link kind \($0)" } ?? ""
