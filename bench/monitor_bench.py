@@ -24,6 +24,14 @@ import threading
 import time
 
 PREFIX = f"rchB{os.getpid()}"
+CHILDREN = []
+
+
+def spawn(args, **kwargs):
+    """Starts a child that cleanup() kills, so a failed run leaves nothing behind."""
+    proc = subprocess.Popen(args, stderr=subprocess.DEVNULL, **kwargs)
+    CHILDREN.append(proc)
+    return proc
 
 
 def sh(*args, check=True, input=None):
@@ -95,6 +103,10 @@ def make_namespace(suffix):
 
 
 def cleanup():
+    for proc in CHILDREN:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     for line in sh("ip", "netns", "list", check=False).splitlines():
         name = line.split()[0] if line.split() else ""
         if name.startswith(PREFIX):
@@ -131,11 +143,11 @@ def percentile(values, p):
 
 def latency(binary, changes):
     client, _ = topology()
-    ours = subprocess.Popen([binary, "watch", "--json", "--netns", client], stdout=subprocess.PIPE)
-    peer = subprocess.Popen(["stdbuf", "-oL", "ip", "-n", client, "monitor", "link", "address", "route"],
+    ours = spawn([binary, "watch", "--json", "--netns", client], stdout=subprocess.PIPE)
+    peer = spawn(["stdbuf", "-oL", "ip", "-n", client, "monitor", "link", "address", "route"],
                             stdout=subprocess.PIPE)
     ours_log, peer_log = LineLog(ours), LineLog(peer)
-    batch = subprocess.Popen(["ip", "-n", client, "-force", "-batch", "-"], stdin=subprocess.PIPE, text=True)
+    batch = spawn(["ip", "-n", client, "-force", "-batch", "-"], stdin=subprocess.PIPE, text=True)
     ours_log.wait_for(0, ours_is("satisfied"))
 
     def run(command):
@@ -148,9 +160,9 @@ def latency(binary, changes):
         ("route del", "route del default", ours_is("unsatisfied", "no route"), lambda s: s.startswith("Deleted default")),
         ("route add", "route add default via 10.77.1.1 dev enp3s0", ours_is("satisfied"), lambda s: s.startswith("default via")),
         ("link down", "link set enp3s0 down", ours_is("unsatisfied", "no interface up"),
-         lambda s: "enp3s0:" in s and re.search(r"<[^>]*\bUP\b", s) is None and not s.startswith("Deleted")),
+         lambda s: re.match(r"\d+: enp3s0[@:]", s) is not None and re.search(r"<[^>]*\bUP\b", s) is None),
         ("link up", "link set enp3s0 up", ours_is("unsatisfied", "no route"),
-         lambda s: "enp3s0:" in s and re.search(r"<[^>]*\bUP\b", s) is not None),
+         lambda s: re.match(r"\d+: enp3s0[@:]", s) is not None and re.search(r"<[^>]*\bUP\b", s) is not None),
         (None, "route add default via 10.77.1.1 dev enp3s0", ours_is("satisfied"), lambda s: s.startswith("default via")),
         ("addr del", "addr del 10.77.1.2/24 dev enp3s0", ours_is("unsatisfied", "no address"),
          lambda s: s.startswith("Deleted") and "inet 10.77.1.2/" in s),
@@ -221,8 +233,8 @@ def scale(binary, routes):
         print(f"| {label} | {wall * 1000:.0f} ms | {rss:.1f} MiB | {cpu * 1000:.0f} ms |")
 
     # Storm: delete all N, re-add N, with the default moving to wlp1s0 half way.
-    ours = subprocess.Popen([binary, "watch", "--json", "--netns", client], stdout=subprocess.PIPE)
-    peer = subprocess.Popen(["ip", "-n", client, "monitor", "route"], stdout=subprocess.DEVNULL)
+    ours = spawn([binary, "watch", "--json", "--netns", client], stdout=subprocess.PIPE)
+    peer = spawn(["ip", "-n", client, "monitor", "route"], stdout=subprocess.DEVNULL)
     ours_log = LineLog(ours)
     ours_log.wait_for(0, ours_is("satisfied"))
     storm = list(route_lines("del", routes, ""))
