@@ -1,0 +1,271 @@
+import Foundation
+import Synchronization
+
+/// Knobs for every request, from `DownloadAgent.Configuration`.
+struct TransferSettings: Sendable, Hashable {
+    var connectTimeout: Duration
+    var stallTimeout: Duration
+    var stallBytesPerSecond: Int
+    var maximumRedirects: Int
+    var keepAliveIdle: Duration
+    var receiveBufferSize: Int
+    var userAgent: String
+}
+
+/// One HTTP attempt for a download.
+struct TransferRequest: Sendable {
+    var url: URL
+    var offset: Int64
+    /// The If-Range validator (strong ETag or Last-Modified).
+    var ifRange: String?
+    /// The strong ETag, when that is what If-Range carries.
+    var entityTag: String?
+    var knownTotalLength: Int64?
+    /// Interface to pin to (`CURLOPT_INTERFACE "if!name"`), nil to follow the routing table.
+    var interfaceName: String?
+    /// Open a new connection instead of reusing one from before a path change.
+    var freshConnection: Bool
+    var settings: TransferSettings
+}
+
+/// What the engine reports when an attempt ends.
+struct TransferOutcome: Sendable {
+    var result: AttemptResult
+    /// Body bytes accepted during this attempt.
+    var bytesReceived: Int64
+}
+
+/// Runs HTTP transfers on libcurl's multi interface from one dedicated thread.
+///
+/// `@unchecked Sendable` invariant: `multi` and everything in `transfers` (easy handles and their
+/// contexts) are touched only on the engine thread inside `run()`. Other threads only append to
+/// `commands` (a Mutex) and call `curl_multi_wakeup`, which libcurl documents as thread-safe.
+final class TransferEngine: @unchecked Sendable {
+    private enum Command {
+        case start(UInt64, TransferRequest, PartialFile, @Sendable (Int64) -> Void, @Sendable (TransferOutcome) -> Void)
+        case abort(UInt64, AbortReason)
+        case unpause(UInt64)
+        case shutdown
+    }
+
+    private let multi: CurlMulti
+    private let commands = Mutex<(queue: [Command], isShutDown: Bool)>(([], false))
+    private let nextID = Atomic<UInt64>(1)
+    /// Engine thread only.
+    private var transfers: [UInt64: TransferContext] = [:]
+    private var handles: [UnsafeMutableRawPointer: UInt64] = [:]
+
+    /// Starts the engine thread; throws when libcurl cannot be initialised.
+    init() throws {
+        guard let multi = CurlMulti() else {
+            throw DownloadError.invalidRequest.with(description: "libcurl could not be initialised")
+        }
+        self.multi = multi
+        let thread = Thread { [self] in run() }
+        thread.name = "ResumableDownloads.TransferEngine"
+        thread.start()
+    }
+
+    /// Runs one attempt to its end. Task cancellation aborts it with `.cancelled`.
+    func transfer(_ request: TransferRequest, into file: PartialFile,
+                  progress: @escaping @Sendable (Int64) -> Void) async -> TransferOutcome {
+        let id = nextID.add(1, ordering: .relaxed).oldValue
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<TransferOutcome, Never>) in
+                let accepted = submit(.start(id, request, file, progress, { continuation.resume(returning: $0) }))
+                if !accepted {
+                    continuation.resume(returning: TransferOutcome(result: .aborted(.shutdown), bytesReceived: 0))
+                } else if Task.isCancelled {
+                    // The cancellation handler may have run before the start was queued; commands are
+                    // FIFO, so this abort lands after the start.
+                    submit(.abort(id, .cancelled))
+                }
+            }
+        } onCancel: {
+            submit(.abort(id, .cancelled))
+        }
+    }
+
+    /// Aborts every running attempt whose id is in `ids` (path change, pause).
+    func abort(_ id: UInt64, reason: AbortReason) { submit(.abort(id, reason)) }
+
+    /// Stops the thread; running attempts end with `.aborted(.shutdown)`.
+    func shutdown() { submit(.shutdown) }
+
+    @discardableResult
+    private func submit(_ command: Command) -> Bool {
+        let accepted = commands.withLock { state -> Bool in
+            guard !state.isShutDown else { return false }
+            if case .shutdown = command { state.isShutDown = true }
+            state.queue.append(command)
+            return true
+        }
+        if accepted { multi.wakeup() }
+        return accepted
+    }
+
+    // MARK: engine thread
+
+    private func run() {
+        var isRunning = true
+        while isRunning {
+            let pending = commands.withLock { state -> [Command] in
+                defer { state.queue.removeAll(keepingCapacity: true) }
+                return state.queue
+            }
+            for command in pending {
+                switch command {
+                case .start(let id, let request, let file, let progress, let completion):
+                    start(id: id, request: request, file: file, progress: progress, completion: completion)
+                case .abort(let id, let reason):
+                    finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
+                case .unpause(let id):
+                    transfers[id]?.easy?.unpause()
+                case .shutdown:
+                    isRunning = false
+                }
+            }
+            guard isRunning else { break }
+            multi.perform()
+            while let done = multi.nextCompleted() {
+                guard let id = handles[done.handle] else { continue }
+                finish(id, forcedResult: nil, failure: done.failure, detail: done.detail)
+            }
+            multi.poll(milliseconds: 1000)
+        }
+        for id in Array(transfers.keys) { finish(id, forcedResult: .aborted(.shutdown), failure: nil, detail: "") }
+        multi.cleanup()
+    }
+
+    private func start(id: UInt64, request: TransferRequest, file: PartialFile,
+                       progress: @escaping @Sendable (Int64) -> Void,
+                       completion: @escaping @Sendable (TransferOutcome) -> Void) {
+        let machine = ResponseStateMachine(request: .init(offset: request.offset, entityTag: request.entityTag,
+                                                          knownTotalLength: request.knownTotalLength))
+        let context = TransferContext(machine: machine, file: file, progress: progress, completion: completion)
+        let settings = request.settings
+        let options = CurlRequestOptions(
+            url: request.url.absoluteString, rangeStart: request.offset, ifRange: request.ifRange,
+            interface: request.interfaceName.map { "if!\($0)" }, freshConnection: request.freshConnection,
+            connectTimeoutMilliseconds: Int(settings.connectTimeout.milliseconds),
+            lowSpeedLimitBytesPerSecond: settings.stallBytesPerSecond,
+            lowSpeedTimeSeconds: max(1, Int((settings.stallTimeout.milliseconds + 999) / 1000)),
+            maximumRedirects: settings.maximumRedirects,
+            keepAliveIdleSeconds: max(1, Int(settings.keepAliveIdle.milliseconds / 1000)),
+            receiveBufferSize: settings.receiveBufferSize, userAgent: settings.userAgent)
+        guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else {
+            completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "cannot create a libcurl handle")),
+                                       bytesReceived: 0))
+            return
+        }
+        context.easy = easy
+        file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) }
+        guard multi.add(easy) else {
+            easy.cleanup()
+            completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "libcurl refused the transfer")),
+                                       bytesReceived: 0))
+            return
+        }
+        transfers[id] = context
+        handles[easy.handle] = id
+    }
+
+    /// Ends a transfer: removes and frees the handle, then reports. `forcedResult` (our abort) wins
+    /// over whatever libcurl would have said.
+    private func finish(_ id: UInt64, forcedResult: AttemptResult?, failure: TransferFailure?, detail: String) {
+        guard let context = transfers.removeValue(forKey: id), let easy = context.easy else { return }
+        handles.removeValue(forKey: easy.handle)
+        let info = easy.info()
+        multi.remove(easy)
+        easy.cleanup()
+        context.easy = nil
+        context.file.setDrainHandler(nil)
+
+        let result: AttemptResult
+        if let forcedResult {
+            result = forcedResult
+        } else if let abort = context.abortReason {
+            result = .aborted(abort)
+        } else {
+            let error = failure.map {
+                TransferErrorMapping.error(for: $0, osErrno: info.osErrno, didConnect: info.didConnect, detail: detail)
+            }
+            if case .finish(let finished) = context.machine.event(.ended(error)) {
+                result = finished
+            } else {
+                result = .transport(error ?? .networkConnectionLost)
+            }
+        }
+        context.completion(TransferOutcome(result: result, bytesReceived: context.bytesReceived))
+    }
+}
+
+/// Per-attempt state used by libcurl's callbacks on the engine thread. Held strongly by the engine
+/// while its easy handle exists, and passed to libcurl unretained: the handle is always cleaned up
+/// before the context is released, so no weak box is needed and no cycle exists.
+final class TransferContext {
+    var machine: ResponseStateMachine
+    var headers = HeaderAccumulator()
+    let file: PartialFile
+    let progress: @Sendable (Int64) -> Void
+    let completion: @Sendable (TransferOutcome) -> Void
+    var easy: CurlEasy?
+    var abortReason: AbortReason?
+    var bytesReceived: Int64 = 0
+    private var lastProgress = ContinuousClock.now
+
+    init(machine: ResponseStateMachine, file: PartialFile, progress: @escaping @Sendable (Int64) -> Void,
+         completion: @escaping @Sendable (TransferOutcome) -> Void) {
+        self.machine = machine
+        self.file = file
+        self.progress = progress
+        self.completion = completion
+    }
+
+    /// Header callback: false stops the transfer.
+    func didReceiveHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        let line = String(decoding: bytes, as: UTF8.self)
+        guard let head = headers.feed(line) else { return true }
+        switch machine.event(.head(head)) {
+        case .begin(let acceptance):
+            file.begin(acceptance)
+            return true
+        case .abort:
+            return false   // the machine remembers the result; libcurl ends with a write error
+        case .none, .write, .finish:
+            return true
+        }
+    }
+
+    /// Write callback.
+    func didReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyDisposition {
+        if let error = file.writeError {
+            abortReason = .writeFailed(error)
+            return .abort
+        }
+        if file.shouldPause(adding: bytes.count) { return .pause }
+        switch machine.event(.body(count: bytes.count)) {
+        case .write(let offset):
+            file.append(bytes, at: offset)
+            bytesReceived += Int64(bytes.count)
+            let now = ContinuousClock.now
+            if now - lastProgress >= .milliseconds(100) {
+                lastProgress = now
+                progress(offset + Int64(bytes.count))
+            }
+            return .consumed
+        case .abort, .finish:
+            return .abort
+        case .none, .begin:
+            return .consumed
+        }
+    }
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded down.
+    var milliseconds: Int64 {
+        let parts = components
+        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
+    }
+}
