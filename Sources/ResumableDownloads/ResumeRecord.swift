@@ -21,6 +21,8 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var totalLength: Int64?
     var verifiedOffset: Int64
     var expectedSHA256: String?
+    /// The length the caller expects, checked at completion (optional; absent in older records).
+    var expectedLength: Int64?
     var allowsExpensive: Bool
     /// Transfer attempts made so far (all attempts, for diagnostics).
     var attempts: Int

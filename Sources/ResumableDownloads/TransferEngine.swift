@@ -66,27 +66,20 @@ final class TransferEngine: @unchecked Sendable {
         thread.start()
     }
 
-    /// Runs one attempt to its end. Task cancellation aborts it with `.cancelled`.
-    func transfer(_ request: TransferRequest, into file: PartialFile,
-                  progress: @escaping @Sendable (Int64) -> Void) async -> TransferOutcome {
-        let id = nextID.add(1, ordering: .relaxed).oldValue
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<TransferOutcome, Never>) in
-                let accepted = submit(.start(id, request, file, progress, { continuation.resume(returning: $0) }))
-                if !accepted {
-                    continuation.resume(returning: TransferOutcome(result: .aborted(.shutdown), bytesReceived: 0))
-                } else if Task.isCancelled {
-                    // The cancellation handler may have run before the start was queued; commands are
-                    // FIFO, so this abort lands after the start.
-                    submit(.abort(id, .cancelled))
-                }
-            }
-        } onCancel: {
-            submit(.abort(id, .cancelled))
-        }
+    /// A fresh id for `start`.
+    func makeTransferID() -> UInt64 { nextID.add(1, ordering: .relaxed).oldValue }
+
+    /// Queues an attempt. `completion` is called exactly once, on the engine thread, when it ends;
+    /// `progress` gets the file offset reached (about ten times a second). Returns false (without
+    /// calling `completion`) after `shutdown()`.
+    @discardableResult
+    func start(_ id: UInt64, _ request: TransferRequest, into file: PartialFile,
+               progress: @escaping @Sendable (Int64) -> Void,
+               completion: @escaping @Sendable (TransferOutcome) -> Void) -> Bool {
+        submit(.start(id, request, file, progress, completion))
     }
 
-    /// Aborts every running attempt whose id is in `ids` (path change, pause).
+    /// Aborts a running attempt (path change, pause, cancel); unknown or finished ids are ignored.
     func abort(_ id: UInt64, reason: AbortReason) { submit(.abort(id, reason)) }
 
     /// Stops the thread; running attempts end with `.aborted(.shutdown)`.
