@@ -130,7 +130,7 @@ struct ResponseStateMachine: Sendable {
 
     enum Action: Sendable, Hashable {
         /// Nothing to do (interim response, redirect being followed).
-        case none
+        case ignore
         /// Start storing the body as described (truncate first when `restartsFromZero`).
         case begin(Acceptance)
         /// Store these bytes at this offset.
@@ -172,7 +172,7 @@ struct ResponseStateMachine: Sendable {
 
         case (.receiving, .head), (.rejected, .head), (.finished, _):
             // Trailers after the body, or anything after the end: not ours to act on.
-            return .none
+            return .ignore
 
         case (.awaitingHead, .body):
             state = .rejected(.failed(.badServerResponse.with(description: "body before a final response head")))
@@ -217,9 +217,9 @@ struct ResponseStateMachine: Sendable {
         let status = head.statusCode
         switch status {
         case 100...199:
-            return .none
+            return .ignore
         case 300...399 where head["location"] != nil:
-            return .none   // libcurl follows it (bounded, http/https only)
+            return .ignore   // libcurl follows it (bounded, http/https only)
         case 200:
             let total = head.contentLength
             return .begin(Acceptance(startOffset: 0, endOffset: total, totalLength: total,

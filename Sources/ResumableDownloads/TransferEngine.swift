@@ -225,7 +225,7 @@ final class TransferContext {
             return true
         case .abort:
             return false   // the machine remembers the result; libcurl ends with a write error
-        case .none, .write, .finish:
+        case .ignore, .write, .finish:
             return true
         }
     }
@@ -249,7 +249,7 @@ final class TransferContext {
             return .consumed
         case .abort, .finish:
             return .abort
-        case .none, .begin:
+        case .ignore, .begin:
             return .consumed
         }
     }
