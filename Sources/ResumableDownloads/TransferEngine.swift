@@ -113,7 +113,11 @@ final class TransferEngine: @unchecked Sendable {
                 case .abort(let id, let reason):
                     finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
                 case .unpause(let id):
-                    transfers[id]?.easy?.unpause()
+                    if let context = transfers[id] {
+                        context.isPausedForBackpressure = false
+                        context.lastActivity = .now
+                        context.easy?.unpause()
+                    }
                 case .shutdown:
                     isRunning = false
                 }
@@ -124,10 +128,26 @@ final class TransferEngine: @unchecked Sendable {
                 guard let id = handles[done.handle] else { continue }
                 finish(id, forcedResult: nil, failure: done.failure, detail: done.detail)
             }
-            multi.poll(milliseconds: 1000)
+            abortStalledTransfers()
+            // Short enough for the stall watchdog's granularity; wakeups cut it anyway.
+            multi.poll(milliseconds: 250)
         }
         for id in Array(transfers.keys) { finish(id, forcedResult: .aborted(.shutdown), failure: nil, detail: "") }
         multi.cleanup()
+    }
+
+    /// libcurl's LOW_SPEED check averages over a window of about five seconds, so a transfer that
+    /// stops dead after a fast burst is noticed only seconds late. This watchdog aborts a transfer
+    /// whose response has started but which received nothing for `stallTimeout` (not counting
+    /// time paused by our own backpressure); LOW_SPEED stays as the backstop for the connect phase.
+    private func abortStalledTransfers() {
+        let now = ContinuousClock.now
+        for (id, context) in transfers where context.hasResponse && !context.isPausedForBackpressure
+            && now - context.lastActivity > context.stallTimeout {
+            let seconds = Double(context.stallTimeout.milliseconds) / 1000
+            finish(id, forcedResult: .transport(.networkConnectionLost.with(
+                description: "the network connection was lost: no data for \(seconds) s")), failure: nil, detail: "")
+        }
     }
 
     private func start(id: UInt64, request: TransferRequest, file: PartialFile,
@@ -136,6 +156,7 @@ final class TransferEngine: @unchecked Sendable {
         let machine = ResponseStateMachine(request: .init(offset: request.offset, entityTag: request.entityTag,
                                                           knownTotalLength: request.knownTotalLength))
         let context = TransferContext(machine: machine, file: file, progress: progress, completion: completion)
+        context.stallTimeout = request.settings.stallTimeout
         let settings = request.settings
         let options = CurlRequestOptions(
             url: request.url.absoluteString, rangeStart: request.offset, ifRange: request.ifRange,
@@ -205,6 +226,13 @@ final class TransferContext {
     var easy: CurlEasy?
     var abortReason: AbortReason?
     var bytesReceived: Int64 = 0
+    /// Last header line or body byte, for the stall watchdog.
+    var lastActivity = ContinuousClock.now
+    /// Whether a response has started arriving (the watchdog ignores the connect phase).
+    var hasResponse = false
+    /// Whether the write callback paused the transfer because the disk is behind.
+    var isPausedForBackpressure = false
+    var stallTimeout: Duration = .seconds(30)
     private var lastProgress = ContinuousClock.now
 
     init(machine: ResponseStateMachine, file: PartialFile, progress: @escaping @Sendable (Int64) -> Void,
@@ -217,6 +245,8 @@ final class TransferContext {
 
     /// Header callback: false stops the transfer.
     func didReceiveHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        hasResponse = true
+        lastActivity = .now
         let line = String(decoding: bytes, as: UTF8.self)
         guard let head = headers.feed(line) else { return true }
         switch machine.event(.head(head)) {
@@ -236,7 +266,11 @@ final class TransferContext {
             abortReason = .writeFailed(error)
             return .abort
         }
-        if file.shouldPause(adding: bytes.count) { return .pause }
+        lastActivity = .now
+        if file.shouldPause(adding: bytes.count) {
+            isPausedForBackpressure = true
+            return .pause
+        }
         switch machine.event(.body(count: bytes.count)) {
         case .write(let offset):
             file.append(bytes, at: offset)

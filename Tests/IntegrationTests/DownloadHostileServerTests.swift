@@ -180,7 +180,7 @@ struct DownloadHostileServerTests {
         #expect(throws: Never.self) { try result.get() }
         expectIntact(directory)
         #expect(log.resumedOffsets == [Int64(Self.half)])
-        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(ContinuousClock.now - started < .seconds(5))   // stall timeout 1 s + watchdog granularity
         server.stop()
     }
 
