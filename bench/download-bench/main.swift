@@ -5,17 +5,19 @@ import ResumableDownloads
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 3, let url = URL(string: arguments[1]) else {
-    FileHandle.standardError.write(Data("usage: download-bench URL DESTINATION [--sha256 HEX] [--state DIR]\n".utf8))
+    FileHandle.standardError.write(Data("usage: download-bench URL DESTINATION [--sha256 HEX] [--state DIR] [--checkpoint-mib N]\n".utf8))
     exit(64)
 }
 let destination = URL(fileURLWithPath: arguments[2])
 var expectedSHA256: String?
 var stateDirectory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("download-bench-\(getpid())")
+var checkpointMiB: Int64 = 16
 var index = 3
 while index + 1 < arguments.count {
     switch arguments[index] {
     case "--sha256": expectedSHA256 = arguments[index + 1]
     case "--state": stateDirectory = URL(fileURLWithPath: arguments[index + 1])
+    case "--checkpoint-mib": checkpointMiB = Int64(arguments[index + 1]) ?? 16
     default: break
     }
     index += 2
@@ -23,7 +25,8 @@ while index + 1 < arguments.count {
 
 let started = ContinuousClock.now
 do {
-    let bytes = try await withDownloadAgent(configuration: .init(stateDirectory: stateDirectory)) { agent in
+    let bytes = try await withDownloadAgent(configuration: .init(stateDirectory: stateDirectory,
+                                                                         checkpointInterval: checkpointMiB << 20)) { agent in
         let download = try await agent.download(from: url, to: destination, options: .init(expectedSHA256: expectedSHA256))
         _ = try await download.finished()
         return download.progress.bytesReceived
