@@ -191,4 +191,46 @@ struct DownloadHostileServerTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted() == ["state"])
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).isEmpty)
     }
+
+    @Test func followsRedirectsWithinHTTP() async throws {
+        let server = try Server { request, _ in
+            if request.path == "/file" { return Reply(status: 302, headers: [("Location", "/moved")]) }
+            return .honest(request, content: Self.content, etag: Self.etag)
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+    }
+
+    @Test func refusesRedirectsToOtherSchemes() async throws {
+        let server = try Server { _, _ in Reply(status: 302, headers: [("Location", "file:///etc/passwd")]) }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: DownloadError.unsupportedURL) { try result.get() }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
+    }
+
+    @Test func redirectLoopsAreBounded() async throws {
+        let server = try Server { request, _ in Reply(status: 302, headers: [("Location", request.path + "x")]) }
+        let (result, _, _) = try await run(server) { $0.maximumRedirects = 3 }
+        #expect(throws: DownloadError.tooManyRedirects) { try result.get() }
+        #expect(server.requests.count == 4)
+    }
+
+    @Test func refusedConnectionsMapToCannotConnectToHost() async throws {
+        let port = try F.freePort()   // nothing listens there
+        let directory = try F.Directory()
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.maximumConsecutiveFailures = 2
+        })
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:\(port)/x")!, to: directory.file("x"))
+        do {
+            _ = try await F.finish(download)
+            Issue.record("expected a failure")
+        } catch let error as DownloadError {
+            #expect(error == .cannotConnectToHost)
+            #expect(error.osErrorCode == ECONNREFUSED)
+            #expect(error.urlError().errorCode == -1004)
+        }
+        await agent.shutdown()
+    }
 }

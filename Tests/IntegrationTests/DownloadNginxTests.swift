@@ -165,4 +165,20 @@ struct DownloadNginxTests {
         for index in 0..<6 { #expect(F.sha256(fileAt: directory.file("f\(index).bin")) == F.sha256(content)) }
         await agent.shutdown()
     }
+
+    @Test func cancelMidTransferDeletesPartialAndRecord() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "2m")
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 8 << 20, seed: 4), at: "slow/file.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = directory.file("file.bin")
+        let download = try await agent.download(from: nginx.url("slow/file.bin"), to: destination)
+        #expect(await F.wait { download.progress.bytesReceived > 1 << 20 })
+        await download.cancel()
+        await #expect(throws: DownloadError.cancelled) { _ = try await F.finish(download) }
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        #expect(!FileManager.default.fileExists(atPath: destination.path + ".part"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).isEmpty)
+        await agent.shutdown()
+    }
 }
