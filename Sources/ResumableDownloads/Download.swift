@@ -22,6 +22,8 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         var progress = DownloadProgress()
         var rate = RateEstimator()
         var eventContinuations: [UUID: AsyncStream<DownloadEvent>.Continuation] = [:]
+        /// Recent events, replayed to new `events` subscribers (bounded: retries can repeat).
+        var history: [DownloadEvent] = []
         var progressContinuations: [UUID: AsyncStream<DownloadProgress>.Continuation] = [:]
         var finishWaiters: [CheckedContinuation<URL, any Error>] = []
         var onEvent: (@Sendable (DownloadEvent) -> Void)?
@@ -61,11 +63,14 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         set { observers.withLock { $0.onProgress = newValue } }
     }
 
-    /// Events from now on; the stream ends when the download completes, fails or is cancelled.
+    /// The download's events, starting with a replay of the recent ones (up to 256), so a
+    /// subscriber created after `download(from:to:)` returns misses nothing; the stream ends when
+    /// the download completes, fails or is cancelled.
     public var events: AsyncStream<DownloadEvent> {
         let (stream, continuation) = AsyncStream.makeStream(of: DownloadEvent.self)
         let key = UUID()
         let isFinal = observers.withLock { observers -> Bool in
+            for event in observers.history { continuation.yield(event) }
             if observers.state.isFinal { return true }
             observers.eventContinuations[key] = continuation
             return false
@@ -149,7 +154,11 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     }
 
     func emit(_ event: DownloadEvent) {
-        let (streams, handler) = observers.withLock { (Array($0.eventContinuations.values), $0.onEvent) }
+        let (streams, handler) = observers.withLock { observers in
+            observers.history.append(event)
+            if observers.history.count > 256 { observers.history.removeFirst(observers.history.count - 256) }
+            return (Array(observers.eventContinuations.values), observers.onEvent)
+        }
         for stream in streams { stream.yield(event) }
         handler?(event)
     }

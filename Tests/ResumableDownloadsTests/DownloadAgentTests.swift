@@ -91,3 +91,23 @@ struct DownloadAgentTests {
         await agent.shutdown()
     }
 }
+
+@Suite("Download event replay")
+struct DownloadEventReplayTests {
+    @Test func lateSubscribersSeeEarlierEvents() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state"),
+                                                           maximumOutageWait: .milliseconds(100)),
+                                      paths: paths)
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
+                                                to: directory.url.appendingPathComponent("out"))
+        _ = try? await download.finished()
+        // Subscribing after the end still delivers the whole story, then finishes.
+        var seen: [DownloadEvent] = []
+        for await event in download.events { seen.append(event) }
+        #expect(seen == [.waitingForConnectivity, .failed(.connectivityTimeout)])
+        await agent.shutdown()
+    }
+}
