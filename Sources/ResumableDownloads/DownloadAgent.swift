@@ -109,6 +109,7 @@ public actor DownloadAgent {
     private var pathWaiters: [UUID: CheckedContinuation<Int, Never>] = [:]
     private var entries: [UUID: Entry] = [:]
     private var queue: [UUID] = []
+    private var creationOrder: [UUID] = []
     private var isShutDown = false
 
     /// An agent that assumes the network is always usable (no path source).
@@ -153,7 +154,7 @@ public actor DownloadAgent {
 
     /// Every download this agent knows, in creation order.
     public var downloads: [Download] {
-        entries.values.map(\.download).sorted { ($0.state.isFinal ? 1 : 0, $0.id.uuidString) < ($1.state.isFinal ? 1 : 0, $1.id.uuidString) }
+        creationOrder.compactMap { entries[$0]?.download }
     }
 
     /// Starts downloading `url` to `destination` (a file URL). The partial data goes to
@@ -181,6 +182,7 @@ public actor DownloadAgent {
         let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
                                 state: .queued, progress: DownloadProgress())
         entries[id] = Entry(download: download, record: record)
+        creationOrder.append(id)
         queue.append(id)
         configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": url.absoluteString])
         schedule()
@@ -211,6 +213,7 @@ public actor DownloadAgent {
                                     agent: self, state: .queued,
                                     progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
             entries[record.id] = Entry(download: download, record: record)
+            creationOrder.append(record.id)
             queue.append(record.id)
             restored.append(download)
             configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
