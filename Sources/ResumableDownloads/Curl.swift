@@ -77,7 +77,12 @@ final class CurlEasy {
         setLong(CURLOPT_TCP_KEEPINTVL, max(1, options.keepAliveIdleSeconds / 2))
         setLong(CURLOPT_BUFFERSIZE, options.receiveBufferSize)
         setString(CURLOPT_USERAGENT, options.userAgent)
-        if options.freshConnection { setLong(CURLOPT_FRESH_CONNECT, 1) }
+        if options.freshConnection {
+            // After a path change neither pooled connections nor cached DNS answers (split-horizon
+            // DNS differs between networks) can be trusted.
+            setLong(CURLOPT_FRESH_CONNECT, 1)
+            setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
+        }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
         if options.rangeStart > 0 { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
 

@@ -19,6 +19,16 @@ final class PartialFile: Sendable {
         var lowWater: Int
         /// Checkpoint (fsync + record) after this many new bytes.
         var checkpointInterval: Int64
+        /// Test hook simulating a slow disk: the writer waits this long before each chunk.
+        var simulatedWriteDelay: Duration? = nil
+    }
+
+    /// Observed buffer behaviour, for tests and diagnostics.
+    struct Statistics: Sendable, Hashable {
+        /// Largest number of copied-but-unwritten bytes at any time.
+        var peakPendingBytes = 0
+        /// How often the write callback paused the transfer.
+        var backpressurePauses = 0
     }
 
     private struct State {
@@ -32,6 +42,7 @@ final class PartialFile: Sendable {
         var writeError: DownloadError?
         var onDrained: (@Sendable () -> Void)?
         var isClosed = false
+        var statistics = Statistics()
     }
 
     let path: String
@@ -67,6 +78,9 @@ final class PartialFile: Sendable {
     /// Contiguous bytes written so far.
     var writtenEnd: Int64 { state.withLock { $0.writtenEnd } }
 
+    /// Buffer statistics so far.
+    var statistics: Statistics { state.withLock { $0.statistics } }
+
     /// The first write error, which ends the transfer.
     var writeError: DownloadError? { state.withLock { $0.writeError } }
 
@@ -87,6 +101,7 @@ final class PartialFile: Sendable {
             guard state.writeError == nil, state.pendingBytes > 0,
                   state.pendingBytes + count > limits.highWater else { return false }
             state.isPausedForBackpressure = true
+            state.statistics.backpressurePauses += 1
             return true
         }
     }
@@ -122,13 +137,17 @@ final class PartialFile: Sendable {
     /// Copies `bytes` and queues them for writing at `offset`.
     func append(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
         let data = Data(bytes)
-        state.withLock { $0.pendingBytes += data.count }
+        state.withLock {
+            $0.pendingBytes += data.count
+            $0.statistics.peakPendingBytes = max($0.statistics.peakPendingBytes, $0.pendingBytes)
+        }
         queue.async { [self] in write(data, at: offset) }
     }
 
     // MARK: write queue
 
     private func write(_ data: Data, at offset: Int64) {
+        if let delay = limits.simulatedWriteDelay { usleep(useconds_t(delay.milliseconds * 1000)) }
         let skip = state.withLock { $0.writeError != nil || $0.isClosed }
         var failure: Int32 = 0
         var written = 0
@@ -270,6 +289,11 @@ final class PartialFile: Sendable {
     /// Closes the descriptor after queued writes (pause keeps the files).
     func close() async {
         _ = try? await onQueue { [self] in closeOnQueue() }
+    }
+
+    deinit {
+        // Normally closed by complete/discard/close; this only catches an abandoned file.
+        if !state.withLock({ $0.isClosed }) { Glibc.close(fd) }
     }
 
     private func closeOnQueue() {
