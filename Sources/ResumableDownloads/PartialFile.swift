@@ -136,7 +136,11 @@ final class PartialFile: Sendable {
 
     /// Copies `bytes` and queues them for writing at `offset`.
     func append(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
-        let data = Data(bytes)
+        append(Data(bytes), at: offset)
+    }
+
+    /// Queues `data` for writing at `offset`.
+    func append(_ data: Data, at offset: Int64) {
         state.withLock {
             $0.pendingBytes += data.count
             $0.statistics.peakPendingBytes = max($0.statistics.peakPendingBytes, $0.pendingBytes)

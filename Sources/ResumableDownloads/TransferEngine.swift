@@ -193,6 +193,7 @@ final class TransferEngine: @unchecked Sendable {
         multi.remove(easy)
         easy.cleanup()
         context.easy = nil
+        context.flushChunk()
         context.file.setDrainHandler(nil)
 
         let result: AttemptResult
@@ -234,6 +235,11 @@ final class TransferContext {
     var isPausedForBackpressure = false
     var stallTimeout: Duration = .seconds(30)
     private var lastProgress = ContinuousClock.now
+    /// Body bytes gathered before handing them to the writer: libcurl delivers ~16 KiB per
+    /// callback on loopback, and one copy + dispatch per callback cost ~25% of throughput.
+    private var chunk = Data()
+    private var chunkOffset: Int64 = 0
+    static let chunkSize = 512 << 10
 
     init(machine: ResponseStateMachine, file: PartialFile, progress: @escaping @Sendable (Int64) -> Void,
          completion: @escaping @Sendable (TransferOutcome) -> Void) {
@@ -267,13 +273,18 @@ final class TransferContext {
             return .abort
         }
         lastActivity = .now
-        if file.shouldPause(adding: bytes.count) {
+        if file.shouldPause(adding: chunk.count + bytes.count) {
             isPausedForBackpressure = true
             return .pause
         }
         switch machine.event(.body(count: bytes.count)) {
         case .write(let offset):
-            file.append(bytes, at: offset)
+            if chunk.isEmpty {
+                chunkOffset = offset
+                chunk.reserveCapacity(Self.chunkSize)
+            }
+            chunk.append(bytes.bindMemory(to: UInt8.self))
+            if chunk.count >= Self.chunkSize { flushChunk() }
             bytesReceived += Int64(bytes.count)
             let now = ContinuousClock.now
             if now - lastProgress >= .milliseconds(100) {
@@ -286,6 +297,13 @@ final class TransferContext {
         case .ignore, .begin:
             return .consumed
         }
+    }
+
+    /// Hands the gathered bytes to the partial file (also when the attempt ends).
+    func flushChunk() {
+        guard !chunk.isEmpty else { return }
+        file.append(chunk, at: chunkOffset)
+        chunk = Data()
     }
 }
 
