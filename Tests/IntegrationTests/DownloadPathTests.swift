@@ -128,4 +128,40 @@ struct DownloadPathTests {
         for (download, _) in downloads { _ = try await F.finish(download) }
         await agent.shutdown()
     }
+
+    @Test(.enabled(if: DownloadFixtures.isRoot, "SO_BINDTODEVICE (CURLOPT_INTERFACE if!name) needs root"))
+    func cheapInterfaceIsPinnedWhenThePrimaryIsExpensive() async throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory()
+        let content = F.randomData(count: 1 << 20, seed: 13)
+        try nginx.serve(content, at: "f.bin")
+        // Primary is cellular; "lo" plays a usable wired interface, so the agent must pin to it
+        // (SO_BINDTODEVICE lo still reaches 127.0.0.1) rather than wait.
+        let loopbackAsWired = Self.interface("lo", 1, .wired, "127.0.0.1")
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Self.path(Self.interface("wwan0", 4, .cellular, "10.64.0.2"), also: [loopbackAsWired]))
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")), paths: paths)
+        let download = try await agent.download(from: nginx.url("f.bin"), to: directory.file("f.bin"),
+                                                options: .init(expectedSHA256: F.sha256(content), allowsExpensive: false))
+        _ = try await F.finish(download, timeout: .seconds(20))
+        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(content))
+        await agent.shutdown()
+    }
+
+    @Test(.enabled(if: DownloadFixtures.isRoot, "SO_BINDTODEVICE (CURLOPT_INTERFACE if!name) needs root"))
+    func pinningToAMissingInterfaceFailsAsNotConnected() async throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory()
+        try nginx.serve(Data("x".utf8), at: "f.bin")
+        let ghost = Self.interface("ghost0", 99, .wired, "192.0.2.1")
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Self.path(Self.interface("wwan0", 4, .cellular, "10.64.0.2"), also: [ghost]))
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.maximumConsecutiveFailures = 1
+        }, paths: paths)
+        let download = try await agent.download(from: nginx.url("f.bin"), to: directory.file("f.bin"),
+                                                options: .init(allowsExpensive: false))
+        await #expect(throws: DownloadError.notConnectedToInternet) { _ = try await F.finish(download, timeout: .seconds(20)) }
+        await agent.shutdown()
+    }
 }
