@@ -26,6 +26,8 @@ let package = Package(
         .target(name: "ResumableDownloads", dependencies: ["CCurl", "LinuxReachability"]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
+        // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
+        .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),

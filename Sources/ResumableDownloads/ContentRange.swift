@@ -1,0 +1,62 @@
+/// A parsed `Content-Range` header value (RFC 9110 §14.4), bytes unit only.
+///
+/// `bytes 100-199/1000` has `range` 100...199 and `totalLength` 1000; `bytes */1000` (sent with
+/// 416) has no range; `bytes 0-9/*` has no total.
+struct ContentRange: Hashable, Sendable {
+    /// First and last byte positions, inclusive; nil for the unsatisfied form `*/T`.
+    var range: ClosedRange<Int64>?
+    /// The complete length; nil when the server wrote `*`.
+    var totalLength: Int64?
+
+    init(range: ClosedRange<Int64>?, totalLength: Int64?) {
+        self.range = range
+        self.totalLength = totalLength
+    }
+
+    /// Parses a header value; nil when it is malformed, uses another unit, or is inconsistent
+    /// (last before first, last beyond the total, neither range nor total).
+    init?(_ value: String) {
+        let trimmed = value.trimmingWhitespace()
+        guard trimmed.count > 6, trimmed.prefix(5).lowercased() == "bytes",
+              let afterUnit = trimmed.dropFirst(5).first, afterUnit == " " || afterUnit == "\t"
+        else { return nil }
+        let spec = trimmed.dropFirst(6).trimmingWhitespace()
+        let parts = spec.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return nil }
+        let rangePart = parts[0], totalPart = parts[1]
+
+        var total: Int64?
+        if totalPart != "*" {
+            guard let parsed = Self.number(totalPart) else { return nil }
+            total = parsed
+        }
+        if rangePart == "*" {
+            guard let total else { return nil }
+            self.init(range: nil, totalLength: total)
+            return
+        }
+        let bounds = rangePart.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard bounds.count == 2, let first = Self.number(bounds[0]), let last = Self.number(bounds[1]),
+              first <= last
+        else { return nil }
+        if let total, last >= total { return nil }
+        self.init(range: first...last, totalLength: total)
+    }
+
+    /// Digits only: no sign, no spaces, no overflow.
+    private static func number(_ text: Substring) -> Int64? {
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
+        return Int64(text)
+    }
+}
+
+extension StringProtocol {
+    /// The text without leading and trailing spaces, tabs, CR and LF.
+    func trimmingWhitespace() -> String {
+        // "\r\n" is one Character (grapheme cluster), so it is listed on its own.
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\n" || $0 == "\r\n" }
+        guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) })
+        else { return "" }
+        return String(self[start...end])
+    }
+}

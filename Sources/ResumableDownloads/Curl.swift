@@ -1,0 +1,272 @@
+// The only file in ResumableDownloads that imports CCurl: thin wrappers over libcurl and
+// libcrypto. C types stay in here; the rest of the module sees Swift types only.
+import CCurl
+import Foundation
+
+/// Process-wide libcurl setup.
+enum Curl {
+    /// `curl_global_init` is not thread-safe and must run once before any other call; a lazy
+    /// static is initialised exactly once (swift_once).
+    static let isInitialized: Bool = curl_global_init(CCURL_GLOBAL_DEFAULT) == CURLE_OK
+
+    /// libcurl's version string, e.g. `libcurl/7.88.1 OpenSSL/3.0.11 ...`.
+    static var version: String { String(cString: curl_version()) }
+}
+
+/// What the write callback tells libcurl.
+enum BodyDisposition {
+    /// All bytes were taken.
+    case consumed
+    /// Nothing was taken; pause receiving until `CurlEasy.unpause()` (libcurl redelivers the chunk).
+    case pause
+    /// Stop the transfer (it ends with CURLE_WRITE_ERROR).
+    case abort
+}
+
+/// Transfer facts read from an easy handle once it is done.
+struct CurlTransferInfo: Sendable {
+    var responseCode: Int
+    /// `errno` of the last failed socket call (CURLINFO_OS_ERRNO), zero when none.
+    var osErrno: Int32
+    /// Whether a TCP connection was established (tells a stall from a connect timeout).
+    var didConnect: Bool
+    /// The local address used, when connected.
+    var localAddress: String?
+}
+
+/// Options for one request, already decided by the engine.
+struct CurlRequestOptions {
+    var url: String
+    var rangeStart: Int64
+    var ifRange: String?
+    /// `if!name` pins to an interface (SO_BINDTODEVICE); nil lets the kernel route.
+    var interface: String?
+    var freshConnection: Bool
+    var connectTimeoutMilliseconds: Int
+    var lowSpeedLimitBytesPerSecond: Int
+    var lowSpeedTimeSeconds: Int
+    var maximumRedirects: Int
+    var keepAliveIdleSeconds: Int
+    var receiveBufferSize: Int
+    var userAgent: String
+}
+
+/// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
+final class CurlEasy {
+    let handle: UnsafeMutableRawPointer
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+
+    /// Creates and configures a handle; `context` is passed back to the callbacks unretained (the
+    /// engine keeps the context alive until after `cleanup()`).
+    init?(options: CurlRequestOptions, context: Unmanaged<TransferContext>) {
+        guard Curl.isInitialized, let handle = curl_easy_init() else { return nil }
+        self.handle = handle
+        let userdata = context.toOpaque()
+
+        setLong(CURLOPT_NOSIGNAL, 1)   // we run on our own thread; no SIGALRM for DNS timeouts
+        setString(CURLOPT_URL, options.url)
+        setString(CURLOPT_PROTOCOLS_STR, "http,https")
+        setLong(CURLOPT_FOLLOWLOCATION, 1)
+        setLong(CURLOPT_MAXREDIRS, options.maximumRedirects)
+        setString(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        setLong(CURLOPT_CONNECTTIMEOUT_MS, options.connectTimeoutMilliseconds)
+        setLong(CURLOPT_LOW_SPEED_LIMIT, options.lowSpeedLimitBytesPerSecond)
+        setLong(CURLOPT_LOW_SPEED_TIME, options.lowSpeedTimeSeconds)
+        setLong(CURLOPT_TCP_KEEPALIVE, 1)
+        setLong(CURLOPT_TCP_KEEPIDLE, options.keepAliveIdleSeconds)
+        setLong(CURLOPT_TCP_KEEPINTVL, max(1, options.keepAliveIdleSeconds / 2))
+        setLong(CURLOPT_BUFFERSIZE, options.receiveBufferSize)
+        setString(CURLOPT_USERAGENT, options.userAgent)
+        if options.freshConnection {
+            // After a path change neither pooled connections nor cached DNS answers (split-horizon
+            // DNS differs between networks) can be trusted.
+            setLong(CURLOPT_FRESH_CONNECT, 1)
+            setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
+        }
+        if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
+        if options.rangeStart > 0 { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
+
+        // CURLOPT_ACCEPT_ENCODING stays unset so libcurl never decodes; we ask for identity
+        // explicitly so byte offsets refer to the stored representation.
+        var headers = ["Accept-Encoding: identity"]
+        if let ifRange = options.ifRange, options.rangeStart > 0 { headers.append("If-Range: \(ifRange)") }
+        for header in headers { headerList = curl_slist_append(headerList, header) }
+        setPointer(CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))
+
+        ccurl_easy_setopt_data_callback(handle, CURLOPT_HEADERFUNCTION) { buffer, size, count, userdata in
+            guard let buffer, let userdata else { return 0 }
+            let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+            let bytes = UnsafeRawBufferPointer(start: buffer, count: size * count)
+            return context.didReceiveHeaderLine(bytes) ? size * count : 0
+        }
+        setPointer(CURLOPT_HEADERDATA, userdata)
+        ccurl_easy_setopt_data_callback(handle, CURLOPT_WRITEFUNCTION) { buffer, size, count, userdata in
+            guard let buffer, let userdata else { return 0 }
+            let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+            switch context.didReceiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count)) {
+            case .consumed: return size * count
+            case .pause: return CCURL_WRITEFUNC_PAUSE
+            case .abort: return 0
+            }
+        }
+        setPointer(CURLOPT_WRITEDATA, userdata)
+    }
+
+    /// The status code of the response being received (valid inside callbacks).
+    var responseCode: Int {
+        var code = 0
+        _ = ccurl_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)
+        return code
+    }
+
+    /// Facts about the finished transfer.
+    func info() -> CurlTransferInfo {
+        var code = 0, osErrno = 0
+        var connectTime: curl_off_t = 0
+        var localIP: UnsafePointer<CChar>?
+        _ = ccurl_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)
+        _ = ccurl_easy_getinfo_long(handle, CURLINFO_OS_ERRNO, &osErrno)
+        _ = ccurl_easy_getinfo_off_t(handle, CURLINFO_CONNECT_TIME_T, &connectTime)
+        _ = ccurl_easy_getinfo_string(handle, CURLINFO_LOCAL_IP, &localIP)
+        let local = localIP.map { String(cString: $0) }
+        return CurlTransferInfo(responseCode: code, osErrno: Int32(truncatingIfNeeded: osErrno),
+                                didConnect: connectTime > 0 || code > 0,
+                                localAddress: local?.isEmpty == false ? local : nil)
+    }
+
+    /// Resumes a transfer paused by `BodyDisposition.pause`; may call the write callback at once.
+    func unpause() { _ = curl_easy_pause(handle, CCURL_PAUSE_CONT) }
+
+    /// Frees the handle and header list; the handle must already be removed from its multi.
+    func cleanup() {
+        curl_easy_cleanup(handle)
+        curl_slist_free_all(headerList)
+        headerList = nil
+    }
+
+    private func setLong(_ option: CURLoption, _ value: Int) { _ = ccurl_easy_setopt_long(handle, option, value) }
+    private func setString(_ option: CURLoption, _ value: String) { _ = ccurl_easy_setopt_string(handle, option, value) }
+    private func setPointer(_ option: CURLoption, _ value: UnsafeMutableRawPointer?) {
+        _ = ccurl_easy_setopt_pointer(handle, option, value)
+    }
+}
+
+/// A libcurl multi handle. Not thread-safe except `wakeup()`: confined to the engine thread.
+struct CurlMulti {
+    let handle: UnsafeMutableRawPointer
+
+    init?() {
+        guard Curl.isInitialized, let handle = curl_multi_init() else { return nil }
+        self.handle = handle
+    }
+
+    /// Adds a configured handle; false when libcurl refuses.
+    func add(_ easy: CurlEasy) -> Bool { curl_multi_add_handle(handle, easy.handle) == CURLM_OK }
+
+    func remove(_ easy: CurlEasy) { _ = curl_multi_remove_handle(handle, easy.handle) }
+
+    /// Drives every transfer as far as it goes without blocking; returns the number still running.
+    @discardableResult
+    func perform() -> Int {
+        var running: Int32 = 0
+        _ = curl_multi_perform(handle, &running)
+        return Int(running)
+    }
+
+    /// Waits for socket activity, a timeout or `wakeup()`, at most `milliseconds`.
+    func poll(milliseconds: Int) {
+        var ready: Int32 = 0
+        var timeout = 0
+        _ = curl_multi_timeout(handle, &timeout)
+        let wait = timeout < 0 ? milliseconds : min(timeout, milliseconds)
+        _ = curl_multi_poll(handle, nil, 0, Int32(wait), &ready)
+    }
+
+    /// Interrupts `poll` from any thread (libcurl documents curl_multi_wakeup as thread-safe).
+    func wakeup() { _ = curl_multi_wakeup(handle) }
+
+    /// The next finished transfer: its easy handle and nil for success or the failure.
+    func nextCompleted() -> (handle: UnsafeMutableRawPointer, failure: TransferFailure?, detail: String)? {
+        var queued: Int32 = 0
+        while let message = curl_multi_info_read(handle, &queued) {
+            guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
+            let code = ccurl_message_result(message)
+            let detail = String(cString: curl_easy_strerror(code))
+            return (easy, code == CURLE_OK ? nil : TransferFailure(code), detail)
+        }
+        return nil
+    }
+
+    func cleanup() { _ = curl_multi_cleanup(handle) }
+}
+
+extension TransferFailure {
+    init(_ code: CURLcode) {
+        switch code {
+        case CURLE_UNSUPPORTED_PROTOCOL: self = .unsupportedProtocol
+        case CURLE_URL_MALFORMAT: self = .malformedURL
+        case CURLE_COULDNT_RESOLVE_PROXY: self = .couldNotResolveProxy
+        case CURLE_COULDNT_RESOLVE_HOST: self = .couldNotResolveHost
+        case CURLE_COULDNT_CONNECT: self = .couldNotConnect
+        case CURLE_WEIRD_SERVER_REPLY: self = .weirdServerReply
+        case CURLE_HTTP2, CURLE_HTTP2_STREAM: self = .http2
+        case CURLE_PARTIAL_FILE: self = .partialFile
+        case CURLE_WRITE_ERROR: self = .writeError
+        case CURLE_OUT_OF_MEMORY: self = .outOfMemory
+        case CURLE_OPERATION_TIMEDOUT: self = .operationTimedOut
+        case CURLE_RANGE_ERROR: self = .rangeError
+        case CURLE_SSL_CONNECT_ERROR: self = .tlsConnectError
+        case CURLE_ABORTED_BY_CALLBACK: self = .abortedByCallback
+        case CURLE_INTERFACE_FAILED: self = .interfaceFailed
+        case CURLE_TOO_MANY_REDIRECTS: self = .tooManyRedirects
+        case CURLE_GOT_NOTHING: self = .gotNothing
+        case CURLE_SEND_ERROR: self = .sendError
+        case CURLE_RECV_ERROR: self = .receiveError
+        case CURLE_PEER_FAILED_VERIFICATION: self = .peerFailedVerification
+        case CURLE_BAD_CONTENT_ENCODING: self = .badContentEncoding
+        case CURLE_FILESIZE_EXCEEDED: self = .fileSizeExceeded
+        default: self = .other(Int32(bitPattern: code.rawValue))
+        }
+    }
+}
+
+/// SHA-256 through OpenSSL EVP (libcrypto).
+enum SHA256Digest {
+    /// The lowercase hex digest of the first `length` bytes of an open file, read with pread so
+    /// the descriptor's offset is untouched.
+    static func hex(fileDescriptor fd: Int32, length: Int64, path: String) throws -> String {
+        guard let context = ccurl_sha256_new() else {
+            throw DownloadError.fileSystem.with(description: "cannot create a SHA-256 context")
+        }
+        defer { ccurl_sha256_free(context) }
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset: Int64 = 0
+        while offset < length {
+            let result = pread(fd, buffer, min(chunk, Int(length - offset)), off_t(offset))
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw DownloadError.fileSystem("read", path: path, errno: errno)
+            }
+            if result == 0 { break }
+            _ = ccurl_sha256_update(context, buffer, result)
+            offset += Int64(result)
+        }
+        var digest = [UInt8](repeating: 0, count: 32)
+        guard ccurl_sha256_final(context, &digest) == 1 else {
+            throw DownloadError.fileSystem.with(description: "SHA-256 finalisation failed")
+        }
+        return digest.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The lowercase hex digest of `data` (tests and small inputs).
+    static func hex(_ data: Data) -> String {
+        guard let context = ccurl_sha256_new() else { return "" }
+        defer { ccurl_sha256_free(context) }
+        data.withUnsafeBytes { _ = ccurl_sha256_update(context, $0.baseAddress, $0.count) }
+        var digest = [UInt8](repeating: 0, count: 32)
+        _ = ccurl_sha256_final(context, &digest)
+        return digest.map { String(format: "%02x", $0) }.joined()
+    }
+}

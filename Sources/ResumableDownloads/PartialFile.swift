@@ -1,0 +1,310 @@
+import Dispatch
+import Foundation
+import Synchronization
+
+/// The `NAME.part` data file and its resume record, with a bounded write-behind buffer.
+///
+/// libcurl's write callback (engine thread) copies each chunk in and returns at once; a serial
+/// queue writes chunks with `pwrite` in order. When more than `highWater` bytes wait, the
+/// callback pauses the transfer (`CURL_WRITEFUNC_PAUSE`); the queue asks for an unpause once the
+/// backlog falls to `lowWater`. Memory per download is therefore bounded by `highWater` plus one
+/// receive buffer, whatever the file size or disk speed, and a slow disk stalls only its own
+/// transfer, not the engine thread shared by all downloads.
+///
+/// Every file operation runs on `queue`, so writes, truncation, checkpoints and completion are
+/// ordered without holding the lock during I/O.
+final class PartialFile: Sendable {
+    struct Limits: Sendable {
+        var highWater: Int
+        var lowWater: Int
+        /// Checkpoint (fsync + record) after this many new bytes.
+        var checkpointInterval: Int64
+        /// Test hook simulating a slow disk: the writer waits this long before each chunk.
+        var simulatedWriteDelay: Duration? = nil
+    }
+
+    /// Observed buffer behaviour, for tests and diagnostics.
+    struct Statistics: Sendable, Hashable {
+        /// Largest number of copied-but-unwritten bytes at any time.
+        var peakPendingBytes = 0
+        /// How often the write callback paused the transfer.
+        var backpressurePauses = 0
+    }
+
+    private struct State {
+        var record: ResumeRecord
+        /// Bytes copied in but not yet written.
+        var pendingBytes = 0
+        var isPausedForBackpressure = false
+        /// Contiguous bytes written to the file (not necessarily synced).
+        var writtenEnd: Int64
+        var bytesSinceCheckpoint: Int64 = 0
+        var writeError: DownloadError?
+        var onDrained: (@Sendable () -> Void)?
+        var isClosed = false
+        var statistics = Statistics()
+    }
+
+    let path: String
+    let recordPath: String
+    private let fd: Int32
+    private let limits: Limits
+    private let queue: DispatchQueue
+    private let state: Mutex<State>
+
+    /// Opens (creating if needed) the partial file and truncates it to the record's verified
+    /// offset: bytes past it were never checkpointed and may be garbage after a crash.
+    init(record: ResumeRecord, recordPath: String, limits: Limits) throws {
+        path = record.partialPath
+        self.recordPath = recordPath
+        self.limits = limits
+        fd = try FileIO.open(record.partialPath, flags: O_RDWR | O_CREAT | O_CLOEXEC)
+        var record = record
+        do {
+            let size = try FileIO.size(fd, path: path)
+            if size < record.verifiedOffset { record.verifiedOffset = size }   // lost data: trust the file
+            try FileIO.truncate(fd, to: record.verifiedOffset, path: path)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
+        state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
+    }
+
+    /// The current record (its `verifiedOffset` is the last checkpoint).
+    var record: ResumeRecord { state.withLock { $0.record } }
+
+    /// Contiguous bytes written so far.
+    var writtenEnd: Int64 { state.withLock { $0.writtenEnd } }
+
+    /// Buffer statistics so far.
+    var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// The first write error, which ends the transfer.
+    var writeError: DownloadError? { state.withLock { $0.writeError } }
+
+    /// Edits the record in memory (persisted by the next checkpoint).
+    func updateRecord(_ edit: (inout ResumeRecord) -> Void) { state.withLock { edit(&$0.record) } }
+
+    /// Sets the closure called (on the write queue) when a paused transfer may continue.
+    func setDrainHandler(_ handler: (@Sendable () -> Void)?) {
+        state.withLock { $0.onDrained = handler; $0.isPausedForBackpressure = false }
+    }
+
+    // MARK: engine thread
+
+    /// Called by the write callback before taking `count` bytes: true means "return PAUSE now";
+    /// the drain handler fires once the backlog is small again.
+    func shouldPause(adding count: Int) -> Bool {
+        state.withLock { state in
+            guard state.writeError == nil, state.pendingBytes > 0,
+                  state.pendingBytes + count > limits.highWater else { return false }
+            state.isPausedForBackpressure = true
+            state.statistics.backpressurePauses += 1
+            return true
+        }
+    }
+
+    /// Stores the entity's validators; when `restartsFromZero`, truncates the file and rewrites the
+    /// record at offset zero before any byte of the new entity is written, so two versions are
+    /// never spliced.
+    func begin(_ acceptance: ResponseStateMachine.Acceptance) {
+        let restart = state.withLock { state -> Bool in
+            if acceptance.restartsFromZero {
+                state.record.resetEntity(entityTag: acceptance.entityTag, lastModified: acceptance.lastModified,
+                                         totalLength: acceptance.totalLength)
+                state.writtenEnd = 0
+                state.bytesSinceCheckpoint = 0
+                return true
+            }
+            if acceptance.entityTag != nil { state.record.entityTag = acceptance.entityTag }
+            if acceptance.lastModified != nil { state.record.lastModified = acceptance.lastModified }
+            if acceptance.totalLength != nil { state.record.totalLength = acceptance.totalLength }
+            return false
+        }
+        guard restart else { return }
+        queue.async { [self] in
+            do {
+                try FileIO.truncate(fd, to: 0, path: path)
+                try writeRecord()
+            } catch let error as DownloadError {
+                fail(error)
+            } catch {}
+        }
+    }
+
+    /// Copies `bytes` and queues them for writing at `offset`.
+    func append(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+        append(Data(bytes), at: offset)
+    }
+
+    /// Queues `data` for writing at `offset`.
+    func append(_ data: Data, at offset: Int64) {
+        state.withLock {
+            $0.pendingBytes += data.count
+            $0.statistics.peakPendingBytes = max($0.statistics.peakPendingBytes, $0.pendingBytes)
+        }
+        queue.async { [self] in write(data, at: offset) }
+    }
+
+    // MARK: write queue
+
+    private func write(_ data: Data, at offset: Int64) {
+        if let delay = limits.simulatedWriteDelay { usleep(useconds_t(delay.milliseconds * 1000)) }
+        let skip = state.withLock { $0.writeError != nil || $0.isClosed }
+        var failure: Int32 = 0
+        var written = 0
+        if !skip {
+            (written, failure) = data.withUnsafeBytes { FileIO.pwriteAll(fd, $0, at: offset) }
+        }
+        let (drained, needsCheckpoint) = state.withLock { state -> ((@Sendable () -> Void)?, Bool) in
+            state.pendingBytes -= data.count
+            if !skip {
+                state.writtenEnd = max(state.writtenEnd, offset + Int64(written))
+                state.bytesSinceCheckpoint += Int64(written)
+            }
+            if failure != 0, state.writeError == nil {
+                state.writeError = DownloadError.fileSystem("write", path: path, errno: failure)
+            }
+            var drained: (@Sendable () -> Void)?
+            if state.isPausedForBackpressure, state.pendingBytes <= limits.lowWater || state.writeError != nil {
+                state.isPausedForBackpressure = false
+                drained = state.onDrained
+            }
+            let due = state.writeError == nil && state.bytesSinceCheckpoint >= limits.checkpointInterval
+            return (drained, due)
+        }
+        if needsCheckpoint { try? checkpointOnQueue() }
+        drained?()
+    }
+
+    private func fail(_ error: DownloadError) {
+        let drained = state.withLock { state -> (@Sendable () -> Void)? in
+            if state.writeError == nil { state.writeError = error }
+            guard state.isPausedForBackpressure else { return nil }
+            state.isPausedForBackpressure = false
+            return state.onDrained
+        }
+        drained?()
+    }
+
+    /// fsync the data, then atomically replace the record with `verifiedOffset = writtenEnd`.
+    private func checkpointOnQueue() throws {
+        let end = state.withLock { $0.writtenEnd }
+        do {
+            try FileIO.fsync(fd, path: path)
+            state.withLock {
+                $0.record.verifiedOffset = end
+                $0.record.updatedAt = Date()
+                $0.bytesSinceCheckpoint = 0
+            }
+            try writeRecord()
+        } catch let error as DownloadError {
+            fail(error)
+            throw error
+        }
+    }
+
+    private func writeRecord() throws {
+        let record = state.withLock { $0.record }
+        try record.write(to: recordPath)
+    }
+
+    private func onQueue<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    // MARK: agent
+
+    /// Waits for queued writes, fsyncs and persists the record. Returns the durable offset.
+    @discardableResult
+    func checkpoint() async throws -> Int64 {
+        try await onQueue { [self] in
+            if let error = state.withLock({ $0.writeError }) {
+                // Keep what did reach the disk: checkpoint up to the written end, then report.
+                try? checkpointOnQueue()
+                throw error
+            }
+            try checkpointOnQueue()
+            return state.withLock { $0.record.verifiedOffset }
+        }
+    }
+
+    /// Truncates to zero and forgets the entity (the server broke the range rules).
+    func restartFromZero() async throws {
+        try await onQueue { [self] in
+            try FileIO.truncate(fd, to: 0, path: path)
+            state.withLock {
+                $0.record.resetEntity(entityTag: nil, lastModified: nil, totalLength: nil)
+                $0.writtenEnd = 0
+                $0.bytesSinceCheckpoint = 0
+                $0.writeError = nil
+            }
+            try writeRecord()
+        }
+    }
+
+    /// Clears a write error so a resumed download can try again (space may have been freed).
+    func clearWriteError() { state.withLock { $0.writeError = nil } }
+
+    /// Verifies length and SHA-256, fsyncs, renames into place, fsyncs the directory and deletes
+    /// the record. On a verification failure nothing is moved; the caller discards the data.
+    func complete(totalLength: Int64, expectedLength: Int64?) async throws -> URL {
+        try await onQueue { [self] in
+            if let error = state.withLock({ $0.writeError }) { throw error }
+            let record = state.withLock { $0.record }
+            try FileIO.fsync(fd, path: path)
+            let size = try FileIO.size(fd, path: path)
+            if size != totalLength || (expectedLength.map { $0 != size } ?? false) {
+                throw DownloadError.lengthMismatch.with(description:
+                    "file has \(size) bytes, expected \(expectedLength ?? totalLength)")
+            }
+            if let expected = record.expectedSHA256?.lowercased() {
+                let actual = try SHA256Digest.hex(fileDescriptor: fd, length: size, path: path)
+                if actual != expected {
+                    throw DownloadError.checksumMismatch.with(description: "SHA-256 is \(actual), expected \(expected)")
+                }
+            }
+            let destination = record.destination.path
+            guard Glibc.rename(path, destination) == 0 else {
+                throw DownloadError.fileSystem("rename to", path: destination, errno: errno)
+            }
+            try FileIO.fsyncDirectory(containing: destination)
+            closeOnQueue()
+            FileIO.removeIfPresent(recordPath)
+            try? FileIO.fsyncDirectory(containing: recordPath)
+            return record.destination
+        }
+    }
+
+    /// Deletes the partial file and the record (cancel, or data that failed verification).
+    func discard() async {
+        _ = try? await onQueue { [self] in
+            closeOnQueue()
+            FileIO.removeIfPresent(path)
+            FileIO.removeIfPresent(recordPath)
+            try? FileIO.fsyncDirectory(containing: recordPath)
+        }
+    }
+
+    /// Closes the descriptor after queued writes (pause keeps the files).
+    func close() async {
+        _ = try? await onQueue { [self] in closeOnQueue() }
+    }
+
+    deinit {
+        // Normally closed by complete/discard/close; this only catches an abandoned file.
+        if !state.withLock({ $0.isClosed }) { Glibc.close(fd) }
+    }
+
+    private func closeOnQueue() {
+        let wasClosed = state.withLock { state -> Bool in
+            defer { state.isClosed = true }
+            return state.isClosed
+        }
+        if !wasClosed { Glibc.close(fd) }
+    }
+}

@@ -1,0 +1,55 @@
+import LinuxReachability
+
+/// What about a path matters to a running transfer: when any of it changes, the socket is
+/// probably dead or leaving through the wrong interface, so the transfer restarts at once
+/// instead of waiting for TCP to notice.
+struct PathKey: Sendable, Hashable {
+    var isSatisfied: Bool
+    var interfaceName: String?
+    var interfaceIndex: Int32?
+    var sourceAddress: String?
+    var isExpensive: Bool
+
+    init(_ path: NetworkPath?) {
+        isSatisfied = path?.isSatisfied ?? true
+        interfaceName = path?.primaryInterface?.name
+        interfaceIndex = path?.primaryInterface?.index
+        sourceAddress = path?.primaryRoute?.sourceAddress
+        isExpensive = path?.isExpensive ?? false
+    }
+}
+
+/// Whether a download may transfer on a path, and through which interface.
+enum PathUsability: Sendable, Hashable {
+    /// Go; pin to this interface when non-nil.
+    case usable(pinnedInterface: String?)
+    /// Wait for another path.
+    case unusable
+    /// The path source has not reported yet; wait quietly.
+    case unknown
+}
+
+enum PathPolicy {
+    /// `path` nil with no source means "assume connected" (no monitor wired in).
+    static func usability(of path: NetworkPath?, hasPathSource: Bool, allowsExpensive: Bool) -> PathUsability {
+        guard let path else { return hasPathSource ? .unknown : .usable(pinnedInterface: nil) }
+        guard path.isSatisfied else { return .unusable }
+        guard !allowsExpensive, path.isExpensive else { return .usable(pinnedInterface: nil) }
+        // Cellular-like primary: use a cheap interface that is up, if any, by pinning to it.
+        if let cheap = path.availableInterfaces.first(where: { !$0.isExpensive && $0.type != .loopback }) {
+            return .usable(pinnedInterface: cheap.name)
+        }
+        return .unusable
+    }
+
+    /// Whether a transfer started under `key` (pinned to `pinnedInterface`, if any) must be
+    /// aborted now that the path is `path`.
+    static func mustAbort(startedUnder key: PathKey, pinnedInterface: String?, allowsExpensive: Bool,
+                          newPath path: NetworkPath) -> Bool {
+        if let pinnedInterface {
+            return !path.isSatisfied || !path.availableInterfaces.contains { $0.name == pinnedInterface }
+        }
+        if PathKey(path) != key { return true }
+        return usability(of: path, hasPathSource: true, allowsExpensive: allowsExpensive) != .usable(pinnedInterface: nil)
+    }
+}

@@ -1,0 +1,88 @@
+import Foundation
+
+/// libcurl's result codes that matter for classification, as a Swift enum so the mapping table
+/// can be tested without libcurl (`Curl.swift` converts `CURLcode` into it).
+enum TransferFailure: Hashable, Sendable {
+    case unsupportedProtocol        // CURLE_UNSUPPORTED_PROTOCOL (1)
+    case malformedURL               // CURLE_URL_MALFORMAT (3)
+    case couldNotResolveProxy       // CURLE_COULDNT_RESOLVE_PROXY (5)
+    case couldNotResolveHost        // CURLE_COULDNT_RESOLVE_HOST (6)
+    case couldNotConnect            // CURLE_COULDNT_CONNECT (7)
+    case weirdServerReply           // CURLE_WEIRD_SERVER_REPLY (8)
+    case http2                      // CURLE_HTTP2 (16), CURLE_HTTP2_STREAM (92)
+    case partialFile                // CURLE_PARTIAL_FILE (18): body shorter than announced
+    case writeError                 // CURLE_WRITE_ERROR (23): our callback refused the bytes
+    case operationTimedOut          // CURLE_OPERATION_TIMEDOUT (28): also the low-speed stall abort
+    case rangeError                 // CURLE_RANGE_ERROR (33)
+    case tlsConnectError            // CURLE_SSL_CONNECT_ERROR (35)
+    case abortedByCallback          // CURLE_ABORTED_BY_CALLBACK (42)
+    case interfaceFailed            // CURLE_INTERFACE_FAILED (45): pinned interface unusable
+    case tooManyRedirects           // CURLE_TOO_MANY_REDIRECTS (47)
+    case gotNothing                 // CURLE_GOT_NOTHING (52): connection closed before any reply
+    case sendError                  // CURLE_SEND_ERROR (55)
+    case receiveError               // CURLE_RECV_ERROR (56)
+    case peerFailedVerification     // CURLE_PEER_FAILED_VERIFICATION (60)
+    case badContentEncoding         // CURLE_BAD_CONTENT_ENCODING (61)
+    case fileSizeExceeded           // CURLE_FILESIZE_EXCEEDED (63)
+    case outOfMemory                // CURLE_OUT_OF_MEMORY (27)
+    case other(Int32)               // anything else, with the raw CURLcode
+}
+
+/// Maps a libcurl failure plus the OS `errno` to the `URLError` code URLSession would report.
+enum TransferErrorMapping {
+    /// `didConnect` tells a stall after connecting (connection lost) from a connect timeout.
+    static func urlErrorCode(for failure: TransferFailure, osErrno: Int32, didConnect: Bool) -> URLError.Code {
+        switch failure {
+        case .unsupportedProtocol: return .unsupportedURL
+        case .malformedURL: return .badURL
+        case .couldNotResolveHost, .couldNotResolveProxy: return .cannotFindHost
+        case .couldNotConnect:
+            switch osErrno {
+            case ENETUNREACH, ENETDOWN: return .notConnectedToInternet
+            case ETIMEDOUT: return .timedOut
+            default: return .cannotConnectToHost   // ECONNREFUSED, EHOSTUNREACH, ...
+            }
+        case .interfaceFailed: return .notConnectedToInternet
+        case .operationTimedOut: return didConnect ? .networkConnectionLost : .timedOut
+        case .partialFile, .gotNothing, .sendError, .receiveError, .http2: return .networkConnectionLost
+        case .weirdServerReply, .rangeError: return .badServerResponse
+        case .tlsConnectError:
+            // A reset during the handshake is a lost connection, not a TLS configuration problem.
+            return osErrno == ECONNRESET || osErrno == EPIPE ? .networkConnectionLost : .secureConnectionFailed
+        case .peerFailedVerification: return .serverCertificateUntrusted
+        case .tooManyRedirects: return .httpTooManyRedirects
+        case .writeError: return .cannotWriteToFile
+        case .abortedByCallback: return .cancelled
+        case .badContentEncoding: return .cannotDecodeContentData
+        case .fileSizeExceeded: return .dataLengthExceedsMaximum
+        case .outOfMemory: return .unknown
+        case .other: return .unknown
+        }
+    }
+
+    /// The classified failure as a `DownloadError`.
+    static func error(for failure: TransferFailure, osErrno: Int32, didConnect: Bool, detail: String?) -> DownloadError {
+        let code = urlErrorCode(for: failure, osErrno: osErrno, didConnect: didConnect)
+        var error = DownloadError.transport(code, nil, osErrorCode: osErrno)
+        if let detail, !detail.isEmpty { error = error.with(description: error.description + ": " + detail) }
+        return error
+    }
+}
+
+/// How the retry policy treats a transport error.
+enum RetryClass: Hashable, Sendable {
+    /// The connection died or there is no path: checkpoint, wait for a path, retry at once then back off.
+    case connectionLost
+    /// The server could not be reached on a working path: back off and retry.
+    case unreachable
+    /// Retrying will not help.
+    case permanent
+
+    init(_ code: URLError.Code) {
+        switch code {
+        case .networkConnectionLost, .notConnectedToInternet, .timedOut: self = .connectionLost
+        case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed, .secureConnectionFailed: self = .unreachable
+        default: self = .permanent
+        }
+    }
+}

@@ -1,0 +1,58 @@
+import Foundation
+import Testing
+@testable import ResumableDownloads
+
+/// Disk full on a small tmpfs: a clear error, the partial file and record kept, and completion
+/// once space is freed. Mounting needs root (CI runs as root).
+@Suite("Downloads onto a full disk", .serialized,
+       .enabled(if: DownloadFixtures.isRoot, "mounting a tmpfs needs root"),
+       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct DownloadDiskFullTests {
+    typealias F = DownloadFixtures
+
+    @discardableResult
+    static func run(_ arguments: [String]) throws -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: arguments[0])
+        process.arguments = Array(arguments.dropFirst())
+        try process.run()
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    @Test func diskFullKeepsThePartialFileAndCompletesAfterSpaceIsFreed() async throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory()
+        let content = F.randomData(count: 6 << 20, seed: 11)
+        try nginx.serve(content, at: "f.bin")
+        let mountPoint = directory.file("small")
+        try FileManager.default.createDirectory(at: mountPoint, withIntermediateDirectories: true)
+        try #require(try Self.run(["/bin/mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint.path]) == 0)
+        defer { _ = try? Self.run(["/bin/umount", "-l", mountPoint.path]) }
+
+        // The state directory lives elsewhere: only the data disk is full.
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = mountPoint.appendingPathComponent("f.bin")
+        let download = try await agent.download(from: nginx.url("f.bin"), to: destination,
+                                                options: .init(expectedSHA256: F.sha256(content)))
+        await #expect(throws: DownloadError.diskFull) { _ = try await F.finish(download) }
+        guard case .failed(let error) = download.state else { Issue.record("expected failed"); return }
+        #expect(error.isResumable)
+        #expect(error.urlErrorCode == .cannotWriteToFile)
+        #expect(error.description.contains("No space left"))
+        let partial = try FileManager.default.attributesOfItem(atPath: destination.path + ".part")[.size] as? Int ?? 0
+        #expect(partial > 0)
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        let records = try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path)
+        #expect(records.count == 1)
+
+        // Free space, resume: continues from the kept bytes.
+        try #require(try Self.run(["/bin/mount", "-o", "remount,size=16m", mountPoint.path]) == 0)
+        let log = F.EventLog(download)
+        await download.resume()
+        _ = try await F.finish(download)
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+        #expect((log.resumedOffsets.first ?? 0) > 0)
+        await agent.shutdown()
+    }
+}

@@ -1,0 +1,236 @@
+import Foundation
+import Testing
+@testable import ResumableDownloads
+
+/// Servers that break the rules. Each test ends with a SHA-256 match or a clear error, and never
+/// with a corrupt file at the destination.
+@Suite("Downloads from a hostile server", .serialized)
+struct DownloadHostileServerTests {
+    typealias F = DownloadFixtures
+    typealias Server = DownloadTestHTTPServer
+    typealias Reply = DownloadTestHTTPServer.Reply
+
+    static let content = F.randomData(count: 3 << 20 + 5, seed: 42)
+    static let half = content.count / 2
+    static let etag = "\"v1\""
+
+    func run(_ server: Server, options: DownloadOptions? = nil,
+             edit: (inout DownloadAgent.Configuration) -> Void = { _ in }) async throws -> (Result<URL, DownloadError>, F.EventLog, F.Directory) {
+        let directory = try F.Directory()
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state"), edit))
+        let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
+                                                options: options ?? .init(expectedSHA256: F.sha256(Self.content)))
+        let log = F.EventLog(download)
+        let result: Result<URL, DownloadError>
+        do { result = .success(try await F.finish(download)) } catch let error as DownloadError { result = .failure(error) }
+        await agent.shutdown()
+        return (result, log, directory)
+    }
+
+    func expectIntact(_ directory: F.Directory) {
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin.part").path))
+    }
+
+    @Test func shortBodyResumesWithARange() async throws {
+        let server = try Server { request, index in
+            .honest(request, content: Self.content, etag: Self.etag, closeAfter: index == 0 ? Self.half : nil)
+        }
+        let (result, log, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(server.requests.count == 2)
+        #expect(server.requests[1].rangeStart == Int64(Self.half))
+        #expect(server.requests[1].ifRange == Self.etag)
+        #expect(server.requests[1].headers["accept-encoding"] == "identity")
+        #expect(log.resumedOffsets == [Int64(Self.half)])
+        #expect(log.all.contains { if case .retrying(_, let error) = $0 { error == .networkConnectionLost } else { false } })
+    }
+
+    @Test func wrongContentRangeRestartsFromZero() async throws {
+        let server = try Server { request, index in
+            switch index {
+            case 0: return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half)
+            case 1:
+                // Claims to start 100 bytes early: splicing this would corrupt the file.
+                let start = Int(request.rangeStart ?? 0) - 100
+                return Reply(status: 206, headers: [("ETag", Self.etag),
+                                                    ("Content-Range", "bytes \(start)-\(Self.content.count - 1)/\(Self.content.count)")],
+                             body: Self.content.subdata(in: start..<Self.content.count))
+            default: return .honest(request, content: Self.content, etag: Self.etag)
+            }
+        }
+        let (result, log, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(log.restarts == 1)
+        #expect(server.requests.last?.rangeStart == nil)
+    }
+
+    @Test func partialResponseWithoutContentRangeRestarts() async throws {
+        let server = try Server { request, index in
+            switch index {
+            case 0: return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half)
+            case 1: return Reply(status: 206, headers: [("ETag", Self.etag)],
+                                 body: Self.content.subdata(in: Int(request.rangeStart ?? 0)..<Self.content.count))
+            default: return .honest(request, content: Self.content, etag: Self.etag)
+            }
+        }
+        let (result, log, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(log.restarts == 1)
+    }
+
+    @Test func serverIgnoringRangeRestartsWithTheFullBody() async throws {
+        let server = try Server { request, index in
+            // Never honours Range: always a full 200.
+            Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content, closeAfter: index == 0 ? Self.half : nil)
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(server.requests.count == 2)
+    }
+
+    @Test func changedResourceIsNeverSpliced() async throws {
+        let newContent = F.randomData(count: 2 << 20 + 3, seed: 99)
+        let server = try Server { request, index in
+            if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
+            // Version 2 now: If-Range v1 does not match, so a correct server sends 200 with v2.
+            return .honest(request, content: newContent, etag: "\"v2\"")
+        }
+        let (result, _, directory) = try await run(server, options: .init())
+        #expect(throws: Never.self) { try result.get() }
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(newContent))
+    }
+
+    @Test func changedResourceWithExpectedChecksumFailsClearly() async throws {
+        let newContent = F.randomData(count: 2 << 20 + 3, seed: 99)
+        let server = try Server { request, index in
+            if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
+            return .honest(request, content: newContent, etag: "\"v2\"")
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: DownloadError.checksumMismatch) { try result.get() }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin.part").path))
+    }
+
+    @Test func bodyLongerThanContentLengthIsCutAtTheAnnouncedLength() async throws {
+        let server = try Server { _, _ in
+            var reply = Reply(status: 200, headers: [("ETag", Self.etag), ("Content-Length", "\(Self.content.count)")],
+                              body: Self.content + Data(repeating: 0xAB, count: 4096))
+            reply.sendsContentLength = false
+            return reply
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+    }
+
+    @Test func rangeBodyLongerThanContentRangeFailsClearly() async throws {
+        let server = try Server { request, index in
+            if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
+            // Close-delimited 206 that keeps going past the announced range end.
+            let start = Int(request.rangeStart ?? 0)
+            return Reply(status: 206, headers: [("ETag", Self.etag),
+                                                ("Content-Range", "bytes \(start)-\(start + 999)/\(Self.content.count)")],
+                         body: Self.content.subdata(in: start..<Self.content.count), sendsContentLength: false)
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: DownloadError.badServerResponse) { try result.get() }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
+    }
+
+    @Test func serviceUnavailableHonoursRetryAfter() async throws {
+        let server = try Server { request, index in
+            if index < 2 { return Reply(status: 503, headers: [("Retry-After", "0")], body: Data("busy".utf8)) }
+            return .honest(request, content: Self.content, etag: Self.etag)
+        }
+        let (result, log, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(log.all.filter { if case .retrying(_, let error) = $0 { error.httpStatusCode == 503 } else { false } }.count == 2)
+    }
+
+    @Test func alreadyCompleteAnswersWith416() async throws {
+        let server = try Server { request, index in
+            // First attempt delivers everything but dies before libcurl sees the end cleanly.
+            if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.content.count - 1) }
+            if request.rangeStart == Int64(Self.content.count - 1) {
+                return .honest(request, content: Self.content, etag: Self.etag)
+            }
+            return Reply(status: 416, headers: [("Content-Range", "bytes */\(Self.content.count)")])
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+    }
+
+    @Test func stalledTransferIsReconnected() async throws {
+        let server = try Server { request, index in
+            if index == 0 {
+                return Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content, stallAfter: Self.half)
+            }
+            return .honest(request, content: Self.content, etag: Self.etag)
+        }
+        let started = ContinuousClock.now
+        let (result, log, directory) = try await run(server) { $0.stallTimeout = .seconds(1) }
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(log.resumedOffsets == [Int64(Self.half)])
+        #expect(ContinuousClock.now - started < .seconds(5))   // stall timeout 1 s + watchdog granularity
+        server.stop()
+    }
+
+    @Test func forbiddenFailsWithoutDebris() async throws {
+        let server = try Server { _, _ in Reply(status: 403, body: Data("no".utf8)) }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: DownloadError.httpStatus) { try result.get() }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.url.path).sorted() == ["state"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).isEmpty)
+    }
+
+    @Test func followsRedirectsWithinHTTP() async throws {
+        let server = try Server { request, _ in
+            if request.path == "/file" { return Reply(status: 302, headers: [("Location", "/moved")]) }
+            return .honest(request, content: Self.content, etag: Self.etag)
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+    }
+
+    @Test func refusesRedirectsToOtherSchemes() async throws {
+        let server = try Server { _, _ in Reply(status: 302, headers: [("Location", "file:///etc/passwd")]) }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: DownloadError.unsupportedURL) { try result.get() }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
+    }
+
+    @Test func redirectLoopsAreBounded() async throws {
+        let server = try Server { request, _ in Reply(status: 302, headers: [("Location", request.path + "x")]) }
+        let (result, _, _) = try await run(server) { $0.maximumRedirects = 3 }
+        #expect(throws: DownloadError.tooManyRedirects) { try result.get() }
+        #expect(server.requests.count == 4)
+    }
+
+    @Test func refusedConnectionsMapToCannotConnectToHost() async throws {
+        let port = try F.freePort()   // nothing listens there
+        let directory = try F.Directory()
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.maximumConsecutiveFailures = 2
+        })
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:\(port)/x")!, to: directory.file("x"))
+        do {
+            _ = try await F.finish(download)
+            Issue.record("expected a failure")
+        } catch let error as DownloadError {
+            #expect(error == .cannotConnectToHost)
+            #expect(error.osErrorCode == ECONNREFUSED)
+            #expect(error.urlError().errorCode == -1004)
+        }
+        await agent.shutdown()
+    }
+}

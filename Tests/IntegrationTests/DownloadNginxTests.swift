@@ -1,0 +1,196 @@
+import Foundation
+import LinuxReachability
+import Testing
+@testable import ResumableDownloads
+
+/// The download agent against a real nginx on 127.0.0.1.
+@Suite("Downloads from nginx", .serialized, .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct DownloadNginxTests {
+    typealias F = DownloadFixtures
+
+    @Test func downloadsAndVerifies() async throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory()
+        let content = F.randomData(count: 8 << 20 + 123)
+        try nginx.serve(content, at: "big.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = directory.file("big.bin")
+        let download = try await agent.download(from: nginx.url("big.bin"), to: destination,
+                                                options: .init(expectedSHA256: F.sha256(content)))
+        let log = F.EventLog(download)
+        let url = try await F.finish(download)
+        #expect(url == destination.standardizedFileURL)
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+        #expect(!FileManager.default.fileExists(atPath: destination.path + ".part"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).isEmpty)
+        #expect(download.state == .completed)
+        #expect(download.progress.bytesReceived == Int64(content.count))
+        #expect(log.all.last == .completed(destination.standardizedFileURL))
+        await agent.shutdown()
+    }
+
+    @Test func pauseKeepsResumeDataAndResumeUsesARange() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "4m")
+        let directory = try F.Directory()
+        let content = F.randomData(count: 12 << 20)
+        try nginx.serve(content, at: "slow/file.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = directory.file("file.bin")
+        let download = try await agent.download(from: nginx.url("slow/file.bin"), to: destination,
+                                                options: .init(expectedSHA256: F.sha256(content)))
+        let log = F.EventLog(download)
+        #expect(await F.wait { download.progress.bytesReceived > 2 << 20 })
+        await download.pause()
+        #expect(await log.wait { $0 == .paused })
+        #expect(download.state == .paused)
+        let record = try #require(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).first)
+        let stored = try ResumeRecord.read(from: directory.file("state").appendingPathComponent(record).path)
+        #expect(stored.verifiedOffset > 0)
+        #expect(stored.entityTag != nil)
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+
+        await download.resume()
+        _ = try await F.finish(download)
+        #expect(log.resumedOffsets.first == stored.verifiedOffset)
+        #expect(log.restarts == 0)
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+        await agent.shutdown()
+    }
+
+    @Test func relaunchAfterAnInterruptionContinuesFromTheRecord() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "4m")
+        let directory = try F.Directory()
+        let content = F.randomData(count: 12 << 20, seed: 7)
+        try nginx.serve(content, at: "slow/file.bin")
+        let state = directory.file("state")
+        let destination = directory.file("file.bin")
+
+        // First "process": interrupted mid-transfer.
+        let first = try DownloadAgent(configuration: F.configuration(state: state))
+        let download = try await first.download(from: nginx.url("slow/file.bin"), to: destination,
+                                                options: .init(expectedSHA256: F.sha256(content)))
+        #expect(await F.wait { download.progress.bytesReceived > 3 << 20 })
+        await first.shutdown()
+        // Bytes written after the last checkpoint are what a SIGKILL leaves behind unsynced:
+        // simulate them with garbage past the recorded offset.
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: destination.path + ".part"))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(repeating: 0xEE, count: 100_000))
+        try handle.close()
+
+        // Second "process": restore from the state directory.
+        let second = try DownloadAgent(configuration: F.configuration(state: state))
+        let restored = await second.restoreDownloads()
+        try #require(restored.count == 1)
+        let log = F.EventLog(restored[0])
+        #expect(restored[0].id == download.id)
+        _ = try await F.finish(restored[0])
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+        #expect(log.restarts == 0)
+        #expect((log.resumedOffsets.first ?? 0) > 0)
+        await second.shutdown()
+    }
+
+    @Test func changedResourceRestartsInsteadOfSplicing() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "4m")
+        let directory = try F.Directory()
+        let original = F.randomData(count: 10 << 20, seed: 1)
+        try nginx.serve(original, at: "slow/file.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = directory.file("file.bin")
+        let download = try await agent.download(from: nginx.url("slow/file.bin"), to: destination)
+        let log = F.EventLog(download)
+        #expect(await F.wait { download.progress.bytesReceived > 2 << 20 })
+        await download.pause()
+        #expect(await log.wait { $0 == .paused })
+
+        // A new version with another size and mtime: nginx's ETag changes, If-Range fails, 200.
+        let replacement = F.randomData(count: 9 << 20 + 17, seed: 2)
+        try nginx.serve(replacement, at: "slow/file.bin")
+        await download.resume()
+        _ = try await F.finish(download)
+        #expect(F.sha256(fileAt: destination) == F.sha256(replacement))
+        await agent.shutdown()
+    }
+
+    @Test func notFoundFailsCleanly() async throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory()
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = directory.file("missing.bin")
+        let download = try await agent.download(from: nginx.url("missing.bin"), to: destination)
+        do {
+            _ = try await F.finish(download)
+            Issue.record("expected a failure")
+        } catch let error as DownloadError {
+            #expect(error == .httpStatus)
+            #expect(error.httpStatusCode == 404)
+            #expect(error.urlErrorCode == .fileDoesNotExist)
+        }
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        #expect(!FileManager.default.fileExists(atPath: destination.path + ".part"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).isEmpty)
+        await agent.shutdown()
+    }
+
+    @Test func checksumMismatchLeavesNothingInPlace() async throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 100_000), at: "f.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = directory.file("f.bin")
+        let download = try await agent.download(from: nginx.url("f.bin"), to: destination,
+                                                options: .init(expectedSHA256: String(repeating: "a", count: 64)))
+        await #expect(throws: DownloadError.checksumMismatch) { _ = try await F.finish(download) }
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        #expect(!FileManager.default.fileExists(atPath: destination.path + ".part"))
+        await agent.shutdown()
+    }
+
+    @Test func concurrencyLimitQueuesTheRest() async throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory()
+        let content = F.randomData(count: 16 << 20, seed: 3)
+        try nginx.serve(content, at: "f.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.maximumConcurrentDownloads = 2
+        })
+        var created: [Download] = []
+        for index in 0..<6 {
+            created.append(try await agent.download(from: nginx.url("f.bin"), to: directory.file("f\(index).bin"),
+                                                    options: .init(expectedSHA256: F.sha256(content))))
+        }
+        let downloads = created
+        // Sample states until all are done: never more than two transferring, and some queued.
+        var maximumRunning = 0
+        var sawQueued = false
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !downloads.allSatisfy(\.state.isFinal), ContinuousClock.now < deadline {
+            let states = downloads.map(\.state)
+            maximumRunning = max(maximumRunning, states.filter { $0 == .running }.count)
+            sawQueued = sawQueued || states.contains(.queued)
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        #expect(maximumRunning <= 2)
+        #expect(sawQueued)
+        for download in downloads { _ = try await F.finish(download) }
+        for index in 0..<6 { #expect(F.sha256(fileAt: directory.file("f\(index).bin")) == F.sha256(content)) }
+        await agent.shutdown()
+    }
+
+    @Test func cancelMidTransferDeletesPartialAndRecord() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "2m")
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 8 << 20, seed: 4), at: "slow/file.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
+        let destination = directory.file("file.bin")
+        let download = try await agent.download(from: nginx.url("slow/file.bin"), to: destination)
+        #expect(await F.wait { download.progress.bytesReceived > 1 << 20 })
+        await download.cancel()
+        await #expect(throws: DownloadError.cancelled) { _ = try await F.finish(download) }
+        #expect(!FileManager.default.fileExists(atPath: destination.path))
+        #expect(!FileManager.default.fileExists(atPath: destination.path + ".part"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).isEmpty)
+        await agent.shutdown()
+    }
+}

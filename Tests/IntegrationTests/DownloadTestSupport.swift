@@ -1,0 +1,358 @@
+import Foundation
+import LinuxReachability
+import Synchronization
+import Testing
+@testable import ResumableDownloads
+
+/// Fixtures for the download integration tests: a real nginx, a scriptable hostile HTTP server,
+/// temporary directories and deadline-based waits. Everything binds to 127.0.0.1 only.
+enum DownloadFixtures {
+    static var isRoot: Bool { geteuid() == 0 }
+
+    /// A temporary directory removed on deinit.
+    final class Directory: Sendable {
+        let url: URL
+        init(_ label: String = "download") throws {
+            url = FileManager.default.temporaryDirectory.appendingPathComponent("\(label)-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        }
+        func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+        deinit { try? FileManager.default.removeItem(at: url) }
+    }
+
+    /// Deterministic pseudo-random bytes (fast enough for tens of MiB).
+    static func randomData(count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> Data {
+        var state = seed
+        var data = Data(count: count)
+        data.withUnsafeMutableBytes { buffer in
+            let words = buffer.bindMemory(to: UInt64.self)
+            for index in words.indices {
+                state ^= state << 13; state ^= state >> 7; state ^= state << 17
+                words[index] = state
+            }
+            for index in (words.count * 8)..<count { buffer[index] = UInt8(truncatingIfNeeded: index) }
+        }
+        return data
+    }
+
+    static func sha256(_ data: Data) -> String { SHA256Digest.hex(data) }
+
+    static func sha256(fileAt url: URL) -> String? {
+        FileManager.default.contents(atPath: url.path).map(sha256)
+    }
+
+    /// Waits for `condition` with a deadline, polling; returns whether it became true.
+    static func wait(timeout: Duration = .seconds(20), _ condition: @Sendable () async -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return await condition()
+    }
+
+    /// A free TCP port on 127.0.0.1 (bound then released; the tiny race is acceptable in tests).
+    static func freePort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EMFILE) }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw POSIXError(.EADDRINUSE) }
+        return UInt16(bigEndian: address.sin_port)
+    }
+
+    static func canConnect(port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+
+    /// Collects a download's events for deadline-based waits.
+    final class EventLog: Sendable {
+        private let events = Mutex<[DownloadEvent]>([])
+        init(_ download: Download) {
+            download.onEvent = { [self] event in self.events.withLock { $0.append(event) } }
+        }
+        var all: [DownloadEvent] { events.withLock { $0 } }
+        func wait(timeout: Duration = .seconds(20), for predicate: @escaping @Sendable (DownloadEvent) -> Bool) async -> Bool {
+            await DownloadFixtures.wait(timeout: timeout) { self.all.contains(where: predicate) }
+        }
+        var resumedOffsets: [Int64] { all.compactMap { if case .resumed(let offset) = $0 { offset } else { nil } } }
+        var restarts: Int { all.filter { if case .restartedFromZero = $0 { true } else { false } }.count }
+    }
+
+    /// Runs `finished()` with a deadline so a hung download fails the test instead of CI.
+    static func finish(_ download: Download, timeout: Duration = .seconds(60)) async throws -> URL {
+        try await withThrowingTaskGroup(of: URL?.self) { group in
+            group.addTask { try await download.finished() }
+            group.addTask { try? await Task.sleep(for: timeout); return nil }
+            guard let first = try await group.next(), let url = first else {
+                group.cancelAll()
+                throw DownloadError.timedOut.with(description: "download did not finish within \(timeout)")
+            }
+            group.cancelAll()
+            return url
+        }
+    }
+
+    static func configuration(state: URL, _ edit: (inout DownloadAgent.Configuration) -> Void = { _ in }) -> DownloadAgent.Configuration {
+        var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: .seconds(30),
+                                                        stallTimeout: .seconds(2), connectTimeout: .seconds(5),
+                                                        initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(200),
+                                                        maximumRetryAfter: .seconds(2), checkpointInterval: 1 << 20)
+        if ProcessInfo.processInfo.environment["DOWNLOAD_TEST_LOG"] != nil {
+            configuration.logger = Logger(label: "download-test", minimumLevel: .debug)
+        }
+        edit(&configuration)
+        return configuration
+    }
+}
+
+/// nginx on 127.0.0.1 with its own generated config, serving `root`; `/slow/` is rate limited.
+final class DownloadTestNginx: Sendable {
+    let port: UInt16
+    let prefix: URL
+    let root: URL
+    private let process: Process
+
+    /// Starts nginx in the foreground as a child; waits (with a deadline) until it accepts.
+    init(slowRate: String = "2m") throws {
+        prefix = FileManager.default.temporaryDirectory.appendingPathComponent("nginx-\(UUID().uuidString)")
+        root = prefix.appendingPathComponent("www")
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("slow"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: prefix.appendingPathComponent("tmp"), withIntermediateDirectories: true)
+        port = try DownloadFixtures.freePort()
+        let p = prefix.path
+        let configuration = """
+        daemon off;
+        master_process off;
+        worker_processes 1;
+        error_log \(p)/error.log warn;
+        pid \(p)/nginx.pid;
+        events { worker_connections 256; }
+        http {
+            access_log off;
+            client_body_temp_path \(p)/tmp/body;
+            proxy_temp_path \(p)/tmp/proxy;
+            fastcgi_temp_path \(p)/tmp/fastcgi;
+            uwsgi_temp_path \(p)/tmp/uwsgi;
+            scgi_temp_path \(p)/tmp/scgi;
+            default_type application/octet-stream;
+            sendfile on;
+            server {
+                listen 127.0.0.1:\(port);
+                root \(root.path);
+                location /slow/ { limit_rate \(slowRate); }
+            }
+        }
+        """
+        let configPath = prefix.appendingPathComponent("nginx.conf")
+        try configuration.write(to: configPath, atomically: true, encoding: .utf8)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
+        process.arguments = ["-c", configPath.path, "-p", p + "/", "-e", p + "/error.log"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !DownloadFixtures.canConnect(port: port) {
+            guard process.isRunning, ContinuousClock.now < deadline else {
+                let log = (try? String(contentsOf: prefix.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
+                stop()
+                throw DownloadError.cannotConnectToHost.with(description: "nginx did not start: \(log)")
+            }
+            usleep(2_000)   // nginx startup: poll the port, bounded by the deadline above
+        }
+    }
+
+    static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") }
+
+    /// Places `data` at `path` under the document root.
+    func serve(_ data: Data, at path: String) throws {
+        let url = root.appendingPathComponent(path)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try data.write(to: url)
+    }
+
+    func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
+
+    func stop() {
+        if process.isRunning {
+            // With `master_process off` nginx ignores SIGTERM (seen with nginx 1.22), so kill it.
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(at: prefix)
+    }
+
+    deinit { stop() }
+}
+
+/// A tiny HTTP/1.1 server on 127.0.0.1 whose every answer is scripted, to misbehave on purpose.
+final class DownloadTestHTTPServer: Sendable {
+    struct Request: Sendable {
+        var path: String
+        var headers: [String: String]
+        /// N from `Range: bytes=N-`.
+        var rangeStart: Int64? {
+            guard let value = headers["range"], value.hasPrefix("bytes="), value.hasSuffix("-") else { return nil }
+            return Int64(value.dropFirst(6).dropLast())
+        }
+        var ifRange: String? { headers["if-range"] }
+    }
+
+    struct Reply: Sendable {
+        var status: Int
+        var headers: [(String, String)]
+        var body: Data
+        /// Close the connection after this many body bytes (short body).
+        var closeAfter: Int?
+        /// Send this many body bytes, then stall (keep the socket open) until the client leaves.
+        var stallAfter: Int?
+        /// Add Content-Length automatically from `body` (false for close-delimited bodies).
+        var sendsContentLength = true
+
+        init(status: Int, headers: [(String, String)] = [], body: Data = Data(), closeAfter: Int? = nil,
+             stallAfter: Int? = nil, sendsContentLength: Bool = true) {
+            self.status = status
+            self.headers = headers
+            self.body = body
+            self.closeAfter = closeAfter
+            self.stallAfter = stallAfter
+            self.sendsContentLength = sendsContentLength
+        }
+
+        /// A well-behaved answer for `content` honouring `Range: bytes=N-` when `etag` matches If-Range.
+        static func honest(_ request: Request, content: Data, etag: String, closeAfter: Int? = nil) -> Reply {
+            if let start = request.rangeStart, request.ifRange == nil || request.ifRange == etag {
+                if start >= content.count {
+                    return Reply(status: 416, headers: [("Content-Range", "bytes */\(content.count)")])
+                }
+                return Reply(status: 206, headers: [("ETag", etag),
+                                                    ("Content-Range", "bytes \(start)-\(content.count - 1)/\(content.count)")],
+                             body: content.subdata(in: Int(start)..<content.count), closeAfter: closeAfter)
+            }
+            return Reply(status: 200, headers: [("ETag", etag)], body: content, closeAfter: closeAfter)
+        }
+    }
+
+    let port: UInt16
+    private let listener: Int32
+    private let log = Mutex<[Request]>([])
+    private let isStopped = Atomic<Bool>(false)
+
+    /// `handler` gets each request and its zero-based index.
+    init(handler: @escaping @Sendable (Request, Int) -> Reply) throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EMFILE) }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && listen(fd, 64) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        guard ok else { close(fd); throw POSIXError(.EADDRINUSE) }
+        listener = fd
+        port = UInt16(bigEndian: address.sin_port)
+        let thread = Thread { [self] in acceptLoop(handler) }
+        thread.start()
+    }
+
+    var requests: [Request] { log.withLock { $0 } }
+
+    func url(_ path: String = "file") -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
+
+    func stop() {
+        guard !isStopped.exchange(true, ordering: .relaxed) else { return }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    deinit { stop() }
+
+    private func acceptLoop(_ handler: @escaping @Sendable (Request, Int) -> Reply) {
+        while !isStopped.load(ordering: .relaxed) {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            let thread = Thread { [self] in serve(client, handler) }
+            thread.start()
+        }
+    }
+
+    private func serve(_ client: Int32, _ handler: @Sendable (Request, Int) -> Reply) {
+        defer { close(client) }
+        var buffer = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while !buffer.ends(with: [13, 10, 13, 10]) {
+            let count = recv(client, &chunk, chunk.count, 0)
+            guard count > 0 else { return }
+            buffer += chunk[0..<count]
+            if buffer.count > 65536 { return }
+        }
+        let lines = String(decoding: buffer, as: UTF8.self).components(separatedBy: "\r\n")
+        let requestLine = lines.first?.split(separator: " ") ?? []
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        let request = Request(path: requestLine.count > 1 ? String(requestLine[1]) : "/", headers: headers)
+        let index = log.withLock { log -> Int in log.append(request); return log.count - 1 }
+        let reply = handler(request, index)
+
+        var head = "HTTP/1.1 \(reply.status) Scripted\r\nConnection: close\r\n"
+        for (name, value) in reply.headers { head += "\(name): \(value)\r\n" }
+        if reply.sendsContentLength { head += "Content-Length: \(reply.body.count)\r\n" }
+        head += "\r\n"
+        guard sendAll(client, Data(head.utf8)) else { return }
+        let limit = min(reply.body.count, reply.closeAfter ?? Int.max, reply.stallAfter ?? Int.max)
+        guard sendAll(client, reply.body.prefix(limit)) else { return }
+        if reply.stallAfter != nil {
+            // Hold the connection silently until the client gives up (its stall timeout) or we stop.
+            var pollDescriptor = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
+            while !isStopped.load(ordering: .relaxed) {
+                if poll(&pollDescriptor, 1, 100) > 0 {
+                    if recv(client, &chunk, chunk.count, 0) <= 0 { return }
+                }
+            }
+        }
+    }
+
+    private func sendAll(_ fd: Int32, _ data: Data) -> Bool {
+        data.withUnsafeBytes { bytes in
+            var sent = 0
+            while sent < bytes.count {
+                let result = send(fd, bytes.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL))
+                if result < 0 { if errno == EINTR { continue }; return false }
+                sent += result
+            }
+            return true
+        }
+    }
+}
+
+extension Array where Element == UInt8 {
+    func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
+}

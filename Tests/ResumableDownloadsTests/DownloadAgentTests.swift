@@ -1,0 +1,113 @@
+import Foundation
+import LinuxReachability
+import Synchronization
+import Testing
+@testable import ResumableDownloads
+
+/// Collects a download's events so tests can wait for one with a deadline instead of sleeping.
+final class EventLog: Sendable {
+    private let events = Mutex<[DownloadEvent]>([])
+    init(_ download: Download) {
+        download.onEvent = { [self] event in self.events.withLock { $0.append(event) } }
+    }
+    var all: [DownloadEvent] { events.withLock { $0 } }
+
+    /// Polls until `predicate` holds for some event, or the deadline passes.
+    @discardableResult
+    func wait(timeout: Duration = .seconds(10), for predicate: @Sendable (DownloadEvent) -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if all.contains(where: predicate) { return true }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return all.contains(where: predicate)
+    }
+}
+
+@Suite("Download agent without network")
+struct DownloadAgentTests {
+    @Test func waitsForConnectivityThenGivesUpAtTheOutageLimit() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state"),
+                                                           maximumOutageWait: .milliseconds(300)),
+                                      paths: paths)
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
+                                                to: directory.url.appendingPathComponent("out"))
+        let log = EventLog(download)
+        await #expect(throws: DownloadError.connectivityTimeout) { _ = try await download.finished() }
+        #expect(log.all.contains(.waitingForConnectivity) || download.state == .failed(.connectivityTimeout))
+        // The resume data survives the failure so a later resume() or relaunch continues.
+        let records = try FileManager.default.contentsOfDirectory(atPath: directory.path("state"))
+        #expect(records.count == 1)
+        await agent.shutdown()
+    }
+
+    @Test func rejectsNonHTTPURLs() async throws {
+        let directory = try TemporaryDirectory()
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url))
+        await #expect(throws: DownloadError.unsupportedURL) {
+            _ = try await agent.download(from: URL(string: "ftp://example.invalid/x")!, to: directory.url.appendingPathComponent("x"))
+        }
+        await agent.shutdown()
+    }
+
+    @Test func cancelWhileWaitingDeletesResumeData() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let state = directory.url.appendingPathComponent("state")
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: state), paths: paths)
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
+                                                to: directory.url.appendingPathComponent("out"))
+        let log = EventLog(download)
+        #expect(await log.wait { $0 == .waitingForConnectivity })
+        await download.cancel()
+        await #expect(throws: DownloadError.cancelled) { _ = try await download.finished() }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: state.path).isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: directory.path("out.part")))
+        await agent.shutdown()
+    }
+
+    @Test func pauseAndResumeWhileWaiting() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state")),
+                                      paths: paths)
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
+                                                to: directory.url.appendingPathComponent("out"))
+        let log = EventLog(download)
+        #expect(await log.wait { $0 == .waitingForConnectivity })
+        await download.pause()
+        #expect(await log.wait { $0 == .paused })
+        #expect(download.state == .paused)
+        await download.resume()
+        #expect(await log.wait { event in
+            // waiting again after the resume
+            return event == .waitingForConnectivity
+        })
+        await agent.shutdown()
+    }
+}
+
+@Suite("Download event replay")
+struct DownloadEventReplayTests {
+    @Test func lateSubscribersSeeEarlierEvents() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state"),
+                                                           maximumOutageWait: .milliseconds(100)),
+                                      paths: paths)
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
+                                                to: directory.url.appendingPathComponent("out"))
+        _ = try? await download.finished()
+        // Subscribing after the end still delivers the whole story, then finishes.
+        var seen: [DownloadEvent] = []
+        for await event in download.events { seen.append(event) }
+        #expect(seen == [.waitingForConnectivity, .failed(.connectivityTimeout)])
+        await agent.shutdown()
+    }
+}

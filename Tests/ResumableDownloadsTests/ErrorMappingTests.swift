@@ -1,0 +1,69 @@
+import Foundation
+import Testing
+@testable import ResumableDownloads
+
+@Suite("libcurl + errno to URLError")
+struct ErrorMappingTests {
+    @Test(arguments: [
+        (TransferFailure.couldNotResolveHost, 0 as Int32, false, URLError.Code.cannotFindHost),
+        (.couldNotConnect, ECONNREFUSED, false, .cannotConnectToHost),
+        (.couldNotConnect, EHOSTUNREACH, false, .cannotConnectToHost),
+        (.couldNotConnect, ENETUNREACH, false, .notConnectedToInternet),
+        (.couldNotConnect, ENETDOWN, false, .notConnectedToInternet),
+        (.couldNotConnect, ETIMEDOUT, false, .timedOut),
+        (.operationTimedOut, 0, false, .timedOut),
+        (.operationTimedOut, 0, true, .networkConnectionLost),       // low-speed stall after connecting
+        (.partialFile, 0, true, .networkConnectionLost),
+        (.receiveError, ECONNRESET, true, .networkConnectionLost),
+        (.sendError, EPIPE, true, .networkConnectionLost),
+        (.gotNothing, 0, true, .networkConnectionLost),
+        (.http2, 0, true, .networkConnectionLost),
+        (.interfaceFailed, ENODEV, false, .notConnectedToInternet),
+        (.weirdServerReply, 0, true, .badServerResponse),
+        (.tooManyRedirects, 0, true, .httpTooManyRedirects),
+        (.unsupportedProtocol, 0, false, .unsupportedURL),
+        (.malformedURL, 0, false, .badURL),
+        (.tlsConnectError, 0, true, .secureConnectionFailed),
+        (.tlsConnectError, ECONNRESET, true, .networkConnectionLost),
+        (.peerFailedVerification, 0, true, .serverCertificateUntrusted),
+        (.writeError, 0, true, .cannotWriteToFile),
+        (.abortedByCallback, 0, true, .cancelled),
+        (.other(999), 0, false, .unknown),
+    ])
+    func mapsLikeURLSession(failure: TransferFailure, osErrno: Int32, didConnect: Bool, expected: URLError.Code) {
+        #expect(TransferErrorMapping.urlErrorCode(for: failure, osErrno: osErrno, didConnect: didConnect) == expected)
+    }
+
+    @Test(arguments: [
+        (URLError.Code.networkConnectionLost, RetryClass.connectionLost),
+        (.notConnectedToInternet, .connectionLost),
+        (.timedOut, .connectionLost),
+        (.cannotConnectToHost, .unreachable),
+        (.cannotFindHost, .unreachable),
+        (.badServerResponse, .permanent),
+        (.httpTooManyRedirects, .permanent),
+        (.cannotWriteToFile, .permanent),
+    ])
+    func classifiesForRetry(code: URLError.Code, expected: RetryClass) {
+        #expect(RetryClass(code) == expected)
+    }
+
+    @Test func errorsCarryURLErrorAndErrno() {
+        let error = TransferErrorMapping.error(for: .receiveError, osErrno: ECONNRESET, didConnect: true, detail: "Recv failure")
+        #expect(error == .networkConnectionLost)
+        #expect(error.osErrorCode == ECONNRESET)
+        #expect(error.description.contains("Recv failure"))
+        let urlError = error.urlError(failingURL: URL(string: "http://h/x"))
+        #expect(urlError.code == .networkConnectionLost)
+        #expect(urlError.errorCode == -1005)
+        #expect(DownloadError.notConnectedToInternet.urlErrorCode.rawValue == -1009)
+    }
+
+    @Test func diskFullIsResumableAndFourHundredsAreNot() {
+        #expect(DownloadError.fileSystem("write", path: "/x", errno: ENOSPC) == .diskFull)
+        #expect(DownloadError.diskFull.isResumable)
+        #expect(DownloadError.httpStatus(503).isResumable)
+        #expect(!DownloadError.httpStatus(404).isResumable)
+        #expect(!DownloadError.checksumMismatch.isResumable)
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import ResumableDownloads
+
+/// A temporary directory removed when the test ends.
+final class TemporaryDirectory: Sendable {
+    let url: URL
+    init() throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("rd-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+    deinit { try? FileManager.default.removeItem(at: url) }
+}
+
+@Suite("Partial file")
+struct PartialFileTests {
+    func record(in directory: TemporaryDirectory, verifiedOffset: Int64 = 0, sha: String? = nil) -> ResumeRecord {
+        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!,
+                                  destination: URL(fileURLWithPath: directory.path("f")),
+                                  partialPath: directory.path("f.part"), expectedSHA256: sha, totalLength: nil,
+                                  allowsExpensive: true)
+        record.verifiedOffset = verifiedOffset
+        return record
+    }
+
+    let limits = PartialFile.Limits(highWater: 1 << 20, lowWater: 256 << 10, checkpointInterval: 1 << 30)
+
+    @Test func truncatesToTheVerifiedOffsetOnOpen() throws {
+        let directory = try TemporaryDirectory()
+        try Data(repeating: 7, count: 100).write(to: URL(fileURLWithPath: directory.path("f.part")))
+        let file = try PartialFile(record: record(in: directory, verifiedOffset: 60), recordPath: directory.path("r.json"),
+                                   limits: limits)
+        #expect(file.writtenEnd == 60)
+        #expect(try FileManager.default.attributesOfItem(atPath: directory.path("f.part"))[.size] as? Int == 60)
+    }
+
+    @Test func checkpointPersistsTheWrittenOffset() async throws {
+        let directory = try TemporaryDirectory()
+        let file = try PartialFile(record: record(in: directory), recordPath: directory.path("r.json"), limits: limits)
+        let bytes = Data((0..<1000).map { UInt8($0 % 251) })
+        bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[0..<400]), at: 0) }
+        bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[400...]), at: 400) }
+        #expect(try await file.checkpoint() == 1000)
+        #expect(try ResumeRecord.read(from: directory.path("r.json")).verifiedOffset == 1000)
+        #expect(FileManager.default.contents(atPath: directory.path("f.part")) == bytes)
+        await file.close()
+    }
+
+    @Test func completionVerifiesAndMovesIntoPlace() async throws {
+        let directory = try TemporaryDirectory()
+        let bytes = Data("hello, world\n".utf8)
+        let file = try PartialFile(record: record(in: directory, sha: SHA256Digest.hex(bytes)),
+                                   recordPath: directory.path("r.json"), limits: limits)
+        bytes.withUnsafeBytes { file.append($0, at: 0) }
+        let url = try await file.complete(totalLength: Int64(bytes.count), expectedLength: nil)
+        #expect(FileManager.default.contents(atPath: url.path) == bytes)
+        #expect(!FileManager.default.fileExists(atPath: directory.path("f.part")))
+        #expect(!FileManager.default.fileExists(atPath: directory.path("r.json")))
+    }
+
+    @Test func checksumMismatchMovesNothing() async throws {
+        let directory = try TemporaryDirectory()
+        let file = try PartialFile(record: record(in: directory, sha: String(repeating: "0", count: 64)),
+                                   recordPath: directory.path("r.json"), limits: limits)
+        Data("abc".utf8).withUnsafeBytes { file.append($0, at: 0) }
+        await #expect(throws: DownloadError.checksumMismatch) {
+            _ = try await file.complete(totalLength: 3, expectedLength: nil)
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.path("f")))
+        await file.discard()
+        #expect(!FileManager.default.fileExists(atPath: directory.path("f.part")))
+    }
+
+    @Test func lengthMismatchMovesNothing() async throws {
+        let directory = try TemporaryDirectory()
+        let file = try PartialFile(record: record(in: directory), recordPath: directory.path("r.json"), limits: limits)
+        Data("abc".utf8).withUnsafeBytes { file.append($0, at: 0) }
+        await #expect(throws: DownloadError.lengthMismatch) {
+            _ = try await file.complete(totalLength: 4, expectedLength: nil)
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.path("f")))
+        await file.close()
+    }
+
+    @Test func backpressurePausesAndTheDrainUnpauses() async throws {
+        let directory = try TemporaryDirectory()
+        let file = try PartialFile(record: record(in: directory), recordPath: directory.path("r.json"), limits: limits)
+        let drained = Mutex(0)
+        file.setDrainHandler { drained.withLock { $0 += 1 } }
+        let chunk = Data(repeating: 1, count: 256 << 10)
+        var offset: Int64 = 0
+        var paused = false
+        // Push until the buffer refuses: bounded memory whatever the disk does.
+        for _ in 0..<10_000 {
+            if file.shouldPause(adding: chunk.count) { paused = true; break }
+            chunk.withUnsafeBytes { file.append($0, at: offset) }
+            offset += Int64(chunk.count)
+        }
+        #expect(paused)
+        try await file.checkpoint()   // waits for the queue to drain
+        #expect(drained.withLock { $0 } == 1)
+        #expect(file.writtenEnd == offset)
+        #expect(!file.shouldPause(adding: chunk.count))
+        await file.close()
+    }
+
+    @Test func restartFromZeroForgetsTheEntity() async throws {
+        let directory = try TemporaryDirectory()
+        var initial = record(in: directory)
+        initial.entityTag = "\"v1\""
+        let file = try PartialFile(record: initial, recordPath: directory.path("r.json"), limits: limits)
+        Data("abc".utf8).withUnsafeBytes { file.append($0, at: 0) }
+        try await file.checkpoint()
+        try await file.restartFromZero()
+        let stored = try ResumeRecord.read(from: directory.path("r.json"))
+        #expect(stored.verifiedOffset == 0)
+        #expect(stored.entityTag == nil)
+        #expect(file.writtenEnd == 0)
+        await file.close()
+    }
+
+    @Test func sha256KnownVectors() {
+        #expect(SHA256Digest.hex(Data()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(SHA256Digest.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    }
+}

@@ -1,0 +1,68 @@
+import LinuxReachability
+import Testing
+@testable import ResumableDownloads
+
+/// Paths built by hand: the agent's path logic never needs netlink.
+enum Paths {
+    static func interface(_ name: String, _ index: Int32, _ type: InterfaceType, _ address: String) -> NetworkInterface {
+        NetworkInterface(name: name, index: index, type: type, classificationReason: "test", isUp: true,
+                         hasCarrier: true, addresses: [address])
+    }
+
+    static let wifi = interface("wlan0", 3, .wifi, "192.168.1.20")
+    static let cellular = interface("wwan0", 4, .cellular, "10.64.0.2")
+    static let ethernet = interface("eth0", 2, .wired, "10.0.0.2")
+
+    static func satisfied(via primary: NetworkInterface, source: String? = nil,
+                          also others: [NetworkInterface] = []) -> NetworkPath {
+        NetworkPath(status: .satisfied, unsatisfiedReason: nil, primaryInterface: primary,
+                    routes: [PathRoute(family: .ipv4, interfaceName: primary.name, interfaceIndex: primary.index,
+                                       gateway: nil, sourceAddress: source ?? primary.addresses.first)],
+                    interfaces: ([primary] + others).sorted { $0.index < $1.index })
+    }
+
+    static let offline = NetworkPath.unsatisfied(.noRoute)
+}
+
+@Suite("Path policy")
+struct PathPolicyTests {
+    @Test func noSourceMeansUsable() {
+        #expect(PathPolicy.usability(of: nil, hasPathSource: false, allowsExpensive: false) == .usable(pinnedInterface: nil))
+        #expect(PathPolicy.usability(of: nil, hasPathSource: true, allowsExpensive: true) == .unknown)
+    }
+
+    @Test func unsatisfiedIsUnusable() {
+        #expect(PathPolicy.usability(of: Paths.offline, hasPathSource: true, allowsExpensive: true) == .unusable)
+    }
+
+    @Test func expensivePathsRespectTheOption() {
+        let cellularOnly = Paths.satisfied(via: Paths.cellular)
+        #expect(PathPolicy.usability(of: cellularOnly, hasPathSource: true, allowsExpensive: true) == .usable(pinnedInterface: nil))
+        #expect(PathPolicy.usability(of: cellularOnly, hasPathSource: true, allowsExpensive: false) == .unusable)
+        let cellularWithWifi = Paths.satisfied(via: Paths.cellular, also: [Paths.wifi])
+        #expect(PathPolicy.usability(of: cellularWithWifi, hasPathSource: true, allowsExpensive: false)
+                == .usable(pinnedInterface: "wlan0"))
+    }
+
+    @Test func interfaceOrAddressChangesAbort() {
+        let wifi = Paths.satisfied(via: Paths.wifi)
+        let key = PathKey(wifi)
+        #expect(!PathPolicy.mustAbort(startedUnder: key, pinnedInterface: nil, allowsExpensive: true, newPath: wifi))
+        #expect(PathPolicy.mustAbort(startedUnder: key, pinnedInterface: nil, allowsExpensive: true, newPath: Paths.offline))
+        #expect(PathPolicy.mustAbort(startedUnder: key, pinnedInterface: nil, allowsExpensive: true,
+                                     newPath: Paths.satisfied(via: Paths.ethernet)))
+        #expect(PathPolicy.mustAbort(startedUnder: key, pinnedInterface: nil, allowsExpensive: true,
+                                     newPath: Paths.satisfied(via: Paths.wifi, source: "192.168.1.99")))
+        // wifi -> cellular for a download that refuses expensive paths
+        #expect(PathPolicy.mustAbort(startedUnder: key, pinnedInterface: nil, allowsExpensive: false,
+                                     newPath: Paths.satisfied(via: Paths.cellular)))
+    }
+
+    @Test func pinnedTransfersSurviveUntilTheirInterfaceGoes() {
+        let key = PathKey(Paths.satisfied(via: Paths.cellular, also: [Paths.wifi]))
+        #expect(!PathPolicy.mustAbort(startedUnder: key, pinnedInterface: "wlan0", allowsExpensive: false,
+                                      newPath: Paths.satisfied(via: Paths.cellular, source: "10.64.0.9", also: [Paths.wifi])))
+        #expect(PathPolicy.mustAbort(startedUnder: key, pinnedInterface: "wlan0", allowsExpensive: false,
+                                     newPath: Paths.satisfied(via: Paths.cellular)))
+    }
+}
