@@ -17,13 +17,16 @@ public struct ClassificationOverride: Sendable, Hashable {
         self.source = source
     }
 
-    /// Parses `PATTERN=TYPE` (TYPE one of wired, wifi, cellular, loopback, other).
-    public init(parsing text: String, source: String) throws {
-        let parts = text.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-        let pattern = parts.first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
-        let typeName = parts.count == 2 ? parts[1].trimmingCharacters(in: .whitespaces).lowercased() : ""
-        guard parts.count == 2, !pattern.isEmpty else {
+    /// Parses `PATTERN=TYPE` (TYPE one of wired, wifi, cellular, loopback, other; any case);
+    /// spaces around either side are ignored. Errors read `SOURCE: what is wrong`.
+    public init(parsing text: String, source: String) throws(ReachabilityError) {
+        guard let equals = text.firstIndex(of: "=") else {
             throw ReachabilityError(.invalidOverride, "\(source): expected PATTERN=TYPE, got '\(text)'")
+        }
+        let pattern = text[..<equals].trimmingCharacters(in: .whitespacesAndNewlines)
+        let typeName = text[text.index(after: equals)...].trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        guard !pattern.isEmpty else {
+            throw ReachabilityError(.invalidOverride, "\(source): missing interface name pattern before '=' in '\(text)'")
         }
         guard let type = InterfaceType(rawValue: typeName) else {
             let names = InterfaceType.allCases.map(\.rawValue).joined(separator: ", ")

@@ -58,7 +58,7 @@ public struct Logger: Sendable {
                     metadata: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
         guard let sink, level >= minimumLevel else { return }
         let fields = metadata().map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        let time = Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true))
+        let time = Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date())
         sink("\(time) \(level.name) \(label): \(fields.isEmpty ? "" : fields + " ")\(message())")
     }
 

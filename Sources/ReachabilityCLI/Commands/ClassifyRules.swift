@@ -26,21 +26,15 @@ enum ClassifyRules {
         return files
     }
 
-    /// Parses one `PATTERN=TYPE`; the type is case-insensitive, spaces around either side are ignored.
+    /// Parses one `PATTERN=TYPE` with the library's parser, keeping where it came from apart.
     static func parseRule(_ text: String, source: String) throws(RuleError) -> ClassificationOverride {
-        guard let equals = text.firstIndex(of: "=") else {
-            throw RuleError(source: source, reason: "expected PATTERN=TYPE, got '\(text)'")
+        do {
+            return try ClassificationOverride(parsing: text, source: source)
+        } catch {
+            let prefix = "\(source): "
+            let reason = error.description.hasPrefix(prefix) ? String(error.description.dropFirst(prefix.count)) : error.description
+            throw RuleError(source: source, reason: reason)
         }
-        let pattern = text[..<equals].trimmingCharacters(in: .whitespacesAndNewlines)
-        let typeName = text[text.index(after: equals)...].trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
-        guard !pattern.isEmpty else {
-            throw RuleError(source: source, reason: "missing interface name pattern before '=' in '\(text)'")
-        }
-        guard let type = InterfaceType(rawValue: typeName) else {
-            let names = InterfaceType.allCases.map(\.rawValue).joined(separator: ", ")
-            throw RuleError(source: source, reason: "unknown type '\(typeName)' (expected one of \(names))")
-        }
-        return ClassificationOverride(pattern: pattern, type: type, source: source)
     }
 
     /// Parses a classify.conf text: blank lines and `#` comments (whole-line, or after a space) are skipped.
