@@ -1,0 +1,143 @@
+import Foundation
+import Glibc
+import Testing
+
+/// The built `reachability` executable (`swift build` puts it next to the test bundle).
+func builtBinary() throws -> URL {
+    let beside = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        .deletingLastPathComponent().appendingPathComponent("reachability")
+    let fromRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent(".build/debug/reachability")
+    guard let found = [beside, fromRoot].first(where: { FileManager.default.isExecutableFile(atPath: $0.path) }) else {
+        throw CommandFailure(description: "reachability executable not found; run 'swift build' first")
+    }
+    return found
+}
+
+/// A running `reachability` process whose stdout lines arrive as a stream.
+final class RunningCommand: Sendable {
+    let process: Process
+    let lines: AsyncStream<String>
+
+    init(_ arguments: [String]) throws {
+        process = Process()
+        process.executableURL = try builtBinary()
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        let (stream, continuation) = AsyncStream.makeStream(of: String.self)
+        lines = stream
+        let handle = out.fileHandleForReading
+        Thread {
+            var pending = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                pending.append(chunk)
+                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    continuation.yield(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
+                    pending.removeSubrange(pending.startIndex...newline)
+                }
+            }
+            continuation.finish()
+        }.start()
+        try process.run()
+    }
+
+    /// The next line satisfying `predicate`, or nil after `timeout`.
+    func line(timeout: Duration = .seconds(5), where predicate: @escaping @Sendable (String) -> Bool) async -> String? {
+        await withTaskGroup(of: String?.self) { group in
+            group.addTask { [lines] in
+                for await line in lines where predicate(line) { return line }
+                return nil
+            }
+            group.addTask { await deadline(timeout); return nil }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    func stop(signal: Int32 = SIGTERM) -> Int32 {
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+}
+
+@Suite("reachability status / watch / wait in namespaces", .serialized, .enabled(if: isRoot, rootReason))
+struct CommandLineIntegrationTests {
+    func run(_ arguments: [String]) throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = try builtBinary()
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    @Test func statusJSONAndExplain() throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("wlp1s0", subnet: 1)
+        let (status, json) = try run(["status", "--json", "--netns", net.client])
+        #expect(status == 0)
+        let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
+        #expect(object?["status"] as? String == "satisfied")
+        #expect(object?["connection"] as? String == "wifi")
+        #expect(object?["interface"] as? String == "wlp1s0")
+        #expect(object?["gateways"] as? [String] == ["10.77.1.1"])
+        #expect(object?["isExpensive"] as? Bool == false)
+
+        let (_, explain) = try run(["status", "--explain", "--netns", net.client])
+        #expect(explain.contains("name prefix 'wl'"))
+
+        try ip("-n \(net.client) route del default")
+        let (unsatisfied, text) = try run(["status", "--netns", net.client])
+        #expect(unsatisfied == 1)
+        #expect(text.contains("unreachable: no route"))
+    }
+
+    @Test func watchFollowsChangesAndStopsCleanly() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        let watch = try RunningCommand(["watch", "--netns", net.client])
+        let first = await watch.line { $0.contains("reachable via") }
+        #expect(first?.contains("reachable via wired (enp3s0, 10.77.1.2, gw 10.77.1.1)") == true)
+        // ISO-8601 timestamp first.
+        #expect(first?.range(of: #"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "#, options: .regularExpression) != nil)
+        try ip("-n \(net.client) link set enp3s0 down")
+        let down = await watch.line { $0.contains("unreachable") }
+        #expect(down?.hasSuffix("unreachable: no interface up") == true)
+        #expect(watch.stop() == 0)
+    }
+
+    @Test func waitExitsWhenThePathQualifies() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("wwan0", subnet: 1)
+        try net.uplink("enp3s0", subnet: 2, defaultRoute: false)
+        // Only cellular now: --require wired times out.
+        let (timedOut, _) = try run(["wait", "--netns", net.client, "--require", "wired", "--timeout", "0.3"])
+        #expect(timedOut == 1)
+        let (expensive, _) = try run(["wait", "--netns", net.client, "--not-expensive", "--timeout", "0.3"])
+        #expect(expensive == 1)
+        let waiter = try RunningCommand(["wait", "--netns", net.client, "--require", "wired", "--timeout", "10"])
+        try ip("-n \(net.client) route replace default via 10.77.2.1 dev enp3s0")
+        let exited = await withTaskGroup(of: Bool.self) { group in
+            group.addTask { waiter.process.waitUntilExit(); return true }
+            group.addTask { await deadline(.seconds(10)); return false }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        #expect(exited)
+        #expect(waiter.process.terminationStatus == 0)
+    }
+}
