@@ -90,13 +90,16 @@ static inline long cnl_recv(struct nl_sock *sk, void *buf, unsigned long len) {
     }
 }
 
-/* Blocking receive with a timeout in milliseconds, for request/response on the query socket. */
-static inline long cnl_recv_wait(struct nl_sock *sk, void *buf, unsigned long len, int timeout_ms) {
-    int fd = nl_socket_get_fd(sk);
+/* Sets the receive timeout once, so request/response reads need no extra syscall each time. */
+static inline int cnl_socket_set_timeout(struct nl_sock *sk, int timeout_ms) {
     struct timeval tv = { timeout_ms / 1000, (timeout_ms % 1000) * 1000 };
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return setsockopt(nl_socket_get_fd(sk), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ? -errno : 0;
+}
+
+/* Blocking receive bounded by the socket's timeout (-EAGAIN when it expires). */
+static inline long cnl_recv_blocking(struct nl_sock *sk, void *buf, unsigned long len) {
     for (;;) {
-        ssize_t n = recv(fd, buf, len, MSG_TRUNC);
+        ssize_t n = recv(nl_socket_get_fd(sk), buf, len, MSG_TRUNC);
         if (n >= 0) return (unsigned long)n > len ? -EMSGSIZE : (long)n;
         if (errno == EINTR) continue;
         return -errno;

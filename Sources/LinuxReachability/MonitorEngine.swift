@@ -70,6 +70,9 @@ final class MonitorEngine: Sendable {
     private struct EngineState: ~Copyable {
         var table = LinkTable()
         var classifications: [Int32: (name: String, classification: Classification)] = [:]
+        /// Interfaces derived from `table` at `interfacesGeneration`; route storms reuse them.
+        var interfaces: [NetworkInterface] = []
+        var interfacesGeneration = -1
         var resync = ResyncStateMachine()
         var readSource: (any DispatchSourceRead)?
         var quietTimer: (any DispatchSourceTimer)?
@@ -95,6 +98,7 @@ final class MonitorEngine: Sendable {
             let opened = try NetworkNamespace.run(in: namespace) { () throws -> (NetlinkSocket, NetlinkSocket, SysfsReader?) in
                 let events = try NetlinkSocket(receiveBufferSize: bufferSize, groups: NetlinkSocket.monitorGroups)
                 let query = try NetlinkSocket(receiveBufferSize: 1 << 20, groups: [])
+                try query.useBlockingReads(timeoutMilliseconds: 2000)
                 do {
                     return (events, query, SysfsReader(rootDescriptor: try NetworkNamespace.openPrivateSysfs()))
                 } catch {
@@ -106,6 +110,7 @@ final class MonitorEngine: Sendable {
         } else {
             events = try NetlinkSocket(receiveBufferSize: bufferSize, groups: NetlinkSocket.monitorGroups)
             query = try NetlinkSocket(receiveBufferSize: 1 << 20, groups: [])
+            try query.useBlockingReads(timeoutMilliseconds: 2000)
             sysfs = SysfsReader.host()
         }
         logger.debug("netlink sockets open", metadata: ["rcvbuf": "\(events.receiveBufferSize)"])
@@ -255,12 +260,12 @@ final class MonitorEngine: Sendable {
     }
 
     private func evaluateAndPublish() {
-        let (table, classifications) = classifyNewLinks()
+        let (table, interfaces) = currentInterfaces()
         var lookups: [(AddressFamily, LookupResult)] = []
         for (family, destination) in probes {
             lookups.append((family, lookup(destination)))
         }
-        let path = PathEvaluator.evaluate(table: table, classifications: classifications, lookups: lookups)
+        let path = PathEvaluator.evaluate(table: table, interfaces: interfaces, lookups: lookups)
         let cancelled = state.withLock { state -> Bool in
             state.statistics.evaluations += 1
             return state.isCancelled
@@ -268,17 +273,27 @@ final class MonitorEngine: Sendable {
         if !cancelled { publish(path) }
     }
 
-    /// Classifies links seen for the first time or renamed; forgets deleted ones.
-    private func classifyNewLinks() -> (LinkTable, [Int32: Classification]) {
-        let (table, known) = state.withLock { ($0.table, $0.classifications) }
+    /// The table and its interfaces, reclassifying only when links or addresses changed: during
+    /// a route storm every evaluation reuses the same interfaces.
+    private func currentInterfaces() -> (LinkTable, [NetworkInterface]) {
+        let (table, known, cached) = state.withLock { state in
+            (state.table, state.classifications, state.interfacesGeneration == state.table.generation ? state.interfaces : nil)
+        }
+        if let cached { return (table, cached) }
+        // Classify links seen for the first time or renamed; forget deleted ones.
         var updated = known.filter { table.links[$0.key] != nil }
         for (index, link) in table.links where updated[index]?.name != link.name {
             let facts = sysfs?.facts(for: link)
                 ?? InterfaceFacts(name: link.name, hardwareType: link.hardwareType, linkKind: link.kind, isLoopback: link.isLoopback)
             updated[index] = (link.name, classifier.classify(facts))
         }
-        state.withLock { $0.classifications = updated }
-        return (table, updated.mapValues(\.classification))
+        let interfaces = PathEvaluator.interfaces(table: table, classifications: updated.mapValues(\.classification))
+        state.withLock { state in
+            state.classifications = updated
+            state.interfaces = interfaces
+            state.interfacesGeneration = table.generation
+        }
+        return (table, interfaces)
     }
 
     private func lookup(_ destination: [UInt8]) -> LookupResult {

@@ -78,9 +78,21 @@ final class NetlinkSocket: @unchecked Sendable {
         return try interpret(n, body)
     }
 
-    /// Blocking read with a timeout, for request/response exchanges.
-    func receive<T>(timeoutMilliseconds: Int32, _ body: (UnsafeRawBufferPointer) -> T) throws -> (Receive, T?) {
-        let n = cnl_recv_wait(handle, buffer.baseAddress, UInt(buffer.count), timeoutMilliseconds)
+    /// Makes reads blocking with a bound, for request/response exchanges (query sockets).
+    func useBlockingReads(timeoutMilliseconds: Int32) throws {
+        let rc = cnl_socket_set_blocking(handle, 1)
+        let timeout = cnl_socket_set_timeout(handle, timeoutMilliseconds)
+        if rc < 0 || timeout < 0 {
+            throw ReachabilityError(.netlink, "cannot configure rtnetlink query socket: \(String(cString: strerror(-min(rc, timeout))))")
+        }
+        replyTimeoutMilliseconds = timeoutMilliseconds
+    }
+
+    private(set) var replyTimeoutMilliseconds: Int32 = 0
+
+    /// Blocking read bounded by the timeout set with `useBlockingReads`.
+    func receiveReply<T>(_ body: (UnsafeRawBufferPointer) -> T) throws -> (Receive, T?) {
+        let n = cnl_recv_blocking(handle, buffer.baseAddress, UInt(buffer.count))
         if n == -Int(EAGAIN) || n == -Int(EWOULDBLOCK) { return (.empty, nil) }
         return try interpret(n, body)
     }
@@ -100,17 +112,16 @@ final class NetlinkSocket: @unchecked Sendable {
     /// Sends `message` (built with `sequence`) and collects replies until the kernel is done:
     /// NLMSG_DONE for dumps, the single reply or error otherwise. Replies from older requests
     /// (other sequence numbers) are skipped.
-    func exchange(_ message: [UInt8], sequence: UInt32, isDump: Bool, routeReplies: Bool = false,
-                  timeoutMilliseconds: Int32 = 2000) throws -> [ParsedMessage] {
+    func exchange(_ message: [UInt8], sequence: UInt32, isDump: Bool, routeReplies: Bool = false) throws -> [ParsedMessage] {
         try send(message)
         var replies: [ParsedMessage] = []
         while true {
-            let (result, parsed) = try receive(timeoutMilliseconds: timeoutMilliseconds) { bytes in
+            let (result, parsed) = try receiveReply { bytes in
                 RTNetlink.parse(bytes, routeReplies: routeReplies)
             }
             switch result {
             case .empty:
-                throw ReachabilityError(.netlink, "rtnetlink did not answer within \(timeoutMilliseconds) ms")
+                throw ReachabilityError(.netlink, "rtnetlink did not answer within \(replyTimeoutMilliseconds) ms")
             case .overflow:
                 // Only a dump can overflow a query socket; the caller retries the whole dump.
                 replies.append(ParsedMessage(message: .error(-ENOBUFS), sequence: sequence, isDumpInterrupted: true))

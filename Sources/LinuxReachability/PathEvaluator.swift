@@ -2,8 +2,10 @@
 /// the kernel flushes IPv4 routes on link down without RTM_DELROUTE, and a million-route table
 /// costs hundreds of megabytes; paths come from RTM_GETROUTE lookups instead.
 struct LinkTable: Equatable, Sendable {
-    var links: [Int32: LinkInfo] = [:]
-    var addresses: [AddressKey: AddressInfo] = [:]
+    private(set) var links: [Int32: LinkInfo] = [:]
+    private(set) var addresses: [AddressKey: AddressInfo] = [:]
+    /// Bumped on every link or address change (not on route changes).
+    private(set) var generation = 0
 
     /// Applies one message; returns whether anything the path depends on may have changed.
     mutating func apply(_ message: RTNetlinkMessage) -> Bool {
@@ -11,22 +13,21 @@ struct LinkTable: Equatable, Sendable {
         case .link(let link, deleted: true):
             guard links.removeValue(forKey: link.index) != nil else { return false }
             addresses = addresses.filter { $0.key.index != link.index }
-            return true
         case .link(let link, deleted: false):
             guard links[link.index] != link else { return false }
             links[link.index] = link
-            return true
         case .address(let address, deleted: true):
-            return addresses.removeValue(forKey: address.key) != nil
+            guard addresses.removeValue(forKey: address.key) != nil else { return false }
         case .address(let address, deleted: false):
             guard addresses[address.key] != address else { return false }
             addresses[address.key] = address
-            return true
         case .routingChanged:
             return true
         case .route, .done, .error, .ignored:
             return false
         }
+        generation += 1
+        return true
     }
 
     /// Usable addresses of one link, IPv4 first, in presentation form.
@@ -64,7 +65,12 @@ enum PathEvaluator {
 
     static func evaluate(table: LinkTable, classifications: [Int32: Classification],
                          lookups: [(AddressFamily, LookupResult)]) -> NetworkPath {
-        let interfaces = interfaces(table: table, classifications: classifications)
+        evaluate(table: table, interfaces: interfaces(table: table, classifications: classifications), lookups: lookups)
+    }
+
+    /// Evaluates with interfaces already derived from `table`.
+    static func evaluate(table: LinkTable, interfaces: [NetworkInterface],
+                         lookups: [(AddressFamily, LookupResult)]) -> NetworkPath {
         var routes: [PathRoute] = []
         var blocked: NetworkPath.UnsatisfiedReason?
         for (family, lookup) in lookups {
