@@ -141,7 +141,7 @@ def percentile(values, p):
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-def latency(binary, changes):
+def latency(binary, changes, gap_ms):
     client, _ = topology()
     ours = spawn([binary, "watch", "--json", "--netns", client], stdout=subprocess.PIPE)
     peer = spawn(["stdbuf", "-oL", "ip", "-n", client, "monitor", "link", "address", "route"],
@@ -175,6 +175,8 @@ def latency(binary, changes):
             t0 = run(command)
             t_ours, _ = ours_log.wait_for(t0, ours_match)
             t_peer, _ = peer_log.wait_for(t0, peer_match)
+            # Isolated changes, as on a real machine; storms are measured by `scale`.
+            time.sleep(gap_ms / 1000)
             if kind:
                 results.setdefault(kind, ([], []))
                 results[kind][0].append((t_ours - t0) / 1e6)
@@ -185,7 +187,7 @@ def latency(binary, changes):
         p.kill()
         p.wait()
 
-    print(f"\n## Event-to-output latency, {changes} changes per kind (ms from issuing the change)\n")
+    print(f"\n## Event-to-output latency, {changes} changes per kind, {gap_ms} ms apart (ms from issuing the change)\n")
     print("| change | reachability p50 | p90 | ip monitor p50 | p90 | p50 difference |")
     print("|---|---|---|---|---|---|")
     for kind, (o, p) in results.items():
@@ -273,6 +275,7 @@ def main():
     parser.add_argument("--binary", default=".build/release/reachability")
     parser.add_argument("--changes", type=int, default=200)
     parser.add_argument("--routes", type=int, default=1_000_000)
+    parser.add_argument("--gap-ms", type=float, default=5.0, help="pause between latency changes")
     parser.add_argument("--only", choices=["latency", "scale"])
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -281,7 +284,7 @@ def main():
         sys.exit("monitor_bench: stdbuf (coreutils) is missing")
     try:
         if args.only in (None, "latency"):
-            latency(os.path.abspath(args.binary), args.changes)
+            latency(os.path.abspath(args.binary), args.changes, args.gap_ms)
         if args.only in (None, "scale"):
             scale(os.path.abspath(args.binary), args.routes)
     finally:

@@ -76,6 +76,9 @@ final class MonitorEngine: Sendable {
         var resync = ResyncStateMachine()
         var readSource: (any DispatchSourceRead)?
         var quietTimer: (any DispatchSourceTimer)?
+        /// A deferred evaluation while a storm is coalesced.
+        var evaluationTimer: (any DispatchSourceTimer)?
+        var lastEvaluation: ContinuousClock.Instant?
         var isCancelled = false
         var statistics = MonitorStatistics()
     }
@@ -142,8 +145,10 @@ final class MonitorEngine: Sendable {
         state.withLock { state in
             state.isCancelled = true
             state.quietTimer?.cancel()
+            state.evaluationTimer?.cancel()
             state.readSource?.cancel()
             state.quietTimer = nil
+            state.evaluationTimer = nil
             state.readSource = nil
         }
     }
@@ -187,7 +192,41 @@ final class MonitorEngine: Sendable {
             }
             armQuietTimer()
         } else if dirty, state.withLock({ $0.resync.isLive }) {
+            evaluateSoon()
+        }
+    }
+
+    /// Evaluates at once when the last evaluation is at least `minimumEvaluationInterval` old;
+    /// otherwise once when that interval has passed. An isolated change is resolved immediately,
+    /// while a storm of route messages (one datagram each) costs at most one pair of lookups per
+    /// interval instead of one per datagram.
+    private func evaluateSoon() {
+        let interval = configuration.minimumEvaluationInterval
+        let delay = state.withLock { state -> Duration? in
+            if state.evaluationTimer != nil { return nil }
+            guard let last = state.lastEvaluation else { return .zero }
+            return max(.zero, interval - (ContinuousClock.now - last))
+        }
+        guard let delay else { return }
+        if delay == .zero {
             evaluateAndPublish()
+            return
+        }
+        state.withLock { [queue] state in
+            guard !state.isCancelled else { return }
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            timer.schedule(deadline: .now() + .nanoseconds(Int(delay / .nanoseconds(1))))
+            timer.setEventHandler { [weak self] in
+                guard let self else { return }
+                let live = self.state.withLock { state -> Bool in
+                    state.evaluationTimer?.cancel()
+                    state.evaluationTimer = nil
+                    return state.resync.isLive
+                }
+                if live { self.evaluateAndPublish() }
+            }
+            timer.resume()
+            state.evaluationTimer = timer
         }
     }
 
@@ -268,6 +307,7 @@ final class MonitorEngine: Sendable {
         let path = PathEvaluator.evaluate(table: table, interfaces: interfaces, lookups: lookups)
         let cancelled = state.withLock { state -> Bool in
             state.statistics.evaluations += 1
+            state.lastEvaluation = .now
             return state.isCancelled
         }
         if !cancelled { publish(path) }

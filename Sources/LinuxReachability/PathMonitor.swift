@@ -24,12 +24,15 @@ public final class PathMonitor: Sendable {
         public var probeIPv6: String
         /// Where diagnostics go; silent by default.
         public var logger: Logger
+        /// Changes closer together than this are resolved together (route storms); an isolated
+        /// change is always resolved at once.
+        public var minimumEvaluationInterval: Duration
 
         /// Creates a configuration.
         public init(networkNamespace: String? = nil, classificationOverrides: [ClassificationOverride] = [],
                     receiveBufferSize: Int = 8 << 20, quietPeriod: Duration = .milliseconds(50),
                     probeIPv4: String = "8.8.8.8", probeIPv6: String = "2001:4860:4860::8888",
-                    logger: Logger = .silent) {
+                    logger: Logger = .silent, minimumEvaluationInterval: Duration = .milliseconds(1)) {
             self.networkNamespace = networkNamespace
             self.classificationOverrides = classificationOverrides
             self.receiveBufferSize = receiveBufferSize
@@ -37,6 +40,7 @@ public final class PathMonitor: Sendable {
             self.probeIPv4 = probeIPv4
             self.probeIPv6 = probeIPv6
             self.logger = logger
+            self.minimumEvaluationInterval = minimumEvaluationInterval
         }
     }
 
