@@ -49,6 +49,7 @@ struct CurlRequestOptions {
     var keepAliveIdleSeconds: Int
     var receiveBufferSize: Int
     var userAgent: String
+    var certificateAuthorityFile: String?
 }
 
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
@@ -84,6 +85,7 @@ final class CurlEasy {
             setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
         }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
+        if let authorities = options.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
         if options.rangeStart > 0 { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
 
         // CURLOPT_ACCEPT_ENCODING stays unset so libcurl never decodes; we ask for identity

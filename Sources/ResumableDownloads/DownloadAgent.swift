@@ -48,6 +48,9 @@ public actor DownloadAgent {
         public var keepAliveIdle: Duration
         /// Sent as User-Agent.
         public var userAgent: String
+        /// A PEM bundle of trusted certificate authorities that replaces the system bundle (for
+        /// private servers and tests); nil uses the system's.
+        public var certificateAuthorityFile: URL?
         /// Where diagnostics go; silent by default.
         public var logger: Logger
 
@@ -59,7 +62,8 @@ public actor DownloadAgent {
                     maximumConsecutiveFailures: Int = 8, restartStagger: Duration = .milliseconds(2),
                     checkpointInterval: Int64 = 16 << 20, writeBufferLimit: Int = 4 << 20,
                     maximumRedirects: Int = 10, keepAliveIdle: Duration = .seconds(30),
-                    userAgent: String = "reachability-downloads/1", logger: Logger = .silent) {
+                    userAgent: String = "reachability-downloads/1", certificateAuthorityFile: URL? = nil,
+                    logger: Logger = .silent) {
             self.stateDirectory = stateDirectory
             self.maximumConcurrentDownloads = maximumConcurrentDownloads
             self.maximumOutageWait = maximumOutageWait
@@ -76,6 +80,7 @@ public actor DownloadAgent {
             self.maximumRedirects = maximumRedirects
             self.keepAliveIdle = keepAliveIdle
             self.userAgent = userAgent
+            self.certificateAuthorityFile = certificateAuthorityFile
             self.logger = logger
         }
     }
@@ -410,7 +415,8 @@ public actor DownloadAgent {
         TransferSettings(connectTimeout: configuration.connectTimeout, stallTimeout: configuration.stallTimeout,
                          stallBytesPerSecond: configuration.stallBytesPerSecond,
                          maximumRedirects: configuration.maximumRedirects, keepAliveIdle: configuration.keepAliveIdle,
-                         receiveBufferSize: 256 << 10, userAgent: configuration.userAgent)
+                         receiveBufferSize: 256 << 10, userAgent: configuration.userAgent,
+                         certificateAuthorityFile: configuration.certificateAuthorityFile?.path)
     }
 
     private var recoveryPolicy: RecoveryStateMachine.Policy {

@@ -125,18 +125,47 @@ enum DownloadFixtures {
 /// nginx on 127.0.0.1 with its own generated config, serving `root`; `/slow/` is rate limited.
 final class DownloadTestNginx: Sendable {
     let port: UInt16
+    /// HTTPS port when started with `tls: true` (self-signed certificate for IP 127.0.0.1).
+    let tlsPort: UInt16?
     let prefix: URL
     let root: URL
     private let process: Process
 
+    /// The self-signed certificate to trust for `tlsPort`.
+    var certificate: URL { prefix.appendingPathComponent("cert.pem") }
+
     /// Starts nginx in the foreground as a child; waits (with a deadline) until it accepts.
-    init(slowRate: String = "2m") throws {
+    init(slowRate: String = "2m", tls: Bool = false) throws {
         prefix = FileManager.default.temporaryDirectory.appendingPathComponent("nginx-\(UUID().uuidString)")
         root = prefix.appendingPathComponent("www")
         try FileManager.default.createDirectory(at: root.appendingPathComponent("slow"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: prefix.appendingPathComponent("tmp"), withIntermediateDirectories: true)
         port = try DownloadFixtures.freePort()
         let p = prefix.path
+        var tlsServer = ""
+        if tls {
+            let tlsPort = try DownloadFixtures.freePort()
+            self.tlsPort = tlsPort
+            let openssl = Process()
+            openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            openssl.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                                 "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", p + "/key.pem", "-out", p + "/cert.pem"]
+            openssl.standardOutput = FileHandle.nullDevice
+            openssl.standardError = FileHandle.nullDevice
+            try openssl.run()
+            openssl.waitUntilExit()
+            guard openssl.terminationStatus == 0 else { throw POSIXError(.EIO) }
+            tlsServer = """
+                server {
+                    listen 127.0.0.1:\(tlsPort) ssl;
+                    ssl_certificate \(p)/cert.pem;
+                    ssl_certificate_key \(p)/key.pem;
+                    root \(root.path);
+                }
+            """
+        } else {
+            tlsPort = nil
+        }
         let configuration = """
         daemon off;
         master_process off;
@@ -158,6 +187,7 @@ final class DownloadTestNginx: Sendable {
                 root \(root.path);
                 location /slow/ { limit_rate \(slowRate); }
             }
+        \(tlsServer)
         }
         """
         let configPath = prefix.appendingPathComponent("nginx.conf")
@@ -180,6 +210,9 @@ final class DownloadTestNginx: Sendable {
     }
 
     static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") }
+    static var isTLSAvailable: Bool { isAvailable && FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") }
+
+    func tlsURL(_ path: String) -> URL { URL(string: "https://127.0.0.1:\(tlsPort ?? 0)/\(path)")! }
 
     /// Places `data` at `path` under the document root.
     func serve(_ data: Data, at path: String) throws {
