@@ -112,6 +112,8 @@ public actor DownloadAgent {
     private var pathConsumer: Task<Void, Never>?
     private var path: NetworkPath?
     private var pathWaiters: [UUID: CheckedContinuation<Int, Never>] = [:]
+    /// Transfers restarted since the last path update, to stagger restarts after a switch.
+    private var restartsSincePathUpdate = 0
     private var entries: [UUID: Entry] = [:]
     private var queue: [UUID] = []
     private var creationOrder: [UUID] = []
@@ -334,6 +336,7 @@ public actor DownloadAgent {
                 entries[id]?.transfer = nil
             }
         }
+        restartsSincePathUpdate = 0
         let waiters = Array(pathWaiters.values)
         pathWaiters = [:]
         for (rank, waiter) in waiters.enumerated() { waiter.resume(returning: rank) }
@@ -535,6 +538,12 @@ public actor DownloadAgent {
                 }
             case .waitForPath:
                 freshConnection = true
+                // Many transfers aborted by one path switch: spread their reconnects slightly.
+                let rank = restartsSincePathUpdate
+                restartsSincePathUpdate += 1
+                if rank > 0, case .usable = usability(for: download) {
+                    try? await Task.sleep(for: configuration.restartStagger * rank)
+                }
             case .restartFromZero(let reason):
                 do { try await file.restartFromZero() } catch { await failDriver(id, file, error); return }
                 configuration.logger.info("restarting from zero", metadata: ["id": id.uuidString, "reason": reason])
@@ -627,7 +636,20 @@ public func withDownloadAgent<Result: Sendable>(
     configuration: DownloadAgent.Configuration,
     _ body: (DownloadAgent) async throws -> Result
 ) async throws -> Result {
-    let agent = try DownloadAgent(configuration: configuration)
+    try await runThenShutDown(try DownloadAgent(configuration: configuration), body)
+}
+
+/// Runs `body` with an agent driven by `paths` (e.g. `PathMonitor.paths`) and shuts it down
+/// afterwards, whatever happens.
+public func withDownloadAgent<Paths: AsyncSequence & Sendable, Result: Sendable>(
+    configuration: DownloadAgent.Configuration,
+    paths: Paths,
+    _ body: (DownloadAgent) async throws -> Result
+) async throws -> Result where Paths.Element == NetworkPath {
+    try await runThenShutDown(try DownloadAgent(configuration: configuration, paths: paths), body)
+}
+
+private func runThenShutDown<Result: Sendable>(_ agent: DownloadAgent, _ body: (DownloadAgent) async throws -> Result) async throws -> Result {
     do {
         let result = try await body(agent)
         await agent.shutdown()
