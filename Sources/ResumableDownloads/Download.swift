@@ -121,9 +121,12 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     /// Stops for good and deletes the partial file and resume record.
     public func cancel() async { await agent?.cancel(self) }
 
+    /// A short description with the id prefix, URL and destination.
     public var description: String { "Download(\(id.uuidString.prefix(8)) \(url.absoluteString) -> \(destination.path))" }
 
+    /// Identity: two handles are equal only when they are the same object.
     public static func == (lhs: Download, rhs: Download) -> Bool { lhs === rhs }
+    /// Hashes the object identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 
     private var agent: DownloadAgent? { observers.withLock { $0.agent } }

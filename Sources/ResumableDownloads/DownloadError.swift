@@ -73,7 +73,9 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
         }
     }
 
+    /// Equal when the kinds match (for transport errors, the `URLError.Code` too).
     public static func == (lhs: DownloadError, rhs: DownloadError) -> Bool { lhs.code == rhs.code }
+    /// Hashes the kind, consistently with `==`.
     public func hash(into hasher: inout Hasher) { hasher.combine(code) }
 
     /// The connection died mid-transfer (reset, short body, stall): `URLError.networkConnectionLost`.
