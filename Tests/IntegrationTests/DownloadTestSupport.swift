@@ -256,6 +256,8 @@ final class DownloadTestHTTPServer: Sendable {
         var closeAfter: Int?
         /// Send this many body bytes, then stall (keep the socket open) until the client leaves.
         var stallAfter: Int?
+        /// Send this many body bytes, then reset the connection (SO_LINGER 0 + close sends RST).
+        var resetAfter: Int?
         /// Add Content-Length automatically from `body` (false for close-delimited bodies).
         var sendsContentLength = true
 
@@ -360,8 +362,14 @@ final class DownloadTestHTTPServer: Sendable {
         if reply.sendsContentLength { head += "Content-Length: \(reply.body.count)\r\n" }
         head += "\r\n"
         guard sendAll(client, Data(head.utf8)) else { return }
-        let limit = min(reply.body.count, reply.closeAfter ?? Int.max, reply.stallAfter ?? Int.max)
+        let limit = min(reply.body.count, reply.closeAfter ?? Int.max, reply.stallAfter ?? Int.max,
+                        reply.resetAfter ?? Int.max)
         guard sendAll(client, reply.body.prefix(limit)) else { return }
+        if reply.resetAfter != nil {
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            setsockopt(client, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            return   // the deferred close now sends RST
+        }
         if reply.stallAfter != nil {
             // Hold the connection silently until the client gives up (its stall timeout) or we stop.
             var pollDescriptor = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
