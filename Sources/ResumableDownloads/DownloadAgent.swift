@@ -147,6 +147,11 @@ public actor DownloadAgent {
         }
     }
 
+    /// An agent driven by a started `PathMonitor`.
+    public init(configuration: Configuration, monitor: PathMonitor) throws {
+        try self.init(configuration: configuration, paths: monitor.paths)
+    }
+
     deinit {
         engine.shutdown()
         pathForwarder?.cancel()
