@@ -141,4 +141,19 @@ struct DownloadQueueTests {
         await agent.shutdown()
         #expect(first.state == .paused)
     }
+
+    @Test func cancellingAWaiterLeavesTheDownloadAlone() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state")),
+                                      paths: paths)
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/a")!,
+                                                to: directory.url.appendingPathComponent("a"))
+        let waiter = Task { try await download.finished() }
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await waiter.value }
+        #expect(!download.state.isFinal)
+        await agent.shutdown()
+    }
 }
