@@ -394,6 +394,6 @@ final class DownloadTestHTTPServer: Sendable {
     }
 }
 
-extension Array where Element == UInt8 {
+fileprivate extension Array where Element == UInt8 {
     func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
 }
