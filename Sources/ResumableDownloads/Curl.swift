@@ -49,6 +49,7 @@ struct CurlRequestOptions {
     var keepAliveIdleSeconds: Int
     var receiveBufferSize: Int
     var userAgent: String
+    var certificateAuthorityFile: String?
 }
 
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
@@ -84,6 +85,7 @@ final class CurlEasy {
             setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
         }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
+        if let authorities = options.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
         if options.rangeStart > 0 { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
 
         // CURLOPT_ACCEPT_ENCODING stays unset so libcurl never decodes; we ask for identity
@@ -227,6 +229,55 @@ extension TransferFailure {
         case CURLE_FILESIZE_EXCEEDED: self = .fileSizeExceeded
         default: self = .other(Int32(bitPattern: code.rawValue))
         }
+    }
+}
+
+/// An incremental SHA-256 over a file's bytes in order, through OpenSSL EVP. Not thread-safe and
+/// not Sendable: `PartialFile` keeps it behind a lock used only by its write queue.
+final class SHA256Hasher {
+    private let context: OpaquePointer
+    private var isFinished = false
+    /// How many bytes from the start of the file have been hashed.
+    private(set) var hashedLength: Int64 = 0
+
+    init?() {
+        guard let context = ccurl_sha256_new() else { return nil }
+        self.context = context
+    }
+
+    deinit { ccurl_sha256_free(context) }
+
+    /// Hashes the next bytes of the file.
+    func update(_ bytes: UnsafeRawBufferPointer) {
+        guard !isFinished, let base = bytes.baseAddress else { return }
+        _ = ccurl_sha256_update(context, base, bytes.count)
+        hashedLength += Int64(bytes.count)
+    }
+
+    /// Hashes the file's bytes from `hashedLength` up to `length`, read with pread (catch-up after
+    /// a resume, or when the file was truncated and rewritten).
+    func catchUp(fileDescriptor fd: Int32, to length: Int64, path: String) throws {
+        guard !isFinished else { throw DownloadError.fileSystem.with(description: "SHA-256 already finalised") }
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        while hashedLength < length {
+            let result = pread(fd, buffer, min(chunk, Int(length - hashedLength)), off_t(hashedLength))
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw DownloadError.fileSystem("read", path: path, errno: errno)
+            }
+            if result == 0 { break }
+            update(UnsafeRawBufferPointer(start: buffer, count: result))
+        }
+    }
+
+    /// The lowercase hex digest; the hasher cannot be used afterwards.
+    func finalize() -> String {
+        isFinished = true
+        var digest = [UInt8](repeating: 0, count: 32)
+        _ = ccurl_sha256_final(context, &digest)
+        return digest.map { String(format: "%02x", $0) }.joined()
     }
 }
 

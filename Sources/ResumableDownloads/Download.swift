@@ -25,7 +25,7 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         /// Recent events, replayed to new `events` subscribers (bounded: retries can repeat).
         var history: [DownloadEvent] = []
         var progressContinuations: [UUID: AsyncStream<DownloadProgress>.Continuation] = [:]
-        var finishWaiters: [CheckedContinuation<URL, any Error>] = []
+        var finishWaiters: [UUID: CheckedContinuation<URL, any Error>] = [:]
         var onEvent: (@Sendable (DownloadEvent) -> Void)?
         var onProgress: (@Sendable (DownloadProgress) -> Void)?
     }
@@ -96,19 +96,26 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     }
 
     /// Waits until the download completes (returning the file URL) or fails (throwing its
-    /// `DownloadError`). Pausing does not end the wait.
+    /// `DownloadError`). Pausing does not end the wait; cancelling the waiting task does (throwing
+    /// `CancellationError`) without touching the download.
     public func finished() async throws -> URL {
-        try await withCheckedThrowingContinuation { continuation in
-            let outcome = observers.withLock { observers -> Result<URL, any Error>? in
-                switch observers.state {
-                case .completed: return .success(destination)
-                case .failed(let error): return .failure(error)
-                default:
-                    observers.finishWaiters.append(continuation)
-                    return nil
+        let key = UUID()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let outcome = observers.withLock { observers -> Result<URL, any Error>? in
+                    switch observers.state {
+                    case .completed: return .success(destination)
+                    case .failed(let error): return .failure(error)
+                    default:
+                        if Task.isCancelled { return .failure(CancellationError()) }
+                        observers.finishWaiters[key] = continuation
+                        return nil
+                    }
                 }
+                if let outcome { continuation.resume(with: outcome) }
             }
-            if let outcome { continuation.resume(with: outcome) }
+        } onCancel: {
+            observers.withLock { $0.finishWaiters.removeValue(forKey: key) }?.resume(throwing: CancellationError())
         }
     }
 
@@ -121,9 +128,12 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     /// Stops for good and deletes the partial file and resume record.
     public func cancel() async { await agent?.cancel(self) }
 
+    /// A short description with the id prefix, URL and destination.
     public var description: String { "Download(\(id.uuidString.prefix(8)) \(url.absoluteString) -> \(destination.path))" }
 
+    /// Identity: two handles are equal only when they are the same object.
     public static func == (lhs: Download, rhs: Download) -> Bool { lhs === rhs }
+    /// Hashes the object identity.
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 
     private var agent: DownloadAgent? { observers.withLock { $0.agent } }
@@ -135,11 +145,11 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
             observers.state = state
             guard state.isFinal else { return ([], [], []) }
             defer {
-                observers.finishWaiters = []
+                observers.finishWaiters = [:]
                 observers.eventContinuations = [:]
                 observers.progressContinuations = [:]
             }
-            return (observers.finishWaiters, Array(observers.eventContinuations.values),
+            return (Array(observers.finishWaiters.values), Array(observers.eventContinuations.values),
                     Array(observers.progressContinuations.values))
         }
         for waiter in waiters.waiters {

@@ -48,6 +48,9 @@ public actor DownloadAgent {
         public var keepAliveIdle: Duration
         /// Sent as User-Agent.
         public var userAgent: String
+        /// A PEM bundle of trusted certificate authorities that replaces the system bundle (for
+        /// private servers and tests); nil uses the system's.
+        public var certificateAuthorityFile: URL?
         /// Where diagnostics go; silent by default.
         public var logger: Logger
 
@@ -59,7 +62,8 @@ public actor DownloadAgent {
                     maximumConsecutiveFailures: Int = 8, restartStagger: Duration = .milliseconds(2),
                     checkpointInterval: Int64 = 16 << 20, writeBufferLimit: Int = 4 << 20,
                     maximumRedirects: Int = 10, keepAliveIdle: Duration = .seconds(30),
-                    userAgent: String = "reachability-downloads/1", logger: Logger = .silent) {
+                    userAgent: String = "reachability-downloads/1", certificateAuthorityFile: URL? = nil,
+                    logger: Logger = .silent) {
             self.stateDirectory = stateDirectory
             self.maximumConcurrentDownloads = maximumConcurrentDownloads
             self.maximumOutageWait = maximumOutageWait
@@ -76,6 +80,7 @@ public actor DownloadAgent {
             self.maximumRedirects = maximumRedirects
             self.keepAliveIdle = keepAliveIdle
             self.userAgent = userAgent
+            self.certificateAuthorityFile = certificateAuthorityFile
             self.logger = logger
         }
     }
@@ -107,6 +112,8 @@ public actor DownloadAgent {
     private var pathConsumer: Task<Void, Never>?
     private var path: NetworkPath?
     private var pathWaiters: [UUID: CheckedContinuation<Int, Never>] = [:]
+    /// Transfers restarted since the last path update, to stagger restarts after a switch.
+    private var restartsSincePathUpdate = 0
     private var entries: [UUID: Entry] = [:]
     private var queue: [UUID] = []
     private var creationOrder: [UUID] = []
@@ -138,6 +145,11 @@ public actor DownloadAgent {
             } catch {}
             continuation.finish()
         }
+    }
+
+    /// An agent driven by a started `PathMonitor`.
+    public init(configuration: Configuration, monitor: PathMonitor) throws {
+        try self.init(configuration: configuration, paths: monitor.paths)
     }
 
     deinit {
@@ -329,6 +341,7 @@ public actor DownloadAgent {
                 entries[id]?.transfer = nil
             }
         }
+        restartsSincePathUpdate = 0
         let waiters = Array(pathWaiters.values)
         pathWaiters = [:]
         for (rank, waiter) in waiters.enumerated() { waiter.resume(returning: rank) }
@@ -410,7 +423,8 @@ public actor DownloadAgent {
         TransferSettings(connectTimeout: configuration.connectTimeout, stallTimeout: configuration.stallTimeout,
                          stallBytesPerSecond: configuration.stallBytesPerSecond,
                          maximumRedirects: configuration.maximumRedirects, keepAliveIdle: configuration.keepAliveIdle,
-                         receiveBufferSize: 256 << 10, userAgent: configuration.userAgent)
+                         receiveBufferSize: 256 << 10, userAgent: configuration.userAgent,
+                         certificateAuthorityFile: configuration.certificateAuthorityFile?.path)
     }
 
     private var recoveryPolicy: RecoveryStateMachine.Policy {
@@ -529,6 +543,12 @@ public actor DownloadAgent {
                 }
             case .waitForPath:
                 freshConnection = true
+                // Many transfers aborted by one path switch: spread their reconnects slightly.
+                let rank = restartsSincePathUpdate
+                restartsSincePathUpdate += 1
+                if rank > 0, case .usable = usability(for: download) {
+                    try? await Task.sleep(for: configuration.restartStagger * rank)
+                }
             case .restartFromZero(let reason):
                 do { try await file.restartFromZero() } catch { await failDriver(id, file, error); return }
                 configuration.logger.info("restarting from zero", metadata: ["id": id.uuidString, "reason": reason])
@@ -621,7 +641,20 @@ public func withDownloadAgent<Result: Sendable>(
     configuration: DownloadAgent.Configuration,
     _ body: (DownloadAgent) async throws -> Result
 ) async throws -> Result {
-    let agent = try DownloadAgent(configuration: configuration)
+    try await runThenShutDown(try DownloadAgent(configuration: configuration), body)
+}
+
+/// Runs `body` with an agent driven by `paths` (e.g. `PathMonitor.paths`) and shuts it down
+/// afterwards, whatever happens.
+public func withDownloadAgent<Paths: AsyncSequence & Sendable, Result: Sendable>(
+    configuration: DownloadAgent.Configuration,
+    paths: Paths,
+    _ body: (DownloadAgent) async throws -> Result
+) async throws -> Result where Paths.Element == NetworkPath {
+    try await runThenShutDown(try DownloadAgent(configuration: configuration, paths: paths), body)
+}
+
+private func runThenShutDown<Result: Sendable>(_ agent: DownloadAgent, _ body: (DownloadAgent) async throws -> Result) async throws -> Result {
     do {
         let result = try await body(agent)
         await agent.shutdown()

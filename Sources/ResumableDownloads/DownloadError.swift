@@ -60,7 +60,11 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
     /// where it stopped (disk full, outage deadline, retries exhausted on a flaky network).
     public var isResumable: Bool {
         switch code {
-        case .transport, .diskFull, .fileSystem, .connectivityTimeout:
+        case .transport:
+            // A bad URL or redirect chain will not get better; a network or TLS trust problem may
+            // (reconnect, install the CA), so the stored bytes are kept for those.
+            return ![.unsupportedURL, .badURL, .httpTooManyRedirects, .badServerResponse, .cancelled].contains(urlErrorCode)
+        case .diskFull, .fileSystem, .connectivityTimeout:
             return true
         case .httpStatus:
             return httpStatusCode.map { $0 >= 500 || $0 == 408 || $0 == 429 } ?? false
@@ -69,7 +73,9 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
         }
     }
 
+    /// Equal when the kinds match (for transport errors, the `URLError.Code` too).
     public static func == (lhs: DownloadError, rhs: DownloadError) -> Bool { lhs.code == rhs.code }
+    /// Hashes the kind, consistently with `==`.
     public func hash(into hasher: inout Hasher) { hasher.combine(code) }
 
     /// The connection died mid-transfer (reset, short body, stall): `URLError.networkConnectionLost`.

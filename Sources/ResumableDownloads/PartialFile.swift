@@ -51,6 +51,10 @@ final class PartialFile: Sendable {
     private let limits: Limits
     private let queue: DispatchQueue
     private let state: Mutex<State>
+    /// The running SHA-256 (when one is expected), touched only on `queue`: hashing happens while
+    /// the data is hot instead of reading the whole file back at the end. A separate lock from
+    /// `state`, so hashing never blocks the engine thread.
+    private let hashing: Mutex<SHA256Hasher?>
 
     /// Opens (creating if needed) the partial file and truncates it to the record's verified
     /// offset: bytes past it were never checkpointed and may be garbage after a crash.
@@ -69,6 +73,7 @@ final class PartialFile: Sendable {
             throw error
         }
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
+        hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256Hasher())
         state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
     }
 
@@ -125,6 +130,7 @@ final class PartialFile: Sendable {
         }
         guard restart else { return }
         queue.async { [self] in
+            resetHasher()
             do {
                 try FileIO.truncate(fd, to: 0, path: path)
                 try writeRecord()
@@ -157,6 +163,7 @@ final class PartialFile: Sendable {
         var written = 0
         if !skip {
             (written, failure) = data.withUnsafeBytes { FileIO.pwriteAll(fd, $0, at: offset) }
+            if failure == 0 { hash(data, at: offset) }
         }
         let (drained, needsCheckpoint) = state.withLock { state -> ((@Sendable () -> Void)?, Bool) in
             state.pendingBytes -= data.count
@@ -177,6 +184,25 @@ final class PartialFile: Sendable {
         }
         if needsCheckpoint { try? checkpointOnQueue() }
         drained?()
+    }
+
+    /// Feeds written bytes to the running hash when they continue it; a gap (resume from a
+    /// checkpoint) is filled from the file first.
+    private func hash(_ data: Data, at offset: Int64) {
+        hashing.withLock { hasher in
+            guard let current = hasher else { return }
+            if current.hashedLength < offset {
+                do { try current.catchUp(fileDescriptor: fd, to: offset, path: path) } catch { hasher = nil; return }
+            }
+            guard current.hashedLength == offset else { hasher = nil; return }   // completion reads back instead
+            data.withUnsafeBytes { current.update($0) }
+        }
+    }
+
+    private func resetHasher() {
+        hashing.withLock { hasher in
+            if hasher != nil { hasher = SHA256Hasher() }
+        }
     }
 
     private func fail(_ error: DownloadError) {
@@ -236,6 +262,7 @@ final class PartialFile: Sendable {
     /// Truncates to zero and forgets the entity (the server broke the range rules).
     func restartFromZero() async throws {
         try await onQueue { [self] in
+            resetHasher()
             try FileIO.truncate(fd, to: 0, path: path)
             state.withLock {
                 $0.record.resetEntity(entityTag: nil, lastModified: nil, totalLength: nil)
@@ -263,7 +290,13 @@ final class PartialFile: Sendable {
                     "file has \(size) bytes, expected \(expectedLength ?? totalLength)")
             }
             if let expected = record.expectedSHA256?.lowercased() {
-                let actual = try SHA256Digest.hex(fileDescriptor: fd, length: size, path: path)
+                let actual = try hashing.withLock { hasher -> String in
+                    if let hasher, hasher.hashedLength <= size {
+                        try hasher.catchUp(fileDescriptor: fd, to: size, path: path)
+                        if hasher.hashedLength == size { return hasher.finalize() }
+                    }
+                    return try SHA256Digest.hex(fileDescriptor: fd, length: size, path: path)
+                }
                 if actual != expected {
                     throw DownloadError.checksumMismatch.with(description: "SHA-256 is \(actual), expected \(expected)")
                 }

@@ -10,6 +10,8 @@ struct TransferSettings: Sendable, Hashable {
     var keepAliveIdle: Duration
     var receiveBufferSize: Int
     var userAgent: String
+    /// PEM CA bundle replacing the system one, when set.
+    var certificateAuthorityFile: String? = nil
 }
 
 /// One HTTP attempt for a download.
@@ -166,7 +168,8 @@ final class TransferEngine: @unchecked Sendable {
             lowSpeedTimeSeconds: max(1, Int((settings.stallTimeout.milliseconds + 999) / 1000)),
             maximumRedirects: settings.maximumRedirects,
             keepAliveIdleSeconds: max(1, Int(settings.keepAliveIdle.milliseconds / 1000)),
-            receiveBufferSize: settings.receiveBufferSize, userAgent: settings.userAgent)
+            receiveBufferSize: settings.receiveBufferSize, userAgent: settings.userAgent,
+            certificateAuthorityFile: settings.certificateAuthorityFile)
         guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else {
             completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "cannot create a libcurl handle")),
                                        bytesReceived: 0))

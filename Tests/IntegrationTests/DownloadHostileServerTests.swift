@@ -233,4 +233,18 @@ struct DownloadHostileServerTests {
         }
         await agent.shutdown()
     }
+
+    @Test func connectionResetMidBodyResumes() async throws {
+        let server = try Server { request, index in
+            var reply = Reply.honest(request, content: Self.content, etag: Self.etag)
+            if index == 0 { reply.resetAfter = Self.half }
+            return reply
+        }
+        let (result, log, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        // An RST discards whatever the client kernel had not delivered yet, so the resume offset
+        // can be anything up to half; the point is the classification and an intact result.
+        #expect(log.all.contains { if case .retrying(_, let error) = $0 { error == .networkConnectionLost } else { false } })
+    }
 }

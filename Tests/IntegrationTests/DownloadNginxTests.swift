@@ -71,8 +71,14 @@ struct DownloadNginxTests {
                                                 options: .init(expectedSHA256: F.sha256(content)))
         #expect(await F.wait { download.progress.bytesReceived > 3 << 20 })
         await first.shutdown()
-        // Bytes written after the last checkpoint are what a SIGKILL leaves behind unsynced:
-        // simulate them with garbage past the recorded offset.
+        // A SIGKILL leaves a record from the last checkpoint and, past it, bytes that may never have
+        // reached the disk. Simulate the worst case: an older record (half the offset) and garbage
+        // appended to the partial file.
+        let recordName = try #require(try FileManager.default.contentsOfDirectory(atPath: state.path).first)
+        let recordPath = state.appendingPathComponent(recordName).path
+        var record = try ResumeRecord.read(from: recordPath)
+        record.verifiedOffset /= 2
+        try record.write(to: recordPath)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: destination.path + ".part"))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data(repeating: 0xEE, count: 100_000))
@@ -87,7 +93,7 @@ struct DownloadNginxTests {
         _ = try await F.finish(restored[0])
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
         #expect(log.restarts == 0)
-        #expect((log.resumedOffsets.first ?? 0) > 0)
+        #expect(log.resumedOffsets.first == record.verifiedOffset)
         await second.shutdown()
     }
 

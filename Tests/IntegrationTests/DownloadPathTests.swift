@@ -44,7 +44,7 @@ struct DownloadPathTests {
         let lost = ContinuousClock.now
         continuation.yield(.unsatisfied(.noCarrier))
         #expect(await log.wait(timeout: .seconds(2)) { $0 == .waitingForConnectivity })
-        #expect(ContinuousClock.now - lost < .milliseconds(500))
+        #expect(ContinuousClock.now - lost < .seconds(1))   // typically a few ms; generous for loaded CI
         #expect(download.state == .waitingForConnectivity)
         let frozen = download.progress.bytesReceived
         #expect(!FileManager.default.fileExists(atPath: destination.path))
@@ -53,7 +53,7 @@ struct DownloadPathTests {
         let back = ContinuousClock.now
         continuation.yield(Self.ethernet)
         #expect(await log.wait(timeout: .seconds(2)) { if case .resumed = $0 { true } else { false } })
-        #expect(ContinuousClock.now - back < .milliseconds(500))
+        #expect(ContinuousClock.now - back < .seconds(1))
         let resumedAt = try #require(log.resumedOffsets.last)
         #expect(resumedAt > 0 && resumedAt <= frozen)
         _ = try await F.finish(download)

@@ -125,18 +125,47 @@ enum DownloadFixtures {
 /// nginx on 127.0.0.1 with its own generated config, serving `root`; `/slow/` is rate limited.
 final class DownloadTestNginx: Sendable {
     let port: UInt16
+    /// HTTPS port when started with `tls: true` (self-signed certificate for IP 127.0.0.1).
+    let tlsPort: UInt16?
     let prefix: URL
     let root: URL
     private let process: Process
 
+    /// The self-signed certificate to trust for `tlsPort`.
+    var certificate: URL { prefix.appendingPathComponent("cert.pem") }
+
     /// Starts nginx in the foreground as a child; waits (with a deadline) until it accepts.
-    init(slowRate: String = "2m") throws {
+    init(slowRate: String = "2m", tls: Bool = false) throws {
         prefix = FileManager.default.temporaryDirectory.appendingPathComponent("nginx-\(UUID().uuidString)")
         root = prefix.appendingPathComponent("www")
         try FileManager.default.createDirectory(at: root.appendingPathComponent("slow"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: prefix.appendingPathComponent("tmp"), withIntermediateDirectories: true)
         port = try DownloadFixtures.freePort()
         let p = prefix.path
+        var tlsServer = ""
+        if tls {
+            let tlsPort = try DownloadFixtures.freePort()
+            self.tlsPort = tlsPort
+            let openssl = Process()
+            openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            openssl.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                                 "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", p + "/key.pem", "-out", p + "/cert.pem"]
+            openssl.standardOutput = FileHandle.nullDevice
+            openssl.standardError = FileHandle.nullDevice
+            try openssl.run()
+            openssl.waitUntilExit()
+            guard openssl.terminationStatus == 0 else { throw POSIXError(.EIO) }
+            tlsServer = """
+                server {
+                    listen 127.0.0.1:\(tlsPort) ssl;
+                    ssl_certificate \(p)/cert.pem;
+                    ssl_certificate_key \(p)/key.pem;
+                    root \(root.path);
+                }
+            """
+        } else {
+            tlsPort = nil
+        }
         let configuration = """
         daemon off;
         master_process off;
@@ -158,6 +187,7 @@ final class DownloadTestNginx: Sendable {
                 root \(root.path);
                 location /slow/ { limit_rate \(slowRate); }
             }
+        \(tlsServer)
         }
         """
         let configPath = prefix.appendingPathComponent("nginx.conf")
@@ -180,6 +210,9 @@ final class DownloadTestNginx: Sendable {
     }
 
     static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") }
+    static var isTLSAvailable: Bool { isAvailable && FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") }
+
+    func tlsURL(_ path: String) -> URL { URL(string: "https://127.0.0.1:\(tlsPort ?? 0)/\(path)")! }
 
     /// Places `data` at `path` under the document root.
     func serve(_ data: Data, at path: String) throws {
@@ -223,6 +256,8 @@ final class DownloadTestHTTPServer: Sendable {
         var closeAfter: Int?
         /// Send this many body bytes, then stall (keep the socket open) until the client leaves.
         var stallAfter: Int?
+        /// Send this many body bytes, then reset the connection (SO_LINGER 0 + close sends RST).
+        var resetAfter: Int?
         /// Add Content-Length automatically from `body` (false for close-delimited bodies).
         var sendsContentLength = true
 
@@ -327,8 +362,14 @@ final class DownloadTestHTTPServer: Sendable {
         if reply.sendsContentLength { head += "Content-Length: \(reply.body.count)\r\n" }
         head += "\r\n"
         guard sendAll(client, Data(head.utf8)) else { return }
-        let limit = min(reply.body.count, reply.closeAfter ?? Int.max, reply.stallAfter ?? Int.max)
+        let limit = min(reply.body.count, reply.closeAfter ?? Int.max, reply.stallAfter ?? Int.max,
+                        reply.resetAfter ?? Int.max)
         guard sendAll(client, reply.body.prefix(limit)) else { return }
+        if reply.resetAfter != nil {
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            setsockopt(client, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            return   // the deferred close now sends RST
+        }
         if reply.stallAfter != nil {
             // Hold the connection silently until the client gives up (its stall timeout) or we stop.
             var pollDescriptor = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
@@ -353,6 +394,6 @@ final class DownloadTestHTTPServer: Sendable {
     }
 }
 
-extension Array where Element == UInt8 {
+fileprivate extension Array where Element == UInt8 {
     func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
 }

@@ -111,3 +111,49 @@ struct DownloadEventReplayTests {
         await agent.shutdown()
     }
 }
+
+@Suite("Queueing without network")
+struct DownloadQueueTests {
+    @Test func queuedDownloadsPauseResumeAndCancelWithoutASlot() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state"),
+                                                           maximumConcurrentDownloads: 1),
+                                      paths: paths)
+        let first = try await agent.download(from: URL(string: "http://127.0.0.1:9/a")!, to: directory.url.appendingPathComponent("a"))
+        let second = try await agent.download(from: URL(string: "http://127.0.0.1:9/b")!, to: directory.url.appendingPathComponent("b"))
+        let firstLog = EventLog(first)
+        #expect(await firstLog.wait { $0 == .waitingForConnectivity } || first.state == .waitingForConnectivity)
+        #expect(second.state == .queued)
+        await second.pause()
+        #expect(second.state == .paused)
+        await second.resume()
+        #expect(second.state == .queued)
+        await second.cancel()
+        #expect(second.state == .failed(.cancelled))
+        #expect(!FileManager.default.fileExists(atPath: directory.path("state/\(second.id.uuidString).json")))
+        #expect(FileManager.default.fileExists(atPath: directory.path("state/\(first.id.uuidString).json")))
+        #expect(await agent.downloads.map(\.id) == [first.id, second.id])
+        await #expect(throws: DownloadError.invalidRequest) {
+            _ = try await agent.download(from: URL(string: "http://127.0.0.1:9/a")!, to: directory.url.appendingPathComponent("a"))
+        }
+        await agent.shutdown()
+        #expect(first.state == .paused)
+    }
+
+    @Test func cancellingAWaiterLeavesTheDownloadAlone() async throws {
+        let directory = try TemporaryDirectory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state")),
+                                      paths: paths)
+        let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/a")!,
+                                                to: directory.url.appendingPathComponent("a"))
+        let waiter = Task { try await download.finished() }
+        waiter.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await waiter.value }
+        #expect(!download.state.isFinal)
+        await agent.shutdown()
+    }
+}

@@ -65,5 +65,8 @@ struct ErrorMappingTests {
         #expect(DownloadError.httpStatus(503).isResumable)
         #expect(!DownloadError.httpStatus(404).isResumable)
         #expect(!DownloadError.checksumMismatch.isResumable)
+        #expect(DownloadError.networkConnectionLost.isResumable)
+        #expect(!DownloadError.unsupportedURL.isResumable)
+        #expect(!DownloadError.tooManyRedirects.isResumable)
     }
 }

@@ -126,3 +126,40 @@ struct PartialFileTests {
         #expect(SHA256Digest.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
 }
+
+@Suite("Incremental SHA-256")
+struct IncrementalHashTests {
+    @Test func resumedFileHashesThePrefixFromDisk() async throws {
+        let directory = try TemporaryDirectory()
+        let bytes = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        // 100 000 bytes already on disk from an earlier run.
+        try bytes.prefix(100_000).write(to: URL(fileURLWithPath: directory.path("f.part")))
+        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")),
+                                  partialPath: directory.path("f.part"), expectedSHA256: SHA256Digest.hex(bytes),
+                                  totalLength: 300_000, allowsExpensive: true)
+        record.verifiedOffset = 100_000
+        let file = try PartialFile(record: record, recordPath: directory.path("r.json"),
+                                   limits: .init(highWater: 1 << 20, lowWater: 1 << 18, checkpointInterval: 1 << 30))
+        bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[100_000..<200_000]), at: 100_000) }
+        bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[200_000...]), at: 200_000) }
+        let url = try await file.complete(totalLength: 300_000, expectedLength: nil)
+        #expect(FileManager.default.contents(atPath: url.path) == bytes)
+    }
+
+    @Test func restartFromZeroResetsTheHash() async throws {
+        let directory = try TemporaryDirectory()
+        let final = Data("the new version".utf8)
+        let record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")),
+                                  partialPath: directory.path("f.part"), expectedSHA256: SHA256Digest.hex(final),
+                                  totalLength: nil, allowsExpensive: true)
+        let file = try PartialFile(record: record, recordPath: directory.path("r.json"),
+                                   limits: .init(highWater: 1 << 20, lowWater: 1 << 18, checkpointInterval: 1 << 30))
+        Data("old bytes".utf8).withUnsafeBytes { file.append($0, at: 0) }
+        try await file.checkpoint()
+        file.begin(.init(startOffset: 0, endOffset: nil, totalLength: nil, entityTag: "\"v2\"", lastModified: nil,
+                         restartsFromZero: true))
+        final.withUnsafeBytes { file.append($0, at: 0) }
+        _ = try await file.complete(totalLength: Int64(final.count), expectedLength: nil)
+        #expect(FileManager.default.contents(atPath: directory.path("f")) == final)
+    }
+}
