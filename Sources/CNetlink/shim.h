@@ -13,6 +13,7 @@
 #ifdef __linux__
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -142,6 +143,13 @@ static inline int cnl_open_private_sysfs(void) {
     int e = errno;
     close(fs);
     return mnt < 0 ? -e : mnt;
+}
+
+/* An eventfd that wakes the monitor thread out of poll(2) on cancel; Glibc's Swift module does
+   not export <sys/eventfd.h>. Returns -errno on failure. */
+static inline int cnl_wake_fd(void) {
+    int fd = eventfd(0, EFD_CLOEXEC);
+    return fd < 0 ? -errno : fd;
 }
 
 /* Human-readable libnl error text. */

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import Glibc
 import Synchronization
@@ -51,15 +50,19 @@ struct ResyncStateMachine: Sendable, Equatable {
     }
 }
 
-/// The netlink side of `PathMonitor`: two sockets, a serial queue, no polling.
+/// The netlink side of `PathMonitor`: two sockets and one thread that sleeps in poll(2) until the
+/// kernel speaks (no polling loop, no timer ticks).
 ///
-/// The event socket is subscribed to link, address, route and rule groups and is read only when
-/// the kernel speaks (a dispatch read source). The query socket serves dumps and the per-family
-/// RTM_GETROUTE lookups that resolve the path after each drained batch.
+/// The event socket is subscribed to link, address, route and rule groups. The query socket
+/// serves dumps and the per-family RTM_GETROUTE lookups that resolve the path after each drained
+/// batch. A dedicated thread instead of a dispatch read source: a route storm delivers one
+/// datagram per route, and dispatch's epoll re-arm plus thread hand-off per datagram spent about
+/// 60% of the monitor's CPU in context switches (measured with perf during a 400k-change storm).
 final class MonitorEngine: Sendable {
     private let configuration: PathMonitor.Configuration
     private let publish: @Sendable (NetworkPath) -> Void
-    private let queue = DispatchQueue(label: "reachability.path-monitor")
+    /// An eventfd that `cancel()` writes to, waking the thread out of poll(2).
+    private let wakeDescriptor: Int32
     private let events: NetlinkSocket
     private let query: NetlinkSocket
     private let sysfs: SysfsReader?
@@ -74,11 +77,12 @@ final class MonitorEngine: Sendable {
         var interfaces: [NetworkInterface] = []
         var interfacesGeneration = -1
         var resync = ResyncStateMachine()
-        var readSource: (any DispatchSourceRead)?
-        var quietTimer: (any DispatchSourceTimer)?
+        /// When to re-dump if the kernel stays quiet after an overflow.
+        var quietDeadline: ContinuousClock.Instant?
         /// A deferred evaluation while a storm is coalesced.
-        var evaluationTimer: (any DispatchSourceTimer)?
+        var evaluationDeadline: ContinuousClock.Instant?
         var lastEvaluation: ContinuousClock.Instant?
+        var isRunning = false
         var isCancelled = false
         var statistics = MonitorStatistics()
     }
@@ -116,44 +120,82 @@ final class MonitorEngine: Sendable {
             try query.useBlockingReads(timeoutMilliseconds: 2000)
             sysfs = SysfsReader.host()
         }
+        wakeDescriptor = try NetlinkSocket.makeWakeDescriptor()
         logger.debug("netlink sockets open", metadata: ["rcvbuf": "\(events.receiveBufferSize)"])
+    }
+
+    deinit {
+        // The thread owns the sockets while it runs; it closes them when it ends.
+        if !state.withLock({ $0.isRunning }) { close(wakeDescriptor) }
     }
 
     var statistics: MonitorStatistics { state.withLock { $0.statistics } }
 
     /// Loads links and addresses, publishes the first path, then starts listening.
     func start() throws {
-        try queue.sync {
-            try resynchronise()
-            // Sources are built inside the lock so they never leave its isolation region.
-            state.withLock { [events, query, queue] state in
-                let source = DispatchSource.makeReadSource(fileDescriptor: events.fileDescriptor, queue: queue)
-                source.setEventHandler { [weak self] in self?.drain() }
-                // Sockets close only after dispatch has let go of the descriptor.
-                source.setCancelHandler {
-                    events.close()
-                    query.close()
-                }
-                source.resume()
-                state.readSource = source
-            }
-        }
+        try resynchronise()
+        state.withLock { $0.isRunning = true }
+        let thread = Thread { [self] in run() }
+        thread.name = "reachability.path-monitor"
+        thread.start()
     }
 
     func cancel() {
-        // Cancelling only schedules the cancel handlers on `queue`, so doing it under the lock is safe.
-        state.withLock { state in
-            state.isCancelled = true
-            state.quietTimer?.cancel()
-            state.evaluationTimer?.cancel()
-            state.readSource?.cancel()
-            state.quietTimer = nil
-            state.evaluationTimer = nil
-            state.readSource = nil
+        let wasRunning = state.withLock { state -> Bool in
+            defer { state.isCancelled = true }
+            return state.isRunning && !state.isCancelled
+        }
+        if wasRunning {
+            var one: UInt64 = 1
+            _ = write(wakeDescriptor, &one, MemoryLayout<UInt64>.size)
         }
     }
 
-    // MARK: Event handling (on `queue`)
+    /// The monitor thread: poll for the event socket, the wake fd, or the next deadline.
+    private func run() {
+        defer {
+            events.close()
+            query.close()
+            close(wakeDescriptor)
+        }
+        var descriptors = [
+            pollfd(fd: events.fileDescriptor, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
+        ]
+        while true {
+            let (cancelled, deadline) = state.withLock { state in
+                (state.isCancelled, [state.quietDeadline, state.evaluationDeadline].compactMap { $0 }.min())
+            }
+            if cancelled { return }
+            var timeout: Int32 = -1
+            if let deadline {
+                let remaining = deadline - ContinuousClock.now
+                timeout = remaining <= .zero ? 0 : Int32(min((remaining / .milliseconds(1)).rounded(.up), 60_000))
+            }
+            if poll(&descriptors, 2, timeout) < 0, errno != EINTR {
+                configuration.logger.error("poll failed; the monitor stops", metadata: ["errno": "\(errno)"])
+                return
+            }
+            if state.withLock({ $0.isCancelled }) { return }
+            if descriptors[0].revents != 0 { drain() }
+            fireDueDeadlines()
+        }
+    }
+
+    private func fireDueDeadlines() {
+        let now = ContinuousClock.now
+        let (quiet, evaluate) = state.withLock { state -> (Bool, Bool) in
+            let quiet = state.quietDeadline.map { $0 <= now } ?? false
+            let evaluate = state.evaluationDeadline.map { $0 <= now } ?? false
+            if quiet { state.quietDeadline = nil }
+            if evaluate { state.evaluationDeadline = nil }
+            return (quiet, evaluate && state.resync.isLive)
+        }
+        if quiet { quietTimerFired() }
+        if evaluate { evaluateAndPublish() }
+    }
+
+    // MARK: Event handling (on the monitor thread)
 
     private func drain() {
         var dirty = false
@@ -202,51 +244,22 @@ final class MonitorEngine: Sendable {
     /// interval instead of one per datagram.
     private func evaluateSoon() {
         let interval = configuration.minimumEvaluationInterval
-        let delay = state.withLock { state -> Duration? in
-            if state.evaluationTimer != nil { return nil }
-            guard let last = state.lastEvaluation else { return .zero }
-            return max(.zero, interval - (ContinuousClock.now - last))
+        let now = ContinuousClock.now
+        let evaluateNow = state.withLock { state -> Bool in
+            if state.evaluationDeadline != nil { return false }
+            guard let last = state.lastEvaluation, now - last < interval else { return true }
+            state.evaluationDeadline = last + interval
+            return false
         }
-        guard let delay else { return }
-        if delay == .zero {
-            evaluateAndPublish()
-            return
-        }
-        state.withLock { [queue] state in
-            guard !state.isCancelled else { return }
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.schedule(deadline: .now() + .nanoseconds(Int(delay / .nanoseconds(1))))
-            timer.setEventHandler { [weak self] in
-                guard let self else { return }
-                let live = self.state.withLock { state -> Bool in
-                    state.evaluationTimer?.cancel()
-                    state.evaluationTimer = nil
-                    return state.resync.isLive
-                }
-                if live { self.evaluateAndPublish() }
-            }
-            timer.resume()
-            state.evaluationTimer = timer
-        }
+        if evaluateNow { evaluateAndPublish() }
     }
 
     private func armQuietTimer() {
-        let delay = configuration.quietPeriod.components
-        let nanoseconds = Int(delay.seconds) * 1_000_000_000 + Int(delay.attoseconds / 1_000_000_000)
-        state.withLock { [queue] state in
-            state.quietTimer?.cancel()
-            state.quietTimer = nil
-            guard !state.isCancelled else { return }
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.schedule(deadline: .now() + .nanoseconds(max(nanoseconds, 1_000_000)))
-            timer.setEventHandler { [weak self] in self?.quietTimerFired() }
-            timer.resume()
-            state.quietTimer = timer
-        }
+        state.withLock { $0.quietDeadline = ContinuousClock.now + configuration.quietPeriod }
     }
 
     private func quietTimerFired() {
-        // Drain here too: data may be queued that the read source has not reported yet.
+        // Drain here too: data may have arrived since the last poll.
         var drainedMore = false
         while let (result, _) = try? events.receive({ _ in () }), result != .empty {
             drainedMore = true

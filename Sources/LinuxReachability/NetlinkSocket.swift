@@ -144,6 +144,15 @@ final class NetlinkSocket: @unchecked Sendable {
     }
 }
 
+extension NetlinkSocket {
+    /// An eventfd for waking a thread blocked in poll(2).
+    static func makeWakeDescriptor() throws -> Int32 {
+        let fd = cnl_wake_fd()
+        if fd < 0 { throw ReachabilityError(.netlink, "cannot create an eventfd: \(String(cString: strerror(-fd)))") }
+        return fd
+    }
+}
+
 /// Entering named network namespaces (`ip netns add NAME` creates /run/netns/NAME).
 enum NetworkNamespace {
     /// Runs `body` on a fresh thread that has joined namespace `name`; sockets and mounts created

@@ -65,7 +65,7 @@ public final class PathMonitor: Sendable {
         state.withLock { $0.current } ?? .unsatisfied(.noInterfaceUp)
     }
 
-    /// Called on a private queue with every new path (and the current one when set after start).
+    /// Called on the monitor's thread with every new path; keep it short or hop to your own queue.
     public var pathUpdateHandler: (@Sendable (NetworkPath) -> Void)? {
         get { state.withLock { $0.handler } }
         set { state.withLock { $0.handler = newValue } }
