@@ -87,7 +87,7 @@ final class MonitorEngine: Sendable {
         var statistics = MonitorStatistics()
     }
 
-    /// Datagrams read per handler call before resolving the path, so storms still yield updates.
+    /// Datagrams read per drain before resolving the path and checking deadlines.
     private static let datagramsPerBatch = 512
 
     init(configuration: PathMonitor.Configuration, publish: @escaping @Sendable (NetworkPath) -> Void) throws {

@@ -96,8 +96,12 @@ public final class PathMonitor: Sendable {
         let engine = try MonitorEngine(configuration: configuration) { [weak self] path in
             self?.publish(path)
         }
-        state.withLock { $0.engine = engine }
         try engine.start()
+        let cancelled = state.withLock { state -> Bool in
+            if !state.isCancelled { state.engine = engine }
+            return state.isCancelled
+        }
+        if cancelled { engine.cancel() }
     }
 
     /// Stops listening and finishes every stream.
