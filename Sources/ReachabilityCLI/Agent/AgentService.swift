@@ -55,7 +55,11 @@ actor AgentService {
             observe(download)
             environment.emit("download", Self.fields(download) + [.init(key: "kind", value: .string("restored")),
                                                                    .init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
-            if userPaused.contains(download.id) { await agent.pause(download) }
+            if userPaused.contains(download.id) {
+                // restoreDownloads() has already scheduled it; the pause lands once its driver stops.
+                await agent.pause(download)
+                await settle(download) { $0 == .paused || $0.isFinal }
+            }
         }
         let restoredIDs = Set(restored.map(\.id))
         if !userPaused.isSubset(of: restoredIDs) {

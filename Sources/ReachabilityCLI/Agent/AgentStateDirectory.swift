@@ -83,7 +83,7 @@ struct AgentSettings: Sendable, Equatable {
     /// `no-expensive` (true/false). Values present in the file override `base`.
     static func parse(_ text: String, base: AgentSettings, path: String) throws -> AgentSettings {
         var settings = base
-        for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             var line = Substring(rawLine)
             if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
             let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
