@@ -134,6 +134,12 @@ struct AgentCommand: Command {
         }
         defer { watchdog?.cancel() }
 
+        // A parent may hand down a mask blocking these (Foundation's Process started from a
+        // dispatch thread does); a process-directed signal needs one thread that accepts it.
+        var mask = sigset_t()
+        sigemptyset(&mask)
+        for number in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&mask, number) }
+        pthread_sigmask(SIG_UNBLOCK, &mask, nil)
         let (signals, signalContinuation) = AsyncStream.makeStream(of: AgentSignal.self)
         let removeInterrupt = context.onInterrupt { signalContinuation.yield(.terminate) }
         defer { removeInterrupt() }
