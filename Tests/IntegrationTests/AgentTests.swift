@@ -28,7 +28,7 @@ struct AgentTests {
         let nginx = try DownloadTestNginx(slowRate: "2m")
         let directory = try F.Directory("agent")
         let state = directory.file("state")
-        let files = try Self.serveFiles(nginx, count: 3, size: 6 << 20)
+        let files = try Self.serveFiles(nginx, count: 3, size: 16 << 20)
 
         var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
         for (index, file) in files.enumerated() {
@@ -43,9 +43,10 @@ struct AgentTests {
         #expect(stopped.status == 0)
         #expect(stopped.elapsed < .seconds(2), "SIGTERM must checkpoint and exit within 2 s")
         #expect(first!.output.contains { $0.contains(#""kind":"stopped","checkpointed":true"#) })
+        let stoppedOutput = first!.output
         first = nil
         let records = try FileManager.default.contentsOfDirectory(atPath: state.appendingPathComponent("records").path)
-        #expect(records.filter { $0.hasSuffix(".json") }.count == 3)
+        #expect(records.filter { $0.hasSuffix(".json") }.count == 3, "\(records) \(stoppedOutput)")
 
         let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
         #expect(second.output.filter { $0.contains(#""kind":"restored""#) }.count == 3)
@@ -53,7 +54,7 @@ struct AgentTests {
         for (index, file) in files.enumerated() {
             #expect(F.sha256(fileAt: directory.file("out\(index).bin")) == file.sha)
         }
-        #expect(second.output.filter { $0.contains(#""kind":"resumed""#) }.count == 3, "each restored download resumed from its record")
+        #expect(second.output.filter { $0.contains(#""kind":"resumed""#) }.count == 3, "each restored download resumed from its record: \(second.output)")
         _ = second.terminate()
     }
 

@@ -32,6 +32,9 @@ actor AgentService {
     private var history: [DownloadSnapshot] = []
     private var path: NetworkPath?
     private var lastSummary: String?
+    /// Events reported per download, so a new subscription after `resume` of a failed download
+    /// (whose event stream had ended) skips the replay.
+    private var reportedEvents: [UUID: Int] = [:]
     private let startedAt: Date
 
     init(settings: AgentSettings, environment: Environment) throws {
@@ -166,7 +169,9 @@ actor AgentService {
         case .resume:
             userPaused.remove(download.id)
             savePaused()
+            let wasFinal = download.state.isFinal
             await agent.resume(download)
+            if wasFinal, !download.state.isFinal { observe(download, skipping: reportedEvents[download.id] ?? 0) }
             await settle(download) { $0 != .paused }
         case .cancel:
             userPaused.remove(download.id)
@@ -205,15 +210,23 @@ actor AgentService {
 
     // MARK: events
 
-    private nonisolated func observe(_ download: Download) {
-        download.onEvent = { [weak self] event in
-            guard let self else { return }
-            self.environment.emit("download", Self.fields(download) + Self.fields(event))
-            Task { await self.downloadEventArrived(download, event) }
+    /// Reports the download's events in order. `events` replays what happened before the
+    /// subscription (restoreDownloads() starts transfers before it returns, so a closure set
+    /// afterwards could miss the first `resumed`); `skipping` drops a replay already reported.
+    private nonisolated func observe(_ download: Download, skipping: Int = 0) {
+        Task { [weak self] in
+            var index = 0
+            for await event in download.events {
+                index += 1
+                guard index > skipping, let self else { continue }
+                self.environment.emit("download", Self.fields(download) + Self.fields(event))
+                await self.downloadEventArrived(download, event)
+            }
         }
     }
 
     private func downloadEventArrived(_ download: Download, _ event: DownloadEvent) async {
+        reportedEvents[download.id, default: 0] += 1
         switch event {
         case .completed, .failed:
             if userPaused.remove(download.id) != nil { savePaused() }
