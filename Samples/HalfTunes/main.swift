@@ -131,7 +131,7 @@ func line(_ download: Download, number: Int, selected: Bool) -> String {
     let fraction = progress.fractionCompleted ?? 0
     let filled = Int(fraction * 20)
     let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: 20 - filled)
-    let rate = progress.bytesPerSecond > 0 ? String(format: " %.1f MiB/s", progress.bytesPerSecond / 1_048_576) : ""
+    let rate = download.state == .running && progress.bytesPerSecond > 0 ? String(format: " %.1f MiB/s", progress.bytesPerSecond / 1_048_576) : ""
     let percent = progress.totalBytes == nil ? "  ?%" : String(format: "%3d%%", Int(fraction * 100))
     return "\(selected ? ">" : " ") \(number). \(name(download).padding(toLength: 24, withPad: " ", startingAt: 0)) [\(bar)] \(percent)\(rate)  \(stateText(download.state))"
 }
