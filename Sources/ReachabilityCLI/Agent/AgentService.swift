@@ -21,6 +21,9 @@ actor AgentService {
         var summaryChanged: @Sendable (String) -> Void
         /// Wall clock.
         var now: @Sendable () -> Date = { Date() }
+        /// At most one `progress` event per download per interval (bytes, total, rate) while it
+        /// transfers, so the log shows movement without a line per callback.
+        var progressInterval: Duration = .seconds(5)
     }
 
     private let environment: Environment
@@ -214,6 +217,21 @@ actor AgentService {
     /// subscription (restoreDownloads() starts transfers before it returns, so a closure set
     /// afterwards could miss the first `resumed`); `skipping` drops a replay already reported.
     private nonisolated func observe(_ download: Download, skipping: Int = 0) {
+        let interval = environment.progressInterval
+        let emit = environment.emit
+        Task {
+            var last = ContinuousClock.now
+            for await progress in download.progressUpdates {
+                guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
+                last = ContinuousClock.now
+                emit("download", Self.fields(download) + [
+                    .init(key: "kind", value: .string("progress")),
+                    .init(key: "bytesReceived", value: .integer(Int(progress.bytesReceived))),
+                    .init(key: "totalBytes", value: progress.totalBytes.map { .integer(Int($0)) } ?? .null),
+                    .init(key: "bytesPerSecond", value: .integer(Int(progress.bytesPerSecond))),
+                ])
+            }
+        }
         Task { [weak self] in
             var index = 0
             for await event in download.events {
