@@ -28,6 +28,10 @@ let package = Package(
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
+        // Samples: real programs built by `swift build`, smoke-tested in IntegrationTests.
+        .executableTarget(name: "HalfTunes", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/HalfTunes"),
+        .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
+        .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),

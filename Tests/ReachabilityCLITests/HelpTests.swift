@@ -22,7 +22,8 @@ struct HelpTests {
     @Test(arguments: commandNames)
     func subcommandHelpThreeWays(name: String) async throws {
         var texts: [String] = []
-        for arguments in [[name, "--help"], [name, "-h"], ["help", name], [name, "--json", "--bogus", "--help"]] {
+        let words = name.split(separator: " ").map(String.init)   // `queue add` is two arguments
+        for arguments in [words + ["--help"], words + ["-h"], ["help"] + words, words + ["--json", "--bogus", "--help"]] {
             let harness = Harness()
             #expect(await harness.run(arguments) == 0, "\(arguments)")
             #expect(harness.standardError.text.isEmpty)

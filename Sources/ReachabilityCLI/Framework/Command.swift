@@ -45,6 +45,13 @@ enum CommandRegistry {
         StatusCommand.self,
         WatchCommand.self,
         WaitCommand.self,
+        AgentCommand.self,
+        AgentStatusCommand.self,
+        QueueAddCommand.self,
+        QueueListCommand.self,
+        QueuePauseCommand.self,
+        QueueResumeCommand.self,
+        QueueCancelCommand.self,
     ]
 
     /// What the leading arguments name.

@@ -1,0 +1,357 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+
+/// What the agent does with downloads, separate from sockets, signals and files: handles
+/// control commands, keeps user pauses across restarts, reports events and the status summary.
+///
+/// The `DownloadAgent` it drives is replaced when a reload changes the concurrency limit
+/// (`DownloadAgent.Configuration` is fixed at creation): the old one is shut down, which
+/// checkpoints every transfer, and the new one restores them from their records.
+actor AgentService {
+    /// The outside world the service reports to and builds agents with.
+    struct Environment: Sendable {
+        /// The state directory (for default destinations and the paused list).
+        var stateDirectory: String
+        /// Builds a download agent for the settings (paths come from the monitor).
+        var makeAgent: @Sendable (AgentSettings) throws -> DownloadAgent
+        /// Receives every event object (NDJSON line without the time, which the sink adds).
+        var emit: @Sendable (_ event: String, _ fields: [JSONValue.Member]) -> Void
+        /// Receives the status summary whenever it changes (sd_notify STATUS=).
+        var summaryChanged: @Sendable (String) -> Void
+        /// Wall clock.
+        var now: @Sendable () -> Date = { Date() }
+        /// At most one `progress` event per download per interval (bytes, total, rate) while it
+        /// transfers, so the log shows movement without a line per callback.
+        var progressInterval: Duration = .seconds(5)
+    }
+
+    private let environment: Environment
+    private var settings: AgentSettings
+    private var agent: DownloadAgent
+    /// Downloads a user paused; restored downloads in this set are paused again at start.
+    private var userPaused: Set<UUID> = []
+    /// Downloads that ended under an earlier `DownloadAgent` of this process (after a reload).
+    private var history: [DownloadSnapshot] = []
+    private var path: NetworkPath?
+    private var lastSummary: String?
+    /// Events reported per download, so a new subscription after `resume` of a failed download
+    /// (whose event stream had ended) skips the replay.
+    private var reportedEvents: [UUID: Int] = [:]
+    private let startedAt: Date
+
+    init(settings: AgentSettings, environment: Environment) throws {
+        self.settings = settings
+        self.environment = environment
+        agent = try environment.makeAgent(settings)
+        startedAt = environment.now()
+    }
+
+    /// Resumes every unfinished download found in the records directory; the ones a user had
+    /// paused stay paused. Returns how many were restored.
+    @discardableResult
+    func start() async -> Int {
+        userPaused = Self.readPaused(environment.stateDirectory)
+        return await restore()
+    }
+
+    private func restore() async -> Int {
+        let restored = await agent.restoreDownloads()
+        for download in restored {
+            observe(download)
+            environment.emit("download", Self.fields(download) + [.init(key: "kind", value: .string("restored")),
+                                                                   .init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
+            if userPaused.contains(download.id) {
+                // restoreDownloads() has already scheduled it; the pause lands once its driver stops.
+                await agent.pause(download)
+                await settle(download) { $0 == .paused || $0.isFinal }
+            }
+        }
+        let restoredIDs = Set(restored.map(\.id))
+        if !userPaused.isSubset(of: restoredIDs) {
+            userPaused.formIntersection(restoredIDs)
+            savePaused()
+        }
+        refreshSummary()
+        return restored.count
+    }
+
+    /// Applies new settings; a different concurrency limit replaces the download agent.
+    func reload(_ newSettings: AgentSettings) async {
+        let old = settings
+        settings = newSettings
+        if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads {
+            let finished = await agent.downloads.filter { $0.state.isFinal }
+            history += finished.map(Self.snapshot)
+            await agent.shutdown()
+            do {
+                agent = try environment.makeAgent(newSettings)
+            } catch {
+                environment.emit("agent", [.init(key: "kind", value: .string("error")),
+                                           .init(key: "message", value: .string("cannot restart the download agent: \(error)"))])
+                return
+            }
+            _ = await restore()
+        }
+        environment.emit("agent", [.init(key: "kind", value: .string("reloaded")),
+                                   .init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
+                                   .init(key: "allowsExpensive", value: .bool(newSettings.allowsExpensive)),
+                                   .init(key: "changed", value: .bool(newSettings != old))])
+    }
+
+    /// Records and reports a new path.
+    func pathChanged(_ newPath: NetworkPath) {
+        path = newPath
+        environment.emit("path", [
+            .init(key: "status", value: .string(newPath.status.rawValue)),
+            .init(key: "reason", value: .string(newPath.unsatisfiedReason?.rawValue)),
+            .init(key: "connection", value: .string(newPath.connection.rawValue)),
+            .init(key: "interface", value: .string(newPath.isSatisfied ? newPath.primaryInterface?.name : nil)),
+            .init(key: "sourceAddress", value: .string(newPath.primaryRoute?.sourceAddress)),
+            .init(key: "isExpensive", value: .bool(newPath.isExpensive)),
+        ])
+        refreshSummary()
+    }
+
+    /// Checkpoints every transfer and stops the download agent.
+    func shutdown() async {
+        await agent.shutdown()
+    }
+
+    /// Answers the watchdog: the actor is not stuck.
+    func ping() -> Bool { true }
+
+    // MARK: control commands
+
+    /// Runs one control command.
+    func handle(_ command: ControlCommand, id: ControlRequestID?) async -> ControlResponse {
+        switch command {
+        case .add(let url, let output, let sha256):
+            let destination = output ?? Self.defaultDestination(for: url, in: environment.stateDirectory)
+            do {
+                let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
+                                                        options: DownloadOptions(expectedSHA256: sha256,
+                                                                                 allowsExpensive: settings.allowsExpensive))
+                observe(download)
+                environment.emit("download", Self.fields(download) + [.init(key: "kind", value: .string("queued"))])
+                refreshSummary()
+                return .success(id: id, download: Self.snapshot(download))
+            } catch {
+                return .failure(.failed("\(error)"), id: id)
+            }
+        case .list:
+            let live = await agent.downloads.map(Self.snapshot)
+            return .success(id: id, downloads: history + live)
+        case .status:
+            return .success(id: id, status: await status())
+        case .pause(let text), .resume(let text), .cancel(let text):
+            let downloads = await agent.downloads
+            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id)) {
+            case .failure(let error):
+                if history.contains(where: { $0.id.lowercased().hasPrefix(text.lowercased()) }) {
+                    return .failure(.invalidArgument("download '\(text)' has already finished"), id: id)
+                }
+                return .failure(error, id: id)
+            case .success(let uuid):
+                let download = downloads.first { $0.id == uuid }!
+                return await control(command, download, id: id)
+            }
+        }
+    }
+
+    private func control(_ command: ControlCommand, _ download: Download, id: ControlRequestID?) async -> ControlResponse {
+        switch command {
+        case .pause:
+            if download.state.isFinal {
+                return .failure(.invalidArgument("download \(Self.shortID(download.id)) has already finished"), id: id)
+            }
+            userPaused.insert(download.id)
+            savePaused()
+            await agent.pause(download)
+            await settle(download) { $0 == .paused || $0.isFinal }
+        case .resume:
+            userPaused.remove(download.id)
+            savePaused()
+            let wasFinal = download.state.isFinal
+            await agent.resume(download)
+            if wasFinal, !download.state.isFinal { observe(download, skipping: reportedEvents[download.id] ?? 0) }
+            await settle(download) { $0 != .paused }
+        case .cancel:
+            userPaused.remove(download.id)
+            savePaused()
+            await agent.cancel(download)
+            await settle(download) { $0.isFinal }
+        default:
+            break
+        }
+        refreshSummary()
+        return .success(id: id, download: Self.snapshot(download))
+    }
+
+    /// Waits (bounded, 2 s) until the download reaches the state a command asked for, so the
+    /// reply shows `paused` rather than the `running` it had while the transfer was stopping.
+    private func settle(_ download: Download, until predicate: @Sendable (DownloadState) -> Bool) async {
+        let deadline = ContinuousClock.now + .seconds(2)
+        while !predicate(download.state), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    private func status() async -> AgentStatusSnapshot {
+        let downloads = await agent.downloads
+        var counts: [String: Int] = [:]
+        for download in downloads { counts[Self.stateName(download.state), default: 0] += 1 }
+        for entry in history { counts[entry.state, default: 0] += 1 }
+        return AgentStatusSnapshot(
+            pid: getpid(), stateDirectory: environment.stateDirectory,
+            startedAt: PathText.timestamp(startedAt),
+            maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
+            pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
+            interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
+            counts: counts, summary: Self.summary(downloads.map(\.state)))
+    }
+
+    // MARK: events
+
+    /// Reports the download's events in order. `events` replays what happened before the
+    /// subscription (restoreDownloads() starts transfers before it returns, so a closure set
+    /// afterwards could miss the first `resumed`); `skipping` drops a replay already reported.
+    private nonisolated func observe(_ download: Download, skipping: Int = 0) {
+        let interval = environment.progressInterval
+        let emit = environment.emit
+        Task {
+            var last = ContinuousClock.now
+            for await progress in download.progressUpdates {
+                guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
+                last = ContinuousClock.now
+                emit("download", Self.fields(download) + [
+                    .init(key: "kind", value: .string("progress")),
+                    .init(key: "bytesReceived", value: .integer(Int(progress.bytesReceived))),
+                    .init(key: "totalBytes", value: progress.totalBytes.map { .integer(Int($0)) } ?? .null),
+                    .init(key: "bytesPerSecond", value: .integer(Int(progress.bytesPerSecond))),
+                ])
+            }
+        }
+        Task { [weak self] in
+            var index = 0
+            for await event in download.events {
+                index += 1
+                guard index > skipping, let self else { continue }
+                self.environment.emit("download", Self.fields(download) + Self.fields(event))
+                await self.downloadEventArrived(download, event)
+            }
+        }
+    }
+
+    private func downloadEventArrived(_ download: Download, _ event: DownloadEvent) async {
+        reportedEvents[download.id, default: 0] += 1
+        switch event {
+        case .completed, .failed:
+            if userPaused.remove(download.id) != nil { savePaused() }
+        default: break
+        }
+        // The event is emitted before the state is updated; look again once it has settled.
+        await Task.yield()
+        refreshSummary()
+    }
+
+    private func refreshSummary() {
+        Task { await self.publishSummary() }
+    }
+
+    private func publishSummary() async {
+        let summary = Self.summary(await agent.downloads.map(\.state))
+        guard summary != lastSummary else { return }
+        lastSummary = summary
+        environment.summaryChanged(summary)
+    }
+
+    // MARK: persistence of user pauses
+
+    private static func readPaused(_ directory: String) -> Set<UUID> {
+        guard let data = FileManager.default.contents(atPath: AgentStateDirectory.pausedPath(in: directory)),
+              let stored = try? JSONDecoder().decode(PausedList.self, from: data) else { return [] }
+        return Set(stored.paused.compactMap(UUID.init(uuidString:)))
+    }
+
+    private func savePaused() {
+        let data = Data(ControlCodec.encode(PausedList(paused: userPaused.map(\.uuidString).sorted())))
+        let path = AgentStateDirectory.pausedPath(in: environment.stateDirectory)
+        try? data.write(to: URL(fileURLWithPath: path), options: .atomic)
+        chmod(path, 0o600)
+    }
+
+    private struct PausedList: Codable { var paused: [String] }
+
+    // MARK: pure helpers
+
+    /// `3 downloading, 1 waiting for network`, or `idle`.
+    static func summary(_ states: [DownloadState]) -> String {
+        var running = 0, waiting = 0, queued = 0, paused = 0
+        for state in states {
+            switch state {
+            case .running: running += 1
+            case .waitingForConnectivity: waiting += 1
+            case .queued: queued += 1
+            case .paused: paused += 1
+            case .completed, .failed: break
+            }
+        }
+        let parts = [(running, "downloading"), (waiting, "waiting for network"), (queued, "queued"), (paused, "paused")]
+            .filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
+        return parts.isEmpty ? "idle" : parts.joined(separator: ", ")
+    }
+
+    /// `STATE_DIR/files/NAME`, NAME being the URL's last path component (`index.html` for `/`).
+    static func defaultDestination(for url: URL, in directory: String) -> String {
+        let name = url.lastPathComponent
+        let safe = name.isEmpty || name == "/" || name == "." || name == ".." ? "index.html" : name
+        return AgentStateDirectory.filesDirectory(in: directory) + "/" + safe
+    }
+
+    static func shortID(_ id: UUID) -> String { String(id.uuidString.lowercased().prefix(8)) }
+
+    static func stateName(_ state: DownloadState) -> String {
+        switch state {
+        case .queued: "queued"
+        case .running: "running"
+        case .waitingForConnectivity: "waitingForConnectivity"
+        case .paused: "paused"
+        case .completed: "completed"
+        case .failed: "failed"
+        }
+    }
+
+    static func snapshot(_ download: Download) -> DownloadSnapshot {
+        let progress = download.progress
+        var error: String?
+        if case .failed(let failure) = download.state { error = failure.description }
+        return DownloadSnapshot(id: download.id.uuidString.lowercased(), url: download.url.absoluteString,
+                                destination: download.destination.path, state: stateName(download.state),
+                                bytesReceived: progress.bytesReceived, totalBytes: progress.totalBytes,
+                                bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
+    }
+
+    static func fields(_ download: Download) -> [JSONValue.Member] {
+        [.init(key: "id", value: .string(download.id.uuidString.lowercased())),
+         .init(key: "url", value: .string(download.url.absoluteString)),
+         .init(key: "destination", value: .string(download.destination.path))]
+    }
+
+    static func fields(_ event: DownloadEvent) -> [JSONValue.Member] {
+        func kind(_ name: String) -> JSONValue.Member { .init(key: "kind", value: .string(name)) }
+        switch event {
+        case .started: return [kind("started")]
+        case .resumed(let offset): return [kind("resumed"), .init(key: "offset", value: .integer(Int(offset)))]
+        case .waitingForConnectivity: return [kind("waitingForConnectivity")]
+        case .restartedFromZero(let reason): return [kind("restartedFromZero"), .init(key: "reason", value: .string(reason))]
+        case .retrying(let delay, let error):
+            let milliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
+            return [kind("retrying"), .init(key: "afterMs", value: .integer(Int(milliseconds))),
+                    .init(key: "error", value: .string(error.description))]
+        case .paused: return [kind("paused")]
+        case .completed: return [kind("completed")]
+        case .failed(let error): return [kind("failed"), .init(key: "error", value: .string(error.description))]
+        }
+    }
+}

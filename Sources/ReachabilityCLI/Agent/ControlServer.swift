@@ -1,0 +1,136 @@
+import Foundation
+import Synchronization
+
+/// Accepts control connections on the agent's Unix socket.
+///
+/// One thread blocks in accept(2); each connection gets a thread that reads lines into a
+/// `ControlConnectionStateMachine` and runs the commands through `handler`. Blocking threads
+/// (not tasks) because reads block, and the cooperative pool is only as wide as the CPU count.
+final class ControlServer: Sendable {
+    /// Runs one command and returns its reply; called from connection threads.
+    typealias Handler = @Sendable (ControlCommand, ControlRequestID?) async -> ControlResponse
+    /// Told about refused peers and connection errors (for the agent's log).
+    typealias Observer = @Sendable (ControlServerEvent) -> Void
+
+    let path: String
+    private let listener: Int32
+    private let handler: Handler
+    private let observer: Observer
+    private let isStopped = Atomic<Bool>(false)
+    private let connectionCount = Atomic<Int>(0)
+    /// Connections beyond this are answered with an error and closed.
+    static let maximumConnections = 32
+
+    /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
+    /// The caller must hold the state directory's lock, so the file cannot be another agent's.
+    init(path: String, handler: @escaping Handler, observer: @escaping Observer) throws {
+        self.path = path
+        self.handler = handler
+        self.observer = observer
+        unlink(path)
+        let descriptor = try UnixSocketSyscalls.makeSocket(SOCK_STREAM)
+        do {
+            try UnixSocketSyscalls.bindAndListen(descriptor, path: path, mode: 0o600)
+        } catch {
+            UnixSocketSyscalls.close(descriptor)
+            throw error
+        }
+        listener = descriptor
+        let thread = Thread { [self] in acceptLoop() }
+        thread.name = "reachability.control.accept"
+        thread.start()
+    }
+
+    /// Stops accepting and removes the socket file.
+    func stop() {
+        guard !isStopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        UnixSocketSyscalls.shutdownBoth(listener)
+        unlink(path)
+    }
+
+    private func acceptLoop() {
+        while !isStopped.load(ordering: .acquiring) {
+            let connection: Int32
+            do {
+                connection = try UnixSocketSyscalls.accept(listener)
+            } catch {
+                if isStopped.load(ordering: .acquiring) { break }
+                if error.number == EMFILE || error.number == ENFILE || error.number == ENOBUFS || error.number == ENOMEM {
+                    observer(.error("accept: \(error)"))
+                    usleep(50_000)   // out of descriptors: back off instead of spinning on accept
+                }
+                continue
+            }
+            let thread = Thread { [self] in serve(connection) }
+            thread.name = "reachability.control.connection"
+            thread.start()
+        }
+        UnixSocketSyscalls.close(listener)
+    }
+
+    private func serve(_ connection: Int32) {
+        defer { UnixSocketSyscalls.close(connection) }
+        let active = connectionCount.add(1, ordering: .relaxed).newValue
+        defer { connectionCount.subtract(1, ordering: .relaxed) }
+        func send(_ response: ControlResponse) -> Bool {
+            (try? UnixSocketSyscalls.writeAll(connection, ControlCodec.encode(response) + [UInt8(ascii: "\n")])) != nil
+        }
+        // Only the agent's own user and root may talk to it; the 0700 directory already keeps
+        // others out, this holds even if someone loosens the permissions.
+        guard let credentials = try? UnixSocketSyscalls.peerCredentials(connection) else { return }
+        let ownUID = geteuid()
+        guard credentials.uid == ownUID || credentials.uid == 0 else {
+            observer(.refused(credentials))
+            _ = send(.failure(.refused(uid: credentials.uid), id: nil))
+            return
+        }
+        guard active <= Self.maximumConnections else {
+            _ = send(.failure(.failed("too many control connections"), id: nil))
+            return
+        }
+        try? UnixSocketSyscalls.setReceiveTimeout(connection, seconds: 60)
+        var machine = ControlConnectionStateMachine()
+        while true {
+            let bytes: [UInt8]
+            do { bytes = try UnixSocketSyscalls.read(connection) } catch { bytes = [] }
+            let actions = bytes.isEmpty ? machine.endOfInput() : machine.received(bytes)
+            for action in actions {
+                switch action {
+                case .handle(let id, let command):
+                    observer(.request(command, credentials))
+                    guard send(wait { await self.handler(command, id) }) else { return }
+                case .reply(let response):
+                    observer(.rejected(response.error ?? .failed("rejected"), credentials))
+                    guard send(response) else { return }
+                case .close:
+                    return
+                }
+            }
+        }
+    }
+
+    /// Runs async work from a plain thread and blocks that thread (never a pool thread) for it.
+    private func wait(_ work: @escaping @Sendable () async -> ControlResponse) -> ControlResponse {
+        let semaphore = DispatchSemaphore(value: 0)
+        let result = Mutex<ControlResponse?>(nil)
+        Task {
+            let response = await work()
+            result.withLock { $0 = response }
+            semaphore.signal()
+        }
+        semaphore.wait()
+        return result.withLock { $0 } ?? .failure(.failed("no reply"), id: nil)
+    }
+}
+
+/// Things the control server reports to the agent's log.
+enum ControlServerEvent: Sendable {
+    /// A peer with another uid connected and was refused.
+    case refused(UnixSocketSyscalls.PeerCredentials)
+    /// A valid request from a peer.
+    case request(ControlCommand, UnixSocketSyscalls.PeerCredentials)
+    /// A request answered with an error without being handled (malformed, too large).
+    case rejected(ControlError, UnixSocketSyscalls.PeerCredentials)
+    /// Something went wrong with the socket itself.
+    case error(String)
+}

@@ -1,0 +1,215 @@
+import Foundation
+
+/// `--state-dir` shared by the control commands, and the request round trip they all make.
+struct ControlOptions: Sendable {
+    static let stateDirectory = AgentCommand.stateDirectory
+
+    var stateDirectoryArgument: String?
+
+    init(arguments: ParsedArguments) {
+        stateDirectoryArgument = arguments.value(Self.stateDirectory)
+    }
+
+    /// Sends `command` to the agent and returns the reply; an error reply becomes `CommandFailure`.
+    func send(_ command: ControlCommand, in context: CommandContext) throws -> ControlResponse {
+        let directory = AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment, isRoot: geteuid() == 0)
+        let response = try ControlClient(stateDirectory: directory).send(command)
+        if !response.ok {
+            throw CommandFailure(message: response.error?.message ?? "the agent reported an error", exitCode: .failure)
+        }
+        return response
+    }
+
+    static let discussion = """
+        The command talks to the agent over STATE_DIR/agent.sock. Exit status: 0 on success; 1 when \
+        no agent is running or the agent reports an error; 77 when the agent belongs to another user.
+        """
+}
+
+/// One download as a text line: `1f2e3d4c  running  12.0 MiB / 48.0 MiB  https://... -> /path`.
+enum DownloadLine {
+    static func text(_ download: DownloadSnapshot) -> String {
+        let size = download.totalBytes.map { "\(mebibytes(download.bytesReceived)) / \(mebibytes($0))" }
+            ?? mebibytes(download.bytesReceived)
+        var line = "\(download.id.prefix(8))  \(download.state.padding(toLength: 22, withPad: " ", startingAt: 0)) \(size)  \(download.url) -> \(download.destination)"
+        if let error = download.error { line += "  (\(error))" }
+        return line
+    }
+
+    static func mebibytes(_ bytes: Int64) -> String {
+        String(format: "%.1f MiB", Double(bytes) / 1_048_576)
+    }
+
+    static func json(_ download: DownloadSnapshot) -> String {
+        String(decoding: ControlCodec.encode(download), as: UTF8.self)
+    }
+}
+
+/// `reachability queue add URL [-o FILE] [--sha256 HEX]`.
+struct QueueAddCommand: Command {
+    static let name = "queue add"
+    static let abstract = "Queue a download in the running agent."
+    static let output = Option.value("output", short: "o", valueName: "file",
+                                     help: "Where the finished file goes (relative to the current directory). Default: STATE_DIR/files/NAME.")
+    static let sha256 = Option.value("sha256", valueName: "hex", help: "Expected SHA-256 of the file; a mismatch fails the download.")
+    static let options = [output, sha256, ControlOptions.stateDirectory]
+    static let positionals = [Positional(name: "url", help: "An http or https URL.")]
+    static let discussion: String? = "Prints the new download's line (its ID first).\n\n" + ControlOptions.discussion
+
+    var url: URL
+    var outputPath: String?
+    var expectedSHA256: String?
+    var control: ControlOptions
+
+    init(arguments: ParsedArguments) throws {
+        let text = arguments.positional(Self.positionals[0])[0]
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              url.host != nil else {
+            throw UsageError("The value '\(text)' is invalid for '<url>': expected an http or https URL")
+        }
+        self.url = url
+        if let output = arguments.value(Self.output) {
+            guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
+            // The agent has its own working directory: send an absolute path.
+            outputPath = output.hasPrefix("/") ? output
+                : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(output).standardizedFileURL.path
+        }
+        if let sha = arguments.value(Self.sha256) {
+            guard ControlCodec.isSHA256(sha) else { throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hex digits") }
+            expectedSHA256 = sha.lowercased()
+        }
+        control = ControlOptions(arguments: arguments)
+    }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let response = try control.send(.add(url: url, output: outputPath, sha256: expectedSHA256), in: context)
+        if let download = response.download { context.output.line(DownloadLine.text(download)) }
+        return .success
+    }
+}
+
+/// `reachability queue list [--json]`.
+struct QueueListCommand: Command {
+    static let name = "queue list"
+    static let abstract = "List the agent's downloads."
+    static let json = Option.flag("json", help: "Print one JSON object per download (NDJSON).")
+    static let options = [json, ControlOptions.stateDirectory]
+    static let discussion: String? = """
+        Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file.
+
+        """ + ControlOptions.discussion
+
+    var isJSON: Bool
+    var control: ControlOptions
+
+    init(arguments: ParsedArguments) throws {
+        isJSON = arguments.isSet(Self.json)
+        control = ControlOptions(arguments: arguments)
+    }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let response = try control.send(.list, in: context)
+        for download in response.downloads ?? [] {
+            context.output.line(isJSON ? DownloadLine.json(download) : DownloadLine.text(download))
+        }
+        return .success
+    }
+}
+
+/// `queue pause|resume|cancel ID`: the three share everything but the command.
+protocol QueueControlCommand: Command {
+    static func command(_ id: String) -> ControlCommand
+    var id: String { get }
+    var control: ControlOptions { get }
+}
+
+extension QueueControlCommand {
+    static var options: [Option] { [ControlOptions.stateDirectory] }
+    static var positionals: [Positional] { [Positional(name: "id", help: "A download ID or a unique prefix of one (see 'queue list').")] }
+    static var discussion: String? { ControlOptions.discussion }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let response = try control.send(Self.command(id), in: context)
+        if let download = response.download { context.output.line(DownloadLine.text(download)) }
+        return .success
+    }
+}
+
+/// `reachability queue pause ID`.
+struct QueuePauseCommand: QueueControlCommand {
+    static let name = "queue pause"
+    static let abstract = "Pause a download; its resume data is kept, also across agent restarts."
+    static func command(_ id: String) -> ControlCommand { .pause(id) }
+    var id: String
+    var control: ControlOptions
+    init(arguments: ParsedArguments) throws {
+        id = arguments.positional(Self.positionals[0])[0]
+        control = ControlOptions(arguments: arguments)
+    }
+}
+
+/// `reachability queue resume ID`.
+struct QueueResumeCommand: QueueControlCommand {
+    static let name = "queue resume"
+    static let abstract = "Resume a paused (or resumably failed) download."
+    static func command(_ id: String) -> ControlCommand { .resume(id) }
+    var id: String
+    var control: ControlOptions
+    init(arguments: ParsedArguments) throws {
+        id = arguments.positional(Self.positionals[0])[0]
+        control = ControlOptions(arguments: arguments)
+    }
+}
+
+/// `reachability queue cancel ID`.
+struct QueueCancelCommand: QueueControlCommand {
+    static let name = "queue cancel"
+    static let abstract = "Cancel a download and delete its partial file."
+    static func command(_ id: String) -> ControlCommand { .cancel(id) }
+    var id: String
+    var control: ControlOptions
+    init(arguments: ParsedArguments) throws {
+        id = arguments.positional(Self.positionals[0])[0]
+        control = ControlOptions(arguments: arguments)
+    }
+}
+
+/// `reachability agent status [--json]`.
+struct AgentStatusCommand: Command {
+    static let name = "agent status"
+    static let abstract = "Show the running agent's path, limits and download counts."
+    static let json = Option.flag("json", help: "Print the status as one JSON object.")
+    static let options = [json, ControlOptions.stateDirectory]
+    static let discussion: String? = ControlOptions.discussion
+
+    var isJSON: Bool
+    var control: ControlOptions
+
+    init(arguments: ParsedArguments) throws {
+        isJSON = arguments.isSet(Self.json)
+        control = ControlOptions(arguments: arguments)
+    }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let response = try control.send(.status, in: context)
+        guard let status = response.status else {
+            throw CommandFailure(message: "the agent sent no status", exitCode: .failure)
+        }
+        if isJSON {
+            context.output.line(String(decoding: ControlCodec.encode(status), as: UTF8.self))
+            return .success
+        }
+        let path: String
+        if let pathStatus = status.pathStatus {
+            path = pathStatus == "satisfied"
+                ? "reachable via \(status.connection ?? "?")\(status.interface.map { " (\($0))" } ?? "")\(status.isExpensive == true ? " expensive" : "")"
+                : "unreachable"
+        } else {
+            path = "unknown (no path yet)"
+        }
+        context.output.line("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)")
+        context.output.line("path: \(path)")
+        context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths"))")
+        return .success
+    }
+}

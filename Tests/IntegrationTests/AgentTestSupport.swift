@@ -1,0 +1,190 @@
+import Foundation
+import Synchronization
+import Testing
+
+/// Runs the built executables (`reachability`, the samples) the way a user would.
+enum BuiltProducts {
+    /// `REACHABILITY_BUILD_DIR`, else the directory holding the test bundle (`.build/<triple>/debug`),
+    /// else `.build/debug` under the package root.
+    static func url(_ name: String) throws -> URL {
+        var candidates: [URL] = []
+        if let directory = ProcessInfo.processInfo.environment["REACHABILITY_BUILD_DIR"] {
+            candidates.append(URL(fileURLWithPath: directory).appendingPathComponent(name))
+        }
+        let testExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        candidates.append(testExecutable.deletingLastPathComponent().appendingPathComponent(name))
+        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent(name))
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        candidates.append(root.appendingPathComponent(".build/debug/\(name)"))
+        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0.path) }) else {
+            throw CommandFailure(description: "\(name) not built (run 'swift build'); looked at \(candidates.map(\.path))")
+        }
+        return found
+    }
+
+    struct Result: CustomStringConvertible {
+        var status: Int32
+        var standardOutput: String
+        var standardError: String
+        var description: String { "status \(status)\nstdout: \(standardOutput)\nstderr: \(standardError)" }
+    }
+
+    /// Runs `name arguments` to completion (stdin /dev/null); `prefix` wraps it (setpriv, ip netns exec).
+    static func run(_ name: String, _ arguments: [String], prefix: [String] = [], directory: URL? = nil,
+                    environment: [String: String]? = nil) throws -> Result {
+        let process = Process()
+        let executable = try url(name).path
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = prefix + [executable] + arguments
+        if let directory { process.currentDirectoryURL = directory }
+        process.environment = environment ?? ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
+        let output = Pipe(), error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        // Read both pipes concurrently: a chatty child must not block on a full pipe.
+        let errorData = Mutex<Data>(Data())
+        let reader = Thread { errorData.withLock { $0 = error.fileHandleForReading.readDataToEndOfFile() } }
+        reader.start()
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        while reader.isExecuting || !reader.isFinished { usleep(1000) }   // join the reader thread
+        return Result(status: process.terminationStatus, standardOutput: String(decoding: outputData, as: UTF8.self),
+                      standardError: String(decoding: errorData.withLock { $0 }, as: UTF8.self))
+    }
+}
+
+/// A `reachability agent` child process whose NDJSON stdout is collected line by line.
+final class AgentProcess: Sendable {
+    let stateDirectory: URL
+    let process: Process
+    private let lines = Mutex<[String]>([])
+    private let errors = Mutex<String>("")
+
+    /// Starts `reachability agent --state-dir DIR ARGS` and, unless told not to, waits for its
+    /// socket to accept connections (the "listening" event).
+    init(stateDirectory: URL, arguments: [String] = [], environment: [String: String] = [:], waitUntilListening: Bool = true) throws {
+        self.stateDirectory = stateDirectory
+        process = Process()
+        process.executableURL = try BuiltProducts.url("reachability")
+        process.arguments = ["agent", "--state-dir", stateDirectory.path] + arguments
+        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"].merging(environment) { $1 }
+        let output = Pipe(), error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let outputHandle = output.fileHandleForReading, errorHandle = error.fileHandleForReading
+        Thread { [weak self] in
+            var pending = Data()
+            while true {
+                let chunk = outputHandle.availableData
+                if chunk.isEmpty { break }
+                pending += chunk
+                while let newline = pending.firstIndex(of: 10) {
+                    let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
+                    pending = Data(pending[(newline + 1)...])
+                    self?.lines.withLock { $0.append(line) }
+                }
+            }
+        }.start()
+        Thread { [weak self] in
+            while true {
+                let chunk = errorHandle.availableData
+                if chunk.isEmpty { break }
+                self?.errors.withLock { $0 += String(decoding: chunk, as: UTF8.self) }
+            }
+        }.start()
+        if waitUntilListening {
+            guard waitForLine(timeout: .seconds(20), { $0.contains(#""kind":"listening""#) }) != nil else {
+                stop()
+                throw CommandFailure(description: "agent did not start listening; stderr: \(standardError)")
+            }
+        }
+    }
+
+    var output: [String] { lines.withLock { $0 } }
+    var standardError: String { errors.withLock { $0 } }
+    var pid: Int32 { process.processIdentifier }
+
+    /// The parsed NDJSON objects printed so far.
+    var events: [[String: Any]] {
+        output.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    /// Waits (deadline, not a fixed sleep) for an output line matching `predicate`.
+    @discardableResult
+    func waitForLine(timeout: Duration = .seconds(30), _ predicate: (String) -> Bool) -> String? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let line = output.first(where: predicate) { return line }
+            if !process.isRunning { return output.first(where: predicate) }
+            usleep(5_000)
+        }
+        return nil
+    }
+
+    /// Waits for `count` lines matching `predicate`.
+    func waitForLines(_ count: Int, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if output.filter(predicate).count >= count { return true }
+            usleep(5_000)
+        }
+        return output.filter(predicate).count >= count
+    }
+
+    /// Sends `signal` and waits for the exit; returns the status and how long it took, or nil on timeout.
+    func terminate(_ signal: Int32 = SIGTERM, timeout: Duration = .seconds(10)) -> (status: Int32, elapsed: Duration)? {
+        let start = ContinuousClock.now
+        kill(process.processIdentifier, signal)
+        let deadline = start + timeout
+        while process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
+        guard !process.isRunning else { return nil }
+        return (process.terminationStatus, ContinuousClock.now - start)
+    }
+
+    func stop() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    deinit { stop() }
+
+    /// Runs a `reachability` control command against this agent's state directory.
+    func control(_ arguments: [String], prefix: [String] = []) throws -> BuiltProducts.Result {
+        try BuiltProducts.run("reachability", arguments + ["--state-dir", stateDirectory.path], prefix: prefix)
+    }
+
+    /// `queue list --json`, parsed.
+    func list() throws -> [[String: Any]] {
+        let result = try control(["queue", "list", "--json"])
+        return result.standardOutput.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+}
+
+/// A network namespace whose path is satisfied (veth with a default route), for
+/// `agent --netns`: the agent's monitor then sees a usable path whatever the host's routing,
+/// while its downloads still go to nginx on the host's loopback.
+final class ConnectedNamespace: Sendable {
+    let lab = NetworkLab()
+    let name: String
+
+    init() throws {
+        name = try lab.namespace("agent")
+        // A veth pair with both ends inside (the dummy module may be missing): carrier comes up
+        // once both ends are up.
+        try ip("-n \(name) link add uplink type veth peer name peer0")
+        try ip("-n \(name) addr add 10.77.0.2/24 dev uplink")
+        try ip("-n \(name) link set peer0 up")
+        try ip("-n \(name) link set uplink up")
+        try ip("-n \(name) route add default via 10.77.0.1 dev uplink")
+    }
+
+    deinit { lab.close() }
+}

@@ -1,0 +1,60 @@
+import Foundation
+import Testing
+@testable import ReachabilityCLI
+
+/// The agent's files without a running agent: state directory mode, the lock, log rotation.
+@Suite("Agent files")
+struct AgentFilesTests {
+    static func scratch() throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("agent-files-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    @Test func stateDirectoryIsPrivateAndTightened() throws {
+        let base = try Self.scratch()
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let directory = base + "/a/b/state"
+        try AgentStateDirectory.prepare(directory)
+        var info = stat()
+        #expect(stat(directory, &info) == 0 && info.st_mode & 0o777 == 0o700)
+        chmod(directory, 0o755)
+        try AgentStateDirectory.prepare(directory)
+        #expect(stat(directory, &info) == 0 && info.st_mode & 0o777 == 0o700)
+        #expect(FileManager.default.fileExists(atPath: directory + "/records"))
+        #expect(FileManager.default.fileExists(atPath: directory + "/files"))
+    }
+
+    @Test func secondLockIsRefusedWithTheHoldersPid() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let held = try AgentStateDirectory.lock(directory)
+        defer { close(held) }
+        // flock(2) conflicts between open file descriptions, even within one process.
+        #expect(throws: CommandFailure(message: "another agent is already running on \(directory) (pid \(getpid()))", exitCode: .failure)) {
+            _ = try AgentStateDirectory.lock(directory)
+        }
+        close(held)
+        let again = try AgentStateDirectory.lock(directory)
+        close(again)
+    }
+
+    @Test func logRotatesAndKeepsThreeFiles() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = try RotatingLogFile(path: directory + "/agent.log", maximumSize: 1024, keep: 3)
+        let line = String(repeating: "x", count: 299)   // 300 bytes with the newline: 3 per file
+        for index in 0..<20 { log.append("\(index % 10)" + line.dropFirst()) }
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
+        #expect(names == ["agent.log", "agent.log.1", "agent.log.2", "agent.log.3"])
+        for name in names {
+            let size = (try FileManager.default.attributesOfItem(atPath: directory + "/" + name)[.size] as? Int) ?? 0
+            #expect(size <= 1024)
+        }
+        var info = stat()
+        #expect(stat(directory + "/agent.log", &info) == 0 && info.st_mode & 0o777 == 0o600)
+        // The newest line is in agent.log.
+        let current = try String(contentsOfFile: directory + "/agent.log", encoding: .utf8)
+        #expect(current.hasSuffix("9" + line.dropFirst() + "\n"))
+    }
+}

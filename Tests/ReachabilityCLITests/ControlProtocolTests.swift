@@ -1,0 +1,238 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Synchronization
+import Testing
+@testable import ReachabilityCLI
+
+/// The control protocol without sockets: decoding/validation, the connection state machine and
+/// the request handler (AgentService) against a download agent that never gets a usable path.
+@Suite("Control protocol")
+struct ControlProtocolTests {
+    static func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+    @Test(arguments: [
+        (#"{"version":1,"id":1,"command":"list"}"#, ControlCommand.list),
+        (#"{"version":1,"id":"x","command":"status"}"#, .status),
+        (#"{"version":1,"command":"pause","download":"1f2e"}"#, .pause("1f2e")),
+        (#"{"version":1,"command":"resume","download":"1f2e"}"#, .resume("1f2e")),
+        (#"{"version":1,"command":"cancel","download":"1f2e"}"#, .cancel("1f2e")),
+        (#"{"version":1,"command":"add","url":"http://h/x","output":"/tmp/x","sha256":"\#(String(repeating: "AB", count: 32))"}"#,
+         .add(url: URL(string: "http://h/x")!, output: "/tmp/x", sha256: String(repeating: "ab", count: 32))),
+    ])
+    func decodesValidRequests(line: String, expected: ControlCommand) throws {
+        let (_, command) = try ControlCodec.decodeRequest(Self.bytes(line)).get()
+        #expect(command == expected)
+    }
+
+    @Test(arguments: [
+        ("not json", "malformed"),
+        ("[1,2]", "malformed"),
+        (#"{"id":3,"command":"list"}"#, "malformed"),
+        (#"{"version":"1","command":"list"}"#, "malformed"),
+        (#"{"version":2,"id":3,"command":"list"}"#, "unsupportedVersion"),
+        (#"{"version":1,"command":"frobnicate"}"#, "unknownCommand"),
+        (#"{"version":1,"command":"add"}"#, "invalidArgument"),
+        (#"{"version":1,"command":"add","url":"ftp://h/x"}"#, "invalidArgument"),
+        (#"{"version":1,"command":"add","url":"http://h/x","output":"relative"}"#, "invalidArgument"),
+        (#"{"version":1,"command":"add","url":"http://h/x","sha256":"abc"}"#, "invalidArgument"),
+        (#"{"version":1,"command":"pause"}"#, "invalidArgument"),
+    ])
+    func rejectsBadRequests(line: String, code: String) {
+        switch ControlCodec.decodeRequest(Self.bytes(line)) {
+        case .success(let value): Issue.record("accepted \(value)")
+        case .failure(let rejection): #expect(rejection.error.code == code)
+        }
+    }
+
+    @Test func errorRepliesKeepTheRequestID() {
+        guard case .failure(let rejection) = ControlCodec.decodeRequest(Self.bytes(#"{"version":2,"id":"abc","command":"list"}"#)) else {
+            Issue.record("accepted"); return
+        }
+        #expect(rejection.id == .text("abc"))
+    }
+
+    @Test func requestsRoundTrip() throws {
+        let commands: [ControlCommand] = [.list, .status, .pause("ab"), .resume("ab"), .cancel("ab"),
+                                          .add(url: URL(string: "https://example.org/f")!, output: "/o", sha256: nil)]
+        for command in commands {
+            let line = ControlCodec.encode(ControlRequest(id: .number(9), command: command))
+            #expect(!line.contains(UInt8(ascii: "\n")))
+            let (id, decoded) = try ControlCodec.decodeRequest(line).get()
+            #expect(id == .number(9))
+            #expect(decoded == command)
+        }
+    }
+
+    @Test func responsesRoundTrip() throws {
+        let response = ControlResponse.success(id: .number(4), downloads: [
+            DownloadSnapshot(id: "x", url: "http://h/", destination: "/d", state: "running", bytesReceived: 5,
+                             totalBytes: nil, bytesPerSecond: 0, error: nil)])
+        let line = ControlCodec.encode(response)
+        #expect(try ControlCodec.decodeResponse(line) == response)
+        let text = String(decoding: line, as: UTF8.self)
+        #expect(text.hasPrefix(#"{"downloads":"#) && text.contains(#""version":1"#))
+    }
+
+    // MARK: connection state machine
+
+    @Test func splitsLinesAcrossReads() {
+        var machine = ControlConnectionStateMachine()
+        #expect(machine.received(Self.bytes(#"{"version":1,"id":1,"com"#)) == [])
+        #expect(machine.received(Self.bytes("mand\":\"list\"}\r\n{\"version\":1,\"id\":2,\"command\":\"status\"}\n\n"))
+                == [.handle(.number(1), .list), .handle(.number(2), .status)])
+        #expect(machine.endOfInput() == [.close])
+        #expect(machine.received(Self.bytes("{}\n")) == [])
+    }
+
+    @Test func malformedLinesGetAnErrorAndTheConnectionGoesOn() {
+        var machine = ControlConnectionStateMachine()
+        let actions = machine.received(Self.bytes("garbage\n{\"version\":1,\"id\":2,\"command\":\"list\"}\n"))
+        #expect(actions.count == 2)
+        guard case .reply(let reply) = actions.first else { Issue.record("no reply"); return }
+        #expect(!reply.ok && reply.error?.code == "malformed")
+        #expect(actions.last == .handle(.number(2), .list))
+    }
+
+    @Test func oversizedLinesAreAnsweredOnceAndSkipped() {
+        var machine = ControlConnectionStateMachine(maximumLineLength: 64)
+        var actions = machine.received([UInt8](repeating: UInt8(ascii: "x"), count: 200))
+        actions += machine.received([UInt8](repeating: UInt8(ascii: "y"), count: 10_000))
+        #expect(actions == [.reply(.failure(.tooLarge(), id: nil))])
+        actions = machine.received(Self.bytes("zzz\n{\"version\":1,\"command\":\"status\"}\n"))
+        #expect(actions == [.handle(nil, .status)])
+    }
+
+    @Test func anUnterminatedLastLineIsHandledAtEndOfInput() {
+        var machine = ControlConnectionStateMachine()
+        #expect(machine.received(Self.bytes(#"{"version":1,"command":"list"}"#)) == [])
+        #expect(machine.endOfInput() == [.handle(nil, .list), .close])
+    }
+
+    @Test func resolvesIDPrefixes() throws {
+        let a = UUID(uuidString: "1F2E3D4C-0000-0000-0000-000000000001")!
+        let b = UUID(uuidString: "1F2E9999-0000-0000-0000-000000000002")!
+        #expect(try DownloadIDResolver.resolve("1f2e3", among: [a, b]).get() == a)
+        #expect(try DownloadIDResolver.resolve(a.uuidString.lowercased(), among: [a, b]).get() == a)
+        #expect(throws: ControlError.ambiguous("1f2e")) { try DownloadIDResolver.resolve("1f2e", among: [a, b]).get() }
+        #expect(throws: ControlError.notFound("77")) { try DownloadIDResolver.resolve("77", among: [a, b]).get() }
+    }
+
+    // MARK: settings, summary, sd_notify environment
+
+    @Test func parsesAgentConf() throws {
+        let base = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true)
+        let parsed = try AgentSettings.parse("# comment\nmax-concurrent = 2\r\nno-expensive=yes # trailing\n\n", base: base, path: "a")
+        #expect(parsed == AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: false))
+        #expect(try AgentSettings.parse("", base: base, path: "a") == base)
+        #expect(throws: CommandFailure.self) { try AgentSettings.parse("max-concurrent=0", base: base, path: "a") }
+        #expect(throws: CommandFailure.self) { try AgentSettings.parse("speed=3", base: base, path: "a") }
+        #expect(throws: CommandFailure.self) { try AgentSettings.parse("no-expensive", base: base, path: "a") }
+    }
+
+    @Test func summaryNamesEachBusyState() {
+        #expect(AgentService.summary([]) == "idle")
+        #expect(AgentService.summary([.running, .running, .running, .waitingForConnectivity, .completed])
+                == "3 downloading, 1 waiting for network")
+        #expect(AgentService.summary([.queued, .paused, .paused]) == "1 queued, 2 paused")
+    }
+
+    @Test func watchdogIntervalIsHalfOfWatchdogUsec() {
+        #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "20000000"], pid: 5) == .seconds(10))
+        #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "20000000", "WATCHDOG_PID": "6"], pid: 5) == nil)
+        #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "20000000", "WATCHDOG_PID": "5"], pid: 5) == .seconds(10))
+        #expect(SystemdNotifier.watchdogInterval(environment: [:], pid: 5) == nil)
+        #expect(!SystemdNotifier(environment: [:]).notify("READY=1"))
+    }
+
+    @Test func defaultStateDirectory() {
+        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u"], isRoot: false) == "/home/u/.local/state/reachability")
+        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u", "XDG_STATE_HOME": "/x"], isRoot: false) == "/x/reachability")
+        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u", "XDG_STATE_HOME": "rel"], isRoot: false) == "/home/u/.local/state/reachability")
+        #expect(AgentStateDirectory.resolve(nil, environment: [:], isRoot: true) == "/var/lib/reachability")
+        #expect(AgentStateDirectory.resolve("/s", environment: [:], isRoot: true) == "/s")
+    }
+
+    // MARK: request handler
+
+    /// A service whose downloads wait forever: the path source says "offline" and nothing is sent.
+    static func offlineService(_ directory: URL, events: EventSink) throws -> AgentService {
+        try AgentStateDirectory.prepare(directory.path)
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(.unsatisfied(.noInterfaceUp))
+        let records = URL(fileURLWithPath: AgentStateDirectory.recordsDirectory(in: directory.path))
+        return try AgentService(settings: AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: true), environment: .init(
+            stateDirectory: directory.path,
+            makeAgent: { settings in
+                _ = continuation   // keeps the stream open
+                return try DownloadAgent(configuration: .init(stateDirectory: records,
+                                                              maximumConcurrentDownloads: settings.maximumConcurrentDownloads),
+                                         paths: paths)
+            },
+            emit: { event, fields in events.append(event, fields) },
+            summaryChanged: { events.append("summary", [.init(key: "text", value: .string($0))]) }))
+    }
+
+    final class EventSink: Sendable {
+        private let lines = Mutex<[String]>([])
+        func append(_ event: String, _ fields: [JSONValue.Member]) {
+            lines.withLock { $0.append(JSONValue.object([.init(key: "event", value: .string(event))] + fields).serialized) }
+        }
+        var all: [String] { lines.withLock { $0 } }
+    }
+
+    @Test func handlerAddsListsPausesResumesAndCancels() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("agent-unit-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let events = EventSink()
+        let service = try Self.offlineService(directory, events: events)
+        #expect(await service.start() == 0)
+
+        let added = await service.handle(.add(url: URL(string: "http://192.0.2.9/file.iso")!, output: nil, sha256: nil), id: .number(1))
+        #expect(added.ok && added.id == .number(1))
+        let download = try #require(added.download)
+        #expect(download.destination == directory.path + "/files/file.iso")
+
+        let list = await service.handle(.list, id: nil)
+        #expect(list.downloads?.map(\.id) == [download.id])
+
+        let paused = await service.handle(.pause(String(download.id.prefix(6))), id: nil)
+        #expect(paused.download?.state == "paused")
+        #expect(FileManager.default.contents(atPath: directory.path + "/agent-state.json").map { String(decoding: $0, as: UTF8.self) }?
+            .contains(download.id.uppercased()) == true)
+
+        let resumed = await service.handle(.resume(download.id), id: nil)
+        #expect(resumed.download?.state != "paused")
+
+        let unknown = await service.handle(.pause("ffffffff"), id: nil)
+        #expect(unknown.error?.code == "notFound")
+
+        let status = await service.handle(.status, id: nil)
+        #expect(status.status?.maximumConcurrentDownloads == 2)
+
+        let cancelled = await service.handle(.cancel(download.id), id: nil)
+        #expect(cancelled.download?.state == "failed")
+        let again = await service.handle(.pause(download.id), id: nil)
+        #expect(again.error?.code == "invalidArgument")
+        await service.shutdown()
+        #expect(events.all.contains { $0.contains(#""kind":"queued""#) })
+    }
+
+    @Test func userPausesSurviveARestart() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("agent-unit-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let first = try Self.offlineService(directory, events: EventSink())
+        await first.start()
+        let a = try #require(await first.handle(.add(url: URL(string: "http://192.0.2.9/a")!, output: nil, sha256: nil), id: nil).download)
+        let b = try #require(await first.handle(.add(url: URL(string: "http://192.0.2.9/b")!, output: nil, sha256: nil), id: nil).download)
+        _ = await first.handle(.pause(a.id), id: nil)
+        await first.shutdown()
+
+        let second = try Self.offlineService(directory, events: EventSink())
+        #expect(await second.start() == 2)
+        let states = Dictionary(uniqueKeysWithValues: (await second.handle(.list, id: nil).downloads ?? []).map { ($0.id, $0.state) })
+        #expect(states[a.id] == "paused")
+        #expect(states[b.id] != "paused")
+        await second.shutdown()
+    }
+}
