@@ -140,29 +140,41 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
 
     // MARK: updates from the agent
 
-    func update(state: DownloadState) {
-        let waiters = observers.withLock { observers -> (waiters: [CheckedContinuation<URL, any Error>], streams: [AsyncStream<DownloadEvent>.Continuation], progress: [AsyncStream<DownloadProgress>.Continuation]) in
+    /// Moves to `state` and, in the same step, records `event`: whoever sees the event sees the
+    /// state it describes. A final state ends the event and progress streams after the event.
+    func update(state: DownloadState, event: DownloadEvent? = nil) {
+        let observed = observers.withLock { observers in
             observers.state = state
-            guard state.isFinal else { return ([], [], []) }
-            defer {
+            if let event {
+                observers.history.append(event)
+                if observers.history.count > 256 { observers.history.removeFirst(observers.history.count - 256) }
+            }
+            let streams = Array(observers.eventContinuations.values)
+            let progress = Array(observers.progressContinuations.values)
+            let waiters = state.isFinal ? Array(observers.finishWaiters.values) : []
+            if state.isFinal {
                 observers.finishWaiters = [:]
                 observers.eventContinuations = [:]
                 observers.progressContinuations = [:]
             }
-            return (Array(observers.finishWaiters.values), Array(observers.eventContinuations.values),
-                    Array(observers.progressContinuations.values))
+            return (streams: streams, progress: progress, waiters: waiters, handler: observers.onEvent)
         }
-        for waiter in waiters.waiters {
+        if let event {
+            for stream in observed.streams { stream.yield(event) }
+            observed.handler?(event)
+        }
+        for waiter in observed.waiters {
             switch state {
             case .failed(let error): waiter.resume(throwing: error)
             default: waiter.resume(returning: destination)
             }
         }
-        // Final state: the terminal event was already yielded by `emit`, so the streams can end.
-        for stream in waiters.streams { stream.finish() }
-        for stream in waiters.progress { stream.finish() }
+        guard state.isFinal else { return }
+        for stream in observed.streams { stream.finish() }
+        for stream in observed.progress { stream.finish() }
     }
 
+    /// Records an event that does not change the state (retrying, restartedFromZero).
     func emit(_ event: DownloadEvent) {
         let (streams, handler) = observers.withLock { observers in
             observers.history.append(event)

@@ -249,8 +249,7 @@ public actor DownloadAgent {
         } else {
             entries[download.id] = entry
             queue.removeAll { $0 == download.id }
-            download.emit(.paused)
-            download.update(state: .paused)
+            download.update(state: .paused, event: .paused)
         }
     }
 
@@ -287,8 +286,7 @@ public actor DownloadAgent {
             queue.removeAll { $0 == download.id }
             FileIO.removeIfPresent(entry.record.partialPath)
             FileIO.removeIfPresent(recordPath(download.id))
-            download.emit(.failed(.cancelled))
-            download.update(state: .failed(.cancelled))
+            download.update(state: .failed(.cancelled), event: .failed(.cancelled))
         }
     }
 
@@ -365,8 +363,7 @@ public actor DownloadAgent {
                 if usability == .unusable, !announced {
                     announced = true
                     configuration.logger.info("waiting for connectivity", metadata: ["id": id.uuidString])
-                    download.update(state: .waitingForConnectivity)
-                    download.emit(.waitingForConnectivity)
+                    download.update(state: .waitingForConnectivity, event: .waitingForConnectivity)
                 }
             }
             if let deadline, ContinuousClock.now >= deadline { return .timedOut }
@@ -495,8 +492,7 @@ public actor DownloadAgent {
                                           entityTag: record.entityTag, knownTotalLength: record.totalLength,
                                           interfaceName: pinnedInterface, freshConnection: freshConnection,
                                           settings: settings)
-            download.update(state: .running)
-            download.emit(offset == 0 ? .started : .resumed(at: offset))
+            download.update(state: .running, event: offset == 0 ? .started : .resumed(at: offset))
             configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                              "interface": pinnedInterface ?? "-"])
 
@@ -526,8 +522,7 @@ public actor DownloadAgent {
                     download.report(bytesReceived: total, totalBytes: total)
                     configuration.logger.info("download completed", metadata: ["id": id.uuidString, "bytes": "\(total)"])
                     entries[id]?.driver = nil
-                    download.emit(.completed(url))
-                    download.update(state: .completed)
+                    download.update(state: .completed, event: .completed(url))
                     schedule()
                 } catch {
                     await failDriver(id, file, error)
@@ -568,8 +563,7 @@ public actor DownloadAgent {
         case .cancel:
             await file.discard()
             entries[id]?.driver = nil
-            download.emit(.failed(.cancelled))
-            download.update(state: .failed(.cancelled))
+            download.update(state: .failed(.cancelled), event: .failed(.cancelled))
         case .pause, .shutdown, .run:
             _ = try? await file.checkpoint()
             await file.close()
@@ -580,8 +574,7 @@ public actor DownloadAgent {
                 download.update(state: .queued)
                 queue.append(id)
             } else {
-                download.emit(.paused)
-                download.update(state: .paused)
+                download.update(state: .paused, event: .paused)
             }
         }
         schedule()
@@ -630,8 +623,7 @@ public actor DownloadAgent {
         guard let entry = entries[id] else { return }
         entries[id]?.driver = nil
         configuration.logger.warning("download failed", metadata: ["id": id.uuidString, "error": failure.description])
-        entry.download.emit(.failed(failure))
-        entry.download.update(state: .failed(failure))
+        entry.download.update(state: .failed(failure), event: .failed(failure))
         schedule()
     }
 }

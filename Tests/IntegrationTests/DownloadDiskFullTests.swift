@@ -50,7 +50,7 @@ struct DownloadDiskFullTests {
         try #require(try Self.run(["/bin/mount", "-o", "remount,size=16m", mountPoint.path]) == 0)
         let log = F.EventLog(download)
         await download.resume()
-        _ = try await F.finish(download)
+        _ = try await F.finish(download, log: log)
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
         #expect((log.resumedOffsets.first ?? 0) > 0)
         await agent.shutdown()

@@ -22,7 +22,7 @@ struct DownloadHostileServerTests {
                                                 options: options ?? .init(expectedSHA256: F.sha256(Self.content)))
         let log = F.EventLog(download)
         let result: Result<URL, DownloadError>
-        do { result = .success(try await F.finish(download)) } catch let error as DownloadError { result = .failure(error) }
+        do { result = .success(try await F.finish(download, log: log)) } catch let error as DownloadError { result = .failure(error) }
         await agent.shutdown()
         return (result, log, directory)
     }

@@ -18,7 +18,7 @@ struct DownloadNginxTests {
         let download = try await agent.download(from: nginx.url("big.bin"), to: destination,
                                                 options: .init(expectedSHA256: F.sha256(content)))
         let log = F.EventLog(download)
-        let url = try await F.finish(download)
+        let url = try await F.finish(download, log: log)
         #expect(url == destination.standardizedFileURL)
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
         #expect(!FileManager.default.fileExists(atPath: destination.path + ".part"))
@@ -50,7 +50,7 @@ struct DownloadNginxTests {
         #expect(!FileManager.default.fileExists(atPath: destination.path))
 
         await download.resume()
-        _ = try await F.finish(download)
+        _ = try await F.finish(download, log: log)
         #expect(log.resumedOffsets.first == stored.verifiedOffset)
         #expect(log.restarts == 0)
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
@@ -90,7 +90,7 @@ struct DownloadNginxTests {
         try #require(restored.count == 1)
         let log = F.EventLog(restored[0])
         #expect(restored[0].id == download.id)
-        _ = try await F.finish(restored[0])
+        _ = try await F.finish(restored[0], log: log)
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
         #expect(log.restarts == 0)
         #expect(log.resumedOffsets.first == record.verifiedOffset)
@@ -114,7 +114,7 @@ struct DownloadNginxTests {
         let replacement = F.randomData(count: 9 << 20 + 17, seed: 2)
         try nginx.serve(replacement, at: "slow/file.bin")
         await download.resume()
-        _ = try await F.finish(download)
+        _ = try await F.finish(download, log: log)
         #expect(F.sha256(fileAt: destination) == F.sha256(replacement))
         await agent.shutdown()
     }
