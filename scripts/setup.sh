@@ -7,8 +7,8 @@ packages=(
   pkg-config
   libnl-3-dev libnl-route-3-dev          # CNetlink
   libcurl4-openssl-dev libssl-dev        # CCurl (libcurl + libcrypto for SHA-256)
-  iproute2 iptables procps kmod          # integration tests build namespaces and cut links
-  nginx-light                            # integration tests start their own nginx
+  iproute2 iptables procps kmod util-linux  # namespaces, cut links, setpriv
+  nginx-light openssl                    # integration tests start their own nginx (TLS too)
   python3                                # holds tun devices open in the VPN test
 )
 if [ "${1:-}" = "--bench" ]; then
