@@ -45,6 +45,7 @@ enum CommandRegistry {
         StatusCommand.self,
         WatchCommand.self,
         WaitCommand.self,
+        DownloadCommand.self,
     ]
 
     /// What the leading arguments name.

@@ -1,0 +1,264 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Synchronization
+
+/// `reachability download`: fetch URLs with resume data, pausing while the network is unusable
+/// and continuing from the stored offset when it comes back (or when the command is run again).
+struct DownloadCommand: Command {
+    static let name = "download"
+    static let abstract = "Download URLs, waiting out network outages and resuming where they stopped."
+    static let output = Option.value(
+        "output", short: "o", valueName: "file",
+        help: "Write the file here (one URL only). Default: the URL's last path component.")
+    static let directory = Option.value(
+        "directory", short: "d", valueName: "dir",
+        help: "Put downloaded files in this directory (default: the current directory).")
+    static let sha256 = Option.value(
+        "sha256", valueName: "hex",
+        help: "The SHA-256 (64 hex digits) the file must have; with several URLs it applies to each.")
+    static let noExpensive = Option.flag(
+        "no-expensive", help: "Never use an expensive (cellular-like) path; wait for another one.")
+    static let stateDirectory = Option.value(
+        "state-dir", valueName: "dir",
+        help: "Where resume data is kept (default $XDG_STATE_HOME/reachability, ~/.local/state/reachability, or /var/lib/reachability as root).")
+    static let maximumOutage = Option.value(
+        "max-outage", valueName: "seconds",
+        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path. Default: wait forever.")
+    static let json = Option.flag(
+        "json", help: "Print one JSON object per event on stdout (NDJSON) instead of text lines on stderr.")
+    static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
+    static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json] + MonitorOptions.all
+    static let positionals = [urls]
+    static let discussion: String? = """
+        Each file is written to NAME.part and moved to NAME only once it is complete (and matches \
+        --sha256). A destination that already exists is never overwritten: delete it first. \
+        Interrupting (Ctrl-C, SIGTERM) pauses and keeps the resume data; running the same command \
+        again (same URL and destination) continues from the stored offset, if the server's ETag or \
+        Last-Modified still match. A progress bar per download is drawn on stderr when it is a \
+        terminal; otherwise events are printed one per line.
+        """ + "\n\n" + """
+        Exit status: 0 every file complete and verified; 1 a download failed (HTTP error, checksum \
+        mismatch, repeated network errors); 64 usage error; 73 a destination already exists or cannot \
+        be created; 75 gave up waiting for the network (--max-outage), resume data kept; 77 --netns \
+        without privilege; 78 bad classify.conf; 130 interrupted by SIGINT, 143 by SIGTERM (paused, \
+        resume data kept).
+        """ + "\n\n" + MonitorOptions.discussion
+
+    /// One URL and where it goes.
+    struct Job: Sendable, Equatable {
+        var url: URL
+        var destination: URL
+    }
+
+    var urls: [URL]
+    var explicitOutput: String?
+    var directory: String?
+    var expectedSHA256: String?
+    var allowsExpensive: Bool
+    var stateDirectoryOverride: String?
+    var maximumOutageWait: Duration?
+    var isJSON: Bool
+    var monitor: MonitorOptions
+
+    init(arguments: ParsedArguments) throws {
+        urls = try arguments.positional(Self.urls).map(Self.parseURL)
+        explicitOutput = arguments.value(Self.output)
+        directory = arguments.value(Self.directory)
+        if let explicitOutput {
+            if urls.count > 1 {
+                throw UsageError("'\(Self.output.synopsis)' names one file but \(urls.count) URLs were given; use '\(Self.directory.synopsis)' instead")
+            }
+            if directory != nil {
+                throw UsageError("'\(Self.output.synopsis)' and '\(Self.directory.synopsis)' cannot be used together")
+            }
+            if explicitOutput.isEmpty || explicitOutput.hasSuffix("/") {
+                throw UsageError.invalidValue(explicitOutput, for: Self.output, "expected a file name")
+            }
+        }
+        if let directory, directory.isEmpty {
+            throw UsageError.invalidValue(directory, for: Self.directory, "expected a directory")
+        }
+        if let hex = arguments.value(Self.sha256) {
+            guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else {
+                throw UsageError.invalidValue(hex, for: Self.sha256, "expected 64 hexadecimal digits")
+            }
+            expectedSHA256 = hex.lowercased()
+        }
+        allowsExpensive = !arguments.isSet(Self.noExpensive)
+        stateDirectoryOverride = arguments.value(Self.stateDirectory)
+        if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
+            throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")
+        }
+        if let text = arguments.value(Self.maximumOutage) {
+            guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
+                throw UsageError.invalidValue(text, for: Self.maximumOutage, "expected a number of seconds")
+            }
+            maximumOutageWait = .milliseconds(Int64(seconds * 1000))
+        }
+        isJSON = arguments.isSet(Self.json)
+        monitor = try MonitorOptions(arguments: arguments)
+        if explicitOutput == nil {
+            for url in urls where Self.defaultFileName(for: url) == nil {
+                throw UsageError("Cannot name a file after '\(url.absoluteString)' (no file name in its path); use '\(Self.output.synopsis)'")
+            }
+        }
+    }
+
+    /// Only absolute http/https URLs with a host; anything else is a usage error.
+    static func parseURL(_ text: String) throws -> URL {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+              let host = url.host, !host.isEmpty else {
+            throw UsageError("The value '\(text)' is invalid for '<url>': expected an http or https URL")
+        }
+        guard scheme == "http" || scheme == "https" else {
+            throw UsageError("The value '\(text)' is invalid for '<url>': only http and https URLs are supported, not '\(scheme)'")
+        }
+        return url
+    }
+
+    /// The URL's last path component, as curl -O and wget name files; nil when there is none.
+    static func defaultFileName(for url: URL) -> String? {
+        let name = url.lastPathComponent.removingPercentEncoding ?? url.lastPathComponent
+        guard !name.isEmpty, name != "/", name != ".", name != "..", !name.contains("/") else { return nil }
+        return name
+    }
+
+    /// Where each URL goes, relative paths resolved against `workingDirectory`.
+    func jobs(workingDirectory: String) throws -> [Job] {
+        let base = URL(fileURLWithPath: workingDirectory, isDirectory: true)
+        let jobs = urls.map { url -> Job in
+            let destination: URL
+            if let explicitOutput {
+                destination = URL(fileURLWithPath: explicitOutput, relativeTo: base)
+            } else {
+                let folder = directory.map { URL(fileURLWithPath: $0, isDirectory: true, relativeTo: base) } ?? base
+                destination = folder.appendingPathComponent(Self.defaultFileName(for: url)!)
+            }
+            return Job(url: url, destination: destination.standardizedFileURL)
+        }
+        var seen: Set<String> = []
+        for job in jobs where !seen.insert(job.destination.path).inserted {
+            throw UsageError("Two URLs would be saved as '\(job.destination.path)'; download them separately with '\(Self.output.synopsis)'")
+        }
+        return jobs
+    }
+
+    func run(in context: CommandContext) async throws -> ExitCode {
+        let jobs = try jobs(workingDirectory: FileManager.default.currentDirectoryPath)
+        let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
+                                                           isRoot: geteuid() == 0)
+        try DownloadStateDirectory.create(stateRoot)
+        if let folder = jobs.first?.destination.deletingLastPathComponent(), directory != nil {
+            do {
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            } catch {
+                throw CommandFailure(message: "cannot create \(folder.path): \(error.localizedDescription)", exitCode: .cannotCreate)
+            }
+        }
+
+        let source = try monitor.startPathSource(in: context)
+        defer { source.cancel() }
+        let reporter = DownloadReporter(context: context, isJSON: isJSON,
+                                        drawsProgress: DownloadReporter.standardErrorIsTerminal(),
+                                        usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true)
+
+        var sessions: [DownloadSession] = []
+        var failures: [(Job, String, ExitCode)] = []
+        for job in jobs {
+            do {
+                let session = try await DownloadSession.open(
+                    job, stateRoot: stateRoot, paths: source.paths,
+                    configuration: { state in
+                        var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait)
+                        DownloadTuning.apply(context.environment, to: &configuration)
+                        return configuration
+                    },
+                    options: DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive))
+                sessions.append(session)
+            } catch let failure as CommandFailure {
+                failures.append((job, failure.message, failure.exitCode))
+            }
+        }
+
+        let interruption = Atomic<Int32>(0)
+        let sessionList = sessions
+        let group = Task {
+            let sessions = sessionList
+            await withTaskGroup(of: Void.self) { group in
+                for (index, session) in sessions.enumerated() {
+                    group.addTask { await reporter.follow(session.download, index: index) }
+                }
+                group.addTask { await reporter.drawProgress(sessions.map(\.download)) }
+                // The progress loop runs until cancelled; the downloads end by themselves.
+                for _ in sessions { await group.next() }
+                group.cancelAll()
+            }
+        }
+        let removeHandler = InterruptSignals.installReportingNumber { number in
+            guard interruption.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else { return }
+            Task {
+                for session in sessionList { await session.agent.shutdown() }
+                group.cancel()
+            }
+        }
+        await group.value
+        removeHandler()
+        reporter.finishProgress()
+        for session in sessions { await session.agent.shutdown(); session.close() }
+
+        let signal = interruption.load(ordering: .relaxed)
+        if signal != 0 {
+            let unfinished = sessions.filter { $0.download.state != .completed }
+            if !unfinished.isEmpty {
+                context.errorOutput.line("paused; run the same command again to resume")
+                return ExitCode(rawValue: 128 + signal)
+            }
+        }
+
+        for session in sessions {
+            switch session.download.state {
+            case .completed:
+                continue
+            case .failed(let error):
+                let code: ExitCode = error == .connectivityTimeout ? .temporaryFailure : .failure
+                let kept = error.isResumable ? " (resume data kept; run the same command again to continue)" : ""
+                failures.append((session.job, "\(error.description)\(kept)", code))
+            default:
+                failures.append((session.job, "did not finish (\(session.download.state))", .failure))
+            }
+        }
+        for (job, message, _) in failures {
+            context.errorOutput.line("Error: \(job.url.absoluteString): \(message)")
+        }
+        // The most severe status wins: a hard failure over "try again later".
+        let codes = failures.map(\.2)
+        if codes.isEmpty { return .success }
+        if codes.contains(.failure) { return .failure }
+        return codes.max { $0.rawValue < $1.rawValue }!
+    }
+}
+
+extension ExitCode {
+    /// EX_CANTCREAT: the destination exists or its directory cannot be made.
+    static let cannotCreate = ExitCode(rawValue: 73)
+    /// EX_TEMPFAIL: gave up waiting for the network; running again later can succeed.
+    static let temporaryFailure = ExitCode(rawValue: 75)
+}
+
+/// Test and benchmark knobs read from the environment (not in `--help`: production defaults are
+/// the right ones for people). `REACHABILITY_DOWNLOAD_STALL_TIMEOUT` and
+/// `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES`.
+enum DownloadTuning {
+    static func apply(_ environment: [String: String], to configuration: inout DownloadAgent.Configuration) {
+        if let text = environment["REACHABILITY_DOWNLOAD_STALL_TIMEOUT"], let seconds = Double(text), seconds > 0 {
+            configuration.stallTimeout = .milliseconds(Int64(seconds * 1000))
+        }
+        if let text = environment["REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES"], let bytes = Int64(text), bytes > 0 {
+            configuration.checkpointInterval = bytes
+        }
+        if let text = environment["REACHABILITY_DOWNLOAD_CONNECT_TIMEOUT"], let seconds = Double(text), seconds > 0 {
+            configuration.connectTimeout = .milliseconds(Int64(seconds * 1000))
+        }
+    }
+}
