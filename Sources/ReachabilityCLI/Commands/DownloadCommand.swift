@@ -185,15 +185,15 @@ struct DownloadCommand: Command {
         let sessionList = sessions
         let group = Task {
             let sessions = sessionList
+            let progress = Task { await reporter.drawProgress(sessions.map(\.download)) }
+            // Each follower ends when its download completes or fails, or on cancellation (interrupt).
             await withTaskGroup(of: Void.self) { group in
                 for (index, session) in sessions.enumerated() {
                     group.addTask { await reporter.follow(session.download, index: index) }
                 }
-                group.addTask { await reporter.drawProgress(sessions.map(\.download)) }
-                // The progress loop runs until cancelled; the downloads end by themselves.
-                for _ in sessions { await group.next() }
-                group.cancelAll()
             }
+            progress.cancel()
+            await progress.value
         }
         let removeHandler = InterruptSignals.installReportingNumber { number in
             guard interruption.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else { return }

@@ -44,7 +44,8 @@ final class DownloadReporter: Sendable {
     /// Redraws bars (terminal) and prints `progress` NDJSON lines (`--json`) until cancelled.
     func drawProgress(_ downloads: [Download]) async {
         guard drawsProgress || isJSON else { return }
-        while !Task.isCancelled {
+        var isLastFrame = false
+        while true {
             if isJSON {
                 for (index, download) in downloads.enumerated() {
                     let progress = download.progress
@@ -63,7 +64,9 @@ final class DownloadReporter: Sendable {
                     state.drawnLines = bars.count
                 }
             }
-            do { try await Task.sleep(for: .milliseconds(250)) } catch { return }
+            // After cancellation one more frame shows the final state (done, paused, failed).
+            if isLastFrame { return }
+            do { try await Task.sleep(for: .milliseconds(250)) } catch { isLastFrame = true }
         }
     }
 
