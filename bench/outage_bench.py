@@ -37,7 +37,10 @@ STALL_SECONDS = 3
 
 
 def sh(*args, check=True):
-    return subprocess.run(args, check=check, capture_output=True, text=True).stdout
+    result = subprocess.run(args, capture_output=True, text=True)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
+    return result.stdout
 
 
 def ip(command):
@@ -213,6 +216,9 @@ def run_one(index, tool, scenario, args, content, digest):
             resumed = finished
         ok = proc.returncode == 0 and os.path.exists(out) and hashlib.sha256(open(out, "rb").read()).hexdigest() == digest
         sent = lab.bytes_sent_when_idle()
+        if not ok:
+            print(f"# {tool} {scenario}: exit {proc.returncode}: {proc.stderr.read().decode(errors='replace')[-600:]}",
+                  file=sys.stderr, flush=True)
         return {
             "tool": tool, "scenario": scenario, "ok": ok, "status": proc.returncode,
             "total": finished - start, "resume": (resumed - restored) if resumed else None,
@@ -249,7 +255,11 @@ def main():
     for scenario in scenarios:
         for tool in tools:
             index += 1
-            result = run_one(index, tool, scenario, args, content, digest)
+            try:
+                result = run_one(index, tool, scenario, args, content, digest)
+            except Exception as error:  # one broken run must not lose the others
+                print(f"# {scenario} {tool}: run failed: {error}", file=sys.stderr, flush=True)
+                continue
             results.append(result)
             print(f"# {scenario:>6} {tool:<12} ok={result['ok']} total={result['total']:.1f}s "
                   f"resume={result['resume'] if result['resume'] is None else round(result['resume'], 2)}s "

@@ -163,6 +163,10 @@ struct DownloadCommand: Command {
                                         drawsProgress: DownloadReporter.standardErrorIsTerminal(),
                                         usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true)
 
+        let errorOutput = context.errorOutput
+        let logger = monitor.isVerbose
+            ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line($0) })
+            : .silent
         var sessions: [DownloadSession] = []
         var failures: [(Job, String, ExitCode)] = []
         for job in jobs {
@@ -170,7 +174,8 @@ struct DownloadCommand: Command {
                 let session = try await DownloadSession.open(
                     job, stateRoot: stateRoot, paths: source.paths,
                     configuration: { state in
-                        var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait)
+                        var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait,
+                                                                        logger: logger)
                         DownloadTuning.apply(context.environment, to: &configuration)
                         return configuration
                     },
