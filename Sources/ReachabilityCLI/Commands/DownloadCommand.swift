@@ -180,6 +180,11 @@ struct DownloadCommand: Command {
                         return configuration
                     },
                     options: DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive))
+                let stored = session.download.options.expectedSHA256
+                if let expectedSHA256, stored != expectedSHA256 {
+                    // The resume record keeps the options the download started with.
+                    context.errorOutput.line("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored")
+                }
                 sessions.append(session)
             } catch let failure as CommandFailure {
                 failures.append((job, failure.message, failure.exitCode))
