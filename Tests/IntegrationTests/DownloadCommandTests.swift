@@ -48,6 +48,30 @@ struct DownloadCommandTests {
                                     nginx.url("files/data.bin").absoluteString], directory: directory.url)
         #expect(await again.waitForExit() == 73)
         #expect(again.standardError.contains("Error: \(nginx.url("files/data.bin").absoluteString): \(destination.path) already exists"))
+
+        // With the right --sha256 the existing file counts as done: exit 0, one `completed` line.
+        let verified = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path,
+                                       "--sha256", F.sha256(content), nginx.url("files/data.bin").absoluteString],
+                                      directory: directory.url)
+        #expect(await verified.waitForExit() == 0, "\(verified.transcript)")
+        #expect(verified.eventNames == ["completed"])
+        #expect(verified.events.first?["bytes"] as? Int == content.count)
+    }
+
+    @Test func aSecondProcessOnTheSameDownloadIsRefused() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 4 << 20, seed: 5), at: "slow/one.bin")
+        let arguments = ["download", "--json", "--state-dir", directory.file("state").path,
+                         nginx.url("slow/one.bin").absoluteString]
+        let first = try CLIProcess(arguments, directory: directory.url)
+        #expect(await first.waitFor("started"), "\(first.transcript)")
+        let second = try CLIProcess(arguments, directory: directory.url)
+        #expect(await second.waitForExit() == 1, "\(second.transcript)")
+        #expect(second.standardError.contains("another 'reachability download' is writing \(directory.file("one.bin").standardizedFileURL.path)"))
+        first.signal(SIGINT)
+        #expect(await first.waitForExit() == 130)
     }
 
     @Test func textEventsGoToStandardErrorAndFailuresExitNonZero() async throws {

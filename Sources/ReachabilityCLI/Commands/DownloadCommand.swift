@@ -32,7 +32,8 @@ struct DownloadCommand: Command {
     static let positionals = [urls]
     static let discussion: String? = """
         Each file is written to NAME.part and moved to NAME only once it is complete (and matches \
-        --sha256). A destination that already exists is never overwritten: delete it first. \
+        --sha256). A destination that already exists is never overwritten: delete it first; if it \
+        matches --sha256 it counts as complete and nothing is downloaded. \
         Interrupting (Ctrl-C, SIGTERM) pauses and keeps the resume data; running the same command \
         again (same URL and destination) continues from the stored offset, if the server's ETag or \
         Last-Modified still match. A progress bar per download is drawn on stderr when it is a \
@@ -188,6 +189,8 @@ struct DownloadCommand: Command {
                 sessions.append(session)
             } catch let failure as CommandFailure {
                 failures.append((job, failure.message, failure.exitCode))
+            } catch is AlreadyComplete {
+                reporter.reportAlreadyComplete(job)
             }
         }
 

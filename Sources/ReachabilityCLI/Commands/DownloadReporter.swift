@@ -90,6 +90,28 @@ final class DownloadReporter: Sendable {
         }
     }
 
+    /// A destination that already held the verified file: a `completed` event without a transfer.
+    func reportAlreadyComplete(_ job: DownloadCommand.Job) {
+        if isJSON {
+            let size = (try? FileManager.default.attributesOfItem(atPath: job.destination.path)[.size] as? Int) ?? nil
+            let object = JSONValue.object([
+                "time": .string(timeFormat.format(context.now())), "id": .null, "url": .string(job.url.absoluteString),
+                "file": .string(job.destination.path), "event": .string("completed"), "offset": .null,
+                "bytes": size.map(JSONValue.integer) ?? .null, "total": size.map(JSONValue.integer) ?? .null,
+                "bytesPerSecond": .integer(0), "retryDelayMilliseconds": .null,
+                "reason": .string("already complete (matches --sha256)"),
+                "errorCode": .null, "httpStatus": .null, "message": .null,
+            ])
+            context.output.line(object.serialized)
+        } else {
+            let line = "\(timeFormat.format(context.now())) \(job.destination.lastPathComponent): already complete (matches --sha256)"
+            state.withLock { state in
+                context.errorOutput.text(erase(state.drawnLines) + line + "\n")
+                state.drawnLines = 0
+            }
+        }
+    }
+
     /// The event's name in NDJSON.
     static func name(of event: DownloadEvent) -> String {
         switch event {

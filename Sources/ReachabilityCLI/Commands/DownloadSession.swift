@@ -49,6 +49,9 @@ enum DownloadStateDirectory {
     }
 }
 
+/// Thrown by `DownloadSession.open` when the destination already holds the file `--sha256` names.
+struct AlreadyComplete: Error {}
+
 /// One download of the command: its own agent (so `restoreDownloads()` sees only this job's
 /// record), the lock that keeps a second process off the same partial file, and the `Download`.
 final class DownloadSession: Sendable {
@@ -84,8 +87,13 @@ final class DownloadSession: Sendable {
         }
         do {
             if FileManager.default.fileExists(atPath: job.destination.path) {
-                throw CommandFailure(message: "\(job.destination.path) already exists; delete it to download again",
-                                     exitCode: .cannotCreate)
+                // Like `wget -nc`, never clobber; but a file that provably is the wanted one counts as done,
+                // so re-running a finished command with --sha256 succeeds.
+                if let expected = options.expectedSHA256, FileSHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
+                    throw AlreadyComplete()
+                }
+                let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
+                throw CommandFailure(message: "\(job.destination.path) already exists; \(hint)", exitCode: .cannotCreate)
             }
             let agent: DownloadAgent
             do {
