@@ -144,10 +144,12 @@ final class OutageLab: Sendable {
     // MARK: client
 
     /// Starts `reachability download --json` inside the client namespace.
-    func download(_ name: String, _ extra: [String] = []) throws -> CLIProcess {
+    /// With `usesNetnsOption` the binary starts in the test's namespace with `--netns CLIENT` and
+    /// must move itself (transfers included) into the client namespace.
+    func download(_ name: String, _ extra: [String] = [], usesNetnsOption: Bool = false) throws -> CLIProcess {
         try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-d", directory.file("client").path]
-                       + extra + ["\(url)/\(name)"],
-                       namespace: client, directory: directory.url,
+                       + (usesNetnsOption ? ["--netns", client] : []) + extra + ["\(url)/\(name)"],
+                       namespace: usesNetnsOption ? nil : client, directory: directory.url,
                        environment: ["REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES": "\(Self.checkpointBytes)",
                                      "REACHABILITY_DOWNLOAD_STALL_TIMEOUT": "5"])
     }
@@ -202,6 +204,22 @@ struct DownloadOutageTests {
         try net.addDefaultRoute("eth1")
         #expect(await cli.waitFor("resumed"), "\(cli.transcript)")
         await Self.expectRecovered(net, cli, content)
+    }
+
+    @Test("--netns from outside: the transfers run in the client namespace, outages included")
+    func netnsOption() async throws {
+        let net = try OutageLab()
+        defer { net.close() }
+        let content = F.randomData(count: Self.size, seed: 8)
+        try net.serve(content, at: "file.bin")
+        // 10.88.0.1 is only reachable from the client namespace, so any byte proves where curl runs.
+        let cli = try net.download("file.bin", usesNetnsOption: true)
+        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
+        try ip("-n \(net.client) route del default")
+        #expect(await cli.waitFor("waiting"), "\(cli.transcript)")
+        try net.addDefaultRoute("eth1")
+        await Self.expectRecovered(net, cli, content)
+        #expect(net.requests.allSatisfy { $0.address == "10.88.0.2" })
     }
 
     @Test("default route deleted, then added again")

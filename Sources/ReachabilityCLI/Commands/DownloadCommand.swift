@@ -14,6 +14,10 @@ struct DownloadCommand: Command {
     static let directory = Option.value(
         "directory", short: "d", valueName: "dir",
         help: "Put downloaded files in this directory (default: the current directory).")
+    /// `--netns` for download: the transfers run in the namespace too, not only the path monitor.
+    static let networkNamespace = Option.value(
+        "netns", valueName: "name",
+        help: "Download inside the named network namespace (see 'ip netns'), watching its path. Needs root and iproute2.")
     static let sha256 = Option.value(
         "sha256", valueName: "hex",
         help: "The SHA-256 (64 hex digits) the file must have; with several URLs it applies to each.")
@@ -28,7 +32,8 @@ struct DownloadCommand: Command {
     static let json = Option.flag(
         "json", help: "Print one JSON object per event on stdout (NDJSON) instead of text lines on stderr.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
-    static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json] + MonitorOptions.all
+    static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json]
+        + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
         Each file is written to NAME.part and moved to NAME only once it is complete (and matches \
@@ -147,6 +152,11 @@ struct DownloadCommand: Command {
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let jobs = try jobs(workingDirectory: FileManager.default.currentDirectoryPath)
+        if let namespace = monitor.networkNamespace, context.environment[NamespaceReexec.marker] != namespace,
+           NamespaceReexec.isToolProcess {
+            _ = try monitor.configuration(in: context)   // privilege (77) and classify.conf (78) errors first
+            try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
+        }
         let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
                                                            isRoot: geteuid() == 0)
         try DownloadStateDirectory.create(stateRoot)
