@@ -160,7 +160,9 @@ struct DownloadCommand: Command {
         let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
                                                            isRoot: geteuid() == 0)
         try DownloadStateDirectory.create(stateRoot)
-        if let folder = jobs.first?.destination.deletingLastPathComponent(), directory != nil {
+        // Missing folders are made (as `-d` implies); otherwise the agent would fail later with a
+        // file-system error that reads as resumable.
+        for folder in Set(jobs.map { $0.destination.deletingLastPathComponent() }) {
             do {
                 try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             } catch {
@@ -219,7 +221,11 @@ struct DownloadCommand: Command {
             await progress.value
         }
         let removeHandler = InterruptSignals.installReportingNumber { number in
-            guard interruption.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else { return }
+            guard interruption.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else {
+                // A second Ctrl-C while pausing: quit now. The last checkpoint is still a valid
+                // resume point (the partial file is truncated to it on the next run).
+                exit(128 + number)
+            }
             Task {
                 for session in sessionList { await session.agent.shutdown() }
                 group.cancel()
@@ -270,8 +276,8 @@ extension ExitCode {
 }
 
 /// Test and benchmark knobs read from the environment (not in `--help`: production defaults are
-/// the right ones for people). `REACHABILITY_DOWNLOAD_STALL_TIMEOUT` and
-/// `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES`.
+/// the right ones for people): `REACHABILITY_DOWNLOAD_STALL_TIMEOUT`, `..._CONNECT_TIMEOUT`
+/// (seconds) and `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES`.
 enum DownloadTuning {
     static func apply(_ environment: [String: String], to configuration: inout DownloadAgent.Configuration) {
         if let text = environment["REACHABILITY_DOWNLOAD_STALL_TIMEOUT"], let seconds = Double(text), seconds > 0 {
