@@ -58,6 +58,36 @@ struct DownloadCommandTests {
         #expect(verified.events.first?["bytes"] as? Int == content.count)
     }
 
+    /// stderr on a terminal (util-linux `script` provides one): bars with bytes, rate and ETA,
+    /// redrawn in place; the pipe tests above show that without a terminal there are none.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script"), "needs script(1) for a pseudo-terminal"))
+    func progressBarsOnATerminal() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 3 << 20, seed: 9), at: "slow/tty.bin")
+        let command = [try CLIProcess.binaryPath(), "download", "--state-dir", directory.file("state").path,
+                       nginx.url("slow/tty.bin").absoluteString].joined(separator: " ")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        process.arguments = ["-qec", command, "/dev/null"]
+        process.currentDirectoryURL = directory.url
+        process.environment = ["PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": directory.url.path, "TERM": "xterm"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("tty.bin  [#"), "\(text)")
+        #expect(text.contains("MiB / 3.0 MiB"))
+        #expect(text.contains("ETA "))
+        #expect(text.contains("\u{1B}[1A"))          // redrawn in place
+        #expect(!text.contains("\u{1B}[33m"))         // NO_COLOR
+        #expect(text.contains("tty.bin: completed"))
+    }
+
     @Test func aSecondProcessOnTheSameDownloadIsRefused() async throws {
         let nginx = try DownloadTestNginx(slowRate: "1m")
         defer { nginx.stop() }
