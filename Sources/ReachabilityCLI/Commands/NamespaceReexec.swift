@@ -21,6 +21,10 @@ enum NamespaceReexec {
 
     /// Replaces the process; returns only by throwing.
     static func execute(inNamespace namespace: String, environment: [String: String]) throws -> Never {
+        // Same wording as the monitor's error, instead of ip's "Cannot open network namespace" and 255.
+        guard FileManager.default.fileExists(atPath: "/run/netns/\(namespace)") else {
+            throw CommandFailure(message: "no network namespace named '\(namespace)' (see 'ip netns list')", exitCode: .failure)
+        }
         let candidates = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
         guard let tool = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw CommandFailure(message: "--netns needs iproute2's 'ip' (looked in \(candidates.joined(separator: ", ")))",
