@@ -233,6 +233,23 @@ struct DownloadOutageTests {
         #expect(!FileManager.default.fileExists(atPath: directory.file("file.bin.part").path))
     }
 
+    @Test("--no-expensive with --classify: waits on a cellular-only path, then uses the cheap uplink")
+    func noExpensive() async throws {
+        let net = try OutageLab()
+        defer { net.close() }
+        let content = F.randomData(count: 2 << 20, seed: 9)
+        try net.serve(content, at: "file.bin")
+        let cli = try net.download("file.bin", ["--no-expensive", "--classify", "eth1=cellular"])
+        #expect(await cli.waitFor("waiting"), "\(cli.transcript)")
+        #expect(cli.count("started") == 0)
+        // eth1 stays the primary (metric 0) but is expensive: the agent pins to eth2.
+        try net.uplink("eth2", address: "10.88.0.3", metric: 10)
+        #expect(await cli.waitForExit() == 0, "\(cli.transcript)")
+        #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
+        _ = await net.bytesSentWhenIdle()
+        #expect(!net.requests.isEmpty && net.requests.allSatisfy { $0.address == "10.88.0.3" }, "\(net.requests)")
+    }
+
     @Test("default route deleted, then added again")
     func routeDeletedThenAdded() async throws {
         let net = try OutageLab()
