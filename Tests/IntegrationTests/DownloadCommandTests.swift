@@ -88,6 +88,30 @@ struct DownloadCommandTests {
         #expect(text.contains("tty.bin: completed"))
     }
 
+    @Test func atMostFourTransferAtOnce() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        var urls: [String] = []
+        var contents: [Data] = []
+        for index in 0..<6 {
+            let content = F.randomData(count: 1 << 20, seed: UInt64(100 + index))
+            try nginx.serve(content, at: "slow/part\(index).bin")
+            urls.append(nginx.url("slow/part\(index).bin").absoluteString)
+            contents.append(content)
+        }
+        let cli = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-d", "parts"] + urls,
+                                 directory: directory.url)
+        #expect(await cli.waitForExit() == 0, "\(cli.transcript)")
+        for (index, content) in contents.enumerated() {
+            #expect(F.sha256(fileAt: directory.file("parts/part\(index).bin")) == F.sha256(content))
+        }
+        let names = cli.eventNames
+        #expect(names.filter { $0 == "completed" }.count == 6)
+        let firstCompletion = try #require(names.firstIndex(of: "completed"))
+        #expect(names[..<firstCompletion].filter { $0 == "started" }.count <= 4, "\(names)")
+    }
+
     @Test func aSecondProcessOnTheSameDownloadIsRefused() async throws {
         let nginx = try DownloadTestNginx(slowRate: "1m")
         defer { nginx.stop() }

@@ -57,6 +57,9 @@ struct DownloadCommand: Command {
         var destination: URL
     }
 
+    /// Downloads transferring at once (the agent's default); further URLs wait for a slot.
+    static let maximumConcurrentDownloads = 4
+
     var urls: [URL]
     var explicitOutput: String?
     var directory: String?
@@ -180,45 +183,73 @@ struct DownloadCommand: Command {
         let logger = monitor.isVerbose
             ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line($0) })
             : .silent
-        var sessions: [DownloadSession] = []
-        var failures: [(Job, String, ExitCode)] = []
-        for job in jobs {
+        let options = DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive)
+        let makeConfiguration: @Sendable (URL) -> DownloadAgent.Configuration = { [maximumOutageWait] state in
+            var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait,
+                                                            logger: logger)
+            DownloadTuning.apply(context.environment, to: &configuration)
+            return configuration
+        }
+        let registry = SessionRegistry()
+        let expectedSHA256 = expectedSHA256
+
+        // One job's life: open (restore or create), follow its events until it ends or the
+        // command is interrupted. Failures to open are reported with the others at the end.
+        @Sendable func runJob(_ job: Job) async -> (Job, String, ExitCode)? {
+            guard !registry.isInterrupted else { return nil }
+            let session: DownloadSession
             do {
-                let session = try await DownloadSession.open(
-                    job, stateRoot: stateRoot, paths: source.paths,
-                    configuration: { state in
-                        var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait,
-                                                                        logger: logger)
-                        DownloadTuning.apply(context.environment, to: &configuration)
-                        return configuration
-                    },
-                    options: DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive))
-                let stored = session.download.options.expectedSHA256
-                if let expectedSHA256, stored != expectedSHA256 {
-                    // The resume record keeps the options the download started with.
-                    context.errorOutput.line("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored")
-                }
-                sessions.append(session)
+                // A stream per agent: an AsyncStream hands each element to one consumer only.
+                session = try await DownloadSession.open(job, stateRoot: stateRoot, paths: source.paths,
+                                                         configuration: makeConfiguration, options: options)
             } catch let failure as CommandFailure {
-                failures.append((job, failure.message, failure.exitCode))
+                return (job, failure.message, failure.exitCode)
             } catch is AlreadyComplete {
                 reporter.reportAlreadyComplete(job)
+                return nil
+            } catch {
+                return (job, "\(error)", .failure)
             }
+            let stored = session.download.options.expectedSHA256
+            if let expectedSHA256, stored != expectedSHA256 {
+                // The resume record keeps the options the download started with.
+                context.errorOutput.line("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored")
+            }
+            if !registry.add(session) {
+                await session.agent.shutdown()   // the interrupt came while it was opening
+                return nil
+            }
+            await reporter.follow(session.download)
+            await session.agent.shutdown()   // frees its engine thread; records of unfinished work are kept
+            return nil
         }
 
         let interruption = Atomic<Int32>(0)
-        let sessionList = sessions
-        let group = Task {
-            let sessions = sessionList
-            let progress = Task { await reporter.drawProgress(sessions.map(\.download)) }
-            // Each follower ends when its download completes or fails, or on cancellation (interrupt).
-            await withTaskGroup(of: Void.self) { group in
-                for (index, session) in sessions.enumerated() {
-                    group.addTask { await reporter.follow(session.download, index: index) }
+        let limit = Self.maximumConcurrentDownloads
+        let work = Task {
+            let progress = Task { await reporter.drawProgress { registry.downloads } }
+            // Each agent serves one URL, so the concurrency limit lives here: at most `limit` jobs
+            // open at once; the next one starts when one ends (completes, fails, is interrupted).
+            let failures = await withTaskGroup(of: (Job, String, ExitCode)?.self) { group in
+                var failures: [(Job, String, ExitCode)] = []
+                var running = 0
+                for job in jobs {
+                    if running == limit, let finished = await group.next() {
+                        running -= 1
+                        if let finished { failures.append(finished) }
+                    }
+                    if Task.isCancelled { break }
+                    group.addTask { await runJob(job) }
+                    running += 1
                 }
+                for await finished in group {
+                    if let finished { failures.append(finished) }
+                }
+                return failures
             }
             progress.cancel()
             await progress.value
+            return failures
         }
         let removeHandler = InterruptSignals.installReportingNumber { number in
             guard interruption.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else {
@@ -226,14 +257,16 @@ struct DownloadCommand: Command {
                 // resume point (the partial file is truncated to it on the next run).
                 exit(128 + number)
             }
+            let running = registry.interrupt()
             Task {
-                for session in sessionList { await session.agent.shutdown() }
-                group.cancel()
+                for session in running { await session.agent.shutdown() }
+                work.cancel()
             }
         }
-        await group.value
+        var failures = await work.value
         removeHandler()
         reporter.finishProgress()
+        let sessions = registry.sessions
         for session in sessions { await session.agent.shutdown(); session.close() }
 
         let signal = interruption.load(ordering: .relaxed)
@@ -257,6 +290,9 @@ struct DownloadCommand: Command {
                 failures.append((session.job, "did not finish (\(session.download.state))", .failure))
             }
         }
+        // In command-line order, whatever order they ended in.
+        let order = Dictionary(jobs.enumerated().map { ($1.destination, $0) }, uniquingKeysWith: { first, _ in first })
+        failures.sort { order[$0.0.destination, default: 0] < order[$1.0.destination, default: 0] }
         for (job, message, _) in failures {
             context.errorOutput.line("Error: \(job.url.absoluteString): \(message)")
         }
@@ -290,4 +326,36 @@ enum DownloadTuning {
             configuration.connectTimeout = .milliseconds(Int64(seconds * 1000))
         }
     }
+}
+
+/// The sessions of one `download` run, shared by the job tasks, the progress loop and the
+/// interrupt handler (a signal can arrive while a job is still opening).
+final class SessionRegistry: Sendable {
+    private struct State {
+        var sessions: [DownloadSession] = []
+        var isInterrupted = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Adds a session; false (not added) once the run was interrupted.
+    func add(_ session: DownloadSession) -> Bool {
+        state.withLock { state in
+            guard !state.isInterrupted else { return false }
+            state.sessions.append(session)
+            return true
+        }
+    }
+
+    /// Marks the run interrupted and returns the sessions to shut down.
+    func interrupt() -> [DownloadSession] {
+        state.withLock { state in
+            state.isInterrupted = true
+            return state.sessions
+        }
+    }
+
+    var isInterrupted: Bool { state.withLock { $0.isInterrupted } }
+    var sessions: [DownloadSession] { state.withLock { $0.sessions } }
+    var downloads: [Download] { sessions.map(\.download) }
 }

@@ -13,7 +13,7 @@ import Glibc
 final class DownloadReporter: Sendable {
     private struct State {
         var drawnLines = 0
-        var reportedBytes: [Int: Int64] = [:]
+        var reportedBytes: [UUID: Int64] = [:]
     }
 
     private let context: CommandContext
@@ -35,23 +35,25 @@ final class DownloadReporter: Sendable {
 
     /// Reports every event of `download` (recent ones replayed first) until it completes or fails,
     /// or the task is cancelled (interrupt: the agent was shut down and the download paused).
-    func follow(_ download: Download, index: Int) async {
+    func follow(_ download: Download) async {
         for await event in download.events {
-            report(event, of: download, index: index)
+            report(event, of: download)
         }
     }
 
-    /// Redraws bars (terminal) and prints `progress` NDJSON lines (`--json`) until cancelled.
-    func drawProgress(_ downloads: [Download]) async {
+    /// Redraws bars (terminal) and prints `progress` NDJSON lines (`--json`) for the downloads
+    /// `current` returns (they come and go as slots free up), until cancelled.
+    func drawProgress(_ current: @escaping @Sendable () -> [Download]) async {
         guard drawsProgress || isJSON else { return }
         var isLastFrame = false
         while true {
+            let downloads = current()
             if isJSON {
-                for (index, download) in downloads.enumerated() {
+                for download in downloads {
                     let progress = download.progress
                     let isNew = state.withLock { state in
-                        guard state.reportedBytes[index] != progress.bytesReceived else { return false }
-                        state.reportedBytes[index] = progress.bytesReceived
+                        guard state.reportedBytes[download.id] != progress.bytesReceived else { return false }
+                        state.reportedBytes[download.id] = progress.bytesReceived
                         return true
                     }
                     if isNew { context.output.line(jsonLine(download, event: "progress", progress: progress)) }
@@ -77,7 +79,7 @@ final class DownloadReporter: Sendable {
 
     // MARK: events
 
-    func report(_ event: DownloadEvent, of download: Download, index: Int) {
+    func report(_ event: DownloadEvent, of download: Download) {
         if isJSON {
             context.output.line(jsonLine(download, event: Self.name(of: event), progress: download.progress, detail: event))
             return
