@@ -40,11 +40,12 @@ enum CommandRegistry {
     /// One sentence for the top-level OVERVIEW.
     static let abstract = "Report and watch network reachability on Linux, from rtnetlink."
 
-    /// Add new subcommands here (`download`, `agent`, `queue` are planned).
+    /// Every subcommand, in help order; a new one is a `Command` type plus one line here.
     static let commands: [any Command.Type] = [
         StatusCommand.self,
         WatchCommand.self,
         WaitCommand.self,
+        DownloadCommand.self,
         AgentCommand.self,
         AgentStatusCommand.self,
         QueueAddCommand.self,

@@ -1,0 +1,186 @@
+import Foundation
+import Testing
+@testable import ResumableDownloads
+
+/// The built `reachability download` binary against nginx on 127.0.0.1: exit statuses, NDJSON on
+/// stdout, the file's SHA-256, and SIGINT → pause → rerun → resume.
+///
+/// The command runs a real `PathMonitor` on the current namespace, so these tests assume the host
+/// has a usable path (any default route); the namespace tests in DownloadOutageTests do not.
+@Suite("reachability download (built binary, loopback nginx)", .serialized,
+       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct DownloadCommandTests {
+    typealias F = DownloadFixtures
+
+    @Test func downloadsWithJSONEventsAndVerifies() async throws {
+        let nginx = try DownloadTestNginx()
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        let content = F.randomData(count: 6 << 20 + 17, seed: 11)
+        try nginx.serve(content, at: "files/data.bin")
+        let cli = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path,
+                                  "--sha256", F.sha256(content), nginx.url("files/data.bin").absoluteString],
+                                 directory: directory.url)
+        let status = await cli.waitForExit()
+        #expect(status == 0, "\(cli.transcript)")
+        let destination = directory.file("data.bin")
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+        #expect(!FileManager.default.fileExists(atPath: destination.path + ".part"))
+        // Every stdout line is one JSON object with the full key set.
+        #expect(cli.events.count == cli.lines.count)
+        for event in cli.events {
+            for key in ["time", "id", "url", "file", "event", "offset", "bytes", "total", "errorCode", "message"] {
+                #expect(event[key] != nil, "missing \(key) in \(event)")
+            }
+        }
+        #expect(cli.eventNames.first == "started")
+        #expect(cli.eventNames.last == "completed")
+        let completed = try #require(cli.events.last { $0["event"] as? String == "completed" })
+        #expect(completed["bytes"] as? Int == content.count)
+        #expect(completed["total"] as? Int == content.count)
+        #expect(completed["url"] as? String == nginx.url("files/data.bin").absoluteString)
+        // Nothing left to resume: the job's state directory is gone.
+        let jobs = (try? FileManager.default.contentsOfDirectory(atPath: directory.file("state/downloads").path)) ?? []
+        #expect(jobs.isEmpty)
+
+        // Running it again does not overwrite the finished file: exit 73 and a clear error.
+        let again = try CLIProcess(["download", "--state-dir", directory.file("state").path,
+                                    nginx.url("files/data.bin").absoluteString], directory: directory.url)
+        #expect(await again.waitForExit() == 73)
+        #expect(again.standardError.contains("Error: \(nginx.url("files/data.bin").absoluteString): \(destination.path) already exists"))
+
+        // With the right --sha256 the existing file counts as done: exit 0, one `completed` line.
+        let verified = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path,
+                                       "--sha256", F.sha256(content), nginx.url("files/data.bin").absoluteString],
+                                      directory: directory.url)
+        #expect(await verified.waitForExit() == 0, "\(verified.transcript)")
+        #expect(verified.eventNames == ["completed"])
+        #expect(verified.events.first?["bytes"] as? Int == content.count)
+    }
+
+    /// stderr on a terminal (util-linux `script` provides one): bars with bytes, rate and ETA,
+    /// redrawn in place; the pipe tests above show that without a terminal there are none.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script"), "needs script(1) for a pseudo-terminal"))
+    func progressBarsOnATerminal() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 3 << 20, seed: 9), at: "slow/tty.bin")
+        let command = [try CLIProcess.binaryPath(), "download", "--state-dir", directory.file("state").path,
+                       nginx.url("slow/tty.bin").absoluteString].joined(separator: " ")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        process.arguments = ["-qec", command, "/dev/null"]
+        process.currentDirectoryURL = directory.url
+        process.environment = ["PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": directory.url.path, "TERM": "xterm"]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(text)")
+        #expect(text.contains("tty.bin  [#"), "\(text)")
+        #expect(text.contains("MiB / 3.0 MiB"))
+        #expect(text.contains("ETA "))
+        #expect(text.contains("\u{1B}[1A"))          // redrawn in place
+        #expect(!text.contains("\u{1B}[33m"))         // NO_COLOR
+        #expect(text.contains("tty.bin: completed"))
+    }
+
+    @Test func atMostFourTransferAtOnce() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        var urls: [String] = []
+        var contents: [Data] = []
+        for index in 0..<6 {
+            let content = F.randomData(count: 1 << 20, seed: UInt64(100 + index))
+            try nginx.serve(content, at: "slow/part\(index).bin")
+            urls.append(nginx.url("slow/part\(index).bin").absoluteString)
+            contents.append(content)
+        }
+        let cli = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-d", "parts"] + urls,
+                                 directory: directory.url)
+        #expect(await cli.waitForExit() == 0, "\(cli.transcript)")
+        for (index, content) in contents.enumerated() {
+            #expect(F.sha256(fileAt: directory.file("parts/part\(index).bin")) == F.sha256(content))
+        }
+        let names = cli.eventNames
+        #expect(names.filter { $0 == "completed" }.count == 6)
+        let firstCompletion = try #require(names.firstIndex(of: "completed"))
+        #expect(names[..<firstCompletion].filter { $0 == "started" }.count <= 4, "\(names)")
+    }
+
+    @Test func aSecondProcessOnTheSameDownloadIsRefused() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "1m")
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 4 << 20, seed: 5), at: "slow/one.bin")
+        let arguments = ["download", "--json", "--state-dir", directory.file("state").path,
+                         nginx.url("slow/one.bin").absoluteString]
+        let first = try CLIProcess(arguments, directory: directory.url)
+        #expect(await first.waitFor("started"), "\(first.transcript)")
+        let second = try CLIProcess(arguments, directory: directory.url)
+        #expect(await second.waitForExit() == 1, "\(second.transcript)")
+        #expect(second.standardError.contains("another 'reachability download' is writing \(directory.file("one.bin").standardizedFileURL.path)"))
+        first.signal(SIGINT)
+        #expect(await first.waitForExit() == 130)
+    }
+
+    @Test func textEventsGoToStandardErrorAndFailuresExitNonZero() async throws {
+        let nginx = try DownloadTestNginx()
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        let content = F.randomData(count: 1 << 20, seed: 3)
+        try nginx.serve(content, at: "a.bin")
+        let wrong = String(repeating: "0", count: 64)
+        let cli = try CLIProcess(["download", "--state-dir", directory.file("state").path, "-d", "out",
+                                  nginx.url("a.bin").absoluteString, nginx.url("missing.bin").absoluteString],
+                                 directory: directory.url)
+        #expect(await cli.waitForExit() == 1, "\(cli.transcript)")
+        #expect(cli.lines.isEmpty)   // text mode: stdout stays empty
+        #expect(F.sha256(fileAt: directory.file("out/a.bin")) == F.sha256(content))
+        #expect(cli.standardError.contains("a.bin: completed"))
+        #expect(cli.standardError.contains("Error: \(nginx.url("missing.bin").absoluteString): "))
+        #expect(cli.standardError.contains("404"))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out/missing.bin").path))
+
+        let mismatch = try CLIProcess(["download", "--state-dir", directory.file("state").path, "--sha256", wrong,
+                                       "-o", "b.bin", nginx.url("a.bin").absoluteString], directory: directory.url)
+        #expect(await mismatch.waitForExit() == 1)
+        #expect(mismatch.standardError.contains("Error: \(nginx.url("a.bin").absoluteString): SHA-256 is \(F.sha256(content)), expected \(wrong)"))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("b.bin").path))
+    }
+
+    @Test(arguments: [(SIGINT, Int32(130)), (SIGTERM, Int32(143))])
+    func interruptPausesAndTheSameCommandResumes(_ signal: Int32, _ expected: Int32) async throws {
+        let nginx = try DownloadTestNginx(slowRate: "2m")
+        defer { nginx.stop() }
+        let directory = try F.Directory()
+        let content = F.randomData(count: 8 << 20, seed: UInt64(signal))
+        try nginx.serve(content, at: "slow/movie.bin")
+        let arguments = ["download", "--json", "--state-dir", directory.file("state").path,
+                         "--sha256", F.sha256(content), nginx.url("slow/movie.bin").absoluteString]
+
+        let first = try CLIProcess(arguments, directory: directory.url)
+        #expect(await first.waitForBytes(1 << 20), "\(first.transcript)")
+        first.signal(signal)
+        #expect(await first.waitForExit() == expected, "\(first.transcript)")
+        #expect(first.standardError.contains("paused; run the same command again to resume"))
+        #expect(first.eventNames.last == "paused")
+        let paused = try #require(first.events.last { $0["event"] as? String == "paused" })
+        let pausedAt = try #require(paused["bytes"] as? Int)
+        #expect(pausedAt >= 1 << 20 && pausedAt < content.count)
+        #expect(!FileManager.default.fileExists(atPath: directory.file("movie.bin").path))
+        #expect(FileManager.default.fileExists(atPath: directory.file("movie.bin.part").path))
+
+        let second = try CLIProcess(arguments, directory: directory.url)
+        #expect(await second.waitForExit() == 0, "\(second.transcript)")
+        let resumed = try #require(second.events.first { $0["event"] as? String == "resumed" }, "\(second.transcript)")
+        #expect(resumed["offset"] as? Int == pausedAt)
+        #expect(second.count("started") == 0)
+        #expect(second.count("restarted") == 0)
+        #expect(F.sha256(fileAt: directory.file("movie.bin")) == F.sha256(content))
+    }
+}

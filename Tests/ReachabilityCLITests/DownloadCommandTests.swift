@@ -1,0 +1,170 @@
+import Foundation
+import Testing
+@testable import ReachabilityCLI
+
+/// `reachability download`: argument validation, destinations, state directory, help and the
+/// event/progress text. Transfers themselves are tested in IntegrationTests (nginx, namespaces).
+@Suite("download command")
+struct DownloadCommandTests {
+    static func parse(_ arguments: [String]) throws -> DownloadCommand {
+        let parsed = try ParsedArguments.parse(arguments, options: DownloadCommand.options,
+                                               positionals: DownloadCommand.positionals)
+        return try DownloadCommand(arguments: parsed)
+    }
+
+    @Test func parsesOptions() throws {
+        let hex = String(repeating: "aB", count: 32)
+        let command = try Self.parse(["--sha256", hex, "--no-expensive", "--json", "--max-outage", "2.5",
+                                      "--state-dir", "/tmp/s", "-d", "out", "http://example.com/a.iso",
+                                      "https://example.com/b/c.tar.gz?x=1"])
+        #expect(command.urls.map(\.absoluteString) == ["http://example.com/a.iso", "https://example.com/b/c.tar.gz?x=1"])
+        #expect(command.expectedSHA256 == hex.lowercased())
+        #expect(!command.allowsExpensive)
+        #expect(command.isJSON)
+        #expect(command.maximumOutageWait == .milliseconds(2500))
+        #expect(command.stateDirectoryOverride == "/tmp/s")
+        let jobs = try command.jobs(workingDirectory: "/work")
+        #expect(jobs.map(\.destination.path) == ["/work/out/a.iso", "/work/out/c.tar.gz"])
+    }
+
+    @Test func defaultsAndOutput() throws {
+        let command = try Self.parse(["http://example.com/dir/file%20name.bin"])
+        #expect(command.allowsExpensive && !command.isJSON && command.expectedSHA256 == nil && command.maximumOutageWait == nil)
+        #expect(try command.jobs(workingDirectory: "/w").map(\.destination.path) == ["/w/file name.bin"])
+        let explicit = try Self.parse(["-o", "x/y.bin", "http://example.com/"])
+        #expect(try explicit.jobs(workingDirectory: "/w").map(\.destination.path) == ["/w/x/y.bin"])
+        let absolute = try Self.parse(["--output=/tmp/z", "http://example.com/q"])
+        #expect(try absolute.jobs(workingDirectory: "/w").map(\.destination.path) == ["/tmp/z"])
+    }
+
+    @Test(arguments: [
+        (["ftp://example.com/a"], "only http and https URLs are supported, not 'ftp'"),
+        (["file:///etc/passwd"], "expected an http or https URL"),
+        (["not a url"], "expected an http or https URL"),
+        (["http://"], "expected an http or https URL"),
+        (["/just/a/path"], "expected an http or https URL"),
+        (["-o", "f", "http://a/x", "http://a/y"], "'--output <file>' names one file but 2 URLs were given"),
+        (["-o", "f", "-d", "dir", "http://a/x"], "cannot be used together"),
+        (["--sha256", "abc", "http://a/x"], "expected 64 hexadecimal digits"),
+        (["--sha256", String(repeating: "g", count: 64), "http://a/x"], "expected 64 hexadecimal digits"),
+        (["--max-outage", "soon", "http://a/x"], "expected a number of seconds"),
+        (["--max-outage", "-1", "http://a/x"], "expected a number of seconds"),
+        (["http://example.com/"], "no file name in its path"),
+        (["--netns", "a/b", "http://a/x"], "expected a namespace name"),
+    ])
+    func rejectsBadArguments(_ arguments: [String], _ fragment: String) throws {
+        do {
+            _ = try Self.parse(arguments)
+            Issue.record("accepted \(arguments)")
+        } catch let error as UsageError {
+            #expect(error.message.contains(fragment), "\(error.message)")
+        }
+    }
+
+    @Test func missingURLAndDuplicateDestinations() async throws {
+        let harness = Harness()
+        #expect(await harness.run(["download"]) == 64)
+        #expect(harness.standardError.lines.first == "Error: Missing expected argument '<url> ...'")
+        #expect(harness.standardError.text.contains("See 'reachability download --help'"))
+
+        let duplicate = try Self.parse(["http://a/x/f.bin", "http://b/y/f.bin"])
+        #expect(throws: UsageError.self) { try duplicate.jobs(workingDirectory: "/w") }
+    }
+
+    @Test func badURLThroughTheToolExits64() async {
+        let harness = Harness()
+        #expect(await harness.run(["download", "gopher://x/y"]) == 64)
+        #expect(harness.standardError.lines.first?.hasPrefix("Error: The value 'gopher://x/y' is invalid for '<url>'") == true)
+        #expect(harness.standardOutput.text.isEmpty)
+    }
+
+    @Test func helpListsOptionsAndExitCodes() async {
+        let harness = Harness()
+        #expect(await harness.run(["help", "download"]) == 0)
+        let help = harness.standardOutput.text
+        for option in DownloadCommand.options + [Option.help] {
+            #expect(help.contains(option.helpLabel), "\(option.name) undocumented")
+        }
+        for fragment in ["USAGE: reachability download", "<url> ...", "Exit status: 0", "64 usage", "73 ", "75 ",
+                         "130 interrupted by SIGINT", "143 by SIGTERM", "running the same command again"] {
+            #expect(help.contains(fragment), "help lacks \(fragment)")
+        }
+        let root = Harness()
+        #expect(await root.run(["--help"]) == 0)
+        #expect(root.standardOutput.text.contains("  download "))
+    }
+
+    @Test(arguments: [
+        (nil as String?, ["XDG_STATE_HOME": "/x/state", "HOME": "/home/u"], false, "/x/state/reachability"),
+        (nil, ["XDG_STATE_HOME": "relative", "HOME": "/home/u"], false, "/home/u/.local/state/reachability"),
+        (nil, ["HOME": "/home/u"], false, "/home/u/.local/state/reachability"),
+        (nil, ["HOME": "/root"], true, "/var/lib/reachability"),
+        (nil, ["XDG_STATE_HOME": "/x/state"], true, "/x/state/reachability"),
+        ("/tmp/mine", ["HOME": "/home/u"], true, "/tmp/mine"),
+    ])
+    func stateDirectory(_ override: String?, _ environment: [String: String], _ isRoot: Bool, _ expected: String) throws {
+        let url = try DownloadStateDirectory.resolve(override: override, environment: environment, isRoot: isRoot)
+        #expect(url.path == expected)
+    }
+
+    @Test func stateDirectoryIsPrivateAndJobDirectoriesAreStable() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("dl-state-\(UUID().uuidString)/a/b")
+        defer { try? FileManager.default.removeItem(at: root.deletingLastPathComponent().deletingLastPathComponent()) }
+        try DownloadStateDirectory.create(root)
+        let mode = try FileManager.default.attributesOfItem(atPath: root.path)[.posixPermissions] as? Int
+        #expect(mode == 0o700)
+        let job = DownloadCommand.Job(url: URL(string: "http://a/x")!, destination: URL(fileURLWithPath: "/w/x"))
+        let other = DownloadCommand.Job(url: URL(string: "http://a/x")!, destination: URL(fileURLWithPath: "/w/y"))
+        let first = DownloadStateDirectory.jobDirectory(for: job, in: root)
+        #expect(first == DownloadStateDirectory.jobDirectory(for: job, in: root))
+        #expect(first != DownloadStateDirectory.jobDirectory(for: other, in: root))
+        #expect(first.deletingLastPathComponent().lastPathComponent == "downloads")
+        #expect(first.lastPathComponent.count == 16)
+    }
+
+    @Test func formatting() {
+        #expect(DownloadReporter.bytes(512) == "512 B")
+        #expect(DownloadReporter.bytes(1536) == "1.5 KiB")
+        #expect(DownloadReporter.bytes(40 * 1024 * 1024) == "40.0 MiB")
+        #expect(DownloadReporter.clock(.seconds(13)) == "0:13")
+        #expect(DownloadReporter.clock(.seconds(3723)) == "1:02:03")
+        #expect(DownloadReporter.text(of: .waitingForConnectivity) == "waiting for network")
+        #expect(DownloadReporter.text(of: .resumed(at: 42)) == "resumed at byte 42")
+        #expect(DownloadReporter.name(of: .resumed(at: 42)) == "resumed")
+        #expect(DownloadReporter.seconds(.milliseconds(250)) == "250 ms")
+    }
+}
+
+@Suite("download: SHA-256 of an existing destination")
+struct FileSHA256Tests {
+    @Test(arguments: [
+        ("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+        ("abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+    ])
+    func vectors(_ text: String, _ digest: String) {
+        #expect(FileSHA256.hex(Array(text.utf8)) == digest)
+    }
+
+    @Test func millionAsInPiecesOfOddSizes() {
+        var hasher = FileSHA256()
+        var remaining = 1_000_000
+        var piece = 1
+        while remaining > 0 {
+            let count = min(piece, remaining)
+            hasher.update([UInt8](repeating: UInt8(ascii: "a"), count: count))
+            remaining -= count
+            piece = piece * 3 + 7
+        }
+        #expect(hasher.finalize() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+    }
+
+    @Test func file() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sha-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data("abc".utf8).write(to: URL(fileURLWithPath: path))
+        #expect(FileSHA256.hex(ofFileAt: path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(FileSHA256.hex(ofFileAt: path + ".missing") == nil)
+    }
+}
