@@ -462,6 +462,10 @@ public actor DownloadAgent {
             return
         }
         download.report(bytesReceived: file.writtenEnd, totalBytes: file.record.totalLength, resetRate: true)
+        file.onRestartFromZero { [download] reason in
+            download.emit(.restartedFromZero(reason: reason))
+            download.report(bytesReceived: 0, totalBytes: nil, resetRate: true)
+        }
         var recovery = RecoveryStateMachine(policy: recoveryPolicy)
         var freshConnection = false
 

@@ -41,6 +41,8 @@ final class PartialFile: Sendable {
         var bytesSinceCheckpoint: Int64 = 0
         var writeError: DownloadError?
         var onDrained: (@Sendable () -> Void)?
+        /// Told when a 200 answer to a ranged request throws the stored bytes away.
+        var onRestartFromZero: (@Sendable (String) -> Void)?
         var isClosed = false
         var statistics = Statistics()
     }
@@ -111,24 +113,30 @@ final class PartialFile: Sendable {
         }
     }
 
+    /// Called (on the engine thread) when a response restarts the file from zero.
+    func onRestartFromZero(_ observer: @escaping @Sendable (String) -> Void) {
+        state.withLock { $0.onRestartFromZero = observer }
+    }
+
     /// Stores the entity's validators; when `restartsFromZero`, truncates the file and rewrites the
     /// record at offset zero before any byte of the new entity is written, so two versions are
     /// never spliced.
     func begin(_ acceptance: ResponseStateMachine.Acceptance) {
-        let restart = state.withLock { state -> Bool in
+        let (restart, observer) = state.withLock { state -> (Bool, (@Sendable (String) -> Void)?) in
             if acceptance.restartsFromZero {
                 state.record.resetEntity(entityTag: acceptance.entityTag, lastModified: acceptance.lastModified,
                                          totalLength: acceptance.totalLength)
                 state.writtenEnd = 0
                 state.bytesSinceCheckpoint = 0
-                return true
+                return (true, state.onRestartFromZero)
             }
             if acceptance.entityTag != nil { state.record.entityTag = acceptance.entityTag }
             if acceptance.lastModified != nil { state.record.lastModified = acceptance.lastModified }
             if acceptance.totalLength != nil { state.record.totalLength = acceptance.totalLength }
-            return false
+            return (false, nil)
         }
         guard restart else { return }
+        observer?("the server sent the whole resource instead of the range: it changed, or it ignores ranges")
         queue.async { [self] in
             resetHasher()
             do {

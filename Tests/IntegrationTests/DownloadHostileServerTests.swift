@@ -87,10 +87,11 @@ struct DownloadHostileServerTests {
             // Never honours Range: always a full 200.
             Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content, closeAfter: index == 0 ? Self.half : nil)
         }
-        let (result, _, directory) = try await run(server)
+        let (result, log, directory) = try await run(server)
         #expect(throws: Never.self) { try result.get() }
         expectIntact(directory)
         #expect(server.requests.count == 2)
+        #expect(log.restarts == 1, "\(log.all)")
     }
 
     @Test func changedResourceIsNeverSpliced() async throws {
@@ -100,9 +101,10 @@ struct DownloadHostileServerTests {
             // Version 2 now: If-Range v1 does not match, so a correct server sends 200 with v2.
             return .honest(request, content: newContent, etag: "\"v2\"")
         }
-        let (result, _, directory) = try await run(server, options: .init())
+        let (result, log, directory) = try await run(server, options: .init())
         #expect(throws: Never.self) { try result.get() }
         #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(newContent))
+        #expect(log.restarts == 1, "\(log.all)")
     }
 
     @Test func changedResourceWithExpectedChecksumFailsClearly() async throws {

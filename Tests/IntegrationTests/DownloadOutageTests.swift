@@ -351,8 +351,8 @@ struct DownloadOutageTests {
         // If-Range no longer matched, so nginx answered the resume with the whole new file (200).
         let last = try #require(net.requests.last)
         #expect(last.status == 200 && last.bytes == replacement.count, "\(net.requests)")
-        // The agent reports this restart only through progress going back (no `restartedFromZero`
-        // event for a 200 answer to a range request; see NOTES-download-cli.md).
+        // The user is told the stored bytes were thrown away, and progress starts over.
+        #expect(cli.count("restarted") == 1, "\(cli.transcript)")
         let bytes = cli.events.compactMap { $0["bytes"] as? Int }
         #expect(zip(bytes, bytes.dropFirst()).contains { $1 < $0 }, "\(bytes)")
     }
