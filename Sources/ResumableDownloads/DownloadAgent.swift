@@ -538,7 +538,16 @@ public actor DownloadAgent {
                 freshConnection = fresh
                 if let error { download.emit(.retrying(after: delay, error: error)) }
                 if delay > .zero {
-                    do { try await Task.sleep(for: delay) } catch { break attempts }
+                    if let error, error.httpStatusCode == nil {
+                        // A transport failure may have been the old path's fault: a path update
+                        // (another interface, a route back) ends the backoff at once.
+                        _ = await nextPathUpdate(until: .now + delay)
+                        if Task.isCancelled { break attempts }
+                        freshConnection = true
+                    } else {
+                        // The server asked for the wait (5xx, 408, 429, Retry-After): honour it.
+                        do { try await Task.sleep(for: delay) } catch { break attempts }
+                    }
                 }
             case .waitForPath:
                 freshConnection = true

@@ -1,4 +1,5 @@
 import Foundation
+import LinuxReachability
 import Testing
 @testable import ResumableDownloads
 
@@ -248,5 +249,32 @@ struct DownloadHostileServerTests {
         // An RST discards whatever the client kernel had not delivered yet, so the resume offset
         // can be anything up to half; the point is the classification and an intact result.
         #expect(log.all.contains { if case .retrying(_, let error) = $0 { error == .networkConnectionLost } else { false } })
+    }
+
+    @Test func aPathUpdateEndsATransportBackoff() async throws {
+        // Two connections die before the first byte (connection lost), so the agent backs off
+        // for at least 15 s; then the path moves to another interface and the server is fine.
+        let server = try Server { request, index in
+            index < 2 ? Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content, closeAfter: 0)
+                      : .honest(request, content: Self.content, etag: Self.etag)
+        }
+        let directory = try F.Directory()
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(DownloadPathTests.wifi)
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.initialBackoff = .seconds(30)
+            $0.maximumBackoff = .seconds(30)
+        }, paths: paths)
+        let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
+                                                options: .init(expectedSHA256: F.sha256(Self.content)))
+        let log = F.EventLog(download)
+        #expect(await log.wait { if case .retrying(let after, _) = $0 { after >= .seconds(10) } else { false } },
+                "\(log.all)")
+        let switched = ContinuousClock.now
+        continuation.yield(DownloadPathTests.ethernet)
+        _ = try await F.finish(download, log: log, timeout: .seconds(25))
+        #expect(ContinuousClock.now - switched < .seconds(10), "the backoff outlived the path change")
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        await agent.shutdown()
     }
 }
