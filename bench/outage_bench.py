@@ -199,17 +199,19 @@ def run_one(index, tool, scenario, args, content, digest):
                 raise RuntimeError(f"{tool} did not get going: {proc.stderr.read().decode()[-400:]}")
             time.sleep(0.02)
         if scenario == "switch":
+            old_connections = lab.client_connections()
             lab.uplink("eth2", "10.88.0.3", route=False)
             lab.route("eth2", metric=10)
             ip(f"-n {lab.client} link del eth1")
         else:
             ip(f"-n {lab.client} link set eth1 down")
             time.sleep(int(scenario))
+            # Taken before the restore: a fast client reconnects before `ss` could run after it.
+            old_connections = lab.client_connections()
             ip(f"-n {lab.client} link set eth1 up")
             lab.route("eth1")
         restored = time.monotonic()
         at_restore = on_disk(out)
-        old_connections = lab.client_connections()
         resumed = reconnected = None
         deadline = restored + args.timeout
         while proc.poll() is None and time.monotonic() < deadline:
