@@ -188,7 +188,7 @@ struct PathMonitorIntegrationTests {
         #expect(reason.contains("override"))
     }
 
-    @Test("100k routes: fast start, storm ends on the kernel's path")
+    @Test("100k routes: right path at start, storm ends on the kernel's path")
     func largeRouteTable() async throws {
         let net = try Topology()
         defer { net.close() }
@@ -199,13 +199,11 @@ struct PathMonitorIntegrationTests {
             batch += "route add 172.\(16 + i / 65536).\((i / 256) % 256).\(i % 256)/32 via 10.77.1.1 dev enp3s0\n"
         }
         try sh(["ip", "-n", net.client, "-batch", "-"], input: batch)
-        let started = ContinuousClock.now
         // A deliberately small buffer: the kernel charges about 1 KiB per datagram.
         let monitor = try startMonitor(in: net.client, receiveBufferSize: 64 << 10)
         defer { monitor.cancel() }
-        let startup = ContinuousClock.now - started
+        // Start-up time and memory with a large table are measured by bench/monitor_bench.py.
         #expect(monitor.currentPath.primaryInterface?.name == "enp3s0")
-        #expect(startup < .seconds(2), "startup with 100k routes took \(startup)")
 
         // Delete everything, switch the default to wifi in the middle of the storm. The handler
         // runs on the monitor's thread and holds it when the wifi path appears until the storm
