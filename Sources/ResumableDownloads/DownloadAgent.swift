@@ -235,8 +235,9 @@ public actor DownloadAgent {
         return restored
     }
 
-    /// Stops a download's transfer and keeps its resume data.
-    public func pause(_ download: Download) {
+    /// Stops a download's transfer and keeps its resume data; returns once it is paused (the
+    /// data checkpointed), so `state` is `.paused` afterwards.
+    public func pause(_ download: Download) async {
         guard var entry = entries[download.id] else { return }
         switch download.state {
         case .completed, .failed, .paused: return
@@ -246,6 +247,7 @@ public actor DownloadAgent {
         if let driver = entry.driver {
             driver.cancel()   // aborts the transfer, a backoff sleep or a path wait
             entries[download.id] = entry
+            await driver.value
         } else {
             entries[download.id] = entry
             queue.removeAll { $0 == download.id }
@@ -273,8 +275,9 @@ public actor DownloadAgent {
         }
     }
 
-    /// Stops a download for good and deletes its partial file and resume record.
-    public func cancel(_ download: Download) {
+    /// Stops a download for good and deletes its partial file and resume record; returns once
+    /// that is done, so `state` is `.failed(.cancelled)` afterwards.
+    public func cancel(_ download: Download) async {
         guard var entry = entries[download.id] else { return }
         if case .completed = download.state { return }
         if case .failed(let error) = download.state, error == .cancelled { return }
@@ -282,6 +285,7 @@ public actor DownloadAgent {
         entries[download.id] = entry
         if let driver = entry.driver {
             driver.cancel()
+            await driver.value
         } else {
             queue.removeAll { $0 == download.id }
             FileIO.removeIfPresent(entry.record.partialPath)

@@ -30,9 +30,9 @@ struct DownloadNginxTests {
     }
 
     @Test func pauseKeepsResumeDataAndResumeUsesARange() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "4m")
+        let nginx = try DownloadTestNginx(slowRate: "2m")   // ~12 s: paused mid-transfer even under load
         let directory = try F.Directory()
-        let content = F.randomData(count: 12 << 20)
+        let content = F.randomData(count: 24 << 20)
         try nginx.serve(content, at: "slow/file.bin")
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
         let destination = directory.file("file.bin")
