@@ -33,9 +33,11 @@ let package = Package(
         .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
-        .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads"]),
+        // Shared by the download test targets: an event log tests can wait on.
+        .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
+        .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["LinuxReachability", "ResumableDownloads", "ReachabilityCLI"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI"]),
     ],
     swiftLanguageModes: [.v6]
 )

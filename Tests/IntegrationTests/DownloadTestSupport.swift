@@ -1,3 +1,4 @@
+import DownloadTestSupport
 import Foundation
 import LinuxReachability
 import Synchronization
@@ -82,73 +83,10 @@ enum DownloadFixtures {
     }
 
     /// Collects a download's events for deadline-based waits.
-    final class EventLog: Sendable {
-        private struct Waiter {
-            var predicate: @Sendable (DownloadEvent) -> Bool
-            var continuation: CheckedContinuation<Bool, Never>
-        }
+    typealias EventLog = DownloadTestSupport.EventLog
 
-        private struct State {
-            var events: [DownloadEvent] = []
-            var waiters: [Int: Waiter] = [:]
-            var nextWaiter = 0
-        }
-
-        private let state = Mutex(State())
-
-        /// Follows `download.events`, which replays recent events, so nothing fired before the log
-        /// existed is missed (a closure set after `download(...)` returned could miss the first ones).
-        init(_ download: Download) {
-            Task { [self] in
-                for await event in download.events { record(event) }
-            }
-        }
-
-        private func record(_ event: DownloadEvent) {
-            let ready = state.withLock { state -> [Waiter] in
-                state.events.append(event)
-                let matched = state.waiters.filter { $0.value.predicate(event) }
-                for key in matched.keys { state.waiters.removeValue(forKey: key) }
-                return Array(matched.values)
-            }
-            for waiter in ready { waiter.continuation.resume(returning: true) }
-        }
-
-        var all: [DownloadEvent] { state.withLock { $0.events } }
-
-        /// Returns true as soon as an event satisfying `predicate` has been seen, false after `timeout`.
-        func wait(timeout: Duration = .seconds(20), for predicate: @escaping @Sendable (DownloadEvent) -> Bool) async -> Bool {
-            await withCheckedContinuation { continuation in
-                let key = state.withLock { state -> Int? in
-                    if state.events.contains(where: predicate) { return nil }
-                    state.nextWaiter += 1
-                    state.waiters[state.nextWaiter] = Waiter(predicate: predicate, continuation: continuation)
-                    return state.nextWaiter
-                }
-                guard let key else { return continuation.resume(returning: true) }
-                let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000
-                    + Int(timeout.components.attoseconds / 1_000_000_000)
-                DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { [self] in
-                    state.withLock { $0.waiters.removeValue(forKey: key) }?.continuation.resume(returning: false)
-                }
-            }
-        }
-        /// Waits until the terminal event (completed or failed) is recorded: the log follows the
-    /// event stream on its own task, so it can trail `finished()` by a moment.
-    func settled() async {
-        _ = await wait { event in
-            switch event {
-            case .completed, .failed: true
-            default: false
-            }
-        }
-    }
-    var resumedOffsets: [Int64] { all.compactMap { if case .resumed(let offset) = $0 { offset } else { nil } } }
-        var restarts: Int { all.filter { if case .restartedFromZero = $0 { true } else { false } }.count }
-    }
-
-    /// Runs `finished()` with a deadline so a hung download fails the test instead of CI.
-    /// With `log`, also waits until the log has recorded the outcome, so it can be inspected.
+    /// Runs `finished()` with a deadline so a hung download fails the test instead of CI; with
+    /// `log`, also waits until the log has recorded the outcome, so it can be inspected.
     static func finish(_ download: Download, log: EventLog? = nil, timeout: Duration = .seconds(60)) async throws -> URL {
         do {
             let url = try await finishing(download, timeout: timeout)

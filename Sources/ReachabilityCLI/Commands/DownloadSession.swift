@@ -131,26 +131,3 @@ final class DownloadSession: Sendable {
     }
 }
 
-extension InterruptSignals {
-    /// Like `install`, but tells the handler which signal arrived, so `download` can exit
-    /// 128 + signal (130 for SIGINT, 143 for SIGTERM) as a shell reports an interrupted job.
-    static func installReportingNumber(_ handler: @escaping @Sendable (Int32) -> Void) -> (@Sendable () -> Void) {
-        let queue = DispatchQueue(label: "reachability.download.signals")
-        let sources = [SIGINT, SIGTERM].map { number -> any DispatchSourceSignal in
-            // A DispatchSource only sees the signal if the default action (terminate) is off.
-            signal(number, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { handler(number) }
-            source.resume()
-            return source
-        }
-        let owner = Mutex(sources)
-        return {
-            owner.withLock { sources in
-                for source in sources { source.cancel() }
-            }
-            signal(SIGINT, SIG_DFL)
-            signal(SIGTERM, SIG_DFL)
-        }
-    }
-}

@@ -121,12 +121,17 @@ protocol QueueControlCommand: Command {
     static func command(_ id: String) -> ControlCommand
     var id: String { get }
     var control: ControlOptions { get }
+    init(id: String, control: ControlOptions)
 }
 
 extension QueueControlCommand {
     static var options: [Option] { [ControlOptions.stateDirectory] }
     static var positionals: [Positional] { [Positional(name: "id", help: "A download ID or a unique prefix of one (see 'queue list').")] }
     static var discussion: String? { ControlOptions.discussion }
+
+    init(arguments: ParsedArguments) throws {
+        self.init(id: arguments.positional(Self.positionals[0])[0], control: ControlOptions(arguments: arguments))
+    }
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let response = try control.send(Self.command(id), in: context)
@@ -142,10 +147,6 @@ struct QueuePauseCommand: QueueControlCommand {
     static func command(_ id: String) -> ControlCommand { .pause(id) }
     var id: String
     var control: ControlOptions
-    init(arguments: ParsedArguments) throws {
-        id = arguments.positional(Self.positionals[0])[0]
-        control = ControlOptions(arguments: arguments)
-    }
 }
 
 /// `reachability queue resume ID`.
@@ -155,10 +156,6 @@ struct QueueResumeCommand: QueueControlCommand {
     static func command(_ id: String) -> ControlCommand { .resume(id) }
     var id: String
     var control: ControlOptions
-    init(arguments: ParsedArguments) throws {
-        id = arguments.positional(Self.positionals[0])[0]
-        control = ControlOptions(arguments: arguments)
-    }
 }
 
 /// `reachability queue cancel ID`.
@@ -168,10 +165,6 @@ struct QueueCancelCommand: QueueControlCommand {
     static func command(_ id: String) -> ControlCommand { .cancel(id) }
     var id: String
     var control: ControlOptions
-    init(arguments: ParsedArguments) throws {
-        id = arguments.positional(Self.positionals[0])[0]
-        control = ControlOptions(arguments: arguments)
-    }
 }
 
 /// `reachability agent status [--json]`.

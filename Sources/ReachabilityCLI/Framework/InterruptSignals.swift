@@ -14,12 +14,18 @@ enum InterruptSignals {
     /// Installs handlers for SIGINT and SIGTERM; the returned closure removes them and restores
     /// the default dispositions.
     @Sendable static func install(_ handler: @escaping @Sendable () -> Void) -> (@Sendable () -> Void) {
+        installReportingNumber { _ in handler() }
+    }
+
+    /// Like `install`, but tells the handler which signal arrived, so `download` can exit
+    /// 128 + signal (130 for SIGINT, 143 for SIGTERM) as a shell reports an interrupted job.
+    static func installReportingNumber(_ handler: @escaping @Sendable (Int32) -> Void) -> (@Sendable () -> Void) {
         let queue = DispatchQueue(label: "reachability.signals")
         let sources = [SIGINT, SIGTERM].map { number -> any DispatchSourceSignal in
             // A DispatchSource only sees the signal if the default action (terminate) is off.
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler(handler: handler)
+            source.setEventHandler { handler(number) }
             source.resume()
             return source
         }
