@@ -4,7 +4,10 @@ import LinuxReachability
 /// The `reachability` command-line tool: parses arguments, runs a subcommand, returns the exit status.
 public enum ReachabilityCommandLine {
     /// Runs the tool with the process's arguments and environment and exits with its status.
+    /// Call it from `main.swift`: it must start on the main thread (see `InterruptSignals`).
+    @MainActor
     public static func main() async -> Never {
+        InterruptSignals.unblockOnCurrentThread()
         let status = await run(arguments: Array(CommandLine.arguments.dropFirst()), context: .live())
         exit(status)
     }

@@ -63,14 +63,17 @@ struct MonitorOptions: Sendable, Equatable {
                 throw CommandFailure(message: error.description, exitCode: .configuration)
             }
         }
-        let errorOutput = context.errorOutput
-        let logger = isVerbose
-            ? Logger(label: "reachability", minimumLevel: .debug, sink: { errorOutput.line($0) })
-            : .silent
         return PathMonitor.Configuration(
             networkNamespace: networkNamespace,
             classificationOverrides: overrides + fileOverrides,
-            logger: logger)
+            logger: logger(in: context))
+    }
+
+    /// Debug-level lines on stderr with `--verbose`, otherwise silent.
+    func logger(in context: CommandContext) -> Logger {
+        guard isVerbose else { return .silent }
+        let errorOutput = context.errorOutput
+        return Logger(label: "reachability", minimumLevel: .debug, sink: { errorOutput.line($0) })
     }
 
     /// Builds the source for `configuration(in:)` and starts it; the caller cancels it when done.

@@ -24,8 +24,9 @@ struct WatchCommand: Command {
         let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
         // Cancelling the source finishes `paths`, which ends the loop below normally.
-        let removeHandler = context.onInterrupt { source.cancel() }
+        let removeHandler = await context.onInterrupt { source.cancel() }
         defer { removeHandler() }
+        monitor.logger(in: context).info("watching for changes; SIGINT or SIGTERM stops")
 
         var previous: NetworkPath?
         for await path in source.paths where !isRepeat(path, of: previous) {
