@@ -159,6 +159,8 @@ struct BuiltBinaryTests {
         }
         #expect(errorText.contains("info reachability: watching for changes; SIGINT or SIGTERM stops"))
         kill(pid, signalNumber)
+        // Keep draining stderr (the engine's debug lines) so a full pipe cannot block the exit.
+        errorText += String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         #expect(process.terminationReason == .exit, "ended by a signal: \(errorText)")
         #expect(process.terminationStatus == 0)
