@@ -12,11 +12,6 @@ public enum ReachabilityCommandLine {
         exit(status)
     }
 
-    /// Runs the tool with `arguments` (without the executable name) and returns the exit status.
-    public static func run(arguments: [String]) async -> Int32 {
-        await run(arguments: arguments, context: .live())
-    }
-
     /// Dispatches to a subcommand; every error is reported here, in one place, with its exit status.
     static func run(arguments: [String], context: CommandContext) async -> Int32 {
         guard let first = arguments.first else {
