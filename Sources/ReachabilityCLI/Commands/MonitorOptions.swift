@@ -4,7 +4,7 @@ import LinuxReachability
 struct MonitorOptions: Sendable, Equatable {
     static let networkNamespace = Option.value(
         "netns", valueName: "name",
-        help: "Watch the named network namespace (see 'ip netns') instead of the current one. Needs CAP_SYS_ADMIN (root).")
+        help: "Use the network namespace NAME (see 'ip netns list') instead of the current one. Needs CAP_SYS_ADMIN (root).")
     static let classify = Option.repeating(
         "classify", valueName: "pattern=type",
         help: "Report interfaces whose name matches the glob PATTERN as TYPE (wired, wifi, cellular, loopback, other). Repeatable; wins over classify.conf.")

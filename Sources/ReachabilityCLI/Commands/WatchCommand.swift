@@ -4,7 +4,7 @@ import LinuxReachability
 /// SIGINT/SIGTERM (exit 0).
 struct WatchCommand: Command {
     static let name = "watch"
-    static let abstract = "Print the current path, then one timestamped line each time it changes."
+    static let abstract = "Print the path, then a timestamped line per change."
     static let json = Option.flag("json", help: "Print one JSON object per line (NDJSON).")
     static let options = [json] + MonitorOptions.all
     static let discussion: String? = """
