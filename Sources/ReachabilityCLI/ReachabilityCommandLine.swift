@@ -4,14 +4,12 @@ import LinuxReachability
 /// The `reachability` command-line tool: parses arguments, runs a subcommand, returns the exit status.
 public enum ReachabilityCommandLine {
     /// Runs the tool with the process's arguments and environment and exits with its status.
+    /// Call it from `main.swift`: it must start on the main thread (see `InterruptSignals`).
+    @MainActor
     public static func main() async -> Never {
+        InterruptSignals.unblockOnCurrentThread()
         let status = await run(arguments: Array(CommandLine.arguments.dropFirst()), context: .live())
         exit(status)
-    }
-
-    /// Runs the tool with `arguments` (without the executable name) and returns the exit status.
-    public static func run(arguments: [String]) async -> Int32 {
-        await run(arguments: arguments, context: .live())
     }
 
     /// Dispatches to a subcommand; every error is reported here, in one place, with its exit status.

@@ -1,5 +1,9 @@
+import Dispatch
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Runs the built `reachability` executable, like swift-argument-parser's `AssertExecuteCommand`:
 /// only commands that need neither root nor the netlink engine.
@@ -125,5 +129,40 @@ struct BuiltBinaryTests {
         #expect(["satisfied", "unsatisfied"].contains(status))
         #expect((status == "satisfied") == (result.status == 0))
         #expect(result.status == 0 || result.status == 1)
+    }
+
+    /// A real SIGTERM ends `watch` with exit 0. `--verbose` says on stderr when the handlers are in
+    /// place, so the test waits for that line rather than for time; a watchdog SIGKILLs a hung
+    /// process after 30 s, which fails the test instead of hanging it.
+    @Test(arguments: [SIGTERM, SIGINT])
+    func signalEndsWatchWithExitZero(signalNumber: Int32) throws {
+        let process = Process()
+        process.executableURL = try Self.binaryURL()
+        process.arguments = ["watch", "--verbose"]
+        process.environment = ["PATH": "/usr/bin:/bin", "HOME": "/nonexistent"]
+        let error = Pipe()
+        process.standardError = error
+        process.standardOutput = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let pid = process.processIdentifier
+        let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: watchdog)
+        defer { watchdog.cancel() }
+
+        var errorText = ""
+        // `availableData` returns what one read(2) got; `read(upToCount:)` would wait for the count or EOF.
+        while !errorText.contains("SIGINT or SIGTERM stops") {
+            let chunk = error.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            errorText += String(decoding: chunk, as: UTF8.self)
+        }
+        #expect(errorText.contains("info reachability: watching for changes; SIGINT or SIGTERM stops"))
+        kill(pid, signalNumber)
+        // Keep draining stderr (the engine's debug lines) so a full pipe cannot block the exit.
+        errorText += String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .exit, "ended by a signal: \(errorText)")
+        #expect(process.terminationStatus == 0)
     }
 }

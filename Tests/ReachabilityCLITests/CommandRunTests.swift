@@ -48,12 +48,24 @@ struct CommandRunTests {
         #expect(harness.standardOutput.text.isEmpty)
     }
 
-    @Test func watchPrintsCurrentThenOneLinePerChangeAndDropsRepeats() async {
-        let source = ScriptedPathSource(
-            current: Fixtures.satisfiedWifi,
-            script: [Fixtures.satisfiedWifi, Fixtures.noRoute, Fixtures.noRoute, Fixtures.dualStackWifi])
+    /// Runs `watch` over a script that stays open and interrupts it once it has subscribed (so the
+    /// whole script is buffered): waits for that event, not for time.
+    func watchUntilInterrupted(_ arguments: [String], current: NetworkPath, script: [NetworkPath]) async -> Harness {
+        let source = ScriptedPathSource(current: current, script: script, staysOpen: true)
         let harness = Harness(source: source)
-        #expect(await harness.run(["watch"]) == 0)
+        let subscribed = source.pathsRequests()
+        async let status = harness.run(arguments)
+        for await _ in subscribed { break }
+        #expect(harness.interrupt())
+        #expect(await status == 0)
+        #expect(source.isCancelled)
+        return harness
+    }
+
+    @Test func watchPrintsCurrentThenOneLinePerChangeAndDropsRepeats() async {
+        let harness = await watchUntilInterrupted(
+            ["watch"], current: Fixtures.satisfiedWifi,
+            script: [Fixtures.satisfiedWifi, Fixtures.noRoute, Fixtures.noRoute, Fixtures.dualStackWifi])
         #expect(harness.standardOutput.lines == [
             "2026-11-30T06:00:00.125Z reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)",
             "2026-11-30T06:00:00.125Z unreachable: no route",
@@ -66,32 +78,28 @@ struct CommandRunTests {
     func aChangeOutsideThePrimaryRouteIsALineOnlyInJSON(arguments: [String], lineCount: Int) async {
         var ethernetUp = Fixtures.satisfiedWifi
         ethernetUp.interfaces[0].hasCarrier = true
-        let harness = Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, script: [ethernetUp]))
-        #expect(await harness.run(arguments) == 0)
+        let harness = await watchUntilInterrupted(arguments, current: Fixtures.satisfiedWifi, script: [ethernetUp])
         #expect(harness.standardOutput.lines.count == lineCount)
     }
 
     @Test func watchJSONIsOneObjectPerLine() async {
-        let source = ScriptedPathSource(current: Fixtures.noRoute, script: [Fixtures.cellular])
-        let harness = Harness(source: source)
-        #expect(await harness.run(["watch", "--json"]) == 0)
+        let harness = await watchUntilInterrupted(["watch", "--json"], current: Fixtures.noRoute, script: [Fixtures.cellular])
         #expect(harness.standardOutput.lines == [
             PathJSON.line(Fixtures.noRoute, at: Fixtures.time),
             PathJSON.line(Fixtures.cellular, at: Fixtures.time),
         ])
     }
 
-    @Test func interruptEndsWatchWithExitZero() async {
-        let source = ScriptedPathSource(current: Fixtures.satisfiedWifi, script: [Fixtures.noRoute], staysOpen: true)
-        let harness = Harness(source: source)
-        let subscribed = source.pathsRequests()
-        async let status = harness.run(["watch"])
-        // Wait for the event, not for time: the command has subscribed, so the script is buffered.
-        for await _ in subscribed { break }
-        #expect(harness.interrupt())
-        #expect(await status == 0)
+    @Test func watchFailsWhenTheMonitorStopsOnItsOwn() async {
+        let harness = Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, script: [Fixtures.noRoute]))
+        #expect(await harness.run(["watch"]) == 1)
         #expect(harness.standardOutput.lines.count == 2)
-        #expect(source.isCancelled)
+        #expect(harness.standardError.text == "reachability watch: the monitor stopped unexpectedly\n")
+    }
+
+    @Test func interruptEndsWatchWithExitZeroAndRemovesTheHandler() async {
+        let harness = await watchUntilInterrupted(["watch"], current: Fixtures.satisfiedWifi, script: [Fixtures.noRoute])
+        #expect(harness.standardOutput.lines.count == 2)
         #expect(!harness.interrupt(), "the handler is removed when watch returns")
     }
 }

@@ -141,9 +141,9 @@ struct AgentCommand: Command {
         for number in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&mask, number) }
         pthread_sigmask(SIG_UNBLOCK, &mask, nil)
         let (signals, signalContinuation) = AsyncStream.makeStream(of: AgentSignal.self)
-        let removeInterrupt = context.onInterrupt { signalContinuation.yield(.terminate) }
+        let removeInterrupt = await context.onInterrupt { signalContinuation.yield(.terminate) }
         defer { removeInterrupt() }
-        let removeHangup = HangupSignal.install { signalContinuation.yield(.reload) }
+        let removeHangup = await HangupSignal.install { signalContinuation.yield(.reload) }
         defer { removeHangup() }
 
         for await signal in signals {
@@ -199,16 +199,8 @@ struct AgentCommand: Command {
 
 /// SIGHUP through a DispatchSource (the default action, terminate, is switched off while installed).
 enum HangupSignal {
-    static func install(_ handler: @escaping @Sendable () -> Void) -> @Sendable () -> Void {
-        signal(SIGHUP, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: DispatchQueue(label: "reachability.sighup"))
-        source.setEventHandler(handler: handler)
-        source.resume()
-        // Dispatch sources are not Sendable on Linux; the mutex owns it for the removal closure.
-        let owner = Mutex(source as any DispatchSourceSignal)
-        return {
-            owner.withLock { $0.cancel() }
-            signal(SIGHUP, SIG_DFL)
-        }
+    /// SIGHUP through the same registration-aware installer as SIGINT/SIGTERM.
+    static func install(_ handler: @escaping @Sendable () -> Void) async -> @Sendable () -> Void {
+        await InterruptSignals.installReportingNumber(for: [SIGHUP]) { _ in handler() }
     }
 }

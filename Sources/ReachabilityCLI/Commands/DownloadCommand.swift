@@ -251,7 +251,7 @@ struct DownloadCommand: Command {
             await progress.value
             return failures
         }
-        let removeHandler = InterruptSignals.installReportingNumber { number in
+        let removeHandler = await InterruptSignals.installReportingNumber { number in
             guard interruption.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else {
                 // A second Ctrl-C while pausing: quit now. The last checkpoint is still a valid
                 // resume point (the partial file is truncated to it on the next run).

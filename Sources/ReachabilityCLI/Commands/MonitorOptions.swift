@@ -4,7 +4,7 @@ import LinuxReachability
 struct MonitorOptions: Sendable, Equatable {
     static let networkNamespace = Option.value(
         "netns", valueName: "name",
-        help: "Watch the named network namespace (see 'ip netns') instead of the current one. Needs CAP_SYS_ADMIN (root).")
+        help: "Use the network namespace NAME (see 'ip netns list') instead of the current one. Needs CAP_SYS_ADMIN (root).")
     static let classify = Option.repeating(
         "classify", valueName: "pattern=type",
         help: "Report interfaces whose name matches the glob PATTERN as TYPE (wired, wifi, cellular, loopback, other). Repeatable; wins over classify.conf.")
@@ -63,14 +63,17 @@ struct MonitorOptions: Sendable, Equatable {
                 throw CommandFailure(message: error.description, exitCode: .configuration)
             }
         }
-        let errorOutput = context.errorOutput
-        let logger = isVerbose
-            ? Logger(label: "reachability", minimumLevel: .debug, sink: { errorOutput.line($0) })
-            : .silent
         return PathMonitor.Configuration(
             networkNamespace: networkNamespace,
             classificationOverrides: overrides + fileOverrides,
-            logger: logger)
+            logger: logger(in: context))
+    }
+
+    /// Debug-level lines on stderr with `--verbose`, otherwise silent.
+    func logger(in context: CommandContext) -> Logger {
+        guard isVerbose else { return .silent }
+        let errorOutput = context.errorOutput
+        return Logger(label: "reachability", minimumLevel: .debug, sink: { errorOutput.line($0) })
     }
 
     /// Builds the source for `configuration(in:)` and starts it; the caller cancels it when done.

@@ -3,7 +3,7 @@ import LinuxReachability
 /// `reachability status`: print the current path once; exit 0 when satisfied, 1 when not.
 struct StatusCommand: Command {
     static let name = "status"
-    static let abstract = "Print whether the network is reachable now, and through which interface."
+    static let abstract = "Print whether and how the network is reachable now."
     static let json = Option.flag("json", help: "Print one JSON object instead of text.")
     static let explain = Option.flag(
         "explain", help: "Also print the routes and every interface with its type, the evidence for it, state and addresses.")

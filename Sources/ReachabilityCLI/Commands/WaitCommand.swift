@@ -3,7 +3,7 @@ import LinuxReachability
 /// `reachability wait`: exit 0 as soon as the path qualifies, 1 on timeout.
 struct WaitCommand: Command {
     static let name = "wait"
-    static let abstract = "Wait until the network is reachable (optionally over a given kind of link)."
+    static let abstract = "Exit 0 once the network path qualifies, 1 on timeout."
     static let timeout = Option.value(
         "timeout", valueName: "seconds",
         help: "Give up after this many seconds (fractions allowed; 0 checks once; 'inf' waits forever). Default: 30.")

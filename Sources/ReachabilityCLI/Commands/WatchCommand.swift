@@ -1,15 +1,16 @@
 import LinuxReachability
+import Synchronization
 
 /// `reachability watch`: print the current path, then one timestamped line per change, until
 /// SIGINT/SIGTERM (exit 0).
 struct WatchCommand: Command {
     static let name = "watch"
-    static let abstract = "Print the current path, then one timestamped line each time it changes."
+    static let abstract = "Print the path, then a timestamped line per change."
     static let json = Option.flag("json", help: "Print one JSON object per line (NDJSON).")
     static let options = [json] + MonitorOptions.all
     static let discussion: String? = """
         Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
-        watch with exit status 0.
+        watch with exit status 0; if the monitor stops on its own, the exit status is 1.
         """ + "\n\n" + MonitorOptions.discussion
 
     var isJSON: Bool
@@ -24,14 +25,23 @@ struct WatchCommand: Command {
         let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
         // Cancelling the source finishes `paths`, which ends the loop below normally.
-        let removeHandler = context.onInterrupt { source.cancel() }
+        let interruption = InterruptionFlag()
+        let removeHandler = await context.onInterrupt {
+            interruption.raise()
+            source.cancel()
+        }
         defer { removeHandler() }
+        monitor.logger(in: context).info("watching for changes; SIGINT or SIGTERM stops")
 
         var previous: NetworkPath?
         for await path in source.paths where !isRepeat(path, of: previous) {
             previous = path
             let time = context.now()
             context.output.line(isJSON ? PathJSON.line(path, at: time) : PathText.line(path, at: time))
+        }
+        guard interruption.isRaised else {
+            context.errorOutput.line("\(Self.commandPath): the monitor stopped unexpectedly")
+            return .failure
         }
         return .success
     }
@@ -43,4 +53,12 @@ struct WatchCommand: Command {
         guard let previous else { return false }
         return isJSON ? path == previous : PathText.summary(path) == PathText.summary(previous)
     }
+}
+
+/// Set by the signal handler, so `watch` can tell a requested stop from the monitor ending on its own.
+private final class InterruptionFlag: Sendable {
+    private let raised = Atomic(false)
+
+    func raise() { raised.store(true, ordering: .relaxed) }
+    var isRaised: Bool { raised.load(ordering: .relaxed) }
 }

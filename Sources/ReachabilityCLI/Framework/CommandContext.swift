@@ -34,8 +34,9 @@ struct CommandContext: Sendable {
     var makePathSource: @Sendable (PathMonitor.Configuration) -> any PathSource
     /// Whether the process may enter another network namespace (setns needs CAP_SYS_ADMIN).
     var canEnterNetworkNamespace: @Sendable () -> Bool
-    /// Calls the handler on SIGINT/SIGTERM until the returned closure is called.
-    var onInterrupt: @Sendable (_ handler: @escaping @Sendable () -> Void) -> (@Sendable () -> Void)
+    /// Calls the handler on SIGINT/SIGTERM until the returned closure is called; returns once the
+    /// handler is in place.
+    var onInterrupt: @Sendable (_ handler: @escaping @Sendable () -> Void) async -> (@Sendable () -> Void)
     /// Suspends for the duration; throws when the task is cancelled.
     var sleep: @Sendable (Duration) async throws -> Void
 
