@@ -147,7 +147,8 @@ final class OutageLab: Sendable {
     /// With `usesNetnsOption` the binary starts in the test's namespace with `--netns CLIENT` and
     /// must move itself (transfers included) into the client namespace.
     func download(_ name: String, _ extra: [String] = [], usesNetnsOption: Bool = false) throws -> CLIProcess {
-        try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-d", directory.file("client").path]
+        // --verbose: the monitor's and the agent's logs land in the transcript of a failed expectation.
+        try CLIProcess(["download", "--json", "--verbose", "--state-dir", directory.file("state").path, "-d", directory.file("client").path]
                        + (usesNetnsOption ? ["--netns", client] : []) + extra + ["\(url)/\(name)"],
                        namespace: usesNetnsOption ? nil : client, directory: directory.url,
                        environment: ["REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES": "\(Self.checkpointBytes)",
@@ -188,7 +189,7 @@ struct DownloadOutageTests {
         let sent = await net.bytesSentWhenIdle()
         let wasted = sent - content.count
         #expect(wasted >= 0 && wasted <= OutageLab.checkpointBytes,
-                "server sent \(sent) bytes for \(content.count): \(wasted) wasted; requests \(net.requests)",
+                "server sent \(sent) bytes for \(content.count): \(wasted) wasted; requests \(net.requests)\n\(cli.transcript)",
                 sourceLocation: sourceLocation)
         #expect(cli.count("restarted") == 0, sourceLocation: sourceLocation)
     }
@@ -310,7 +311,7 @@ struct DownloadOutageTests {
         #expect(cli.count("resumed") >= 1, "\(cli.transcript)")
         let addresses = net.requests.map(\.address)
         #expect(addresses.first == "10.88.0.2")
-        #expect(addresses.last == "10.88.0.3", "\(net.requests)")
+        #expect(addresses.last == "10.88.0.3", "\(net.requests)\n\(cli.transcript)")
     }
 
     @Test("outage longer than --max-outage fails cleanly, keeps the resume data, and a rerun finishes")
