@@ -279,14 +279,3 @@ struct AgentTests {
     }
 }
 
-extension DownloadFixtures {
-    /// `wait` for synchronous conditions (process and file checks), polling with a deadline.
-    static func waitSync(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if condition() { return true }
-            usleep(10_000)
-        }
-        return condition()
-    }
-}

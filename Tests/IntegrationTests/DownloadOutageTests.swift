@@ -65,20 +65,11 @@ final class OutageLab: Sendable {
     func startServer() throws {
         let prefix = directory.file("nginx").path
         let configuration = """
-        daemon off;
-        master_process off;
-        worker_processes 1;
-        error_log \(prefix)/error.log warn;
-        pid \(prefix)/nginx.pid;
-        events { worker_connections 64; }
+        \(DownloadFixtures.nginxPrelude(prefix: prefix, workerConnections: 64))
         http {
             log_format bytes '$remote_addr $status $body_bytes_sent';
             access_log \(prefix)/access.log bytes;
-            client_body_temp_path \(prefix)/tmp/body;
-            proxy_temp_path \(prefix)/tmp/proxy;
-            fastcgi_temp_path \(prefix)/tmp/fastcgi;
-            uwsgi_temp_path \(prefix)/tmp/uwsgi;
-            scgi_temp_path \(prefix)/tmp/scgi;
+        \(DownloadFixtures.nginxTemporaryPaths(prefix: prefix))
             default_type application/octet-stream;
             # A client that vanished (link down) is given up on quickly, so its request is logged.
             send_timeout 2s;
@@ -98,12 +89,11 @@ final class OutageLab: Sendable {
         process.standardError = FileHandle.nullDevice
         try process.run()
         nginx.withLock { $0 = process }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while (try? sh(["ip", "netns", "exec", server, "ss", "-Hltn", "sport = :80"]))?.isEmpty ?? true {
-            guard process.isRunning, ContinuousClock.now < deadline else {
-                throw CommandFailure(description: "nginx did not start in \(server)")
-            }
-            usleep(5_000)   // polling the listen socket, bounded by the deadline
+        let server = self.server
+        let listening = { !((try? sh(["ip", "netns", "exec", server, "ss", "-Hltn", "sport = :80"]))?.isEmpty ?? true) }
+        _ = DownloadFixtures.waitSync(timeout: .seconds(10)) { !process.isRunning || listening() }
+        guard process.isRunning, listening() else {
+            throw CommandFailure(description: "nginx did not start in \(server)")
         }
     }
 

@@ -52,6 +52,41 @@ enum DownloadFixtures {
         return await condition()
     }
 
+    /// `wait` for synchronous conditions (process, file and socket checks): polls every 5 ms
+    /// until the condition holds or the deadline passes; returns whether it held.
+    static func waitSync(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            usleep(5_000)
+        }
+        return condition()
+    }
+
+    /// The nginx directives every test server shares: foreground, one process, files under
+    /// `prefix` (a server run by tests must not touch /var).
+    static func nginxPrelude(prefix: String, workerConnections: Int) -> String {
+        """
+        daemon off;
+        master_process off;
+        worker_processes 1;
+        error_log \(prefix)/error.log warn;
+        pid \(prefix)/nginx.pid;
+        events { worker_connections \(workerConnections); }
+        """
+    }
+
+    /// Temporary-file paths inside `prefix`, for the `http` block.
+    static func nginxTemporaryPaths(prefix: String) -> String {
+        """
+            client_body_temp_path \(prefix)/tmp/body;
+            proxy_temp_path \(prefix)/tmp/proxy;
+            fastcgi_temp_path \(prefix)/tmp/fastcgi;
+            uwsgi_temp_path \(prefix)/tmp/uwsgi;
+            scgi_temp_path \(prefix)/tmp/scgi;
+        """
+    }
+
     /// A free TCP port on 127.0.0.1 (bound then released; the tiny race is acceptable in tests).
     static func freePort() throws -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -169,19 +204,10 @@ final class DownloadTestNginx: Sendable {
             tlsPort = nil
         }
         let configuration = """
-        daemon off;
-        master_process off;
-        worker_processes 1;
-        error_log \(p)/error.log warn;
-        pid \(p)/nginx.pid;
-        events { worker_connections 256; }
+        \(DownloadFixtures.nginxPrelude(prefix: p, workerConnections: 256))
         http {
             access_log off;
-            client_body_temp_path \(p)/tmp/body;
-            proxy_temp_path \(p)/tmp/proxy;
-            fastcgi_temp_path \(p)/tmp/fastcgi;
-            uwsgi_temp_path \(p)/tmp/uwsgi;
-            scgi_temp_path \(p)/tmp/scgi;
+        \(DownloadFixtures.nginxTemporaryPaths(prefix: p))
             default_type application/octet-stream;
             sendfile on;
             server {
@@ -200,14 +226,12 @@ final class DownloadTestNginx: Sendable {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !DownloadFixtures.canConnect(port: port) {
-            guard process.isRunning, ContinuousClock.now < deadline else {
-                let log = (try? String(contentsOf: prefix.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
-                stop()
-                throw DownloadError.cannotConnectToHost.with(description: "nginx did not start: \(log)")
-            }
-            usleep(2_000)   // nginx startup: poll the port, bounded by the deadline above
+        let process = self.process
+        _ = DownloadFixtures.waitSync(timeout: .seconds(10)) { !process.isRunning || DownloadFixtures.canConnect(port: port) }
+        guard process.isRunning, DownloadFixtures.canConnect(port: port) else {
+            let log = (try? String(contentsOf: prefix.appendingPathComponent("error.log"), encoding: .utf8)) ?? ""
+            stop()
+            throw DownloadError.cannotConnectToHost.with(description: "nginx did not start: \(log)")
         }
     }
 
