@@ -48,11 +48,15 @@ struct DownloadDiskFullTests {
 
         // Free space, resume: continues from the kept bytes.
         try #require(try Self.run(["/bin/mount", "-o", "remount,size=16m", mountPoint.path]) == 0)
-        let log = F.EventLog(download)
+        // The log is created after resume(): the event stream of a failed download has ended, and
+        // a subscription taken before resume() would not see the resumed run.
+        let endedLog = F.EventLog(download)
+        #expect(await endedLog.settled(), "the events of a failed download end after the replay")
         await download.resume()
+        let log = F.EventLog(download)
         _ = try await F.finish(download, log: log)
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
-        #expect((log.resumedOffsets.first ?? 0) > 0)
+        #expect((log.resumedOffsets.first ?? 0) > 0, "\(log.all)")
         await agent.shutdown()
     }
 }
