@@ -16,14 +16,20 @@ let package = Package(
             pkgConfig: "libnl-route-3.0",
             providers: [.apt(["libnl-3-dev", "libnl-route-3-dev"])]
         ),
-        // libcurl and libcrypto (SHA-256) with a shim for the variadic setopt/getinfo calls.
+        // libcurl with a shim for the variadic setopt/getinfo calls.
         .systemLibrary(
             name: "CCurl",
             pkgConfig: "libcurl",
-            providers: [.apt(["libcurl4-openssl-dev", "libssl-dev"])]
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift).
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
         ),
         .target(name: "LinuxReachability", dependencies: ["CNetlink"]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "LinuxReachability"]),
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability"]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).

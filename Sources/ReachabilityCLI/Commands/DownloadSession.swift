@@ -93,7 +93,7 @@ final class DownloadSession: Sendable {
                 // Like `wget -nc`, never clobber; but a file that provably is the wanted one counts as done,
                 // so re-running a finished command with --sha256, or an interrupted batch, succeeds.
                 if let expected = options.expectedSHA256 {
-                    if FileSHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
+                    if SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
                         throw AlreadyComplete(reason: "already complete (matches --sha256)")
                     }
                 } else if job.isStandardOutput {
