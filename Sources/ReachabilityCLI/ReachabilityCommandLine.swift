@@ -131,13 +131,13 @@ public enum ReachabilityCommandLine {
     }
 
     static func reportUsage(_ error: UsageError, command: (any Command.Type)?, context: CommandContext) -> Int32 {
-        context.errorOutput.text(HelpFormatter.usageErrorText(error, command: command))
+        context.errorOutput.text(HelpFormatter.usageErrorText(error.escaped, command: command))
         return ExitCode.usage.rawValue
     }
 
     /// A usage error inside a group: its usage line and `reachability GROUP --help`.
     static func reportUsage(_ error: UsageError, group: String, context: CommandContext) -> Int32 {
-        context.errorOutput.text(HelpFormatter.usageErrorText(error, usage: HelpFormatter.groupUsage(group),
+        context.errorOutput.text(HelpFormatter.usageErrorText(error.escaped, usage: HelpFormatter.groupUsage(group),
                                                               helpCommand: "\(CommandRegistry.toolName) \(group) --help"))
         return ExitCode.usage.rawValue
     }
@@ -158,7 +158,8 @@ public enum ReachabilityCommandLine {
         default:
             (message, code) = (String(describing: error), .failure)
         }
-        context.errorOutput.line("Error: \(message)")
+        // Messages carry arguments, paths, URLs and server text: no raw control characters.
+        context.errorOutput.line("Error: \(TerminalText.escaped(message))")
         return code.rawValue
     }
 }

@@ -4,8 +4,8 @@ import Foundation
 /// socket in the state directory.
 ///
 /// Request: `{"version":1,"id":7,"command":"add","url":"http://...","output":"/abs/file","sha256":"..."}`
-/// (`command` is one of `add`, `list`, `pause`, `resume`, `cancel`, `status`; `pause`/`resume`/`cancel`
-/// take `"download":"ID or unique prefix"`). Reply: `{"version":1,"id":7,"ok":true,...}` or
+/// (`command` is one of `add`, `list`, `pause`, `resume`, `cancel`, `status`, `metrics`; `pause`/`resume`/`cancel`
+/// take `"download":"ID or unique prefix"`; `metrics` takes an optional `"format":"openmetrics"|"prometheus"`). Reply: `{"version":1,"id":7,"ok":true,...}` or
 /// `{"version":1,"id":7,"ok":false,"error":{"code":"...","message":"..."}}`.
 /// Everything here is pure (no sockets), so it is unit tested directly.
 enum ControlProtocol {
@@ -42,7 +42,7 @@ enum ControlRequestID: Codable, Sendable, Hashable {
 
 /// The commands of the protocol, as spelled on the wire.
 enum ControlCommandName: String, Codable, Sendable, CaseIterable {
-    case add, list, pause, resume, cancel, status
+    case add, list, pause, resume, cancel, status, metrics
 }
 
 /// One request line as it travels.
@@ -54,6 +54,8 @@ struct ControlRequest: Codable, Sendable, Equatable {
     var output: String?
     var sha256: String?
     var download: String?
+    /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
+    var format: String?
 
     init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -66,13 +68,15 @@ struct ControlRequest: Codable, Sendable, Equatable {
             self.sha256 = sha256
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
+        case .metrics(let format):
+            self.format = format.rawValue
         case .list, .status:
             break
         }
     }
 
     private enum CodingKeys: String, CodingKey {
-        case version, id, command, url, output, sha256, download
+        case version, id, command, url, output, sha256, download, format
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -90,6 +94,7 @@ struct ControlRequest: Codable, Sendable, Equatable {
         output = try container.decodeIfPresent(String.self, forKey: .output)
         sha256 = try container.decodeIfPresent(String.self, forKey: .sha256)
         download = try container.decodeIfPresent(String.self, forKey: .download)
+        format = try container.decodeIfPresent(String.self, forKey: .format)
     }
 }
 
@@ -107,6 +112,8 @@ enum ControlCommand: Sendable, Equatable {
     case cancel(String)
     /// The agent itself: path, limits, counts.
     case status
+    /// The agent's metrics as text in this format.
+    case metrics(MetricsFormat)
 
     /// The name on the wire.
     var name: ControlCommandName {
@@ -117,6 +124,7 @@ enum ControlCommand: Sendable, Equatable {
         case .resume: .resume
         case .cancel: .cancel
         case .status: .status
+        case .metrics: .metrics
         }
     }
 }
@@ -202,7 +210,7 @@ struct ControlResponse: Codable, Sendable, Equatable {
     var download: DownloadSnapshot?
     var downloads: [DownloadSnapshot]?
     var status: AgentStatusSnapshot?
-    /// OpenMetrics text, for `metrics`.
+    /// The metrics text, for `metrics` (in the format asked for).
     var metrics: String?
 
     static func failure(_ error: ControlError, id: ControlRequestID?) -> ControlResponse {
@@ -257,6 +265,12 @@ enum ControlCodec {
             return .success((id, .add(url: url, output: request.output, sha256: request.sha256?.lowercased())))
         case .list: return .success((id, .list))
         case .status: return .success((id, .status))
+        case .metrics:
+            guard let format = MetricsFormat(rawValue: request.format ?? MetricsFormat.openMetrics.rawValue) else {
+                let names = MetricsFormat.allCases.map(\.rawValue).joined(separator: " or ")
+                return .failure(ControlRejection(id: id, error: .invalidArgument("'format' must be \(names)")))
+            }
+            return .success((id, .metrics(format)))
         case .pause, .resume, .cancel:
             guard let download = request.download, !download.isEmpty else {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("\(request.command.rawValue) needs a 'download' ID")))

@@ -17,11 +17,12 @@ struct AgentCommand: Command {
         "no-expensive", help: "Keep new downloads off expensive (cellular-like) paths: they pin to a cheaper interface or wait.")
     static let logSize = Option.value(
         "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1048576); three old files are kept.")
-    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + MonitorOptions.all
+    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
         Events (path changes, download events, control requests) are printed as NDJSON on stdout and \
         appended to STATE_DIR/agent.log. Control it with 'reachability queue add|list|pause|resume|cancel' \
-        and 'reachability agent status' over STATE_DIR/agent.sock (0600; only the same user or root).
+        and 'reachability agent status' over STATE_DIR/agent.sock (0600; only the same user or root); \
+        'reachability agent metrics' prints the path and download metrics in OpenMetrics text.
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
         (lines 'max-concurrent=N' and 'no-expensive=true|false'; values there override the command line; \
@@ -29,13 +30,15 @@ struct AgentCommand: Command {
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
 
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
-        the state directory, socket or monitor failure); 78 for a bad agent.conf line.
-        """ + "\n\n" + MonitorOptions.discussion
+        the state directory, socket or monitor failure); 73 when the --metrics-file directory cannot \
+        be used; 78 for a bad agent.conf line.
+        """ + "\n\n" + MetricsOptions.discussion + "\n\n" + MonitorOptions.discussion
 
     var stateDirectoryArgument: String?
     var settings: AgentSettings
     var logSizeLimit: Int
     var monitor: MonitorOptions
+    var metrics: MetricsOptions
 
     init(arguments: ParsedArguments) throws {
         stateDirectoryArgument = arguments.value(Self.stateDirectory)
@@ -55,6 +58,7 @@ struct AgentCommand: Command {
             logSizeLimit = value
         }
         monitor = try MonitorOptions(arguments: arguments)
+        metrics = try MetricsOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
@@ -70,6 +74,7 @@ struct AgentCommand: Command {
             return try AgentSettings.parse(text, base: settings, path: configurationPath)
         }
         let initialSettings = try loadSettings()
+        let metricsFile = try metrics.open(in: context)
 
         let log = try RotatingLogFile(path: AgentStateDirectory.logPath(in: directory), maximumSize: logSizeLimit)
         let output = context.output
@@ -104,11 +109,35 @@ struct AgentCommand: Command {
                        .init(key: "stateDirectory", value: .string(directory)),
                        .init(key: "maxConcurrent", value: .integer(initialSettings.maximumConcurrentDownloads)),
                        .init(key: "allowsExpensive", value: .bool(initialSettings.allowsExpensive))])
+        // Set once the metrics file has its first contents; path changes rewrite it.
+        let metricsPublisher = Mutex<MetricsPublisher?>(nil)
         let pathTask = Task {
-            for await path in source.paths { await service.pathChanged(path) }
+            for await path in source.paths {
+                await service.pathChanged(path)
+                metricsPublisher.withLock { $0 }?.refresh()
+            }
         }
         defer { pathTask.cancel() }
         await service.start()
+        if let metricsFile {
+            do {
+                let publisher = try await MetricsPublisher(
+                    file: metricsFile, interval: metrics.interval, sleep: context.sleep,
+                    render: { await service.metricsText(.prometheus) },
+                    report: { failure in
+                        if let failure {
+                            emit(.agent, "metricsFailed", [.init(key: "file", value: .string(metricsFile.path)),
+                                                           .init(key: "message", value: .string(failure))])
+                        } else {
+                            emit(.agent, "metricsRecovered", [.init(key: "file", value: .string(metricsFile.path))])
+                        }
+                    })
+                metricsPublisher.withLock { $0 = publisher }
+            } catch {
+                await service.shutdown()
+                throw error
+            }
+        }
 
         let server: ControlServer
         do {
@@ -169,6 +198,8 @@ struct AgentCommand: Command {
                     group.cancelAll()
                     return first
                 }
+                // The last numbers (downloads checkpointed, paused or waiting) outlive the process.
+                await metricsPublisher.withLock { $0 }?.finish()
                 emit(.agent, "stopped", [.init(key: "checkpointed", value: .bool(finished))])
                 signalContinuation.finish()
             }

@@ -192,8 +192,20 @@ struct DownloadCommand: Command {
     }
 
     /// The URL's last path component, as curl -O and wget name files; nil when there is none.
+    /// Control characters stay percent-encoded (`%0D%0A`), as wget's default
+    /// `--restrict-file-names=unix` keeps them: a file name with CR, LF or ESC in it would
+    /// garble every listing and terminal that shows it.
     static func defaultFileName(for url: URL) -> String? {
-        let name = url.lastPathComponent.removingPercentEncoding ?? url.lastPathComponent
+        // Foundation has already percent-decoded it once (`a%2541` is `a%41`, not `aA`).
+        let decoded = url.lastPathComponent
+        var name = ""
+        for scalar in decoded.unicodeScalars {
+            if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) {
+                name += String(scalar).utf8.map { "%" + String($0, radix: 16, uppercase: true).leftPadded(to: 2) }.joined()
+            } else {
+                name.unicodeScalars.append(scalar)
+            }
+        }
         guard !name.isEmpty, name != "/", name != ".", name != "..", !name.contains("/") else { return nil }
         return name
     }
@@ -320,7 +332,7 @@ struct DownloadCommand: Command {
             let stored = session.download.options.expectedSHA256
             if let expectedSHA256, stored != expectedSHA256 {
                 // The resume record keeps the options the download started with.
-                context.errorOutput.line("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored")
+                context.errorOutput.line(TerminalText.escaped("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored"))
             }
             if !registry.add(session) {
                 await session.agent.shutdown()   // the interrupt came while it was opening
@@ -434,7 +446,7 @@ struct DownloadCommand: Command {
         let order = Dictionary(jobs.enumerated().map { ($1.destination, $0) }, uniquingKeysWith: { first, _ in first })
         failures.sort { order[$0.job.destination, default: 0] < order[$1.job.destination, default: 0] }
         for failure in failures {
-            context.errorOutput.line("Error: \(failure.job.url.absoluteString): \(failure.message)")
+            context.errorOutput.line(TerminalText.escaped("Error: \(failure.job.url.absoluteString): \(failure.message)"))
         }
         return DownloadFailureVerdict.combinedExitCode(failures.map(\.exitCode))
     }
@@ -588,4 +600,9 @@ final class SessionRegistry: Sendable {
     var isInterrupted: Bool { state.withLock { $0.isInterrupted } }
     var sessions: [DownloadSession] { state.withLock { $0.sessions } }
     var downloads: [Download] { sessions.map(\.download) }
+}
+
+private extension String {
+    /// Zeros in front up to `width` characters (`0D`).
+    func leftPadded(to width: Int) -> String { count < width ? String(repeating: "0", count: width - count) + self : self }
 }

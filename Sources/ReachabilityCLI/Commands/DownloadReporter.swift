@@ -99,7 +99,7 @@ final class DownloadReporter: Sendable {
             return
         }
         guard !isQuiet else { return }
-        let line = "\(timeFormat.format(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))"
+        let line = TerminalText.escaped("\(timeFormat.format(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))")
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
             context.errorOutput.text(erase(state.drawnLines) + line + "\n")
@@ -116,7 +116,7 @@ final class DownloadReporter: Sendable {
             context.output.line(EventSchema.downloadLine(.completed, facts, at: context.now(),
                                                          [.init(key: "reason", value: .string(reason))]))
         } else if !isQuiet {
-            let line = "\(timeFormat.format(context.now())) \(job.destination.lastPathComponent): \(reason)"
+            let line = TerminalText.escaped("\(timeFormat.format(context.now())) \(job.destination.lastPathComponent): \(reason)")
             state.withLock { state in
                 context.errorOutput.text(erase(state.drawnLines) + line + "\n")
                 state.drawnLines = 0

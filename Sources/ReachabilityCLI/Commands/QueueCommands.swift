@@ -34,7 +34,7 @@ enum DownloadLine {
             ?? mebibytes(download.bytesReceived)
         var line = "\(download.id.prefix(8))  \(download.state.padding(toLength: 22, withPad: " ", startingAt: 0)) \(size)  \(download.url) -> \(download.destination)"
         if let error = download.error { line += "  (\(error))" }
-        return line
+        return TerminalText.escaped(line)
     }
 
     static func mebibytes(_ bytes: Int64) -> String {
@@ -204,8 +204,8 @@ struct AgentStatusCommand: Command {
         } else {
             path = "unknown (no path yet)"
         }
-        context.output.line("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)")
-        context.output.line("path: \(path)")
+        context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
+        context.output.line(TerminalText.escaped("path: \(path)"))
         context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths"))")
         return .success
     }

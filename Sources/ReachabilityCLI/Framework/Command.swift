@@ -48,6 +48,7 @@ enum CommandRegistry {
         DownloadCommand.self,
         AgentCommand.self,
         AgentStatusCommand.self,
+        AgentMetricsCommand.self,
         QueueAddCommand.self,
         QueueListCommand.self,
         QueuePauseCommand.self,

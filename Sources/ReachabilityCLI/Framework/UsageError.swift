@@ -11,6 +11,9 @@ struct UsageError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     var description: String { message }
+
+    /// The message with control characters written out (it echoes what the user typed).
+    var escaped: UsageError { UsageError(TerminalText.escaped(message)) }
 }
 
 /// A failure while running a command, with the exit status it maps to.

@@ -24,7 +24,8 @@ enum PathText {
         }
         if parts.isEmpty, let name = firstInterface { parts.append(name) }
         var text = "reachable via \(path.connection.rawValue)"
-        if !parts.isEmpty { text += " (\(parts.joined(separator: "; ")))" }
+        // Interface names may hold ESC and other controls the kernel allows (not whitespace).
+        if !parts.isEmpty { text += " (\(TerminalText.escaped(parts.joined(separator: "; "))))" }
         if path.isExpensive { text += " expensive" }
         return text
     }
@@ -64,7 +65,7 @@ enum PathText {
             let addresses = interface.addresses.isEmpty ? "none" : interface.addresses.joined(separator: ", ")
             lines.append("    addresses: \(addresses)")
         }
-        return lines.joined(separator: "\n")
+        return lines.map(TerminalText.escaped).joined(separator: "\n")
     }
 
     /// Routes with IPv4 first, as `NetworkPath.primaryRoute` prefers it.
