@@ -51,7 +51,7 @@ extension CheckedDirectory {
             } catch where error == .exists && creating == .openOrCreate {
                 continue   // appeared meanwhile: open it (and check it) instead
             } catch where error == .exists {
-                throw .unsafe(here, "already exists")
+                throw .system(here, "create", .exists)
             } catch {
                 throw .system(here, "create", error)
             }
@@ -134,8 +134,6 @@ extension CheckedDirectory {
                 try Syscall.linkat(descriptor.rawValue, from, descriptor.rawValue, to)
                 try Syscall.unlinkat(descriptor.rawValue, from, removingDirectory: false)
             }
-        } catch where error == .exists {
-            throw .unsafe(child(to), "already exists")
         } catch {
             throw .system(child(to), "rename \(from) to", error)
         }

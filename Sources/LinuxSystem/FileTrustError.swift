@@ -13,6 +13,9 @@ package struct FileTrustError: Error, Sendable, Hashable, CustomStringConvertibl
     /// A failed trust check (as opposed to a system call that failed).
     package var isUnsafe: Bool { errno == nil }
 
+    /// The name was taken (an exclusive create, or a rename that must not replace).
+    package var isAlreadyExisting: Bool { errno == .exists }
+
     package var description: String {
         "\(path) \(problem)" + (fix.map { "; \($0)" } ?? "")
     }

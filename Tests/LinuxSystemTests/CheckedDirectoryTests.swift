@@ -221,7 +221,7 @@ struct CheckedFileTests {
         _ = FileManager.default.createFile(atPath: scratch.at("f"), contents: Data("someone's".utf8))
         let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
         let error = #expect(throws: FileTrustError.self) { try directory.rename("f.part", to: "f", replacing: false) }
-        #expect(error?.description.contains("already exists") == true)
+        #expect(error?.isAlreadyExisting == true)
         #expect(FileManager.default.contents(atPath: scratch.at("f")) == Data("someone's".utf8))
         try directory.rename("f.part", to: "g", replacing: false)
         #expect(FileManager.default.contents(atPath: scratch.at("g")) == Data("new".utf8))

@@ -1,5 +1,6 @@
 import Foundation
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 
@@ -25,7 +26,7 @@ struct DownloadCommand: Command {
         "no-expensive", help: "Never use an expensive (cellular-like) path; wait for another one.")
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
-        help: "Where resume data is kept (default $XDG_STATE_HOME/reachability, ~/.local/state/reachability, or /var/lib/reachability as root).")
+        help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
         help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path. Default: wait forever.")
@@ -45,9 +46,11 @@ struct DownloadCommand: Command {
         terminal; otherwise events are printed one per line.
         """ + "\n\n" + """
         Exit status: 0 every file complete and verified; 1 a download failed (HTTP error, checksum \
-        mismatch, repeated network errors); 64 usage error; 73 a destination already exists or cannot \
-        be created; 75 gave up waiting for the network (--max-outage), resume data kept; 77 --netns \
-        without privilege; 78 bad classify.conf; 130 interrupted by SIGINT, 143 by SIGTERM (paused, \
+        mismatch, repeated network errors); 64 usage error; 73 the destination exists (also one that \
+        appears during the download: it is never replaced), cannot be created, or its NAME.part is not \
+        a regular file of yours; 75 gave up waiting for the network (--max-outage), resume data kept; 77 --netns \
+        without privilege; 78 bad classify.conf, or an unsafe state directory (another user's, or \
+        writable by others: the message says how to fix it); 130 interrupted by SIGINT, 143 by SIGTERM (paused, \
         resume data kept).
         """ + "\n\n" + MonitorOptions.discussion
 
@@ -160,16 +163,15 @@ struct DownloadCommand: Command {
             _ = try monitor.configuration(in: context)   // privilege (77) and classify.conf (78) errors first
             try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
         }
-        let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
-                                                           isRoot: geteuid() == 0)
+        let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment)
         try DownloadStateDirectory.create(stateRoot)
         // Missing folders are made (as `-d` implies); otherwise the agent would fail later with a
-        // file-system error that reads as resumable.
+        // file-system error that reads as resumable. Walked without following untrusted links.
         for folder in Set(jobs.map { $0.destination.deletingLastPathComponent() }) {
             do {
-                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                _ = try CheckedDirectory.open(folder.path, policy: .shared, creating: true, mode: 0o777)
             } catch {
-                throw CommandFailure(message: "cannot create \(folder.path): \(error.localizedDescription)", exitCode: .cannotCreate)
+                throw CommandFailure(message: "cannot create \(folder.path): \(error)", exitCode: .cannotCreate)
             }
         }
 
@@ -191,7 +193,6 @@ struct DownloadCommand: Command {
             return configuration
         }
         let registry = SessionRegistry()
-        let expectedSHA256 = expectedSHA256
 
         // One job's life: open (restore or create), follow its events until it ends or the
         // command is interrupted. Failures to open are reported with the others at the end.
@@ -209,11 +210,6 @@ struct DownloadCommand: Command {
                 return nil
             } catch {
                 return (job, "\(error)", .failure)
-            }
-            let stored = session.download.options.expectedSHA256
-            if let expectedSHA256, stored != expectedSHA256 {
-                // The resume record keeps the options the download started with.
-                context.errorOutput.line("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored")
             }
             if !registry.add(session) {
                 await session.agent.shutdown()   // the interrupt came while it was opening
@@ -283,7 +279,8 @@ struct DownloadCommand: Command {
             case .completed:
                 continue
             case .failed(let error):
-                let code: ExitCode = error == .connectivityTimeout ? .temporaryFailure : .failure
+                let code: ExitCode = error == .connectivityTimeout ? .temporaryFailure
+                    : error == .destinationExists || error == .untrustedFile ? .cannotCreate : .failure
                 let kept = error.isResumable ? " (resume data kept; run the same command again to continue)" : ""
                 failures.append((session.job, "\(error.description)\(kept)", code))
             default:

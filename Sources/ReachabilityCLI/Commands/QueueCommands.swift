@@ -12,7 +12,7 @@ struct ControlOptions: Sendable {
 
     /// Sends `command` to the agent and returns the reply; an error reply becomes `CommandFailure`.
     func send(_ command: ControlCommand, in context: CommandContext) throws -> ControlResponse {
-        let directory = AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment, isRoot: geteuid() == 0)
+        let directory = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment)
         let response = try ControlClient(stateDirectory: directory).send(command)
         if !response.ok {
             throw CommandFailure(message: response.error?.message ?? "the agent reported an error", exitCode: .failure)
