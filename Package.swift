@@ -16,11 +16,17 @@ let package = Package(
             pkgConfig: "libnl-route-3.0",
             providers: [.apt(["libnl-3-dev", "libnl-route-3-dev"])]
         ),
-        // libcurl and libcrypto (SHA-256) with a shim for the variadic setopt/getinfo calls.
+        // libcurl with a shim for the variadic setopt/getinfo calls.
         .systemLibrary(
             name: "CCurl",
             pkgConfig: "libcurl",
-            providers: [.apt(["libcurl4-openssl-dev", "libssl-dev"])]
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift).
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
         ),
         // Linux file-system calls Glibc's module lacks (renameat2) and variadic ones, as typed helpers.
         .systemLibrary(name: "CLinuxSystem"),
@@ -28,7 +34,7 @@ let package = Package(
         // directories, O_NOFOLLOW/O_EXCL opens (package-internal API).
         .target(name: "LinuxSystem", dependencies: ["CLinuxSystem"]),
         .target(name: "LinuxReachability", dependencies: ["CNetlink"]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "LinuxReachability", "LinuxSystem"]),
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).

@@ -1,4 +1,4 @@
-/* CCurl: libcurl and libcrypto (SHA-256) for ResumableDownloads.
+/* CCurl: libcurl for ResumableDownloads (SHA-256 lives in CCrypto).
  *
  * Swift cannot call C variadic functions, and curl_easy_setopt / curl_easy_getinfo /
  * curl_multi_setopt are variadic macros over variadic functions. Each helper below fixes one
@@ -10,7 +10,6 @@
 #ifndef CCURL_SHIM_H
 #define CCURL_SHIM_H
 #include <curl/curl.h>
-#include <openssl/evp.h>
 #include <sys/types.h>
 
 /* --- constants Swift cannot import (macros that are expressions) --- */
@@ -90,34 +89,6 @@ static inline CURLMcode ccurl_multi_setopt_long(CURLM *multi, CURLMoption option
 /* Reads the CURLcode of a CURLMSG_DONE message (msg->data.result). */
 static inline CURLcode ccurl_message_result(const CURLMsg *message) {
     return message->data.result;
-}
-
-/* --- SHA-256 through OpenSSL EVP (libcrypto), since Foundation on Linux has no CryptoKit --- */
-
-/* Creates a SHA-256 digest context; NULL on allocation failure. Free with ccurl_sha256_free. */
-static inline EVP_MD_CTX *ccurl_sha256_new(void) {
-    EVP_MD_CTX *context = EVP_MD_CTX_new();
-    if (context == NULL) return NULL;
-    if (EVP_DigestInit_ex(context, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(context);
-        return NULL;
-    }
-    return context;
-}
-
-/* Feeds bytes; returns 1 on success. */
-static inline int ccurl_sha256_update(EVP_MD_CTX *context, const void *bytes, size_t count) {
-    return EVP_DigestUpdate(context, bytes, count);
-}
-
-/* Writes the 32-byte digest to `digest`; returns 1 on success. */
-static inline int ccurl_sha256_final(EVP_MD_CTX *context, unsigned char *digest) {
-    unsigned int length = 0;
-    return EVP_DigestFinal_ex(context, digest, &length) == 1 && length == 32;
-}
-
-static inline void ccurl_sha256_free(EVP_MD_CTX *context) {
-    EVP_MD_CTX_free(context);
 }
 
 #endif

@@ -1,5 +1,5 @@
-// The only file in ResumableDownloads that imports CCurl: thin wrappers over libcurl and
-// libcrypto. C types stay in here; the rest of the module sees Swift types only.
+// The only file in ResumableDownloads that imports CCurl: thin wrappers over libcurl. C types stay
+// in here; the rest of the module sees Swift types only.
 import CCurl
 import Foundation
 
@@ -229,95 +229,5 @@ extension TransferFailure {
         case CURLE_FILESIZE_EXCEEDED: self = .fileSizeExceeded
         default: self = .other(Int32(bitPattern: code.rawValue))
         }
-    }
-}
-
-/// An incremental SHA-256 over a file's bytes in order, through OpenSSL EVP. Not thread-safe and
-/// not Sendable: `PartialFile` keeps it behind a lock used only by its write queue.
-final class SHA256Hasher {
-    private let context: OpaquePointer
-    private var isFinished = false
-    /// How many bytes from the start of the file have been hashed.
-    private(set) var hashedLength: Int64 = 0
-
-    init?() {
-        guard let context = ccurl_sha256_new() else { return nil }
-        self.context = context
-    }
-
-    deinit { ccurl_sha256_free(context) }
-
-    /// Hashes the next bytes of the file.
-    func update(_ bytes: UnsafeRawBufferPointer) {
-        guard !isFinished, let base = bytes.baseAddress else { return }
-        _ = ccurl_sha256_update(context, base, bytes.count)
-        hashedLength += Int64(bytes.count)
-    }
-
-    /// Hashes the file's bytes from `hashedLength` up to `length`, read with pread (catch-up after
-    /// a resume, or when the file was truncated and rewritten).
-    func catchUp(fileDescriptor fd: Int32, to length: Int64, path: String) throws {
-        guard !isFinished else { throw DownloadError.fileSystem.with(description: "SHA-256 already finalised") }
-        let chunk = 1 << 20
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 16)
-        defer { buffer.deallocate() }
-        while hashedLength < length {
-            let result = pread(fd, buffer, min(chunk, Int(length - hashedLength)), off_t(hashedLength))
-            if result < 0 {
-                if errno == EINTR { continue }
-                throw DownloadError.fileSystem("read", path: path, errno: errno)
-            }
-            if result == 0 { break }
-            update(UnsafeRawBufferPointer(start: buffer, count: result))
-        }
-    }
-
-    /// The lowercase hex digest; the hasher cannot be used afterwards.
-    func finalize() -> String {
-        isFinished = true
-        var digest = [UInt8](repeating: 0, count: 32)
-        _ = ccurl_sha256_final(context, &digest)
-        return digest.map { String(format: "%02x", $0) }.joined()
-    }
-}
-
-/// SHA-256 through OpenSSL EVP (libcrypto).
-enum SHA256Digest {
-    /// The lowercase hex digest of the first `length` bytes of an open file, read with pread so
-    /// the descriptor's offset is untouched.
-    static func hex(fileDescriptor fd: Int32, length: Int64, path: String) throws -> String {
-        guard let context = ccurl_sha256_new() else {
-            throw DownloadError.fileSystem.with(description: "cannot create a SHA-256 context")
-        }
-        defer { ccurl_sha256_free(context) }
-        let chunk = 1 << 20
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 16)
-        defer { buffer.deallocate() }
-        var offset: Int64 = 0
-        while offset < length {
-            let result = pread(fd, buffer, min(chunk, Int(length - offset)), off_t(offset))
-            if result < 0 {
-                if errno == EINTR { continue }
-                throw DownloadError.fileSystem("read", path: path, errno: errno)
-            }
-            if result == 0 { break }
-            _ = ccurl_sha256_update(context, buffer, result)
-            offset += Int64(result)
-        }
-        var digest = [UInt8](repeating: 0, count: 32)
-        guard ccurl_sha256_final(context, &digest) == 1 else {
-            throw DownloadError.fileSystem.with(description: "SHA-256 finalisation failed")
-        }
-        return digest.map { String(format: "%02x", $0) }.joined()
-    }
-
-    /// The lowercase hex digest of `data` (tests and small inputs).
-    static func hex(_ data: Data) -> String {
-        guard let context = ccurl_sha256_new() else { return "" }
-        defer { ccurl_sha256_free(context) }
-        data.withUnsafeBytes { _ = ccurl_sha256_update(context, $0.baseAddress, $0.count) }
-        var digest = [UInt8](repeating: 0, count: 32)
-        _ = ccurl_sha256_final(context, &digest)
-        return digest.map { String(format: "%02x", $0) }.joined()
     }
 }

@@ -177,6 +177,20 @@ public actor DownloadAgent {
     /// Starts downloading `url` to `destination` (a file URL). The partial data goes to
     /// `destination.part`; the file appears at `destination` only when complete and verified.
     public func download(from url: URL, to destination: URL, options: DownloadOptions = DownloadOptions()) throws -> Download {
+        try makeDownload(from: url, to: destination, options: options)
+    }
+
+    /// `download(from:to:options:)` for facades over the agent (package-level).
+    ///
+    /// `prepare` runs before the download is scheduled, so handlers it sets (`onEvent`,
+    /// `onProgress`) see every event. With `state`, the download continues that resume state
+    /// (validated first; `url` must be its URL): its id is reused, its record is rewritten from
+    /// it, and the partial file `destination.part` is opened and cut to its offset when the
+    /// transfer starts. A download of that id still held by the agent is replaced if it is not
+    /// transferring, and refused if it is.
+    package func makeDownload(from url: URL, to destination: URL, options: DownloadOptions = DownloadOptions(),
+                              resuming state: ResumeState? = nil,
+                              prepare: (Download) -> Void = { _ in }) throws -> Download {
         activate()
         guard !isShutDown else { throw DownloadError.invalidRequest.with(description: "the agent is shut down") }
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
@@ -185,20 +199,40 @@ public actor DownloadAgent {
         guard destination.isFileURL else {
             throw DownloadError.invalidRequest.with(description: "destination must be a file URL: \(destination)")
         }
+        if let state {
+            try state.validate()
+            guard state.url == url else {
+                throw DownloadError.invalidRequest.with(description: "the resume state is for another URL")
+            }
+        }
+        let id = state?.id ?? UUID()
+        if let held = entries[id] {
+            guard held.driver == nil, !queue.contains(id) else {
+                throw DownloadError.invalidRequest.with(description: "download \(id.uuidString) is already running")
+            }
+            entries[id] = nil
+            creationOrder.removeAll { $0 == id }
+        }
         let destination = destination.standardizedFileURL
         if entries.values.contains(where: { $0.download.destination == destination && !$0.download.state.isFinal }) {
             throw DownloadError.invalidRequest.with(description: "already downloading to \(destination.path)")
         }
-        let state = try stateDirectory()
-        let id = UUID()
+        let stateDirectory = try stateDirectory()
         var record = ResumeRecord(id: id, url: url, destination: destination,
-                                  expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: nil,
+                                  expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
         record.expectedLength = options.expectedLength
+        if let state {
+            record.entityTag = state.entityTag
+            record.lastModified = state.lastModified
+            record.verifiedOffset = state.verifiedOffset
+        }
         try record.validate(name: ResumeRecord.fileName(for: id))
-        try record.write(to: state)
+        try record.write(to: stateDirectory)
         let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
-                                state: .queued, progress: DownloadProgress())
+                                state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
+                                                                           totalBytes: record.totalLength))
+        prepare(download)
         entries[id] = Entry(download: download, record: record)
         creationOrder.append(id)
         queue.append(id)
@@ -268,6 +302,22 @@ public actor DownloadAgent {
         configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
                                                                   "offset": "\(record.verifiedOffset)"])
         return download
+    }
+
+    /// The record of a download that is not transferring (see `resumeState(of:)`).
+    func resumeRecord(of download: Download) -> ResumeRecord? {
+        guard let entry = entries[download.id], entry.download === download, entry.driver == nil else { return nil }
+        return entry.record
+    }
+
+    /// Drops a download that is not transferring from the agent's bookkeeping (package-level, for
+    /// facades that hand its resume state to their caller); its partial file and record stay on
+    /// disk, and the `Download` handle no longer controls anything.
+    package func forget(_ download: Download) {
+        guard let entry = entries[download.id], entry.download === download, entry.driver == nil else { return }
+        entries[download.id] = nil
+        queue.removeAll { $0 == download.id }
+        creationOrder.removeAll { $0 == download.id }
     }
 
     /// Stops a download's transfer and keeps its resume data; returns once it is paused (the

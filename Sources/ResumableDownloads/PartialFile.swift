@@ -72,7 +72,7 @@ final class PartialFile: Sendable {
     /// The running SHA-256 (when one is expected), touched only on `queue`: hashing happens while
     /// the data is hot instead of reading the whole file back at the end. A separate lock from
     /// `state`, so hashing never blocks the engine thread.
-    private let hashing: Mutex<SHA256Hasher?>
+    private let hashing: Mutex<SHA256?>
 
     /// Opens (creating if needed) the partial file and truncates it to the record's verified
     /// offset: bytes past it were never checkpointed and may be garbage after a crash. The
@@ -112,7 +112,7 @@ final class PartialFile: Sendable {
             throw error
         }
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
-        hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256Hasher())
+        hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256())
         state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
     }
 
@@ -261,7 +261,7 @@ final class PartialFile: Sendable {
 
     private func resetHasher() {
         hashing.withLock { hasher in
-            if hasher != nil { hasher = SHA256Hasher() }
+            if hasher != nil { hasher = SHA256() }
         }
     }
 
@@ -367,7 +367,7 @@ final class PartialFile: Sendable {
                         try hasher.catchUp(fileDescriptor: fd, to: size, path: path)
                         if hasher.hashedLength == size { return hasher.finalize() }
                     }
-                    return try SHA256Digest.hex(fileDescriptor: fd, length: size, path: path)
+                    return try SHA256.hex(fileDescriptor: fd, length: size, path: path)
                 }
                 if actual != expected {
                     throw DownloadError.checksumMismatch.with(description: "SHA-256 is \(actual), expected \(expected)")

@@ -123,6 +123,10 @@ struct ResumeRecord: Codable, Sendable, Hashable {
             }
         }
         guard attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
+        // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
+        for validator in [entityTag, lastModified].compactMap({ $0 }) where !ResumeState.isHeaderSafe(validator) {
+            throw Invalid(description: "a validator is not a single line of visible ASCII")
+        }
     }
 
     /// Records are small; anything larger is not one of ours.

@@ -36,7 +36,7 @@ enum DownloadFixtures {
         return data
     }
 
-    static func sha256(_ data: Data) -> String { SHA256Digest.hex(data) }
+    static func sha256(_ data: Data) -> String { SHA256.hex(data) }
 
     static func sha256(fileAt url: URL) -> String? {
         FileManager.default.contents(atPath: url.path).map(sha256)

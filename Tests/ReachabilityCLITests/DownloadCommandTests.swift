@@ -150,37 +150,3 @@ struct DownloadCommandTests {
         #expect(DownloadReporter.seconds(.milliseconds(250)) == "250 ms")
     }
 }
-
-@Suite("download: SHA-256 of an existing destination")
-struct FileSHA256Tests {
-    @Test(arguments: [
-        ("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
-        ("abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
-        ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
-         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
-    ])
-    func vectors(_ text: String, _ digest: String) {
-        #expect(FileSHA256.hex(Array(text.utf8)) == digest)
-    }
-
-    @Test func millionAsInPiecesOfOddSizes() {
-        var hasher = FileSHA256()
-        var remaining = 1_000_000
-        var piece = 1
-        while remaining > 0 {
-            let count = min(piece, remaining)
-            hasher.update([UInt8](repeating: UInt8(ascii: "a"), count: count))
-            remaining -= count
-            piece = piece * 3 + 7
-        }
-        #expect(hasher.finalize() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
-    }
-
-    @Test func file() throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("sha-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        try Data("abc".utf8).write(to: URL(fileURLWithPath: path))
-        #expect(FileSHA256.hex(ofFileAt: path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        #expect(FileSHA256.hex(ofFileAt: path + ".missing") == nil)
-    }
-}

@@ -71,6 +71,7 @@ struct ResumeRecordTests {
         ("a file URL to download", { @Sendable (r: inout ResumeRecord) in r.url = URL(string: "file:///etc/shadow")! }),
         ("a short digest", { @Sendable (r: inout ResumeRecord) in r.expectedSHA256 = "ab" }),
         ("a negative expected length", { @Sendable (r: inout ResumeRecord) in r.expectedLength = -5 }),
+        ("a header smuggled into If-Range", { @Sendable (r: inout ResumeRecord) in r.entityTag = "\"a\"\r\nX-Evil: 1" }),
     ] as [(String, @Sendable (inout ResumeRecord) -> Void)])
     func rejectsRecordsThatDoNotHoldTogether(_ label: String, _ edit: @Sendable (inout ResumeRecord) -> Void) {
         let id = UUID()

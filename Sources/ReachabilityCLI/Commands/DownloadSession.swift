@@ -85,7 +85,7 @@ final class DownloadSession: Sendable {
             if FileManager.default.fileExists(atPath: job.destination.path) {
                 // Like `wget -nc`, never clobber; but a file that provably is the wanted one counts as done,
                 // so re-running a finished command with --sha256 succeeds.
-                if let expected = options.expectedSHA256, FileSHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
+                if let expected = options.expectedSHA256, SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
                     throw AlreadyComplete()
                 }
                 let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"

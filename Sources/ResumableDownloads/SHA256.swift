@@ -1,0 +1,130 @@
+// The only file that imports CCrypto: the project's one SHA-256, libcrypto's, so debug and release
+// builds both hash at libcrypto speed. The C context stays in here; callers see Swift types.
+import CCrypto
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An incremental SHA-256 over bytes in order (OpenSSL EVP).
+///
+/// Not thread-safe and not Sendable: one owner feeds it (`PartialFile` keeps it behind a lock used
+/// only by its write queue).
+package final class SHA256 {
+    private let context: OpaquePointer
+    private var isFinished = false
+    /// How many bytes have been hashed (for a file: the prefix of the file covered so far).
+    package private(set) var hashedLength: Int64 = 0
+
+    /// A fresh digest. libcrypto fails here only when it cannot allocate, like any Swift allocation.
+    package init() {
+        guard let context = ccrypto_sha256_new() else {
+            fatalError("libcrypto could not create a SHA-256 context (out of memory)")
+        }
+        self.context = context
+    }
+
+    deinit { ccrypto_sha256_free(context) }
+
+    /// Hashes the next bytes.
+    package func update(_ bytes: UnsafeRawBufferPointer) {
+        guard !isFinished, let base = bytes.baseAddress, !bytes.isEmpty else { return }
+        _ = ccrypto_sha256_update(context, base, bytes.count)
+        hashedLength += Int64(bytes.count)
+    }
+
+    /// Hashes the next bytes.
+    package func update(_ bytes: some ContiguousBytes) {
+        bytes.withUnsafeBytes { update($0) }
+    }
+
+    /// Hashes a file's bytes from `hashedLength` up to `length`, read with pread so the
+    /// descriptor's offset is untouched (catch-up after a resume, or a gap in what was fed).
+    /// Stops early at the end of the file; compare `hashedLength` with `length` afterwards.
+    package func catchUp(fileDescriptor fd: Int32, to length: Int64, path: String) throws {
+        guard !isFinished else { throw DownloadError.fileSystem.with(description: "SHA-256 already finalised") }
+        try Self.readChunks(fileDescriptor: fd, from: hashedLength, to: length, path: path) { update($0) }
+    }
+
+    /// The lowercase hex digest of everything hashed; the digest cannot be fed afterwards.
+    package func finalize() -> String {
+        isFinished = true
+        var digest = [UInt8](repeating: 0, count: Int(CCRYPTO_SHA256_LENGTH))
+        guard ccrypto_sha256_final(context, &digest) == 1 else {
+            fatalError("libcrypto failed to finalise a SHA-256 digest")
+        }
+        return Self.hexString(digest)
+    }
+
+    /// The lowercase hex digest of what has been hashed so far, leaving this digest open for more.
+    package func currentHex() -> String {
+        guard !isFinished, let copy = ccrypto_sha256_copy(context) else { return "" }
+        defer { ccrypto_sha256_free(copy) }
+        var digest = [UInt8](repeating: 0, count: Int(CCRYPTO_SHA256_LENGTH))
+        _ = ccrypto_sha256_final(copy, &digest)
+        return Self.hexString(digest)
+    }
+
+    // MARK: one-shot helpers
+
+    /// The lowercase hex digest of `bytes`.
+    package static func hex(_ bytes: some ContiguousBytes) -> String {
+        let digest = SHA256()
+        digest.update(bytes)
+        return digest.finalize()
+    }
+
+    /// The lowercase hex digest of the first `length` bytes of an open file (pread: the
+    /// descriptor's offset is untouched). A file shorter than `length` hashes what it has.
+    package static func hex(fileDescriptor fd: Int32, length: Int64, path: String) throws -> String {
+        let digest = SHA256()
+        try digest.catchUp(fileDescriptor: fd, to: length, path: path)
+        return digest.finalize()
+    }
+
+    /// The lowercase hex digest of the whole regular file at `path`; nil when it cannot be opened
+    /// or read. Never follows a final symlink.
+    package static func hex(ofFileAt path: String) -> String? {
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return try? hex(fileDescriptor: fd, length: .max, path: path)
+    }
+
+    // MARK: private
+
+    private static let chunkSize = 1 << 20
+
+    /// Calls `body` with successive chunks of the file in [start, end), stopping early at EOF.
+    private static func readChunks(fileDescriptor fd: Int32, from start: Int64, to end: Int64, path: String,
+                                   _ body: (UnsafeRawBufferPointer) -> Void) throws {
+        guard start < end else { return }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset = start
+        while offset < end {
+            let wanted = Int(min(Int64(chunkSize), end - offset))
+            let count = pread(fd, buffer.baseAddress, wanted, off_t(offset))
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw DownloadError.fileSystem("read", path: path, errno: errno)
+            }
+            if count == 0 { return }
+            body(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            offset += Int64(count)
+        }
+    }
+
+    private static func hexString(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
+}
