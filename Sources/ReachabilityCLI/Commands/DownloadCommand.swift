@@ -49,8 +49,8 @@ struct DownloadCommand: Command {
         mismatch, repeated network errors); 64 usage error; 73 the destination exists (also one that \
         appears during the download: it is never replaced), cannot be created, or its NAME.part is not \
         a regular file of yours; 75 gave up waiting for the network (--max-outage), resume data kept; 77 --netns \
-        without privilege; 78 bad classify.conf, or an unsafe state directory (another user's, or \
-        writable by others: the message says how to fix it); 130 interrupted by SIGINT, 143 by SIGTERM (paused, \
+        without privilege; 78 bad classify.conf or an unsafe state directory (the message says \
+        how to fix it); 130 interrupted by SIGINT, 143 by SIGTERM (paused, \
         resume data kept).
         """ + "\n\n" + MonitorOptions.discussion
 
