@@ -116,13 +116,15 @@ final class PartialFile: Sendable {
         state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
     }
 
-    /// Removes a download's partial file (only when it is a regular file of ours) and record,
-    /// for a download that has no open `PartialFile`.
+    /// Removes a download's partial file (only when it is a regular file of ours that no other
+    /// process holds locked) and record, for a download that has no open `PartialFile`.
     static func removeFiles(of record: ResumeRecord, stateDirectory: CheckedDirectory) {
         if let folder = try? CheckedDirectory.open(record.destination.deletingLastPathComponent().path, policy: .shared),
-           let status = try? folder.status(of: record.partialName), status.kind == .regular,
-           status.ownerID == geteuid(), status.linkCount == 1 {
-            try? folder.remove(record.partialName, ifSameAs: status)
+           let opened = try? folder.openOwnedFile(record.partialName, creating: .existing) {
+            if (try? opened.descriptor.tryLockExclusive()) == true {
+                try? folder.remove(record.partialName, ifSameAs: opened.status)
+            }
+            opened.descriptor.close()
         }
         try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
         try? stateDirectory.sync()

@@ -188,8 +188,9 @@ struct LocalAttackerTests {
         // Another state directory: only the lock on the destination itself can stop it.
         let (status, second) = try await download(server, to: destination, state: folder.base.file("other-state"),
                                                   in: folder.base.url, environment: environment)
-        #expect(status == 1, "\(second.transcript)")
+        #expect(status == 75, "\(second.transcript)")
         #expect(second.standardError.contains("another process is writing"), "\(second.transcript)")
+        #expect(FileManager.default.fileExists(atPath: destination.path + ".part"), "the refused run leaves the other's file alone")
         #expect(await first.waitForExit() == 0, "\(first.transcript)")
         #expect(F.sha256(fileAt: destination) == F.sha256(Self.content))
     }

@@ -86,7 +86,7 @@ struct DownloadCommandTests {
             #expect(help.contains(option.helpLabel), "\(option.name) undocumented")
         }
         for fragment in ["USAGE: reachability download", "<url> ...", "Exit status: 0", "64 usage", "73 ", "75 ",
-                         "130 interrupted by SIGINT", "143 by SIGTERM", "running the same command again"] {
+                         "130 interrupted by SIGINT", "143 by SIGTERM", "74 ", "66 ", "resume data kept", "http_proxy"] {
             #expect(help.contains(fragment), "help lacks \(fragment)")
         }
         let root = Harness()
@@ -103,8 +103,8 @@ struct DownloadCommandTests {
         (nil, ["XDG_STATE_HOME": "/r/state"], 0, "/r/state/reachability"),
         // sudo -E: another user's XDG_STATE_HOME is ignored.
         (nil, ["XDG_STATE_HOME": "/x/state", "HOME": "/home/u"], 0, "/var/lib/reachability"),
-        // A HOME that is not the user's: the passwd entry's home instead.
-        (nil, ["HOME": "/home/u"], 1001, "/home/passwd/.local/state/reachability"),
+        // No HOME: the passwd entry's home.
+        (nil, [:], 1001, "/home/passwd/.local/state/reachability"),
         (nil, ["REACHABILITY_STATE_DIR": "/srv/state", "XDG_STATE_HOME": "/x/state"], 1000, "/srv/state"),
         ("/tmp/mine", ["REACHABILITY_STATE_DIR": "/srv/state"], 0, "/tmp/mine"),
         ("rel/dir", [:], 0, "/work/rel/dir"),
@@ -146,7 +146,7 @@ struct DownloadCommandTests {
         #expect(DownloadReporter.clock(.seconds(3723)) == "1:02:03")
         #expect(DownloadReporter.text(of: .waitingForConnectivity) == "waiting for network")
         #expect(DownloadReporter.text(of: .resumed(at: 42)) == "resumed at byte 42")
-        #expect(DownloadReporter.name(of: .resumed(at: 42)) == "resumed")
+        #expect(EventSchema.describe(.resumed(at: 42)).0 == .resumed)
         #expect(DownloadReporter.seconds(.milliseconds(250)) == "250 ms")
     }
 }

@@ -15,8 +15,9 @@ import LinuxSystem
 /// ```
 enum AgentStateDirectory {
     /// The state directory from the one resolver (see `StateDirectoryLocation`).
-    static func resolve(_ explicit: String?, environment: [String: String]) throws -> String {
-        try StateDirectoryLocation.resolve(explicit: explicit, environment: environment)
+    static func resolve(_ explicit: String?, environment: [String: String],
+                        system: StateDirectoryLocation.System = .current) throws -> String {
+        try StateDirectoryLocation.resolve(explicit: explicit, environment: environment, system: system)
     }
 
     static func socketPath(in directory: String) -> String { directory + "/agent.sock" }

@@ -10,8 +10,10 @@ import Glibc
 /// Where `download` keeps resume data.
 enum DownloadStateDirectory {
     /// The state directory from the one resolver (see `StateDirectoryLocation`).
-    static func resolve(override: String?, environment: [String: String]) throws -> URL {
-        URL(fileURLWithPath: try StateDirectoryLocation.resolve(explicit: override, environment: environment), isDirectory: true)
+    static func resolve(override: String?, environment: [String: String],
+                        system: StateDirectoryLocation.System = .current) throws -> URL {
+        URL(fileURLWithPath: try StateDirectoryLocation.resolve(explicit: override, environment: environment, system: system),
+            isDirectory: true)
     }
 
     /// Creates (0700) and checks the directory: exit 78 when it is unsafe, 73 when it cannot be made.
@@ -36,8 +38,11 @@ enum DownloadStateDirectory {
     }
 }
 
-/// Thrown by `DownloadSession.open` when the destination already holds the file `--sha256` names.
-struct AlreadyComplete: Error {}
+/// Thrown by `DownloadSession.open` when the destination already holds the wanted file: it
+/// matches `--sha256`, or an earlier run of the same command completed it (`CompletionMarker`).
+struct AlreadyComplete: Error {
+    var reason: String
+}
 
 /// One download of the command: its own agent (so `restoreDownloads()` sees only this job's
 /// record), the lock that keeps a second process off the same partial file, and the `Download`.
@@ -45,14 +50,11 @@ final class DownloadSession: Sendable {
     let job: DownloadCommand.Job
     let agent: DownloadAgent
     let download: Download
-    private let directory: CheckedDirectory
-    /// `STATE/downloads`, which holds `directory`.
-    private let parent: CheckedDirectory
+    private let directory: URL
     private let lockDescriptor: FileDescriptor
 
-    private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: CheckedDirectory,
-                 parent: CheckedDirectory, lockDescriptor: FileDescriptor) {
-        self.parent = parent
+    private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: URL,
+                 lockDescriptor: FileDescriptor) {
         self.job = job
         self.directory = directory
         self.agent = agent
@@ -65,45 +67,52 @@ final class DownloadSession: Sendable {
     static func open(_ job: DownloadCommand.Job, stateRoot: URL, paths: AsyncStream<NetworkPath>,
                      configuration: (URL) -> DownloadAgent.Configuration,
                      options: DownloadOptions) async throws -> DownloadSession {
-        let jobURL = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
-        let directory: CheckedDirectory
-        let parent: CheckedDirectory
-        let descriptor: FileDescriptor
+        let directory = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
+        // Checked (ours, 0700, no links) before anything in it is read or locked.
         let root = try StateDirectoryLocation.open(stateRoot.path)
+        let descriptor: FileDescriptor
         do throws(FileTrustError) {
-            parent = try root.subdirectory("downloads", creating: true)
-            directory = try parent.subdirectory(jobURL.lastPathComponent, creating: true)
-            descriptor = try directory.openOwnedFile("lock", creating: .openOrCreate, mode: 0o600).descriptor
+            descriptor = try root.subdirectory("downloads", creating: true)
+                .subdirectory(directory.lastPathComponent, creating: true)
+                .openOwnedFile("lock", creating: .openOrCreate, mode: 0o600).descriptor
         } catch {
             throw StateDirectoryLocation.failure(error)
         }
         guard (try? descriptor.tryLockExclusive()) == true else {
             descriptor.close()
-            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .failure)
+            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
         }
         do {
             if FileManager.default.fileExists(atPath: job.destination.path) {
                 // Like `wget -nc`, never clobber; but a file that provably is the wanted one counts as done,
-                // so re-running a finished command with --sha256 succeeds.
-                if let expected = options.expectedSHA256, SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
-                    throw AlreadyComplete()
+                // so re-running a finished command with --sha256, or an interrupted batch, succeeds.
+                if let expected = options.expectedSHA256 {
+                    if SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
+                        throw AlreadyComplete(reason: "already complete (matches --sha256)")
+                    }
+                } else if job.isStandardOutput {
+                    // Completed and renamed by a run that stopped before writing it out: only this
+                    // command writes in its 0700 state directory.
+                    throw AlreadyComplete(reason: "already complete (kept by an earlier run)")
+                } else if CompletionMarker.matches(in: directory, url: job.url, destination: job.destination) {
+                    throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
                 }
                 let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
                 throw CommandFailure(message: "\(job.destination.path) already exists; \(hint)", exitCode: .cannotCreate)
             }
             let agent: DownloadAgent
             do {
-                agent = try DownloadAgent(configuration: configuration(jobURL), paths: paths)
+                agent = try DownloadAgent(configuration: configuration(directory), paths: paths)
             } catch {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
             }
             // Only this job's record is acted on; a --sha256 given now is adopted.
             if let match = await agent.restoreDownload(from: job.url, to: job.destination, options: options) {
-                return DownloadSession(job: job, agent: agent, download: match, directory: directory, parent: parent, lockDescriptor: descriptor)
+                return DownloadSession(job: job, agent: agent, download: match, directory: directory, lockDescriptor: descriptor)
             }
             do {
                 let download = try await agent.download(from: job.url, to: job.destination, options: options)
-                return DownloadSession(job: job, agent: agent, download: download, directory: directory, parent: parent, lockDescriptor: descriptor)
+                return DownloadSession(job: job, agent: agent, download: download, directory: directory, lockDescriptor: descriptor)
             } catch {
                 await agent.shutdown()
                 throw CommandFailure(message: "\(error)", exitCode: .failure)
@@ -114,17 +123,25 @@ final class DownloadSession: Sendable {
         }
     }
 
-    /// Releases the lock; removes the job directory when nothing is left to resume.
-    func close() {
-        if download.state == .completed || {
-            if case .failed(let error) = download.state { return !error.isResumable }
-            return false
-        }() {
-            try? directory.remove("lock")
-            // Only when empty: a record left behind stays.
-            parent.removeDirectory(URL(fileURLWithPath: directory.path).lastPathComponent)
+    /// The job's state directory.
+    var jobDirectory: URL { directory }
+
+    /// Releases the lock. A completed download leaves a `CompletionMarker` when
+    /// `marksCompletion` (the batch ended unfinished); the job directory is removed when nothing
+    /// is left in it (a resume record or a marker keeps it).
+    func close(marksCompletion: Bool) {
+        if marksCompletion, download.state == .completed,
+           let marker = CompletionMarker(url: job.url, destination: job.destination) {
+            try? marker.write(in: directory)
         }
+        Self.removeIfEmpty(directory)
         lockDescriptor.close()
+    }
+
+    /// Removes the lock file and the directory, which succeeds only when nothing else is in it.
+    static func removeIfEmpty(_ directory: URL) {
+        unlink(directory.appendingPathComponent("lock").path)
+        rmdir(directory.path)
     }
 }
 

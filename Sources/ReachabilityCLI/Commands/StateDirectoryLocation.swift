@@ -7,7 +7,7 @@ import LinuxSystem
 /// Order: `--state-dir`; `$REACHABILITY_STATE_DIR`; `$XDG_STATE_HOME/reachability` (only when
 /// absolute, per the XDG spec, and owned by the effective user, so `sudo -E` never puts root's
 /// state in another user's directory); `/var/lib/reachability` for root; else
-/// `$HOME/.local/state/reachability` (the passwd entry's home when `$HOME` is not the user's).
+/// `$HOME/.local/state/reachability` (the passwd entry's home when `$HOME` is unset).
 enum StateDirectoryLocation {
     static let environmentVariable = "REACHABILITY_STATE_DIR"
 
@@ -20,8 +20,15 @@ enum StateDirectoryLocation {
         /// The passwd entry's home directory for the effective user.
         var passwdHome: () -> String?
 
-        static var current: System {
-            System(effectiveUserID: geteuid(), workingDirectory: FileManager.default.currentDirectoryPath,
+        static var current: System { current(effectiveUserID: geteuid(), workingDirectory: FileManager.default.currentDirectoryPath) }
+
+        /// The real file system, with the command context's user and working directory.
+        static func current(_ context: CommandContext) -> System {
+            current(effectiveUserID: context.effectiveUserID, workingDirectory: context.currentDirectory)
+        }
+
+        static func current(effectiveUserID: UInt32, workingDirectory: String) -> System {
+            System(effectiveUserID: effectiveUserID, workingDirectory: workingDirectory,
                    owner: { path in
                        var info = stat()
                        return stat(path, &info) == 0 ? info.st_uid : nil
@@ -51,12 +58,10 @@ enum StateDirectoryLocation {
             return absolute(state + "/reachability")
         }
         if system.effectiveUserID == 0 { return "/var/lib/reachability" }
+        // A HOME that belongs to someone else is caught by the check of the directories above
+        // the state directory (`open`), with the fix in the message.
         let home: String?
-        if let value = environment["HOME"], value.hasPrefix("/"), system.owner(value) == system.effectiveUserID {
-            home = value
-        } else {
-            home = system.passwdHome()
-        }
+        if let value = environment["HOME"], value.hasPrefix("/") { home = value } else { home = system.passwdHome() }
         guard let home, home.hasPrefix("/") else {
             throw CommandFailure(message: "cannot find a state directory (no home directory); use --state-dir or \(environmentVariable)",
                                  exitCode: .configuration)
