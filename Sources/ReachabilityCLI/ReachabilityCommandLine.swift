@@ -88,6 +88,12 @@ public enum ReachabilityCommandLine {
     static func run(_ command: any Command.Type, arguments: [String], context: CommandContext) async -> Int32 {
         let instance: any Command
         do {
+            for argument in arguments.prefix(while: { $0 != "--" }) {
+                if let refused = command.refusedOptions.first(where: { $0.matches(argument) }),
+                   !arguments.contains("--help"), !arguments.contains("-h") {
+                    throw UsageError("'\(command.name)' does not take '\(refused.option.helpLabel)': \(refused.reason)")
+                }
+            }
             let parsed = try ParsedArguments.parse(arguments, options: command.options, positionals: command.positionals)
             if parsed.wantsHelp {
                 context.output.text(HelpFormatter.help(for: command))

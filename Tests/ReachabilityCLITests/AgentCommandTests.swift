@@ -147,6 +147,65 @@ struct AgentCommandTests {
         #expect(harness.standardError.text.hasPrefix("Error: "))
     }
 
+    /// The agent's own transport settings reach its downloads: a dead --proxy is named in the
+    /// download's retry event (libcurl alone says only "could not connect to the server").
+    @Test func agentProxyReachesItsDownloads() async throws {
+        let directory = try Directory()
+        let port = 1 + UInt16.random(in: 1...50)   // privileged ports below 64: nothing listens there
+        let agent = await Self.start(["--state-dir", directory.state, "--proxy", "http://user:secret@127.0.0.1:\(port)"],
+                                     harness: Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, staysOpen: true)))
+        #expect(await agent.waitFor(#""event":"listening""#))
+        let (status, _, errors) = await Self.control(["queue", "add", "http://192.0.2.1/f.bin", "-o", directory.path + "/f.bin"],
+                                                     state: directory.state)
+        #expect(status == 0, "\(errors)")
+        #expect(await agent.waitFor("could not connect through the proxy http://user:***@127.0.0.1:\(port)"),
+                "\(agent.harness.standardOutput.text)")
+        #expect(!agent.harness.standardOutput.text.contains("secret"), "the proxy password is never logged")
+        #expect(await agent.terminate() == 0)
+    }
+
+    @Test(arguments: [
+        (["--cacert", "/nonexistent/ca.pem"], Int32(66), "cannot read --cacert /nonexistent/ca.pem"),
+        (["--limit-rate", "fast"], 64, "expected bytes per second"),
+        (["--proxy", "ftp://p"], 64, "expected a proxy URL"),
+    ])
+    func agentTransportOptionsAreChecked(arguments: [String], status: Int32, fragment: String) async throws {
+        let directory = try Directory()
+        let harness = Harness()
+        #expect(await harness.run(["agent", "--state-dir", directory.state] + arguments) == status)
+        #expect(harness.standardError.text.contains(fragment), "\(harness.standardError.text)")
+        #expect(harness.configurations.isEmpty, "no monitor was started")
+    }
+
+    /// `queue add` refuses the per-download options it cannot keep safely, with the reason and what
+    /// to do instead, before talking to any agent.
+    @Test(arguments: [
+        (["-H", "Authorization: Bearer x"], "'queue add' does not take '-H, --header <name: value>': headers usually carry credentials"),
+        (["--header=X: y"], "does not take '-H, --header <name: value>'"),
+        (["-HX: y"], "does not take '-H, --header <name: value>'"),
+        (["--limit-rate", "1m"], "start the agent with 'reachability agent --limit-rate SPEED'"),
+        (["--cacert", "ca.pem"], "'reachability agent --cacert FILE'"),
+        (["-x", "http://p:3128"], "'reachability agent --proxy URL'"),
+        (["-k"], "always check the server's certificate"),
+        (["--insecure"], "always check the server's certificate"),
+    ])
+    func queueAddRefusesPerDownloadTransportOptions(arguments: [String], fragment: String) async {
+        let harness = Harness()
+        #expect(await harness.run(["queue", "add", "http://a/x"] + arguments + ["--state-dir", "/nonexistent"]) == 64)
+        #expect(harness.standardError.text.hasPrefix("Error: "))
+        #expect(harness.standardError.text.contains(fragment), "\(harness.standardError.text)")
+        #expect(harness.standardError.text.contains("See 'reachability queue add --help'"))
+        #expect(!harness.standardError.text.contains("no agent is running"), "refused before connecting")
+    }
+
+    @Test func queueAddHelpExplainsTheRefusals() async {
+        let harness = Harness()
+        #expect(await harness.run(["queue", "add", "-H", "x: y", "--help"]) == 0)
+        let help = harness.standardOutput.text
+        #expect(help.contains("Request headers (-H) are not taken"))
+        #expect(!help.contains("--header"), "refused options are not offered in help")
+    }
+
     @Test func withoutAnAgentTheControlCommandsSaySo() async throws {
         let directory = try Directory()
         for command in [["agent", "metrics"], ["agent", "status"], ["queue", "list"]] {

@@ -17,12 +17,15 @@ struct AgentCommand: Command {
         "no-expensive", help: "Keep new downloads off expensive (cellular-like) paths: they pin to a cheaper interface or wait.")
     static let logSize = Option.value(
         "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1048576); three old files are kept.")
-    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + MetricsOptions.all + MonitorOptions.all
+    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + TransportOptions.all
+        + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
         Events (path changes, download events, control requests) are printed as NDJSON on stdout and \
         appended to STATE_DIR/agent.log. Control it with 'reachability queue add|list|pause|resume|cancel' \
         and 'reachability agent status' over STATE_DIR/agent.sock (0600; only the same user or root); \
-        'reachability agent metrics' prints the path and download metrics in OpenMetrics text.
+        'reachability agent metrics' prints the path and download metrics in OpenMetrics text. \
+        --limit-rate, --cacert and --proxy apply to every download the agent runs; request headers \
+        are not kept (see 'reachability help queue add').
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
         (lines 'max-concurrent=N' and 'no-expensive=true|false'; values there override the command line; \
@@ -30,8 +33,8 @@ struct AgentCommand: Command {
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
 
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
-        the state directory, socket or monitor failure); 73 when the --metrics-file directory cannot \
-        be used; 78 for a bad agent.conf line or an unsafe state directory (another user's, or \
+        the state directory, socket or monitor failure); 66 when --cacert cannot be read; 73 when the \
+        --metrics-file directory cannot be used; 78 for a bad agent.conf line or an unsafe state directory (another user's, or \
         writable by others: the message says how to fix it).
         """ + "\n\n" + MetricsOptions.discussion + "\n\n" + MonitorOptions.discussion
 
@@ -40,6 +43,8 @@ struct AgentCommand: Command {
     var logSizeLimit: Int
     var monitor: MonitorOptions
     var metrics: MetricsOptions
+    /// `--limit-rate`, `--cacert`, `--proxy`: for every download, restored ones too.
+    var transport: TransportOptions
 
     init(arguments: ParsedArguments) throws {
         stateDirectoryArgument = arguments.value(Self.stateDirectory)
@@ -60,6 +65,7 @@ struct AgentCommand: Command {
         }
         monitor = try MonitorOptions(arguments: arguments)
         metrics = try MetricsOptions(arguments: arguments)
+        transport = try TransportOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
@@ -76,6 +82,11 @@ struct AgentCommand: Command {
             return try AgentSettings.parse(text, base: settings, path: configurationPath)
         }
         let initialSettings = try loadSettings()
+        // A CA file that cannot be read would fail every TLS download later, one by one: say so now.
+        if let authorities = transport.certificateAuthorityURL(workingDirectory: context.currentDirectory),
+           !FileManager.default.isReadableFile(atPath: authorities.path) {
+            throw CommandFailure(message: "cannot read --cacert \(authorities.path)", exitCode: .noInput)
+        }
         let metricsFile = try metrics.open(in: context)
 
         let log = try RotatingLogFile(path: AgentStateDirectory.logPath(in: directory), maximumSize: logSizeLimit)
@@ -97,11 +108,12 @@ struct AgentCommand: Command {
             ? Logger(label: "agent", minimumLevel: .debug, sink: { context.errorOutput.line($0) }) : Logger.silent
         let service = try AgentService(settings: initialSettings, environment: .init(
             stateDirectory: directory,
-            makeAgent: { settings in
-                try DownloadAgent(configuration: .init(stateDirectory: records,
-                                                       maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
-                                                       logger: logger),
-                                  paths: source.paths)
+            makeAgent: { [transport] settings in
+                var configuration = DownloadAgent.Configuration(stateDirectory: records,
+                                                                maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
+                                                                logger: logger)
+                transport.apply(to: &configuration, workingDirectory: context.currentDirectory)
+                return try DownloadAgent(configuration: configuration, paths: source.paths)
             },
             emit: emitLine,
             summaryChanged: { summary in notifier.notify("STATUS=\(summary)") },

@@ -37,18 +37,12 @@ struct DownloadCommand: Command {
     static let header = Option.repeating(
         "header", short: "H", valueName: "name: value",
         help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own.")
-    static let limitRate = Option.value(
-        "limit-rate", valueName: "speed",
-        help: "Receive at most this many bytes per second per download; k, m, g suffixes (1k = 1024).")
-    static let certificateAuthorities = Option.value(
-        "cacert", valueName: "file",
-        help: "Trust the certificate authorities in this PEM file instead of the system's.")
+    static let limitRate = TransportOptions.limitRate
+    static let certificateAuthorities = TransportOptions.certificateAuthorities
     static let insecure = Option.flag(
         "insecure", short: "k",
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
-    static let proxy = Option.value(
-        "proxy", short: "x", valueName: "url",
-        help: "Use this proxy (http://, https://, socks5h://). Default: http_proxy, https_proxy, all_proxy and no_proxy, as curl; '' for none.")
+    static let proxy = TransportOptions.proxy
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json, quiet,
                           header, limitRate, certificateAuthorities, insecure, proxy]
@@ -151,26 +145,11 @@ struct DownloadCommand: Command {
             }
             return line
         }
-        if let text = arguments.value(Self.limitRate) {
-            guard let rate = Self.parseRate(text) else {
-                throw UsageError.invalidValue(text, for: Self.limitRate, "expected bytes per second, like 500k or 2m")
-            }
-            maximumBytesPerSecond = rate
-        }
-        if let file = arguments.value(Self.certificateAuthorities) {
-            guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
-            certificateAuthorityFile = file
-        }
+        let transport = try TransportOptions(arguments: arguments)
+        maximumBytesPerSecond = transport.maximumBytesPerSecond
+        certificateAuthorityFile = transport.certificateAuthorityFile
         verifiesCertificates = !arguments.isSet(Self.insecure)
-        proxyURL = arguments.value(Self.proxy)
-        if let proxyURL, !proxyURL.isEmpty {
-            guard let components = URLComponents(string: proxyURL), components.host?.isEmpty == false,
-                  let scheme = components.scheme?.lowercased(),
-                  ["http", "https", "socks4", "socks4a", "socks5", "socks5h"].contains(scheme) else {
-                throw UsageError.invalidValue(ProxyEnvironment.redacted(proxyURL), for: Self.proxy,
-                                              "expected a proxy URL like http://host:3128 or socks5h://host:1080")
-            }
-        }
+        proxyURL = transport.proxy
         monitor = try MonitorOptions(arguments: arguments)
         if writesToStandardOutput && isJSON {
             throw UsageError("'\(Self.output.synopsis)' '-' and '\(Self.json.synopsis)' both write to stdout; use one")
@@ -214,20 +193,7 @@ struct DownloadCommand: Command {
     }
 
     /// `500k`, `2m`, `1g`, `12345` (bytes per second; k = 1024, as curl).
-    static func parseRate(_ text: String) -> Int64? {
-        let lower = text.lowercased()
-        let multipliers: [Character: Double] = ["k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024]
-        var number = Substring(lower)
-        var multiplier = 1.0
-        if let last = lower.last, let factor = multipliers[last] {
-            number = number.dropLast()
-            multiplier = factor
-        }
-        guard let value = Double(number), value.isFinite, value > 0 else { return nil }
-        let rate = value * multiplier
-        guard rate >= 1, rate < 1e15 else { return nil }
-        return Int64(rate)
-    }
+    static func parseRate(_ text: String) -> Int64? { TransportOptions.parseRate(text) }
 
     /// Where each URL goes, relative paths resolved against `workingDirectory`; `-o -` downloads
     /// into `stateRoot/stdout/` first.

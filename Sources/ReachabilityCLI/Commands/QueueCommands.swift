@@ -55,7 +55,30 @@ struct QueueAddCommand: Command {
     static let sha256 = Option.value("sha256", valueName: "hex", help: "Expected SHA-256 of the file; a mismatch fails the download.")
     static let options = [output, sha256, ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL.")]
-    static let discussion: String? = "Prints the new download's line (its ID first).\n\n" + ControlOptions.discussion
+    static let discussion: String? = """
+        Prints the new download's line (its ID first).
+
+        Request headers (-H) are not taken: the agent keeps what it needs to resume a download \
+        after a restart in its records, and headers usually carry credentials or short-lived tokens \
+        that must not sit on disk (and would have expired by the time a restored download asks \
+        again). Use 'reachability download -H ...' for such a file: it keeps headers in memory only. \
+        --limit-rate, --cacert and --proxy are the agent's settings for all its downloads: give them \
+        to 'reachability agent'. --insecure is not offered for queued downloads: give the agent \
+        --cacert with the server's certificate instead.
+
+        """ + ControlOptions.discussion
+    static let refusedOptions = [
+        RefusedOption(option: DownloadCommand.header,
+                      reason: "headers usually carry credentials or tokens, and the agent would have to keep them on disk to resume the download after a restart; use 'reachability download -H ...', which keeps them in memory only"),
+        RefusedOption(option: TransportOptions.limitRate,
+                      reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --limit-rate SPEED'"),
+        RefusedOption(option: TransportOptions.certificateAuthorities,
+                      reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --cacert FILE'"),
+        RefusedOption(option: TransportOptions.proxy,
+                      reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --proxy URL' (or with http_proxy/https_proxy in its environment)"),
+        RefusedOption(option: DownloadCommand.insecure,
+                      reason: "queued downloads always check the server's certificate; start the agent with '--cacert FILE' holding the server's certificate instead"),
+    ]
 
     var url: URL
     var outputPath: String?
