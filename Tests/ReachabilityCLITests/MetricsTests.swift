@@ -252,6 +252,27 @@ struct MetricsTests {
         #expect(FileManager.default.fileExists(atPath: directory + ".moved/r.prom"))
     }
 
+    /// A symbolic link on the way that another user owns is not followed (root would otherwise
+    /// write wherever that user points it).
+    @Test(.enabled(if: geteuid() == 0, "lchown to another user needs root (CI runs as root)"))
+    func aForeignSymlinkOnTheWayIsRefused() throws {
+        let directory = try Self.directory()
+        let target = try Self.directory()
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: target)
+        }
+        symlink(target, directory + "/link")
+        lchown(directory + "/link", 12345, 12345)
+        do {
+            _ = try MetricsFile(path: directory + "/link/r.prom", effectiveUserID: 0)
+            Issue.record("followed a symbolic link owned by uid 12345")
+        } catch let failure as CommandFailure {
+            #expect(failure.message.contains("symbolic link owned by uid 12345"), "\(failure.message)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty)
+    }
+
     @Test(arguments: [
         (mode_t(0o777), "is writable by every user"),
         (mode_t(0o1777), "is writable by every user"),
