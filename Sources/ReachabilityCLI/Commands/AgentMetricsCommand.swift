@@ -9,8 +9,7 @@ struct AgentMetricsCommand: Command {
     static let discussion: String? = """
         Counters count from the agent's start (reachability_start_timestamp_seconds). No metric \
         carries a URL: per-download detail is in 'queue list'. Metric names and meanings: docs/metrics.md.
-
-        """ + ControlOptions.discussion
+        """ + "\n\n" + ControlOptions.discussion
 
     var metricsFormat: MetricsFormat
     var control: ControlOptions

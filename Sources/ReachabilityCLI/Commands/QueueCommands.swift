@@ -65,8 +65,7 @@ struct QueueAddCommand: Command {
         --limit-rate, --cacert and --proxy are the agent's settings for all its downloads: give them \
         to 'reachability agent'. --insecure is not offered for queued downloads: give the agent \
         --cacert with the server's certificate instead.
-
-        """ + ControlOptions.discussion
+        """ + "\n\n" + ControlOptions.discussion
     static let refusedOptions = [
         RefusedOption(option: DownloadCommand.header,
                       reason: "headers usually carry credentials or tokens, and the agent would have to keep them on disk to resume the download after a restart; use 'reachability download -H ...', which keeps them in memory only"),
@@ -123,8 +122,7 @@ struct QueueListCommand: Command {
     static let options = [json, ControlOptions.stateDirectory]
     static let discussion: String? = """
         Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file.
-
-        """ + ControlOptions.discussion
+        """ + "\n\n" + ControlOptions.discussion
 
     var isJSON: Bool
     var control: ControlOptions
