@@ -48,6 +48,8 @@ final class MetricsFile: Sendable {
         let directory: CheckedDirectory
         do {
             directory = try CheckedDirectory.open(directoryPath, policy: .shared)
+        } catch where error.errno == .noSuchFile {
+            throw Self.failure("cannot use --metrics-file \(path): \(error.path) does not exist; create the directory first (e.g. install -d -m 0755 \(directoryPath))")
         } catch {
             throw Self.failure("cannot use --metrics-file \(path): \(error)")
         }
