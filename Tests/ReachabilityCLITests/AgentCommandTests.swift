@@ -215,3 +215,21 @@ struct AgentCommandTests {
         }
     }
 }
+
+/// The shutdown bound returns at its limit even when the work never ends.
+@Suite("agent shutdown bound")
+struct AgentShutdownBoundTests {
+    @Test func returnsAtTheLimitWhenTheWorkIsStuck() async {
+        let start = ContinuousClock.now
+        let finished = await AgentCommand.finishes(within: .milliseconds(50)) {
+            // Stuck for as long as the test could run: nothing cancels it.
+            try? await Task.sleep(for: .seconds(3600))
+        }
+        #expect(!finished)
+        #expect(ContinuousClock.now - start < .seconds(5))
+    }
+
+    @Test func saysSoWhenTheWorkEnds() async {
+        #expect(await AgentCommand.finishes(within: .seconds(30)) {})
+    }
+}

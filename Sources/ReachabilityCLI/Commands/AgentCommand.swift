@@ -205,15 +205,11 @@ struct AgentCommand: Command {
                 server.stop()
                 // Checkpointing is quick (fsync + record per transfer); bound it anyway so the
                 // process always exits within systemd's and the 2 s.
-                let finished = await withTaskGroup(of: Bool.self) { group in
-                    group.addTask { await service.shutdown(); return true }
-                    group.addTask { try? await Task.sleep(for: .milliseconds(1500)); return false }
-                    let first = await group.next() ?? false
-                    group.cancelAll()
-                    return first
-                }
+                let finished = await Self.finishes(within: .milliseconds(1500)) { await service.shutdown() }
                 // The last numbers (downloads checkpointed, paused or waiting) outlive the process.
-                await metricsPublisher.withLock { $0 }?.finish()
+                if let publisher = metricsPublisher.withLock({ $0 }) {
+                    _ = await Self.finishes(within: .milliseconds(300)) { await publisher.finish() }
+                }
                 emit(.agent, "stopped", [.init(key: "checkpointed", value: .bool(finished))])
                 signalContinuation.finish()
             }
@@ -222,6 +218,27 @@ struct AgentCommand: Command {
     }
 
     private enum AgentSignal: Sendable { case terminate, reload }
+
+    /// Runs `work` and says whether it ended within `limit`, returning at the limit either way.
+    /// (A task group would not do: leaving its scope waits for every child, so a stuck
+    /// `shutdown()` would hold the process past systemd's stop timeout.) Work still running is
+    /// left behind; the process exits soon after.
+    static func finishes(within limit: Duration, _ work: @escaping @Sendable () async -> Void) async -> Bool {
+        let (outcome, continuation) = AsyncStream.makeStream(of: Bool.self)
+        Task {
+            await work()
+            continuation.yield(true)
+        }
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            continuation.yield(false)
+        }
+        var iterator = outcome.makeAsyncIterator()
+        let finished = await iterator.next() ?? false
+        timer.cancel()
+        continuation.finish()
+        return finished
+    }
 
     /// A control-server event as an event name and fields.
     static func describe(_ event: ControlServerEvent) -> (String, [JSONValue.Member]) {
