@@ -8,6 +8,8 @@ let package = Package(
         .library(name: "LinuxReachability", targets: ["LinuxReachability"]),
         .library(name: "ResumableDownloads", targets: ["ResumableDownloads"]),
         .executable(name: "reachability", targets: ["reachability"]),
+        // URLSession's download API over the resume engine (issue 12); its own product.
+        .library(name: "ResumableURLSession", targets: ["ResumableURLSession"]),
     ],
     targets: [
         // The only target that touches netlink: libnl-3 / libnl-route-3 plus a shim header.
@@ -32,6 +34,8 @@ let package = Package(
         .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability"]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
+        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability"]),
+        .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
         // Samples: real programs built by `swift build`, smoke-tested in IntegrationTests.
