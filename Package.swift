@@ -47,7 +47,8 @@ let package = Package(
         .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI",
+                                                          "ResumableURLSession"]),
     ],
     swiftLanguageModes: [.v6]
 )

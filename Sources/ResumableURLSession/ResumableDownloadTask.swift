@@ -268,6 +268,8 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         case .url(let requested):
             url = requested
             id = UUID()
+            // A fresh state under our id, so the engine's files carry the id we lock.
+            resumeState = ResumeState(id: id, url: url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
         case .resumeData(.failure(let error), _):
             return handle(.startFailed(.init(code: .cannotWriteToFile, description: error.description, underlying: .resumeData(error))))
         case .resumeData(.success(let data), _):

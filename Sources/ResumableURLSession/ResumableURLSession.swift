@@ -43,6 +43,8 @@ public final class ResumableURLSession: Sendable {
         var tasks: [Int: ResumableDownloadTask] = [:]
         var isInvalidating = false
         var shutdown: Task<Void, Never>?
+        var isInvalidated = false
+        var invalidationWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     let engine: Result<Engine, DownloadTaskStateMachine.Failure>
@@ -186,7 +188,14 @@ public final class ResumableURLSession: Sendable {
 
     /// Waits until invalidation has released the engine (tests).
     func waitUntilInvalidated() async {
-        await state.withLock { $0.shutdown }?.value
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let isDone = state.withLock { state -> Bool in
+                if state.isInvalidated { return true }
+                state.invalidationWaiters.append(continuation)
+                return false
+            }
+            if isDone { continuation.resume() }
+        }
     }
 
     func register(_ task: ResumableDownloadTask) {
@@ -220,11 +229,17 @@ public final class ResumableURLSession: Sendable {
         let engine = engine
         let shouldFinish = state.withLock { state -> Bool in
             guard state.isInvalidating, state.tasks.isEmpty, state.shutdown == nil else { return false }
-            state.shutdown = Task {
+            state.shutdown = Task { [self] in
                 if case .success(let engine) = engine {
                     await engine.agent.shutdown()
                     engine.monitor?.cancel()
                 }
+                let waiters = self.state.withLock { state in
+                    state.isInvalidated = true
+                    defer { state.invalidationWaiters = [] }
+                    return state.invalidationWaiters
+                }
+                for waiter in waiters { waiter.resume() }
             }
             return true
         }
