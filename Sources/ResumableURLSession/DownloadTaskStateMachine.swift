@@ -70,6 +70,8 @@ struct DownloadTaskStateMachine: Sendable {
         /// rules (expensive, cellular) are why.
         case waitingForConnectivity(reason: URLError.NetworkUnavailableReason?)
         case progress(bytesReceived: Int64, totalBytes: Int64?)
+        /// The grace after a first `waitingForConnectivity` ran out.
+        case connectivityGraceExpired
         /// A `stopTransfer` finished.
         case stopped(StopOutcome)
         /// The delegate returned from `didFinishDownloadingTo`.
@@ -94,6 +96,8 @@ struct DownloadTaskStateMachine: Sendable {
         /// Pause, make resume data from the durable state, report `.stopped`.
         case stopTransfer
         case notifyWaitingForConnectivity
+        /// Report `.connectivityGraceExpired` after `DownloadTaskStateMachine.connectivityGrace`.
+        case startConnectivityGrace
         case notifyResumed(offset: Int64, expectedTotal: Int64)
         case notifyWrote(bytes: Int64, total: Int64, expected: Int64)
         /// Call `didFinishDownloadingTo`, then remove the file if still there, then `.fileDelivered`.
@@ -119,8 +123,13 @@ struct DownloadTaskStateMachine: Sendable {
         case cancelledByProducingResumeData
     }
 
+    /// How long a task with no path at its start waits before failing with -1009.
+    static let connectivityGrace = Duration.milliseconds(500)
+
     let options: Options
     private var phase = Phase.idle
+    private var isGraceRunning = false
+    private var unavailableReason: URLError.NetworkUnavailableReason?
     private var pendingResumeDataRequests = 0
     private var hasAttemptStarted = false
     private var hasAnnouncedWaiting = false
@@ -208,15 +217,26 @@ struct DownloadTaskStateMachine: Sendable {
                 hasAnnouncedWaiting = true
                 return [.notifyWaitingForConnectivity]
             }
-            // The path went away under a transfer (Apple's -1005), or there was none to begin
-            // with (-1009).
-            let failure = hasAttemptStarted
-                ? Failure(code: .networkConnectionLost, description: "the network connection was lost")
-                : Failure(code: .notConnectedToInternet,
-                          description: reason == nil ? "not connected to the network"
-                              : "no network path this configuration may use (\(reason == .cellular ? "cellular" : "expensive") access is not allowed)",
-                          networkUnavailableReason: reason)
-            return stop(.failure(failure))
+            if hasAttemptStarted {
+                // The path went away under a transfer: Apple's -1005.
+                return stop(.failure(Failure(code: .networkConnectionLost, description: "the network connection was lost")))
+            }
+            // No path before the first attempt: -1009, after a short grace. An app that resumes
+            // the moment its Reachability says "reachable" can be a few milliseconds ahead of
+            // the engine's own view of the same change.
+            unavailableReason = reason
+            guard !isGraceRunning else { return [] }
+            isGraceRunning = true
+            return [.startConnectivityGrace]
+
+        case .connectivityGraceExpired:
+            isGraceRunning = false
+            guard phase == .running, !hasAttemptStarted, !options.waitsForConnectivity else { return [] }
+            let reason = unavailableReason
+            return stop(.failure(Failure(code: .notConnectedToInternet,
+                                         description: reason == nil ? "not connected to the network"
+                                             : "no network path this configuration may use (\(reason == .cellular ? "cellular" : "expensive") access is not allowed)",
+                                         networkUnavailableReason: reason)))
 
         case .event(let event):
             return handle(event)

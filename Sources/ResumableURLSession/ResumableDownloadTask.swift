@@ -181,6 +181,11 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         case .stopTransfer: commands.yield(.stop)
         case .release(let keepFiles): commands.yield(.release(keepFiles: keepFiles))
 
+        case .startConnectivityGrace:
+            Task { [weak self] in
+                try? await Task.sleep(for: DownloadTaskStateMachine.connectivityGrace)
+                self?.handle(.connectivityGraceExpired)
+            }
         case .notifyWaitingForConnectivity:
             session.deliver { $0.urlSession(session, taskIsWaitingForConnectivity: self) }
         case .notifyResumed(let offset, let expected):

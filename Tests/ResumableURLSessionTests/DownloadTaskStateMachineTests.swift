@@ -56,13 +56,24 @@ struct DownloadTaskStateMachineTests {
 
     @Test func noPathBeforeTheFirstAttemptIsNotConnectedToInternet() {
         var machine = Self.running()
-        #expect(machine.handle(.waitingForConnectivity(reason: .expensive)) == [.stopTransfer])
+        #expect(machine.handle(.waitingForConnectivity(reason: .expensive)) == [.startConnectivityGrace])
+        #expect(machine.handle(.waitingForConnectivity(reason: .expensive)) == [], "one grace at a time")
+        #expect(machine.handle(.connectivityGraceExpired) == [.stopTransfer])
         let actions = machine.handle(.stopped(.paused(resumeData: nil)))
         guard case .complete(let completion?) = actions.first else { Issue.record("\(actions)"); return }
         #expect(completion.failure.code == .notConnectedToInternet)
         #expect(completion.failure.networkUnavailableReason == .expensive)
         #expect(completion.resumeData == nil)
         #expect(actions.last == .release(keepFiles: false), "nothing to resume: no debris")
+    }
+
+    @Test func aPathArrivingWithinTheGraceLetsTheTaskRun() {
+        var machine = Self.running()
+        #expect(machine.handle(.waitingForConnectivity(reason: nil)) == [.startConnectivityGrace])
+        #expect(machine.handle(.event(.started)) == [])
+        #expect(machine.handle(.connectivityGraceExpired) == [])
+        #expect(machine.publicState == .running)
+        #expect(machine.handle(.waitingForConnectivity(reason: nil)) == [.stopTransfer], "later: the connection was lost")
     }
 
     @Test func aRetryEndsTheTaskUnlessItWaitsForConnectivity() {
