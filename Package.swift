@@ -36,6 +36,9 @@ let package = Package(
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
+        // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
+        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads"],
+                          path: "Tests/URLSessionProbe"),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
         // Samples: real programs built by `swift build`, smoke-tested in IntegrationTests.

@@ -319,6 +319,9 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         guard file.device == data.partialFile.device, file.inode == data.partialFile.inode else {
             throw ResumeDataError.stale.with("the partial file of this resume data was replaced since it was made")
         }
+        guard file.modified == data.partialFile.modified else {
+            throw ResumeDataError.stale.with("the partial file was written since this resume data was made (newer resume data supersedes it)")
+        }
         guard file.size >= data.offset else {
             throw ResumeDataError.stale.with("the partial file holds \(file.size) bytes; the resume data promises \(data.offset)")
         }
@@ -356,7 +359,7 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         let data = ResumeData(id: download.id, url: state.url, entityTag: state.entityTag, lastModified: state.lastModified,
                               offset: state.verifiedOffset, expectedLength: state.totalLength,
                               partialFile: .init(name: ResumeData.partialFileName(for: download.id),
-                                                 device: file.device, inode: file.inode),
+                                                 device: file.device, inode: file.inode, modified: file.modified),
                               stateDirectory: engine.directory.root.path, createdAt: Date())
         return try? data.encoded(key: engine.directory.key)
     }

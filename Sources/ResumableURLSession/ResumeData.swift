@@ -23,6 +23,8 @@ struct ResumeData: Sendable, Hashable, Codable {
         var name: String
         var device: UInt64
         var inode: UInt64
+        /// Modification time in nanoseconds since 1970.
+        var modified: Int64
     }
 
     static let magic = Array("RCHRESUME".utf8)

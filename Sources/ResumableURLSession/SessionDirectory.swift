@@ -34,10 +34,14 @@ struct SessionStorageError: Error, Sendable, Hashable, CustomStringConvertible {
 /// cannot redirect them. Names always derive from a download id; nothing read from resume data
 /// becomes a path.
 final class SessionDirectory: Sendable {
-    /// The identity of a partial file.
+    /// The identity of a partial file. Device and inode alone are not enough: a file deleted
+    /// and created again often gets the same inode number back, so the modification time (in
+    /// nanoseconds) is part of it; nothing writes a partial file between the moment resume data
+    /// is made and the moment it is used.
     struct FileIdentity: Sendable, Hashable {
         var device: UInt64
         var inode: UInt64
+        var modified: Int64
         var size: Int64
     }
 
@@ -119,7 +123,9 @@ final class SessionDirectory: Sendable {
         guard info.st_nlink == 1 else {
             throw ResumeDataError.unsafeFile.with("the partial file \(name) has \(info.st_nlink) hard links")
         }
-        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size))
+        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino),
+                            modified: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+                            size: Int64(info.st_size))
     }
 
     /// Takes the exclusive lock on download `id` (any process, any session); throws

@@ -110,11 +110,21 @@ struct URLSessionResumeDataTests {
         _ = fresh
         let newName = try #require(try FileManager.default.contentsOfDirectory(atPath: downloads.path)
             .first { $0.hasSuffix(".part") && $0 != name })
-        let handle = try FileHandle(forWritingTo: downloads.appendingPathComponent(newName))
-        try handle.truncate(atOffset: 1000)
-        try handle.close()
+        let newPartial = downloads.appendingPathComponent(newName).path
+        var before = stat()
+        #expect(stat(newPartial, &before) == 0)
+        let modified = before.st_mtim
+        #expect(truncate(newPartial, 1000) == 0)
+        let (written, writtenTask) = try await Self.resume(freshData, in: fixture)
+        #expect(Self.rejection(written, writtenTask) == .stale, "written since the data was made")
+        // Even with the timestamp put back, fewer bytes than promised is stale.
+        var times = [before.st_atim, modified]
+        #expect(utimensat(AT_FDCWD, newPartial, &times, 0) == 0)
+        #expect(try Self.modificationTime(newPartial).tv_nsec == modified.tv_nsec)
         let (short, shortTask) = try await Self.resume(freshData, in: fixture)
-        #expect(Self.rejection(short, shortTask) == .stale)
+        let rejection = Self.rejection(short, shortTask)
+        #expect(rejection == .stale)
+        #expect(rejection?.description.contains("holds 1000 bytes") == true, "\(String(describing: rejection))")
     }
 
     @Test func plantedLinksAreNeverWrittenThrough() async throws {
@@ -144,9 +154,12 @@ struct URLSessionResumeDataTests {
         let second = client.session.downloadTask(withResumeData: data)
         first.resume()
         #expect(await client.delegate.wait { if case .resumed = $0 { true } else { false } })
+        // Suspended, the first task keeps its claim on the files (and cannot finish meanwhile).
+        first.suspend()
         second.resume()
         #expect(await client.delegate.waitForCompletion(of: second))
         #expect(Self.rejection(client.delegate, second) == .inUse)
+        first.resume()
         #expect(await client.delegate.waitForCompletion(of: first))
         #expect(client.delegate.finishedSHA256(of: first) == F.sha256(content), "\(client.delegate.transcript)")
         await client.shutDown()
@@ -207,6 +220,12 @@ struct URLSessionResumeDataTests {
         let data = try #require(await task.cancelByProducingResumeData())
         await client.shutDown()
         return (client.delegate, data)
+    }
+
+    static func modificationTime(_ path: String) throws -> timespec {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw POSIXError(.ENOENT) }
+        return info.st_mtim
     }
 
     /// Names, sizes and inodes of every file under the state directory.

@@ -11,7 +11,8 @@ struct ResumeDataTests {
         let id = UUID(uuidString: "5B0E3C7A-1F6D-4E55-9C3B-2A8D7E6F1A2B")!
         var data = ResumeData(id: id, url: URL(string: "http://10.88.0.1/file.bin?x=1")!, entityTag: "\"6790a1b2-500000\"",
                               lastModified: "Tue, 01 Dec 2026 07:00:00 GMT", offset: 1_048_576, expectedLength: 5_242_880,
-                              partialFile: .init(name: ResumeData.partialFileName(for: id), device: 64_769, inode: 1_234_567),
+                              partialFile: .init(name: ResumeData.partialFileName(for: id), device: 64_769, inode: 1_234_567,
+                                                   modified: 1_800_000_000_123_456_789),
                               stateDirectory: "/var/lib/reachability/url-session",
                               createdAt: Date(timeIntervalSince1970: 1_800_000_000))
         edit(&data)
