@@ -53,6 +53,18 @@ public actor DownloadAgent {
         public var certificateAuthorityFile: URL?
         /// Where diagnostics go; silent by default.
         public var logger: Logger
+        /// Extra request headers (`Name: value`), sent with every request after the engine's own.
+        /// Lines with control characters are never sent; headers the resume rules depend on
+        /// (`Range`, `If-Range`, `Accept-Encoding`) are refused by `HeaderValidation`.
+        public var additionalHeaders: [String] = []
+        /// Receive limit per transfer in bytes per second (curl's `--limit-rate`); nil is unlimited.
+        public var maximumBytesPerSecond: Int64?
+        /// Whether the server's certificate and host name are checked (false is curl's `--insecure`).
+        public var verifiesCertificates = true
+        /// The proxy for every request (`http://host:port`, `socks5h://...`); nil follows libcurl's
+        /// environment variables (`http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`), and an
+        /// empty string uses no proxy at all.
+        public var proxy: String?
 
         /// Creates a configuration with production defaults.
         public init(stateDirectory: URL, maximumConcurrentDownloads: Int = 4, maximumOutageWait: Duration? = nil,
@@ -475,7 +487,10 @@ public actor DownloadAgent {
                          stallBytesPerSecond: configuration.stallBytesPerSecond,
                          maximumRedirects: configuration.maximumRedirects, keepAliveIdle: configuration.keepAliveIdle,
                          receiveBufferSize: 256 << 10, userAgent: configuration.userAgent,
-                         certificateAuthorityFile: configuration.certificateAuthorityFile?.path)
+                         certificateAuthorityFile: configuration.certificateAuthorityFile?.path,
+                         additionalHeaders: configuration.additionalHeaders,
+                         maximumBytesPerSecond: configuration.maximumBytesPerSecond,
+                         verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy)
     }
 
     private var recoveryPolicy: RecoveryStateMachine.Policy {

@@ -67,7 +67,7 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
         case .diskFull, .fileSystem, .connectivityTimeout:
             return true
         case .httpStatus:
-            return httpStatusCode.map { $0 >= 500 || $0 == 408 || $0 == 429 } ?? false
+            return httpStatusCode.map { (500...599).contains($0) || $0 == 408 || $0 == 429 } ?? false
         case .badServerResponse, .checksumMismatch, .lengthMismatch, .cancelled, .invalidRequest:
             return false
         }

@@ -86,7 +86,7 @@ struct DownloadCommandTests {
             #expect(help.contains(option.helpLabel), "\(option.name) undocumented")
         }
         for fragment in ["USAGE: reachability download", "<url> ...", "Exit status: 0", "64 usage", "73 ", "75 ",
-                         "130 interrupted by SIGINT", "143 by SIGTERM", "running the same command again"] {
+                         "130 interrupted by SIGINT", "143 by SIGTERM", "74 ", "66 ", "resume data kept", "http_proxy"] {
             #expect(help.contains(fragment), "help lacks \(fragment)")
         }
         let root = Harness()
@@ -130,7 +130,7 @@ struct DownloadCommandTests {
         #expect(DownloadReporter.clock(.seconds(3723)) == "1:02:03")
         #expect(DownloadReporter.text(of: .waitingForConnectivity) == "waiting for network")
         #expect(DownloadReporter.text(of: .resumed(at: 42)) == "resumed at byte 42")
-        #expect(DownloadReporter.name(of: .resumed(at: 42)) == "resumed")
+        #expect(EventSchema.describe(.resumed(at: 42)).0 == .resumed)
         #expect(DownloadReporter.seconds(.milliseconds(250)) == "250 ms")
     }
 }

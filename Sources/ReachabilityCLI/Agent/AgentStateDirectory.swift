@@ -16,9 +16,10 @@ enum AgentStateDirectory {
     /// `--state-dir` when given; else /var/lib/reachability for root, else
     /// `$XDG_STATE_HOME/reachability` (only when absolute, per the XDG spec), else
     /// `~/.local/state/reachability`.
-    static func resolve(_ explicit: String?, environment: [String: String], isRoot: Bool) -> String {
+    static func resolve(_ explicit: String?, environment: [String: String], isRoot: Bool,
+                        workingDirectory: String = FileManager.default.currentDirectoryPath) -> String {
         if let explicit, !explicit.isEmpty {
-            return explicit.hasPrefix("/") ? explicit : FileManager.default.currentDirectoryPath + "/" + explicit
+            return explicit.hasPrefix("/") ? explicit : workingDirectory + "/" + explicit
         }
         if isRoot { return "/var/lib/reachability" }
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/reachability" }

@@ -49,8 +49,11 @@ enum DownloadStateDirectory {
     }
 }
 
-/// Thrown by `DownloadSession.open` when the destination already holds the file `--sha256` names.
-struct AlreadyComplete: Error {}
+/// Thrown by `DownloadSession.open` when the destination already holds the wanted file: it
+/// matches `--sha256`, or an earlier run of the same command completed it (`CompletionMarker`).
+struct AlreadyComplete: Error {
+    var reason: String
+}
 
 /// One download of the command: its own agent (so `restoreDownloads()` sees only this job's
 /// record), the lock that keeps a second process off the same partial file, and the `Download`.
@@ -83,14 +86,22 @@ final class DownloadSession: Sendable {
         }
         guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
             Glibc.close(descriptor)
-            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .failure)
+            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
         }
         do {
             if FileManager.default.fileExists(atPath: job.destination.path) {
                 // Like `wget -nc`, never clobber; but a file that provably is the wanted one counts as done,
-                // so re-running a finished command with --sha256 succeeds.
-                if let expected = options.expectedSHA256, SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
-                    throw AlreadyComplete()
+                // so re-running a finished command with --sha256, or an interrupted batch, succeeds.
+                if let expected = options.expectedSHA256 {
+                    if SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
+                        throw AlreadyComplete(reason: "already complete (matches --sha256)")
+                    }
+                } else if job.isStandardOutput {
+                    // Completed and renamed by a run that stopped before writing it out: only this
+                    // command writes in its 0700 state directory.
+                    throw AlreadyComplete(reason: "already complete (kept by an earlier run)")
+                } else if CompletionMarker.matches(in: directory, url: job.url, destination: job.destination) {
+                    throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
                 }
                 let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
                 throw CommandFailure(message: "\(job.destination.path) already exists; \(hint)", exitCode: .cannotCreate)
@@ -118,16 +129,25 @@ final class DownloadSession: Sendable {
         }
     }
 
-    /// Releases the lock; removes the job directory when nothing is left to resume.
-    func close() {
-        if download.state == .completed || {
-            if case .failed(let error) = download.state { return !error.isResumable }
-            return false
-        }() {
-            unlink(directory.appendingPathComponent("lock").path)
-            rmdir(directory.path)   // only when empty: a record left behind stays
+    /// The job's state directory.
+    var jobDirectory: URL { directory }
+
+    /// Releases the lock. A completed download leaves a `CompletionMarker` when
+    /// `marksCompletion` (the batch ended unfinished); the job directory is removed when nothing
+    /// is left in it (a resume record or a marker keeps it).
+    func close(marksCompletion: Bool) {
+        if marksCompletion, download.state == .completed,
+           let marker = CompletionMarker(url: job.url, destination: job.destination) {
+            try? marker.write(in: directory)
         }
+        Self.removeIfEmpty(directory)
         Glibc.close(lockDescriptor)
+    }
+
+    /// Removes the lock file and the directory, which succeeds only when nothing else is in it.
+    static func removeIfEmpty(_ directory: URL) {
+        unlink(directory.appendingPathComponent("lock").path)
+        rmdir(directory.path)
     }
 }
 
