@@ -44,6 +44,8 @@ let package = Package(
         // Samples: real programs built by `swift build`, smoke-tested in IntegrationTests.
         .executableTarget(name: "HalfTunes", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/HalfTunes"),
         .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
+        .executableTarget(name: "HalfTunesURLSession", dependencies: ["ResumableURLSession", "LinuxReachability"],
+                          path: "Samples/HalfTunesURLSession"),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
         // Shared by the download test targets: an event log tests can wait on.

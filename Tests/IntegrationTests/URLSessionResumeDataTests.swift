@@ -147,21 +147,18 @@ struct URLSessionResumeDataTests {
         #expect(try String(contentsOf: victim, encoding: .utf8) == "do not touch")
     }
 
-    @Test func theSameDataTwiceAtOnceIsRefusedForTheSecond() async throws {
+    @Test func theSameDataTwiceAtOnceRunsOnlyOnce() async throws {
         let (fixture, content, data) = try await Self.stoppedDownload(seed: 46)
         let client = fixture.session()
-        let first = client.session.downloadTask(withResumeData: data)
-        let second = client.session.downloadTask(withResumeData: data)
-        first.resume()
-        #expect(await client.delegate.wait { if case .resumed = $0 { true } else { false } })
-        // Suspended, the first task keeps its claim on the files (and cannot finish meanwhile).
-        first.suspend()
-        second.resume()
-        #expect(await client.delegate.waitForCompletion(of: second))
-        #expect(Self.rejection(client.delegate, second) == .inUse)
-        first.resume()
-        #expect(await client.delegate.waitForCompletion(of: first))
-        #expect(client.delegate.finishedSHA256(of: first) == F.sha256(content), "\(client.delegate.transcript)")
+        let tasks = [client.session.downloadTask(withResumeData: data), client.session.downloadTask(withResumeData: data)]
+        // Both start together: whichever locks the download first runs it, the other is refused.
+        for task in tasks { task.resume() }
+        for task in tasks { #expect(await client.delegate.waitForCompletion(of: task), "\(client.delegate.transcript)") }
+        let refused = tasks.filter { client.delegate.error(of: $0) != nil }
+        let finished = tasks.filter { client.delegate.error(of: $0) == nil }
+        #expect(refused.count == 1 && finished.count == 1, "\(client.delegate.transcript)")
+        if let task = refused.first { #expect(Self.rejection(client.delegate, task) == .inUse) }
+        if let task = finished.first { #expect(client.delegate.finishedSHA256(of: task) == F.sha256(content)) }
         await client.shutDown()
     }
 
