@@ -39,7 +39,7 @@ let package = Package(
         .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
-        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability"]),
+        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
         .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads"],

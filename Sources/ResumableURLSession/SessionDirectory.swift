@@ -1,38 +1,34 @@
 import Foundation
+import LinuxSystem
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// A file-system failure in the session's state directory; tasks complete with
 /// `URLError.cannotCreateFile` carrying this description.
 struct SessionStorageError: Error, Sendable, Hashable, CustomStringConvertible {
     var description: String
-    var osErrorCode: Int32?
-
-    init(_ operation: String, _ path: String, errno number: Int32) {
-        description = "\(operation) \(path): \(String(cString: strerror(number)))"
-        osErrorCode = number
-    }
 
     init(_ description: String) {
         self.description = description
-        osErrorCode = nil
+    }
+
+    init(_ error: FileTrustError) {
+        description = error.description
     }
 }
 
-/// The session's own files, and the only place in this module that makes system calls.
+/// The session's own files, reached only through `LinuxSystem`'s checked directories (the trust
+/// rules the resume engine uses for its own files).
 ///
-///     STATE/                    0700, owned by the process's user, not writable by others
+///     STATE/                    private: owned by this user (or root), nobody else may write
+///                               to it or to a directory above it (sticky ones like /tmp aside)
 ///       resume-data.key         0600, 32 random bytes: the HMAC key of this directory's resume data
 ///       records/ID.json         the resume engine's records
 ///       downloads/ID.download.part   partial data; ID.download once complete (the file handed to
 ///                                    didFinishDownloadingTo); ID.lock while a task uses the ID
 ///
-/// The directories are opened once without following a final symlink and checked (owner, mode);
-/// later opens are relative to those descriptors with `O_NOFOLLOW`, so a link planted inside
-/// cannot redirect them. Names always derive from a download id; nothing read from resume data
-/// becomes a path.
+/// Everything inside is reached relative to the checked directories' descriptors and never
+/// through a symbolic link. Names always derive from a download id; nothing read from resume
+/// data becomes a path.
 final class SessionDirectory: Sendable {
     /// The identity of a partial file. Device and inode alone are not enough: a file deleted
     /// and created again often gets the same inode number back, so the modification time (in
@@ -50,8 +46,8 @@ final class SessionDirectory: Sendable {
     let records: URL
     /// The HMAC key for this directory's resume data.
     let key: [UInt8]
-    private let downloadsDescriptor: Int32
-    private let recordsDescriptor: Int32
+    private let downloadsDirectory: CheckedDirectory
+    private let recordsDirectory: CheckedDirectory
 
     static let keyName = "resume-data.key"
     static let keyLength = 32
@@ -63,36 +59,14 @@ final class SessionDirectory: Sendable {
         self.root = root
         downloads = root.appendingPathComponent("downloads", isDirectory: true)
         records = root.appendingPathComponent("records", isDirectory: true)
-        do {
-            try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+        do throws(FileTrustError) {
+            let directory = try CheckedDirectory.open(root.path, policy: .privateState, creating: true)
+            downloadsDirectory = try directory.subdirectory("downloads", creating: true)
+            recordsDirectory = try directory.subdirectory("records", creating: true)
+            key = try Self.loadOrCreateKey(in: directory)
         } catch {
-            throw SessionStorageError("cannot create the state directory \(root.path): \(error.localizedDescription)")
+            throw SessionStorageError("the state directory cannot be used: \(error)")
         }
-        let rootDescriptor = try Self.openDirectory(AT_FDCWD, root.path, display: root.path)
-        defer { Glibc.close(rootDescriptor) }
-        let downloadsDescriptor = try Self.openDirectory(rootDescriptor, "downloads", display: downloads.path, create: true)
-        let recordsDescriptor: Int32
-        do {
-            recordsDescriptor = try Self.openDirectory(rootDescriptor, "records", display: records.path, create: true)
-        } catch {
-            Glibc.close(downloadsDescriptor)
-            throw error
-        }
-        self.downloadsDescriptor = downloadsDescriptor
-        self.recordsDescriptor = recordsDescriptor
-        do {
-            key = try Self.loadOrCreateKey(in: rootDescriptor, display: root.appendingPathComponent(Self.keyName).path)
-        } catch {
-            Glibc.close(downloadsDescriptor)
-            Glibc.close(recordsDescriptor)
-            throw error
-        }
-    }
-
-    deinit {
-        Glibc.close(downloadsDescriptor)
-        Glibc.close(recordsDescriptor)
     }
 
     /// Where the engine puts download `id` (its partial file is this path plus `.part`).
@@ -104,28 +78,19 @@ final class SessionDirectory: Sendable {
     /// when the name holds anything but a regular file of this user with one link.
     func partialFile(for id: UUID) throws -> FileIdentity? {
         let name = ResumeData.partialFileName(for: id)
-        let fd = Self.retrying { openat(downloadsDescriptor, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-        if fd < 0 {
-            let number = errno
-            if number == ENOENT { return nil }
-            if number == ELOOP { throw ResumeDataError.unsafeFile.with("the partial file \(name) is a symbolic link") }
-            throw SessionStorageError("open", downloads.appendingPathComponent(name).path, errno: number)
+        let found: FileStatus?
+        do { found = try downloadsDirectory.status(of: name) } catch { throw SessionStorageError(error) }
+        guard let status = found else { return nil }
+        guard status.kind == .regular else {
+            throw ResumeDataError.unsafeFile.with("the partial file \(name) is \(status.kindDescription), not a regular file")
         }
-        defer { Glibc.close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw SessionStorageError("stat", name, errno: errno) }
-        guard info.st_mode & S_IFMT == S_IFREG else {
-            throw ResumeDataError.unsafeFile.with("the partial file \(name) is not a regular file")
+        guard status.ownerID == geteuid() else {
+            throw ResumeDataError.unsafeFile.with("the partial file \(name) belongs to uid \(status.ownerID), not \(geteuid())")
         }
-        guard info.st_uid == geteuid() else {
-            throw ResumeDataError.unsafeFile.with("the partial file \(name) belongs to uid \(info.st_uid), not \(geteuid())")
+        guard status.linkCount == 1 else {
+            throw ResumeDataError.unsafeFile.with("the partial file \(name) has \(status.linkCount) hard links")
         }
-        guard info.st_nlink == 1 else {
-            throw ResumeDataError.unsafeFile.with("the partial file \(name) has \(info.st_nlink) hard links")
-        }
-        return FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino),
-                            modified: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
-                            size: Int64(info.st_size))
+        return FileIdentity(device: status.device, inode: status.inode, modified: status.modified, size: status.size)
     }
 
     /// Takes the exclusive lock on download `id` (any process, any session); throws
@@ -133,147 +98,109 @@ final class SessionDirectory: Sendable {
     func lock(_ id: UUID) throws -> DownloadLock {
         let name = id.uuidString + ".lock"
         for _ in 0..<8 {
-            let fd = Self.retrying { openat(downloadsDescriptor, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-            guard fd >= 0 else { throw SessionStorageError("open", downloads.appendingPathComponent(name).path, errno: errno) }
-            if Self.retrying({ flock(fd, LOCK_EX | LOCK_NB) }) != 0 {
-                let number = errno
-                Glibc.close(fd)
-                if number == EWOULDBLOCK { throw ResumeDataError.inUse }
-                throw SessionStorageError("lock", name, errno: number)
+            let file: CheckedDirectory.OpenedFile
+            do { file = try downloadsDirectory.openOwnedFile(name, creating: .openOrCreate, mode: 0o600) }
+            catch { throw SessionStorageError(error) }
+            let isLocked: Bool
+            do { isLocked = try file.descriptor.tryLockExclusive() } catch {
+                file.descriptor.close()
+                throw SessionStorageError("lock \(downloads.appendingPathComponent(name).path): \(error)")
             }
-            // The holder before us may have unlinked the file between our open and our flock:
+            guard isLocked else {
+                file.descriptor.close()
+                throw ResumeDataError.inUse
+            }
+            // The holder before us may have removed the file between our open and our flock:
             // the lock counts only if the name still leads to the file we locked.
-            var locked = stat(), named = stat()
-            if fstat(fd, &locked) == 0, fstatat(downloadsDescriptor, name, &named, AT_SYMLINK_NOFOLLOW) == 0,
-               locked.st_dev == named.st_dev, locked.st_ino == named.st_ino {
-                return DownloadLock(directory: self, descriptor: fd, name: name)
+            if let current = try? downloadsDirectory.status(of: name), current.isSameFile(as: file.status) {
+                return DownloadLock(directory: downloadsDirectory, file: file, name: name)
             }
-            Glibc.close(fd)
+            file.descriptor.close()
         }
         throw SessionStorageError("could not lock \(name): it keeps being replaced")
     }
 
     /// Removes download `id`'s files (partial, finished file, record); missing ones are fine.
     func removeFiles(of id: UUID) {
-        unlinkat(downloadsDescriptor, ResumeData.partialFileName(for: id), 0)
-        unlinkat(downloadsDescriptor, id.uuidString + ".download", 0)
-        unlinkat(recordsDescriptor, id.uuidString + ".json", 0)
-        unlinkat(recordsDescriptor, id.uuidString + ".json.tmp", 0)
+        try? downloadsDirectory.remove(ResumeData.partialFileName(for: id))
+        try? downloadsDirectory.remove(id.uuidString + ".download")
+        try? recordsDirectory.remove(id.uuidString + ".json")
+        try? recordsDirectory.remove(id.uuidString + ".json.tmp")
     }
 
     /// Removes the finished file handed to the delegate, if it is still there.
     func removeFinishedFile(of id: UUID) {
-        unlinkat(downloadsDescriptor, id.uuidString + ".download", 0)
+        try? downloadsDirectory.remove(id.uuidString + ".download")
     }
 
-    fileprivate func unlock(_ lock: DownloadLock) {
-        unlinkat(downloadsDescriptor, lock.name, 0)
-        Glibc.close(lock.descriptor)
-    }
-
-    // MARK: private
-
-    private static func retrying(_ call: () -> Int32) -> Int32 {
-        while true {
-            let result = call()
-            if result < 0, errno == EINTR { continue }
-            return result
-        }
-    }
-
-    /// Opens (creating with 0700 when asked) a directory without following a final symlink, and
-    /// checks that it belongs to this user and that nobody else can write to it.
-    private static func openDirectory(_ parent: Int32, _ name: String, display: String,
-                                      create: Bool = false) throws(SessionStorageError) -> Int32 {
-        if create, mkdirat(parent, name, 0o700) != 0, errno != EEXIST {
-            throw SessionStorageError("create", display, errno: errno)
-        }
-        let fd = retrying { openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-        guard fd >= 0 else {
-            let number = errno
-            if number == ELOOP || number == ENOTDIR {
-                throw SessionStorageError("\(display) is not a directory (a symbolic link or a file is in its place)")
-            }
-            throw SessionStorageError("open", display, errno: number)
-        }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else {
-            let number = errno
-            Glibc.close(fd)
-            throw SessionStorageError("stat", display, errno: number)
-        }
-        if info.st_uid != geteuid() {
-            Glibc.close(fd)
-            throw SessionStorageError("the state directory \(display) belongs to uid \(info.st_uid), not to this user (\(geteuid()))")
-        }
-        if info.st_mode & 0o022 != 0 {
-            Glibc.close(fd)
-            throw SessionStorageError("the state directory \(display) is writable by other users (mode \(String(info.st_mode & 0o777, radix: 8))); use chmod 700")
-        }
-        return fd
-    }
-
-    /// Reads the key, or creates it atomically: written to a private temporary name, synced,
-    /// then linked into place (`linkat` fails if another process won the race; its key is used).
-    private static func loadOrCreateKey(in directory: Int32, display: String) throws(SessionStorageError) -> [UInt8] {
-        if let key = try readKey(in: directory, display: display) { return key }
+    /// Reads the key, or creates it: written under a private temporary name with `O_EXCL`,
+    /// synced, then renamed into place without replacing (another process that won the race
+    /// keeps its key, and this one reads it).
+    private static func loadOrCreateKey(in directory: CheckedDirectory) throws(FileTrustError) -> [UInt8] {
+        if let key = try readKey(in: directory) { return key }
         var generator = SystemRandomNumberGenerator()
         let key = (0..<keyLength).map { _ in UInt8.random(in: 0...255, using: &generator) }
         let temporary = keyName + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max, using: &generator))"
-        let fd = retrying { openat(directory, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
-        guard fd >= 0 else { throw SessionStorageError("create", display, errno: errno) }
-        let written = key.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        let synced = fsync(fd) == 0
-        Glibc.close(fd)
-        defer { unlinkat(directory, temporary, 0) }
-        guard written == keyLength, synced else { throw SessionStorageError("write", display, errno: errno) }
-        if linkat(directory, temporary, directory, keyName, 0) != 0, errno != EEXIST {
-            throw SessionStorageError("link", display, errno: errno)
+        let file = try directory.openOwnedFile(temporary, creating: .exclusive, mode: 0o600)
+        do throws(FileTrustError) {
+            do throws(Errno) {
+                try key.withUnsafeBytes { raw in Result { () throws(Errno) in try file.descriptor.writeAll(raw) } }.get()
+                try file.descriptor.sync()
+            } catch {
+                throw .system(directory.child(temporary), "write", error)
+            }
+            file.descriptor.close()
+            do {
+                try directory.rename(temporary, to: keyName, replacing: false)
+            } catch where error.isAlreadyExisting {
+                try? directory.remove(temporary)
+            }
+            try directory.sync()
+        } catch {
+            file.descriptor.close()
+            try? directory.remove(temporary)
+            throw error
         }
-        _ = fsync(directory)
-        guard let stored = try readKey(in: directory, display: display) else {
-            throw SessionStorageError("the key \(display) vanished while it was being created")
+        guard let stored = try readKey(in: directory) else {
+            throw .unsafe(directory.child(keyName), "vanished while it was being created")
         }
         return stored
     }
 
-    private static func readKey(in directory: Int32, display: String) throws(SessionStorageError) -> [UInt8]? {
-        let fd = retrying { openat(directory, keyName, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            throw SessionStorageError("open", display, errno: errno)
+    private static func readKey(in directory: CheckedDirectory) throws(FileTrustError) -> [UInt8]? {
+        guard let status = try directory.status(of: keyName) else { return nil }
+        let path = directory.child(keyName)
+        let fix = "remove it (resume data made with it will no longer be accepted)"
+        guard status.kind == .regular, status.ownerID == geteuid(), status.linkCount == 1 else {
+            throw .unsafe(path, "is \(status.kindDescription) owned by uid \(status.ownerID) with \(status.linkCount) links", fix: fix)
         }
-        defer { Glibc.close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw SessionStorageError("stat", display, errno: errno) }
-        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,
-              info.st_size == keyLength else {
-            throw SessionStorageError("the key \(display) is not a \(keyLength)-byte file readable only by this user; remove it (resume data made with it will no longer be accepted)")
+        guard status.permissions & 0o077 == 0 else {
+            throw .unsafe(path, "can be read by other users (mode \(String(status.permissions, radix: 8)))", fix: fix)
         }
-        var key = [UInt8](repeating: 0, count: keyLength)
-        let count = key.withUnsafeMutableBytes { pread(fd, $0.baseAddress, keyLength, 0) }
-        guard count == keyLength else { throw SessionStorageError("read", display, errno: errno) }
+        let key = try directory.readOwnedFile(keyName, limit: keyLength)
+        guard key.count == keyLength else { throw .unsafe(path, "is not \(keyLength) bytes long", fix: fix) }
         return key
     }
 }
 
 /// An exclusive claim on one download id, held while a task uses its files.
 final class DownloadLock: Sendable {
-    private let directory: SessionDirectory
-    fileprivate let descriptor: Int32
-    fileprivate let name: String
+    private let directory: CheckedDirectory
+    private let file: CheckedDirectory.OpenedFile
+    private let name: String
     private let isReleased = Mutex(false)
 
-    fileprivate init(directory: SessionDirectory, descriptor: Int32, name: String) {
+    fileprivate init(directory: CheckedDirectory, file: CheckedDirectory.OpenedFile, name: String) {
         self.directory = directory
-        self.descriptor = descriptor
+        self.file = file
         self.name = name
     }
 
     /// Removes the lock file and releases the lock (once).
     func release() {
         guard !isReleased.withLock({ released in defer { released = true }; return released }) else { return }
-        directory.unlock(self)
+        try? directory.remove(name, ifSameAs: file.status)
+        file.descriptor.close()
     }
 
     deinit { release() }

@@ -44,18 +44,28 @@ struct SessionDirectoryTests {
         _ = try SessionDirectory(root: root)
     }
 
-    @Test func refusesSymlinksInPlaceOfItsDirectories() throws {
+    /// The engine's rule (LinuxSystem.CheckedDirectory): a symbolic link on the way is followed
+    /// only when this user (or root) owns it and nobody else could have replaced it; inside the
+    /// state directory, never.
+    @Test func symlinksOnlyWhenTrusted() throws {
         let temporary = try TemporaryDirectory()
         let elsewhere = temporary.url.appendingPathComponent("elsewhere")
         try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: false)
         let root = temporary.url.appendingPathComponent("state")
         try FileManager.default.createSymbolicLink(at: root, withDestinationURL: elsewhere)
-        #expect(throws: SessionStorageError.self) { try SessionDirectory(root: root) }
+        _ = try SessionDirectory(root: root)   // ours, in a directory only we can write: followed
+
+        if geteuid() == 0 {
+            let planted = temporary.url.appendingPathComponent("planted")
+            try FileManager.default.createSymbolicLink(at: planted, withDestinationURL: elsewhere)
+            #expect(lchown(planted.path, 65534, 65534) == 0)
+            #expect(throws: SessionStorageError.self, "a link another user owns") { try SessionDirectory(root: planted) }
+        }
 
         let root2 = temporary.url.appendingPathComponent("state2")
         try FileManager.default.createDirectory(at: root2, withIntermediateDirectories: false)
         try FileManager.default.createSymbolicLink(at: root2.appendingPathComponent("downloads"), withDestinationURL: elsewhere)
-        #expect(throws: SessionStorageError.self) { try SessionDirectory(root: root2) }
+        #expect(throws: SessionStorageError.self, "inside the state directory") { try SessionDirectory(root: root2) }
     }
 
     @Test func refusesAKeyOthersCanRead() throws {
