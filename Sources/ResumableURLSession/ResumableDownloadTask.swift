@@ -261,6 +261,9 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
     }
 
     private func start() async {
+        if session.isInvalidating {
+            return handle(.startFailed(.init(code: .cancelled, description: "the session was invalidated")))
+        }
         let (directory, agent): (SessionDirectory, DownloadAgent)
         switch session.engine {
         case .success(let engine): (directory, agent) = (engine.directory, engine.agent)

@@ -219,6 +219,7 @@ public final class ResumableURLSession: Sendable {
         delegateQueue.addOperation(work)
     }
 
+    /// Whether the session was invalidated: tasks can no longer start.
     var isInvalidating: Bool { state.withLock { $0.isInvalidating } }
 
     private func makeIdentifier() -> Int {

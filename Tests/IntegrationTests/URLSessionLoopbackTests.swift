@@ -252,6 +252,20 @@ struct URLSessionLoopbackTests {
         #expect(fixture.leftovers.isEmpty, "\(fixture.leftovers)")
     }
 
+    @Test func anInvalidatedSessionStartsNoTask() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 31), at: "f.bin")
+        let client = fixture.session()
+        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
+        client.session.finishTasksAndInvalidate()
+        await client.session.waitUntilInvalidated()
+        #expect(client.delegate.calls.contains { if case .invalidated = $0 { true } else { false } })
+        task.resume()
+        // The delegate is released with the invalidation: the task's own error tells.
+        #expect(await F.wait(timeout: .seconds(5)) { task.state == .completed })
+        #expect((task.error as? URLError)?.code == .cancelled)
+    }
+
     @Test func delegateCallsOnADispatchQueue() async throws {
         let fixture = try Fixture()
         try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 30), at: "f.bin")

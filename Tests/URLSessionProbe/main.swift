@@ -6,8 +6,12 @@
 //   urlsession-probe --state-dir DIR (--url URL | --resume-data FILE) [--waits-for-connectivity]
 //                    [--save-resume-data FILE] [--exit-when-done]
 //   stdin: cancel-with-data | resume (continue from the last resume data, in this process) | quit
+//
+// With --foundation the same download runs on Foundation's own URLSession (FoundationNetworking),
+// the peer bench/urlsession_outage_bench.py compares against.
 
 import Foundation
+import FoundationNetworking
 import ResumableDownloads
 import ResumableURLSession
 import Synchronization
@@ -31,6 +35,7 @@ struct Options: Sendable {
     var saveResumeDataFile: String?
     var waitsForConnectivity = false
     var exitWhenDone = false
+    var usesFoundation = false
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -48,6 +53,7 @@ struct Options: Sendable {
             case "--save-resume-data": options.saveResumeDataFile = value()
             case "--waits-for-connectivity": options.waitsForConnectivity = true
             case "--exit-when-done": options.exitWhenDone = true
+            case "--foundation": options.usesFoundation = true
             default: fail("unknown argument \(argument)")
             }
         }
@@ -105,6 +111,34 @@ final class Probe: ResumableURLSessionDownloadDelegate {
     }
 }
 
+/// Foundation's URLSession delegate, printing the same lines.
+final class FoundationProbe: NSObject, URLSessionDownloadDelegate, Sendable {
+    let exitWhenDone: Bool
+
+    init(exitWhenDone: Bool) { self.exitWhenDone = exitWhenDone }
+
+    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didFinishDownloadingTo location: URL) {
+        emit(["call": "finished", "task": downloadTask.taskIdentifier, "sha256": SHA256.hex(ofFileAt: location.path) ?? "unreadable"])
+    }
+
+    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didWriteData bytesWritten: Int64,
+                    totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        emit(["call": "wrote", "task": downloadTask.taskIdentifier, "bytes": bytesWritten, "total": totalBytesWritten,
+              "expected": totalBytesExpectedToWrite])
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
+        if let error = error as NSError? {
+            line["code"] = error.code
+            line["message"] = error.localizedDescription
+            if let data = error.userInfo["NSURLSessionDownloadTaskResumeData"] as? Data { line["resumeData"] = data.count }
+        }
+        emit(line)
+        if exitWhenDone { exit(0) }
+    }
+}
+
 /// The session and the task the commands act on.
 final class Driver: Sendable {
     let probe: Probe
@@ -156,7 +190,16 @@ final class Driver: Sendable {
     }
 }
 
-let driver = Driver(Options.parse(Array(CommandLine.arguments.dropFirst())))
+let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
+if options.usesFoundation, let url = options.url {
+    let session = URLSession(configuration: .default, delegate: FoundationProbe(exitWhenDone: options.exitWhenDone),
+                             delegateQueue: nil)
+    let task = session.downloadTask(with: url)
+    emit(["call": "started", "task": task.taskIdentifier, "url": url.absoluteString])
+    task.resume()
+    dispatchMain()
+}
+let driver = Driver(options)
 // Commands on a plain thread: readLine blocks.
 Thread { [driver] in driver.readCommands() }.start()
 dispatchMain()
