@@ -196,9 +196,12 @@ extension SearchViewController: ResumableURLSessionDownloadDelegate {
     nonisolated func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask,
                                 didCompleteWithError error: (any Error)?) {
         MainActor.assumeIsolated {
-            guard let error = error as NSError?, let url = task.originalRequest?.url,
-                  let download = downloadService.activeDownloads[url], download.task === task else { return }
+            // By the task, not its originalRequest: a task whose resume data was refused has none
+            // (the URL inside untrusted data is not believed).
+            guard let error = error as NSError?,
+                  let download = downloadService.activeDownloads.values.first(where: { $0.task === task }) else { return }
             let track = download.track
+            let url = track.previewURL
             let label = "\(track.index + 1). \(track.name)"
             if error.code == NSURLErrorNetworkConnectionLost || error.code == NSURLErrorNotConnectedToInternet,
                let resumeData = error.userInfo[NSURLSessionDownloadTaskResumeData] as? Data {
