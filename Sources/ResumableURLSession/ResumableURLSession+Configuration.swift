@@ -47,6 +47,10 @@ extension ResumableURLSession {
         public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
         /// How many tasks transfer at once (in all, not per host); the rest wait their turn.
         public var httpMaximumConnectionsPerHost = 6
+        /// How long the partial file behind resume data is kept once nothing touches it; older
+        /// ones (and files a killed process left) are removed when a session starts, and resume
+        /// data for them then restarts from zero. 7 days by default; nil keeps them forever.
+        public var resumeDataLifetime: TimeInterval? = 7 * 24 * 3600
         /// The path monitor's settings (interface classification overrides, for example).
         public var pathMonitor = PathMonitor.Configuration()
         /// Where the session's and the engine's diagnostics go; silent by default.

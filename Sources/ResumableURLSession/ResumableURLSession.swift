@@ -259,6 +259,14 @@ public final class ResumableURLSession: Sendable {
         } catch {
             return .failure(.init(code: .cannotCreateFile, description: error.description, underlying: .storage(error)))
         }
+        if let lifetime = configuration.resumeDataLifetime {
+            // Apple's system purges its temporary directory; this one is ours to purge.
+            let removed = directory.removeLeftovers(olderThan: lifetime)
+            if !removed.isEmpty {
+                configuration.logger.info("removed partial files older than the resume data lifetime",
+                                          metadata: ["count": "\(removed.count)"])
+            }
+        }
         let agentConfiguration = configuration.agentConfiguration(stateDirectory: directory.records)
         do {
             switch pathSource {

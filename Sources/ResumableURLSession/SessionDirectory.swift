@@ -128,6 +128,30 @@ final class SessionDirectory: Sendable {
         try? recordsDirectory.remove(id.uuidString + ".json.tmp")
     }
 
+    /// Removes the files of downloads untouched for `age` seconds (partial files whose resume
+    /// data was never used, files a crashed process left), skipping any a task holds now;
+    /// returns the ids removed. Resume data for them restarts from zero afterwards.
+    @discardableResult
+    func removeLeftovers(olderThan age: TimeInterval, now: Date = Date()) -> [UUID] {
+        let cutoff = Int64((now.timeIntervalSince1970 - age) * 1_000_000_000)
+        var newest: [UUID: Int64] = [:]
+        let names = ((try? downloadsDirectory.entries()) ?? []).map { ($0, downloadsDirectory) }
+            + ((try? recordsDirectory.entries()) ?? []).map { ($0, recordsDirectory) }
+        for (name, directory) in names {
+            guard let id = UUID(uuidString: String(name.prefix(36))), name.count > 36, name.dropFirst(36).hasPrefix("."),
+                  !name.hasSuffix(".lock"), let status = try? directory.status(of: name) else { continue }
+            newest[id] = max(newest[id] ?? .min, status.modified)
+        }
+        var removed: [UUID] = []
+        for (id, modified) in newest where modified < cutoff {
+            guard let lock = try? lock(id) else { continue }   // in use (or unlockable): leave it
+            removeFiles(of: id)
+            lock.release()
+            removed.append(id)
+        }
+        return removed
+    }
+
     /// Removes the finished file handed to the delegate, if it is still there.
     func removeFinishedFile(of id: UUID) {
         try? downloadsDirectory.remove(id.uuidString + ".download")

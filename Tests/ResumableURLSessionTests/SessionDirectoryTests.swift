@@ -134,4 +134,29 @@ struct SessionDirectoryTests {
             + FileManager.default.contentsOfDirectory(atPath: directory.records.path)
         #expect(Set(left) == [ResumeData.partialFileName(for: b), b.uuidString + ".json"])
     }
+
+    @Test func leftoversOlderThanTheLifetimeAreRemovedUnlessInUse() throws {
+        let temporary = try TemporaryDirectory()
+        let directory = try SessionDirectory(root: temporary.url.appendingPathComponent("state"))
+        let (old, recent, busy) = (UUID(), UUID(), UUID())
+        for id in [old, recent, busy] {
+            try Data([1]).write(to: directory.downloads.appendingPathComponent(ResumeData.partialFileName(for: id)))
+            try Data([1]).write(to: directory.records.appendingPathComponent(id.uuidString + ".json"))
+        }
+        let lock = try directory.lock(busy)
+        defer { lock.release() }
+        // "Now" is a day later: everything is a day old; with a two-day lifetime nothing goes.
+        let later = Date().addingTimeInterval(24 * 3600)
+        #expect(directory.removeLeftovers(olderThan: 2 * 24 * 3600, now: later).isEmpty)
+        // Touch `recent` in that future, so only `old` and `busy` are old; `busy` is locked.
+        let recentPartial = directory.downloads.appendingPathComponent(ResumeData.partialFileName(for: recent)).path
+        var times = [timespec(tv_sec: Int(later.timeIntervalSince1970), tv_nsec: 0),
+                     timespec(tv_sec: Int(later.timeIntervalSince1970), tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, recentPartial, &times, 0) == 0)
+        #expect(directory.removeLeftovers(olderThan: 3600, now: later) == [old])
+        #expect(try directory.partialFile(for: old) == nil)
+        #expect(try directory.partialFile(for: recent) != nil)
+        #expect(try directory.partialFile(for: busy) != nil)
+        #expect(!FileManager.default.fileExists(atPath: directory.records.appendingPathComponent(old.uuidString + ".json").path))
+    }
 }
