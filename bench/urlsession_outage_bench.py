@@ -168,8 +168,8 @@ def measure(name, foundation, args, content, digest, workdir):
         _, reached = first.wait_for(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= quarter, 60)
         if reached is None:
             raise RuntimeError(f"{name}: never reached a quarter of the file")
+        cut = time.monotonic()   # before the command: the probe can hear of it before `ip` exits
         network.cut()
-        cut = time.monotonic()
         arrival, completed = first.wait_for(lambda l: l.get("call") == "completed", args.timeout)
         first.close()
         row = {"tool": name}

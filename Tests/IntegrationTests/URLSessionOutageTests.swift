@@ -3,7 +3,7 @@ import Synchronization
 import Testing
 
 /// `urlsession-probe` (a ResumableURLSession with a delegate that prints NDJSON) run inside a
-/// namespace; stdout lines are collected with their arrival time, commands go to its stdin.
+/// namespace; its lines parsed as JSON objects, commands go to its stdin.
 final class ProbeProcess: Sendable {
     struct Line: Sendable {
         var object: [String: SendableJSON]
@@ -17,69 +17,32 @@ final class ProbeProcess: Sendable {
         var string: String? { if case .string(let value) = self { value } else { nil } }
     }
 
-    private struct Output {
-        var partial = ""
-        var lines: [Line] = []
-        var errorText = ""
-    }
-
-    /// Shared with the pipe and termination handlers, which are set up before `self` exists.
-    private final class Collected: Sendable {
-        let output = Mutex(Output())
-        let exited = Mutex<Int32?>(nil)
-    }
-
-    let process = Process()
-    private let input = Pipe()
-    private let collected = Collected()
+    private let child: LineProcess
 
     init(_ arguments: [String], namespace: String) throws {
-        let binary = try BuiltProducts.url("urlsession-probe").path
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["ip", "netns", "exec", namespace, binary] + arguments
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"]
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = input
-        let collected = collected
-        out.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil; return }
-            let now = ContinuousClock.now
-            collected.output.withLock { state in
-                state.partial += String(decoding: data, as: UTF8.self)
-                while let newline = state.partial.firstIndex(of: "\n") {
-                    let text = String(state.partial[..<newline])
-                    state.partial = String(state.partial[state.partial.index(after: newline)...])
-                    guard let raw = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else { continue }
-                    var object: [String: SendableJSON] = [:]
-                    for (key, value) in raw {
-                        if let number = value as? Int { object[key] = .int(number) }
-                        else if let text = value as? String { object[key] = .string(text) }
-                        else { object[key] = .null }
-                    }
-                    state.lines.append(Line(object: object, arrival: now))
-                }
-            }
-        }
-        err.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil; return }
-            collected.output.withLock { $0.errorText += String(decoding: data, as: UTF8.self) }
-        }
-        process.terminationHandler = { process in collected.exited.withLock { $0 = process.terminationStatus } }
-        try process.run()
+        child = try LineProcess("urlsession-probe", arguments, namespace: namespace)
     }
 
-    var lines: [Line] { collected.output.withLock { $0.lines } }
+    static func parse(_ text: String) -> [String: SendableJSON]? {
+        guard let raw = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else { return nil }
+        var object: [String: SendableJSON] = [:]
+        for (key, value) in raw {
+            if let number = value as? Int { object[key] = .int(number) }
+            else if let text = value as? String { object[key] = .string(text) }
+            else { object[key] = .null }
+        }
+        return object
+    }
+
+    var lines: [Line] { child.lines.compactMap { line in Self.parse(line.text).map { Line(object: $0, arrival: line.arrival) } } }
 
     func calls(_ name: String) -> [Line] { lines.filter { $0.object["call"]?.string == name } }
 
     /// Waits for a line satisfying `predicate`; returns it, or nil at the deadline.
     func waitForLine(timeout: Duration = .seconds(30), _ predicate: @escaping @Sendable ([String: SendableJSON]) -> Bool) async -> Line? {
-        _ = await DownloadFixtures.wait(timeout: timeout) { self.lines.contains { predicate($0.object) } }
-        return lines.first { predicate($0.object) }
+        guard let line = await child.waitForLine(timeout: timeout, { Self.parse($0).map(predicate) ?? false }),
+              let object = Self.parse(line.text) else { return nil }
+        return Line(object: object, arrival: line.arrival)
     }
 
     func waitForCall(_ name: String, task: Int? = nil, timeout: Duration = .seconds(30)) async -> Line? {
@@ -95,30 +58,9 @@ final class ProbeProcess: Sendable {
         calls("wrote").filter { $0.object["task"]?.int == task }.compactMap { $0.object["total"]?.int }
     }
 
-    func send(_ command: String) {
-        input.fileHandleForWriting.write(Data((command + "\n").utf8))
-    }
-
-    func waitForExit(timeout: Duration = .seconds(20)) async -> Int32? {
-        _ = await DownloadFixtures.wait(timeout: timeout) { self.collected.exited.withLock { $0 } != nil }
-        return collected.exited.withLock { $0 }
-    }
-
-    func kill() {
-        if process.isRunning {
-            Glibc.kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-    }
-
-    var transcript: String {
-        let text = lines.map { line in
-            line.object.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        }
-        return "stdout:\n" + text.joined(separator: "\n") + "\nstderr:\n" + collected.output.withLock { $0.errorText }
-    }
-
-    deinit { kill() }
+    func send(_ command: String) { child.send(command) }
+    func waitForExit(timeout: Duration = .seconds(20)) async -> Int32? { await child.waitForExit(timeout: timeout) }
+    var transcript: String { child.transcript }
 }
 
 /// The seed's URLSession recipe against real outages: namespaces, veth links, nginx.
@@ -166,8 +108,9 @@ struct URLSessionOutageTests {
         defer { net.close() }
         let probe = try Self.probe(net)
         #expect(await probe.waitForBytes(1 << 20), "\(probe.transcript)")
-        try Self.cutLink(net)
+        // Timed from before the command: the probe can hear of the cut before `ip` has exited.
         let cut = ContinuousClock.now
+        try Self.cutLink(net)
         let completed = try #require(await probe.waitForCall("completed", task: 1, timeout: .seconds(10)), "\(probe.transcript)")
         let elapsed = completed.arrival - cut
         #expect(completed.object["code"]?.int == -1005, "\(probe.transcript)")

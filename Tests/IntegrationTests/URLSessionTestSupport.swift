@@ -177,3 +177,88 @@ struct LoopbackSession {
         await session.waitUntilInvalidated()
     }
 }
+
+/// A built product (a sample, `urlsession-probe`) run as a child, inside a namespace when given,
+/// with its stdout lines collected as they arrive (with the arrival time) and commands written
+/// to its stdin.
+final class LineProcess: Sendable {
+    struct Line: Sendable {
+        var text: String
+        var arrival: ContinuousClock.Instant
+    }
+
+    /// Shared with the pipe and termination handlers, which are set up before `self` exists.
+    private final class Collected: Sendable {
+        let output = Mutex((partial: "", lines: [Line](), errors: ""))
+        let exited = Mutex<Int32?>(nil)
+    }
+
+    let process = Process()
+    private let input = Pipe()
+    private let collected = Collected()
+
+    init(_ product: String, _ arguments: [String], namespace: String? = nil) throws {
+        let binary = try BuiltProducts.url(product).path
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + [binary] + arguments
+        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = input
+        let collected = collected
+        out.fileHandleForReading.readabilityHandler = { handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil; return }
+            let now = ContinuousClock.now
+            collected.output.withLock { state in
+                state.partial += String(decoding: data, as: UTF8.self)
+                while let newline = state.partial.firstIndex(of: "\n") {
+                    state.lines.append(Line(text: String(state.partial[..<newline]), arrival: now))
+                    state.partial = String(state.partial[state.partial.index(after: newline)...])
+                }
+            }
+        }
+        err.fileHandleForReading.readabilityHandler = { handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil; return }
+            collected.output.withLock { $0.errors += String(decoding: data, as: UTF8.self) }
+        }
+        process.terminationHandler = { process in collected.exited.withLock { $0 = process.terminationStatus } }
+        try process.run()
+    }
+
+    var lines: [Line] { collected.output.withLock { $0.lines } }
+    var texts: [String] { lines.map(\.text) }
+
+    /// Waits for a line satisfying `predicate`; returns it, or nil at the deadline.
+    func waitForLine(timeout: Duration = .seconds(30), _ predicate: @escaping @Sendable (String) -> Bool) async -> Line? {
+        _ = await DownloadFixtures.wait(timeout: timeout) { self.lines.contains { predicate($0.text) } }
+        return lines.first { predicate($0.text) }
+    }
+
+    func send(_ command: String) {
+        input.fileHandleForWriting.write(Data((command + "\n").utf8))
+    }
+
+    func waitForExit(timeout: Duration = .seconds(20)) async -> Int32? {
+        _ = await DownloadFixtures.wait(timeout: timeout) { self.collected.exited.withLock { $0 } != nil }
+        return collected.exited.withLock { $0 }
+    }
+
+    /// Signals the program itself (`ip netns exec` execs it: same pid).
+    func signal(_ number: Int32) { Glibc.kill(process.processIdentifier, number) }
+
+    func kill() {
+        if process.isRunning {
+            Glibc.kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+
+    var transcript: String {
+        collected.output.withLock { "stdout:\n\($0.lines.map(\.text).joined(separator: "\n"))\nstderr:\n\($0.errors)" }
+    }
+
+    deinit { kill() }
+}
