@@ -42,7 +42,7 @@ let package = Package(
         .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
-        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads"],
+        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
                           path: "Tests/URLSessionProbe"),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),

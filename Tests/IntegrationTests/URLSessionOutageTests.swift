@@ -226,5 +226,26 @@ struct URLSessionOutageTests {
         #expect(probe.calls("waiting").count == 1)
     }
 
+    @Test("allowsExpensiveNetworkAccess off: a cellular-only path is -1009 (expensive); with a cheap uplink too, the download uses it")
+    func expensivePathsAvoided() async throws {
+        let (net, content) = try Self.lab(seed: 66)
+        defer { net.close() }
+        let options = ["--no-expensive", "--classify", "eth1=cellular", "--exit-when-done"]
+        let refused = try Self.probe(net, options)
+        #expect(await refused.waitForExit(timeout: .seconds(10)) == 0, "\(refused.transcript)")
+        let completion = try #require(refused.calls("completed").first)
+        #expect(completion.object["code"]?.int == -1009, "\(refused.transcript)")
+        #expect(completion.object["reason"]?.string == "expensive", "\(refused.transcript)")
+        #expect(refused.calls("wrote").isEmpty)
+
+        // eth1 stays the primary (metric 0) but is expensive: the engine binds to eth2.
+        try net.uplink("eth2", address: "10.88.0.3", metric: 10)
+        let cheap = try Self.probe(net, options)
+        #expect(await cheap.waitForExit(timeout: .seconds(30)) == 0, "\(cheap.transcript)")
+        #expect(Self.outcome(cheap, task: 1).sha256 == F.sha256(content), "\(cheap.transcript)")
+        _ = await net.bytesSentWhenIdle()
+        #expect(!net.requests.isEmpty && net.requests.allSatisfy { $0.address == "10.88.0.3" }, "\(net.requests)")
+    }
+
     static func totals(_ probe: ProbeProcess, _ task: Int) -> [Int] { probe.totals(task: task) }
 }

@@ -12,6 +12,7 @@
 
 import Foundation
 import FoundationNetworking
+import LinuxReachability
 import ResumableDownloads
 import ResumableURLSession
 import Synchronization
@@ -36,6 +37,8 @@ struct Options: Sendable {
     var waitsForConnectivity = false
     var exitWhenDone = false
     var usesFoundation = false
+    var allowsExpensive = true
+    var classify: [String] = []
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -54,6 +57,8 @@ struct Options: Sendable {
             case "--waits-for-connectivity": options.waitsForConnectivity = true
             case "--exit-when-done": options.exitWhenDone = true
             case "--foundation": options.usesFoundation = true
+            case "--no-expensive": options.allowsExpensive = false
+            case "--classify": options.classify.append(value())
             default: fail("unknown argument \(argument)")
             }
         }
@@ -96,6 +101,7 @@ final class Probe: ResumableURLSessionDownloadDelegate {
             line["code"] = error.code.rawValue
             line["message"] = error.localizedDescription
             if let underlying = error.userInfo[NSUnderlyingErrorKey] { line["underlying"] = "\(underlying)" }
+            if let reason = error.networkUnavailableReason { line["reason"] = "\(reason)" }
             if let data = error.downloadTaskResumeData {
                 lastResumeData.withLock { $0 = data }
                 line["resumeData"] = data.count
@@ -150,6 +156,10 @@ final class Driver: Sendable {
         var configuration = ResumableURLSession.Configuration(stateDirectory: URL(fileURLWithPath: options.stateDirectory))
         configuration.waitsForConnectivity = options.waitsForConnectivity
         configuration.timeoutIntervalForRequest = 10
+        configuration.allowsExpensiveNetworkAccess = options.allowsExpensive
+        configuration.pathMonitor.classificationOverrides = options.classify.compactMap {
+            try? ClassificationOverride(parsing: $0, source: "--classify")
+        }
         session = ResumableURLSession(configuration: configuration, delegate: probe)
         if let url = options.url {
             start(session.downloadTask(with: url))
