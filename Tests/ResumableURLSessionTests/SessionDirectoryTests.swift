@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import ResumableURLSession
 
@@ -32,6 +33,23 @@ struct SessionDirectoryTests {
         #expect(second.key == first.key, "a later process reads the same key")
         let other = try SessionDirectory(root: temporary.url.appendingPathComponent("other"))
         #expect(other.key != first.key)
+    }
+
+    /// Sessions (threads here, processes in life) starting together on a new directory agree on
+    /// one key: the loser of the rename race reads the winner's.
+    @Test func concurrentSessionsShareOneKey() throws {
+        for _ in 0..<20 {
+            let temporary = try TemporaryDirectory()
+            let root = temporary.url.appendingPathComponent("state")
+            let keys = Mutex<[[UInt8]]>([])
+            DispatchQueue.concurrentPerform(iterations: 8) { _ in
+                if let directory = try? SessionDirectory(root: root) { keys.withLock { $0.append(directory.key) } }
+            }
+            let all = keys.withLock { $0 }
+            #expect(all.count == 8 && Set(all).count == 1)
+            let left = try FileManager.default.contentsOfDirectory(atPath: root.path)
+            #expect(Set(left) == ["downloads", "records", "resume-data.key"], "no temporary key left: \(left)")
+        }
     }
 
     @Test func refusesADirectoryOthersCanWrite() throws {
