@@ -105,7 +105,7 @@ struct AgentCommand: Command {
         defer { source.cancel() }
         let records = URL(fileURLWithPath: AgentStateDirectory.recordsDirectory(in: directory))
         let logger = monitor.isVerbose
-            ? Logger(label: "agent", minimumLevel: .debug, sink: { context.errorOutput.line($0) }) : Logger.silent
+            ? Logger(label: "agent", minimumLevel: .debug, sink: { context.errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
         let service = try AgentService(settings: initialSettings, environment: .init(
             stateDirectory: directory,
             makeAgent: { [transport] settings in

@@ -261,7 +261,7 @@ struct DownloadCommand: Command {
 
         let errorOutput = context.errorOutput
         let logger = monitor.isVerbose
-            ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line($0) })
+            ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) })
             : .silent
         let options = DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive)
         let makeConfiguration: @Sendable (URL) -> DownloadAgent.Configuration = { [self] state in
