@@ -22,6 +22,8 @@ struct MetricsIntegrationTests {
         try ip("-n \(namespace) link add uplink type veth peer name peer0")
         try sh(["ip", "-n", namespace, "link", "add", Self.hostileName, "type", "veth", "peer", "name", "peer1"])
         try ip("-n \(namespace) addr add 10.77.0.2/24 dev uplink")
+        // An address makes it usable, so the path (usable interfaces only, by default) lists it.
+        try sh(["ip", "-n", namespace, "addr", "add", "10.78.0.2/24", "dev", Self.hostileName])
         for link in ["peer0", "peer1", "uplink", Self.hostileName] { try sh(["ip", "-n", namespace, "link", "set", link, "up"]) }
         try ip("-n \(namespace) route add default via 10.77.0.1 dev uplink")
 

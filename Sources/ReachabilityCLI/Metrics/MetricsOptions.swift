@@ -18,7 +18,8 @@ struct MetricsOptions: Sendable, Equatable {
         seconds and at exit: a temporary file in the same directory is fsynced and renamed over it, so \
         node_exporter never reads half a file. Its directory must not be writable by other users \
         (/tmp is refused: another user could plant the file); the file is mode 0644 and holds no URLs. \
-        Metric names and meanings: docs/metrics.md.
+        Per-interface metrics cover the interfaces the path lists: the usable ones ('watch \
+        --all-interfaces' lists every one). Metric names and meanings: docs/metrics.md.
         """
 
     /// `--metrics-file` as given, nil when absent.

@@ -62,6 +62,8 @@ struct PathMetrics: Sendable {
                          help: "1 when the primary path is cellular-like (expensive), else 0.",
                          value: path?.isExpensive == true ? 1 : 0),
         ]
+        // The path's interfaces: the usable ones unless the monitor lists all (`--all-interfaces`),
+        // so hosts that churn container interfaces do not churn series either.
         let interfaces = path?.interfaces ?? []
         let primary = path?.primaryInterface?.index
         func perInterface(_ name: String, _ help: String, _ value: (NetworkInterface) -> Bool) -> MetricFamily {
