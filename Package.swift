@@ -16,21 +16,28 @@ let package = Package(
             pkgConfig: "libnl-route-3.0",
             providers: [.apt(["libnl-3-dev", "libnl-route-3-dev"])]
         ),
-        // libcurl with a shim for the variadic setopt/getinfo calls.
+        // libcurl with a shim for the variadic setopt/getinfo calls. Loaded with dlopen on first
+        // use, not linked (no pkgConfig: its `-lcurl` would link it), so commands that never
+        // download do not map libcurl's thirty dependent libraries.
         .systemLibrary(
             name: "CCurl",
-            pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
-        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift).
+        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift);
+        // loaded on first use like libcurl.
         .systemLibrary(
             name: "CCrypto",
-            pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
-        .target(name: "LinuxReachability", dependencies: ["CNetlink"]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability"]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"]),
+        // MemberImportVisibility (SE-0444): a file sees only the extension members of modules it
+        // imports itself, so a file importing FoundationEssentials cannot reach Foundation proper
+        // (and link ICU into the CLI) through another file's `import Foundation`.
+        .target(name: "LinuxReachability", dependencies: ["CNetlink"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),

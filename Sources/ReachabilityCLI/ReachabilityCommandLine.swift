@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 
 /// The `reachability` command-line tool: parses arguments, runs a subcommand, returns the exit status.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 
 /// Downloads files over HTTP(S) with resume data, driven by the network path.

@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// The `NAME.part` data file and its resume record, with a bounded write-behind buffer.
@@ -75,7 +76,7 @@ final class PartialFile: Sendable {
             throw error
         }
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
-        hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256())
+        hashing = Mutex(record.expectedSHA256 == nil ? nil : try SHA256())
         state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
     }
 
@@ -209,7 +210,7 @@ final class PartialFile: Sendable {
 
     private func resetHasher() {
         hashing.withLock { hasher in
-            if hasher != nil { hasher = SHA256() }
+            if hasher != nil { hasher = try? SHA256() }   // nil: completion reads the file back
         }
     }
 

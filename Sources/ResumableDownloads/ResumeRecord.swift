@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Everything needed to continue a download after a crash or relaunch, stored as versioned JSON
 /// in the agent's state directory next to the `NAME.part` data file.
@@ -146,7 +147,7 @@ enum FileIO {
 
     /// Makes a rename or unlink in the directory durable.
     static func fsyncDirectory(containing path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? ""
         let fd = try open(directory.isEmpty ? "." : directory, flags: O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         defer { Glibc.close(fd) }
         try fsync(fd, path: directory)

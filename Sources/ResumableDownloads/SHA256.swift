@@ -1,5 +1,6 @@
 // The only file that imports CCrypto: the project's one SHA-256, libcrypto's, so debug and release
-// builds both hash at libcrypto speed. The C context stays in here; callers see Swift types.
+// builds both hash at libcrypto speed. libcrypto is loaded on first use (CCrypto/shim.h). The C
+// context stays in here; callers see Swift types.
 import CCrypto
 import FoundationEssentials
 #if canImport(Glibc)
@@ -11,25 +12,46 @@ import Glibc
 /// Not thread-safe and not Sendable: one owner feeds it (`PartialFile` keeps it behind a lock used
 /// only by its write queue).
 package final class SHA256 {
+    /// The loaded function table, or why libcrypto could not be loaded (once per process).
+    private static let loaded: Result<Library, DownloadError> = {
+        var table = ccrypto_api()
+        if let failure = ccrypto_load(&table) {
+            return .failure(DownloadError.fileSystem.with(description: "cannot load \(String(cString: ccrypto_library_name())) "
+                + "for SHA-256 (\(String(cString: failure))); install OpenSSL (Debian: libssl3)"))
+        }
+        let api = UnsafeMutablePointer<ccrypto_api>.allocate(capacity: 1)   // never freed: the process's libcrypto
+        api.initialize(to: table)
+        return .success(Library(table: api))
+    }()
+
+    /// The loaded function table. Immutable once loaded, so it may be shared between threads.
+    private struct Library: @unchecked Sendable {
+        let table: UnsafeMutablePointer<ccrypto_api>
+    }
+
+    private let api: UnsafeMutablePointer<ccrypto_api>
     private let context: OpaquePointer
     private var isFinished = false
     /// How many bytes have been hashed (for a file: the prefix of the file covered so far).
     package private(set) var hashedLength: Int64 = 0
 
-    /// A fresh digest. libcrypto fails here only when it cannot allocate, like any Swift allocation.
-    package init() {
-        guard let context = ccrypto_sha256_new() else {
+    /// A fresh digest; throws when libcrypto cannot be loaded. (Creating the context fails only
+    /// when it cannot allocate, which traps like any Swift allocation.)
+    package init() throws(DownloadError) {
+        let api = try Self.loaded.get().table
+        guard let context = ccrypto_sha256_new(api) else {
             fatalError("libcrypto could not create a SHA-256 context (out of memory)")
         }
+        self.api = api
         self.context = context
     }
 
-    deinit { ccrypto_sha256_free(context) }
+    deinit { ccrypto_sha256_free(api, context) }
 
     /// Hashes the next bytes.
     package func update(_ bytes: UnsafeRawBufferPointer) {
         guard !isFinished, let base = bytes.baseAddress, !bytes.isEmpty else { return }
-        _ = ccrypto_sha256_update(context, base, bytes.count)
+        _ = ccrypto_sha256_update(api, context, base, bytes.count)
         hashedLength += Int64(bytes.count)
     }
 
@@ -50,7 +72,7 @@ package final class SHA256 {
     package func finalize() -> String {
         isFinished = true
         var digest = [UInt8](repeating: 0, count: Int(CCRYPTO_SHA256_LENGTH))
-        guard ccrypto_sha256_final(context, &digest) == 1 else {
+        guard ccrypto_sha256_final(api, context, &digest) == 1 else {
             fatalError("libcrypto failed to finalise a SHA-256 digest")
         }
         return Self.hexString(digest)
@@ -58,18 +80,18 @@ package final class SHA256 {
 
     /// The lowercase hex digest of what has been hashed so far, leaving this digest open for more.
     package func currentHex() -> String {
-        guard !isFinished, let copy = ccrypto_sha256_copy(context) else { return "" }
-        defer { ccrypto_sha256_free(copy) }
+        guard !isFinished, let copy = ccrypto_sha256_copy(api, context) else { return "" }
+        defer { ccrypto_sha256_free(api, copy) }
         var digest = [UInt8](repeating: 0, count: Int(CCRYPTO_SHA256_LENGTH))
-        _ = ccrypto_sha256_final(copy, &digest)
+        _ = ccrypto_sha256_final(api, copy, &digest)
         return Self.hexString(digest)
     }
 
     // MARK: one-shot helpers
 
     /// The lowercase hex digest of `bytes`.
-    package static func hex(_ bytes: some ContiguousBytes) -> String {
-        let digest = SHA256()
+    package static func hex(_ bytes: some ContiguousBytes) throws(DownloadError) -> String {
+        let digest = try SHA256()
         digest.update(bytes)
         return digest.finalize()
     }
@@ -77,7 +99,7 @@ package final class SHA256 {
     /// The lowercase hex digest of the first `length` bytes of an open file (pread: the
     /// descriptor's offset is untouched). A file shorter than `length` hashes what it has.
     package static func hex(fileDescriptor fd: Int32, length: Int64, path: String) throws -> String {
-        let digest = SHA256()
+        let digest = try SHA256()
         try digest.catchUp(fileDescriptor: fd, to: length, path: path)
         return digest.finalize()
     }

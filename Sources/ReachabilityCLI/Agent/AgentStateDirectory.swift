@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import LinuxReachability
+import Glibc
 
 /// Where the agent keeps its socket, lock, log, configuration and resume records.
 ///
@@ -22,7 +24,7 @@ enum AgentStateDirectory {
         }
         if isRoot { return "/var/lib/reachability" }
         if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/reachability" }
-        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? FileManager.default.homeDirectoryForCurrentUser.path
         return home + "/.local/state/reachability"
     }
 
@@ -48,7 +50,7 @@ enum AgentStateDirectory {
                                                         attributes: [.posixPermissions: 0o700])
             }
         } catch {
-            throw CommandFailure(message: "cannot create state directory \(directory): \(error.localizedDescription)",
+            throw CommandFailure(message: "cannot create state directory \(directory): \(TextFormat.reason(error))",
                                  exitCode: .failure)
         }
     }
@@ -63,7 +65,7 @@ enum AgentStateDirectory {
             throw CommandFailure(message: "cannot lock \(path): \(error)", exitCode: .failure)
         }
         guard let descriptor else {
-            let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingWhitespace()
             let who = holder.flatMap { $0.isEmpty ? nil : " (pid \($0))" } ?? ""
             throw CommandFailure(message: "another agent is already running on \(directory)\(who)", exitCode: .failure)
         }
@@ -86,9 +88,9 @@ struct AgentSettings: Sendable, Equatable {
         for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             var line = Substring(rawLine)
             if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
-            let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+            let trimmed = line.trimmingWhitespace()
             if trimmed.isEmpty { continue }
-            let parts = trimmed.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            let parts = trimmed.split(separator: "=", maxSplits: 1).map { $0.trimmingWhitespace() }
             let location = "\(path):\(number + 1)"
             guard parts.count == 2 else { throw CommandFailure(message: "\(location): expected key=value", exitCode: .configuration) }
             switch parts[0] {

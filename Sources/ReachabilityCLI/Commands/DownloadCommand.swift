@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 import ResumableDownloads
 import Synchronization
@@ -128,7 +129,7 @@ struct DownloadCommand: Command {
 
     /// The URL's last path component, as curl -O and wget name files; nil when there is none.
     static func defaultFileName(for url: URL) -> String? {
-        let name = url.lastPathComponent.removingPercentEncoding ?? url.lastPathComponent
+        let name = url.lastPathComponent   // already percent-decoded (decoding again would turn %2541 into A)
         guard !name.isEmpty, name != "/", name != ".", name != "..", !name.contains("/") else { return nil }
         return name
     }
@@ -169,7 +170,7 @@ struct DownloadCommand: Command {
             do {
                 try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             } catch {
-                throw CommandFailure(message: "cannot create \(folder.path): \(error.localizedDescription)", exitCode: .cannotCreate)
+                throw CommandFailure(message: "cannot create \(folder.path): \(TextFormat.reason(error))", exitCode: .cannotCreate)
             }
         }
 

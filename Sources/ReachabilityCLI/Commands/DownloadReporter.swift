@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import LinuxReachability
 import ResumableDownloads
 import Synchronization
 #if canImport(Glibc)
@@ -21,7 +22,6 @@ final class DownloadReporter: Sendable {
     private let drawsProgress: Bool
     private let usesColor: Bool
     private let state = Mutex(State())
-    private let timeFormat = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 
     init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool) {
         self.context = context
@@ -84,7 +84,7 @@ final class DownloadReporter: Sendable {
             context.output.line(jsonLine(download, event: Self.name(of: event), progress: download.progress, detail: event))
             return
         }
-        let line = "\(timeFormat.format(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))"
+        let line = "\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))"
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
             context.errorOutput.text(erase(state.drawnLines) + line + "\n")
@@ -97,7 +97,7 @@ final class DownloadReporter: Sendable {
         if isJSON {
             let size = (try? FileManager.default.attributesOfItem(atPath: job.destination.path)[.size] as? Int) ?? nil
             let object = JSONValue.object([
-                "time": .string(timeFormat.format(context.now())), "id": .null, "url": .string(job.url.absoluteString),
+                "time": .string(Timestamp.iso8601(context.now())), "id": .null, "url": .string(job.url.absoluteString),
                 "file": .string(job.destination.path), "event": .string("completed"), "offset": .null,
                 "bytes": size.map(JSONValue.integer) ?? .null, "total": size.map(JSONValue.integer) ?? .null,
                 "bytesPerSecond": .integer(0), "retryDelayMilliseconds": .null,
@@ -106,7 +106,7 @@ final class DownloadReporter: Sendable {
             ])
             context.output.line(object.serialized)
         } else {
-            let line = "\(timeFormat.format(context.now())) \(job.destination.lastPathComponent): already complete (matches --sha256)"
+            let line = "\(Timestamp.iso8601(context.now())) \(job.destination.lastPathComponent): already complete (matches --sha256)"
             state.withLock { state in
                 context.errorOutput.text(erase(state.drawnLines) + line + "\n")
                 state.drawnLines = 0
@@ -158,7 +158,7 @@ final class DownloadReporter: Sendable {
         default: break
         }
         let object = JSONValue.object([
-            "time": .string(timeFormat.format(context.now())),
+            "time": .string(Timestamp.iso8601(context.now())),
             "id": .string(download.id.uuidString.lowercased()),
             "url": .string(download.url.absoluteString),
             "file": .string(download.destination.path),
@@ -169,7 +169,7 @@ final class DownloadReporter: Sendable {
             "bytesPerSecond": .integer(Int(progress.bytesPerSecond)),
             "retryDelayMilliseconds": delay,
             "reason": reason,
-            "errorCode": error.map { .integer($0.urlErrorCode.rawValue) } ?? .null,
+            "errorCode": error.map { .integer($0.errorCode) } ?? .null,
             "httpStatus": error?.httpStatusCode.map { .integer($0) } ?? .null,
             "message": .string(error?.description),
         ])
@@ -195,7 +195,7 @@ final class DownloadReporter: Sendable {
             if let eta = progress.estimatedTimeRemaining { status += "  ETA \(Self.clock(eta))" }
         }
         let amount = Self.bytes(Double(progress.bytesReceived)) + (progress.totalBytes.map { " / " + Self.bytes(Double($0)) } ?? "")
-        let percent = progress.fractionCompleted.map { String(format: "%3d%%", Int($0 * 100)) } ?? "  ?%"
+        let percent = progress.fractionCompleted.map { TextFormat.rightAligned("\(Int($0 * 100))%", width: 4) } ?? "  ?%"
         let fixed = name.count + percent.count + amount.count + status.count + 12
         let cells = max(10, min(40, width - fixed))
         let filled = Int((progress.fractionCompleted ?? 0) * Double(cells))
@@ -224,18 +224,19 @@ final class DownloadReporter: Sendable {
         var amount = value
         var unit = 0
         while amount >= 1024, unit < units.count - 1 { amount /= 1024; unit += 1 }
-        return unit == 0 ? "\(Int(amount)) B" : String(format: "%.1f %@", amount, units[unit])
+        return unit == 0 ? "\(Int(amount)) B" : "\(TextFormat.decimal(amount, fractionDigits: 1)) \(units[unit])"
     }
 
     /// `0:13`, `1:02:03`.
     static func clock(_ duration: Duration) -> String {
         let total = Int(duration.components.seconds)
         let (hours, minutes, seconds) = (total / 3600, total / 60 % 60, total % 60)
-        return hours > 0 ? String(format: "%d:%02d:%02d", hours, minutes, seconds) : String(format: "%d:%02d", minutes, seconds)
+        let tail = "\(TextFormat.zeroPadded(minutes, width: hours > 0 ? 2 : 1)):\(TextFormat.zeroPadded(seconds, width: 2))"
+        return hours > 0 ? "\(hours):\(tail)" : tail
     }
 
     static func seconds(_ duration: Duration) -> String {
         let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-        return value < 1 ? "\(Int(value * 1000)) ms" : String(format: "%.1f s", value)
+        return value < 1 ? "\(Int(value * 1000)) ms" : "\(TextFormat.decimal(value, fractionDigits: 1)) s"
     }
 }

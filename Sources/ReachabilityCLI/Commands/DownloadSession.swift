@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import LinuxReachability
 import ResumableDownloads
 import Synchronization
@@ -28,7 +28,7 @@ enum DownloadStateDirectory {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
         } catch {
-            throw CommandFailure(message: "cannot create state directory \(directory.path): \(error.localizedDescription)",
+            throw CommandFailure(message: "cannot create state directory \(directory.path): \(TextFormat.reason(error))",
                                  exitCode: .cannotCreate)
         }
     }
