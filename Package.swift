@@ -29,14 +29,19 @@ let package = Package(
             name: "CCrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        // Linux file-system calls Glibc's module lacks (renameat2) and variadic ones, as typed helpers.
+        .systemLibrary(name: "CLinuxSystem"),
+        // The one home for file-system system calls: typed descriptors and errno, checked
+        // directories, O_NOFOLLOW/O_EXCL opens (package-internal API).
+        .target(name: "LinuxSystem", dependencies: ["CLinuxSystem"]),
         // MemberImportVisibility (SE-0444): a file sees only the extension members of modules it
         // imports itself, so a file importing FoundationEssentials cannot reach Foundation proper
         // (and link ICU into the CLI) through another file's `import Foundation`.
         .target(name: "LinuxReachability", dependencies: ["CNetlink"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability"],
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"],
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
@@ -46,11 +51,12 @@ let package = Package(
         .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
+        .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
         // Shared by the download test targets: an event log tests can wait on.
         .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem"]),
     ],
     swiftLanguageModes: [.v6]
 )

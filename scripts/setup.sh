@@ -34,7 +34,16 @@ if [[ " ${missing[*]} " == *" nginx-light "* ]] && command -v systemctl >/dev/nu
   systemctl disable --now nginx >/dev/null 2>&1 || true
 fi
 
-command -v swift >/dev/null 2>&1 || [ -x /opt/swift/usr/bin/swift ] || {
-  echo "setup: the Swift toolchain (6.0 or newer) is not on PATH" >&2
+# `swift run` and `swift test` after this script need swift on PATH in the caller's shell, which a
+# script cannot change: a toolchain found elsewhere is named, with the line that fixes it.
+if ! command -v swift >/dev/null 2>&1; then
+  for candidate in /opt/swift/usr/bin /usr/share/swift/usr/bin "$HOME"/.local/share/swiftly/bin; do
+    if [ -x "$candidate/swift" ]; then
+      echo "setup: the Swift toolchain is in $candidate but not on PATH, so 'swift run' and 'swift test' would fail." >&2
+      echo "setup: run   export PATH=\"$candidate:\$PATH\"   (add it to ~/.profile to keep it), then this command again." >&2
+      exit 1
+    fi
+  done
+  echo "setup: the Swift toolchain (6.0 or newer) is not on PATH; install it from swift.org and put its usr/bin on PATH" >&2
   exit 1
-}
+fi

@@ -269,14 +269,9 @@ func readKeys(_ agent: DownloadAgent) {
     }
 }
 
-// Ctrl-C: keep resume data, restore the terminal, exit 130. A parent may pass SIGINT blocked
-// (Foundation's Process started from a dispatch thread does), so unblock it first.
-var unblocked = sigset_t()
-sigemptyset(&unblocked)
-sigaddset(&unblocked, SIGINT)
-pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
-signal(SIGINT, SIG_IGN)
-let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .main)
-interrupt.setEventHandler { Task { await finish(agent, interrupted: true) } }
-interrupt.resume()
+// Ctrl-C: keep resume data, restore the terminal, exit 130 (SignalHandlers also unblocks SIGINT,
+// which a parent may pass blocked, and leaves no window in which it is lost).
+let interrupt = SignalHandlers.installBlocking([SIGINT], queue: .main) { _ in
+    Task { await finish(agent, interrupted: true) }
+}
 dispatchMain()

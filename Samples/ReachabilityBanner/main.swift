@@ -55,14 +55,11 @@ reachability.whenReachable = { updateUI(from: $0) }
 reachability.whenUnreachable = { updateUI(from: $0) }
 
 // Ctrl-C: leave the terminal on a fresh line.
-signal(SIGINT, SIG_IGN)
-let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .main)
-interrupt.setEventHandler {
+let interrupt = SignalHandlers.installBlocking([SIGINT], queue: .main) { _ in
     reachability.stopNotifier()
     if isTerminal { FileHandle.standardOutput.write(Data("\n".utf8)) }
     exit(0)
 }
-interrupt.resume()
 
 do {
     try reachability.startNotifier()

@@ -154,15 +154,8 @@ do {
 }
 
 let work = Task { await fetch(options, monitor: monitor) }
-// A parent may pass SIGINT blocked (Foundation's Process started from a dispatch thread does).
-var unblocked = sigset_t()
-sigemptyset(&unblocked)
-sigaddset(&unblocked, SIGINT)
-pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
-signal(SIGINT, SIG_IGN)
-let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .main)
-interrupt.setEventHandler { work.cancel() }
-interrupt.resume()
+// SignalHandlers unblocks SIGINT (a parent may pass it blocked) and leaves no window in which it is lost.
+let interrupt = SignalHandlers.installBlocking([SIGINT], queue: .main) { _ in work.cancel() }
 
 Task {
     let outcome = await work.value

@@ -161,9 +161,13 @@ public struct InterfaceClassifier: Sendable {
         if let kind = facts.linkKind, Self.tunnelKinds.contains(kind) {
             return Classification(type: .other, reason: "link kind \(kind) (tunnel/VPN)")
         }
-        for (prefix, type) in [("wl", InterfaceType.wifi), ("ww", .cellular), ("en", .wired), ("eth", .wired)]
+        for (prefix, type) in [("wl", InterfaceType.wifi), ("ww", .cellular), ("en", .wired)]
         where facts.name.hasPrefix(prefix) {
             return Classification(type: type, reason: "name prefix '\(prefix)' (systemd predictable name)")
+        }
+        if facts.name.hasPrefix("eth") {
+            // ethN is what the kernel names Ethernet devices itself, before (or without) udev renaming.
+            return Classification(type: .wired, reason: "name prefix 'eth' (the kernel's legacy Ethernet name)")
         }
         if let kind = facts.linkKind, Self.virtualKinds.contains(kind) {
             return Classification(type: .other, reason: "virtual link kind \(kind) without a predictable name")

@@ -31,35 +31,57 @@ public enum ReachabilityCommandLine {
             break
         }
         if first.hasPrefix("-") {
-            return reportUsage(UsageError("Unknown option '\(first)'"), command: nil, context: context)
-        }
-        do {
-            let (command, rest) = try lookUp(arguments)
-            return await run(command, arguments: rest, context: context)
-        } catch {
+            let error = UsageError("Unknown option '\(first)'" + Suggestion.clause(for: first, among: ["--help", "--version"]))
             return reportUsage(error, command: nil, context: context)
+        }
+        switch CommandRegistry.resolve(arguments) {
+        case .command(let command, let rest):
+            return await run(command, arguments: rest, context: context)
+        case .group(let group, let members):
+            let rest = arguments.dropFirst(group.split(separator: " ").count)
+            // A bare group, `queue --help` and `queue -h` print the group's help, as
+            // swift-argument-parser does for a command that only has subcommands.
+            if rest.isEmpty || rest.first == "--help" || rest.first == "-h" {
+                context.output.text(HelpFormatter.groupHelp(group, members: members))
+                return ExitCode.success.rawValue
+            }
+            return reportUsage(missingMember(of: group, members, after: arguments), group: group, context: context)
+        case .unknown(let word):
+            return reportUsage(unknownSubcommand(word), command: nil, context: context)
         }
     }
 
-    /// The command the leading words name, and the arguments after them.
-    static func lookUp(_ words: [String]) throws(UsageError) -> (any Command.Type, [String]) {
+    /// The command the leading words name, and the arguments after them; nil for a group
+    /// (`help queue` prints the group's help).
+    static func lookUp(_ words: [String]) throws(UsageError) -> (any Command.Type, [String])? {
         switch CommandRegistry.resolve(words) {
         case .command(let command, let rest):
             return (command, rest)
         case .group(let group, let members):
+            if words.count == group.split(separator: " ").count { return nil }
             throw missingMember(of: group, members, after: words)
         case .unknown(let word):
-            throw UsageError("Unknown subcommand '\(word)'")
+            throw unknownSubcommand(word)
         }
     }
 
-    /// `reachability queue` or `reachability queue frobnicate`, when only `queue add`/`queue list` exist.
+    /// `Unknown subcommand 'stauts'. Did you mean 'status'?`
+    static func unknownSubcommand(_ word: String) -> UsageError {
+        let firstWords = Set(CommandRegistry.commands.compactMap { $0.name.split(separator: " ").first.map(String.init) })
+        return UsageError("Unknown subcommand '\(word)'" + Suggestion.clause(for: word, among: firstWords.sorted() + ["help"]))
+    }
+
+    /// `reachability queue frobnicate`, when only `queue add`/`queue list` exist.
     static func missingMember(of group: String, _ members: [any Command.Type], after arguments: [String]) -> UsageError {
         let depth = group.split(separator: " ").count
         let names = members.map { $0.name.split(separator: " ").dropFirst(depth).joined(separator: " ") }
         let expected = "expected one of: \(names.joined(separator: ", "))"
         if arguments.count > depth {
-            return UsageError("Unknown subcommand '\(group) \(arguments[depth])' (\(expected))")
+            let word = arguments[depth]
+            if let guess = Suggestion.closest(to: word, among: names) {
+                return UsageError("Unknown subcommand '\(group) \(word)'. Did you mean '\(group) \(guess)'?")
+            }
+            return UsageError("Unknown subcommand '\(group) \(word)' (\(expected))")
         }
         return UsageError("Missing subcommand after '\(group)' (\(expected))")
     }
@@ -94,8 +116,13 @@ public enum ReachabilityCommandLine {
             context.output.text(HelpFormatter.rootHelp())
             return ExitCode.success.rawValue
         }
+        let topic = topic.filter { $0 != "--help" && $0 != "-h" }
         do throws(UsageError) {
-            let (command, rest) = try lookUp(topic)
+            guard let (command, rest) = try lookUp(topic) else {
+                let members = CommandRegistry.commands.filter { $0.name.split(separator: " ").map(String.init).starts(with: topic) }
+                context.output.text(HelpFormatter.groupHelp(topic.joined(separator: " "), members: members))
+                return ExitCode.success.rawValue
+            }
             if let extra = rest.first { throw UsageError("Unexpected argument '\(extra)'") }
             context.output.text(HelpFormatter.help(for: command))
             return ExitCode.success.rawValue
@@ -109,6 +136,13 @@ public enum ReachabilityCommandLine {
         return ExitCode.usage.rawValue
     }
 
+    /// A usage error inside a group: its usage line and `reachability GROUP --help`.
+    static func reportUsage(_ error: UsageError, group: String, context: CommandContext) -> Int32 {
+        context.errorOutput.text(HelpFormatter.usageErrorText(error, usage: HelpFormatter.groupUsage(group),
+                                                              helpCommand: "\(CommandRegistry.toolName) \(group) --help"))
+        return ExitCode.usage.rawValue
+    }
+
     /// Runtime failures: `Error: <description>` on stderr; 77 for missing privilege, 1 otherwise.
     static func report(_ error: any Error, context: CommandContext) -> Int32 {
         let (message, code): (String, ExitCode)
@@ -116,7 +150,12 @@ public enum ReachabilityCommandLine {
         case let failure as CommandFailure:
             (message, code) = (failure.message, failure.exitCode)
         case let failure as ReachabilityError:
-            (message, code) = (failure.description, failure == .permissionDenied ? .noPermission : .failure)
+            let status: ExitCode = switch failure {
+            case .permissionDenied: .noPermission
+            case .namespaceNotFound: .noSuchNamespace
+            default: .failure
+            }
+            (message, code) = (failure.description, status)
         default:
             (message, code) = (String(describing: error), .failure)
         }

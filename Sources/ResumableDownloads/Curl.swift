@@ -71,6 +71,10 @@ struct CurlRequestOptions {
     var receiveBufferSize: Int
     var userAgent: String
     var certificateAuthorityFile: String?
+    var additionalHeaders: [String] = []
+    var maximumBytesPerSecond: Int64?
+    var verifiesCertificates = true
+    var proxy: String?
 }
 
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
@@ -109,12 +113,23 @@ final class CurlEasy {
         }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
         if let authorities = options.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
+        if !options.verifiesCertificates {
+            setLong(CURLOPT_SSL_VERIFYPEER, 0)
+            setLong(CURLOPT_SSL_VERIFYHOST, 0)
+        }
+        if let rate = options.maximumBytesPerSecond, rate > 0 {
+            _ = ccurl_easy_setopt_off_t(api, handle, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(rate))
+        }
+        if let proxy = options.proxy { setString(CURLOPT_PROXY, proxy) }
         if options.rangeStart > 0 { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
 
         // CURLOPT_ACCEPT_ENCODING stays unset so libcurl never decodes; we ask for identity
         // explicitly so byte offsets refer to the stored representation.
         var headers = ["Accept-Encoding: identity"]
         if let ifRange = options.ifRange, options.rangeStart > 0 { headers.append("If-Range: \(ifRange)") }
+        // A CR or LF would let a header value start another header (or end the head) on the wire;
+        // HeaderValidation refuses them up front, and this keeps them off the wire regardless.
+        headers += options.additionalHeaders.filter { HeaderValidation.isSafeOnTheWire($0) }
         for header in headers { headerList = api.pointee.slist_append(headerList, header) }
         setPointer(CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))
 

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import LinuxSystem
 
 /// Downloads files over HTTP(S) with resume data, driven by the network path.
 ///
@@ -16,7 +17,9 @@ import LinuxReachability
 public actor DownloadAgent {
     /// Limits, timeouts and places.
     public struct Configuration: Sendable {
-        /// Where resume records live; created if missing.
+        /// Where resume records live; created (0700) if missing. It must belong to the effective
+        /// user (or root) and be writable by nobody else, as must its parents unless sticky;
+        /// otherwise downloads fail with `DownloadError.untrustedFile`.
         public var stateDirectory: URL
         /// How many downloads transfer at once; the rest are `queued`.
         public var maximumConcurrentDownloads: Int
@@ -54,6 +57,18 @@ public actor DownloadAgent {
         public var certificateAuthorityFile: URL?
         /// Where diagnostics go; silent by default.
         public var logger: Logger
+        /// Extra request headers (`Name: value`), sent with every request after the engine's own.
+        /// Lines with control characters are never sent; headers the resume rules depend on
+        /// (`Range`, `If-Range`, `Accept-Encoding`) are refused by `HeaderValidation`.
+        public var additionalHeaders: [String] = []
+        /// Receive limit per transfer in bytes per second (curl's `--limit-rate`); nil is unlimited.
+        public var maximumBytesPerSecond: Int64?
+        /// Whether the server's certificate and host name are checked (false is curl's `--insecure`).
+        public var verifiesCertificates = true
+        /// The proxy for every request (`http://host:port`, `socks5h://...`); nil follows libcurl's
+        /// environment variables (`http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`), and an
+        /// empty string uses no proxy at all.
+        public var proxy: String?
 
         /// Creates a configuration with production defaults.
         public init(stateDirectory: URL, maximumConcurrentDownloads: Int = 4, maximumOutageWait: Duration? = nil,
@@ -119,6 +134,8 @@ public actor DownloadAgent {
     private var queue: [UUID] = []
     private var creationOrder: [UUID] = []
     private var isShutDown = false
+    /// The state directory, opened and checked once.
+    private var checkedStateDirectory: CheckedDirectory?
 
     /// An agent that assumes the network is always usable (no path source).
     public init(configuration: Configuration) throws {
@@ -173,6 +190,20 @@ public actor DownloadAgent {
     /// Starts downloading `url` to `destination` (a file URL). The partial data goes to
     /// `destination.part`; the file appears at `destination` only when complete and verified.
     public func download(from url: URL, to destination: URL, options: DownloadOptions = DownloadOptions()) throws -> Download {
+        try makeDownload(from: url, to: destination, options: options)
+    }
+
+    /// `download(from:to:options:)` for facades over the agent (package-level).
+    ///
+    /// `prepare` runs before the download is scheduled, so handlers it sets (`onEvent`,
+    /// `onProgress`) see every event. With `state`, the download continues that resume state
+    /// (validated first; `url` must be its URL): its id is reused, its record is rewritten from
+    /// it, and the partial file `destination.part` is opened and cut to its offset when the
+    /// transfer starts. A download of that id still held by the agent is replaced if it is not
+    /// transferring, and refused if it is.
+    package func makeDownload(from url: URL, to destination: URL, options: DownloadOptions = DownloadOptions(),
+                              resuming state: ResumeState? = nil,
+                              prepare: (Download) -> Void = { _ in }) throws -> Download {
         activate()
         guard !isShutDown else { throw DownloadError.invalidRequest.with(description: "the agent is shut down") }
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
@@ -181,19 +212,40 @@ public actor DownloadAgent {
         guard destination.isFileURL else {
             throw DownloadError.invalidRequest.with(description: "destination must be a file URL: \(destination)")
         }
+        if let state {
+            try state.validate()
+            guard state.url == url else {
+                throw DownloadError.invalidRequest.with(description: "the resume state is for another URL")
+            }
+        }
+        let id = state?.id ?? UUID()
+        if let held = entries[id] {
+            guard held.driver == nil, !queue.contains(id) else {
+                throw DownloadError.invalidRequest.with(description: "download \(id.uuidString) is already running")
+            }
+            entries[id] = nil
+            creationOrder.removeAll { $0 == id }
+        }
         let destination = destination.standardizedFileURL
         if entries.values.contains(where: { $0.download.destination == destination && !$0.download.state.isFinal }) {
             throw DownloadError.invalidRequest.with(description: "already downloading to \(destination.path)")
         }
-        try createStateDirectory()
-        let id = UUID()
-        var record = ResumeRecord(id: id, url: url, destination: destination, partialPath: destination.path + ".part",
-                                  expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: nil,
+        let stateDirectory = try stateDirectory()
+        var record = ResumeRecord(id: id, url: url, destination: destination,
+                                  expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
         record.expectedLength = options.expectedLength
-        try record.write(to: recordPath(id))
+        if let state {
+            record.entityTag = state.entityTag
+            record.lastModified = state.lastModified
+            record.verifiedOffset = state.verifiedOffset
+        }
+        try record.validate(name: ResumeRecord.fileName(for: id))
+        try record.write(to: stateDirectory)
         let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
-                                state: .queued, progress: DownloadProgress())
+                                state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
+                                                                           totalBytes: record.totalLength))
+        prepare(download)
         entries[id] = Entry(download: download, record: record)
         creationOrder.append(id)
         queue.append(id)
@@ -203,37 +255,82 @@ public actor DownloadAgent {
     }
 
     /// Restores every unfinished download whose resume record is in the state directory (resume on
-    /// launch) and queues them. Unreadable records are skipped and logged.
+    /// launch) and queues them. A record that cannot be read or fails validation is moved aside
+    /// to `NAME.bad` with one warning, and never acted on.
     @discardableResult
     public func restoreDownloads() -> [Download] {
         activate()
-        let directory = configuration.stateDirectory.path
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        var restored: [Download] = []
-        for name in names.sorted() where name.hasSuffix(".json") {
-            let path = directory + "/" + name
-            let record: ResumeRecord
-            do {
-                record = try ResumeRecord.read(from: path)
-            } catch {
-                configuration.logger.warning("skipping unreadable resume record", metadata: ["path": path, "error": "\(error)"])
-                continue
-            }
-            guard entries[record.id] == nil else { continue }
-            let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
-                                          allowsExpensive: record.allowsExpensive)
-            let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
-                                    agent: self, state: .queued,
-                                    progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
-            entries[record.id] = Entry(download: download, record: record)
-            creationOrder.append(record.id)
-            queue.append(record.id)
-            restored.append(download)
-            configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
-                                                                      "offset": "\(record.verifiedOffset)"])
-        }
+        let restored = loadRecords().compactMap(restore)
         schedule()
         return restored
+    }
+
+    /// Restores only the download from `url` to `destination`, if the state directory holds its
+    /// record; every other record is left alone. Options given now win over the stored ones
+    /// where they are set: a SHA-256 given on a rerun is adopted, and the whole file is verified
+    /// against it at the end (the stored prefix is hashed from the disk).
+    public func restoreDownload(from url: URL, to destination: URL, options: DownloadOptions) -> Download? {
+        activate()
+        let destination = destination.standardizedFileURL
+        guard var record = loadRecords().first(where: { $0.url == url && $0.destination == destination }) else { return nil }
+        if let expected = options.expectedSHA256?.lowercased(), expected != record.expectedSHA256 {
+            record.expectedSHA256 = expected
+        }
+        if let length = options.expectedLength { record.expectedLength = length }
+        record.allowsExpensive = options.allowsExpensive
+        if let state = try? stateDirectory() { try? record.write(to: state) }
+        let download = restore(record)
+        schedule()
+        return download
+    }
+
+    /// The valid records in the state directory; invalid ones are moved aside.
+    private func loadRecords() -> [ResumeRecord] {
+        guard let state = try? stateDirectory() else { return [] }
+        var records: [ResumeRecord] = []
+        let names = (try? state.entries()) ?? []
+        for name in names.sorted() where name.hasSuffix(".json") {
+            do {
+                records.append(try ResumeRecord.read(name, in: state))
+            } catch {
+                // Not followed, not retried forever: set aside for a person to look at.
+                let moved = (try? state.rename(name, to: name + ".bad", replacing: true)) != nil
+                configuration.logger.warning(moved ? "moved an invalid resume record aside" : "cannot move an invalid resume record aside",
+                                             metadata: ["path": state.child(name), "error": "\(error)"])
+            }
+        }
+        return records
+    }
+
+    private func restore(_ record: ResumeRecord) -> Download? {
+        guard entries[record.id] == nil else { return nil }
+        let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
+                                      allowsExpensive: record.allowsExpensive)
+        let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
+                                agent: self, state: .queued,
+                                progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
+        entries[record.id] = Entry(download: download, record: record)
+        creationOrder.append(record.id)
+        queue.append(record.id)
+        configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
+                                                                  "offset": "\(record.verifiedOffset)"])
+        return download
+    }
+
+    /// The record of a download that is not transferring (see `resumeState(of:)`).
+    func resumeRecord(of download: Download) -> ResumeRecord? {
+        guard let entry = entries[download.id], entry.download === download, entry.driver == nil else { return nil }
+        return entry.record
+    }
+
+    /// Drops a download that is not transferring from the agent's bookkeeping (package-level, for
+    /// facades that hand its resume state to their caller); its partial file and record stay on
+    /// disk, and the `Download` handle no longer controls anything.
+    package func forget(_ download: Download) {
+        guard let entry = entries[download.id], entry.download === download, entry.driver == nil else { return }
+        entries[download.id] = nil
+        queue.removeAll { $0 == download.id }
+        creationOrder.removeAll { $0 == download.id }
     }
 
     /// Stops a download's transfer and keeps its resume data; returns once it is paused (the
@@ -289,8 +386,7 @@ public actor DownloadAgent {
             await driver.value
         } else {
             queue.removeAll { $0 == download.id }
-            FileIO.removeIfPresent(entry.record.partialPath)
-            FileIO.removeIfPresent(recordPath(download.id))
+            if let state = try? stateDirectory() { PartialFile.removeFiles(of: entry.record, stateDirectory: state) }
             download.update(state: .failed(.cancelled), event: .failed(.cancelled))
         }
     }
@@ -426,7 +522,10 @@ public actor DownloadAgent {
                          stallBytesPerSecond: configuration.stallBytesPerSecond,
                          maximumRedirects: configuration.maximumRedirects, keepAliveIdle: configuration.keepAliveIdle,
                          receiveBufferSize: 256 << 10, userAgent: configuration.userAgent,
-                         certificateAuthorityFile: configuration.certificateAuthorityFile?.path)
+                         certificateAuthorityFile: configuration.certificateAuthorityFile?.path,
+                         additionalHeaders: configuration.additionalHeaders,
+                         maximumBytesPerSecond: configuration.maximumBytesPerSecond,
+                         verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy)
     }
 
     private var recoveryPolicy: RecoveryStateMachine.Policy {
@@ -436,15 +535,17 @@ public actor DownloadAgent {
             maximumConsecutiveFailures: configuration.maximumConsecutiveFailures, maximumRestarts: 3)
     }
 
-    private func recordPath(_ id: UUID) -> String {
-        configuration.stateDirectory.appendingPathComponent(id.uuidString + ".json").path
-    }
-
-    private func createStateDirectory() throws {
+    /// Opens (creating it 0700) and checks the state directory once; everything in it is then
+    /// reached relative to that descriptor.
+    private func stateDirectory() throws -> CheckedDirectory {
+        if let checkedStateDirectory { return checkedStateDirectory }
+        let path = configuration.stateDirectory.standardizedFileURL.path
         do {
-            try FileManager.default.createDirectory(at: configuration.stateDirectory, withIntermediateDirectories: true)
+            let directory = try CheckedDirectory.open(path, policy: .privateState, creating: true)
+            checkedStateDirectory = directory
+            return directory
         } catch {
-            throw DownloadError.fileSystem.with(description: "cannot create state directory \(configuration.stateDirectory.path): \(error)")
+            throw DownloadError.file(error)
         }
     }
 
@@ -456,11 +557,11 @@ public actor DownloadAgent {
         let download = entry.download
         let file: PartialFile
         do {
-            try createStateDirectory()
+            let state = try stateDirectory()
             let limits = PartialFile.Limits(highWater: max(1 << 20, configuration.writeBufferLimit),
                                             lowWater: max(1 << 20, configuration.writeBufferLimit) / 4,
                                             checkpointInterval: max(1 << 20, configuration.checkpointInterval))
-            file = try PartialFile(record: entry.record, recordPath: recordPath(id), limits: limits)
+            file = try PartialFile(record: entry.record, stateDirectory: state, limits: limits)
         } catch {
             let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
             endDriver(id, failure: failure)

@@ -14,6 +14,14 @@ struct TransferSettings: Sendable, Hashable {
     var userAgent: String
     /// PEM CA bundle replacing the system one, when set.
     var certificateAuthorityFile: String? = nil
+    /// `Name: value` lines added to every request.
+    var additionalHeaders: [String] = []
+    /// CURLOPT_MAX_RECV_SPEED_LARGE, when set.
+    var maximumBytesPerSecond: Int64? = nil
+    /// false turns off peer and host verification (`--insecure`).
+    var verifiesCertificates = true
+    /// CURLOPT_PROXY when set ("" disables the environment's proxies).
+    var proxy: String? = nil
 }
 
 /// One HTTP attempt for a download.
@@ -156,6 +164,8 @@ final class TransferEngine: @unchecked Sendable {
                                                           knownTotalLength: request.knownTotalLength))
         let context = TransferContext(machine: machine, file: file, progress: progress, completion: completion)
         context.stallTimeout = request.settings.stallTimeout
+        context.url = request.url
+        context.proxy = request.settings.proxy
         let settings = request.settings
         let options = CurlRequestOptions(
             url: request.url.absoluteString, rangeStart: request.offset, ifRange: request.ifRange,
@@ -166,7 +176,9 @@ final class TransferEngine: @unchecked Sendable {
             maximumRedirects: settings.maximumRedirects,
             keepAliveIdleSeconds: max(1, Int(settings.keepAliveIdle.milliseconds / 1000)),
             receiveBufferSize: settings.receiveBufferSize, userAgent: settings.userAgent,
-            certificateAuthorityFile: settings.certificateAuthorityFile)
+            certificateAuthorityFile: settings.certificateAuthorityFile,
+            additionalHeaders: settings.additionalHeaders, maximumBytesPerSecond: settings.maximumBytesPerSecond,
+            verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy)
         guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else {
             completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "cannot create a libcurl handle")),
                                        bytesReceived: 0))
@@ -203,7 +215,8 @@ final class TransferEngine: @unchecked Sendable {
             result = .aborted(abort)
         } else {
             let error = failure.map {
-                TransferErrorMapping.error(for: $0, osErrno: info.osErrno, didConnect: info.didConnect, detail: detail)
+                TransferErrorMapping.error(for: $0, osErrno: info.osErrno, didConnect: info.didConnect, detail: detail,
+                                           proxy: ProxyEnvironment.proxy(for: context.url, explicit: context.proxy))
             }
             if case .finish(let finished) = context.machine.event(.ended(error)) {
                 result = finished
@@ -234,6 +247,9 @@ final class TransferContext {
     /// Whether the write callback paused the transfer because the disk is behind.
     var isPausedForBackpressure = false
     var stallTimeout: Duration = .seconds(30)
+    /// The request's URL and explicit proxy, to name the proxy when connecting through it fails.
+    var url: URL?
+    var proxy: String?
     private var lastProgress = ContinuousClock.now
     /// Body bytes gathered before handing them to the writer: libcurl delivers ~16 KiB per
     /// callback on loopback, and one copy + dispatch per callback cost ~25% of throughput.

@@ -61,12 +61,28 @@ enum TransferErrorMapping {
         }
     }
 
-    /// The classified failure as a `DownloadError`.
-    static func error(for failure: TransferFailure, osErrno: Int32, didConnect: Bool, detail: String?) -> DownloadError {
+    /// The classified failure as a `DownloadError`. With a proxy in use, a failure to reach it
+    /// names the proxy (libcurl says only "could not connect to the server").
+    static func error(for failure: TransferFailure, osErrno: Int32, didConnect: Bool, detail: String?,
+                      proxy: String? = nil) -> DownloadError {
         let code = urlErrorCode(for: failure, osErrno: osErrno, didConnect: didConnect)
         var error = DownloadError.transport(code, nil, osErrorCode: osErrno)
+        if let proxy, isProxyFailure(failure, didConnect: didConnect) {
+            let reason = osErrno != 0 ? ": \(String(cString: strerror(osErrno)))" : ""
+            return error.with(description: "could not connect through the proxy \(ProxyEnvironment.redacted(proxy))\(reason)")
+        }
         if let detail, !detail.isEmpty { error = error.with(description: error.description + ": " + detail) }
         return error
+    }
+
+    /// Failures that happen while reaching the proxy or asking it for a tunnel.
+    static func isProxyFailure(_ failure: TransferFailure, didConnect: Bool) -> Bool {
+        switch failure {
+        case .couldNotResolveProxy, .couldNotConnect: return true
+        case .other(97): return true   // CURLE_PROXY: the proxy refused the CONNECT or the SOCKS handshake
+        case .operationTimedOut, .gotNothing, .receiveError, .sendError: return !didConnect
+        default: return false
+        }
     }
 }
 

@@ -97,7 +97,7 @@ final class AgentProcess: Sendable {
             }
         }.start()
         if waitUntilListening {
-            guard waitForLine(timeout: .seconds(20), { $0.contains(#""kind":"listening""#) }) != nil else {
+            guard waitForLine(timeout: .seconds(20), { $0.contains(#""event":"listening""#) }) != nil else {
                 stop()
                 throw CommandFailure(description: "agent did not start listening; stderr: \(standardError)")
             }

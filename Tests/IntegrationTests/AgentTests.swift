@@ -20,7 +20,7 @@ struct AgentTests {
     }
 
     static func completedCount(_ agent: AgentProcess) -> Int {
-        agent.output.filter { $0.contains(#""event":"download""#) && $0.contains(#""kind":"completed""#) }.count
+        agent.output.filter { $0.contains(#""type":"download","event":"completed""#) }.count
     }
 
     @Test func restartWithThreePendingDownloadsCompletesThemAll() throws {
@@ -37,24 +37,24 @@ struct AgentTests {
             #expect(result.status == 0, "\(result)")
         }
         // All three transferring (bytes on disk) before the agent is stopped.
-        #expect(first!.waitForLines(3) { $0.contains(#""kind":"started""#) })
+        #expect(first!.waitForLines(3) { $0.contains(#""type":"download","event":"started""#) })
         #expect(F.waitSync { (try? first!.list())?.allSatisfy { ($0["bytesReceived"] as? Int ?? 0) > 0 } == true })
         let stopped = try #require(first!.terminate(SIGTERM))
         #expect(stopped.status == 0)
         #expect(stopped.elapsed < .seconds(2), "SIGTERM must checkpoint and exit within 2 s")
-        #expect(first!.output.contains { $0.contains(#""kind":"stopped","checkpointed":true"#) })
+        #expect(first!.output.contains { $0.contains(#""event":"stopped","checkpointed":true"#) })
         let stoppedOutput = first!.output
         first = nil
         let records = try FileManager.default.contentsOfDirectory(atPath: state.appendingPathComponent("records").path)
         #expect(records.filter { $0.hasSuffix(".json") }.count == 3, "\(records) \(stoppedOutput)")
 
         let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
-        #expect(second.output.filter { $0.contains(#""kind":"restored""#) }.count == 3)
-        #expect(second.waitForLines(3, timeout: .seconds(60)) { $0.contains(#""kind":"completed""#) }, "\(second.output)")
+        #expect(second.output.filter { $0.contains(#""type":"download","event":"restored""#) }.count == 3)
+        #expect(second.waitForLines(3, timeout: .seconds(60)) { $0.contains(#""type":"download","event":"completed""#) }, "\(second.output)")
         for (index, file) in files.enumerated() {
             #expect(F.sha256(fileAt: directory.file("out\(index).bin")) == file.sha)
         }
-        #expect(second.output.filter { $0.contains(#""kind":"resumed""#) }.count == 3, "each restored download resumed from its record: \(second.output)")
+        #expect(second.output.filter { $0.contains(#""type":"download","event":"resumed""#) }.count == 3, "each restored download resumed from its record: \(second.output)")
         _ = second.terminate()
     }
 
@@ -84,7 +84,7 @@ struct AgentTests {
         let paused = try agent.control(["queue", "pause", id])
         #expect(paused.status == 0, "\(paused)")
         #expect(paused.standardOutput.contains(" paused "))
-        #expect(agent.waitForLine { $0.contains(#""kind":"paused""#) } != nil)
+        #expect(agent.waitForLine { $0.contains(#""type":"download","event":"paused""#) } != nil)
         let status = try agent.control(["agent", "status"])
         #expect(status.status == 0)
         #expect(status.standardOutput.contains("path: reachable via wired (uplink)"), "\(status)")
@@ -94,7 +94,7 @@ struct AgentTests {
         #expect(cancelled.status == 0 && cancelled.standardOutput.contains(" failed "), "\(cancelled)")
         let resumed = try agent.control(["queue", "resume", id])
         #expect(resumed.status == 0, "\(resumed)")
-        #expect(agent.waitForLine(timeout: .seconds(60)) { $0.contains(#""kind":"completed""#) } != nil)
+        #expect(agent.waitForLine(timeout: .seconds(60)) { $0.contains(#""type":"download","event":"completed""#) } != nil)
         #expect(F.sha256(fileAt: directory.file("a.bin")) == files[0].sha)
 
         let unknown = try agent.control(["queue", "pause", "ffffffff"])
@@ -102,8 +102,16 @@ struct AgentTests {
         #expect(unknown.standardError == "Error: no download with ID 'ffffffff'\n")
         let usage = try agent.control(["queue", "add", "ftp://example.org/x"])
         #expect(usage.status == 64)
-        #expect(agent.output.contains { $0.contains(#""event":"control","kind":"request","command":"pause""#) })
+        #expect(agent.output.contains { $0.contains(#""type":"control","event":"request","command":"pause""#) })
         _ = agent.terminate()
+        // One schema for the agent's NDJSON and `download --json` (docs/events.md).
+        let problems = agent.output.flatMap(EventSchemaValidator.problems)
+        #expect(problems.isEmpty, "\(problems)")
+        let types: Set<String> = Set(agent.output.compactMap { line -> String? in
+            let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+            return object?["type"] as? String
+        })
+        #expect(types.isSuperset(of: ["download", "path", "agent", "control"]), "\(types)")
     }
 
     @Test func sigkillMidTransferThenRestartCompletes() throws {
@@ -121,7 +129,7 @@ struct AgentTests {
         // The socket file is left behind and the lock released by the kernel: a new agent starts.
         #expect(FileManager.default.fileExists(atPath: state.appendingPathComponent("agent.sock").path))
         let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
-        #expect(second.waitForLine(timeout: .seconds(60)) { $0.contains(#""kind":"completed""#) } != nil, "\(second.output)")
+        #expect(second.waitForLine(timeout: .seconds(60)) { $0.contains(#""type":"download","event":"completed""#) } != nil, "\(second.output)")
         #expect(F.sha256(fileAt: directory.file("k.bin")) == file.sha)
         _ = second.terminate()
     }
@@ -151,7 +159,7 @@ struct AgentTests {
         let refused = try agent.control(["agent", "status"], prefix: nobody)
         #expect(refused.status == 77, "\(refused)")
         #expect(refused.standardError == "Error: the agent refused the connection: uid 65534 may not control this agent (only its own user or root)\n")
-        #expect(agent.waitForLine { $0.contains(#""kind":"refused","uid":65534"#) } != nil)
+        #expect(agent.waitForLine { $0.contains(#""event":"refused","uid":65534"#) } != nil)
         #expect(try agent.control(["agent", "status"]).status == 0, "root is still served")
         _ = agent.terminate()
     }
@@ -259,14 +267,14 @@ struct AgentTests {
 
         try "max-concurrent=1\nno-expensive=true\n".write(to: state.appendingPathComponent("agent.conf"), atomically: true, encoding: .utf8)
         kill(agent.pid, SIGHUP)
-        #expect(agent.waitForLine { $0.contains(#""kind":"reloaded","maxConcurrent":1,"allowsExpensive":false,"changed":true"#) } != nil)
+        #expect(agent.waitForLine { $0.contains(#""event":"reloaded","maxConcurrent":1,"allowsExpensive":false,"changed":true"#) } != nil)
         let status = try agent.control(["agent", "status", "--json"])
         #expect(status.standardOutput.contains(#""maximumConcurrentDownloads":1"#), "\(status)")
 
         // A bad line is reported and the running settings stay.
         try "max-concurrent=many\n".write(to: state.appendingPathComponent("agent.conf"), atomically: true, encoding: .utf8)
         kill(agent.pid, SIGHUP)
-        #expect(agent.waitForLine { $0.contains(#""kind":"reloadFailed""#) && $0.contains("agent.conf:1") } != nil)
+        #expect(agent.waitForLine { $0.contains(#""event":"reloadFailed""#) && $0.contains("agent.conf:1") } != nil)
 
         // The log rotates at --log-size; requests add lines until it does.
         for _ in 0..<20 where !FileManager.default.fileExists(atPath: state.appendingPathComponent("agent.log.1").path) {

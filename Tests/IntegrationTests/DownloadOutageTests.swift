@@ -213,13 +213,13 @@ struct DownloadOutageTests {
         #expect(net.requests.allSatisfy { $0.address == "10.88.0.2" })
     }
 
-    @Test("--netns naming no namespace: exit 1 with the monitor's wording, nothing created")
+    @Test("--netns naming no namespace: exit 66 with the monitor's wording, nothing created")
     func netnsOptionUnknownNamespace() async throws {
         let directory = try F.Directory()
         let name = "rchT-missing-\(getpid())"
         let cli = try CLIProcess(["download", "--netns", name, "--state-dir", directory.file("state").path,
                                   "http://192.0.2.1/file.bin"], directory: directory.url)
-        #expect(await cli.waitForExit() == 1)
+        #expect(await cli.waitForExit() == 66)
         #expect(cli.standardError == "Error: no network namespace named '\(name)' (see 'ip netns list')\n")
         #expect(!FileManager.default.fileExists(atPath: directory.file("file.bin.part").path))
     }

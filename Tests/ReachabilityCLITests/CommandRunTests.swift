@@ -40,7 +40,7 @@ struct CommandRunTests {
         #expect(harness.configurations.isEmpty)
     }
 
-    @Test(arguments: [(.permissionDenied, 77), (.namespaceNotFound, 1), (.netlink, 1)] as [(ReachabilityError, Int32)])
+    @Test(arguments: [(.permissionDenied, 77), (.namespaceNotFound, 66), (.netlink, 1)] as [(ReachabilityError, Int32)])
     func monitorStartErrorsAreReported(error: ReachabilityError, expected: Int32) async {
         let harness = Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, startError: error))
         #expect(await harness.run(["status", "--netns", "blue"]) == expected)

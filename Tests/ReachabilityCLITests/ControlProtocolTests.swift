@@ -26,19 +26,19 @@ struct ControlProtocolTests {
     }
 
     @Test(arguments: [
-        ("not json", "malformed"),
-        ("[1,2]", "malformed"),
-        (#"{"id":3,"command":"list"}"#, "malformed"),
-        (#"{"version":"1","command":"list"}"#, "malformed"),
-        (#"{"version":2,"id":3,"command":"list"}"#, "unsupportedVersion"),
-        (#"{"version":1,"command":"frobnicate"}"#, "unknownCommand"),
-        (#"{"version":1,"command":"add"}"#, "invalidArgument"),
-        (#"{"version":1,"command":"add","url":"ftp://h/x"}"#, "invalidArgument"),
-        (#"{"version":1,"command":"add","url":"http://h/x","output":"relative"}"#, "invalidArgument"),
-        (#"{"version":1,"command":"add","url":"http://h/x","sha256":"abc"}"#, "invalidArgument"),
-        (#"{"version":1,"command":"pause"}"#, "invalidArgument"),
+        ("not json", ControlErrorCode.malformed),
+        ("[1,2]", ControlErrorCode.malformed),
+        (#"{"id":3,"command":"list"}"#, ControlErrorCode.malformed),
+        (#"{"version":"1","command":"list"}"#, ControlErrorCode.malformed),
+        (#"{"version":2,"id":3,"command":"list"}"#, ControlErrorCode.unsupportedVersion),
+        (#"{"version":1,"command":"frobnicate"}"#, ControlErrorCode.unknownCommand),
+        (#"{"version":1,"command":"add"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"ftp://h/x"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","output":"relative"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","sha256":"abc"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"pause"}"#, ControlErrorCode.invalidArgument),
     ])
-    func rejectsBadRequests(line: String, code: String) {
+    func rejectsBadRequests(line: String, code: ControlErrorCode) {
         switch ControlCodec.decodeRequest(Self.bytes(line)) {
         case .success(let value): Issue.record("accepted \(value)")
         case .failure(let rejection): #expect(rejection.error.code == code)
@@ -90,7 +90,7 @@ struct ControlProtocolTests {
         let actions = machine.received(Self.bytes("garbage\n{\"version\":1,\"id\":2,\"command\":\"list\"}\n"))
         #expect(actions.count == 2)
         guard case .reply(let reply) = actions.first else { Issue.record("no reply"); return }
-        #expect(!reply.ok && reply.error?.code == "malformed")
+        #expect(!reply.ok && reply.error?.code == .malformed)
         #expect(actions.last == .handle(.number(2), .list))
     }
 
@@ -145,13 +145,6 @@ struct ControlProtocolTests {
         #expect(!SystemdNotifier(environment: [:]).notify("READY=1"))
     }
 
-    @Test func defaultStateDirectory() {
-        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u"], isRoot: false) == "/home/u/.local/state/reachability")
-        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u", "XDG_STATE_HOME": "/x"], isRoot: false) == "/x/reachability")
-        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u", "XDG_STATE_HOME": "rel"], isRoot: false) == "/home/u/.local/state/reachability")
-        #expect(AgentStateDirectory.resolve(nil, environment: [:], isRoot: true) == "/var/lib/reachability")
-        #expect(AgentStateDirectory.resolve("/s", environment: [:], isRoot: true) == "/s")
-    }
 
     // MARK: request handler
 
@@ -169,14 +162,14 @@ struct ControlProtocolTests {
                                                               maximumConcurrentDownloads: settings.maximumConcurrentDownloads),
                                          paths: paths)
             },
-            emit: { event, fields in events.append(event, fields) },
-            summaryChanged: { events.append("summary", [.init(key: "text", value: .string($0))]) }))
+            emit: { line in events.append(line) },
+            summaryChanged: { events.append(JSONValue.object([.init(key: "summary", value: .string($0))]).serialized) }))
     }
 
     final class EventSink: Sendable {
         private let lines = Mutex<[String]>([])
-        func append(_ event: String, _ fields: [JSONValue.Member]) {
-            lines.withLock { $0.append(JSONValue.object([.init(key: "event", value: .string(event))] + fields).serialized) }
+        func append(_ line: String) {
+            lines.withLock { $0.append(line) }
         }
         var all: [String] { lines.withLock { $0 } }
     }
@@ -205,7 +198,7 @@ struct ControlProtocolTests {
         #expect(resumed.download?.state != "paused")
 
         let unknown = await service.handle(.pause("ffffffff"), id: nil)
-        #expect(unknown.error?.code == "notFound")
+        #expect(unknown.error?.code == .notFound)
 
         let status = await service.handle(.status, id: nil)
         #expect(status.status?.maximumConcurrentDownloads == 2)
@@ -213,9 +206,9 @@ struct ControlProtocolTests {
         let cancelled = await service.handle(.cancel(download.id), id: nil)
         #expect(cancelled.download?.state == "failed")
         let again = await service.handle(.pause(download.id), id: nil)
-        #expect(again.error?.code == "invalidArgument")
+        #expect(again.error?.code == .invalidArgument)
         await service.shutdown()
-        #expect(events.all.contains { $0.contains(#""kind":"queued""#) })
+        #expect(events.all.contains { $0.contains(#""type":"download","event":"queued""#) })
     }
 
     @Test func userPausesSurviveARestart() async throws {

@@ -32,7 +32,7 @@ struct HelpTests {
         #expect(Set(texts).count == 1, "every way of asking prints the same help")
         let text = try #require(texts.first)
         #expect(text.hasPrefix("OVERVIEW: "))
-        #expect(text.contains("\nUSAGE: reachability \(name) "))
+        #expect(text.contains("\nUSAGE: reachability \(name)"))
         #expect(text.contains("\nOPTIONS:\n"))
         #expect(text.contains("  -h, --help"))
     }

@@ -60,6 +60,7 @@ struct ErrorMappingTests {
             (.cannotDecodeContentData, .cannotDecodeContentData), (.fileDoesNotExist, .fileDoesNotExist),
             (.dataLengthExceedsMaximum, .dataLengthExceedsMaximum), (.secureConnectionFailed, .secureConnectionFailed),
             (.serverCertificateUntrusted, .serverCertificateUntrusted), (.cannotWriteToFile, .cannotWriteToFile),
+            (.cannotCreateFile, .cannotCreateFile), (.cannotOpenFile, .cannotOpenFile),
         ]
         for (own, foundation) in pairs { #expect(own.rawValue == foundation.rawValue, "\(foundation)") }
         #expect(DownloadError.networkConnectionLost.errorCode == -1005)

@@ -16,8 +16,8 @@ actor AgentService {
         var stateDirectory: String
         /// Builds a download agent for the settings (paths come from the monitor).
         var makeAgent: @Sendable (AgentSettings) throws -> DownloadAgent
-        /// Receives every event object (NDJSON line without the time, which the sink adds).
-        var emit: @Sendable (_ event: String, _ fields: [JSONValue.Member]) -> Void
+        /// Receives every event line (`EventSchema`), already encoded.
+        var emit: @Sendable (_ line: String) -> Void
         /// Receives the status summary whenever it changes (sd_notify STATUS=).
         var summaryChanged: @Sendable (String) -> Void
         /// Wall clock.
@@ -60,8 +60,7 @@ actor AgentService {
         let restored = await agent.restoreDownloads()
         for download in restored {
             observe(download)
-            environment.emit("download", Self.fields(download) + [.init(key: "kind", value: .string("restored")),
-                                                                   .init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
+            emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
             if userPaused.contains(download.id) {
                 // restoreDownloads() has already scheduled it; the pause lands once its driver stops.
                 await agent.pause(download)
@@ -88,14 +87,12 @@ actor AgentService {
             do {
                 agent = try environment.makeAgent(newSettings)
             } catch {
-                environment.emit("agent", [.init(key: "kind", value: .string("error")),
-                                           .init(key: "message", value: .string("cannot restart the download agent: \(error)"))])
+                emitAgent("error", [.init(key: "message", value: .string("cannot restart the download agent: \(error)"))])
                 return
             }
             _ = await restore()
         }
-        environment.emit("agent", [.init(key: "kind", value: .string("reloaded")),
-                                   .init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
+        emitAgent("reloaded", [.init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
                                    .init(key: "allowsExpensive", value: .bool(newSettings.allowsExpensive)),
                                    .init(key: "changed", value: .bool(newSettings != old))])
     }
@@ -103,14 +100,7 @@ actor AgentService {
     /// Records and reports a new path.
     func pathChanged(_ newPath: NetworkPath) {
         path = newPath
-        environment.emit("path", [
-            .init(key: "status", value: .string(newPath.status.rawValue)),
-            .init(key: "reason", value: .string(newPath.unsatisfiedReason?.rawValue)),
-            .init(key: "connection", value: .string(newPath.connection.rawValue)),
-            .init(key: "interface", value: .string(newPath.isSatisfied ? newPath.primaryInterface?.name : nil)),
-            .init(key: "sourceAddress", value: .string(newPath.primaryRoute?.sourceAddress)),
-            .init(key: "isExpensive", value: .bool(newPath.isExpensive)),
-        ])
+        environment.emit(EventSchema.pathLine(newPath, at: environment.now()))
         refreshSummary()
     }
 
@@ -134,7 +124,7 @@ actor AgentService {
                                                         options: DownloadOptions(expectedSHA256: sha256,
                                                                                  allowsExpensive: settings.allowsExpensive))
                 observe(download)
-                environment.emit("download", Self.fields(download) + [.init(key: "kind", value: .string("queued"))])
+                emitDownload(.queued, download)
                 refreshSummary()
                 return .success(id: id, download: Self.snapshot(download))
             } catch {
@@ -220,17 +210,15 @@ actor AgentService {
     private nonisolated func observe(_ download: Download, skipping: Int = 0) {
         let interval = environment.progressInterval
         let emit = environment.emit
+        let now = environment.now
         Task {
             var last = ContinuousClock.now
             for await progress in download.progressUpdates {
                 guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
                 last = ContinuousClock.now
-                emit("download", Self.fields(download) + [
-                    .init(key: "kind", value: .string("progress")),
-                    .init(key: "bytesReceived", value: .integer(Int(progress.bytesReceived))),
-                    .init(key: "totalBytes", value: progress.totalBytes.map { .integer(Int($0)) } ?? .null),
-                    .init(key: "bytesPerSecond", value: .integer(Int(progress.bytesPerSecond))),
-                ])
+                var facts = EventSchema.DownloadFacts(download)
+                (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+                emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
             }
         }
         Task { [weak self] in
@@ -238,7 +226,7 @@ actor AgentService {
             for await event in download.events {
                 index += 1
                 guard index > skipping, let self else { continue }
-                self.environment.emit("download", Self.fields(download) + Self.fields(event))
+                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now()))
                 await self.downloadEventArrived(download, event)
             }
         }
@@ -333,26 +321,12 @@ actor AgentService {
                                 bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
     }
 
-    static func fields(_ download: Download) -> [JSONValue.Member] {
-        [.init(key: "id", value: .string(download.id.uuidString.lowercased())),
-         .init(key: "url", value: .string(download.url.absoluteString)),
-         .init(key: "destination", value: .string(download.destination.path))]
+    private func emitDownload(_ name: EventSchema.DownloadEventName, _ download: Download,
+                              _ fields: [JSONValue.Member] = []) {
+        environment.emit(EventSchema.downloadLine(name, EventSchema.DownloadFacts(download), at: environment.now(), fields))
     }
 
-    static func fields(_ event: DownloadEvent) -> [JSONValue.Member] {
-        func kind(_ name: String) -> JSONValue.Member { .init(key: "kind", value: .string(name)) }
-        switch event {
-        case .started: return [kind("started")]
-        case .resumed(let offset): return [kind("resumed"), .init(key: "offset", value: .integer(Int(offset)))]
-        case .waitingForConnectivity: return [kind("waitingForConnectivity")]
-        case .restartedFromZero(let reason): return [kind("restartedFromZero"), .init(key: "reason", value: .string(reason))]
-        case .retrying(let delay, let error):
-            let milliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
-            return [kind("retrying"), .init(key: "afterMs", value: .integer(Int(milliseconds))),
-                    .init(key: "error", value: .string(error.description))]
-        case .paused: return [kind("paused")]
-        case .completed: return [kind("completed")]
-        case .failed(let error): return [kind("failed"), .init(key: "error", value: .string(error.description))]
-        }
+    private func emitAgent(_ event: String, _ fields: [JSONValue.Member]) {
+        environment.emit(EventSchema.line(.agent, event, at: environment.now(), fields))
     }
 }

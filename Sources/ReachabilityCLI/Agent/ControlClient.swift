@@ -48,7 +48,7 @@ struct ControlClient: Sendable {
         guard !line.isEmpty, let response = try? ControlCodec.decodeResponse(line) else {
             throw CommandFailure(message: "the agent on \(stateDirectory) closed the connection without a reply", exitCode: .failure)
         }
-        if let error = response.error, error.code == "permissionDenied" {
+        if let error = response.error, error.code == .permissionDenied {
             throw CommandFailure(message: "the agent refused the connection: \(error.message)", exitCode: .noPermission)
         }
         return response

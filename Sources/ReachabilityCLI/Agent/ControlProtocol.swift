@@ -41,11 +41,16 @@ enum ControlRequestID: Codable, Sendable, Hashable {
     }
 }
 
+/// The commands of the protocol, as spelled on the wire.
+enum ControlCommandName: String, Codable, Sendable, CaseIterable {
+    case add, list, pause, resume, cancel, status
+}
+
 /// One request line as it travels.
 struct ControlRequest: Codable, Sendable, Equatable {
     var version: Int
     var id: ControlRequestID?
-    var command: String
+    var command: ControlCommandName
     var url: String?
     var output: String?
     var sha256: String?
@@ -54,18 +59,38 @@ struct ControlRequest: Codable, Sendable, Equatable {
     init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
         self.id = id
+        self.command = command.name
         switch command {
         case .add(let url, let output, let sha256):
-            self.command = "add"
             self.url = url.absoluteString
             self.output = output
             self.sha256 = sha256
-        case .list: self.command = "list"
-        case .status: self.command = "status"
-        case .pause(let download): self.command = "pause"; self.download = download
-        case .resume(let download): self.command = "resume"; self.download = download
-        case .cancel(let download): self.command = "cancel"; self.download = download
+        case .pause(let download), .resume(let download), .cancel(let download):
+            self.download = download
+        case .list, .status:
+            break
         }
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case version, id, command, url, output, sha256, download
+    }
+
+    /// Decodes like the synthesized init, except that an unknown command name is reported as
+    /// `unknownCommand` (with the id) rather than as a malformed request.
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        version = try container.decode(Int.self, forKey: .version)
+        id = try container.decodeIfPresent(ControlRequestID.self, forKey: .id)
+        let name = try container.decode(String.self, forKey: .command)
+        guard let command = ControlCommandName(rawValue: name) else {
+            throw ControlRejection(id: id, error: .unknownCommand(name))
+        }
+        self.command = command
+        url = try container.decodeIfPresent(String.self, forKey: .url)
+        output = try container.decodeIfPresent(String.self, forKey: .output)
+        sha256 = try container.decodeIfPresent(String.self, forKey: .sha256)
+        download = try container.decodeIfPresent(String.self, forKey: .download)
     }
 }
 
@@ -83,34 +108,57 @@ enum ControlCommand: Sendable, Equatable {
     case cancel(String)
     /// The agent itself: path, limits, counts.
     case status
+
+    /// The name on the wire.
+    var name: ControlCommandName {
+        switch self {
+        case .add: .add
+        case .list: .list
+        case .pause: .pause
+        case .resume: .resume
+        case .cancel: .cancel
+        case .status: .status
+        }
+    }
+}
+
+/// Machine-readable error kinds; an unknown code from a newer agent decodes as `failed`.
+enum ControlErrorCode: String, Codable, Sendable, CaseIterable {
+    case malformed, tooLarge, unsupportedVersion, unknownCommand, invalidArgument, notFound, ambiguous
+    case permissionDenied, failed
+
+    init(from decoder: any Decoder) throws {
+        self = ControlErrorCode(rawValue: try decoder.singleValueContainer().decode(String.self)) ?? .failed
+    }
 }
 
 /// A protocol-level failure, sent as `{"code":..., "message":...}`.
 struct ControlError: Error, Codable, Sendable, Equatable, CustomStringConvertible {
     /// Stable, machine-readable kind.
-    var code: String
+    var code: ControlErrorCode
     /// For people.
     var message: String
 
     var description: String { message }
 
-    static func malformed(_ detail: String) -> ControlError { ControlError(code: "malformed", message: "malformed request: \(detail)") }
+    static func malformed(_ detail: String) -> ControlError { ControlError(code: .malformed, message: "malformed request: \(detail)") }
     static func tooLarge() -> ControlError {
-        ControlError(code: "tooLarge", message: "request longer than \(ControlProtocol.maximumRequestSize) bytes")
+        ControlError(code: .tooLarge, message: "request longer than \(ControlProtocol.maximumRequestSize) bytes")
     }
     static func unsupportedVersion(_ version: Int) -> ControlError {
-        ControlError(code: "unsupportedVersion", message: "unsupported protocol version \(version) (this agent speaks \(ControlProtocol.version))")
+        ControlError(code: .unsupportedVersion, message: "unsupported protocol version \(version) (this agent speaks \(ControlProtocol.version))")
     }
     static func unknownCommand(_ command: String) -> ControlError {
-        ControlError(code: "unknownCommand", message: "unknown command '\(command)' (expected add, list, pause, resume, cancel, status)")
+        let names = ControlCommandName.allCases.map(\.rawValue).joined(separator: ", ")
+        return ControlError(code: .unknownCommand, message: "unknown command '\(command)' (expected \(names))")
     }
-    static func invalidArgument(_ detail: String) -> ControlError { ControlError(code: "invalidArgument", message: detail) }
-    static func notFound(_ id: String) -> ControlError { ControlError(code: "notFound", message: "no download with ID '\(id)'") }
-    static func ambiguous(_ id: String) -> ControlError { ControlError(code: "ambiguous", message: "'\(id)' matches more than one download; give more of the ID") }
+    static func invalidArgument(_ detail: String) -> ControlError { ControlError(code: .invalidArgument, message: detail) }
+    static func notFound(_ id: String) -> ControlError { ControlError(code: .notFound, message: "no download with ID '\(id)'") }
+    static func ambiguous(_ id: String) -> ControlError { ControlError(code: .ambiguous, message: "'\(id)' matches more than one download; give more of the ID") }
     static func refused(uid: UInt32) -> ControlError {
-        ControlError(code: "permissionDenied", message: "uid \(uid) may not control this agent (only its own user or root)")
+        ControlError(code: .permissionDenied, message: "uid \(uid) may not control this agent (only its own user or root)")
     }
-    static func failed(_ detail: String) -> ControlError { ControlError(code: "failed", message: detail) }
+    static func failed(_ detail: String) -> ControlError { ControlError(code: .failed, message: detail) }
 }
 
 /// A download as the control protocol and `queue list` show it.
@@ -155,13 +203,15 @@ struct ControlResponse: Codable, Sendable, Equatable {
     var download: DownloadSnapshot?
     var downloads: [DownloadSnapshot]?
     var status: AgentStatusSnapshot?
+    /// OpenMetrics text, for `metrics`.
+    var metrics: String?
 
     static func failure(_ error: ControlError, id: ControlRequestID?) -> ControlResponse {
         ControlResponse(id: id, ok: false, error: error)
     }
     static func success(id: ControlRequestID?, download: DownloadSnapshot? = nil, downloads: [DownloadSnapshot]? = nil,
-                        status: AgentStatusSnapshot? = nil) -> ControlResponse {
-        ControlResponse(id: id, ok: true, download: download, downloads: downloads, status: status)
+                        status: AgentStatusSnapshot? = nil, metrics: String? = nil) -> ControlResponse {
+        ControlResponse(id: id, ok: true, download: download, downloads: downloads, status: status, metrics: metrics)
     }
 }
 
@@ -182,6 +232,8 @@ enum ControlCodec {
         let request: ControlRequest
         do {
             request = try JSONDecoder().decode(ControlRequest.self, from: data)
+        } catch let rejection as ControlRejection {
+            return .failure(rejection)
         } catch {
             // Salvage the id for the error reply when the object parses but a field does not.
             let id = (try? JSONDecoder().decode(IDOnly.self, from: data))?.id
@@ -192,7 +244,7 @@ enum ControlCodec {
             return .failure(ControlRejection(id: id, error: .unsupportedVersion(request.version)))
         }
         switch request.command {
-        case "add":
+        case .add:
             guard let text = request.url, let url = URL(string: text),
                   let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("add needs an http or https 'url'")))
@@ -204,17 +256,18 @@ enum ControlCodec {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("'sha256' must be 64 hex digits")))
             }
             return .success((id, .add(url: url, output: request.output, sha256: request.sha256?.lowercased())))
-        case "list": return .success((id, .list))
-        case "status": return .success((id, .status))
-        case "pause", "resume", "cancel":
+        case .list: return .success((id, .list))
+        case .status: return .success((id, .status))
+        case .pause, .resume, .cancel:
             guard let download = request.download, !download.isEmpty else {
-                return .failure(ControlRejection(id: id, error: .invalidArgument("\(request.command) needs a 'download' ID")))
+                return .failure(ControlRejection(id: id, error: .invalidArgument("\(request.command.rawValue) needs a 'download' ID")))
             }
-            let command: ControlCommand = request.command == "pause" ? .pause(download)
-                : request.command == "resume" ? .resume(download) : .cancel(download)
+            let command: ControlCommand = switch request.command {
+            case .pause: .pause(download)
+            case .resume: .resume(download)
+            default: .cancel(download)
+            }
             return .success((id, command))
-        default:
-            return .failure(ControlRejection(id: id, error: .unknownCommand(request.command)))
         }
     }
 

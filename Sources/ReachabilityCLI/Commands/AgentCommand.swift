@@ -2,6 +2,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 
@@ -11,7 +12,7 @@ struct AgentCommand: Command {
     static let abstract = "Run the download agent: resume unfinished downloads, follow the network path, accept queue commands."
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
-        help: "State directory (socket, lock, log, resume records). Default: /var/lib/reachability as root, else $XDG_STATE_HOME/reachability (~/.local/state/reachability).")
+        help: "State directory (socket, lock, log, resume records). Default: $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability.")
     static let maximumConcurrent = Option.value(
         "max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4).")
     static let noExpensive = Option.flag(
@@ -30,7 +31,8 @@ struct AgentCommand: Command {
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
 
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
-        the state directory, socket or monitor failure); 78 for a bad agent.conf line.
+        the state directory, socket or monitor failure); 78 for a bad agent.conf line or an unsafe \
+        state directory (another user's, or writable by others: the message says how to fix it).
         """ + "\n\n" + MonitorOptions.discussion
 
     var stateDirectoryArgument: String?
@@ -59,9 +61,11 @@ struct AgentCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let directory = AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment, isRoot: geteuid() == 0)
-        try AgentStateDirectory.prepare(directory)
-        let lock = try AgentStateDirectory.lock(directory)
+        let checked = try AgentStateDirectory.prepare(
+            try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
+                                                               system: .current(context)))
+        let directory = checked.path
+        let lock = try AgentStateDirectory.lock(checked)
         _ = lock   // held until the process exits; flock is released by the kernel even after SIGKILL
 
         let configurationPath = AgentStateDirectory.configurationPath(in: directory)
@@ -74,11 +78,12 @@ struct AgentCommand: Command {
         let log = try RotatingLogFile(path: AgentStateDirectory.logPath(in: directory), maximumSize: logSizeLimit)
         let output = context.output
         let now = context.now
-        let emit: @Sendable (String, [JSONValue.Member]) -> Void = { event, fields in
-            let line = JSONValue.object([.init(key: "time", value: .string(PathText.timestamp(now()))),
-                                         .init(key: "event", value: .string(event))] + fields).serialized
+        let emitLine: @Sendable (String) -> Void = { line in
             output.line(line)
             log.append(line)
+        }
+        let emit: @Sendable (EventSchema.Kind, String, [JSONValue.Member]) -> Void = { kind, event, fields in
+            emitLine(EventSchema.line(kind, event, at: now(), fields))
         }
         let notifier = SystemdNotifier(environment: context.environment)
 
@@ -95,11 +100,11 @@ struct AgentCommand: Command {
                                                        logger: logger),
                                   paths: source.paths)
             },
-            emit: emit,
+            emit: emitLine,
             summaryChanged: { summary in notifier.notify("STATUS=\(summary)") },
             now: now))
 
-        emit("agent", [.init(key: "kind", value: .string("started")), .init(key: "pid", value: .integer(Int(getpid()))),
+        emit(.agent, "started", [.init(key: "pid", value: .integer(Int(getpid()))),
                        .init(key: "stateDirectory", value: .string(directory)),
                        .init(key: "maxConcurrent", value: .integer(initialSettings.maximumConcurrentDownloads)),
                        .init(key: "allowsExpensive", value: .bool(initialSettings.allowsExpensive))])
@@ -114,14 +119,16 @@ struct AgentCommand: Command {
             server = try ControlServer(
                 path: AgentStateDirectory.socketPath(in: directory),
                 handler: { command, id in await service.handle(command, id: id) },
-                observer: { event in emit("control", Self.fields(event)) })
+                observer: { event in
+                    let (name, fields) = Self.describe(event)
+                    emit(.control, name, fields)
+                })
         } catch {
             await service.shutdown()
             throw CommandFailure(message: "cannot listen on \(AgentStateDirectory.socketPath(in: directory)): \(error)", exitCode: .failure)
         }
         defer { server.stop() }
-        emit("agent", [.init(key: "kind", value: .string("listening")),
-                       .init(key: "socket", value: .string(server.path))])
+        emit(.agent, "listening", [.init(key: "socket", value: .string(server.path))])
         notifier.notify("READY=1")
 
         let watchdog = notifier.watchdogInterval.map { interval in
@@ -135,17 +142,12 @@ struct AgentCommand: Command {
         }
         defer { watchdog?.cancel() }
 
-        // A parent may hand down a mask blocking these (Foundation's Process started from a
-        // dispatch thread does); a process-directed signal needs one thread that accepts it.
-        var mask = sigset_t()
-        sigemptyset(&mask)
-        for number in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&mask, number) }
-        pthread_sigmask(SIG_UNBLOCK, &mask, nil)
+        // `main` unblocked these for the process (a parent may hand down a mask blocking them).
         let (signals, signalContinuation) = AsyncStream.makeStream(of: AgentSignal.self)
-        let removeInterrupt = await context.onInterrupt { signalContinuation.yield(.terminate) }
-        defer { removeInterrupt() }
-        let removeHangup = await HangupSignal.install { signalContinuation.yield(.reload) }
-        defer { removeHangup() }
+        let removeHandlers = await context.onSignals([SIGINT, SIGTERM, SIGHUP]) { number in
+            signalContinuation.yield(number == SIGHUP ? .reload : .terminate)
+        }
+        defer { removeHandlers() }
 
         for await signal in signals {
             switch signal {
@@ -155,13 +157,12 @@ struct AgentCommand: Command {
                     notifier.notify("RELOADING=1")
                     await service.reload(newSettings)
                 } catch {
-                    emit("agent", [.init(key: "kind", value: .string("reloadFailed")),
-                                   .init(key: "message", value: .string("\(error)"))])
+                    emit(.agent, "reloadFailed", [.init(key: "message", value: .string("\(error)"))])
                 }
                 notifier.notify("READY=1")
             case .terminate:
                 notifier.notify("STOPPING=1")
-                emit("agent", [.init(key: "kind", value: .string("stopping"))])
+                emit(.agent, "stopping", [])
                 server.stop()
                 // Checkpointing is quick (fsync + record per transfer); bound it anyway so the
                 // process always exits within systemd's and the issue's 2 s.
@@ -172,7 +173,7 @@ struct AgentCommand: Command {
                     group.cancelAll()
                     return first
                 }
-                emit("agent", [.init(key: "kind", value: .string("stopped")), .init(key: "checkpointed", value: .bool(finished))])
+                emit(.agent, "stopped", [.init(key: "checkpointed", value: .bool(finished))])
                 signalContinuation.finish()
             }
         }
@@ -181,27 +182,20 @@ struct AgentCommand: Command {
 
     private enum AgentSignal: Sendable { case terminate, reload }
 
-    static func fields(_ event: ControlServerEvent) -> [JSONValue.Member] {
+    /// A control-server event as an event name and fields.
+    static func describe(_ event: ControlServerEvent) -> (String, [JSONValue.Member]) {
         switch event {
         case .refused(let peer):
-            return [.init(key: "kind", value: .string("refused")), .init(key: "uid", value: .integer(Int(peer.uid))),
-                    .init(key: "pid", value: .integer(Int(peer.pid)))]
+            return ("refused", [.init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
         case .request(let command, let peer):
-            return [.init(key: "kind", value: .string("request")), .init(key: "command", value: .string(ControlRequest(id: nil, command: command).command)),
-                    .init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))]
+            return ("request", [.init(key: "command", value: .string(ControlRequest(id: nil, command: command).command.rawValue)),
+                                .init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
         case .rejected(let error, let peer):
-            return [.init(key: "kind", value: .string("rejected")), .init(key: "code", value: .string(error.code)),
-                    .init(key: "message", value: .string(error.message)), .init(key: "uid", value: .integer(Int(peer.uid)))]
+            return ("rejected", [.init(key: "code", value: .string(error.code.rawValue)),
+                                 .init(key: "message", value: .string(error.message)), .init(key: "uid", value: .integer(Int(peer.uid)))])
         case .error(let message):
-            return [.init(key: "kind", value: .string("error")), .init(key: "message", value: .string(message))]
+            return ("error", [.init(key: "message", value: .string(message))])
         }
     }
 }
 
-/// SIGHUP through a DispatchSource (the default action, terminate, is switched off while installed).
-enum HangupSignal {
-    /// SIGHUP through the same registration-aware installer as SIGINT/SIGTERM.
-    static func install(_ handler: @escaping @Sendable () -> Void) async -> @Sendable () -> Void {
-        await InterruptSignals.installReportingNumber(for: [SIGHUP]) { _ in handler() }
-    }
-}

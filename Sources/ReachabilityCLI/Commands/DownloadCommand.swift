@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 
@@ -11,7 +12,7 @@ struct DownloadCommand: Command {
     static let abstract = "Download URLs, waiting out network outages and resuming where they stopped."
     static let output = Option.value(
         "output", short: "o", valueName: "file",
-        help: "Write the file here (one URL only). Default: the URL's last path component.")
+        help: "Write the file here (one URL only); '-' writes it to stdout once it is complete and verified. Default: the URL's last path component.")
     static let directory = Option.value(
         "directory", short: "d", valueName: "dir",
         help: "Put downloaded files in this directory (default: the current directory).")
@@ -26,36 +27,64 @@ struct DownloadCommand: Command {
         "no-expensive", help: "Never use an expensive (cellular-like) path; wait for another one.")
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
-        help: "Where resume data is kept (default $XDG_STATE_HOME/reachability, ~/.local/state/reachability, or /var/lib/reachability as root).")
+        help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
         help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path. Default: wait forever.")
     static let json = Option.flag(
-        "json", help: "Print one JSON object per event on stdout (NDJSON) instead of text lines on stderr.")
+        "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
+    static let quiet = Option.flag(
+        "quiet", short: "q", help: "Print no events and no progress bars; errors are still printed.")
+    static let header = Option.repeating(
+        "header", short: "H", valueName: "name: value",
+        help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own.")
+    static let limitRate = Option.value(
+        "limit-rate", valueName: "speed",
+        help: "Receive at most this many bytes per second per download; k, m, g suffixes (1k = 1024).")
+    static let certificateAuthorities = Option.value(
+        "cacert", valueName: "file",
+        help: "Trust the certificate authorities in this PEM file instead of the system's.")
+    static let insecure = Option.flag(
+        "insecure", short: "k",
+        help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
+    static let proxy = Option.value(
+        "proxy", short: "x", valueName: "url",
+        help: "Use this proxy (http://, https://, socks5h://). Default: http_proxy, https_proxy, all_proxy and no_proxy, as curl; '' for none.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
-    static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json]
+    static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json, quiet,
+                          header, limitRate, certificateAuthorities, insecure, proxy]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
         Each file is written to NAME.part and moved to NAME only once it is complete (and matches \
         --sha256). A destination that already exists is never overwritten: delete it first; if it \
-        matches --sha256 it counts as complete and nothing is downloaded. \
+        matches --sha256, or an interrupted run of the same command completed it, it counts as \
+        complete and nothing is downloaded. \
         Interrupting (Ctrl-C, SIGTERM) pauses and keeps the resume data; running the same command \
         again (same URL and destination) continues from the stored offset, if the server's ETag or \
-        Last-Modified still match. A progress bar per download is drawn on stderr when it is a \
+        Last-Modified still match; a second Ctrl-C quits without waiting for the checkpoint. \
+        A progress bar per download is drawn on stderr when it is a \
         terminal; otherwise events are printed one per line.
         """ + "\n\n" + """
-        Exit status: 0 every file complete and verified; 1 a download failed (HTTP error, checksum \
-        mismatch, repeated network errors); 64 usage error; 73 a destination already exists or cannot \
-        be created; 75 gave up waiting for the network (--max-outage), resume data kept; 77 --netns \
-        without privilege; 78 bad classify.conf; 130 interrupted by SIGINT, 143 by SIGTERM (paused, \
-        resume data kept).
+        Proxies: libcurl's environment variables are honoured as by curl (http_proxy, https_proxy, \
+        all_proxy, no_proxy); --proxy overrides them. A proxy that cannot be reached is named in the error.
+        """ + "\n\n" + """
+        Exit status: 0 every file complete and verified; 1 a download failed for good (HTTP error, \
+        checksum mismatch, untrusted certificate, bad reply; nothing is kept); 64 usage error; \
+        73 a destination already exists (also one that appears meanwhile: it is never replaced), \
+        cannot be created or written, or its NAME.part is not a regular file of yours; 74 the disk is full or \
+        failed; 75 gave up for now (--max-outage, or the server kept failing): run the same command \
+        again; 77 --netns without privilege; 66 no such network namespace; 78 bad classify.conf or an \
+        unsafe state directory (the message says the fix); \
+        130 interrupted by SIGINT, 143 by SIGTERM. Only failures that say "resume data kept" keep it.
         """ + "\n\n" + MonitorOptions.discussion
 
     /// One URL and where it goes.
     struct Job: Sendable, Equatable {
         var url: URL
         var destination: URL
+        /// `-o -`: the destination is a file in the state directory, written to stdout when done.
+        var isStandardOutput = false
     }
 
     /// Downloads transferring at once (the agent's default); further URLs wait for a slot.
@@ -69,7 +98,16 @@ struct DownloadCommand: Command {
     var stateDirectoryOverride: String?
     var maximumOutageWait: Duration?
     var isJSON: Bool
+    var isQuiet: Bool
+    var headers: [String]
+    var maximumBytesPerSecond: Int64?
+    var certificateAuthorityFile: String?
+    var verifiesCertificates: Bool
+    var proxyURL: String?
     var monitor: MonitorOptions
+
+    /// `-o -`.
+    var writesToStandardOutput: Bool { explicitOutput == "-" }
 
     init(arguments: ParsedArguments) throws {
         urls = try arguments.positional(Self.urls).map(Self.parseURL)
@@ -82,7 +120,7 @@ struct DownloadCommand: Command {
             if directory != nil {
                 throw UsageError("'\(Self.output.synopsis)' and '\(Self.directory.synopsis)' cannot be used together")
             }
-            if explicitOutput.isEmpty || explicitOutput.hasSuffix("/") {
+            if explicitOutput.isEmpty || (explicitOutput.hasSuffix("/") && explicitOutput != "-") {
                 throw UsageError.invalidValue(explicitOutput, for: Self.output, "expected a file name")
             }
         }
@@ -107,9 +145,39 @@ struct DownloadCommand: Command {
             maximumOutageWait = .milliseconds(Int64(seconds * 1000))
         }
         isJSON = arguments.isSet(Self.json)
+        isQuiet = arguments.isSet(Self.quiet)
+        headers = try arguments.values(Self.header).map { line in
+            if let problem = HeaderValidation.problem(with: line) {
+                throw UsageError.invalidValue(line, for: Self.header, problem)
+            }
+            return line
+        }
+        if let text = arguments.value(Self.limitRate) {
+            guard let rate = Self.parseRate(text) else {
+                throw UsageError.invalidValue(text, for: Self.limitRate, "expected bytes per second, like 500k or 2m")
+            }
+            maximumBytesPerSecond = rate
+        }
+        if let file = arguments.value(Self.certificateAuthorities) {
+            guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
+            certificateAuthorityFile = file
+        }
+        verifiesCertificates = !arguments.isSet(Self.insecure)
+        proxyURL = arguments.value(Self.proxy)
+        if let proxyURL, !proxyURL.isEmpty {
+            guard let components = URLComponents(string: proxyURL), components.host?.isEmpty == false,
+                  let scheme = components.scheme?.lowercased(),
+                  ["http", "https", "socks4", "socks4a", "socks5", "socks5h"].contains(scheme) else {
+                throw UsageError.invalidValue(ProxyEnvironment.redacted(proxyURL), for: Self.proxy,
+                                              "expected a proxy URL like http://host:3128 or socks5h://host:1080")
+            }
+        }
         monitor = try MonitorOptions(arguments: arguments)
-        if explicitOutput == nil {
-            for url in urls where Self.defaultFileName(for: url) == nil {
+        if writesToStandardOutput && isJSON {
+            throw UsageError("'\(Self.output.synopsis)' '-' and '\(Self.json.synopsis)' both write to stdout; use one")
+        }
+        if explicitOutput == nil || explicitOutput == "-" {
+            for url in urls where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
                 throw UsageError("Cannot name a file after '\(url.absoluteString)' (no file name in its path); use '\(Self.output.synopsis)'")
             }
         }
@@ -134,12 +202,36 @@ struct DownloadCommand: Command {
         return name
     }
 
-    /// Where each URL goes, relative paths resolved against `workingDirectory`.
-    func jobs(workingDirectory: String) throws -> [Job] {
+    /// `500k`, `2m`, `1g`, `12345` (bytes per second; k = 1024, as curl).
+    static func parseRate(_ text: String) -> Int64? {
+        let lower = text.lowercased()
+        let multipliers: [Character: Double] = ["k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024]
+        var number = Substring(lower)
+        var multiplier = 1.0
+        if let last = lower.last, let factor = multipliers[last] {
+            number = number.dropLast()
+            multiplier = factor
+        }
+        guard let value = Double(number), value.isFinite, value > 0 else { return nil }
+        let rate = value * multiplier
+        guard rate >= 1, rate < 1e15 else { return nil }
+        return Int64(rate)
+    }
+
+    /// Where each URL goes, relative paths resolved against `workingDirectory`; `-o -` downloads
+    /// into `stateRoot/stdout/` first.
+    func jobs(workingDirectory: String, stateRoot: URL? = nil) throws -> [Job] {
         let base = URL(fileURLWithPath: workingDirectory, isDirectory: true)
         let jobs = urls.map { url -> Job in
             let destination: URL
-            if let explicitOutput {
+            if writesToStandardOutput {
+                let root = stateRoot ?? base
+                let name = Self.defaultFileName(for: url) ?? "download"
+                let key = DownloadStateDirectory.jobDirectory(for: Job(url: url, destination: URL(fileURLWithPath: "/dev/stdout")),
+                                                              in: root).lastPathComponent
+                return Job(url: url, destination: root.appendingPathComponent("stdout/\(key)/\(name)").standardizedFileURL,
+                           isStandardOutput: true)
+            } else if let explicitOutput {
                 destination = URL(fileURLWithPath: explicitOutput, relativeTo: base)
             } else {
                 let folder = directory.map { URL(fileURLWithPath: $0, isDirectory: true, relativeTo: base) } ?? base
@@ -154,40 +246,57 @@ struct DownloadCommand: Command {
         return jobs
     }
 
+    /// A download that did not finish, reported after the others.
+    struct JobFailure: Sendable {
+        var job: Job
+        var message: String
+        var exitCode: ExitCode
+    }
+
     func run(in context: CommandContext) async throws -> ExitCode {
-        let jobs = try jobs(workingDirectory: FileManager.default.currentDirectoryPath)
         if let namespace = monitor.networkNamespace, context.environment[NamespaceReexec.marker] != namespace,
            NamespaceReexec.isToolProcess {
             _ = try monitor.configuration(in: context)   // privilege (77) and classify.conf (78) errors first
             try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
         }
         let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
-                                                           isRoot: geteuid() == 0)
+                                                           system: .current(context))
+        let jobs = try jobs(workingDirectory: context.currentDirectory, stateRoot: stateRoot)
         try DownloadStateDirectory.create(stateRoot)
         // Missing folders are made (as `-d` implies); otherwise the agent would fail later with a
-        // file-system error that reads as resumable.
+        // file-system error. Walked from / without following links someone else could plant.
         for folder in Set(jobs.map { $0.destination.deletingLastPathComponent() }) {
             do {
-                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                _ = try CheckedDirectory.open(folder.path, policy: .shared, creating: true,
+                                              mode: writesToStandardOutput ? 0o700 : 0o777)
             } catch {
                 throw CommandFailure(message: "cannot create \(folder.path): \(TextFormat.reason(error))", exitCode: .cannotCreate)
             }
         }
+        if !verifiesCertificates {
+            context.errorOutput.line("warning: --insecure: the server's certificate is not checked, so anyone on the network path can read and change what is downloaded\(expectedSHA256 == nil ? " (--sha256 would catch a changed file)" : "")")
+        }
 
         let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
-        let reporter = DownloadReporter(context: context, isJSON: isJSON,
-                                        drawsProgress: DownloadReporter.standardErrorIsTerminal(),
-                                        usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true)
+        let reporter = DownloadReporter(context: context, isJSON: isJSON, drawsProgress: context.isTerminal(2),
+                                        usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true, isQuiet: isQuiet)
 
         let errorOutput = context.errorOutput
         let logger = monitor.isVerbose
             ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line($0) })
             : .silent
         let options = DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive)
-        let makeConfiguration: @Sendable (URL) -> DownloadAgent.Configuration = { [maximumOutageWait] state in
+        let makeConfiguration: @Sendable (URL) -> DownloadAgent.Configuration = { [self] state in
             var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait,
                                                             logger: logger)
+            configuration.additionalHeaders = headers
+            configuration.maximumBytesPerSecond = maximumBytesPerSecond
+            configuration.certificateAuthorityFile = certificateAuthorityFile.map {
+                URL(fileURLWithPath: $0, relativeTo: URL(fileURLWithPath: context.currentDirectory, isDirectory: true))
+            }
+            configuration.verifiesCertificates = verifiesCertificates
+            configuration.proxy = proxyURL
             DownloadTuning.apply(context.environment, to: &configuration)
             return configuration
         }
@@ -196,7 +305,7 @@ struct DownloadCommand: Command {
 
         // One job's life: open (restore or create), follow its events until it ends or the
         // command is interrupted. Failures to open are reported with the others at the end.
-        @Sendable func runJob(_ job: Job) async -> (Job, String, ExitCode)? {
+        @Sendable func runJob(_ job: Job) async -> JobFailure? {
             guard !registry.isInterrupted else { return nil }
             let session: DownloadSession
             do {
@@ -204,42 +313,51 @@ struct DownloadCommand: Command {
                 session = try await DownloadSession.open(job, stateRoot: stateRoot, paths: source.paths,
                                                          configuration: makeConfiguration, options: options)
             } catch let failure as CommandFailure {
-                return (job, failure.message, failure.exitCode)
-            } catch is AlreadyComplete {
-                reporter.reportAlreadyComplete(job)
+                return JobFailure(job: job, message: failure.message, exitCode: failure.exitCode)
+            } catch let complete as AlreadyComplete {
+                registry.markAlreadyComplete(job)
+                reporter.reportAlreadyComplete(job, reason: complete.reason)
                 return nil
             } catch {
-                return (job, "\(error)", .failure)
-            }
-            let stored = session.download.options.expectedSHA256
-            if let expectedSHA256, stored != expectedSHA256 {
-                // The resume record keeps the options the download started with.
-                context.errorOutput.line("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored")
+                return JobFailure(job: job, message: "\(error)", exitCode: .failure)
             }
             if !registry.add(session) {
                 await session.agent.shutdown()   // the interrupt came while it was opening
                 return nil
             }
             await reporter.follow(session.download)
-            await session.agent.shutdown()   // frees its engine thread; records of unfinished work are kept
             return nil
         }
 
-        let interruption = Atomic<Int32>(0)
+        let run = RunControl()
+        // Installed before any transfer starts, so no signal finds the default action.
+        let removeHandler = await context.onSignals([SIGINT, SIGTERM]) { number in
+            guard run.firstInterruption(number) else {
+                // A second Ctrl-C while pausing: stop waiting for the checkpoint. The last one is
+                // still a valid resume point (the partial file is cut back to it on the next run).
+                run.finish(nil)
+                return
+            }
+            let running = registry.interrupt()
+            Task {
+                for session in running { await session.agent.shutdown() }
+                run.cancelWork()
+            }
+        }
         let limit = Self.maximumConcurrentDownloads
-        let work = Task {
+        run.start {
             let progress = Task { await reporter.drawProgress { registry.downloads } }
             // Each agent serves one URL, so the concurrency limit lives here: at most `limit` jobs
             // open at once; the next one starts when one ends (completes, fails, is interrupted).
-            let failures = await withTaskGroup(of: (Job, String, ExitCode)?.self) { group in
-                var failures: [(Job, String, ExitCode)] = []
+            let failures = await withTaskGroup(of: JobFailure?.self) { group in
+                var failures: [JobFailure] = []
                 var running = 0
                 for job in jobs {
                     if running == limit, let finished = await group.next() {
                         running -= 1
                         if let finished { failures.append(finished) }
                     }
-                    if Task.isCancelled { break }
+                    if Task.isCancelled || registry.isInterrupted { break }
                     group.addTask { await runJob(job) }
                     running += 1
                 }
@@ -252,63 +370,168 @@ struct DownloadCommand: Command {
             await progress.value
             return failures
         }
-        let removeHandler = await InterruptSignals.installReportingNumber { number in
-            guard interruption.compareExchange(expected: 0, desired: number, ordering: .relaxed).exchanged else {
-                // A second Ctrl-C while pausing: quit now. The last checkpoint is still a valid
-                // resume point (the partial file is truncated to it on the next run).
-                exit(128 + number)
-            }
-            let running = registry.interrupt()
-            Task {
-                for session in running { await session.agent.shutdown() }
-                work.cancel()
-            }
-        }
-        var failures = await work.value
+        let outcome = await run.result()
         removeHandler()
         reporter.finishProgress()
-        let sessions = registry.sessions
-        for session in sessions { await session.agent.shutdown(); session.close() }
-
-        let signal = interruption.load(ordering: .relaxed)
-        if signal != 0 {
-            let unfinished = sessions.filter { $0.download.state != .completed }
-            if !unfinished.isEmpty {
-                context.errorOutput.line("paused; run the same command again to resume")
-                return ExitCode(rawValue: 128 + signal)
-            }
+        guard var failures = outcome else {
+            context.errorOutput.line("interrupted again: quitting without waiting for the checkpoint; run the same command again to resume")
+            return ExitCode(rawValue: 128 + run.interruption)
         }
+        let sessions = registry.sessions
 
+        // Failures: decide what is kept before the agents stop (cancel deletes partial data and record).
         for session in sessions {
             switch session.download.state {
             case .completed:
                 continue
             case .failed(let error):
-                let code: ExitCode = error == .connectivityTimeout ? .temporaryFailure : .failure
-                let kept = error.isResumable ? " (resume data kept; run the same command again to continue)" : ""
-                failures.append((session.job, "\(error.description)\(kept)", code))
+                let verdict = DownloadFailureVerdict(error, storedBytes: session.download.progress.bytesReceived)
+                if !verdict.keepsResumeData { await session.agent.cancel(session.download) }
+                failures.append(JobFailure(job: session.job, message: "\(error.description)\(verdict.suffix)", exitCode: verdict.exitCode))
             default:
-                failures.append((session.job, "did not finish (\(session.download.state))", .failure))
+                if run.interruption == 0 {
+                    failures.append(JobFailure(job: session.job, message: "did not finish (\(session.download.state))", exitCode: .failure))
+                }
             }
         }
+        let signal = run.interruption
+        let unfinished = signal != 0 && sessions.contains { $0.download.state != .completed }
+        let isComplete = failures.isEmpty && !unfinished
+            && sessions.count + registry.alreadyComplete.count == jobs.count
+
+        // `-o -`: the verified file goes to stdout, then away.
+        if isComplete, writesToStandardOutput {
+            for job in jobs {
+                do {
+                    try Self.copyToStandardOutput(job.destination, context: context)
+                    unlink(job.destination.path)
+                    rmdir(job.destination.deletingLastPathComponent().path)
+                } catch {
+                    failures.append(JobFailure(job: job, message: "cannot write to stdout: \(TextFormat.reason(error)); the file is kept for the next run", exitCode: .ioError))
+                }
+            }
+        }
+        // Completed files stay "done" for the next run of the same command only while the batch
+        // is unfinished; a finished batch leaves nothing behind.
+        for session in sessions {
+            await session.agent.shutdown()
+            session.close(marksCompletion: !isComplete)
+        }
+        if isComplete {
+            for job in registry.alreadyComplete {
+                let directory = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
+                CompletionMarker.remove(in: directory)
+                DownloadSession.removeIfEmpty(directory)
+            }
+        }
+        if unfinished {
+            context.errorOutput.line("paused; run the same command again to resume")
+            return ExitCode(rawValue: 128 + signal)
+        }
+
         // In command-line order, whatever order they ended in.
         let order = Dictionary(jobs.enumerated().map { ($1.destination, $0) }, uniquingKeysWith: { first, _ in first })
-        failures.sort { order[$0.0.destination, default: 0] < order[$1.0.destination, default: 0] }
-        for (job, message, _) in failures {
-            context.errorOutput.line("Error: \(job.url.absoluteString): \(message)")
+        failures.sort { order[$0.job.destination, default: 0] < order[$1.job.destination, default: 0] }
+        for failure in failures {
+            context.errorOutput.line("Error: \(failure.job.url.absoluteString): \(failure.message)")
         }
-        // The most severe status wins: a hard failure over "try again later".
-        let codes = failures.map(\.2)
-        if codes.isEmpty { return .success }
-        if codes.contains(.failure) { return .failure }
-        return codes.max { $0.rawValue < $1.rawValue }!
+        return DownloadFailureVerdict.combinedExitCode(failures.map(\.exitCode))
+    }
+
+    /// Copies a finished file to stdout in 1 MiB reads.
+    static func copyToStandardOutput(_ file: URL, context: CommandContext) throws {
+        let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        defer { close(descriptor) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        while true {
+            let count = read(descriptor, buffer.baseAddress, buffer.count)
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            }
+            if count == 0 { return }
+            try context.writeStandardOutput(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+        }
+    }
+}
+
+/// How one `download` run ends: its work, the signal that interrupted it, and the first of
+/// "the work finished" or "a second signal said quit now". Signal handlers only set state here;
+/// nothing exits the process from a handler.
+final class RunControl: Sendable {
+    private struct State {
+        var interruption: Int32 = 0
+        var work: Task<Void, Never>?
+        var isWorkCancelled = false
+        var outcome: [DownloadCommand.JobFailure]??
+        var waiter: CheckedContinuation<[DownloadCommand.JobFailure]?, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    /// Records the first signal; false when one had already arrived.
+    func firstInterruption(_ number: Int32) -> Bool {
+        state.withLock { state in
+            guard state.interruption == 0 else { return false }
+            state.interruption = number
+            return true
+        }
+    }
+
+    /// The first signal's number, 0 when none arrived.
+    var interruption: Int32 { state.withLock { $0.interruption } }
+
+    /// Starts the work; its failures become the result unless a second signal came first.
+    func start(_ body: @escaping @Sendable () async -> [DownloadCommand.JobFailure]) {
+        let task = Task { self.finish(await body()) }
+        let cancelNow = state.withLock { state in
+            state.work = task
+            return state.isWorkCancelled
+        }
+        if cancelNow { task.cancel() }
+    }
+
+    /// Cancels the work (after an interrupt shut the agents down).
+    func cancelWork() {
+        let task = state.withLock { state in
+            state.isWorkCancelled = true
+            return state.work
+        }
+        task?.cancel()
+    }
+
+    /// The first result wins: the work's failures, or nil for "quit now".
+    func finish(_ outcome: [DownloadCommand.JobFailure]?) {
+        let waiter = state.withLock { state -> CheckedContinuation<[DownloadCommand.JobFailure]?, Never>? in
+            guard state.outcome == nil else { return nil }
+            state.outcome = .some(outcome)
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: outcome)
+    }
+
+    /// Waits for `finish`.
+    func result() async -> [DownloadCommand.JobFailure]? {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> [DownloadCommand.JobFailure]?? in
+                if let outcome = state.outcome { return .some(outcome) }
+                state.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
     }
 }
 
 extension ExitCode {
     /// EX_CANTCREAT: the destination exists or its directory cannot be made.
     static let cannotCreate = ExitCode(rawValue: 73)
-    /// EX_TEMPFAIL: gave up waiting for the network; running again later can succeed.
+    /// EX_IOERR: the disk filled up or failed, or stdout could not be written.
+    static let ioError = ExitCode(rawValue: 74)
+    /// EX_TEMPFAIL: gave up waiting for the network or the server; running again later can succeed.
     static let temporaryFailure = ExitCode(rawValue: 75)
 }
 
@@ -334,6 +557,7 @@ enum DownloadTuning {
 final class SessionRegistry: Sendable {
     private struct State {
         var sessions: [DownloadSession] = []
+        var alreadyComplete: [DownloadCommand.Job] = []
         var isInterrupted = false
     }
 
@@ -356,6 +580,10 @@ final class SessionRegistry: Sendable {
         }
     }
 
+    /// A job whose destination already held the wanted file.
+    func markAlreadyComplete(_ job: DownloadCommand.Job) { state.withLock { $0.alreadyComplete.append(job) } }
+
+    var alreadyComplete: [DownloadCommand.Job] { state.withLock { $0.alreadyComplete } }
     var isInterrupted: Bool { state.withLock { $0.isInterrupted } }
     var sessions: [DownloadSession] { state.withLock { $0.sessions } }
     var downloads: [Download] { sessions.map(\.download) }

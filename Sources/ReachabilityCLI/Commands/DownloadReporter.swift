@@ -15,23 +15,26 @@ final class DownloadReporter: Sendable {
     private struct State {
         var drawnLines = 0
         var reportedBytes: [UUID: Int64] = [:]
+        /// Downloads whose last event for this run (completed, failed, paused) was printed:
+        /// nothing more is printed about them, progress included.
+        var ended: Set<UUID> = []
     }
 
     private let context: CommandContext
     private let isJSON: Bool
     private let drawsProgress: Bool
     private let usesColor: Bool
+    /// `--quiet`: no event lines and no bars; errors are still printed by the command.
+    private let isQuiet: Bool
     private let state = Mutex(State())
 
-    init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool) {
+    init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool, isQuiet: Bool = false) {
         self.context = context
         self.isJSON = isJSON
-        self.drawsProgress = drawsProgress
+        self.drawsProgress = drawsProgress && !isQuiet
         self.usesColor = usesColor
+        self.isQuiet = isQuiet && !isJSON
     }
-
-    /// Whether fd 2 is a terminal (progress bars only then, so logs and pipes stay clean).
-    static func standardErrorIsTerminal() -> Bool { isatty(2) == 1 }
 
     /// Reports every event of `download` (recent ones replayed first) until it completes or fails,
     /// or the task is cancelled (interrupt: the agent was shut down and the download paused).
@@ -48,15 +51,20 @@ final class DownloadReporter: Sendable {
         var isLastFrame = false
         while true {
             let downloads = current()
-            if isJSON {
-                for download in downloads {
+            // The frame drawn after cancellation shows bars only: every download has had its last event.
+            if isJSON && !isLastFrame {
+                for download in downloads where download.state == .running {
                     let progress = download.progress
-                    let isNew = state.withLock { state in
-                        guard state.reportedBytes[download.id] != progress.bytesReceived else { return false }
+                    let line = EventSchema.downloadLine(.progress, EventSchema.DownloadFacts(download), at: context.now(),
+                                                        EventSchema.progressFields(progress))
+                    // Checked and written under the lock that `report` takes, so a progress line can
+                    // never follow the download's last event.
+                    state.withLock { state in
+                        guard !state.ended.contains(download.id),
+                              state.reportedBytes[download.id] != progress.bytesReceived else { return }
                         state.reportedBytes[download.id] = progress.bytesReceived
-                        return true
+                        context.output.line(line)
                     }
-                    if isNew { context.output.line(jsonLine(download, event: "progress", progress: progress)) }
                 }
             }
             if drawsProgress {
@@ -80,10 +88,17 @@ final class DownloadReporter: Sendable {
     // MARK: events
 
     func report(_ event: DownloadEvent, of download: Download) {
+        let name = EventSchema.describe(event).0
         if isJSON {
-            context.output.line(jsonLine(download, event: Self.name(of: event), progress: download.progress, detail: event))
+            let line = EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: context.now())
+            state.withLock { state in
+                guard !state.ended.contains(download.id) else { return }
+                if name.isTerminal { state.ended.insert(download.id) }
+                context.output.line(line)
+            }
             return
         }
+        guard !isQuiet else { return }
         let line = "\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))"
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
@@ -93,38 +108,19 @@ final class DownloadReporter: Sendable {
     }
 
     /// A destination that already held the verified file: a `completed` event without a transfer.
-    func reportAlreadyComplete(_ job: DownloadCommand.Job) {
+    func reportAlreadyComplete(_ job: DownloadCommand.Job, reason: String) {
         if isJSON {
-            let size = (try? FileManager.default.attributesOfItem(atPath: job.destination.path)[.size] as? Int) ?? nil
-            let object = JSONValue.object([
-                "time": .string(Timestamp.iso8601(context.now())), "id": .null, "url": .string(job.url.absoluteString),
-                "file": .string(job.destination.path), "event": .string("completed"), "offset": .null,
-                "bytes": size.map(JSONValue.integer) ?? .null, "total": size.map(JSONValue.integer) ?? .null,
-                "bytesPerSecond": .integer(0), "retryDelayMilliseconds": .null,
-                "reason": .string("already complete (matches --sha256)"),
-                "errorCode": .null, "httpStatus": .null, "message": .null,
-            ])
-            context.output.line(object.serialized)
-        } else {
-            let line = "\(Timestamp.iso8601(context.now())) \(job.destination.lastPathComponent): already complete (matches --sha256)"
+            let size = (try? FileManager.default.attributesOfItem(atPath: job.destination.path)[.size] as? Int).map(Int64.init)
+            let facts = EventSchema.DownloadFacts(id: nil, url: job.url.absoluteString, file: job.destination.path,
+                                                  bytes: size, total: size)
+            context.output.line(EventSchema.downloadLine(.completed, facts, at: context.now(),
+                                                         [.init(key: "reason", value: .string(reason))]))
+        } else if !isQuiet {
+            let line = "\(Timestamp.iso8601(context.now())) \(job.destination.lastPathComponent): \(reason)"
             state.withLock { state in
                 context.errorOutput.text(erase(state.drawnLines) + line + "\n")
                 state.drawnLines = 0
             }
-        }
-    }
-
-    /// The event's name in NDJSON.
-    static func name(of event: DownloadEvent) -> String {
-        switch event {
-        case .started: "started"
-        case .resumed: "resumed"
-        case .waitingForConnectivity: "waiting"
-        case .restartedFromZero: "restarted"
-        case .retrying: "retrying"
-        case .paused: "paused"
-        case .completed: "completed"
-        case .failed: "failed"
         }
     }
 
@@ -140,40 +136,6 @@ final class DownloadReporter: Sendable {
         case .completed(let url): "completed: \(url.path)"
         case .failed(let error): "failed: \(error.description)"
         }
-    }
-
-    /// One NDJSON object; every line has the same keys, absent values are null.
-    func jsonLine(_ download: Download, event: String, progress: DownloadProgress, detail: DownloadEvent? = nil) -> String {
-        var offset: JSONValue = .null
-        var delay: JSONValue = .null
-        var reason: JSONValue = .null
-        var error: DownloadError?
-        switch detail {
-        case .resumed(let at)?: offset = .integer(Int(at))
-        case .restartedFromZero(let why)?: reason = .string(why)
-        case .retrying(let after, let failure)?:
-            delay = .integer(Int(after.components.seconds * 1000 + after.components.attoseconds / 1_000_000_000_000_000))
-            error = failure
-        case .failed(let failure)?: error = failure
-        default: break
-        }
-        let object = JSONValue.object([
-            "time": .string(Timestamp.iso8601(context.now())),
-            "id": .string(download.id.uuidString.lowercased()),
-            "url": .string(download.url.absoluteString),
-            "file": .string(download.destination.path),
-            "event": .string(event),
-            "offset": offset,
-            "bytes": .integer(Int(progress.bytesReceived)),
-            "total": progress.totalBytes.map { .integer(Int($0)) } ?? .null,
-            "bytesPerSecond": .integer(Int(progress.bytesPerSecond)),
-            "retryDelayMilliseconds": delay,
-            "reason": reason,
-            "errorCode": error.map { .integer($0.errorCode) } ?? .null,
-            "httpStatus": error?.httpStatusCode.map { .integer($0) } ?? .null,
-            "message": .string(error?.description),
-        ])
-        return object.serialized
     }
 
     // MARK: bars

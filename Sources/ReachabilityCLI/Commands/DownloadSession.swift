@@ -1,5 +1,6 @@
 import FoundationEssentials
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 #if canImport(Glibc)
@@ -8,29 +9,17 @@ import Glibc
 
 /// Where `download` keeps resume data.
 enum DownloadStateDirectory {
-    /// `--state-dir`, else `$XDG_STATE_HOME/reachability` (only if absolute, per the XDG spec),
-    /// else `/var/lib/reachability` for root, else `~/.local/state/reachability`.
-    static func resolve(override: String?, environment: [String: String], isRoot: Bool) throws -> URL {
-        if let override { return URL(fileURLWithPath: override, isDirectory: true).standardizedFileURL }
-        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
-            return URL(fileURLWithPath: state, isDirectory: true).appendingPathComponent("reachability")
-        }
-        if isRoot { return URL(fileURLWithPath: "/var/lib/reachability", isDirectory: true) }
-        guard let home = environment["HOME"], home.hasPrefix("/") else {
-            throw CommandFailure(message: "cannot find a state directory: HOME is not set; use --state-dir", exitCode: .cannotCreate)
-        }
-        return URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(".local/state/reachability")
+    /// The state directory from the one resolver (see `StateDirectoryLocation`).
+    static func resolve(override: String?, environment: [String: String],
+                        system: StateDirectoryLocation.System = .current) throws -> URL {
+        URL(fileURLWithPath: try StateDirectoryLocation.resolve(explicit: override, environment: environment, system: system),
+            isDirectory: true)
     }
 
-    /// Creates the directory (and parents) with mode 0700: resume records name URLs and files.
-    static func create(_ directory: URL) throws {
-        do {
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw CommandFailure(message: "cannot create state directory \(directory.path): \(TextFormat.reason(error))",
-                                 exitCode: .cannotCreate)
-        }
+    /// Creates (0700) and checks the directory: exit 78 when it is unsafe, 73 when it cannot be made.
+    @discardableResult
+    static func create(_ directory: URL) throws -> CheckedDirectory {
+        try StateDirectoryLocation.open(directory.path)
     }
 
     /// The per-download subdirectory: a stable name from URL and destination, so running the same
@@ -49,8 +38,11 @@ enum DownloadStateDirectory {
     }
 }
 
-/// Thrown by `DownloadSession.open` when the destination already holds the file `--sha256` names.
-struct AlreadyComplete: Error {}
+/// Thrown by `DownloadSession.open` when the destination already holds the wanted file: it
+/// matches `--sha256`, or an earlier run of the same command completed it (`CompletionMarker`).
+struct AlreadyComplete: Error {
+    var reason: String
+}
 
 /// One download of the command: its own agent (so `restoreDownloads()` sees only this job's
 /// record), the lock that keeps a second process off the same partial file, and the `Download`.
@@ -59,9 +51,10 @@ final class DownloadSession: Sendable {
     let agent: DownloadAgent
     let download: Download
     private let directory: URL
-    private let lockDescriptor: Int32
+    private let lockDescriptor: FileDescriptor
 
-    private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: URL, lockDescriptor: Int32) {
+    private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: URL,
+                 lockDescriptor: FileDescriptor) {
         self.job = job
         self.directory = directory
         self.agent = agent
@@ -75,22 +68,34 @@ final class DownloadSession: Sendable {
                      configuration: (URL) -> DownloadAgent.Configuration,
                      options: DownloadOptions) async throws -> DownloadSession {
         let directory = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
-        try DownloadStateDirectory.create(directory)
-        let lockPath = directory.appendingPathComponent("lock").path
-        let descriptor = Glibc.open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw CommandFailure(message: "cannot open \(lockPath): \(String(cString: strerror(errno)))", exitCode: .cannotCreate)
+        // Checked (ours, 0700, no links) before anything in it is read or locked.
+        let root = try StateDirectoryLocation.open(stateRoot.path)
+        let descriptor: FileDescriptor
+        do throws(FileTrustError) {
+            descriptor = try root.subdirectory("downloads", creating: true)
+                .subdirectory(directory.lastPathComponent, creating: true)
+                .openOwnedFile("lock", creating: .openOrCreate, mode: 0o600).descriptor
+        } catch {
+            throw StateDirectoryLocation.failure(error)
         }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            Glibc.close(descriptor)
-            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .failure)
+        guard (try? descriptor.tryLockExclusive()) == true else {
+            descriptor.close()
+            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
         }
         do {
             if FileManager.default.fileExists(atPath: job.destination.path) {
                 // Like `wget -nc`, never clobber; but a file that provably is the wanted one counts as done,
-                // so re-running a finished command with --sha256 succeeds.
-                if let expected = options.expectedSHA256, SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
-                    throw AlreadyComplete()
+                // so re-running a finished command with --sha256, or an interrupted batch, succeeds.
+                if let expected = options.expectedSHA256 {
+                    if SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
+                        throw AlreadyComplete(reason: "already complete (matches --sha256)")
+                    }
+                } else if job.isStandardOutput {
+                    // Completed and renamed by a run that stopped before writing it out: only this
+                    // command writes in its 0700 state directory.
+                    throw AlreadyComplete(reason: "already complete (kept by an earlier run)")
+                } else if CompletionMarker.matches(in: directory, url: job.url, destination: job.destination) {
+                    throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
                 }
                 let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
                 throw CommandFailure(message: "\(job.destination.path) already exists; \(hint)", exitCode: .cannotCreate)
@@ -101,8 +106,8 @@ final class DownloadSession: Sendable {
             } catch {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
             }
-            let restored = await agent.restoreDownloads()
-            if let match = restored.first(where: { $0.url == job.url && $0.destination == job.destination }) {
+            // Only this job's record is acted on; a --sha256 given now is adopted.
+            if let match = await agent.restoreDownload(from: job.url, to: job.destination, options: options) {
                 return DownloadSession(job: job, agent: agent, download: match, directory: directory, lockDescriptor: descriptor)
             }
             do {
@@ -113,21 +118,30 @@ final class DownloadSession: Sendable {
                 throw CommandFailure(message: "\(error)", exitCode: .failure)
             }
         } catch {
-            Glibc.close(descriptor)
+            descriptor.close()
             throw error
         }
     }
 
-    /// Releases the lock; removes the job directory when nothing is left to resume.
-    func close() {
-        if download.state == .completed || {
-            if case .failed(let error) = download.state { return !error.isResumable }
-            return false
-        }() {
-            unlink(directory.appendingPathComponent("lock").path)
-            rmdir(directory.path)   // only when empty: a record left behind stays
+    /// The job's state directory.
+    var jobDirectory: URL { directory }
+
+    /// Releases the lock. A completed download leaves a `CompletionMarker` when
+    /// `marksCompletion` (the batch ended unfinished); the job directory is removed when nothing
+    /// is left in it (a resume record or a marker keeps it).
+    func close(marksCompletion: Bool) {
+        if marksCompletion, download.state == .completed,
+           let marker = CompletionMarker(url: job.url, destination: job.destination) {
+            try? marker.write(in: directory)
         }
-        Glibc.close(lockDescriptor)
+        Self.removeIfEmpty(directory)
+        lockDescriptor.close()
+    }
+
+    /// Removes the lock file and the directory, which succeeds only when nothing else is in it.
+    static func removeIfEmpty(_ directory: URL) {
+        unlink(directory.appendingPathComponent("lock").path)
+        rmdir(directory.path)
     }
 }
 

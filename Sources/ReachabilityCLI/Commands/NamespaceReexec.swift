@@ -23,7 +23,7 @@ enum NamespaceReexec {
     static func execute(inNamespace namespace: String, environment: [String: String]) throws -> Never {
         // Same wording as the monitor's error, instead of ip's "Cannot open network namespace" and 255.
         guard FileManager.default.fileExists(atPath: "/run/netns/\(namespace)") else {
-            throw CommandFailure(message: "no network namespace named '\(namespace)' (see 'ip netns list')", exitCode: .failure)
+            throw CommandFailure(message: "no network namespace named '\(namespace)' (see 'ip netns list')", exitCode: .noSuchNamespace)
         }
         let candidates = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
         guard let tool = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {

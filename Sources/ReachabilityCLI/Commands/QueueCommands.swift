@@ -13,7 +13,8 @@ struct ControlOptions: Sendable {
 
     /// Sends `command` to the agent and returns the reply; an error reply becomes `CommandFailure`.
     func send(_ command: ControlCommand, in context: CommandContext) throws -> ControlResponse {
-        let directory = AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment, isRoot: geteuid() == 0)
+        let directory = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
+                                                               system: .current(context))
         let response = try ControlClient(stateDirectory: directory).send(command)
         if !response.ok {
             throw CommandFailure(message: response.error?.message ?? "the agent reported an error", exitCode: .failure)
@@ -71,9 +72,7 @@ struct QueueAddCommand: Command {
         self.url = url
         if let output = arguments.value(Self.output) {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
-            // The agent has its own working directory: send an absolute path.
-            outputPath = output.hasPrefix("/") ? output
-                : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(output).standardizedFileURL.path
+            outputPath = output
         }
         if let sha = arguments.value(Self.sha256) {
             guard ControlCodec.isSHA256(sha) else { throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hex digits") }
@@ -83,7 +82,12 @@ struct QueueAddCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(.add(url: url, output: outputPath, sha256: expectedSHA256), in: context)
+        // The agent has its own working directory: send an absolute path.
+        let output = outputPath.map { path in
+            path.hasPrefix("/") ? path
+                : URL(fileURLWithPath: context.currentDirectory).appendingPathComponent(path).standardizedFileURL.path
+        }
+        let response = try control.send(.add(url: url, output: output, sha256: expectedSHA256), in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
     }

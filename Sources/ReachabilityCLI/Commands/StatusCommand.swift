@@ -10,7 +10,8 @@ struct StatusCommand: Command {
     static let options = [json, explain] + MonitorOptions.all
     static let discussion: String? = """
         EXIT STATUS: 0 when the network is reachable, 1 when it is not or the monitor failed, \
-        64 for a usage error, 77 when --netns lacks privilege, 78 for a bad classify.conf line.
+        64 for a usage error, 66 when --netns names no namespace, 77 when --netns lacks privilege, \
+        78 for a bad classify.conf line.
         """ + "\n\n" + MonitorOptions.discussion
 
     var isJSON: Bool

@@ -14,7 +14,8 @@ struct WaitCommand: Command {
     static let options = [timeout, require, notExpensive] + MonitorOptions.all
     static let discussion: String? = """
         EXIT STATUS: 0 as soon as the path qualifies, 1 on timeout or when the monitor stops, \
-        64 for a usage error, 77 when --netns lacks privilege, 78 for a bad classify.conf line.
+        64 for a usage error, 66 when --netns names no namespace, 77 when --netns lacks privilege, \
+        78 for a bad classify.conf line.
         """ + "\n\n" + MonitorOptions.discussion
 
     /// Used when `--timeout` is not given.

@@ -10,7 +10,8 @@ struct WatchCommand: Command {
     static let options = [json] + MonitorOptions.all
     static let discussion: String? = """
         Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
-        watch with exit status 0; if the monitor stops on its own, the exit status is 1.
+        watch with exit status 0; if the monitor stops on its own, the exit status is 1; 66 when \
+        --netns names no namespace, 77 when it lacks privilege.
         """ + "\n\n" + MonitorOptions.discussion
 
     var isJSON: Bool

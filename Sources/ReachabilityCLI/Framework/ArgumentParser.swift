@@ -56,7 +56,8 @@ struct ParsedArguments: Sendable, Equatable {
                 let name = body.prefix { $0 != "=" }
                 if name.count < body.count { attachedValue = String(body.dropFirst(name.count + 1)) }
                 guard let found = table.first(where: { $0.name == name }) else {
-                    throw UsageError("Unknown option '--\(name)'")
+                    let names = table.map { "--\($0.name)" }
+                    throw UsageError("Unknown option '--\(name)'" + Suggestion.clause(for: "--\(name)", among: names))
                 }
                 option = found
             } else {

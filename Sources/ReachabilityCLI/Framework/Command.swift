@@ -53,7 +53,23 @@ enum CommandRegistry {
         QueuePauseCommand.self,
         QueueResumeCommand.self,
         QueueCancelCommand.self,
+        ManpageCommand.self,
+        CompletionsCommand.self,
     ]
+
+    /// OVERVIEW lines of the groups (first words shared by several commands that are no command themselves).
+    static let groupAbstracts: [String: String] = [
+        "queue": "Queue downloads in the running agent, and list, pause, resume or cancel them.",
+    ]
+
+    /// The commands one word longer than `name` that start with it (`agent status` for `agent`).
+    static func members(of name: String, in commands: [any Command.Type] = commands) -> [any Command.Type] {
+        let words = name.split(separator: " ").map(String.init)
+        return commands.filter {
+            let other = $0.name.split(separator: " ").map(String.init)
+            return other.count == words.count + 1 && other.starts(with: words)
+        }
+    }
 
     /// What the leading arguments name.
     enum Resolution {

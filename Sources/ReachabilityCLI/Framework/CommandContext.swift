@@ -35,11 +35,25 @@ struct CommandContext: Sendable {
     var makePathSource: @Sendable (PathMonitor.Configuration) -> any PathSource
     /// Whether the process may enter another network namespace (setns needs CAP_SYS_ADMIN).
     var canEnterNetworkNamespace: @Sendable () -> Bool
-    /// Calls the handler on SIGINT/SIGTERM until the returned closure is called; returns once the
-    /// handler is in place.
-    var onInterrupt: @Sendable (_ handler: @escaping @Sendable () -> Void) async -> (@Sendable () -> Void)
+    /// Calls the handler with the signal's number whenever one of `signals` arrives, until the
+    /// returned closure is called; returns once the handler is in place (see `InterruptSignals`).
+    var onSignals: @Sendable (_ signals: [Int32], _ handler: @escaping @Sendable (Int32) -> Void) async -> (@Sendable () -> Void)
     /// Suspends for the duration; throws when the task is cancelled.
     var sleep: @Sendable (Duration) async throws -> Void
+    /// The effective user id (root picks other default directories).
+    var effectiveUserID: UInt32 = 0
+    /// The working directory relative paths are resolved against.
+    var currentDirectory: String = "/"
+    /// Whether the file descriptor is a terminal (progress bars only on one).
+    var isTerminal: @Sendable (Int32) -> Bool = { _ in false }
+    /// Raw bytes for standard output (`download -o -`); throws when they cannot be written (EPIPE).
+    var writeStandardOutput: @Sendable (UnsafeRawBufferPointer) throws -> Void = { _ in }
+
+    /// Calls the handler on SIGINT/SIGTERM until the returned closure is called; returns once the
+    /// handler is in place.
+    func onInterrupt(_ handler: @escaping @Sendable () -> Void) async -> (@Sendable () -> Void) {
+        await onSignals([SIGINT, SIGTERM]) { _ in handler() }
+    }
 
     /// The real process: stdout/stderr, `PathMonitor`, signals, files.
     static func live(environment: [String: String] = ProcessInfo.processInfo.environment) -> CommandContext {
@@ -51,9 +65,26 @@ struct CommandContext: Sendable {
             readFile: readFileIfPresent,
             makePathSource: { PathMonitor(configuration: $0) },
             canEnterNetworkNamespace: hasSystemAdministratorCapability,
-            onInterrupt: InterruptSignals.install,
-            sleep: { try await Task.sleep(for: $0) }
+            onSignals: { signals, handler in await InterruptSignals.installReportingNumber(for: signals, handler) },
+            sleep: { try await Task.sleep(for: $0) },
+            effectiveUserID: geteuid(),
+            currentDirectory: FileManager.default.currentDirectoryPath,
+            isTerminal: { isatty($0) == 1 },
+            writeStandardOutput: { bytes in try writeAll(to: 1, bytes) }
         )
+    }
+}
+
+/// write(2) until every byte is out; EINTR retried, other errors thrown.
+func writeAll(to descriptor: Int32, _ bytes: UnsafeRawBufferPointer) throws {
+    var offset = 0
+    while offset < bytes.count {
+        let written = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+        if written < 0 {
+            if errno == EINTR { continue }
+            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+        }
+        offset += written
     }
 }
 

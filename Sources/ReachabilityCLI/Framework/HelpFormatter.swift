@@ -36,7 +36,32 @@ enum HelpFormatter {
         if let discussion = command.discussion {
             text += "\n" + wrap(discussion, indent: 0) + "\n"
         }
+        let members = CommandRegistry.members(of: command.name)
+        if !members.isEmpty {
+            // `agent` is a command and also starts `agent status`.
+            text += "\nSUBCOMMANDS:\n" + members.map { row(memberName($0, in: command.name), $0.abstract) }.joined()
+            text += "\n  See '\(CommandRegistry.toolName) help \(command.name) <subcommand>' for detailed help.\n"
+        }
         return text
+    }
+
+    /// `reachability queue <subcommand>`
+    static func groupUsage(_ group: String) -> String { "\(CommandRegistry.toolName) \(group) <subcommand>" }
+
+    /// Help for a group of subcommands (`reachability queue`), listing its members.
+    static func groupHelp(_ group: String, members: [any Command.Type]) -> String {
+        let abstract = CommandRegistry.groupAbstracts[group] ?? "The '\(group)' subcommands."
+        var text = wrap("OVERVIEW: \(abstract)", indent: 0) + "\n\n"
+        text += "USAGE: \(groupUsage(group))\n\n"
+        text += "OPTIONS:\n" + row(Option.help.helpLabel, Option.help.help)
+        text += "\nSUBCOMMANDS:\n" + members.map { row(memberName($0, in: group), $0.abstract) }.joined()
+        text += "\n  See '\(CommandRegistry.toolName) help \(group) <subcommand>' for detailed help.\n"
+        return text
+    }
+
+    /// `add` for `queue add` in group `queue`.
+    static func memberName(_ command: any Command.Type, in group: String) -> String {
+        command.name.split(separator: " ").dropFirst(group.split(separator: " ").count).joined(separator: " ")
     }
 
     /// Help for `reachability` itself, listing the subcommands.
@@ -55,9 +80,13 @@ enum HelpFormatter {
 
     /// The block printed on stderr after a usage error.
     static func usageErrorText(_ error: UsageError, command: (any Command.Type)?) -> String {
-        let usage = command.map(usage(for:)) ?? rootUsage
-        let helpCommand = command.map { "\($0.commandPath) --help" } ?? "\(CommandRegistry.toolName) --help"
-        return "Error: \(error.message)\nUsage: \(usage)\n  See '\(helpCommand)' for more information.\n"
+        usageErrorText(error, usage: command.map(usage(for:)) ?? rootUsage,
+                       helpCommand: command.map { "\($0.commandPath) --help" } ?? "\(CommandRegistry.toolName) --help")
+    }
+
+    /// The block printed on stderr after a usage error, with the usage line and help command given.
+    static func usageErrorText(_ error: UsageError, usage: String, helpCommand: String) -> String {
+        "Error: \(error.message)\nUsage: \(usage)\n  See '\(helpCommand)' for more information.\n"
     }
 
     /// One `  label    help` row, help wrapped and aligned.

@@ -1,4 +1,5 @@
 import Dispatch
+import LinuxReachability
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -29,29 +30,8 @@ enum InterruptSignals {
     /// 128 + signal (130 for SIGINT, 143 for SIGTERM) as a shell reports an interrupted job.
     static func installReportingNumber(for signals: [Int32] = [SIGINT, SIGTERM],
                                        _ handler: @escaping @Sendable (Int32) -> Void) async -> (@Sendable () -> Void) {
-        let queue = DispatchQueue(label: "reachability.signals")
-        var sources: [any DispatchSourceSignal] = []
-        for number in signals {
-            #if canImport(Darwin)
-            signal(number, SIG_IGN)
-            #endif
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler { handler(number) }
-            await withCheckedContinuation { (registered: CheckedContinuation<Void, Never>) in
-                source.setRegistrationHandler { registered.resume() }
-                source.resume()
-            }
-            sources.append(source)
-        }
-        // Dispatch sources are not Sendable on Linux; the mutex owns them for the removal closure.
-        let owner = Mutex(sources)
-        return {
-            owner.withLock { sources in
-                for source in sources { source.cancel() }
-            }
-            // Dispatch's handler stays installed after cancel and would swallow later signals.
-            for number in signals { signal(number, SIG_DFL) }
-        }
+        let handlers = await SignalHandlers.install(signals, handler: handler)
+        return { handlers.remove() }
     }
 
     /// Unblocks SIGINT and SIGTERM for the calling thread; call it on the main thread at start-up.
@@ -66,6 +46,7 @@ enum InterruptSignals {
         sigemptyset(&signals)
         sigaddset(&signals, SIGINT)
         sigaddset(&signals, SIGTERM)
+        sigaddset(&signals, SIGHUP)   // the agent's reload
         pthread_sigmask(SIG_UNBLOCK, &signals, nil)
     }
 }

@@ -34,6 +34,8 @@ struct ExitCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
     static let failure = ExitCode(rawValue: 1)
     /// EX_USAGE: bad command line.
     static let usage = ExitCode(rawValue: 64)
+    /// EX_NOINPUT: `--netns NAME` names no namespace (not the same as "unreachable").
+    static let noSuchNamespace = ExitCode(rawValue: 66)
     /// EX_NOPERM: `--netns` (or netlink) needs privileges the process lacks.
     static let noPermission = ExitCode(rawValue: 77)
     /// EX_CONFIG: a classify.conf file has a bad line.

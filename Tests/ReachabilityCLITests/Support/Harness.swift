@@ -84,14 +84,24 @@ final class Harness: Sendable {
     let files: [String: String]
     let environment: [String: String]
     let canEnterNetworkNamespace: Bool
-    private let recorded = Mutex<(configurations: [PathMonitor.Configuration], interrupt: (@Sendable () -> Void)?)>(([], nil))
+    private let recorded = Mutex<(configurations: [PathMonitor.Configuration], handlers: [Int32: @Sendable (Int32) -> Void])>(([], [:]))
+    let effectiveUserID: UInt32
+    let currentDirectory: String
+    let isTerminal: Bool
+    let binaryOutput = Mutex<[UInt8]>([])
     private let sleep: @Sendable (Duration) async throws -> Void
 
     init(source: ScriptedPathSource = ScriptedPathSource(current: Fixtures.satisfiedWifi),
          files: [String: String] = [:],
          environment: [String: String] = ["HOME": "/home/tester"],
          canEnterNetworkNamespace: Bool = true,
+         effectiveUserID: UInt32 = 1000,
+         currentDirectory: String = "/home/tester",
+         isTerminal: Bool = false,
          sleep: @escaping @Sendable (Duration) async throws -> Void = Harness.neverReturns) {
+        self.effectiveUserID = effectiveUserID
+        self.currentDirectory = currentDirectory
+        self.isTerminal = isTerminal
         self.source = source
         self.files = files
         self.environment = environment
@@ -111,11 +121,15 @@ final class Harness: Sendable {
                 return self.source
             },
             canEnterNetworkNamespace: { self.canEnterNetworkNamespace },
-            onInterrupt: { handler in
-                self.recorded.withLock { $0.interrupt = handler }
-                return { self.recorded.withLock { $0.interrupt = nil } }
+            onSignals: { signals, handler in
+                self.recorded.withLock { for number in signals { $0.handlers[number] = handler } }
+                return { self.recorded.withLock { for number in signals { $0.handlers[number] = nil } } }
             },
-            sleep: sleep)
+            sleep: sleep,
+            effectiveUserID: effectiveUserID,
+            currentDirectory: currentDirectory,
+            isTerminal: { [isTerminal] _ in isTerminal },
+            writeStandardOutput: { bytes in self.binaryOutput.withLock { $0 += bytes } })
     }
 
     func run(_ arguments: [String]) async -> Int32 {
@@ -127,11 +141,18 @@ final class Harness: Sendable {
 
     /// Delivers a simulated SIGINT; false when no handler is installed.
     @discardableResult
-    func interrupt() -> Bool {
-        guard let handler = recorded.withLock({ $0.interrupt }) else { return false }
-        handler()
+    func interrupt() -> Bool { signal(SIGINT) }
+
+    /// Delivers a simulated signal; false when no handler is installed for it.
+    @discardableResult
+    func signal(_ number: Int32) -> Bool {
+        guard let handler = recorded.withLock({ $0.handlers[number] }) else { return false }
+        handler(number)
         return true
     }
+
+    /// Whether a handler for the signal is installed.
+    func handles(_ number: Int32) -> Bool { recorded.withLock { $0.handlers[number] != nil } }
 
     /// A deadline that never passes: suspends until the task is cancelled.
     @Sendable static func neverReturns(_: Duration) async throws {

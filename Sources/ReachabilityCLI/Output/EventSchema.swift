@@ -1,0 +1,133 @@
+import FoundationEssentials
+import Glibc
+import LinuxReachability
+import ResumableDownloads
+
+/// The one NDJSON event vocabulary of `reachability agent` (stdout and agent.log) and
+/// `reachability download --json`, described in docs/events.md.
+///
+/// Every line is one object whose first keys are `schema` (this version), `time`, `type`
+/// (`download`, `path`, `agent`, `control`) and `event`. A download line then always carries
+/// `id`, `url`, `file`, `bytes` and `total`, followed by the fields of its event. A consumer that
+/// sees a `schema` it does not know should stop rather than guess.
+enum EventSchema {
+    /// Bumped when a field changes meaning or disappears; new fields and events do not bump it.
+    static let version = 1
+
+    /// What a line is about.
+    enum Kind: String, Sendable, CaseIterable {
+        case download, path, agent, control
+    }
+
+    /// Download event names, in one spelling for both commands.
+    enum DownloadEventName: String, Sendable, CaseIterable {
+        /// The agent accepted a `queue add` (agent only).
+        case queued
+        /// The agent found a resume record at start or after a reload (agent only).
+        case restored
+        case started, resumed, progress, waiting, retrying, restarted, paused, completed, failed
+
+        /// Whether nothing follows this event for the download in this run (a `paused` download
+        /// is only ever paused by an interrupt or a user, and its follower ends there).
+        var isTerminal: Bool { self == .completed || self == .failed || self == .paused }
+    }
+
+    /// A download's identity and progress, the part every download line shares.
+    struct DownloadFacts: Sendable {
+        var id: String?
+        var url: String
+        var file: String
+        var bytes: Int64?
+        var total: Int64?
+
+        init(id: String?, url: String, file: String, bytes: Int64?, total: Int64?) {
+            (self.id, self.url, self.file, self.bytes, self.total) = (id, url, file, bytes, total)
+        }
+
+        init(_ download: Download) {
+            let progress = download.progress
+            self.init(id: download.id.uuidString.lowercased(), url: download.url.absoluteString,
+                      file: download.destination.path, bytes: progress.bytesReceived, total: progress.totalBytes)
+        }
+    }
+
+    /// The head every line starts with.
+    static func head(_ kind: Kind, _ event: String, at time: Date) -> [JSONValue.Member] {
+        [.init(key: "schema", value: .integer(version)),
+         .init(key: "time", value: .string(PathText.timestamp(time))),
+         .init(key: "type", value: .string(kind.rawValue)),
+         .init(key: "event", value: .string(event))]
+    }
+
+    /// One line of any kind.
+    static func line(_ kind: Kind, _ event: String, at time: Date, _ fields: [JSONValue.Member] = []) -> String {
+        JSONValue.object(head(kind, event, at: time) + fields).serialized
+    }
+
+    /// A download line for a library event.
+    static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date) -> String {
+        let (name, fields) = describe(event)
+        return downloadLine(name, facts, at: time, fields)
+    }
+
+    /// A download line for an event name and its fields.
+    static func downloadLine(_ name: DownloadEventName, _ facts: DownloadFacts, at time: Date,
+                             _ fields: [JSONValue.Member] = []) -> String {
+        let common: [JSONValue.Member] = [
+            .init(key: "id", value: .string(facts.id)),
+            .init(key: "url", value: .string(facts.url)),
+            .init(key: "file", value: .string(facts.file)),
+            .init(key: "bytes", value: facts.bytes.map { .integer(Int($0)) } ?? .null),
+            .init(key: "total", value: facts.total.map { .integer(Int($0)) } ?? .null),
+        ]
+        return line(.download, name.rawValue, at: time, common + fields)
+    }
+
+    /// The event's name and its own fields.
+    static func describe(_ event: DownloadEvent) -> (DownloadEventName, [JSONValue.Member]) {
+        switch event {
+        case .started: return (.started, [])
+        case .resumed(let offset): return (.resumed, [.init(key: "offset", value: .integer(Int(offset)))])
+        case .waitingForConnectivity: return (.waiting, [])
+        case .restartedFromZero(let reason): return (.restarted, [.init(key: "reason", value: .string(reason))])
+        case .retrying(let delay, let error):
+            return (.retrying, [.init(key: "retryInMilliseconds", value: .integer(Int(milliseconds(delay)))),
+                                .init(key: "error", value: errorObject(error))])
+        case .paused: return (.paused, [])
+        case .completed: return (.completed, [])
+        case .failed(let error): return (.failed, [.init(key: "error", value: errorObject(error))])
+        }
+    }
+
+    /// `{"urlErrorCode":-1005,"httpStatus":null,"resumable":true,"message":"..."}`
+    static func errorObject(_ error: DownloadError) -> JSONValue {
+        .object([
+            .init(key: "urlErrorCode", value: .integer(error.errorCode)),
+            .init(key: "httpStatus", value: error.httpStatusCode.map(JSONValue.integer) ?? .null),
+            .init(key: "resumable", value: .bool(error.isResumable)),
+            .init(key: "message", value: .string(error.description)),
+        ])
+    }
+
+    /// The `progress` event's own fields.
+    static func progressFields(_ progress: DownloadProgress) -> [JSONValue.Member] {
+        [.init(key: "bytesPerSecond", value: .integer(Int(progress.bytesPerSecond)))]
+    }
+
+    /// A path line: `changed` with the path's summary.
+    static func pathLine(_ path: NetworkPath, at time: Date) -> String {
+        line(.path, "changed", at: time, [
+            .init(key: "status", value: .string(path.status.rawValue)),
+            .init(key: "reason", value: .string(path.unsatisfiedReason?.rawValue)),
+            .init(key: "connection", value: .string(path.connection.rawValue)),
+            .init(key: "interface", value: .string(path.isSatisfied ? path.primaryInterface?.name : nil)),
+            .init(key: "sourceAddress", value: .string(path.primaryRoute?.sourceAddress)),
+            .init(key: "isExpensive", value: .bool(path.isExpensive)),
+        ])
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int64 {
+        let parts = duration.components
+        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+
+/// An independent reading of docs/events.md (not the encoder): what every NDJSON line of
+/// `reachability agent` and `reachability download --json` must look like. Returns the problems.
+enum EventSchemaValidator {
+    static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "waiting",
+                                              "retrying", "restarted", "paused", "completed", "failed"]
+    static let types: Set<String> = ["download", "path", "agent", "control"]
+
+    static func problems(_ line: String) -> [String] {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] else {
+            return ["not a JSON object: \(line)"]
+        }
+        var problems: [String] = []
+        guard object["schema"] as? Int == 1 else { return ["schema is not 1: \(line)"] }
+        guard let time = object["time"] as? String, time.hasSuffix("Z"), time.contains("T") else { return ["bad time: \(line)"] }
+        guard let type = object["type"] as? String, types.contains(type) else { return ["bad type: \(line)"] }
+        guard let event = object["event"] as? String, !event.isEmpty else { return ["no event: \(line)"] }
+        if !line.hasPrefix(#"{"schema":1,"time":"#) { problems.append("schema and time must come first: \(line)") }
+        switch type {
+        case "download":
+            if !downloadEvents.contains(event) { problems.append("unknown download event \(event)") }
+            for key in ["id", "url", "file", "bytes", "total"] where object.index(forKey: key) == nil {
+                problems.append("download line without \(key): \(line)")
+            }
+            switch event {
+            case "resumed": if !(object["offset"] is Int) { problems.append("resumed without offset: \(line)") }
+            case "progress": if !(object["bytesPerSecond"] is Int) { problems.append("progress without bytesPerSecond") }
+            case "retrying":
+                if !(object["retryInMilliseconds"] is Int) { problems.append("retrying without retryInMilliseconds") }
+                problems += errorProblems(object["error"], line)
+            case "failed": problems += errorProblems(object["error"], line)
+            case "restarted": if !(object["reason"] is String) { problems.append("restarted without reason") }
+            default: break
+            }
+        case "path":
+            for key in ["status", "connection", "isExpensive"] where object[key] == nil {
+                problems.append("path line without \(key): \(line)")
+            }
+        default:
+            break
+        }
+        return problems
+    }
+
+    private static func errorProblems(_ value: Any?, _ line: String) -> [String] {
+        guard let error = value as? [String: Any], error["urlErrorCode"] is Int, error["message"] is String,
+              error["resumable"] is Bool, error.index(forKey: "httpStatus") != nil else {
+            return ["bad error object: \(line)"]
+        }
+        return []
+    }
+}
