@@ -588,18 +588,16 @@ public actor DownloadAgent {
                 return
             }
 
-            var offset = file.writtenEnd
-            if offset > 0, file.record.validator == nil {
-                // Without a strong ETag or Last-Modified, If-Range cannot protect a resume from
-                // splicing two versions of the resource.
-                do { try await file.restartFromZero() } catch { await failDriver(id, file, error) ; return }
-                download.emit(.restartedFromZero(reason: "the server gave no validator to resume safely"))
-                offset = 0
-            }
+            let offset = file.writtenEnd
             file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
             let record = file.record
+            // Every resume re-fetches the bytes just before the offset and compares them with the
+            // disk before appending (issue 7): a server that ignores If-Range or gives no
+            // validator cannot splice two versions.
             let request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
                                           entityTag: record.entityTag, knownTotalLength: record.totalLength,
+                                          lastModified: record.lastModified, observedEntityTag: record.observedEntityTag,
+                                          overlap: min(offset, ResponseStateMachine.resumeOverlap),
                                           interfaceName: pinnedInterface, freshConnection: freshConnection,
                                           settings: settings)
             download.update(state: .running, event: offset == 0 ? .started : .resumed(at: offset))

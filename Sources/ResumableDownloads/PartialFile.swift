@@ -178,6 +178,7 @@ final class PartialFile: Sendable {
             if acceptance.restartsFromZero {
                 state.record.resetEntity(entityTag: acceptance.entityTag, lastModified: acceptance.lastModified,
                                          totalLength: acceptance.totalLength)
+                state.record.observedEntityTag = acceptance.observedEntityTag
                 state.writtenEnd = 0
                 state.bytesSinceCheckpoint = 0
                 return (true, state.onRestartFromZero)
@@ -185,6 +186,7 @@ final class PartialFile: Sendable {
             if acceptance.entityTag != nil { state.record.entityTag = acceptance.entityTag }
             if acceptance.lastModified != nil { state.record.lastModified = acceptance.lastModified }
             if acceptance.totalLength != nil { state.record.totalLength = acceptance.totalLength }
+            if acceptance.observedEntityTag != nil { state.record.observedEntityTag = acceptance.observedEntityTag }
             return (false, nil)
         }
         guard restart else { return }
@@ -198,6 +200,16 @@ final class PartialFile: Sendable {
                 fail(error)
             } catch {}
         }
+    }
+
+    /// Whether `bytes` equal what the file holds at `offset` (the overlap before a resume point;
+    /// every earlier write has completed, since attempts start after a checkpoint).
+    func matchesDisk(_ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Bool {
+        guard !bytes.isEmpty else { return true }
+        let stored = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 16)
+        defer { stored.deallocate() }
+        guard let count = try? file.readFully(into: stored, at: offset), count == bytes.count else { return false }
+        return memcmp(stored.baseAddress!, bytes.baseAddress!, count) == 0
     }
 
     /// Copies `bytes` and queues them for writing at `offset`.

@@ -21,8 +21,11 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var destination: URL
     /// A strong ETag (weak ones are never stored: they cannot validate byte ranges).
     var entityTag: String?
-    /// The Last-Modified value, used as validator when there is no strong ETag.
+    /// The Last-Modified value when it was strong (the response's Date a second or more later),
+    /// used as validator when there is no strong ETag.
     var lastModified: String?
+    /// Any ETag seen with the stored bytes, weak ones too: a different one on resume is a change.
+    var observedEntityTag: String?
     var totalLength: Int64?
     var verifiedOffset: Int64
     var expectedSHA256: String?
@@ -63,6 +66,7 @@ struct ResumeRecord: Codable, Sendable, Hashable {
 
     /// Forgets the entity: used when the server sent a new version.
     mutating func resetEntity(entityTag: String?, lastModified: String?, totalLength: Int64?) {
+        observedEntityTag = nil
         self.entityTag = entityTag
         self.lastModified = lastModified
         self.totalLength = totalLength
@@ -125,7 +129,7 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         }
         guard attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
         // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
-        for validator in [entityTag, lastModified].compactMap({ $0 }) where !ResumeState.isHeaderSafe(validator) {
+        for validator in [entityTag, lastModified, observedEntityTag].compactMap({ $0 }) where !ResumeState.isHeaderSafe(validator) {
             throw Invalid(description: "a validator is not a single line of visible ASCII")
         }
     }

@@ -27,12 +27,18 @@ struct TransferSettings: Sendable, Hashable {
 /// One HTTP attempt for a download.
 struct TransferRequest: Sendable {
     var url: URL
+    /// Where the stored bytes end; the request starts `overlap` bytes earlier.
     var offset: Int64
     /// The If-Range validator (strong ETag or Last-Modified).
     var ifRange: String?
     /// The strong ETag, when that is what If-Range carries.
     var entityTag: String?
     var knownTotalLength: Int64?
+    /// The recorded strong Last-Modified and any ETag seen (weak too), to notice a change.
+    var lastModified: String? = nil
+    var observedEntityTag: String? = nil
+    /// Bytes before `offset` fetched again and compared with the disk before appending.
+    var overlap: Int64 = 0
     /// Interface to pin to (`CURLOPT_INTERFACE "if!name"`), nil to follow the routing table.
     var interfaceName: String?
     /// Open a new connection instead of reusing one from before a path change.
@@ -161,14 +167,18 @@ final class TransferEngine: @unchecked Sendable {
                        progress: @escaping @Sendable (Int64) -> Void,
                        completion: @escaping @Sendable (TransferOutcome) -> Void) {
         let machine = ResponseStateMachine(request: .init(offset: request.offset, entityTag: request.entityTag,
-                                                          knownTotalLength: request.knownTotalLength))
+                                                          knownTotalLength: request.knownTotalLength,
+                                                          lastModified: request.lastModified,
+                                                          observedEntityTag: request.observedEntityTag,
+                                                          overlap: request.overlap))
         let context = TransferContext(machine: machine, file: file, progress: progress, completion: completion)
         context.stallTimeout = request.settings.stallTimeout
         context.url = request.url
         context.proxy = request.settings.proxy
         let settings = request.settings
         let options = CurlRequestOptions(
-            url: request.url.absoluteString, rangeStart: request.offset, ifRange: request.ifRange,
+            url: request.url.absoluteString, rangeStart: request.offset - request.overlap, sendsRange: request.offset > 0,
+            ifRange: request.ifRange,
             interface: request.interfaceName.map { "if!\($0)" }, freshConnection: request.freshConnection,
             connectTimeoutMilliseconds: Int(settings.connectTimeout.milliseconds),
             lowSpeedLimitBytesPerSecond: settings.stallBytesPerSecond,
@@ -277,7 +287,7 @@ final class TransferContext {
             return true
         case .abort:
             return false   // the machine remembers the result; libcurl ends with a write error
-        case .ignore, .write, .finish:
+        case .ignore, .write, .compare, .finish:
             return true
         }
     }
@@ -293,7 +303,20 @@ final class TransferContext {
             isPausedForBackpressure = true
             return .pause
         }
-        switch machine.event(.body(count: bytes.count)) {
+        var bytes = bytes
+        var action = machine.event(.body(count: bytes.count))
+        if case .compare(let offset, let count) = action {
+            // The overlap before the resume point: compared with the disk, never written.
+            bytesReceived += Int64(count)
+            guard file.matchesDisk(UnsafeRawBufferPointer(rebasing: bytes[..<count]), at: offset) else {
+                _ = machine.event(.overlapMismatch)
+                return .abort
+            }
+            if count == bytes.count { return .consumed }
+            bytes = UnsafeRawBufferPointer(rebasing: bytes[count...])
+            action = .write(at: offset + Int64(count))
+        }
+        switch action {
         case .write(let offset):
             if chunk.isEmpty {
                 chunkOffset = offset
@@ -310,7 +333,7 @@ final class TransferContext {
             return .consumed
         case .abort, .finish:
             return .abort
-        case .ignore, .begin:
+        case .ignore, .begin, .compare:
             return .consumed
         }
     }
