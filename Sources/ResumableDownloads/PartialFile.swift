@@ -112,8 +112,11 @@ final class PartialFile: Sendable {
             file.close()
             throw error
         }
+        if record.expectedSHA256 != nil {
+            do { try SHA256.checkAvailable() } catch { file.close(); throw error }
+        }
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
-        hashing = Mutex(record.expectedSHA256 == nil ? nil : try SHA256())
+        hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256())
         state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
     }
 
@@ -276,7 +279,7 @@ final class PartialFile: Sendable {
 
     private func resetHasher() {
         hashing.withLock { hasher in
-            if hasher != nil { hasher = try? SHA256() }   // nil: completion reads the file back
+            if hasher != nil { hasher = SHA256() }
         }
     }
 

@@ -35,10 +35,22 @@ package final class SHA256 {
     /// How many bytes have been hashed (for a file: the prefix of the file covered so far).
     package private(set) var hashedLength: Int64 = 0
 
-    /// A fresh digest; throws when libcrypto cannot be loaded. (Creating the context fails only
-    /// when it cannot allocate, which traps like any Swift allocation.)
-    package init() throws(DownloadError) {
-        let api = try Self.loaded.get().table
+    /// Throws, with what to install, when libcrypto cannot be loaded. Call it before a digest is
+    /// needed where a missing library must be a clean error (a download with --sha256).
+    package static func checkAvailable() throws(DownloadError) {
+        _ = try loaded.get()
+    }
+
+    /// A fresh digest. libcrypto is a dependency of the package (libcurl's TLS uses the same
+    /// library), so a process without it traps here, naming the library; `checkAvailable()` turns
+    /// that into an error up front. Creating the context fails only when it cannot allocate,
+    /// which also traps, like any Swift allocation.
+    package init() {
+        let api: UnsafeMutablePointer<ccrypto_api>
+        switch Self.loaded {
+        case .success(let library): api = library.table
+        case .failure(let error): fatalError("\(error)")
+        }
         guard let context = ccrypto_sha256_new(api) else {
             fatalError("libcrypto could not create a SHA-256 context (out of memory)")
         }
@@ -70,12 +82,17 @@ package final class SHA256 {
 
     /// The lowercase hex digest of everything hashed; the digest cannot be fed afterwards.
     package func finalize() -> String {
+        Self.hexString(finalizeBytes())
+    }
+
+    /// The 32 digest bytes of everything hashed; the digest cannot be fed afterwards.
+    package func finalizeBytes() -> [UInt8] {
         isFinished = true
         var digest = [UInt8](repeating: 0, count: Int(CCRYPTO_SHA256_LENGTH))
         guard ccrypto_sha256_final(api, context, &digest) == 1 else {
             fatalError("libcrypto failed to finalise a SHA-256 digest")
         }
-        return Self.hexString(digest)
+        return digest
     }
 
     /// The lowercase hex digest of what has been hashed so far, leaving this digest open for more.
@@ -90,8 +107,8 @@ package final class SHA256 {
     // MARK: one-shot helpers
 
     /// The lowercase hex digest of `bytes`.
-    package static func hex(_ bytes: some ContiguousBytes) throws(DownloadError) -> String {
-        let digest = try SHA256()
+    package static func hex(_ bytes: some ContiguousBytes) -> String {
+        let digest = SHA256()
         digest.update(bytes)
         return digest.finalize()
     }
@@ -99,7 +116,7 @@ package final class SHA256 {
     /// The lowercase hex digest of the first `length` bytes of an open file (pread: the
     /// descriptor's offset is untouched). A file shorter than `length` hashes what it has.
     package static func hex(fileDescriptor fd: Int32, length: Int64, path: String) throws -> String {
-        let digest = try SHA256()
+        let digest = SHA256()
         try digest.catchUp(fileDescriptor: fd, to: length, path: path)
         return digest.finalize()
     }
@@ -107,6 +124,7 @@ package final class SHA256 {
     /// The lowercase hex digest of the whole regular file at `path`; nil when it cannot be opened
     /// or read. Never follows a final symlink.
     package static func hex(ofFileAt path: String) -> String? {
+        guard (try? checkAvailable()) != nil else { return nil }
         let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { return nil }
         defer { Glibc.close(fd) }

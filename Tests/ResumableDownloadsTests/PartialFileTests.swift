@@ -65,7 +65,7 @@ struct PartialFileTests {
     @Test func completionVerifiesAndMovesIntoPlace() async throws {
         let directory = try TemporaryDirectory()
         let bytes = Data("hello, world\n".utf8)
-        let file = try PartialFile(record: record(in: directory, sha: try SHA256.hex(bytes)),
+        let file = try PartialFile(record: record(in: directory, sha: SHA256.hex(bytes)),
                                    stateDirectory: try directory.state(), limits: limits)
         bytes.withUnsafeBytes { file.append($0, at: 0) }
         let url = try await file.complete(totalLength: Int64(bytes.count), expectedLength: nil)
@@ -136,8 +136,8 @@ struct PartialFileTests {
     }
 
     @Test func sha256KnownVectors() throws {
-        #expect(try SHA256.hex(Data()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-        #expect(try SHA256.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(SHA256.hex(Data()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(SHA256.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }
 }
 
@@ -148,7 +148,7 @@ struct IncrementalHashTests {
         let bytes = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
         // 100 000 bytes already on disk from an earlier run.
         try bytes.prefix(100_000).write(to: URL(fileURLWithPath: directory.path("f.part")))
-        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")), expectedSHA256: try SHA256.hex(bytes),
+        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")), expectedSHA256: SHA256.hex(bytes),
                                   totalLength: 300_000, allowsExpensive: true)
         record.verifiedOffset = 100_000
         let file = try PartialFile(record: record, stateDirectory: try directory.state(),
@@ -162,7 +162,7 @@ struct IncrementalHashTests {
     @Test func restartFromZeroResetsTheHash() async throws {
         let directory = try TemporaryDirectory()
         let final = Data("the new version".utf8)
-        let record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")), expectedSHA256: try SHA256.hex(final),
+        let record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")), expectedSHA256: SHA256.hex(final),
                                   totalLength: nil, allowsExpensive: true)
         let file = try PartialFile(record: record, stateDirectory: try directory.state(),
                                    limits: .init(highWater: 1 << 20, lowWater: 1 << 18, checkpointInterval: 1 << 30))
