@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 import LinuxSystem
 import ResumableDownloads
@@ -247,7 +248,7 @@ struct DownloadCommand: Command {
                 _ = try CheckedDirectory.open(folder.path, policy: .shared, creating: true,
                                               mode: writesToStandardOutput ? 0o700 : 0o777)
             } catch {
-                throw CommandFailure(message: "cannot create \(folder.path): \(error)", exitCode: .cannotCreate)
+                throw CommandFailure(message: "cannot create \(folder.path): \(TextFormat.reason(error))", exitCode: .cannotCreate)
             }
         }
         if !verifiesCertificates {
@@ -383,7 +384,7 @@ struct DownloadCommand: Command {
                     unlink(job.destination.path)
                     rmdir(job.destination.deletingLastPathComponent().path)
                 } catch {
-                    failures.append(JobFailure(job: job, message: "cannot write to stdout: \(error.localizedDescription); the file is kept for the next run", exitCode: .ioError))
+                    failures.append(JobFailure(job: job, message: "cannot write to stdout: \(TextFormat.reason(error)); the file is kept for the next run", exitCode: .ioError))
                 }
             }
         }
