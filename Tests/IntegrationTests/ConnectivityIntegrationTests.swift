@@ -1,0 +1,206 @@
+import Foundation
+import LinuxReachability
+import Synchronization
+import Testing
+
+/// An HTTP probe server in the router namespace at 10.77.9.1:80 whose answer the test switches:
+/// `full` (204), `online` (200 with NetworkManager's text), `redirect` (302 to a login page),
+/// `login` (200 with a login page), `flood` (200 with an endless body), `silent` (accepts, never
+/// answers). Every request is counted on the server.
+struct ProbeServer {
+    static let address = "10.77.9.1"
+    static let url = "http://10.77.9.1/check"
+    let directory: URL
+
+    init(in topology: Topology) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(topology.lab.prefix)-probe")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try mode("full")
+        try ip("-n \(topology.router) addr add \(Self.address)/32 dev lo")
+        let script = """
+        import http.server, os, sys, time
+        directory = sys.argv[1]
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def log_message(self, *args): pass
+            def reply(self, status, body=b"", headers=()):
+                self.send_response(status)
+                for name, value in headers: self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            def do_GET(self):
+                with open(os.path.join(directory, "requests"), "a") as f: f.write(self.path + "\\n")
+                mode = open(os.path.join(directory, "mode")).read().strip()
+                if mode == "full": self.reply(204)
+                elif mode == "online": self.reply(200, b"NetworkManager is online\\n")
+                elif mode == "redirect": self.reply(302, headers=[("Location", "http://10.77.9.1/login?from=check")])
+                elif mode == "login": self.reply(200, b"<html><form action=/login>Log in</form></html>")
+                elif mode == "flood":
+                    self.send_response(200); self.end_headers()
+                    try:
+                        for _ in range(4096): self.wfile.write(b"x" * 65536)
+                    except OSError: pass
+                elif mode == "silent": time.sleep(30)
+        server = http.server.ThreadingHTTPServer(("\(Self.address)", 80), Handler)
+        open(os.path.join(directory, "ready"), "w").close()
+        server.serve_forever()
+        """
+        _ = try topology.lab.spawn(["ip", "netns", "exec", topology.router, "python3", "-c", script, directory.path])
+        let ready = directory.appendingPathComponent("ready")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !FileManager.default.fileExists(atPath: ready.path) {
+            guard ContinuousClock.now < deadline else { throw CommandFailure(description: "probe server did not start") }
+            Thread.sleep(forTimeInterval: 0.01)  // bounded poll for a process start-up, not a timing assumption
+        }
+    }
+
+    func mode(_ mode: String) throws {
+        try Data(mode.utf8).write(to: directory.appendingPathComponent("mode"))
+    }
+
+    var requests: Int {
+        ((try? String(contentsOf: directory.appendingPathComponent("requests"), encoding: .utf8)) ?? "")
+            .split(separator: "\n").count
+    }
+
+    func remove() { try? FileManager.default.removeItem(at: directory) }
+}
+
+func startCheckedMonitor(in namespace: String, url: String = ProbeServer.url, expected: String? = nil,
+                         interval: Duration = .seconds(300), timeout: Duration = .seconds(2)) throws -> PathMonitor {
+    let check = try ConnectivityCheck(url: url, expectedResponse: expected, interval: interval, timeout: timeout)
+    let monitor = PathMonitor(configuration: .init(networkNamespace: namespace, connectivityCheck: check))
+    try monitor.start()
+    return monitor
+}
+
+@Suite("Connectivity checks in network namespaces", .serialized, .enabled(if: isRoot, rootReason))
+struct ConnectivityIntegrationTests {
+    @Test("full, then an upstream blackhole is limited and recovery is full within about a second")
+    func blackholeAndRecovery() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        let server = try ProbeServer(in: net)
+        defer { server.remove() }
+        let monitor = try startCheckedMonitor(in: net.client, interval: .seconds(1), timeout: .seconds(1))
+        defer { monitor.cancel() }
+        // The route is published first, the check's answer second.
+        #expect(monitor.currentPath.isSatisfied)
+        let full = try await waitForPath(monitor, "full") { $0.connectivity == .full }
+        #expect(full.connectivityEvidence?.answer.contains("HTTP 204 from 10.77.9.1:80 via enp3s0 (10.77.1.2)") == true,
+                "\(String(describing: full.connectivityEvidence))")
+        #expect(full.primaryInterface?.name == "enp3s0")
+
+        // Replies to the client vanish upstream; the client's own path stays up.
+        try ip("-n \(net.router) route add blackhole 10.77.1.2/32")
+        let limited = try await waitForPath(monitor, timeout: .seconds(6), "limited") { $0.connectivity == .limited }
+        #expect(limited.isSatisfied)
+        #expect(limited.connectivityEvidence?.answer.contains("no answer within 1 s") == true,
+                "\(String(describing: limited.connectivityEvidence))")
+        try ip("-n \(net.router) route del blackhole 10.77.1.2/32")
+        let restored = ContinuousClock.now
+        _ = try await waitForPath(monitor, timeout: .seconds(5), "full again") { $0.connectivity == .full }
+        let recovery = ContinuousClock.now - restored
+        #expect(recovery < .milliseconds(2500), "recovery took \(recovery)")
+        print("connectivity recovery after the blackhole: \(recovery)")
+    }
+
+    @Test("a portal by redirect and by a login page, with its URL; full after logging in; bounded cost")
+    func portal() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        let server = try ProbeServer(in: net)
+        defer { server.remove() }
+        try server.mode("redirect")
+        let monitor = try startCheckedMonitor(in: net.client)
+        defer { monitor.cancel() }
+        let redirected = try await waitForPath(monitor, "portal by redirect") { $0.connectivity == .portal }
+        #expect(redirected.portalURL == "http://10.77.9.1/login?from=check")
+        #expect(redirected.isSatisfied)
+        let started = ContinuousClock.now
+        let before = server.requests
+        try server.mode("login")
+        // The portal answer does not change: checks back off (1 s, 2 s, ...), no update meanwhile.
+        let page = try await waitForPath(monitor, timeout: .seconds(6), "portal by login page") {
+            $0.connectivity == .portal && $0.portalURL == ProbeServer.url
+        }
+        #expect(page.connectivityEvidence?.answer.hasPrefix("HTTP 200") == true)
+        try server.mode("full")  // "logged in"
+        _ = try await waitForPath(monitor, timeout: .seconds(10), "full after login") { $0.connectivity == .full }
+        let elapsed = ContinuousClock.now - started
+        let made = server.requests - before
+        // Back-off from 1 s doubling: at most one check per second, fewer as the portal stays.
+        let seconds = Int(elapsed.components.seconds) + 1
+        #expect(made <= seconds + 1, "\(made) checks in \(elapsed)")
+    }
+
+    @Test("a hostile probe server: endless body and silence cost one bounded check each")
+    func hostileServer() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        let server = try ProbeServer(in: net)
+        defer { server.remove() }
+        try server.mode("flood")
+        let monitor = try startCheckedMonitor(in: net.client, timeout: .seconds(1))
+        defer { monitor.cancel() }
+        let flooded = try await waitForPath(monitor, timeout: .seconds(3), "a 200 with a page that never ends") {
+            $0.connectivity == .portal
+        }
+        #expect(flooded.portalURL == ProbeServer.url)
+        try server.mode("silent")
+        let silent = try await waitForPath(monitor, timeout: .seconds(6), "silence is limited") { $0.connectivity == .limited }
+        #expect(silent.connectivityEvidence?.answer.contains("to answer") == true, "\(String(describing: silent.connectivityEvidence))")
+    }
+
+    @Test("a DNS failure is limited; no route is none, with nothing sent")
+    func dnsFailureAndNoRoute() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        // The lookup must fail inside the lab: the resolvers the host is configured with are
+        // made unreachable in the client namespace, so no query leaves it.
+        let resolvConf = (try? String(contentsOfFile: "/etc/resolv.conf", encoding: .utf8)) ?? ""
+        for line in resolvConf.split(separator: "\n") where line.hasPrefix("nameserver") {
+            let address = line.split(separator: " ").last.map(String.init) ?? ""
+            guard address.contains("."), !address.hasPrefix("127.") else { continue }
+            try ip("-n \(net.client) route add unreachable \(address)/32")
+        }
+        let monitor = try startCheckedMonitor(in: net.client, url: "http://probe.reachability-test.invalid/check")
+        defer { monitor.cancel() }
+        let limited = try await waitForPath(monitor, timeout: .seconds(8), "limited by DNS") { $0.connectivity == .limited }
+        #expect(limited.connectivityEvidence?.answer.contains("cannot resolve probe.reachability-test.invalid") == true,
+                "\(String(describing: limited.connectivityEvidence))")
+        try ip("-n \(net.client) route del default")
+        let offline = try await waitForPath(monitor, "none without a route") { !$0.isSatisfied }
+        #expect(offline.connectivity == .offline)
+        #expect(offline.connectivityEvidence?.answer == "no usable route; nothing sent")
+    }
+
+    @Test("not configured: unknown, and not one probe request")
+    func notConfiguredSendsNothing() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        let server = try ProbeServer(in: net)
+        defer { server.remove() }
+        let monitor = try startMonitor(in: net.client)
+        defer { monitor.cancel() }
+        #expect(monitor.currentPath.connectivity == .unknown)
+        #expect(monitor.currentPath.connectivityEvidence == nil)
+        try ip("-n \(net.client) link set enp3s0 down")
+        _ = try await waitForPath(monitor, "down") { !$0.isSatisfied }
+        try ip("-n \(net.client) link set enp3s0 up")
+        try ip("-n \(net.client) route add default via 10.77.1.1 dev enp3s0")
+        let back = try await waitForPath(monitor, "back") { $0.isSatisfied }
+        #expect(back.connectivity == .unknown)
+        // A configured monitor, started last, is counted by the same server: the count can move.
+        let checked = try startCheckedMonitor(in: net.client)
+        defer { checked.cancel() }
+        _ = try await waitForPath(checked, "full") { $0.connectivity == .full }
+        #expect(server.requests == 1, "only the configured monitor's check reached the server")
+    }
+}
