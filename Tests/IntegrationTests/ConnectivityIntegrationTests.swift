@@ -204,3 +204,90 @@ struct ConnectivityIntegrationTests {
         #expect(server.requests == 1, "only the configured monitor's check reached the server")
     }
 }
+
+@Suite("reachability status / watch / wait with a connectivity check", .serialized, .enabled(if: isRoot, rootReason))
+struct ConnectivityCommandLineTests {
+    /// Runs the built binary with `environment` added to this process's.
+    func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
+        let process = Process()
+        process.executableURL = try builtBinary()
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        let errors = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+    }
+
+    @Test("NetworkManager's [connectivity] is honoured; status waits for the answer; wait --require internet")
+    func networkManagerConfiguration() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        let server = try ProbeServer(in: net)
+        defer { server.remove() }
+        try server.mode("online")
+        // A NetworkManager configuration written by the test: the main file, and a conf.d
+        // snippet that overrides its URI (later files win, as in NetworkManager).
+        let nm = server.directory.appendingPathComponent("NetworkManager")
+        try FileManager.default.createDirectory(at: nm.appendingPathComponent("conf.d"), withIntermediateDirectories: true)
+        try Data("[main]\nplugins=keyfile\n\n[connectivity]\nuri=http://10.77.9.1/wrong\ninterval=300\n".utf8)
+            .write(to: nm.appendingPathComponent("NetworkManager.conf"))
+        try Data("[connectivity]\nuri=\(ProbeServer.url)\n".utf8).write(to: nm.appendingPathComponent("conf.d/20-connectivity.conf"))
+        let environment = ["REACHABILITY_NETWORKMANAGER_DIR": nm.path,
+                           "XDG_CONFIG_HOME": server.directory.path]
+
+        let (status, json, _) = try run(["status", "--json", "--netns", net.client], environment: environment)
+        #expect(status == 0)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
+        #expect(object["connectivity"] as? String == "full", "\(json)")
+        #expect((object["connectivityCheck"] as? [String: Any])?["url"] as? String == ProbeServer.url)
+        #expect(object["portalURL"] is NSNull)
+
+        // A portal: the text says where to log in; --explain shows the evidence.
+        try server.mode("redirect")
+        let (_, text, _) = try run(["status", "--netns", net.client], environment: environment)
+        #expect(text == "reachable via wired (enp3s0, 10.77.1.2, gw 10.77.1.1), internet: portal, log in at http://10.77.9.1/login?from=check\n")
+        let (_, explain, _) = try run(["status", "--explain", "--netns", net.client], environment: environment)
+        #expect(explain.contains("check: GET \(ProbeServer.url)"))
+        #expect(explain.contains("last answer: HTTP 302 (portal at http://10.77.9.1/login?from=check) from 10.77.9.1:80 via enp3s0 (10.77.1.2)"))
+
+        // wait --require internet returns once the portal lets us through.
+        let waiter = try RunningCommand(["wait", "--netns", net.client, "--require", "internet", "--timeout", "20"],
+                                        environment: environment)
+        let watch = try RunningCommand(["watch", "--json", "--netns", net.client], environment: environment)
+        // The path line comes first, the check's answer second.
+        let first = await watch.line { $0.contains("\"status\"") }
+        #expect(first?.contains("\"connectivity\":\"unknown\"") == true, "\(first ?? "nothing")")
+        let second = await watch.line { $0.contains("\"status\"") }
+        #expect(second?.contains("\"connectivity\":\"portal\"") == true, "\(second ?? "nothing")")
+        try server.mode("online")
+        let exited = await withTaskGroup(of: Bool.self) { group in
+            group.addTask { waiter.process.waitUntilExit(); return true }
+            group.addTask { await deadline(.seconds(20)); return false }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        #expect(exited && waiter.process.terminationStatus == 0)
+        let third = await watch.line(timeout: .seconds(20)) { $0.contains("\"status\"") }
+        #expect(third?.contains("\"connectivity\":\"full\"") == true, "\(third ?? "nothing")")
+        #expect(watch.stop() == 0)
+
+        // Without any configuration: no check, no request, and wait --require internet is a usage error.
+        let before = server.requests
+        let (plain, plainJSON, _) = try run(["status", "--json", "--netns", net.client],
+                                            environment: ["REACHABILITY_NETWORKMANAGER_DIR": "/nonexistent",
+                                                          "XDG_CONFIG_HOME": server.directory.path])
+        #expect(plain == 0 && plainJSON.contains("\"connectivity\":\"unknown\""))
+        let (usage, _, message) = try run(["wait", "--netns", net.client, "--require", "internet"],
+                                          environment: ["REACHABILITY_NETWORKMANAGER_DIR": "/nonexistent",
+                                                        "XDG_CONFIG_HOME": server.directory.path])
+        #expect(usage == 64 && message.contains("--require internet needs a connectivity check"))
+        #expect(server.requests == before)
+    }
+}
