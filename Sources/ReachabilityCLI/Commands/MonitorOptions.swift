@@ -151,11 +151,15 @@ struct MonitorOptions: Sendable, Equatable {
 
     /// Like `startPathSource(in:)`, with the configuration used; `validate` may refuse it (a
     /// command that needs a connectivity check) before anything starts.
-    func startPathSource(in context: CommandContext, validate: (PathMonitor.Configuration) throws -> Void)
+    /// `prepare` runs between creating the source and starting it (to subscribe before the first
+    /// path, so no update is missed).
+    func startPathSource(in context: CommandContext, validate: (PathMonitor.Configuration) throws -> Void,
+                         prepare: (any PathSource) -> Void = { _ in })
         throws -> (source: any PathSource, configuration: PathMonitor.Configuration) {
         let configuration = try configuration(in: context)
         try validate(configuration)
         let source = context.makePathSource(configuration)
+        prepare(source)
         do {
             try source.start()
         } catch {
