@@ -32,7 +32,8 @@ struct ProbeServer {
             def do_GET(self):
                 with open(os.path.join(directory, "requests"), "a") as f: f.write(self.path + "\\n")
                 mode = open(os.path.join(directory, "mode")).read().strip()
-                if mode == "full": self.reply(204)
+                if self.path == "/file" and mode in ("full", "online"): self.reply(200, bytes(range(256)) * 1024)
+                elif mode == "full": self.reply(204)
                 elif mode == "online": self.reply(200, b"NetworkManager is online\\n")
                 elif mode == "redirect": self.reply(302, headers=[("Location", "http://10.77.9.1/login?from=check")])
                 elif mode == "login": self.reply(200, b"<html><form action=/login>Log in</form></html>")
@@ -59,10 +60,13 @@ struct ProbeServer {
         try Data(mode.utf8).write(to: directory.appendingPathComponent("mode"))
     }
 
-    var requests: Int {
+    /// Requests counted on the server; `path` counts only those for it.
+    func requests(for path: String? = nil) -> Int {
         ((try? String(contentsOf: directory.appendingPathComponent("requests"), encoding: .utf8)) ?? "")
-            .split(separator: "\n").count
+            .split(separator: "\n").filter { path == nil || $0 == path! }.count
     }
+
+    var requests: Int { requests() }
 
     func remove() { try? FileManager.default.removeItem(at: directory) }
 }
@@ -289,5 +293,47 @@ struct ConnectivityCommandLineTests {
                                                         "XDG_CONFIG_HOME": server.directory.path])
         #expect(usage == 64 && message.contains("--require internet needs a connectivity check"))
         #expect(server.requests == before)
+    }
+}
+
+@Suite("Downloads behind a captive portal", .serialized, .enabled(if: isRoot, rootReason))
+struct ConnectivityDownloadTests {
+    @Test("a download waits for login at the portal's URL without a request, and resumes the moment the check reads full")
+    func downloadWaitsForLogin() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1)
+        let server = try ProbeServer(in: net)
+        defer { server.remove() }
+        try server.mode("redirect")
+        let directory = server.directory.appendingPathComponent("out")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let download = try CLIProcess(["download", "http://10.77.9.1/file", "-o", "file.bin", "--json",
+                                       "--connectivity-url", ProbeServer.url],
+                                      namespace: net.client, directory: directory,
+                                      environment: ["REACHABILITY_NETWORKMANAGER_DIR": "/nonexistent"])
+        defer { download.kill() }
+        let waiting = await download.waitForEvent(timeout: .seconds(15)) {
+            $0["event"] as? String == "waiting" && $0["reason"] as? String == "portal"
+        }
+        #expect(waiting, "no waiting event naming the portal: \(download.lines) \(download.standardError)")
+        let event = download.events.first { $0["event"] as? String == "waiting" }
+        #expect(event?["portalURL"] as? String == "http://10.77.9.1/login?from=check")
+        // Let the check back off once (a second probe request), then count: the file was never asked for.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while server.requests(for: "/check") < 2, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))  // polling the server's count, bounded by the deadline
+        }
+        #expect(server.requests(for: "/check") >= 2)
+        #expect(server.requests(for: "/file") == 0, "the download went to the portal")
+        try server.mode("full")  // logged in
+        let loggedIn = ContinuousClock.now
+        #expect(await download.waitFor("completed", timeout: .seconds(15)), "\(download.lines) \(download.standardError)")
+        #expect(await download.waitForExit(timeout: .seconds(15)) == 0)
+        print("download resumed \(ContinuousClock.now - loggedIn) after the portal let it through")
+        let file = try Data(contentsOf: directory.appendingPathComponent("file.bin"))
+        let expected = Data((0..<1024).flatMap { _ in (0...255).map(UInt8.init) })
+        #expect(file == expected)
+        #expect(server.requests(for: "/file") == 1)
     }
 }
