@@ -138,4 +138,25 @@ struct ConnectivityCommandTests {
         #expect(PathRequirement(connection: .internet).isMet(by: full))
         #expect(!PathRequirement(connection: .internet).isMet(by: portal))
     }
+
+    @Test("a download waiting behind a portal says where to log in; path events carry connectivity")
+    func downloadEventsNameThePortal() throws {
+        let facts = EventSchema.DownloadFacts(id: "1", url: "http://x/f", file: "/tmp/f", bytes: 0, total: nil)
+        let portal = Fixtures.checked(Fixtures.satisfiedWifi, .portal, portal: "http://portal.example/login")
+        let waiting = try #require(JSONSerialization.jsonObject(with: Data(EventSchema.downloadLine(
+            .waitingForConnectivity, facts, at: Fixtures.time, path: portal).utf8)) as? [String: Any])
+        #expect(waiting["event"] as? String == "waiting")
+        #expect(waiting["reason"] as? String == "portal")
+        #expect(waiting["portalURL"] as? String == "http://portal.example/login")
+        // Without a portal (no path, or another state): the plain event.
+        let plain = EventSchema.downloadLine(.waitingForConnectivity, facts, at: Fixtures.time,
+                                             path: Fixtures.checked(Fixtures.satisfiedWifi, .limited))
+        #expect(!plain.contains("portal"))
+        #expect(EventSchema.portal(of: NetworkPath.unsatisfied(.noRoute)) == nil)
+        // A portal that named no URL: the probe URL.
+        #expect(EventSchema.portal(of: Fixtures.checked(Fixtures.satisfiedWifi, .portal)) == "http://192.0.2.9/check")
+        let pathLine = try #require(JSONSerialization.jsonObject(with: Data(EventSchema.pathLine(portal, at: Fixtures.time).utf8)) as? [String: Any])
+        #expect(pathLine["connectivity"] as? String == "portal")
+        #expect(pathLine["portalURL"] as? String == "http://portal.example/login")
+    }
 }
