@@ -11,7 +11,7 @@ import Synchronization
 /// crosses threads.
 final class ConnectivityProbe {
     private let check: ConnectivityCheck
-    private let wakeDescriptor: Int32
+    private let wake: WakeSignal
     private let logger: Logger
 
     private enum Phase {
@@ -37,9 +37,9 @@ final class ConnectivityProbe {
         var isDone: Bool { result.withLock { $0 != nil } }
     }
 
-    init(check: ConnectivityCheck, wakeDescriptor: Int32, logger: Logger) {
+    init(check: ConnectivityCheck, wake: WakeSignal, logger: Logger) {
         self.check = check
-        self.wakeDescriptor = wakeDescriptor
+        self.wake = wake
         self.logger = logger
         request = check.target.request()
     }
@@ -73,13 +73,13 @@ final class ConnectivityProbe {
         }
         let resolution = Resolution()
         let port = check.target.port
-        let wake = wakeDescriptor
+        let wake = self.wake
         // A thread inherits the network namespace of the thread that creates it, so the lookup
         // runs in the monitored namespace like the probe itself.
         let thread = Thread {
             let answer = Syscalls.resolve(host: host, port: port)
             resolution.result.withLock { $0 = answer }
-            Syscalls.signal(eventDescriptor: wake)
+            wake.signal()
         }
         thread.name = "reachability.resolver"
         thread.start()

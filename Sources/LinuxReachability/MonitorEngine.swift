@@ -102,8 +102,9 @@ struct EvaluationBudget: Sendable, Equatable {
 final class MonitorEngine: Sendable {
     private let configuration: PathMonitor.Configuration
     private let publish: @Sendable (NetworkPath) -> Void
-    /// An eventfd that `cancel()` writes to, waking the thread out of poll(2).
-    private let wakeDescriptor: Int32
+    /// An eventfd that `cancel()` (and a finished lookup, a check to start) writes to, waking
+    /// the thread out of poll(2).
+    private let wake: WakeSignal
     private let events: NetlinkSocket
     private let query: NetlinkSocket
     private let sysfs: SysfsReader?
@@ -189,7 +190,7 @@ final class MonitorEngine: Sendable {
             namespaceDescriptor = nil
         }
         do {
-            wakeDescriptor = try NetlinkSocket.makeWakeDescriptor()
+            wake = WakeSignal(descriptor: try NetlinkSocket.makeWakeDescriptor())
         } catch {
             if let namespaceDescriptor { close(namespaceDescriptor) }
             throw error
@@ -200,7 +201,7 @@ final class MonitorEngine: Sendable {
     deinit {
         // The thread owns the sockets while it runs; it closes them when it ends.
         if !state.withLock({ $0.isRunning }) {
-            close(wakeDescriptor)
+            wake.close()
             if let namespaceDescriptor { close(namespaceDescriptor) }
         }
     }
@@ -221,7 +222,7 @@ final class MonitorEngine: Sendable {
             defer { state.isCancelled = true }
             return state.isRunning && !state.isCancelled
         }
-        if wasRunning { Syscalls.signal(eventDescriptor: wakeDescriptor) }
+        if wasRunning { wake.signal() }
     }
 
     /// The monitor thread: poll for the event socket, the wake fd, the probe's socket, or the
@@ -230,7 +231,7 @@ final class MonitorEngine: Sendable {
         defer {
             events.close()
             query.close()
-            close(wakeDescriptor)
+            wake.close()
         }
         if let namespaceDescriptor {
             // Probe sockets and the resolver's must live in the monitored namespace; setns()
@@ -245,11 +246,11 @@ final class MonitorEngine: Sendable {
             }
         }
         let probe = configuration.connectivityCheck.map {
-            ConnectivityProbe(check: $0, wakeDescriptor: wakeDescriptor, logger: configuration.logger)
+            ConnectivityProbe(check: $0, wake: wake, logger: configuration.logger)
         }
         var descriptors = [
             pollfd(fd: events.fileDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake.pollDescriptor, events: Int16(POLLIN), revents: 0),
             pollfd(fd: -1, events: 0, revents: 0),
         ]
         while true {
@@ -272,7 +273,7 @@ final class MonitorEngine: Sendable {
                 return
             }
             if state.withLock({ $0.isCancelled }) { return }
-            if descriptors[1].revents != 0 { Syscalls.drain(eventDescriptor: wakeDescriptor) }
+            if descriptors[1].revents != 0 { wake.reset() }
             if descriptors[0].revents != 0 { drain() }
             if let probe, let (id, outcome) = probe.advance(events: descriptors[2].fd < 0 ? 0 : descriptors[2].revents, at: .now) {
                 record(id, outcome)
@@ -462,7 +463,7 @@ final class MonitorEngine: Sendable {
             if let actions = state.scheduler?.pathChanged(path, at: Date()) {
                 // The path is published first; the check's answer is a second update.
                 state.probeActions += actions
-                if !actions.isEmpty, state.isRunning { Syscalls.signal(eventDescriptor: wakeDescriptor) }
+                if !actions.isEmpty, state.isRunning { wake.signal() }
             }
             path = state.scheduler?.apply(to: path) ?? path
             state.statistics.evaluations += 1

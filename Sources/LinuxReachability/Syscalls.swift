@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// The connectivity probe's system calls: sockets, name resolution, readiness. Every raw call the
 /// probe makes is here, so errno handling and EINTR retries live once; the probe's logic above it
@@ -167,5 +168,35 @@ enum Syscalls {
     static func drain(eventDescriptor fd: Int32) {
         var value: UInt64 = 0
         _ = read(fd, &value, MemoryLayout<UInt64>.size)
+    }
+}
+
+/// The eventfd that wakes the monitor thread's poll(2): `cancel()`, a finished host-name lookup,
+/// a check to start. Closed once, under the same lock as every signal, so a lookup thread that
+/// finishes after the monitor ended can never write into a descriptor number reused by then.
+final class WakeSignal: Sendable {
+    private let descriptor: Mutex<Int32?>
+    /// For poll(2) on the monitor thread, which alone closes it.
+    let pollDescriptor: Int32
+
+    init(descriptor: Int32) {
+        self.descriptor = Mutex(descriptor)
+        pollDescriptor = descriptor
+    }
+
+    func signal() {
+        descriptor.withLock { fd in if let fd { Syscalls.signal(eventDescriptor: fd) } }
+    }
+
+    /// After poll(2) reported it readable.
+    func reset() {
+        descriptor.withLock { fd in if let fd { Syscalls.drain(eventDescriptor: fd) } }
+    }
+
+    func close() {
+        descriptor.withLock { fd in
+            if let open = fd { Syscalls.close(open) }
+            fd = nil
+        }
     }
 }
