@@ -49,7 +49,7 @@ struct WaitCommand: Command {
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let requirement = requirement
-        let (source, _) = try monitor.startPathSource(in: context) { configuration in
+        let (source, configuration) = try monitor.startPathSource(in: context) { configuration in
             if requirement.connection == .internet, configuration.connectivityCheck == nil {
                 throw CommandFailure(
                     message: "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri",
@@ -57,8 +57,13 @@ struct WaitCommand: Command {
             }
         }
         defer { source.cancel() }
+        var timeout = timeoutDuration
+        if requirement.connection == .internet, timeout == .zero, let check = configuration.connectivityCheck {
+            // "Check once" includes the one connectivity check that runs at start.
+            timeout = check.timeout + .seconds(1)
+        }
         let outcome = await requirement.firstQualifyingPath(
-            current: source.currentPath, updates: source.paths, timeout: timeoutDuration, sleep: context.sleep)
+            current: source.currentPath, updates: source.paths, timeout: timeout, sleep: context.sleep)
         switch outcome {
         case .qualified:
             return .success
