@@ -335,5 +335,7 @@ struct ConnectivityDownloadTests {
         let expected = Data((0..<1024).flatMap { _ in (0...255).map(UInt8.init) })
         #expect(file == expected)
         #expect(server.requests(for: "/file") == 1)
+        let problems = download.lines.flatMap(EventSchemaValidator.problems)
+        #expect(problems.isEmpty, "\(problems)")
     }
 }
