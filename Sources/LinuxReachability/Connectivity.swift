@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Whether the Internet answers, beyond a route existing: NetworkManager's connectivity states.
 ///

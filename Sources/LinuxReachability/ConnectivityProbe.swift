@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Synchronization
 
@@ -76,13 +76,11 @@ final class ConnectivityProbe {
         let wake = self.wake
         // A thread inherits the network namespace of the thread that creates it, so the lookup
         // runs in the monitored namespace like the probe itself.
-        let thread = Thread {
+        SystemThread.detach(name: "resolver") {
             let answer = Syscalls.resolve(host: host, port: port)
             resolution.result.withLock { $0 = answer }
             wake.signal()
         }
-        thread.name = "reachability.resolver"
-        thread.start()
         straggler = resolution
         phase = .resolving(resolution)
         return nil
@@ -205,7 +203,8 @@ final class ConnectivityProbe {
     }
 
     private func timedOut() -> (Int, ConnectivityScheduler.Outcome) {
-        let seconds = Double(check.timeout.components.seconds) + Double(check.timeout.components.attoseconds) / 1e18
+        let total = milliseconds(check.timeout)
+        let seconds = total % 1000 == 0 ? "\(total / 1000)" : "\(Double(total) / 1000)"
         let stage: String
         switch phase {
         case .resolving: stage = "resolving \(check.target.host)"
@@ -214,7 +213,7 @@ final class ConnectivityProbe {
         case .receiving(_, let address, let route, _): stage = "waiting for \(address.text) via \(describe(route)) to answer"
         case .idle: stage = "starting"
         }
-        return finish(.limited, "no answer within \(seconds.formatted()) s (\(stage))")!
+        return finish(.limited, "no answer within \(seconds) s (\(stage))")!
     }
 
     private func failed(_ error: Syscalls.Errno, connecting address: Syscalls.SocketAddress?, _ route: PathRoute,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// When to check connectivity and what to report meanwhile. Pure: the engine feeds it path
 /// changes, check results and the clock, and executes the actions it returns.
