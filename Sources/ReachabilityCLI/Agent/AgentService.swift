@@ -103,6 +103,9 @@ actor AgentService {
                                    .init(key: "changed", value: .bool(newSettings != old))])
     }
 
+    /// The latest path (a `waiting` event names the portal to log in to).
+    var currentPath: NetworkPath? { path }
+
     /// Records and reports a new path.
     func pathChanged(_ newPath: NetworkPath) {
         path = newPath
@@ -256,7 +259,8 @@ actor AgentService {
                 index += 1
                 guard index > skipping, let self else { continue }
                 metrics.record(event, for: download.id)
-                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now()))
+                let path = event == .waitingForConnectivity ? await self.currentPath : nil
+                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
                 await self.downloadEventArrived(download, event)
             }
         }

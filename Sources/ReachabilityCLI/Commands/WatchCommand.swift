@@ -28,8 +28,12 @@ struct WatchCommand: Command {
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let metricsFile = try metrics.open(in: context)
-        let source = try monitor.startPathSource(in: context)
+        // Subscribed before the monitor starts: the first path and the connectivity check's answer
+        // (which can follow within a millisecond) are both printed, in order.
+        var subscription: AsyncStream<NetworkPath>?
+        let (source, _) = try monitor.startPathSource(in: context, validate: { _ in }, prepare: { subscription = $0.paths })
         defer { source.cancel() }
+        let paths = subscription ?? source.paths
         let pathMetrics = SharedPathMetrics(startedAt: context.now())
         pathMetrics.record(source.currentPath, at: context.now())
         var publisher: MetricsPublisher?
@@ -52,7 +56,7 @@ struct WatchCommand: Command {
         monitor.logger(in: context).info("watching for changes; SIGINT or SIGTERM stops")
 
         var previous: NetworkPath?
-        for await path in source.paths {
+        for await path in paths {
             let time = context.now()
             pathMetrics.record(path, at: time)
             publisher?.refresh()
