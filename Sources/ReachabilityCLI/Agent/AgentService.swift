@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 import LinuxReachability
 import ResumableDownloads
 
@@ -267,17 +268,18 @@ actor AgentService {
 
     // MARK: persistence of user pauses
 
+    /// Read and written relative to the checked state directory (no links, a file of ours).
     private static func readPaused(_ directory: String) -> Set<UUID> {
-        guard let data = FileManager.default.contents(atPath: AgentStateDirectory.pausedPath(in: directory)),
-              let stored = try? JSONDecoder().decode(PausedList.self, from: data) else { return [] }
+        guard let checked = try? CheckedDirectory.open(directory, policy: .privateState),
+              let bytes = try? checked.readOwnedFile("agent-state.json", limit: 1 << 20),
+              let stored = try? JSONDecoder().decode(PausedList.self, from: Data(bytes)) else { return [] }
         return Set(stored.paused.compactMap(UUID.init(uuidString:)))
     }
 
     private func savePaused() {
-        let data = Data(ControlCodec.encode(PausedList(paused: userPaused.map(\.uuidString).sorted())))
-        let path = AgentStateDirectory.pausedPath(in: environment.stateDirectory)
-        try? data.write(to: URL(fileURLWithPath: path), options: .atomic)
-        chmod(path, 0o600)
+        let bytes = ControlCodec.encode(PausedList(paused: userPaused.map(\.uuidString).sorted()))
+        guard let checked = try? CheckedDirectory.open(environment.stateDirectory, policy: .privateState) else { return }
+        try? checked.writeAtomically(bytes, to: "agent-state.json", mode: 0o600)
     }
 
     private struct PausedList: Codable { var paused: [String] }

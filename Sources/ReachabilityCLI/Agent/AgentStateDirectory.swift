@@ -22,9 +22,7 @@ enum AgentStateDirectory {
 
     static func socketPath(in directory: String) -> String { directory + "/agent.sock" }
     static func lockPath(in directory: String) -> String { directory + "/agent.lock" }
-    static func logPath(in directory: String) -> String { directory + "/agent.log" }
     static func configurationPath(in directory: String) -> String { directory + "/agent.conf" }
-    static func pausedPath(in directory: String) -> String { directory + "/agent-state.json" }
     static func recordsDirectory(in directory: String) -> String { directory + "/records" }
     static func filesDirectory(in directory: String) -> String { directory + "/files" }
 

@@ -75,7 +75,7 @@ struct AgentCommand: Command {
         }
         let initialSettings = try loadSettings()
 
-        let log = try RotatingLogFile(path: AgentStateDirectory.logPath(in: directory), maximumSize: logSizeLimit)
+        let log = try RotatingLogFile(directory: checked, maximumSize: logSizeLimit)
         let output = context.output
         let now = context.now
         let emitLine: @Sendable (String) -> Void = { line in
