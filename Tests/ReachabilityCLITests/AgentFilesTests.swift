@@ -71,4 +71,17 @@ struct AgentFilesTests {
         #expect(throws: CommandFailure.self) { _ = try RotatingLogFile(directory: checked) }
         #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8))
     }
+
+    @Test func aPlantedLockLinkIsNeverFollowed() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let victim = directory + "-victim"
+        FileManager.default.createFile(atPath: victim, contents: Data("keep".utf8))
+        defer { unlink(victim) }
+        let checked = try AgentStateDirectory.prepare(directory)
+        symlink(victim, directory + "/agent.lock")
+        let error = #expect(throws: CommandFailure.self) { _ = try AgentStateDirectory.lock(checked) }
+        #expect(error?.exitCode == .configuration)
+        #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8), "the pid was not written through the link")
+    }
 }
