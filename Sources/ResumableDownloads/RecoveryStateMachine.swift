@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Decides what a download does after each attempt: finish, continue, retry (now or after a
 /// backoff), wait for a usable path, restart from zero, or fail. Pure: tested without sockets.
@@ -82,7 +83,7 @@ struct RecoveryStateMachine: Sendable {
             return .fail(error)
 
         case .transport(let error):
-            switch RetryClass(error.urlErrorCode) {
+            switch RetryClass(error.urlCode) {
             case .permanent:
                 return .fail(error)
             case .connectionLost:

@@ -235,20 +235,22 @@ public final class ResumableURLSession: Sendable {
                     await engine.agent.shutdown()
                     engine.monitor?.cancel()
                 }
-                let waiters = self.state.withLock { state in
-                    state.isInvalidated = true
-                    defer { state.invalidationWaiters = [] }
-                    return state.invalidationWaiters
+                // Invalidation is complete once the delegate has been told, so whoever waits for
+                // it (waitUntilInvalidated) sees didBecomeInvalid as the delegate's last call.
+                enqueue { [self] in
+                    delegate?.urlSession(self, didBecomeInvalidWithError: nil)
+                    let waiters = self.state.withLock { state in
+                        state.delegate = nil
+                        state.isInvalidated = true
+                        defer { state.invalidationWaiters = [] }
+                        return state.invalidationWaiters
+                    }
+                    for waiter in waiters { waiter.resume() }
                 }
-                for waiter in waiters { waiter.resume() }
             }
             return true
         }
-        guard shouldFinish else { return }
-        enqueue { [self] in
-            delegate?.urlSession(self, didBecomeInvalidWithError: nil)
-            state.withLock { $0.delegate = nil }
-        }
+        _ = shouldFinish
     }
 
     private static func makeEngine(_ configuration: Configuration, pathSource: PathSource,

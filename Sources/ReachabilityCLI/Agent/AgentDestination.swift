@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Where the agent may put a download. A control request names a URL and perhaps an output
 /// path; neither is trusted: file names taken from URLs are percent-decoded then sanitized, and
@@ -39,7 +39,7 @@ enum AgentDestination {
         guard let path = normalizedAbsolutePath(output), path != "/" else {
             return .failure(.invalidArgument("'output' must be an absolute path without . or .. components"))
         }
-        let name = (path as NSString).lastPathComponent
+        let name = path.split(separator: "/").last.map(String.init) ?? ""
         guard !name.hasSuffix(".part"), name.utf8.count <= 250,
               !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
             return .failure(.invalidArgument("'\(name)' is not a usable file name"))

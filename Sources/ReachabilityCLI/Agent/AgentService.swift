@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxSystem
 import LinuxReachability
 import ResumableDownloads
