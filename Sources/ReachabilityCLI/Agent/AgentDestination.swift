@@ -9,7 +9,7 @@ enum AgentDestination {
     /// `index.html` when nothing is left.
     static func fileName(for url: URL) -> String {
         let raw = url.path.split(separator: "/", omittingEmptySubsequences: true).last.map(String.init) ?? ""
-        let decoded = raw.removingPercentEncoding ?? raw
+        let decoded = percentDecoded(raw)
         var name = String(decoded.unicodeScalars.map { scalar -> Character in
             if scalar == "/" || scalar == "\\" || scalar.value < 0x20 || scalar.value == 0x7F
                 || (0x80...0x9F).contains(scalar.value) || scalar.properties.generalCategory == .format {
@@ -19,8 +19,25 @@ enum AgentDestination {
         })
         while name.hasPrefix(".") { name.removeFirst() }
         while name.utf8.count > 200 { name.removeLast() }
-        name = name.trimmingCharacters(in: .whitespaces)
+        while name.first == " " || name.first == "\t" { name.removeFirst() }
+        while name.last == " " || name.last == "\t" { name.removeLast() }
         return name.isEmpty ? "index.html" : name
+    }
+
+    /// `%XX` sequences decoded as UTF-8 (invalid sequences become U+FFFD); without Foundation.
+    static func percentDecoded(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        var utf8 = Array(text.utf8)[...]
+        while let byte = utf8.popFirst() {
+            if byte == UInt8(ascii: "%"), utf8.count >= 2,
+               let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
+                bytes.append(value)
+                utf8 = utf8.dropFirst(2)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// `path` when it is absolute and has no empty, `.` or `..` components (trailing `/` dropped).
