@@ -38,8 +38,8 @@ struct MetricsIntegrationTests {
         let agent = try AgentProcess(stateDirectory: directory.file("state"),
                                      arguments: ["--netns", namespace, "--metrics-file", metricsFile, "--metrics-interval", "1"])
         defer { agent.stop() }
-        let added = try agent.control(["queue", "add", nginx.url("m.bin").absoluteString, "-o", directory.file("m.bin").path,
-                                       "--sha256", F.sha256(data)])
+        // No -o: the agent keeps files in STATE_DIR/files (or a download-dir= of agent.conf).
+        let added = try agent.control(["queue", "add", nginx.url("m.bin").absoluteString, "--sha256", F.sha256(data)])
         #expect(added.status == 0, "\(added)")
         #expect(agent.waitForLine { $0.contains(#""type":"download","event":"completed""#) } != nil, "\(agent.output)")
 

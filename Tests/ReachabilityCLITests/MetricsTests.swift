@@ -331,9 +331,12 @@ struct MetricsTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let source = ScriptedPathSource(current: Fixtures.satisfiedWifi, script: [Fixtures.noRoute], staysOpen: true)
         let harness = Harness(source: source, currentDirectory: directory)
-        let requests = source.pathsRequests()
         let task = Task { await harness.run(["watch", "--metrics-file", "r.prom"]) }
-        for await _ in requests { break }
+        // The first line is printed after the file's first write and the signal handler are in place.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while harness.standardOutput.lines.isEmpty, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
         let path = directory + "/r.prom"
         #expect(FileManager.default.fileExists(atPath: path))
         #expect(harness.signal(SIGTERM))

@@ -46,8 +46,6 @@ struct TerminalTextTests {
         #expect(DownloadCommand.defaultFileName(for: URL(string: "http://a/a%2541.bin")!) == "a%41.bin", "decoded once, as wget does")
         #expect(DownloadCommand.defaultFileName(for: URL(string: "http://a/caf%C3%A9")!) == "café")
         #expect(DownloadCommand.defaultFileName(for: URL(string: "http://a/x%C2%9B")!) == "x%C2%9B")
-        #expect(AgentService.defaultDestination(for: URL(string: "http://a/b%0Ac")!, in: "/s") == "/s/files/b%0Ac")
-        #expect(AgentService.defaultDestination(for: URL(string: "http://a/")!, in: "/s") == "/s/files/index.html")
     }
 
     @Test func queueListLinesAreEscaped() {
