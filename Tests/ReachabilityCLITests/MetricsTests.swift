@@ -31,7 +31,9 @@ struct MetricsTests {
         metrics.record(withHostile(Fixtures.satisfiedWifi), at: start + 5)   // the same path again: no change
         metrics.record(Fixtures.noRoute, at: start + 10)
         metrics.record(NetworkPath.unsatisfied(.noCarrier), at: start + 40)   // still out: one outage
-        metrics.record(withHostile(Fixtures.cellular), at: start + 100)
+        var portal = withHostile(Fixtures.cellular)
+        portal.connectivity = .portal
+        metrics.record(portal, at: start + 100)
         return metrics
     }
 
@@ -96,6 +98,8 @@ struct MetricsTests {
         #expect(values("reachability_path_connection") == ["connection=wired": 0, "connection=wifi": 0,
                                                            "connection=cellular": 1, "connection=unavailable": 0])
         #expect(values("reachability_path_expensive") == ["": 1])
+        #expect(values("reachability_path_connectivity") == ["state=unknown": 0, "state=none": 0, "state=limited": 0,
+                                                             "state=portal": 1, "state=full": 0])
         #expect(values("reachability_interface_primary").filter { $0.value == 1 }.keys.sorted() == ["interface=wwan0,type=cellular"])
         #expect(values("reachability_downloads")["state=failed"] == 3)
         #expect(values("reachability_downloads")["state=paused"] == 0, "every state is listed")

@@ -58,6 +58,11 @@ struct PathMetrics: Sendable {
             MetricFamily("reachability_path_connection", .gauge,
                          help: "1 for the connection type of the primary path, 0 for the others.",
                          samples: connections.map { MetricSample(current == $0 ? 1 : 0, labels: [("connection", $0.rawValue)]) }),
+            MetricFamily("reachability_path_connectivity", .gauge,
+                         help: "1 for the connectivity check's answer (unknown without a check; none, limited, portal, full), 0 for the others.",
+                         samples: Connectivity.allCases.map {
+                             MetricSample(path?.connectivity == $0 ? 1 : 0, labels: [("state", $0.rawValue)])
+                         }),
             MetricFamily("reachability_path_expensive", .gauge,
                          help: "1 when the primary path is cellular-like (expensive), else 0.",
                          value: path?.isExpensive == true ? 1 : 0),
