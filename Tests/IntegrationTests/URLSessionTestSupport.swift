@@ -207,9 +207,7 @@ final class LineProcess: Sendable {
         process.standardError = err
         process.standardInput = input
         let collected = collected
-        out.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil; return }
+        PipeReader.start(out) { data in
             let now = ContinuousClock.now
             collected.output.withLock { state in
                 state.partial += String(decoding: data, as: UTF8.self)
@@ -218,12 +216,10 @@ final class LineProcess: Sendable {
                     state.partial = String(state.partial[state.partial.index(after: newline)...])
                 }
             }
-        }
-        err.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil; return }
+        } atEnd: {}
+        PipeReader.start(err) { data in
             collected.output.withLock { $0.errors += String(decoding: data, as: UTF8.self) }
-        }
+        } atEnd: {}
         process.terminationHandler = { process in collected.exited.withLock { $0 = process.terminationStatus } }
         try process.run()
     }
