@@ -97,6 +97,9 @@ actor AgentService {
                                    .init(key: "changed", value: .bool(newSettings != old))])
     }
 
+    /// The latest path (a `waiting` event names the portal to log in to).
+    var currentPath: NetworkPath? { path }
+
     /// Records and reports a new path.
     func pathChanged(_ newPath: NetworkPath) {
         path = newPath
@@ -226,7 +229,8 @@ actor AgentService {
             for await event in download.events {
                 index += 1
                 guard index > skipping, let self else { continue }
-                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now()))
+                let path = event == .waitingForConnectivity ? await self.currentPath : nil
+                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
                 await self.downloadEventArrived(download, event)
             }
         }
