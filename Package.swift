@@ -28,9 +28,14 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        // Linux file-system calls Glibc's module lacks (renameat2) and variadic ones, as typed helpers.
+        .systemLibrary(name: "CLinuxSystem"),
+        // The one home for file-system system calls: typed descriptors and errno, checked
+        // directories, O_NOFOLLOW/O_EXCL opens (package-internal API).
+        .target(name: "LinuxSystem", dependencies: ["CLinuxSystem"]),
         .target(name: "LinuxReachability", dependencies: ["CNetlink"]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability"]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads"]),
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"]),
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
@@ -39,11 +44,12 @@ let package = Package(
         .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
+        .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
         // Shared by the download test targets: an event log tests can wait on.
         .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -38,6 +38,8 @@ struct CurlTransferInfo: Sendable {
 struct CurlRequestOptions {
     var url: String
     var rangeStart: Int64
+    /// Whether to send `Range: bytes=rangeStart-` (a resume; rangeStart may then be zero).
+    var sendsRange: Bool
     var ifRange: String?
     /// `if!name` pins to an interface (SO_BINDTODEVICE); nil lets the kernel route.
     var interface: String?
@@ -98,12 +100,12 @@ final class CurlEasy {
             _ = ccurl_easy_setopt_off_t(handle, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(rate))
         }
         if let proxy = options.proxy { setString(CURLOPT_PROXY, proxy) }
-        if options.rangeStart > 0 { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
+        if options.sendsRange { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
 
         // CURLOPT_ACCEPT_ENCODING stays unset so libcurl never decodes; we ask for identity
         // explicitly so byte offsets refer to the stored representation.
         var headers = ["Accept-Encoding: identity"]
-        if let ifRange = options.ifRange, options.rangeStart > 0 { headers.append("If-Range: \(ifRange)") }
+        if let ifRange = options.ifRange, options.sendsRange { headers.append("If-Range: \(ifRange)") }
         // A CR or LF would let a header value start another header (or end the head) on the wire;
         // HeaderValidation refuses them up front, and this keeps them off the wire regardless.
         headers += options.additionalHeaders.filter { HeaderValidation.isSafeOnTheWire($0) }

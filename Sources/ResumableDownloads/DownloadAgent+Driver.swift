@@ -30,9 +30,7 @@ final class DriverResources {
         self.mailbox = mailbox
     }
 
-    var facts: DownloadStateMachine.FileFacts {
-        .init(storedBytes: file.writtenEnd, hasValidator: file.record.validator != nil)
-    }
+    var facts: DownloadStateMachine.FileFacts { .init(storedBytes: file.writtenEnd) }
 }
 
 extension DownloadAgent {
@@ -68,11 +66,11 @@ extension DownloadAgent {
         let download = entry.download
         let file: PartialFile
         do {
-            try createStateDirectory()
+            let state = try stateDirectory()
             let limits = PartialFile.Limits(highWater: max(1 << 20, configuration.writeBufferLimit),
                                             lowWater: max(1 << 20, configuration.writeBufferLimit) / 4,
                                             checkpointInterval: max(1 << 20, configuration.checkpointInterval))
-            file = try PartialFile(record: entry.record, recordPath: recordPath(id), limits: limits)
+            file = try PartialFile(record: entry.record, stateDirectory: state, limits: limits)
         } catch {
             let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
             endDriver(id, failure: failure)
@@ -135,7 +133,7 @@ extension DownloadAgent {
             }
         case .race:
             if let transfer = entries[id]?.transfer {
-                let timeout = probes.connectTimeout(for: driver.host, now: .now)
+                let timeout = probes.connectTimeout(for: driver.host)
                 configuration.logger.debug("stall suspected: racing a fresh connection",
                                            metadata: ["id": id.uuidString, "connectTimeout": "\(timeout)"])
                 engine.race(transfer.id, connectTimeout: min(timeout, configuration.connectTimeout))
@@ -152,11 +150,12 @@ extension DownloadAgent {
             driver.timers.removeValue(forKey: kind)?.cancel()
         case .joinServerWait(let justProbed):
             configuration.logger.info("waiting for server", metadata: ["id": id.uuidString, "host": driver.host])
-            carryOut(probes.join(id, host: driver.host, now: .now, justProbed: justProbed, random: .random(in: 0...1)))
+            let mailbox = driver.mailbox
+            probes.join(id, host: driver.host, justProbed: justProbed) { mailbox.yield(.machine($0)) }
         case .leaveServerWait:
-            carryOut(probes.leave(id, now: .now, random: .random(in: 0...1)))
+            probes.leave(id)
         case .reportServer(let reachable):
-            carryOut(probes.report(id, host: driver.host, reachable: reachable, now: .now, random: .random(in: 0...1)))
+            probes.report(id, host: driver.host, reachable: reachable)
         case .restartFromZero(let reason):
             do {
                 try await driver.file.restartFromZero()
@@ -202,11 +201,16 @@ extension DownloadAgent {
         let record = file.record
         let offset = file.writtenEnd
         var settings = self.settings
-        if let timeout = plan.connectTimeout ?? (plan.isRecovery ? probes.connectTimeout(for: driver.host, now: .now) : nil) {
+        if let timeout = plan.connectTimeout ?? (plan.isRecovery ? probes.connectTimeout(for: driver.host) : nil) {
             settings.connectTimeout = min(settings.connectTimeout, timeout)
         }
+        // Every resume re-fetches the bytes just before the offset and compares them with the
+        // disk before appending (issue 7): a server that ignores If-Range or gives no validator
+        // cannot splice two versions.
         let request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
                                       entityTag: record.entityTag, knownTotalLength: record.totalLength,
+                                      lastModified: record.lastModified, observedEntityTag: record.observedEntityTag,
+                                      overlap: min(offset, ResponseStateMachine.resumeOverlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
@@ -243,29 +247,6 @@ extension DownloadAgent {
         }
     }
 
-    /// Carries out what the probe scheduler decided.
-    func carryOut(_ actions: [ServerProbeScheduler.Action]) {
-        for action in actions {
-            switch action {
-            case .grant(let id, let connectTimeout):
-                entries[id]?.mailbox?.yield(.machine(.probeGranted(connectTimeout: connectTimeout)))
-            case .release(let ids):
-                for id in ids { entries[id]?.mailbox?.yield(.machine(.serverReachable)) }
-            case .arm(let host, let generation, let deadline):
-                probeTimers[host]?.cancel()
-                probeTimers[host] = Task { [weak self] in
-                    try? await Task.sleep(until: deadline, clock: .continuous)
-                    guard !Task.isCancelled else { return }
-                    await self?.probeTimerFired(host: host, generation: generation)
-                }
-            }
-        }
-    }
-
-    private func probeTimerFired(host: String, generation: Int) {
-        carryOut(probes.timerFired(host: host, generation: generation, now: .now))
-    }
-
     // MARK: endings
 
     private func end(_ driver: DriverResources, _ exit: DownloadStateMachine.Exit) async {
@@ -299,7 +280,7 @@ extension DownloadAgent {
     private func finishDriver(_ driver: DriverResources) {
         for timer in driver.timers.values { timer.cancel() }
         driver.timers = [:]
-        if probes.isWaiting(driver.id) { carryOut(probes.leave(driver.id, now: .now)) }
+        probes.leave(driver.id)
         driver.mailbox.finish()
         entries[driver.id]?.mailbox = nil
         entries[driver.id]?.transfer = nil

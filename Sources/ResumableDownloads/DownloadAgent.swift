@@ -1,5 +1,6 @@
 import Foundation
 import LinuxReachability
+import LinuxSystem
 
 /// Downloads files over HTTP(S) with resume data, driven by the network path.
 ///
@@ -15,7 +16,9 @@ import LinuxReachability
 public actor DownloadAgent {
     /// Limits, timeouts and places.
     public struct Configuration: Sendable {
-        /// Where resume records live; created if missing.
+        /// Where resume records live; created (0700) if missing. It must belong to the effective
+        /// user (or root) and be writable by nobody else, as must its parents unless sticky;
+        /// otherwise downloads fail with `DownloadError.untrustedFile`.
         public var stateDirectory: URL
         /// How many downloads transfer at once; the rest are `queued`.
         public var maximumConcurrentDownloads: Int
@@ -139,12 +142,13 @@ public actor DownloadAgent {
     var pathWaiters: PathWaiters
     /// Who holds a transfer slot, who waits for one.
     var scheduler: DownloadScheduler
-    /// One probe per unreachable host.
-    var probes: ServerProbeScheduler
-    var probeTimers: [String: Task<Void, Never>] = [:]
+    /// One probe per unreachable host, shared with the process's other agents.
+    let probes: ServerProbeCoordinator
     var entries: [UUID: Entry] = [:]
     private var creationOrder: [UUID] = []
     var isShutDown = false
+    /// The state directory, opened and checked once.
+    private var checkedStateDirectory: CheckedDirectory?
 
     /// An agent that assumes the network is always usable (no path source).
     public init(configuration: Configuration) throws {
@@ -152,7 +156,7 @@ public actor DownloadAgent {
         engine = try TransferEngine()
         self.pathWaiters = PathWaiters(hasPathSource: false)
         scheduler = DownloadScheduler(limit: configuration.maximumConcurrentDownloads)
-        probes = ServerProbeScheduler(schedule: ServerWaitSchedule(interval: configuration.serverProbeInterval))
+        probes = .shared(ServerWaitSchedule(interval: configuration.serverProbeInterval))
         pathRelay = nil
         pathForwarder = nil
     }
@@ -165,7 +169,7 @@ public actor DownloadAgent {
         engine = try TransferEngine()
         self.pathWaiters = PathWaiters(hasPathSource: true)
         scheduler = DownloadScheduler(limit: configuration.maximumConcurrentDownloads)
-        probes = ServerProbeScheduler(schedule: ServerWaitSchedule(interval: configuration.serverProbeInterval))
+        probes = .shared(ServerWaitSchedule(interval: configuration.serverProbeInterval))
         // The init cannot start an actor-isolated consumer, so a detached task relays the generic
         // sequence into a stream the actor consumes once it is first used.
         let (relay, continuation) = AsyncStream.makeStream(of: NetworkPath.self, bufferingPolicy: .bufferingNewest(16))
@@ -243,8 +247,8 @@ public actor DownloadAgent {
         if entries.values.contains(where: { $0.download.destination == destination && !$0.download.state.isFinal }) {
             throw DownloadError.invalidRequest.with(description: "already downloading to \(destination.path)")
         }
-        try createStateDirectory()
-        var record = ResumeRecord(id: id, url: url, destination: destination, partialPath: destination.path + ".part",
+        let stateDirectory = try stateDirectory()
+        var record = ResumeRecord(id: id, url: url, destination: destination,
                                   expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
         record.expectedLength = options.expectedLength
@@ -253,7 +257,8 @@ public actor DownloadAgent {
             record.lastModified = state.lastModified
             record.verifiedOffset = state.verifiedOffset
         }
-        try record.write(to: recordPath(id))
+        try record.validate(name: ResumeRecord.fileName(for: id))
+        try record.write(to: stateDirectory)
         let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
                                 state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
                                                                            totalBytes: record.totalLength))
@@ -267,37 +272,66 @@ public actor DownloadAgent {
     }
 
     /// Restores every unfinished download whose resume record is in the state directory (resume on
-    /// launch) and queues them. Unreadable records are skipped and logged.
+    /// launch) and queues them. A record that cannot be read or fails validation is moved aside
+    /// to `NAME.bad` with one warning, and never acted on.
     @discardableResult
     public func restoreDownloads() -> [Download] {
         activate()
-        let directory = configuration.stateDirectory.path
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        var restored: [Download] = []
-        for name in names.sorted() where name.hasSuffix(".json") {
-            let path = directory + "/" + name
-            let record: ResumeRecord
-            do {
-                record = try ResumeRecord.read(from: path)
-            } catch {
-                configuration.logger.warning("skipping unreadable resume record", metadata: ["path": path, "error": "\(error)"])
-                continue
-            }
-            guard entries[record.id] == nil else { continue }
-            let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
-                                          allowsExpensive: record.allowsExpensive)
-            let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
-                                    agent: self, state: .queued,
-                                    progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
-            entries[record.id] = Entry(download: download, record: record)
-            creationOrder.append(record.id)
-            scheduler.enqueue(record.id)
-            restored.append(download)
-            configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
-                                                                      "offset": "\(record.verifiedOffset)"])
-        }
+        let restored = loadRecords().compactMap(restore)
         schedule()
         return restored
+    }
+
+    /// Restores only the download from `url` to `destination`, if the state directory holds its
+    /// record; every other record is left alone. Options given now win over the stored ones
+    /// where they are set: a SHA-256 given on a rerun is adopted, and the whole file is verified
+    /// against it at the end (the stored prefix is hashed from the disk).
+    public func restoreDownload(from url: URL, to destination: URL, options: DownloadOptions) -> Download? {
+        activate()
+        let destination = destination.standardizedFileURL
+        guard var record = loadRecords().first(where: { $0.url == url && $0.destination == destination }) else { return nil }
+        if let expected = options.expectedSHA256?.lowercased(), expected != record.expectedSHA256 {
+            record.expectedSHA256 = expected
+        }
+        if let length = options.expectedLength { record.expectedLength = length }
+        record.allowsExpensive = options.allowsExpensive
+        if let state = try? stateDirectory() { try? record.write(to: state) }
+        let download = restore(record)
+        schedule()
+        return download
+    }
+
+    /// The valid records in the state directory; invalid ones are moved aside.
+    private func loadRecords() -> [ResumeRecord] {
+        guard let state = try? stateDirectory() else { return [] }
+        var records: [ResumeRecord] = []
+        let names = (try? state.entries()) ?? []
+        for name in names.sorted() where name.hasSuffix(".json") {
+            do {
+                records.append(try ResumeRecord.read(name, in: state))
+            } catch {
+                // Not followed, not retried forever: set aside for a person to look at.
+                let moved = (try? state.rename(name, to: name + ".bad", replacing: true)) != nil
+                configuration.logger.warning(moved ? "moved an invalid resume record aside" : "cannot move an invalid resume record aside",
+                                             metadata: ["path": state.child(name), "error": "\(error)"])
+            }
+        }
+        return records
+    }
+
+    private func restore(_ record: ResumeRecord) -> Download? {
+        guard entries[record.id] == nil else { return nil }
+        let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
+                                      allowsExpensive: record.allowsExpensive)
+        let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
+                                agent: self, state: .queued,
+                                progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
+        entries[record.id] = Entry(download: download, record: record)
+        creationOrder.append(record.id)
+        scheduler.enqueue(record.id)
+        configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
+                                                                  "offset": "\(record.verifiedOffset)"])
+        return download
     }
 
     /// The record of a download that is not transferring (see `resumeState(of:)`).
@@ -373,8 +407,7 @@ public actor DownloadAgent {
             await driver.value
         } else {
             scheduler.dequeue(download.id)
-            FileIO.removeIfPresent(entry.record.partialPath)
-            FileIO.removeIfPresent(recordPath(download.id))
+            if let state = try? stateDirectory() { PartialFile.removeFiles(of: entry.record, stateDirectory: state) }
             download.update(state: .failed(.cancelled), event: .failed(.cancelled))
         }
     }
@@ -395,8 +428,6 @@ public actor DownloadAgent {
         engine.shutdown()
         pathForwarder?.cancel()
         pathConsumer?.cancel()
-        for timer in probeTimers.values { timer.cancel() }
-        probeTimers = [:]
     }
 
     // MARK: path
@@ -451,15 +482,17 @@ public actor DownloadAgent {
                          stallSuspicion: configuration.minimumStallSuspicion)
     }
 
-    func recordPath(_ id: UUID) -> String {
-        configuration.stateDirectory.appendingPathComponent(id.uuidString + ".json").path
-    }
-
-    func createStateDirectory() throws {
+    /// Opens (creating it 0700) and checks the state directory once; everything in it is then
+    /// reached relative to that descriptor.
+    func stateDirectory() throws -> CheckedDirectory {
+        if let checkedStateDirectory { return checkedStateDirectory }
+        let path = configuration.stateDirectory.standardizedFileURL.path
         do {
-            try FileManager.default.createDirectory(at: configuration.stateDirectory, withIntermediateDirectories: true)
+            let directory = try CheckedDirectory.open(path, policy: .privateState, creating: true)
+            checkedStateDirectory = directory
+            return directory
         } catch {
-            throw DownloadError.fileSystem.with(description: "cannot create state directory \(configuration.stateDirectory.path): \(error)")
+            throw DownloadError.file(error)
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 
 /// Why a download failed, with the closest Foundation `URLError` for code ported from Apple
 /// platforms.
@@ -18,6 +19,9 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
         case cancelled
         case connectivityTimeout
         case invalidRequest
+        case destinationExists
+        case destinationInUse
+        case untrustedFile
     }
 
     let code: Code
@@ -64,11 +68,11 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
             // A bad URL or redirect chain will not get better; a network or TLS trust problem may
             // (reconnect, install the CA), so the stored bytes are kept for those.
             return ![.unsupportedURL, .badURL, .httpTooManyRedirects, .badServerResponse, .cancelled].contains(urlErrorCode)
-        case .diskFull, .fileSystem, .connectivityTimeout:
+        case .diskFull, .fileSystem, .connectivityTimeout, .destinationExists, .destinationInUse:
             return true
         case .httpStatus:
             return httpStatusCode.map { (500...599).contains($0) || $0 == 408 || $0 == 429 } ?? false
-        case .badServerResponse, .checksumMismatch, .lengthMismatch, .cancelled, .invalidRequest:
+        case .badServerResponse, .checksumMismatch, .lengthMismatch, .cancelled, .invalidRequest, .untrustedFile:
             return false
         }
     }
@@ -118,6 +122,28 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
                                                           urlErrorCode: .notConnectedToInternet)
     /// The request cannot be made (bad URL, destination in use).
     public static let invalidRequest = DownloadError(.invalidRequest, "invalid request", urlErrorCode: .badURL)
+
+    /// A file appeared at the destination while downloading; it is never replaced. The verified
+    /// download stays in `NAME.part` (resumable: remove the file and resume).
+    public static let destinationExists = DownloadError(.destinationExists, "the destination already exists",
+                                                        urlErrorCode: .cannotCreateFile, osErrorCode: EEXIST)
+    /// Another process is writing the same destination (its `NAME.part` is locked).
+    public static let destinationInUse = DownloadError(.destinationInUse, "another process is writing the destination",
+                                                       urlErrorCode: .cannotOpenFile)
+    /// A file or directory failed a trust check (a symbolic link, FIFO or hard link where the
+    /// partial file should be, another user's file, a directory others may write to); it was
+    /// not used.
+    public static let untrustedFile = DownloadError(.untrustedFile, "refused an untrusted file",
+                                                    urlErrorCode: .cannotOpenFile)
+
+    /// The error for a failed trust check or file system call.
+    static func file(_ error: FileTrustError) -> DownloadError {
+        guard let number = error.errno?.rawValue else {
+            return untrustedFile.with(description: "refused: \(error)")
+        }
+        let code: Code = number == ENOSPC || number == EDQUOT ? .diskFull : .fileSystem
+        return DownloadError(code, error.description, urlErrorCode: .cannotWriteToFile, osErrorCode: number)
+    }
 
     /// An HTTP error status with its code.
     static func httpStatus(_ status: Int) -> DownloadError {

@@ -15,7 +15,7 @@ import Foundation
 ///   stored bytes pass the furthest point ever stored, so a server that rewinds the file (a 200
 ///   to a range) and drops the connection again cannot reset it. HTTP 5xx/408/429 and TLS
 ///   failures are counted and backed off (honouring a capped `Retry-After`).
-/// - Restarts from zero (a 200 to a range, a changed entity, no validator to resume with) are
+/// - Restarts from zero (a 200 to a range, a changed entity, an overlap that differs) are
 ///   bounded by `maximumRestarts` and backed off; every attempt start goes through a token
 ///   bucket, so no server behaviour causes a request storm.
 /// - A transfer suspected of stalling (the engine saw no byte for a while) is raced by a fresh
@@ -42,8 +42,6 @@ struct DownloadStateMachine: Sendable {
     struct FileFacts: Sendable, Hashable {
         /// Contiguous bytes of the entity on disk.
         var storedBytes: Int64
-        /// Whether a strong validator (ETag or Last-Modified) protects a resume through If-Range.
-        var hasValidator: Bool
     }
 
     /// What the path means for this download now (computed by the executor from `PathPolicy`).
@@ -244,7 +242,7 @@ struct DownloadStateMachine: Sendable {
     let policy: Policy
     private var phase: Phase = .idle
     private var path = PathFacts(usability: .unknown)
-    private var file = FileFacts(storedBytes: 0, hasValidator: false)
+    private var file = FileFacts(storedBytes: 0)
     /// The furthest the stored bytes ever reached: only passing it counts as progress.
     private(set) var highWater: Int64 = 0
     private(set) var consecutiveFailures = 0
@@ -390,15 +388,6 @@ struct DownloadStateMachine: Sendable {
         if !isProbe, let available = limiter.take(at: now) {
             phase = .retryScheduled(.rateLimited)
             return arm(.retry, at: available)
-        }
-        if file.storedBytes > 0, !file.hasValidator {
-            // Without a strong ETag or Last-Modified, If-Range cannot protect a resume from
-            // splicing two versions of the resource.
-            let reason = "the server gave no validator to resume safely"
-            restarts += 1
-            if restarts > policy.maximumRestarts { return exit(.failed(restartLimitError(reason))) }
-            file.storedBytes = 0
-            actions.append(.restartFromZero(reason: reason))
         }
         let attempt = Attempt(id: nextAttempt, isProbe: isProbe, isRecovery: isRecovery)
         nextAttempt += 1

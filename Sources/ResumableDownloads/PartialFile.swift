@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import LinuxSystem
 import Synchronization
 
 /// The `NAME.part` data file and its resume record, with a bounded write-behind buffer.
@@ -13,6 +14,12 @@ import Synchronization
 ///
 /// Every file operation runs on `queue`, so writes, truncation, checkpoints and completion are
 /// ordered without holding the lock during I/O.
+///
+/// Nothing is reached by path: the partial file is opened relative to its destination's
+/// directory (walked with `O_NOFOLLOW`), created with `O_EXCL`, kept only when it is a regular
+/// file of ours with one link, and locked (`flock`) for as long as it is open, so one process
+/// writes a destination at a time. The record lives in the checked state directory, and the
+/// finished file is renamed into place without replacing anything that appeared meanwhile.
 final class PartialFile: Sendable {
     struct Limits: Sendable {
         var highWater: Int
@@ -47,9 +54,18 @@ final class PartialFile: Sendable {
         var statistics = Statistics()
     }
 
+    /// The partial file's path, for messages.
     let path: String
+    /// The record's path, for messages.
     let recordPath: String
     private let fd: Int32
+    private let file: FileDescriptor
+    /// The partial file as opened (to recognise it before removing or after renaming).
+    private let fileStatus: FileStatus
+    private let destinationDirectory: CheckedDirectory
+    private let stateDirectory: CheckedDirectory
+    private let partialName: String
+    private let recordName: String
     private let limits: Limits
     private let queue: DispatchQueue
     private let state: Mutex<State>
@@ -59,24 +75,59 @@ final class PartialFile: Sendable {
     private let hashing: Mutex<SHA256?>
 
     /// Opens (creating if needed) the partial file and truncates it to the record's verified
-    /// offset: bytes past it were never checkpointed and may be garbage after a crash.
-    init(record: ResumeRecord, recordPath: String, limits: Limits) throws {
+    /// offset: bytes past it were never checkpointed and may be garbage after a crash. The
+    /// record is written to `stateDirectory`.
+    init(record: ResumeRecord, stateDirectory: CheckedDirectory, limits: Limits) throws {
         path = record.partialPath
-        self.recordPath = recordPath
+        partialName = record.partialName
+        recordName = ResumeRecord.fileName(for: record.id)
+        recordPath = stateDirectory.child(recordName)
+        self.stateDirectory = stateDirectory
         self.limits = limits
-        fd = try FileIO.open(record.partialPath, flags: O_RDWR | O_CREAT | O_CLOEXEC)
+        let folder = record.destination.deletingLastPathComponent().path
+        let opened: CheckedDirectory.OpenedFile
+        do {
+            destinationDirectory = try CheckedDirectory.open(folder, policy: .shared)
+            opened = try destinationDirectory.openOwnedFile(partialName, creating: .openOrCreate, mode: 0o666)
+        } catch {
+            throw DownloadError.file(error)
+        }
+        file = opened.descriptor
+        fd = opened.descriptor.rawValue
+        fileStatus = opened.status
         var record = record
         do {
-            let size = try FileIO.size(fd, path: path)
+            // One writer per destination, whatever state directory the other one uses.
+            guard try file.tryLockExclusive() else {
+                throw DownloadError.destinationInUse.with(description: "another process is writing \(path)")
+            }
+            let size = try file.status().size
             if size < record.verifiedOffset { record.verifiedOffset = size }   // lost data: trust the file
-            try FileIO.truncate(fd, to: record.verifiedOffset, path: path)
+            try file.truncate(to: record.verifiedOffset)
+        } catch let error as Errno {
+            file.close()
+            throw DownloadError.fileSystem("open", path: path, errno: error.rawValue)
         } catch {
-            Glibc.close(fd)
+            file.close()
             throw error
         }
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
         hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256())
         state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
+    }
+
+    /// Removes a download's partial file (only when it is a regular file of ours that no other
+    /// process holds locked) and record, for a download that has no open `PartialFile`.
+    static func removeFiles(of record: ResumeRecord, stateDirectory: CheckedDirectory) {
+        if let folder = try? CheckedDirectory.open(record.destination.deletingLastPathComponent().path, policy: .shared),
+           let opened = try? folder.openOwnedFile(record.partialName, creating: .existing) {
+            if (try? opened.descriptor.tryLockExclusive()) == true {
+                try? folder.remove(record.partialName, ifSameAs: opened.status)
+            }
+            opened.descriptor.close()
+        }
+        try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
+        try? stateDirectory.sync()
     }
 
     /// The current record (its `verifiedOffset` is the last checkpoint).
@@ -126,6 +177,7 @@ final class PartialFile: Sendable {
             if acceptance.restartsFromZero {
                 state.record.resetEntity(entityTag: acceptance.entityTag, lastModified: acceptance.lastModified,
                                          totalLength: acceptance.totalLength)
+                state.record.observedEntityTag = acceptance.observedEntityTag
                 state.writtenEnd = 0
                 state.bytesSinceCheckpoint = 0
                 return (true, state.onRestartFromZero)
@@ -133,6 +185,7 @@ final class PartialFile: Sendable {
             if acceptance.entityTag != nil { state.record.entityTag = acceptance.entityTag }
             if acceptance.lastModified != nil { state.record.lastModified = acceptance.lastModified }
             if acceptance.totalLength != nil { state.record.totalLength = acceptance.totalLength }
+            if acceptance.observedEntityTag != nil { state.record.observedEntityTag = acceptance.observedEntityTag }
             return (false, nil)
         }
         guard restart else { return }
@@ -140,12 +193,22 @@ final class PartialFile: Sendable {
         queue.async { [self] in
             resetHasher()
             do {
-                try FileIO.truncate(fd, to: 0, path: path)
+                try truncate(to: 0)
                 try writeRecord()
             } catch let error as DownloadError {
                 fail(error)
             } catch {}
         }
+    }
+
+    /// Whether `bytes` equal what the file holds at `offset` (the overlap before a resume point;
+    /// every earlier write has completed, since attempts start after a checkpoint).
+    func matchesDisk(_ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Bool {
+        guard !bytes.isEmpty else { return true }
+        let stored = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 16)
+        defer { stored.deallocate() }
+        guard let count = try? file.readFully(into: stored, at: offset), count == bytes.count else { return false }
+        return memcmp(stored.baseAddress!, bytes.baseAddress!, count) == 0
     }
 
     /// Copies `bytes` and queues them for writing at `offset`.
@@ -170,7 +233,10 @@ final class PartialFile: Sendable {
         var failure: Int32 = 0
         var written = 0
         if !skip {
-            (written, failure) = data.withUnsafeBytes { FileIO.pwriteAll(fd, $0, at: offset) }
+            let result = data.withUnsafeBytes { file.writeAll($0, at: offset) }
+            written = result.written
+            failure = result.error?.rawValue ?? 0
+            // Hashed from the very buffer that reached the file, and only once it did.
             if failure == 0 { hash(data, at: offset) }
         }
         let (drained, needsCheckpoint) = state.withLock { state -> ((@Sendable () -> Void)?, Bool) in
@@ -227,7 +293,7 @@ final class PartialFile: Sendable {
     private func checkpointOnQueue() throws {
         let end = state.withLock { $0.writtenEnd }
         do {
-            try FileIO.fsync(fd, path: path)
+            try sync()
             state.withLock {
                 $0.record.verifiedOffset = end
                 $0.record.updatedAt = Date()
@@ -242,7 +308,19 @@ final class PartialFile: Sendable {
 
     private func writeRecord() throws {
         let record = state.withLock { $0.record }
-        try record.write(to: recordPath)
+        try record.write(to: stateDirectory)
+    }
+
+    private func sync() throws {
+        do { try file.sync() } catch { throw DownloadError.fileSystem("fsync", path: path, errno: error.rawValue) }
+    }
+
+    private func truncate(to length: Int64) throws {
+        do { try file.truncate(to: length) } catch { throw DownloadError.fileSystem("truncate", path: path, errno: error.rawValue) }
+    }
+
+    private func size() throws -> Int64 {
+        do { return try file.status().size } catch { throw DownloadError.fileSystem("stat", path: path, errno: error.rawValue) }
     }
 
     private func onQueue<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
@@ -271,7 +349,7 @@ final class PartialFile: Sendable {
     func restartFromZero() async throws {
         try await onQueue { [self] in
             resetHasher()
-            try FileIO.truncate(fd, to: 0, path: path)
+            try truncate(to: 0)
             state.withLock {
                 $0.record.resetEntity(entityTag: nil, lastModified: nil, totalLength: nil)
                 $0.writtenEnd = 0
@@ -291,8 +369,8 @@ final class PartialFile: Sendable {
         try await onQueue { [self] in
             if let error = state.withLock({ $0.writeError }) { throw error }
             let record = state.withLock { $0.record }
-            try FileIO.fsync(fd, path: path)
-            let size = try FileIO.size(fd, path: path)
+            try sync()
+            let size = try size()
             if size != totalLength || (expectedLength.map { $0 != size } ?? false) {
                 throw DownloadError.lengthMismatch.with(description:
                     "file has \(size) bytes, expected \(expectedLength ?? totalLength)")
@@ -309,14 +387,27 @@ final class PartialFile: Sendable {
                     throw DownloadError.checksumMismatch.with(description: "SHA-256 is \(actual), expected \(expected)")
                 }
             }
-            let destination = record.destination.path
-            guard Glibc.rename(path, destination) == 0 else {
-                throw DownloadError.fileSystem("rename to", path: destination, errno: errno)
+            let name = record.destination.lastPathComponent
+            do throws(FileTrustError) {
+                try destinationDirectory.rename(partialName, to: name, replacing: false)
+            } catch where error.isAlreadyExisting {
+                throw DownloadError.destinationExists.with(description:
+                    "\(record.destination.path) appeared during the download and was not replaced; the verified download is kept in \(path)")
+            } catch {
+                throw DownloadError.file(error)
             }
-            try FileIO.fsyncDirectory(containing: destination)
+            do throws(FileTrustError) {
+                // Renamed by name: make sure the name now holds our file, not one swapped in.
+                guard let placed = try destinationDirectory.status(of: name), placed.isSameFile(as: fileStatus) else {
+                    throw FileTrustError.unsafe(record.destination.path, "is not the file that was downloaded (\(partialName) was replaced during the download)")
+                }
+                try destinationDirectory.sync()
+            } catch {
+                throw DownloadError.file(error)
+            }
             closeOnQueue()
-            FileIO.removeIfPresent(recordPath)
-            try? FileIO.fsyncDirectory(containing: recordPath)
+            try? stateDirectory.remove(recordName)
+            try? stateDirectory.sync()
             return record.destination
         }
     }
@@ -325,9 +416,10 @@ final class PartialFile: Sendable {
     func discard() async {
         _ = try? await onQueue { [self] in
             closeOnQueue()
-            FileIO.removeIfPresent(path)
-            FileIO.removeIfPresent(recordPath)
-            try? FileIO.fsyncDirectory(containing: recordPath)
+            // By descriptor-relative name, and only while the name still is our file.
+            try? destinationDirectory.remove(partialName, ifSameAs: fileStatus)
+            try? stateDirectory.remove(recordName)
+            try? stateDirectory.sync()
         }
     }
 
@@ -338,7 +430,7 @@ final class PartialFile: Sendable {
 
     deinit {
         // Normally closed by complete/discard/close; this only catches an abandoned file.
-        if !state.withLock({ $0.isClosed }) { Glibc.close(fd) }
+        if !state.withLock({ $0.isClosed }) { file.close() }
     }
 
     private func closeOnQueue() {
@@ -346,6 +438,6 @@ final class PartialFile: Sendable {
             defer { state.isClosed = true }
             return state.isClosed
         }
-        if !wasClosed { Glibc.close(fd) }
+        if !wasClosed { file.close() }
     }
 }

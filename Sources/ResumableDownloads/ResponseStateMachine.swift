@@ -19,12 +19,52 @@ struct ResponseHead: Sendable, Hashable {
         return tag
     }
 
+    /// The ETag as sent, weak or strong (to notice any change).
+    var anyEntityTag: String? {
+        guard let tag = self["etag"]?.trimmingWhitespace(), !tag.isEmpty else { return nil }
+        return tag
+    }
+
     var lastModified: String? { self["last-modified"]?.trimmingWhitespace() }
 
+    /// Last-Modified when it is a strong validator (RFC 9110 8.8.2.2): the response's Date is at
+    /// least one second later, so the resource cannot have changed twice within that second
+    /// unnoticed. Without a parseable Date it is weak.
+    var strongLastModified: String? {
+        guard let text = lastModified, let modified = HTTPDate.parse(text),
+              let dateText = self["date"], let date = HTTPDate.parse(dateText),
+              date.timeIntervalSince(modified) >= 1 else { return nil }
+        return text
+    }
+
+    /// Repeated Content-Length fields arrive joined with ", "; identical repeats are one value.
     var contentLength: Int64? {
-        guard let text = self["content-length"]?.trimmingWhitespace(),
-              text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
-        return Int64(text)
+        guard case .value(let length)? = contentLengthField else { return nil }
+        return length
+    }
+
+    /// Whether the response carries Content-Length fields that disagree (or are not numbers).
+    var hasConflictingContentLength: Bool {
+        if case .conflicting? = contentLengthField { return true }
+        return false
+    }
+
+    private enum ContentLengthField { case value(Int64), conflicting }
+
+    private var contentLengthField: ContentLengthField? {
+        guard let text = self["content-length"] else { return nil }
+        let values = text.split(separator: ",").map { $0.trimmingWhitespace() }
+        guard let first = values.first, !first.isEmpty, values.allSatisfy({ $0 == first }),
+              first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int64(first) else { return .conflicting }
+        return .value(length)
+    }
+
+    /// A Content-Encoding other than identity: we ask for identity and store bytes as sent, so
+    /// an encoded body would be stored encoded.
+    var unrequestedContentEncoding: String? {
+        guard let text = self["content-encoding"]?.trimmingWhitespace(), !text.isEmpty,
+              text.lowercased() != "identity" else { return nil }
+        return text
     }
 }
 
@@ -94,18 +134,34 @@ enum AttemptResult: Sendable, Hashable {
 
 /// The response rules for one ranged GET, as a state machine fed by header and body events.
 ///
-/// The request asked for `Range: bytes=N-` with `If-Range: <validator>` (or a plain GET when N is
-/// zero). A 206 must start at N and agree with the known total; a 200 means the server ignored the
-/// range or the entity changed, so the file restarts from zero with this body (never splicing two
-/// versions); 416 `bytes */T` with T == N means we already have everything.
+/// A resume from N asks for `Range: bytes=(N-overlap)-` with `If-Range: <strong validator>` (or a
+/// plain GET when N is zero). A 206 must start there, agree with the known total and carry no
+/// validator that differs from the recorded ones (any such difference restarts from zero); its
+/// first `overlap` bytes are compared with the bytes on disk before anything is appended, so a
+/// server that ignores If-Range, or sends no validator at all, can never splice two versions.
+/// A 200 means the server ignored the range or the entity changed, so the file restarts from
+/// zero with this body; 416 `bytes */T` is "complete" only when T == N == the recorded total.
+/// Conflicting Content-Lengths and a Content-Encoding we did not ask for are errors.
 struct ResponseStateMachine: Sendable {
+    /// Bytes before a resume point fetched again and compared with the disk.
+    static let resumeOverlap: Int64 = 64 << 10
+
     struct Request: Sendable, Hashable {
-        /// First byte asked for; zero means no Range header.
+        /// Where the stored bytes end (the resume point); zero means no Range header.
         var offset: Int64
-        /// The strong ETag sent in If-Range, if that was the validator.
+        /// The strong ETag recorded for the stored bytes.
         var entityTag: String?
         /// The total length recorded from earlier responses.
         var knownTotalLength: Int64?
+        /// The strong Last-Modified recorded for the stored bytes.
+        var lastModified: String? = nil
+        /// Any ETag (weak ones too) seen with the stored bytes: a different one means a change.
+        var observedEntityTag: String? = nil
+        /// Bytes before `offset` asked for again and compared with the disk.
+        var overlap: Int64 = 0
+
+        /// The first byte asked for.
+        var rangeStart: Int64 { offset - overlap }
     }
 
     /// Where this response's body goes.
@@ -120,6 +176,10 @@ struct ResponseStateMachine: Sendable {
         var lastModified: String?
         /// The stored bytes belong to another version (or the range was ignored): truncate first.
         var restartsFromZero: Bool
+        /// Bytes before this offset are already stored: they are compared, not written.
+        var verifyUntil: Int64? = nil
+        /// Any ETag the response carried (weak ones too).
+        var observedEntityTag: String? = nil
     }
 
     enum Event: Sendable, Hashable {
@@ -129,6 +189,8 @@ struct ResponseStateMachine: Sendable {
         case body(count: Int)
         /// libcurl finished the transfer, with a classified transport error or nil for success.
         case ended(DownloadError?)
+        /// Bytes of the overlap differ from the bytes on disk.
+        case overlapMismatch
     }
 
     enum Action: Sendable, Hashable {
@@ -138,6 +200,9 @@ struct ResponseStateMachine: Sendable {
         case begin(Acceptance)
         /// Store these bytes at this offset.
         case write(at: Int64)
+        /// The first `count` bytes are already stored at `at`: compare them with the disk (then
+        /// send `overlapMismatch` if they differ); store the rest at `at + count`.
+        case compare(at: Int64, count: Int)
         /// Stop the transfer now; report this result when it ends.
         case abort(AttemptResult)
         /// The attempt is over with this result.
@@ -179,6 +244,15 @@ struct ResponseStateMachine: Sendable {
             }
             return action
 
+        case (.receiving, .overlapMismatch):
+            let result = AttemptResult.restartFromZero(reason:
+                "the bytes before the resume offset differ from the server's: the file changed")
+            state = .rejected(result)
+            return .abort(result)
+
+        case (.awaitingHead, .overlapMismatch), (.rejected, .overlapMismatch):
+            return .ignore
+
         case (.receiving, .head), (.rejected, .head), (.finished, _):
             // Trailers after the body, or anything after the end: not ours to act on.
             return .ignore
@@ -195,6 +269,9 @@ struct ResponseStateMachine: Sendable {
                 return .abort(result)
             }
             state = .receiving(acceptance, next: next + Int64(count))
+            if let verifyUntil = acceptance.verifyUntil, next < verifyUntil {
+                return .compare(at: next, count: Int(min(Int64(count), verifyUntil - next)))
+            }
             return .write(at: next)
 
         case (.rejected(let result), .body):
@@ -215,6 +292,9 @@ struct ResponseStateMachine: Sendable {
             if let end = acceptance.endOffset, next < end {
                 return .finish(.transport(.networkConnectionLost.with(description: "body ended early")))
             }
+            if let verifyUntil = acceptance.verifyUntil, next < verifyUntil {
+                return .finish(.restartFromZero(reason: "the response ended before the resume offset"))
+            }
             guard let total = acceptance.totalLength else { return .finish(.completed(totalLength: next)) }
             if next == total { return .finish(.completed(totalLength: total)) }
             if next < total { return .finish(.incomplete(offset: next)) }
@@ -224,6 +304,16 @@ struct ResponseStateMachine: Sendable {
 
     private func decide(_ head: ResponseHead) -> Action {
         let status = head.statusCode
+        if status == 200 || status == 206 {
+            if head.hasConflictingContentLength {
+                return .abort(.failed(.badServerResponse.with(description:
+                    "the server sent conflicting Content-Length headers (\(head["content-length"] ?? ""))")))
+            }
+            if let encoding = head.unrequestedContentEncoding {
+                return .abort(.failed(.badServerResponse.with(description:
+                    "the server sent Content-Encoding \(encoding), which was not asked for (Accept-Encoding: identity)")))
+            }
+        }
         switch status {
         case 100...199:
             return .ignore
@@ -232,19 +322,19 @@ struct ResponseStateMachine: Sendable {
         case 200:
             let total = head.contentLength
             return .begin(Acceptance(startOffset: 0, endOffset: total, totalLength: total,
-                                     entityTag: head.strongEntityTag, lastModified: head.lastModified,
-                                     restartsFromZero: request.offset > 0))
+                                     entityTag: head.strongEntityTag, lastModified: head.strongLastModified,
+                                     restartsFromZero: request.offset > 0, observedEntityTag: head.anyEntityTag))
         case 206:
             return decidePartial(head)
         case 416:
-            if request.offset > 0, let range = head["content-range"].flatMap(ContentRange.init),
-               range.range == nil, range.totalLength == request.offset {
+            if request.offset > 0, request.overlap == 0, let range = head["content-range"].flatMap(ContentRange.init),
+               range.range == nil, range.totalLength == request.offset, request.knownTotalLength == request.offset {
                 return .abort(.completed(totalLength: request.offset))
             }
             if request.offset == 0 {
                 return .abort(.failed(.badServerResponse.with(description: "416 to a request without Range")))
             }
-            return .abort(.restartFromZero(reason: "416: the entity no longer extends to offset \(request.offset)"))
+            return .abort(.restartFromZero(reason: "416: the entity no longer extends to offset \(request.rangeStart)"))
         case 408, 429, 500...599:
             return .abort(.serverBusy(status: status, retryAfter: head["retry-after"].flatMap { RetryAfter.parse($0) }))
         default:
@@ -259,21 +349,34 @@ struct ResponseStateMachine: Sendable {
         guard let contentRange = head["content-range"].flatMap(ContentRange.init), let range = contentRange.range else {
             return .abort(.restartFromZero(reason: "206 without a valid Content-Range"))
         }
-        guard range.lowerBound == request.offset else {
-            return .abort(.restartFromZero(reason: "Content-Range starts at \(range.lowerBound), asked for \(request.offset)"))
+        guard range.lowerBound == request.rangeStart else {
+            return .abort(.restartFromZero(reason: "Content-Range starts at \(range.lowerBound), asked for \(request.rangeStart)"))
         }
         if let known = request.knownTotalLength, let total = contentRange.totalLength, known != total {
             return .abort(.restartFromZero(reason: "total length changed from \(known) to \(total)"))
         }
+        // A validator that differs from the recorded one is a new version, whatever the server
+        // did with If-Range; a missing one is left to the overlap comparison.
         if let sent = request.entityTag, let received = head.strongEntityTag, sent != received {
             return .abort(.restartFromZero(reason: "ETag changed from \(sent) to \(received)"))
+        }
+        if let seen = request.observedEntityTag, let received = head.anyEntityTag, seen != received {
+            return .abort(.restartFromZero(reason: "ETag changed from \(seen) to \(received)"))
+        }
+        if let recorded = request.lastModified, let received = head.lastModified, recorded != received {
+            return .abort(.restartFromZero(reason: "Last-Modified changed from \(recorded) to \(received)"))
         }
         if let length = head.contentLength, length != range.upperBound - range.lowerBound + 1 {
             return .abort(.restartFromZero(reason: "Content-Length \(length) disagrees with Content-Range"))
         }
+        if range.upperBound + 1 < request.offset {
+            return .abort(.restartFromZero(reason: "the range ends before the resume offset"))
+        }
         return .begin(Acceptance(startOffset: range.lowerBound, endOffset: range.upperBound + 1,
                                  totalLength: contentRange.totalLength ?? request.knownTotalLength,
                                  entityTag: head.strongEntityTag ?? request.entityTag,
-                                 lastModified: head.lastModified, restartsFromZero: false))
+                                 lastModified: head.strongLastModified ?? request.lastModified, restartsFromZero: false,
+                                 verifyUntil: request.overlap > 0 ? request.offset : nil,
+                                 observedEntityTag: head.anyEntityTag ?? request.observedEntityTag))
     }
 }

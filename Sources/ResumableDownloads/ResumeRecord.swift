@@ -1,10 +1,15 @@
 import Foundation
+import LinuxSystem
 
 /// Everything needed to continue a download after a crash or relaunch, stored as versioned JSON
 /// in the agent's state directory next to the `NAME.part` data file.
 ///
 /// Invariant: `verifiedOffset` bytes of the partial file were fsynced before this record was
 /// written, and they all come from the entity identified by `entityTag` / `lastModified`.
+///
+/// A record read back is not trusted: `validate(name:)` rejects one that is not well formed or
+/// does not belong to its file name, and the partial file's path is derived from the destination,
+/// never read (older records stored a `partialPath`; it is ignored).
 struct ResumeRecord: Codable, Sendable, Hashable {
     /// The format version this code writes; older versions are migrated on load, newer rejected.
     static let currentVersion = 1
@@ -13,11 +18,13 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var id: UUID
     var url: URL
     var destination: URL
-    var partialPath: String
     /// A strong ETag (weak ones are never stored: they cannot validate byte ranges).
     var entityTag: String?
-    /// The Last-Modified value, used as validator when there is no strong ETag.
+    /// The Last-Modified value when it was strong (the response's Date a second or more later),
+    /// used as validator when there is no strong ETag.
     var lastModified: String?
+    /// Any ETag seen with the stored bytes, weak ones too: a different one on resume is a change.
+    var observedEntityTag: String?
     var totalLength: Int64?
     var verifiedOffset: Int64
     var expectedSHA256: String?
@@ -29,12 +36,11 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var createdAt: Date
     var updatedAt: Date
 
-    init(id: UUID, url: URL, destination: URL, partialPath: String, expectedSHA256: String?,
+    init(id: UUID, url: URL, destination: URL, expectedSHA256: String?,
          totalLength: Int64?, allowsExpensive: Bool, now: Date = Date()) {
         self.id = id
         self.url = url
         self.destination = destination
-        self.partialPath = partialPath
         self.expectedSHA256 = expectedSHA256
         self.totalLength = totalLength
         self.allowsExpensive = allowsExpensive
@@ -44,12 +50,22 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         updatedAt = now
     }
 
+    /// The partial file: `NAME.part` next to the destination (derived, never stored).
+    var partialPath: String { destination.path + ".part" }
+
+    /// The partial file's name in the destination's directory.
+    var partialName: String { destination.lastPathComponent + ".part" }
+
+    /// The record's file name in the state directory.
+    static func fileName(for id: UUID) -> String { id.uuidString + ".json" }
+
     /// The `If-Range` value: the strong ETag, else Last-Modified, else nil (then a resume is unsafe
     /// and the download restarts from zero).
     var validator: String? { entityTag ?? lastModified }
 
     /// Forgets the entity: used when the server sent a new version.
     mutating func resetEntity(entityTag: String?, lastModified: String?, totalLength: Int64?) {
+        observedEntityTag = nil
         self.entityTag = entityTag
         self.lastModified = lastModified
         self.totalLength = totalLength
@@ -79,110 +95,62 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         return try decoder().decode(ResumeRecord.self, from: data)
     }
 
-    /// Writes the record atomically and durably: temp file, fsync, rename over `path`, fsync the
-    /// directory. A crash at any point leaves either the old or the new record, never a torn one.
-    func write(to path: String) throws {
+    /// Why a record read back cannot be used.
+    struct Invalid: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Checks a record read from the file `name`: it must belong to that file (its id is the
+    /// name), name an http(s) URL and an absolute, normalised destination with a usable file name,
+    /// and hold consistent offsets and lengths.
+    func validate(name: String) throws(Invalid) {
+        guard name == Self.fileName(for: id) else { throw Invalid(description: "its id \(id) does not match the file name") }
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
+            throw Invalid(description: "its URL is not http or https")
+        }
+        let path = destination.path
+        guard destination.isFileURL, path.hasPrefix("/"), destination.standardizedFileURL.path == path,
+              !path.split(separator: "/", omittingEmptySubsequences: false).dropFirst().contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }),
+              !path.utf8.contains(0) else {
+            throw Invalid(description: "its destination is not an absolute, normalised path")
+        }
+        let name = destination.lastPathComponent
+        guard !name.isEmpty, name != "/", name.utf8.count + 5 <= 255 else { throw Invalid(description: "its destination has no usable file name") }
+        guard verifiedOffset >= 0 else { throw Invalid(description: "its verified offset is negative") }
+        if let totalLength {
+            guard totalLength >= 0, verifiedOffset <= totalLength else { throw Invalid(description: "its offsets disagree with its length") }
+        }
+        if let expectedLength, expectedLength < 0 { throw Invalid(description: "its expected length is negative") }
+        if let expectedSHA256 {
+            guard expectedSHA256.utf8.count == 64, expectedSHA256.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
+                throw Invalid(description: "its SHA-256 is not 64 lowercase hex digits")
+            }
+        }
+        guard attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
+        // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
+        for validator in [entityTag, lastModified, observedEntityTag].compactMap({ $0 }) where !ResumeState.isHeaderSafe(validator) {
+            throw Invalid(description: "a validator is not a single line of visible ASCII")
+        }
+    }
+
+    /// Records are small; anything larger is not one of ours.
+    static let maximumSize = 64 << 10
+
+    /// Writes the record atomically and durably into `directory` (temp file created with O_EXCL,
+    /// fsync, rename, fsync of the directory): a crash leaves the old or the new record.
+    func write(to directory: CheckedDirectory) throws {
         let data = try Self.encoder().encode(self)
-        try FileIO.atomicWrite(data, to: path)
+        do { try directory.writeAtomically(Array(data), to: Self.fileName(for: id)) } catch { throw DownloadError.file(error) }
     }
 
-    /// Reads the record at `path`.
-    static func read(from path: String) throws -> ResumeRecord {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw DownloadError.fileSystem("read", path: path, errno: errno == 0 ? ENOENT : errno)
+    /// Reads and validates the record `name` in `directory` (a regular file of ours, no link).
+    static func read(_ name: String, in directory: CheckedDirectory) throws -> ResumeRecord {
+        let bytes: [UInt8]
+        do { bytes = try directory.readOwnedFile(name, limit: maximumSize) } catch { throw DownloadError.file(error) }
+        let record = try decode(Data(bytes))
+        do { try record.validate(name: name) } catch {
+            throw DownloadError.fileSystem.with(description: "invalid resume record \(directory.child(name)): \(error)")
         }
-        return try decode(data)
-    }
-}
-
-/// Small POSIX file helpers with EINTR retry in one place; failures become `DownloadError`.
-enum FileIO {
-    /// Writes `data` to `path` via `path.tmp`, fsync, rename, fsync of the directory.
-    static func atomicWrite(_ data: Data, to path: String) throws {
-        let temporary = path + ".tmp"
-        let fd = try open(temporary, flags: O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode: 0o644)
-        do {
-            try data.withUnsafeBytes { bytes in
-                var written = 0
-                while written < bytes.count {
-                    let result = Glibc.write(fd, bytes.baseAddress! + written, bytes.count - written)
-                    if result < 0 {
-                        if errno == EINTR { continue }
-                        throw DownloadError.fileSystem("write", path: temporary, errno: errno)
-                    }
-                    written += result
-                }
-            }
-            try fsync(fd, path: temporary)
-        } catch {
-            Glibc.close(fd)
-            Glibc.unlink(temporary)
-            throw error
-        }
-        Glibc.close(fd)
-        guard Glibc.rename(temporary, path) == 0 else {
-            let number = errno
-            Glibc.unlink(temporary)
-            throw DownloadError.fileSystem("rename", path: path, errno: number)
-        }
-        try fsyncDirectory(containing: path)
-    }
-
-    static func open(_ path: String, flags: Int32, mode: mode_t = 0o644) throws -> Int32 {
-        while true {
-            let fd = Glibc.open(path, flags, mode)
-            if fd >= 0 { return fd }
-            if errno == EINTR { continue }
-            throw DownloadError.fileSystem("open", path: path, errno: errno)
-        }
-    }
-
-    static func fsync(_ fd: Int32, path: String) throws {
-        while Glibc.fsync(fd) != 0 {
-            if errno == EINTR { continue }
-            throw DownloadError.fileSystem("fsync", path: path, errno: errno)
-        }
-    }
-
-    /// Makes a rename or unlink in the directory durable.
-    static func fsyncDirectory(containing path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
-        let fd = try open(directory.isEmpty ? "." : directory, flags: O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        defer { Glibc.close(fd) }
-        try fsync(fd, path: directory)
-    }
-
-    static func truncate(_ fd: Int32, to length: Int64, path: String) throws {
-        while Glibc.ftruncate(fd, off_t(length)) != 0 {
-            if errno == EINTR { continue }
-            throw DownloadError.fileSystem("truncate", path: path, errno: errno)
-        }
-    }
-
-    /// The size of the open file.
-    static func size(_ fd: Int32, path: String) throws -> Int64 {
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw DownloadError.fileSystem("stat", path: path, errno: errno) }
-        return Int64(info.st_size)
-    }
-
-    /// Writes all of `bytes` at `offset`; returns the count written before an error, and the errno.
-    static func pwriteAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> (written: Int, errno: Int32) {
-        var written = 0
-        while written < bytes.count {
-            let result = Glibc.pwrite(fd, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
-            if result < 0 {
-                if errno == EINTR { continue }
-                return (written, errno)
-            }
-            if result == 0 { return (written, EIO) }
-            written += result
-        }
-        return (written, 0)
-    }
-
-    /// Removes a file, ignoring "does not exist".
-    static func removeIfPresent(_ path: String) {
-        _ = Glibc.unlink(path)
+        return record
     }
 }

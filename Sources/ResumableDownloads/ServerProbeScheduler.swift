@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Waiting for servers that do not answer on a working path, one probe per host however many
 /// downloads wait on it. Pure: the agent feeds it joins, leaves, probe results and timer firings,
@@ -145,5 +146,98 @@ struct ServerProbeScheduler: Sendable {
         entry.armedGeneration = generation
         hosts[host] = entry
         return [.arm(host: host, generation: generation, at: entry.lastProbeAt == nil ? now + delay : due)]
+    }
+}
+
+/// `ServerProbeScheduler` shared by every agent of the process, with its timers: the
+/// `reachability download` command runs one agent per URL, and a host waited for by several of
+/// them still gets one probe at a time.
+final class ServerProbeCoordinator: Sendable {
+    /// How a waiting download is told it may probe, or that the server answers.
+    typealias Deliver = @Sendable (DownloadStateMachine.Input) -> Void
+
+    private struct State: Sendable {
+        var scheduler: ServerProbeScheduler
+        var deliver: [UUID: Deliver] = [:]
+        var timers: [String: Task<Void, Never>] = [:]
+    }
+
+    private let state: Mutex<State>
+
+    init(schedule: ServerWaitSchedule) {
+        state = Mutex(State(scheduler: ServerProbeScheduler(schedule: schedule)))
+    }
+
+    private static let registry = Mutex<[ServerWaitSchedule: ServerProbeCoordinator]>([:])
+
+    /// The process's coordinator for `schedule` (agents configured alike share one).
+    static func shared(_ schedule: ServerWaitSchedule) -> ServerProbeCoordinator {
+        registry.withLock { registry in
+            if let existing = registry[schedule] { return existing }
+            let coordinator = ServerProbeCoordinator(schedule: schedule)
+            registry[schedule] = coordinator
+            return coordinator
+        }
+    }
+
+    /// `id` waits for `host`; `deliver` receives `.probeGranted` and `.serverReachable`.
+    func join(_ id: UUID, host: String, justProbed: Bool, deliver: @escaping Deliver) {
+        run { state in
+            state.deliver[id] = deliver
+            return state.scheduler.join(id, host: host, now: .now, justProbed: justProbed, random: .random(in: 0...1))
+        }
+    }
+
+    /// `id` stops waiting (a no-op when it does not wait).
+    func leave(_ id: UUID) {
+        run { state in
+            state.deliver[id] = nil
+            return state.scheduler.leave(id, now: .now, random: .random(in: 0...1))
+        }
+    }
+
+    /// What an attempt of `id` to `host` learned about the server.
+    func report(_ id: UUID, host: String, reachable: Bool) {
+        run { $0.scheduler.report(id, host: host, reachable: reachable, now: .now, random: .random(in: 0...1)) }
+    }
+
+    /// See `ServerProbeScheduler.connectTimeout(for:now:)`.
+    func connectTimeout(for host: String) -> Duration {
+        state.withLock { $0.scheduler.connectTimeout(for: host, now: .now) }
+    }
+
+    /// See `ServerProbeScheduler.recordConnectTime(_:host:)`.
+    func recordConnectTime(_ duration: Duration, host: String) {
+        state.withLock { $0.scheduler.recordConnectTime(duration, host: host) }
+    }
+
+    private func timerFired(host: String, generation: Int) {
+        run { $0.scheduler.timerFired(host: host, generation: generation, now: .now) }
+    }
+
+    /// Applies the scheduler's actions under the lock; tells the downloads after releasing it.
+    private func run(_ body: (inout State) -> [ServerProbeScheduler.Action]) {
+        let deliveries = state.withLock { state -> [(Deliver, DownloadStateMachine.Input)] in
+            var deliveries: [(Deliver, DownloadStateMachine.Input)] = []
+            for action in body(&state) {
+                switch action {
+                case .grant(let id, let connectTimeout):
+                    if let deliver = state.deliver[id] { deliveries.append((deliver, .probeGranted(connectTimeout: connectTimeout))) }
+                case .release(let ids):
+                    for id in ids {
+                        if let deliver = state.deliver.removeValue(forKey: id) { deliveries.append((deliver, .serverReachable)) }
+                    }
+                case .arm(let host, let generation, let deadline):
+                    state.timers[host]?.cancel()
+                    state.timers[host] = Task { [weak self] in
+                        try? await Task.sleep(until: deadline, clock: .continuous)
+                        guard !Task.isCancelled else { return }
+                        self?.timerFired(host: host, generation: generation)
+                    }
+                }
+            }
+            return deliveries
+        }
+        for (deliver, input) in deliveries { deliver(input) }
     }
 }

@@ -27,12 +27,18 @@ struct TransferSettings: Sendable, Hashable {
 /// One HTTP attempt for a download.
 struct TransferRequest: Sendable {
     var url: URL
+    /// Where the stored bytes end; the request starts `overlap` bytes earlier.
     var offset: Int64
     /// The If-Range validator (strong ETag or Last-Modified).
     var ifRange: String?
     /// The strong ETag, when that is what If-Range carries.
     var entityTag: String?
     var knownTotalLength: Int64?
+    /// The recorded strong Last-Modified and any ETag seen (weak too), to notice a change.
+    var lastModified: String? = nil
+    var observedEntityTag: String? = nil
+    /// Bytes before `offset` fetched again and compared with the disk before appending.
+    var overlap: Int64 = 0
     /// Interface to pin to (`CURLOPT_INTERFACE "if!name"`), nil to follow the routing table.
     var interfaceName: String?
     /// Open a new connection instead of reusing one from before a path change.
@@ -266,15 +272,18 @@ final class TransferEngine: @unchecked Sendable {
 
     private func start(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks) {
         let machine = ResponseStateMachine(request: .init(offset: request.offset, entityTag: request.entityTag,
-                                                          knownTotalLength: request.knownTotalLength))
+                                                          knownTotalLength: request.knownTotalLength,
+                                                          lastModified: request.lastModified,
+                                                          observedEntityTag: request.observedEntityTag,
+                                                          overlap: request.overlap))
         let now = ContinuousClock.now
         let transfer = Transfer(id: id, request: request, file: file, callbacks: callbacks,
                                 stall: StallDetector(minimum: request.settings.stallSuspicion,
                                                      maximum: request.settings.stallTimeout, now: now))
         let context = TransferContext(transfer: transfer, role: .primary, machine: machine)
         transfer.primary = context
-        guard let easy = makeEasy(request, rangeStart: request.offset, ifRange: request.ifRange,
-                                  connectTimeout: request.settings.connectTimeout,
+        guard let easy = makeEasy(request, rangeStart: request.offset - request.overlap, sendsRange: request.offset > 0,
+                                  ifRange: request.ifRange, connectTimeout: request.settings.connectTimeout,
                                   freshConnection: request.freshConnection, context: context) else {
             callbacks.completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "libcurl refused the transfer")),
                                                  bytesReceived: 0))
@@ -286,11 +295,11 @@ final class TransferEngine: @unchecked Sendable {
         handles[easy.handle] = context
     }
 
-    private func makeEasy(_ request: TransferRequest, rangeStart: Int64, ifRange: String?, connectTimeout: Duration,
-                          freshConnection: Bool, context: TransferContext) -> CurlEasy? {
+    private func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
+                          connectTimeout: Duration, freshConnection: Bool, context: TransferContext) -> CurlEasy? {
         let settings = request.settings
         let options = CurlRequestOptions(
-            url: request.url.absoluteString, rangeStart: rangeStart, ifRange: ifRange,
+            url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange, ifRange: ifRange,
             interface: request.interfaceName.map { "if!\($0)" }, freshConnection: freshConnection,
             connectTimeoutMilliseconds: max(1, Int(connectTimeout.milliseconds)),
             lowSpeedLimitBytesPerSecond: settings.stallBytesPerSecond,
@@ -321,10 +330,14 @@ final class TransferEngine: @unchecked Sendable {
             transfer.callbacks.events(.raceEnded(.notPossible))
             return
         }
+        // The racer continues the primary's response: same entity, no overlap (the strong
+        // validator in If-Range and the response checks guard it; the disk may lag behind).
         let machine = ResponseStateMachine(request: .init(offset: offset, entityTag: acceptance.entityTag,
-                                                          knownTotalLength: acceptance.totalLength))
+                                                          knownTotalLength: acceptance.totalLength,
+                                                          lastModified: acceptance.lastModified,
+                                                          observedEntityTag: acceptance.observedEntityTag))
         let racer = TransferContext(transfer: transfer, role: .racer(startOffset: offset), machine: machine)
-        guard let easy = makeEasy(transfer.request, rangeStart: offset, ifRange: validator,
+        guard let easy = makeEasy(transfer.request, rangeStart: offset, sendsRange: true, ifRange: validator,
                                   connectTimeout: connectTimeout, freshConnection: true, context: racer) else {
             transfer.callbacks.events(.raceEnded(.racerFailed(.failed(.invalidRequest))))
             return
@@ -528,7 +541,7 @@ final class TransferContext {
             return true
         case .abort:
             return false   // the machine remembers the result; libcurl ends with a write error
-        case .ignore, .write, .finish:
+        case .ignore, .write, .compare, .finish:
             return true
         }
     }
@@ -573,7 +586,22 @@ final class TransferContext {
             isPausedForBackpressure = true
             return .pause
         }
-        switch machine.event(.body(count: bytes.count)) {
+        var bytes = bytes
+        var action = machine.event(.body(count: bytes.count))
+        if case .compare(let offset, let count) = action {
+            // The overlap before the resume point: compared with the disk, never written.
+            transfer.bytesReceived += Int64(count)
+            transfer.stall.bytesArrived(at: now)
+            transfer.isSuspected = false
+            guard file.matchesDisk(UnsafeRawBufferPointer(rebasing: bytes[..<count]), at: offset) else {
+                _ = machine.event(.overlapMismatch)
+                return .abort
+            }
+            if count == bytes.count { return .consumed }
+            bytes = UnsafeRawBufferPointer(rebasing: bytes[count...])
+            action = .write(at: offset + Int64(count))
+        }
+        switch action {
         case .write(let offset):
             if chunk.isEmpty {
                 chunkOffset = offset
@@ -591,7 +619,7 @@ final class TransferContext {
             return .consumed
         case .abort, .finish:
             return .abort
-        case .ignore, .begin:
+        case .ignore, .begin, .compare:
             return .consumed
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 import Testing
 @testable import ResumableDownloads
 
@@ -15,10 +16,11 @@ struct DownloadBackpressureTests {
         try nginx.serve(content, at: "f.bin")
         let destination = directory.file("f.bin")
         let record = ResumeRecord(id: UUID(), url: nginx.url("f.bin"), destination: destination,
-                                  partialPath: destination.path + ".part", expectedSHA256: F.sha256(content),
+                                  expectedSHA256: F.sha256(content),
                                   totalLength: nil, allowsExpensive: true)
         let highWater = 1 << 20
-        let file = try PartialFile(record: record, recordPath: directory.file("r.json").path,
+        let file = try PartialFile(record: record,
+                                   stateDirectory: try CheckedDirectory.open(directory.file("state").path, policy: .privateState, creating: true),
                                    limits: .init(highWater: highWater, lowWater: highWater / 4, checkpointInterval: 4 << 20,
                                                  simulatedWriteDelay: .milliseconds(1)))
         let engine = try TransferEngine()

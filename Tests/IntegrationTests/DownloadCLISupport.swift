@@ -15,6 +15,8 @@ final class CLIProcess: Sendable {
     private final class Collected: Sendable {
         let output = Mutex(Output())
         let exited = Mutex<Int32?>(nil)
+        /// stdout and stderr each count once when they reach end of file.
+        let closedPipes = Mutex(0)
     }
 
     let process: Process
@@ -56,7 +58,7 @@ final class CLIProcess: Sendable {
         let collected = collected
         out.fileHandleForReading.readabilityHandler = { handle in
             let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil; return }
+            if data.isEmpty { handle.readabilityHandler = nil; collected.closedPipes.withLock { $0 += 1 }; return }
             collected.output.withLock { state in
                 state.partialLine += String(decoding: data, as: UTF8.self)
                 while let newline = state.partialLine.firstIndex(of: "\n") {
@@ -67,7 +69,7 @@ final class CLIProcess: Sendable {
         }
         err.fileHandleForReading.readabilityHandler = { handle in
             let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil; return }
+            if data.isEmpty { handle.readabilityHandler = nil; collected.closedPipes.withLock { $0 += 1 }; return }
             collected.output.withLock { $0.errorText += String(decoding: data, as: UTF8.self) }
         }
         process.terminationHandler = { process in collected.exited.withLock { $0 = process.terminationStatus } }
@@ -112,8 +114,11 @@ final class CLIProcess: Sendable {
     func waitForExit(timeout: Duration = .seconds(60)) async -> Int32? {
         _ = await DownloadFixtures.wait(timeout: timeout) { self.collected.exited.withLock { $0 } != nil }
         if let status = collected.exited.withLock({ $0 }) {
-            // Let the pipe handlers drain what the process wrote last.
-            _ = await DownloadFixtures.wait(timeout: .seconds(2)) { self.collected.output.withLock { $0.partialLine.isEmpty } }
+            // Let the pipe handlers drain what the process wrote last: both pipes at end of file
+            // (the exit status can arrive before the last bytes of stderr were read).
+            _ = await DownloadFixtures.wait(timeout: .seconds(5)) {
+                self.collected.closedPipes.withLock { $0 } >= 2 && self.collected.output.withLock { $0.partialLine.isEmpty }
+            }
             return status
         }
         kill()

@@ -41,7 +41,8 @@ struct DownloadHostileServerTests {
         #expect(throws: Never.self) { try result.get() }
         expectIntact(directory)
         #expect(server.requests.count == 2)
-        #expect(server.requests[1].rangeStart == Int64(Self.half))
+        // The resume re-fetches 64 KiB before the offset and compares them with the disk.
+        #expect(server.requests[1].rangeStart == Int64(Self.half) - ResponseStateMachine.resumeOverlap)
         #expect(server.requests[1].ifRange == Self.etag)
         #expect(server.requests[1].headers["accept-encoding"] == "identity")
         #expect(log.resumedOffsets == [Int64(Self.half)])
@@ -157,18 +158,93 @@ struct DownloadHostileServerTests {
         #expect(log.all.filter { if case .retrying(_, let error) = $0 { error.httpStatusCode == 503 } else { false } }.count == 2)
     }
 
-    @Test func alreadyCompleteAnswersWith416() async throws {
+    @Test func aResumeAfterTheLastByteCompletes() async throws {
         let server = try Server { request, index in
             // First attempt delivers everything but dies before libcurl sees the end cleanly.
             if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.content.count - 1) }
-            if request.rangeStart == Int64(Self.content.count - 1) {
-                return .honest(request, content: Self.content, etag: Self.etag)
-            }
-            return Reply(status: 416, headers: [("Content-Range", "bytes */\(Self.content.count)")])
+            return .honest(request, content: Self.content, etag: Self.etag)
         }
         let (result, _, directory) = try await run(server)
         #expect(throws: Never.self) { try result.get() }
         expectIntact(directory)
+    }
+
+    /// `416 bytes */N` at the resume offset while the recorded total was larger: the server
+    /// truncated the file (or lies). Never a short "success": restart, then a clear result.
+    @Test func a416ShorterThanTheRecordedTotalIsNotCompletion() async throws {
+        let server = try Server { request, index in
+            if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
+            if let start = request.rangeStart {
+                return Reply(status: 416, headers: [("Content-Range", "bytes */\(start + ResponseStateMachine.resumeOverlap)")])
+            }
+            return .honest(request, content: Self.content, etag: Self.etag)
+        }
+        let (result, log, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(log.restarts == 1, "\(log.all)")
+    }
+
+    /// Servers that ignore If-Range and answer a resume with a 206 of a changed file: a
+    /// different Last-Modified, a changed weak ETag, no ETag after a strong one, no validators at
+    /// all. Each is caught (validator or overlap comparison) and the file restarts from zero: the
+    /// result is the new version, never a splice.
+    @Test(arguments: ["lastModified", "weakETag", "droppedETag", "noValidators"])
+    func aServerIgnoringIfRangeNeverSplices(_ kind: String) async throws {
+        let newContent = F.randomData(count: Self.content.count, seed: 1234)
+        let server = try Server { request, index in
+            let old = index == 0
+            let body = old ? Self.content : newContent
+            var headers: [(String, String)] = [("Date", "Tue, 02 Jan 2024 00:00:00 GMT")]
+            switch kind {
+            case "lastModified": headers.append(("Last-Modified", old ? "Mon, 01 Jan 2024 00:00:00 GMT" : "Mon, 01 Jan 2024 12:00:00 GMT"))
+            case "weakETag": headers.append(("ETag", old ? "W/\"w1\"" : "W/\"w2\""))
+            case "droppedETag": if old { headers.append(("ETag", "\"strong\"")) }
+            default: break
+            }
+            if let start = request.rangeStart.map(Int.init) {
+                // Ignores If-Range: the range of whatever it has now.
+                return Reply(status: 206, headers: headers + [("Content-Range", "bytes \(start)-\(body.count - 1)/\(body.count)")],
+                             body: body.subdata(in: start..<body.count))
+            }
+            return Reply(status: 200, headers: headers, body: body, closeAfter: old ? Self.half : nil)
+        }
+        let (result, log, directory) = try await run(server, options: .init())
+        #expect(throws: Never.self) { try result.get() }
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(newContent), "\(log.all)")
+        #expect(log.restarts == 1, "\(log.all)")
+    }
+
+    /// Without any validator a resume is still possible: the overlap matches, the rest is appended.
+    @Test func aServerWithoutValidatorsResumesAfterTheOverlapMatches() async throws {
+        let server = try Server { request, index in
+            if let start = request.rangeStart.map(Int.init) {
+                return Reply(status: 206, headers: [("Content-Range", "bytes \(start)-\(Self.content.count - 1)/\(Self.content.count)")],
+                             body: Self.content.subdata(in: start..<Self.content.count))
+            }
+            return Reply(status: 200, body: Self.content, closeAfter: index == 0 ? Self.half : nil)
+        }
+        let (result, log, directory) = try await run(server)
+        #expect(throws: Never.self) { try result.get() }
+        expectIntact(directory)
+        #expect(log.restarts == 0, "\(log.all)")
+        #expect(log.resumedOffsets == [Int64(Self.half)])
+        #expect(server.requests.count == 2)
+    }
+
+    @Test(arguments: ["conflictingLength", "gzip"])
+    func unrequestedEncodingsAndConflictingLengthsFail(_ kind: String) async throws {
+        let server = try Server { _, _ in
+            var reply = Reply(status: 200, headers: kind == "gzip" ? [("Content-Encoding", "gzip")]
+                                                                   : [("Content-Length", "\(Self.content.count)"), ("Content-Length", "17")],
+                              body: Self.content)
+            reply.sendsContentLength = kind == "gzip"
+            return reply
+        }
+        let (result, _, directory) = try await run(server)
+        #expect(throws: DownloadError.badServerResponse) { try result.get() }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin.part").path))
     }
 
     @Test func stalledTransferIsReconnected() async throws {

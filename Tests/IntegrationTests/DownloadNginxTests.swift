@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 import LinuxReachability
 import Testing
 @testable import ResumableDownloads
@@ -44,7 +45,7 @@ struct DownloadNginxTests {
         #expect(await log.wait { $0 == .paused })
         #expect(download.state == .paused)
         let record = try #require(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).first)
-        let stored = try ResumeRecord.read(from: directory.file("state").appendingPathComponent(record).path)
+        let stored = try ResumeRecord.read(record, in: try CheckedDirectory.open(directory.file("state").path, policy: .privateState))
         #expect(stored.verifiedOffset > 0)
         #expect(stored.entityTag != nil)
         #expect(!FileManager.default.fileExists(atPath: destination.path))
@@ -75,10 +76,10 @@ struct DownloadNginxTests {
         // reached the disk. Simulate the worst case: an older record (half the offset) and garbage
         // appended to the partial file.
         let recordName = try #require(try FileManager.default.contentsOfDirectory(atPath: state.path).first)
-        let recordPath = state.appendingPathComponent(recordName).path
-        var record = try ResumeRecord.read(from: recordPath)
+        let checkedState = try CheckedDirectory.open(state.path, policy: .privateState)
+        var record = try ResumeRecord.read(recordName, in: checkedState)
         record.verifiedOffset /= 2
-        try record.write(to: recordPath)
+        try record.write(to: checkedState)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: destination.path + ".part"))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data(repeating: 0xEE, count: 100_000))

@@ -77,6 +77,11 @@ final class OutageLab: Sendable {
                 listen \(Self.serverAddress):80;
                 root \(directory.file("www").path);
                 limit_rate \(rate);
+                location / {
+                    # Flag files make the server answer 503 (with or without Retry-After: 1).
+                    if (-f \(busyFlag(retryAfter: true).path)) { add_header Retry-After 1 always; return 503; }
+                    if (-f \(busyFlag(retryAfter: false).path)) { return 503; }
+                }
             }
         }
         """
@@ -95,6 +100,28 @@ final class OutageLab: Sendable {
         guard process.isRunning, listening() else {
             throw CommandFailure(description: "nginx did not start in \(server)")
         }
+    }
+
+    /// While this file exists, nginx answers every request with 503 (with `Retry-After: 1` for
+    /// the `retryAfter` flag).
+    func busyFlag(retryAfter: Bool) -> URL { directory.file(retryAfter ? "nginx/busy-retry-after" : "nginx/busy") }
+
+    /// Runs iptables in the server namespace.
+    @discardableResult
+    func serverIptables(_ arguments: [String]) throws -> String {
+        try sh(["ip", "netns", "exec", server, "iptables"] + arguments)
+    }
+
+    /// Counts every SYN to port 80 from now on (first rule of INPUT, no target: the rules after
+    /// it, such as a DROP, still apply), so connection attempts are counted on the server side.
+    func countConnectionAttempts() throws {
+        try serverIptables(["-I", "INPUT", "1", "-p", "tcp", "--dport", "80", "--syn"])
+    }
+
+    /// SYNs to port 80 since `countConnectionAttempts()` (retransmissions included).
+    var connectionAttempts: Int {
+        let output = (try? serverIptables(["-L", "INPUT", "1", "-v", "-x", "-n"])) ?? ""
+        return Int(output.split(separator: " ", omittingEmptySubsequences: true).first ?? "") ?? -1
     }
 
     /// Kills nginx (SIGKILL: with `master_process off` it ignores SIGTERM).
@@ -137,12 +164,18 @@ final class OutageLab: Sendable {
     /// With `usesNetnsOption` the binary starts in the test's namespace with `--netns CLIENT` and
     /// must move itself (transfers included) into the client namespace.
     func download(_ name: String, _ extra: [String] = [], usesNetnsOption: Bool = false) throws -> CLIProcess {
+        try download(names: [name], extra, usesNetnsOption: usesNetnsOption)
+    }
+
+    /// `environment` adds to (or overrides) the test knobs.
+    func download(names: [String], _ extra: [String] = [], usesNetnsOption: Bool = false,
+                  environment: [String: String] = [:]) throws -> CLIProcess {
         // --verbose: the monitor's and the agent's logs land in the transcript of a failed expectation.
         try CLIProcess(["download", "--json", "--verbose", "--state-dir", directory.file("state").path, "-d", directory.file("client").path]
-                       + (usesNetnsOption ? ["--netns", client] : []) + extra + ["\(url)/\(name)"],
+                       + (usesNetnsOption ? ["--netns", client] : []) + extra + names.map { "\(url)/\($0)" },
                        namespace: usesNetnsOption ? nil : client, directory: directory.url,
                        environment: ["REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES": "\(Self.checkpointBytes)",
-                                     "REACHABILITY_DOWNLOAD_STALL_TIMEOUT": "5"])
+                                     "REACHABILITY_DOWNLOAD_STALL_TIMEOUT": "5"].merging(environment) { $1 })
     }
 
     func downloaded(_ name: String) -> URL { directory.file("client/\(name)") }
@@ -178,7 +211,9 @@ struct DownloadOutageTests {
         #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content), sourceLocation: sourceLocation)
         let sent = await net.bytesSentWhenIdle()
         let wasted = sent - content.count
-        #expect(wasted >= 0 && wasted <= OutageLab.checkpointBytes,
+        // Each resume also re-fetches the 64 KiB overlap it compares with the disk.
+        let overlaps = cli.count("resumed") * Int(ResponseStateMachine.resumeOverlap)
+        #expect(wasted >= 0 && wasted <= OutageLab.checkpointBytes + overlaps,
                 "server sent \(sent) bytes for \(content.count): \(wasted) wasted; requests \(net.requests)\n\(cli.transcript)",
                 sourceLocation: sourceLocation)
         #expect(cli.count("restarted") == 0, sourceLocation: sourceLocation)
@@ -286,7 +321,9 @@ struct DownloadOutageTests {
         let resumedAt = try #require(offsets.last, "\(cli.transcript)")
         #expect(resumedAt >= bytesBeforeRestart, "resumed at \(resumedAt), had reported \(bytesBeforeRestart)")
         let sent = await net.bytesSentWhenIdle()
-        #expect(sent == content.count - resumedAt, "requests after the restart: \(net.requests)")
+        // The resume re-fetches the 64 KiB before its offset, compared with the disk (issue 7).
+        let overlap = min(resumedAt, Int(ResponseStateMachine.resumeOverlap))
+        #expect(sent == content.count - resumedAt + overlap, "requests after the restart: \(net.requests)")
     }
 
     @Test("path switch: a second uplink with another source address takes over, the first goes away")

@@ -28,15 +28,15 @@ struct AgentFilesTests {
     @Test func secondLockIsRefusedWithTheHoldersPid() throws {
         let directory = try Self.scratch()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let held = try AgentStateDirectory.lock(directory)
-        defer { close(held) }
+        let checked = try AgentStateDirectory.prepare(directory)
+        let held = try AgentStateDirectory.lock(checked)
         // flock(2) conflicts between open file descriptions, even within one process.
         #expect(throws: CommandFailure(message: "another agent is already running on \(directory) (pid \(getpid()))", exitCode: .failure)) {
-            _ = try AgentStateDirectory.lock(directory)
+            _ = try AgentStateDirectory.lock(checked)
         }
-        close(held)
-        let again = try AgentStateDirectory.lock(directory)
-        close(again)
+        held.close()
+        let again = try AgentStateDirectory.lock(checked)
+        again.close()
     }
 
     @Test func logRotatesAndKeepsThreeFiles() throws {

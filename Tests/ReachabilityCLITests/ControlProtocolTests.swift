@@ -145,13 +145,6 @@ struct ControlProtocolTests {
         #expect(!SystemdNotifier(environment: [:]).notify("READY=1"))
     }
 
-    @Test func defaultStateDirectory() {
-        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u"], isRoot: false) == "/home/u/.local/state/reachability")
-        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u", "XDG_STATE_HOME": "/x"], isRoot: false) == "/x/reachability")
-        #expect(AgentStateDirectory.resolve(nil, environment: ["HOME": "/home/u", "XDG_STATE_HOME": "rel"], isRoot: false) == "/home/u/.local/state/reachability")
-        #expect(AgentStateDirectory.resolve(nil, environment: [:], isRoot: true) == "/var/lib/reachability")
-        #expect(AgentStateDirectory.resolve("/s", environment: [:], isRoot: true) == "/s")
-    }
 
     // MARK: request handler
 

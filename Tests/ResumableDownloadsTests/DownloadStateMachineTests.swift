@@ -14,8 +14,8 @@ struct DownloadStateMachineTests {
     static let moved = M.PathFacts(usability: .usable(pinnedInterface: nil), invalidatesTransfer: true, isNewPath: true)
     static let offline = M.PathFacts(usability: .unusable, invalidatesTransfer: true, isNewPath: true)
     static let unknown = M.PathFacts(usability: .unknown)
-    static let empty = M.FileFacts(storedBytes: 0, hasValidator: false)
-    static let half = M.FileFacts(storedBytes: 500, hasValidator: true)
+    static let empty = M.FileFacts(storedBytes: 0)
+    static let half = M.FileFacts(storedBytes: 500)
     static let refused = DownloadError.transport(.cannotConnectToHost, osErrorCode: ECONNREFUSED)
 
     /// A machine with a clock the test moves.
@@ -114,7 +114,7 @@ struct DownloadStateMachineTests {
                 h = Harness(maximumOutageWait: .seconds(60), burst: 1)
                 h.send(.start(half, usable))
                 h.send(.responseStarted(attempt: h.attempt))
-                h.end(.incomplete(offset: 600), file: .init(storedBytes: 600, hasValidator: true))
+                h.end(.incomplete(offset: 600), file: .init(storedBytes: 600))
             case .staggered:
                 h.send(.start(empty, offline))
                 h.send(.pathChanged(newUsable, rank: 3))
@@ -135,7 +135,7 @@ struct DownloadStateMachineTests {
             .restartedFromZero(attempt: id, reason: "200"), .stallSuspected(attempt: id),
             .raceEnded(attempt: id, .racerWon), .raceEnded(attempt: id, .originalWon),
             .raceEnded(attempt: id, .racerFailed(.transport(.timedOut))), .raceEnded(attempt: id, .notPossible),
-            .attemptEnded(attempt: id, .completed(totalLength: 1000), file: .init(storedBytes: 1000, hasValidator: true)),
+            .attemptEnded(attempt: id, .completed(totalLength: 1000), file: .init(storedBytes: 1000)),
             .attemptEnded(attempt: id, .transport(refused), file: half),
             .attemptEnded(attempt: id, .aborted(.paused), file: half),
             .probeGranted(connectTimeout: .milliseconds(500)), .serverReachable,
@@ -233,7 +233,7 @@ struct DownloadStateMachineTests {
         // The server answers the next probe: it is announced, and the other waiters released.
         h.send(.probeGranted(connectTimeout: .milliseconds(500)), after: .milliseconds(500))
         #expect(h.send(.responseStarted(attempt: h.attempt)) == [.reportServer(reachable: true), .update(.running, .resumed(at: 500))])
-        #expect(h.end(.completed(totalLength: 1000), file: .init(storedBytes: 1000, hasValidator: true)) == [.complete(totalLength: 1000)])
+        #expect(h.end(.completed(totalLength: 1000), file: .init(storedBytes: 1000)) == [.complete(totalLength: 1000)])
     }
 
     @Test func anotherDownloadsAnswerReleasesTheWait() {
@@ -281,7 +281,7 @@ struct DownloadStateMachineTests {
         var h = Harness()
         h.send(.start(Self.half, Self.usable))
         h.send(.responseStarted(attempt: 1))
-        let progressed = M.FileFacts(storedBytes: 800, hasValidator: true)
+        let progressed = M.FileFacts(storedBytes: 800)
         #expect(h.end(.transport(.networkConnectionLost), file: progressed)
                 == [.emit(.retrying(after: .zero, error: .networkConnectionLost)), .update(.running, .resumed(at: 800)),
                     Self.plan(2, fresh: true, recovery: true)])
@@ -413,29 +413,15 @@ struct DownloadStateMachineTests {
         #expect(error == .badServerResponse)
     }
 
-    @Test func noValidatorMeansRestartingFromZeroAndItCounts() {
-        var h = Harness(maximumRestarts: 1)
-        let unprotected = M.FileFacts(storedBytes: 500, hasValidator: false)
-        #expect(h.send(.start(unprotected, Self.usable))
-                == [.restartFromZero(reason: "the server gave no validator to resume safely"), .update(.running, .started), Self.plan(1)])
-        h.send(.responseStarted(attempt: 1))
-        // 400 bytes is not past the 500 stored before: a counted failure, retried at once; but
-        // that retry would be the second restart.
-        let actions = h.end(.transport(.networkConnectionLost), file: M.FileFacts(storedBytes: 400, hasValidator: false))
-        #expect(h.machine.consecutiveFailures == 1)
-        guard case .failed(let error) = Self.exits(actions).first else { Issue.record("\(actions)"); return }
-        #expect(error.description.contains("no validator"))
-    }
-
     @Test func progressOnlyCountsPastTheFurthestPointEverStored() {
         var h = Harness(maximumFailures: 10)
         h.send(.start(Self.half, Self.usable))
         h.send(.responseStarted(attempt: 1))
-        h.end(.transport(.networkConnectionLost), file: .init(storedBytes: 300, hasValidator: true))
+        h.end(.transport(.networkConnectionLost), file: .init(storedBytes: 300))
         #expect(h.machine.consecutiveFailures == 1)
         #expect(h.machine.highWater == 500)
         h.send(.responseStarted(attempt: 2))
-        h.end(.transport(.networkConnectionLost), file: .init(storedBytes: 700, hasValidator: true))
+        h.end(.transport(.networkConnectionLost), file: .init(storedBytes: 700))
         #expect(h.machine.consecutiveFailures == 0)
         #expect(h.machine.highWater == 700)
     }
@@ -449,7 +435,7 @@ struct DownloadStateMachineTests {
         var startTimes: [Duration] = [.zero]
         for _ in 0..<20 {
             stored += 10
-            var actions = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored, hasValidator: true))
+            var actions = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored))
             while Self.starts(actions).isEmpty {
                 guard let (timer, at) = Self.timers(actions).first(where: { $0.0.kind == .retry }) else {
                     Issue.record("neither a start nor a timer: \(actions)"); return
@@ -466,8 +452,8 @@ struct DownloadStateMachineTests {
     @Test func aCleanShortBodyContinuesWhenItProgressedAndBacksOffWhenNot() {
         var h = Harness()
         h.send(.start(Self.half, Self.usable))
-        #expect(Self.starts(h.end(.incomplete(offset: 800), file: .init(storedBytes: 800, hasValidator: true))).count == 1)
-        let stuck = h.end(.incomplete(offset: 800), file: .init(storedBytes: 800, hasValidator: true))
+        #expect(Self.starts(h.end(.incomplete(offset: 800), file: .init(storedBytes: 800))).count == 1)
+        let stuck = h.end(.incomplete(offset: 800), file: .init(storedBytes: 800))
         #expect(Self.starts(stuck).isEmpty)
         #expect(Self.timers(stuck).contains { $0.0.kind == .retry })
     }
@@ -495,7 +481,7 @@ struct DownloadStateMachineTests {
         #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one race at a time")
         #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut)))) == [.abortAttempt(.recovery)])
         // The transfer ends; it made progress, but the racer already showed the server is gone.
-        let ended = h.end(.aborted(.recovery), file: .init(storedBytes: 900, hasValidator: true))
+        let ended = h.end(.aborted(.recovery), file: .init(storedBytes: 900))
         #expect(ended == [.update(.running, .waitingForServer(.timedOut)), .joinServerWait(justProbed: false)])
         #expect(h.machine.consecutiveFailures == 0)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 import Synchronization
 import Testing
 @testable import ResumableDownloads
@@ -11,6 +12,20 @@ final class TemporaryDirectory: Sendable {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
     func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+    /// The checked state directory `state/` inside it.
+    func state() throws -> CheckedDirectory {
+        try CheckedDirectory.open(path("state"), policy: .privateState, creating: true)
+    }
+    /// The one resume record in `state/`.
+    func readRecord() throws -> ResumeRecord {
+        let state = try state()
+        let name = try #require(try state.entries().first { $0.hasSuffix(".json") })
+        return try ResumeRecord.read(name, in: state)
+    }
+    /// Whether `state/` holds a record.
+    var hasRecord: Bool {
+        ((try? FileManager.default.contentsOfDirectory(atPath: path("state"))) ?? []).contains { $0.hasSuffix(".json") }
+    }
     deinit { try? FileManager.default.removeItem(at: url) }
 }
 
@@ -18,8 +33,7 @@ final class TemporaryDirectory: Sendable {
 struct PartialFileTests {
     func record(in directory: TemporaryDirectory, verifiedOffset: Int64 = 0, sha: String? = nil) -> ResumeRecord {
         var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!,
-                                  destination: URL(fileURLWithPath: directory.path("f")),
-                                  partialPath: directory.path("f.part"), expectedSHA256: sha, totalLength: nil,
+                                  destination: URL(fileURLWithPath: directory.path("f")), expectedSHA256: sha, totalLength: nil,
                                   allowsExpensive: true)
         record.verifiedOffset = verifiedOffset
         return record
@@ -30,7 +44,7 @@ struct PartialFileTests {
     @Test func truncatesToTheVerifiedOffsetOnOpen() throws {
         let directory = try TemporaryDirectory()
         try Data(repeating: 7, count: 100).write(to: URL(fileURLWithPath: directory.path("f.part")))
-        let file = try PartialFile(record: record(in: directory, verifiedOffset: 60), recordPath: directory.path("r.json"),
+        let file = try PartialFile(record: record(in: directory, verifiedOffset: 60), stateDirectory: try directory.state(),
                                    limits: limits)
         #expect(file.writtenEnd == 60)
         #expect(try FileManager.default.attributesOfItem(atPath: directory.path("f.part"))[.size] as? Int == 60)
@@ -38,12 +52,12 @@ struct PartialFileTests {
 
     @Test func checkpointPersistsTheWrittenOffset() async throws {
         let directory = try TemporaryDirectory()
-        let file = try PartialFile(record: record(in: directory), recordPath: directory.path("r.json"), limits: limits)
+        let file = try PartialFile(record: record(in: directory), stateDirectory: try directory.state(), limits: limits)
         let bytes = Data((0..<1000).map { UInt8($0 % 251) })
         bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[0..<400]), at: 0) }
         bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[400...]), at: 400) }
         #expect(try await file.checkpoint() == 1000)
-        #expect(try ResumeRecord.read(from: directory.path("r.json")).verifiedOffset == 1000)
+        #expect(try directory.readRecord().verifiedOffset == 1000)
         #expect(FileManager.default.contents(atPath: directory.path("f.part")) == bytes)
         await file.close()
     }
@@ -52,18 +66,18 @@ struct PartialFileTests {
         let directory = try TemporaryDirectory()
         let bytes = Data("hello, world\n".utf8)
         let file = try PartialFile(record: record(in: directory, sha: SHA256.hex(bytes)),
-                                   recordPath: directory.path("r.json"), limits: limits)
+                                   stateDirectory: try directory.state(), limits: limits)
         bytes.withUnsafeBytes { file.append($0, at: 0) }
         let url = try await file.complete(totalLength: Int64(bytes.count), expectedLength: nil)
         #expect(FileManager.default.contents(atPath: url.path) == bytes)
         #expect(!FileManager.default.fileExists(atPath: directory.path("f.part")))
-        #expect(!FileManager.default.fileExists(atPath: directory.path("r.json")))
+        #expect(!directory.hasRecord)
     }
 
     @Test func checksumMismatchMovesNothing() async throws {
         let directory = try TemporaryDirectory()
         let file = try PartialFile(record: record(in: directory, sha: String(repeating: "0", count: 64)),
-                                   recordPath: directory.path("r.json"), limits: limits)
+                                   stateDirectory: try directory.state(), limits: limits)
         Data("abc".utf8).withUnsafeBytes { file.append($0, at: 0) }
         await #expect(throws: DownloadError.checksumMismatch) {
             _ = try await file.complete(totalLength: 3, expectedLength: nil)
@@ -75,7 +89,7 @@ struct PartialFileTests {
 
     @Test func lengthMismatchMovesNothing() async throws {
         let directory = try TemporaryDirectory()
-        let file = try PartialFile(record: record(in: directory), recordPath: directory.path("r.json"), limits: limits)
+        let file = try PartialFile(record: record(in: directory), stateDirectory: try directory.state(), limits: limits)
         Data("abc".utf8).withUnsafeBytes { file.append($0, at: 0) }
         await #expect(throws: DownloadError.lengthMismatch) {
             _ = try await file.complete(totalLength: 4, expectedLength: nil)
@@ -86,7 +100,7 @@ struct PartialFileTests {
 
     @Test func backpressurePausesAndTheDrainUnpauses() async throws {
         let directory = try TemporaryDirectory()
-        let file = try PartialFile(record: record(in: directory), recordPath: directory.path("r.json"), limits: limits)
+        let file = try PartialFile(record: record(in: directory), stateDirectory: try directory.state(), limits: limits)
         let drained = Mutex(0)
         file.setDrainHandler { drained.withLock { $0 += 1 } }
         let chunk = Data(repeating: 1, count: 256 << 10)
@@ -110,11 +124,11 @@ struct PartialFileTests {
         let directory = try TemporaryDirectory()
         var initial = record(in: directory)
         initial.entityTag = "\"v1\""
-        let file = try PartialFile(record: initial, recordPath: directory.path("r.json"), limits: limits)
+        let file = try PartialFile(record: initial, stateDirectory: try directory.state(), limits: limits)
         Data("abc".utf8).withUnsafeBytes { file.append($0, at: 0) }
         try await file.checkpoint()
         try await file.restartFromZero()
-        let stored = try ResumeRecord.read(from: directory.path("r.json"))
+        let stored = try directory.readRecord()
         #expect(stored.verifiedOffset == 0)
         #expect(stored.entityTag == nil)
         #expect(file.writtenEnd == 0)
@@ -134,11 +148,10 @@ struct IncrementalHashTests {
         let bytes = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
         // 100 000 bytes already on disk from an earlier run.
         try bytes.prefix(100_000).write(to: URL(fileURLWithPath: directory.path("f.part")))
-        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")),
-                                  partialPath: directory.path("f.part"), expectedSHA256: SHA256.hex(bytes),
+        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")), expectedSHA256: SHA256.hex(bytes),
                                   totalLength: 300_000, allowsExpensive: true)
         record.verifiedOffset = 100_000
-        let file = try PartialFile(record: record, recordPath: directory.path("r.json"),
+        let file = try PartialFile(record: record, stateDirectory: try directory.state(),
                                    limits: .init(highWater: 1 << 20, lowWater: 1 << 18, checkpointInterval: 1 << 30))
         bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[100_000..<200_000]), at: 100_000) }
         bytes.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[200_000...]), at: 200_000) }
@@ -149,10 +162,9 @@ struct IncrementalHashTests {
     @Test func restartFromZeroResetsTheHash() async throws {
         let directory = try TemporaryDirectory()
         let final = Data("the new version".utf8)
-        let record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")),
-                                  partialPath: directory.path("f.part"), expectedSHA256: SHA256.hex(final),
+        let record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: directory.path("f")), expectedSHA256: SHA256.hex(final),
                                   totalLength: nil, allowsExpensive: true)
-        let file = try PartialFile(record: record, recordPath: directory.path("r.json"),
+        let file = try PartialFile(record: record, stateDirectory: try directory.state(),
                                    limits: .init(highWater: 1 << 20, lowWater: 1 << 18, checkpointInterval: 1 << 30))
         Data("old bytes".utf8).withUnsafeBytes { file.append($0, at: 0) }
         try await file.checkpoint()

@@ -4,8 +4,10 @@ import Testing
 
 @Suite("Response rules")
 struct ResponseStateMachineTests {
-    func machine(offset: Int64 = 0, etag: String? = nil, total: Int64? = nil) -> ResponseStateMachine {
-        ResponseStateMachine(request: .init(offset: offset, entityTag: etag, knownTotalLength: total))
+    func machine(offset: Int64 = 0, etag: String? = nil, total: Int64? = nil, lastModified: String? = nil,
+                 observed: String? = nil, overlap: Int64 = 0) -> ResponseStateMachine {
+        ResponseStateMachine(request: .init(offset: offset, entityTag: etag, knownTotalLength: total, lastModified: lastModified,
+                                            observedEntityTag: observed, overlap: overlap))
     }
 
     func head(_ status: Int, _ fields: [String: String] = [:]) -> ResponseStateMachine.Event {
@@ -14,9 +16,11 @@ struct ResponseStateMachineTests {
 
     @Test func fresh200IsAcceptedFromZero() {
         var m = machine()
-        let action = m.event(head(200, ["Content-Length": "10", "ETag": "\"v1\"", "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"]))
+        let action = m.event(head(200, ["Content-Length": "10", "ETag": "\"v1\"", "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT",
+                                        "Date": "Tue, 02 Jan 2024 00:00:00 GMT"]))
         #expect(action == .begin(.init(startOffset: 0, endOffset: 10, totalLength: 10, entityTag: "\"v1\"",
-                                       lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", restartsFromZero: false)))
+                                       lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", restartsFromZero: false,
+                                       observedEntityTag: "\"v1\"")))
         #expect(m.event(.body(count: 4)) == .write(at: 0))
         #expect(m.event(.body(count: 6)) == .write(at: 4))
         #expect(m.event(.ended(nil)) == .finish(.completed(totalLength: 10)))
@@ -34,7 +38,7 @@ struct ResponseStateMachineTests {
         var m = machine(offset: 100, etag: "\"v1\"", total: 1000)
         let action = m.event(head(206, ["Content-Range": "bytes 100-999/1000", "Content-Length": "900", "ETag": "\"v1\""]))
         #expect(action == .begin(.init(startOffset: 100, endOffset: 1000, totalLength: 1000, entityTag: "\"v1\"",
-                                       lastModified: nil, restartsFromZero: false)))
+                                       lastModified: nil, restartsFromZero: false, observedEntityTag: "\"v1\"")))
         #expect(m.event(.body(count: 900)) == .write(at: 100))
         #expect(m.event(.ended(nil)) == .finish(.completed(totalLength: 1000)))
     }
@@ -77,6 +81,84 @@ struct ResponseStateMachineTests {
     @Test func status416WithMatchingTotalMeansComplete() {
         var m = machine(offset: 1000, etag: "\"v1\"", total: 1000)
         #expect(m.event(head(416, ["Content-Range": "bytes */1000"])) == .abort(.completed(totalLength: 1000)))
+    }
+
+    /// `bytes */N` at offset N is complete only when the recorded total is N too: a server that
+    /// truncated the file (or lies) must not turn a partial download into a short "success".
+    @Test func status416IsCompleteOnlyWhenTheRecordedTotalIsTheOffset() {
+        var larger = machine(offset: 1000, etag: "\"v1\"", total: 5000)
+        guard case .abort(.restartFromZero) = larger.event(head(416, ["Content-Range": "bytes */1000"])) else {
+            Issue.record("expected restart"); return
+        }
+        var unknown = machine(offset: 1000)
+        guard case .abort(.restartFromZero) = unknown.event(head(416, ["Content-Range": "bytes */1000"])) else {
+            Issue.record("expected restart"); return
+        }
+        var overlapping = machine(offset: 1000, total: 1000, overlap: 100)
+        guard case .abort(.restartFromZero) = overlapping.event(head(416, ["Content-Range": "bytes */1000"])) else {
+            Issue.record("an overlap request never gets a legitimate 416"); return
+        }
+    }
+
+    @Test func theOverlapIsComparedBeforeAnythingIsWritten() {
+        var m = machine(offset: 1000, etag: "\"v1\"", total: 2000, overlap: 100)
+        guard case .begin(let acceptance) = m.event(head(206, ["Content-Range": "bytes 900-1999/2000", "ETag": "\"v1\""])) else {
+            Issue.record("expected begin"); return
+        }
+        #expect(acceptance.startOffset == 900 && acceptance.verifyUntil == 1000 && !acceptance.restartsFromZero)
+        #expect(m.event(.body(count: 60)) == .compare(at: 900, count: 60))
+        #expect(m.event(.body(count: 60)) == .compare(at: 960, count: 40))   // 20 bytes past the offset are written
+        #expect(m.event(.body(count: 100)) == .write(at: 1020))
+        guard case .abort(.restartFromZero) = m.event(.overlapMismatch) else { Issue.record("expected restart"); return }
+    }
+
+    @Test func aResponseEndingInsideTheOverlapRestarts() {
+        var m = machine(offset: 1000, overlap: 100)
+        _ = m.event(head(206, ["Content-Range": "bytes 900-949/950"]))
+        _ = m.event(.body(count: 50))
+        guard case .finish(.restartFromZero) = m.event(.ended(nil)) else { Issue.record("expected restart"); return }
+    }
+
+    /// Changed validators on a 206 (a server that ignores If-Range): never spliced.
+    @Test(arguments: [
+        ["Content-Range": "bytes 900-1999/2000", "Last-Modified": "Tue, 02 Jan 2024 00:00:00 GMT"],
+        ["Content-Range": "bytes 900-1999/2000", "ETag": "W/\"w2\""],
+        ["Content-Range": "bytes 900-1999/2000", "ETag": "\"v2\""],
+    ])
+    func changedValidatorsRestart(fields: [String: String]) {
+        var m = machine(offset: 1000, etag: "\"v1\"", total: 2000, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT",
+                        observed: "\"v1\"", overlap: 100)
+        guard case .abort(.restartFromZero) = m.event(head(206, fields)) else { Issue.record("expected restart for \(fields)"); return }
+        var weak = machine(offset: 1000, total: 2000, observed: "W/\"w1\"", overlap: 100)
+        if fields["ETag"] == "W/\"w2\"" {
+            guard case .abort(.restartFromZero) = weak.event(head(206, fields)) else { Issue.record("a changed weak ETag is a change"); return }
+        }
+    }
+
+    @Test func lastModifiedIsAValidatorOnlyWhenStrong() {
+        var sameSecond = machine()
+        guard case .begin(let a) = sameSecond.event(head(200, ["Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT",
+                                                                "Date": "Mon, 01 Jan 2024 00:00:00 GMT"])) else { return }
+        #expect(a.lastModified == nil)
+        var noDate = machine()
+        guard case .begin(let b) = noDate.event(head(200, ["Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"])) else { return }
+        #expect(b.lastModified == nil)
+    }
+
+    @Test(arguments: [
+        ["Content-Length": "10, 12"],
+        ["Content-Length": "ten"],
+        ["Content-Length": "10", "Content-Encoding": "gzip"],
+    ])
+    func conflictingLengthsAndUnrequestedEncodingsFail(fields: [String: String]) {
+        var m = machine()
+        guard case .abort(.failed(let error)) = m.event(head(200, fields)) else { Issue.record("expected failure for \(fields)"); return }
+        #expect(error == .badServerResponse)
+        var identical = machine()
+        guard case .begin(let acceptance) = identical.event(head(200, ["Content-Length": "10, 10", "Content-Encoding": "identity"])) else {
+            Issue.record("identical repeats are one value"); return
+        }
+        #expect(acceptance.totalLength == 10)
     }
 
     @Test func status416WithOtherTotalRestarts() {

@@ -1,13 +1,16 @@
 import Foundation
+import LinuxSystem
 import Testing
 @testable import ResumableDownloads
 
 @Suite("Resume record")
 struct ResumeRecordTests {
-    func sample() -> ResumeRecord {
-        var record = ResumeRecord(id: UUID(), url: URL(string: "https://example.invalid/a.iso")!,
-                                  destination: URL(fileURLWithPath: "/tmp/a.iso"), partialPath: "/tmp/a.iso.part",
-                                  expectedSHA256: "ab", totalLength: 1000, allowsExpensive: false,
+    static let digest = String(repeating: "ab", count: 32)
+
+    func sample(id: UUID = UUID()) -> ResumeRecord {
+        var record = ResumeRecord(id: id, url: URL(string: "https://example.invalid/a.iso")!,
+                                  destination: URL(fileURLWithPath: "/tmp/a.iso"),
+                                  expectedSHA256: Self.digest, totalLength: 1000, allowsExpensive: false,
                                   now: Date(timeIntervalSince1970: 1_700_000_000))
         record.entityTag = "\"v1\""
         record.lastModified = "Mon, 01 Jan 2024 00:00:00 GMT"
@@ -16,13 +19,31 @@ struct ResumeRecordTests {
         return record
     }
 
+    func state() throws -> (CheckedDirectory, URL) {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("rr-\(UUID().uuidString)")
+        return (try CheckedDirectory.open(url.path, policy: .privateState, creating: true), url)
+    }
+
     @Test func roundTripsThroughJSON() throws {
         let record = sample()
         let data = try ResumeRecord.encoder().encode(record)
         let text = String(decoding: data, as: UTF8.self)
         #expect(text.contains("\"version\" : 1"))
         #expect(text.contains("\"verifiedOffset\" : 500"))
+        #expect(!text.contains("partialPath"), "the partial path is derived, never stored")
         #expect(try ResumeRecord.decode(data) == record)
+    }
+
+    @Test func thePartialPathIsDerivedFromTheDestination() throws {
+        let json = """
+        {"version":1,"id":"\(UUID().uuidString)","url":"http://h/x","destination":"file:///tmp/x",
+         "partialPath":"/etc/shadow","verifiedOffset":0,"allowsExpensive":true,"attempts":0,
+         "createdAt":"2024-01-01T00:00:00Z","updatedAt":"2024-01-01T00:00:00Z"}
+        """
+        let record = try ResumeRecord.decode(Data(json.utf8))
+        #expect(record.partialPath == "/tmp/x.part")
+        #expect(record.entityTag == nil)
+        #expect(record.expectedLength == nil)
     }
 
     @Test func validatorPrefersStrongETag() {
@@ -41,41 +62,102 @@ struct ResumeRecordTests {
         #expect(throws: DownloadError.self) { try ResumeRecord.decode(data) }
     }
 
-    @Test func decodesRecordsWithoutOptionalFields() throws {
-        let json = """
-        {"version":1,"id":"\(UUID().uuidString)","url":"http://h/x","destination":"file:///tmp/x",
-         "partialPath":"/tmp/x.part","verifiedOffset":0,"allowsExpensive":true,"attempts":0,
-         "createdAt":"2024-01-01T00:00:00Z","updatedAt":"2024-01-01T00:00:00Z"}
-        """
-        let record = try ResumeRecord.decode(Data(json.utf8))
-        #expect(record.entityTag == nil)
-        #expect(record.expectedLength == nil)
+    @Test(arguments: [
+        ("a record for another id", { @Sendable (r: inout ResumeRecord) in r.id = UUID() }),
+        ("a negative offset", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = -1 }),
+        ("an offset past the length", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 2000 }),
+        ("a destination with ..", { @Sendable (r: inout ResumeRecord) in r.destination = URL(fileURLWithPath: "/tmp/x/../../etc/passwd") }),
+        ("a relative destination", { @Sendable (r: inout ResumeRecord) in r.destination = URL(string: "x/y")! }),
+        ("a file URL to download", { @Sendable (r: inout ResumeRecord) in r.url = URL(string: "file:///etc/shadow")! }),
+        ("a short digest", { @Sendable (r: inout ResumeRecord) in r.expectedSHA256 = "ab" }),
+        ("a negative expected length", { @Sendable (r: inout ResumeRecord) in r.expectedLength = -5 }),
+        ("a header smuggled into If-Range", { @Sendable (r: inout ResumeRecord) in r.entityTag = "\"a\"\r\nX-Evil: 1" }),
+    ] as [(String, @Sendable (inout ResumeRecord) -> Void)])
+    func rejectsRecordsThatDoNotHoldTogether(_ label: String, _ edit: @Sendable (inout ResumeRecord) -> Void) {
+        let id = UUID()
+        var record = sample(id: id)
+        #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: id)) }
+        edit(&record)
+        #expect(throws: ResumeRecord.Invalid.self, "\(label)") { try record.validate(name: ResumeRecord.fileName(for: id)) }
     }
 
     @Test func atomicWriteReplacesAndLeavesNoTemporary() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rr-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("r.json").path
+        let (state, url) = try state()
+        defer { try? FileManager.default.removeItem(at: url) }
         var record = sample()
-        try record.write(to: path)
+        try record.write(to: state)
         record.verifiedOffset = 900
-        try record.write(to: path)
-        #expect(try ResumeRecord.read(from: path).verifiedOffset == 900)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory.path) == ["r.json"])
+        try record.write(to: state)
+        #expect(try ResumeRecord.read(ResumeRecord.fileName(for: record.id), in: state).verifiedOffset == 900)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: url.path) == [ResumeRecord.fileName(for: record.id)])
     }
 
     @Test func atomicWriteFailureKeepsTheOldRecord() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rr-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("r.json").path
-        try sample().write(to: path)
+        let (state, url) = try state()
+        defer { try? FileManager.default.removeItem(at: url) }
+        let record = sample()
+        let name = ResumeRecord.fileName(for: record.id)
+        try record.write(to: state)
         // A directory squatting on the temporary name makes the write fail before the rename.
-        try FileManager.default.createDirectory(atPath: path + ".tmp", withIntermediateDirectories: false)
-        var changed = sample()
+        try FileManager.default.createDirectory(atPath: url.path + "/" + name + ".tmp", withIntermediateDirectories: false)
+        var changed = record
         changed.verifiedOffset = 1
-        #expect(throws: DownloadError.self) { try changed.write(to: path) }
-        #expect(try ResumeRecord.read(from: path).verifiedOffset == 500)
+        #expect(throws: DownloadError.self) { try changed.write(to: state) }
+        #expect(try ResumeRecord.read(name, in: state).verifiedOffset == 500)
     }
+
+    @Test func aPlantedLinkIsNeverReadAsARecord() throws {
+        let (state, url) = try state()
+        defer { try? FileManager.default.removeItem(at: url) }
+        let record = sample()
+        let name = ResumeRecord.fileName(for: record.id)
+        let elsewhere = url.path + "-elsewhere.json"
+        FileManager.default.createFile(atPath: elsewhere, contents: try ResumeRecord.encoder().encode(record))
+        defer { unlink(elsewhere) }
+        symlink(elsewhere, url.path + "/" + name)
+        #expect(throws: DownloadError.untrustedFile) { try ResumeRecord.read(name, in: state) }
+    }
+
+    /// Bounded, seeded fuzzing: mutated records never crash the parser, and whatever it accepts
+    /// passes validation (offsets, paths and ids that hold together).
+    @Test(arguments: [1 as UInt64, 2, 3, 4])
+    func fuzzedRecordsNeverCrashAndNeverValidateBadly(seed: UInt64) throws {
+        var random = SeededRandom(seed: seed)
+        let id = UUID()
+        let name = ResumeRecord.fileName(for: id)
+        let base = Array(try ResumeRecord.encoder().encode(sample(id: id)))
+        let fragments: [[UInt8]] = ["-1", "..", "/", "\"", "{", "}", "null", "1e400", "\\u0000", "99999999999999999999",
+                                    "\"file:///etc/passwd\"", "\"../x\"", "[]", "true", ","].map { Array($0.utf8) }
+        for _ in 0..<2500 {
+            var bytes = base
+            for _ in 0..<random.next(upTo: 4) + 1 {
+                let position = random.next(upTo: bytes.count)
+                switch random.next(upTo: 4) {
+                case 0: bytes[position] = UInt8(truncatingIfNeeded: random.next(upTo: 256))
+                case 1: bytes.remove(at: position)
+                case 2: bytes.insert(contentsOf: fragments[random.next(upTo: fragments.count)], at: position)
+                default: bytes.removeSubrange(position..<min(bytes.count, position + random.next(upTo: 16)))
+                }
+                if bytes.isEmpty { bytes = [0x7b] }
+            }
+            guard let record = try? ResumeRecord.decode(Data(bytes)) else { continue }
+            if (try? record.validate(name: name)) != nil {
+                #expect(record.id == id)
+                #expect(record.verifiedOffset >= 0)
+                #expect(record.destination.path.hasPrefix("/") && !record.destination.path.contains("/../"))
+                #expect(["http", "https"].contains(record.url.scheme?.lowercased() ?? ""))
+            }
+        }
+    }
+}
+
+/// xorshift64*: deterministic, so a failing fuzz case reproduces from its seed.
+struct SeededRandom {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed &* 0x9E37_79B9_7F4A_7C15 | 1 }
+    mutating func next() -> UInt64 {
+        state ^= state >> 12; state ^= state << 25; state ^= state >> 27
+        return state &* 0x2545_F491_4F6C_DD1D
+    }
+    mutating func next(upTo bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 
 /// Where the agent keeps its socket, lock, log, configuration and resume records.
 ///
@@ -13,18 +14,10 @@ import Foundation
 ///   files/            downloads queued without -o
 /// ```
 enum AgentStateDirectory {
-    /// `--state-dir` when given; else /var/lib/reachability for root, else
-    /// `$XDG_STATE_HOME/reachability` (only when absolute, per the XDG spec), else
-    /// `~/.local/state/reachability`.
-    static func resolve(_ explicit: String?, environment: [String: String], isRoot: Bool,
-                        workingDirectory: String = FileManager.default.currentDirectoryPath) -> String {
-        if let explicit, !explicit.isEmpty {
-            return explicit.hasPrefix("/") ? explicit : workingDirectory + "/" + explicit
-        }
-        if isRoot { return "/var/lib/reachability" }
-        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/reachability" }
-        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
-        return home + "/.local/state/reachability"
+    /// The state directory from the one resolver (see `StateDirectoryLocation`).
+    static func resolve(_ explicit: String?, environment: [String: String],
+                        system: StateDirectoryLocation.System = .current) throws -> String {
+        try StateDirectoryLocation.resolve(explicit: explicit, environment: environment, system: system)
     }
 
     static func socketPath(in directory: String) -> String { directory + "/agent.sock" }
@@ -35,40 +28,41 @@ enum AgentStateDirectory {
     static func recordsDirectory(in directory: String) -> String { directory + "/records" }
     static func filesDirectory(in directory: String) -> String { directory + "/files" }
 
-    /// Creates the directory (and parents) and makes it 0700. An existing directory owned by
-    /// this user is tightened to 0700 (systemd's StateDirectory= creates 0755 unless told otherwise).
-    static func prepare(_ directory: String) throws {
+    /// Creates the directory (and parents) 0700 and checks it (exit 78 with the fix when it is
+    /// another user's or writable by others); an existing one of ours is tightened to 0700
+    /// (systemd's StateDirectory= creates 0755 unless told otherwise). Makes `records/` and `files/`.
+    @discardableResult
+    static func prepare(_ directory: String) throws -> CheckedDirectory {
+        let checked = try StateDirectoryLocation.open(directory, creationFailure: .failure)
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-            var info = stat()
-            guard stat(directory, &info) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-            if info.st_uid == geteuid(), info.st_mode & 0o777 != 0o700 { chmod(directory, 0o700) }
-            for sub in [recordsDirectory(in: directory), filesDirectory(in: directory)] {
-                try FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true,
-                                                        attributes: [.posixPermissions: 0o700])
-            }
+            _ = try checked.subdirectory("records", creating: true)
+            _ = try checked.subdirectory("files", creating: true)
         } catch {
-            throw CommandFailure(message: "cannot create state directory \(directory): \(error.localizedDescription)",
-                                 exitCode: .failure)
+            throw StateDirectoryLocation.failure(error, creationFailure: .failure)
         }
+        return checked
     }
 
     /// Holds the state directory's lock for the life of the process, or explains who has it.
-    static func lock(_ directory: String) throws -> Int32 {
-        let path = lockPath(in: directory)
-        let descriptor: Int32?
+    /// The lock file is opened relative to the checked directory, never through a link.
+    static func lock(_ directory: CheckedDirectory) throws -> FileDescriptor {
+        let path = directory.child("agent.lock")
+        let descriptor: FileDescriptor
         do {
-            descriptor = try UnixSocketSyscalls.lockFile(path)
+            descriptor = try directory.openOwnedFile("agent.lock", creating: .openOrCreate, mode: 0o600).descriptor
         } catch {
-            throw CommandFailure(message: "cannot lock \(path): \(error)", exitCode: .failure)
+            throw CommandFailure(message: "cannot lock \(path): \(error)", exitCode: error.isUnsafe ? .configuration : .failure)
         }
-        guard let descriptor else {
-            let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard (try? descriptor.tryLockExclusive()) == true else {
+            descriptor.close()
+            let holder = (try? directory.readOwnedFile("agent.lock", limit: 64)).map { String(decoding: $0, as: UTF8.self) }?
+                .trimmingCharacters(in: .whitespacesAndNewlines)
             let who = holder.flatMap { $0.isEmpty ? nil : " (pid \($0))" } ?? ""
-            throw CommandFailure(message: "another agent is already running on \(directory)\(who)", exitCode: .failure)
+            throw CommandFailure(message: "another agent is already running on \(directory.path)\(who)", exitCode: .failure)
         }
-        UnixSocketSyscalls.replaceContents(descriptor, with: "\(getpid())\n")
+        try? descriptor.truncate(to: 0)
+        let pid = Array("\(getpid())\n".utf8)
+        _ = pid.withUnsafeBytes { descriptor.writeAll($0, at: 0) }
         return descriptor
     }
 }

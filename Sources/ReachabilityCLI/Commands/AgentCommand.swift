@@ -10,7 +10,7 @@ struct AgentCommand: Command {
     static let abstract = "Run the download agent: resume unfinished downloads, follow the network path, accept queue commands."
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
-        help: "State directory (socket, lock, log, resume records). Default: /var/lib/reachability as root, else $XDG_STATE_HOME/reachability (~/.local/state/reachability).")
+        help: "State directory (socket, lock, log, resume records). Default: $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability.")
     static let maximumConcurrent = Option.value(
         "max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4).")
     static let noExpensive = Option.flag(
@@ -29,7 +29,8 @@ struct AgentCommand: Command {
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
 
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
-        the state directory, socket or monitor failure); 78 for a bad agent.conf line.
+        the state directory, socket or monitor failure); 78 for a bad agent.conf line or an unsafe \
+        state directory (another user's, or writable by others: the message says how to fix it).
         """ + "\n\n" + MonitorOptions.discussion
 
     var stateDirectoryArgument: String?
@@ -58,10 +59,11 @@ struct AgentCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let directory = AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
-                                                    isRoot: context.effectiveUserID == 0, workingDirectory: context.currentDirectory)
-        try AgentStateDirectory.prepare(directory)
-        let lock = try AgentStateDirectory.lock(directory)
+        let checked = try AgentStateDirectory.prepare(
+            try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
+                                                               system: .current(context)))
+        let directory = checked.path
+        let lock = try AgentStateDirectory.lock(checked)
         _ = lock   // held until the process exits; flock is released by the kernel even after SIGKILL
 
         let configurationPath = AgentStateDirectory.configurationPath(in: directory)

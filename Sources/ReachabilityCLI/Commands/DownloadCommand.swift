@@ -1,5 +1,6 @@
 import Foundation
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 
@@ -25,7 +26,7 @@ struct DownloadCommand: Command {
         "no-expensive", help: "Never use an expensive (cellular-like) path; wait for another one.")
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
-        help: "Where resume data is kept (default $XDG_STATE_HOME/reachability, ~/.local/state/reachability, or /var/lib/reachability as root).")
+        help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
         help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path. Default: wait forever.")
@@ -69,9 +70,11 @@ struct DownloadCommand: Command {
         """ + "\n\n" + """
         Exit status: 0 every file complete and verified; 1 a download failed for good (HTTP error, \
         checksum mismatch, untrusted certificate, bad reply; nothing is kept); 64 usage error; \
-        73 a destination already exists or cannot be created or written; 74 the disk is full or \
+        73 a destination already exists (also one that appears meanwhile: it is never replaced), \
+        cannot be created or written, or its NAME.part is not a regular file of yours; 74 the disk is full or \
         failed; 75 gave up for now (--max-outage, or the server kept failing): run the same command \
-        again; 77 --netns without privilege; 66 no such network namespace; 78 bad classify.conf; \
+        again; 77 --netns without privilege; 66 no such network namespace; 78 bad classify.conf or an \
+        unsafe state directory (the message says the fix); \
         130 interrupted by SIGINT, 143 by SIGTERM. Only failures that say "resume data kept" keep it.
         """ + "\n\n" + MonitorOptions.discussion
 
@@ -256,17 +259,17 @@ struct DownloadCommand: Command {
             try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
         }
         let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
-                                                           isRoot: context.effectiveUserID == 0)
+                                                           system: .current(context))
         let jobs = try jobs(workingDirectory: context.currentDirectory, stateRoot: stateRoot)
         try DownloadStateDirectory.create(stateRoot)
         // Missing folders are made (as `-d` implies); otherwise the agent would fail later with a
-        // file-system error.
+        // file-system error. Walked from / without following links someone else could plant.
         for folder in Set(jobs.map { $0.destination.deletingLastPathComponent() }) {
             do {
-                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true,
-                                                        attributes: writesToStandardOutput ? [.posixPermissions: 0o700] : nil)
+                _ = try CheckedDirectory.open(folder.path, policy: .shared, creating: true,
+                                              mode: writesToStandardOutput ? 0o700 : 0o777)
             } catch {
-                throw CommandFailure(message: "cannot create \(folder.path): \(error.localizedDescription)", exitCode: .cannotCreate)
+                throw CommandFailure(message: "cannot create \(folder.path): \(error)", exitCode: .cannotCreate)
             }
         }
         if !verifiesCertificates {
@@ -316,11 +319,6 @@ struct DownloadCommand: Command {
                 return nil
             } catch {
                 return JobFailure(job: job, message: "\(error)", exitCode: .failure)
-            }
-            let stored = session.download.options.expectedSHA256
-            if let expectedSHA256, stored != expectedSHA256 {
-                // The resume record keeps the options the download started with.
-                context.errorOutput.line("warning: \(job.destination.lastPathComponent): resuming with the SHA-256 given when it started (\(stored ?? "none")); --sha256 \(expectedSHA256) is ignored")
             }
             if !registry.add(session) {
                 await session.agent.shutdown()   // the interrupt came while it was opening
@@ -538,7 +536,7 @@ extension ExitCode {
 
 /// Test and benchmark knobs read from the environment (not in `--help`: production defaults are
 /// the right ones for people): `REACHABILITY_DOWNLOAD_STALL_TIMEOUT`, `..._CONNECT_TIMEOUT`
-/// (seconds) and `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES`.
+/// (seconds), `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES` and `..._MAX_FAILURES` (the failure budget).
 enum DownloadTuning {
     static func apply(_ environment: [String: String], to configuration: inout DownloadAgent.Configuration) {
         if let text = environment["REACHABILITY_DOWNLOAD_STALL_TIMEOUT"], let seconds = Double(text), seconds > 0 {
@@ -549,6 +547,9 @@ enum DownloadTuning {
         }
         if let text = environment["REACHABILITY_DOWNLOAD_CONNECT_TIMEOUT"], let seconds = Double(text), seconds > 0 {
             configuration.connectTimeout = .milliseconds(Int64(seconds * 1000))
+        }
+        if let text = environment["REACHABILITY_DOWNLOAD_MAX_FAILURES"], let count = Int(text), count >= 0 {
+            configuration.maximumConsecutiveFailures = count
         }
     }
 }

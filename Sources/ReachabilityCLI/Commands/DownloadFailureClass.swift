@@ -48,7 +48,9 @@ struct DownloadFailureVerdict: Sendable, Equatable {
 
     /// The class of an engine error.
     static func classify(_ error: DownloadError) -> Class {
-        if error == .connectivityTimeout { return .temporary }
+        if error == .connectivityTimeout || error == .destinationInUse { return .temporary }
+        // A file that appeared at the destination, or a NAME.part that is not ours: 73.
+        if error == .destinationExists || error == .untrustedFile { return .destination }
         if error == .diskFull { return .localStorage }
         if error == .fileSystem {
             guard let code = error.osErrorCode else { return .destination }

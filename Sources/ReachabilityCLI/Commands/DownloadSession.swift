@@ -1,5 +1,6 @@
 import Foundation
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 #if canImport(Glibc)
@@ -8,29 +9,17 @@ import Glibc
 
 /// Where `download` keeps resume data.
 enum DownloadStateDirectory {
-    /// `--state-dir`, else `$XDG_STATE_HOME/reachability` (only if absolute, per the XDG spec),
-    /// else `/var/lib/reachability` for root, else `~/.local/state/reachability`.
-    static func resolve(override: String?, environment: [String: String], isRoot: Bool) throws -> URL {
-        if let override { return URL(fileURLWithPath: override, isDirectory: true).standardizedFileURL }
-        if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
-            return URL(fileURLWithPath: state, isDirectory: true).appendingPathComponent("reachability")
-        }
-        if isRoot { return URL(fileURLWithPath: "/var/lib/reachability", isDirectory: true) }
-        guard let home = environment["HOME"], home.hasPrefix("/") else {
-            throw CommandFailure(message: "cannot find a state directory: HOME is not set; use --state-dir", exitCode: .cannotCreate)
-        }
-        return URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(".local/state/reachability")
+    /// The state directory from the one resolver (see `StateDirectoryLocation`).
+    static func resolve(override: String?, environment: [String: String],
+                        system: StateDirectoryLocation.System = .current) throws -> URL {
+        URL(fileURLWithPath: try StateDirectoryLocation.resolve(explicit: override, environment: environment, system: system),
+            isDirectory: true)
     }
 
-    /// Creates the directory (and parents) with mode 0700: resume records name URLs and files.
-    static func create(_ directory: URL) throws {
-        do {
-            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw CommandFailure(message: "cannot create state directory \(directory.path): \(error.localizedDescription)",
-                                 exitCode: .cannotCreate)
-        }
+    /// Creates (0700) and checks the directory: exit 78 when it is unsafe, 73 when it cannot be made.
+    @discardableResult
+    static func create(_ directory: URL) throws -> CheckedDirectory {
+        try StateDirectoryLocation.open(directory.path)
     }
 
     /// The per-download subdirectory: a stable name from URL and destination, so running the same
@@ -62,9 +51,10 @@ final class DownloadSession: Sendable {
     let agent: DownloadAgent
     let download: Download
     private let directory: URL
-    private let lockDescriptor: Int32
+    private let lockDescriptor: FileDescriptor
 
-    private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: URL, lockDescriptor: Int32) {
+    private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: URL,
+                 lockDescriptor: FileDescriptor) {
         self.job = job
         self.directory = directory
         self.agent = agent
@@ -78,14 +68,18 @@ final class DownloadSession: Sendable {
                      configuration: (URL) -> DownloadAgent.Configuration,
                      options: DownloadOptions) async throws -> DownloadSession {
         let directory = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
-        try DownloadStateDirectory.create(directory)
-        let lockPath = directory.appendingPathComponent("lock").path
-        let descriptor = Glibc.open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw CommandFailure(message: "cannot open \(lockPath): \(String(cString: strerror(errno)))", exitCode: .cannotCreate)
+        // Checked (ours, 0700, no links) before anything in it is read or locked.
+        let root = try StateDirectoryLocation.open(stateRoot.path)
+        let descriptor: FileDescriptor
+        do throws(FileTrustError) {
+            descriptor = try root.subdirectory("downloads", creating: true)
+                .subdirectory(directory.lastPathComponent, creating: true)
+                .openOwnedFile("lock", creating: .openOrCreate, mode: 0o600).descriptor
+        } catch {
+            throw StateDirectoryLocation.failure(error)
         }
-        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
-            Glibc.close(descriptor)
+        guard (try? descriptor.tryLockExclusive()) == true else {
+            descriptor.close()
             throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
         }
         do {
@@ -112,8 +106,8 @@ final class DownloadSession: Sendable {
             } catch {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
             }
-            let restored = await agent.restoreDownloads()
-            if let match = restored.first(where: { $0.url == job.url && $0.destination == job.destination }) {
+            // Only this job's record is acted on; a --sha256 given now is adopted.
+            if let match = await agent.restoreDownload(from: job.url, to: job.destination, options: options) {
                 return DownloadSession(job: job, agent: agent, download: match, directory: directory, lockDescriptor: descriptor)
             }
             do {
@@ -124,7 +118,7 @@ final class DownloadSession: Sendable {
                 throw CommandFailure(message: "\(error)", exitCode: .failure)
             }
         } catch {
-            Glibc.close(descriptor)
+            descriptor.close()
             throw error
         }
     }
@@ -141,7 +135,7 @@ final class DownloadSession: Sendable {
             try? marker.write(in: directory)
         }
         Self.removeIfEmpty(directory)
-        Glibc.close(lockDescriptor)
+        lockDescriptor.close()
     }
 
     /// Removes the lock file and the directory, which succeeds only when nothing else is in it.

@@ -12,8 +12,8 @@ struct ControlOptions: Sendable {
 
     /// Sends `command` to the agent and returns the reply; an error reply becomes `CommandFailure`.
     func send(_ command: ControlCommand, in context: CommandContext) throws -> ControlResponse {
-        let directory = AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
-                                                    isRoot: context.effectiveUserID == 0, workingDirectory: context.currentDirectory)
+        let directory = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
+                                                               system: .current(context))
         let response = try ControlClient(stateDirectory: directory).send(command)
         if !response.ok {
             throw CommandFailure(message: response.error?.message ?? "the agent reported an error", exitCode: .failure)

@@ -1,0 +1,209 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+extension CheckedDirectory {
+    /// Whether `openOwnedFile` may create the file.
+    package enum Creation: Sendable, Hashable {
+        /// It must exist.
+        case existing
+        /// It must not exist: created with `O_EXCL`.
+        case exclusive
+        /// Open it if it exists, else create it with `O_EXCL` (never through a planted name).
+        case openOrCreate
+    }
+
+    /// A file opened by `openOwnedFile`.
+    package struct OpenedFile: Sendable {
+        package var descriptor: FileDescriptor
+        package var status: FileStatus
+        /// Whether this call created it.
+        package var wasCreated: Bool
+    }
+
+    /// Opens `name` (one path component) with `O_NOFOLLOW`, and keeps it only when it is a
+    /// regular file that the effective user owns with a single link: never a symbolic link, a
+    /// FIFO or device, someone else's file, or a hard link to a file elsewhere.
+    package func openOwnedFile(_ name: String, creating: Creation, mode: UInt32 = 0o644,
+                               writable: Bool = true) throws(FileTrustError) -> OpenedFile {
+        try Self.checkName(name, in: path)
+        let here = child(name)
+        // O_NONBLOCK: opening a planted FIFO must not hang; it is refused right after.
+        let flags = (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY
+        var opened: (FileDescriptor, Bool)?
+        for _ in 0..<8 where opened == nil {
+            do {
+                if creating != .exclusive {
+                    opened = (FileDescriptor(rawValue: try Syscall.openat(descriptor.rawValue, name, flags, 0)), false)
+                    break
+                }
+            } catch where error == .noSuchFile && creating == .openOrCreate {
+                // Fall through to an exclusive create.
+            } catch where error == .tooManySymbolicLinks {
+                throw .unsafe(here, "is a symbolic link; it is not followed", fix: "remove it")
+            } catch {
+                throw .system(here, "open", error)
+            }
+            do {
+                opened = (FileDescriptor(rawValue: try Syscall.openat(descriptor.rawValue, name, flags | O_CREAT | O_EXCL, mode_t(mode))), true)
+            } catch where error == .exists && creating == .openOrCreate {
+                continue   // appeared meanwhile: open it (and check it) instead
+            } catch where error == .exists {
+                throw .system(here, "create", .exists)
+            } catch {
+                throw .system(here, "create", error)
+            }
+        }
+        guard let (file, wasCreated) = opened else { throw .unsafe(here, "keeps changing while it is being opened") }
+        do throws(FileTrustError) {
+            let status: FileStatus
+            do { status = try file.status() } catch { throw .system(here, "stat", error) }
+            try Self.checkOwnedFile(status, at: here)
+            return OpenedFile(descriptor: file, status: status, wasCreated: wasCreated)
+        } catch {
+            file.close()
+            throw error
+        }
+    }
+
+    /// A file we act on must be a regular file of ours with one link.
+    static func checkOwnedFile(_ status: FileStatus, at path: String) throws(FileTrustError) {
+        guard status.kind == .regular else {
+            throw .unsafe(path, "is \(status.kindDescription), not a regular file", fix: "remove it")
+        }
+        let euid = Syscall.effectiveUserID
+        guard status.ownerID == euid else {
+            throw .unsafe(path, "is owned by uid \(status.ownerID), not by you (uid \(euid))", fix: "remove it")
+        }
+        guard status.linkCount == 1 else {
+            throw .unsafe(path, "has \(status.linkCount) hard links (it may be another file's)", fix: "remove it")
+        }
+    }
+
+    /// The status of `name` without following a link; nil when it does not exist.
+    package func status(of name: String) throws(FileTrustError) -> FileStatus? {
+        try Self.checkName(name, in: path)
+        do {
+            return FileStatus(try Syscall.fstatat(descriptor.rawValue, name, followingSymlinks: false))
+        } catch where error == .noSuchFile {
+            return nil
+        } catch {
+            throw .system(child(name), "stat", error)
+        }
+    }
+
+    /// Removes `name` (a link itself, never its target); a missing name is not an error.
+    package func remove(_ name: String) throws(FileTrustError) {
+        try Self.checkName(name, in: path)
+        do { try Syscall.unlinkat(descriptor.rawValue, name, removingDirectory: false) }
+        catch where error == .noSuchFile {}
+        catch { throw .system(child(name), "unlink", error) }
+    }
+
+    /// Removes `name` only while it still is `file` (another file put there meanwhile is left alone).
+    package func remove(_ name: String, ifSameAs file: FileStatus) throws(FileTrustError) {
+        guard let current = try status(of: name), current.isSameFile(as: file) else { return }
+        try remove(name)
+    }
+
+    /// Removes the empty subdirectory `name`; false when it is not empty or missing.
+    @discardableResult
+    package func removeDirectory(_ name: String) -> Bool {
+        guard (try? Self.checkName(name, in: path)) != nil else { return false }
+        return (try? Syscall.unlinkat(descriptor.rawValue, name, removingDirectory: true)) != nil
+    }
+
+    /// Renames `from` to `to` in this directory. Without `replacing`, an existing `to` is never
+    /// replaced (`renameat2(RENAME_NOREPLACE)`, or link + unlink where the file system lacks it)
+    /// and the error says it exists.
+    package func rename(_ from: String, to: String, replacing: Bool) throws(FileTrustError) {
+        try Self.checkName(from, in: path)
+        try Self.checkName(to, in: path)
+        do {
+            if replacing {
+                try Syscall.renameat(descriptor.rawValue, from, descriptor.rawValue, to)
+                return
+            }
+            do {
+                try Syscall.renameatNoReplace(descriptor.rawValue, from, descriptor.rawValue, to)
+            } catch where error == .invalidArgument || error == .noSystemCall || error == .notSupported {
+                // No RENAME_NOREPLACE here (some network and FUSE file systems): link(2) also
+                // refuses an existing target.
+                try Syscall.linkat(descriptor.rawValue, from, descriptor.rawValue, to)
+                try Syscall.unlinkat(descriptor.rawValue, from, removingDirectory: false)
+            }
+        } catch {
+            throw .system(child(to), "rename \(from) to", error)
+        }
+    }
+
+    /// Makes renames and removals in this directory durable.
+    package func sync() throws(FileTrustError) {
+        do { try descriptor.sync() } catch { throw .system(path, "fsync", error) }
+    }
+
+    /// The names in this directory (not `.` and `..`).
+    package func entries() throws(FileTrustError) -> [String] {
+        do { return try Syscall.directoryEntries(descriptor.rawValue) } catch { throw .system(path, "read directory", error) }
+    }
+
+    /// Replaces `name` atomically and durably: `name.tmp` created with `O_EXCL`, written,
+    /// fsynced, renamed over `name`, and the directory fsynced. A crash leaves the old or the
+    /// new contents, never a torn file; a planted `name.tmp` is removed, never followed.
+    package func writeAtomically(_ bytes: [UInt8], to name: String, mode: UInt32 = 0o600) throws(FileTrustError) {
+        let temporary = name + ".tmp"
+        try remove(temporary)
+        let file = try openOwnedFile(temporary, creating: .exclusive, mode: mode).descriptor
+        do throws(FileTrustError) {
+            do throws(Errno) {
+                try bytes.withUnsafeBytes { raw in Result { () throws(Errno) in try file.writeAll(raw) } }.get()
+                try file.sync()
+            } catch {
+                throw .system(child(temporary), "write", error)
+            }
+            file.close()
+            try rename(temporary, to: name, replacing: true)
+        } catch {
+            file.close()
+            try? remove(temporary)
+            throw error
+        }
+        try sync()
+    }
+
+    /// Reads `name` when it is a regular file of ours (or root's) of at most `limit` bytes.
+    package func readOwnedFile(_ name: String, limit: Int) throws(FileTrustError) -> [UInt8] {
+        try Self.checkName(name, in: path)
+        let here = child(name)
+        let file: FileDescriptor
+        do {
+            file = FileDescriptor(rawValue: try Syscall.openat(descriptor.rawValue, name,
+                                                               O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0))
+        } catch where error == .tooManySymbolicLinks {
+            throw .unsafe(here, "is a symbolic link; it is not followed", fix: "remove it")
+        } catch {
+            throw .system(here, "open", error)
+        }
+        defer { file.close() }
+        let status: FileStatus
+        do { status = try file.status() } catch { throw .system(here, "stat", error) }
+        guard status.kind == .regular else { throw .unsafe(here, "is \(status.kindDescription), not a regular file", fix: "remove it") }
+        guard status.ownerID == Syscall.effectiveUserID || status.ownerID == 0 else {
+            throw .unsafe(here, "is owned by uid \(status.ownerID)", fix: "remove it")
+        }
+        guard status.size <= Int64(limit) else { throw .unsafe(here, "is larger than \(limit) bytes") }
+        var bytes = [UInt8](repeating: 0, count: Int(status.size) + 1)
+        let count: Int
+        do throws(Errno) {
+            count = try bytes.withUnsafeMutableBytes { raw in
+                Result { () throws(Errno) in try file.readFully(into: raw, at: 0) }
+            }.get()
+        } catch {
+            throw .system(here, "read", error)
+        }
+        guard count <= limit else { throw .unsafe(here, "is larger than \(limit) bytes") }
+        return Array(bytes.prefix(count))
+    }
+}

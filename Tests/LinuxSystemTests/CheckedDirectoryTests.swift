@@ -1,0 +1,259 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import LinuxSystem
+
+/// A temporary directory (under /tmp: root-owned and sticky) removed when the test ends.
+final class Scratch: Sendable {
+    let path: String
+    init() throws {
+        path = FileManager.default.temporaryDirectory.appendingPathComponent("ls-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+    }
+    func at(_ name: String) -> String { path + "/" + name }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// Another user's uid for ownership tests (nobody); only root can give files to it.
+let otherUID: UInt32 = 65534
+var isRoot: Bool { geteuid() == 0 }
+
+func mode(_ path: String) -> Int {
+    ((try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions]) as? Int) ?? -1
+}
+
+@Suite("Checked directories")
+struct CheckedDirectoryTests {
+    @Test func createsAPrivateDirectoryWithItsParents() throws {
+        let scratch = try Scratch()
+        let directory = try CheckedDirectory.open(scratch.at("a/b/state"), policy: .privateState, creating: true)
+        #expect(directory.path == scratch.at("a/b/state"))
+        #expect(mode(scratch.at("a/b/state")) == 0o700)
+    }
+
+    @Test func tightensItsOwnReadableDirectory() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("s"), withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o755])
+        _ = try CheckedDirectory.open(scratch.at("s"), policy: .privateState)
+        #expect(mode(scratch.at("s")) == 0o700)
+    }
+
+    @Test func refusesAWorldWritableStateDirectoryAndSaysHowToFixIt() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("s"), withIntermediateDirectories: false)
+        chmod(scratch.at("s"), 0o777)
+        let error = #expect(throws: FileTrustError.self) { try CheckedDirectory.open(scratch.at("s"), policy: .privateState) }
+        #expect(error?.isUnsafe == true)
+        #expect(error?.description.contains("writable by other users") == true)
+        #expect(error?.fix == "chmod 700 \(scratch.at("s"))")
+        #expect(mode(scratch.at("s")) == 0o777, "a refused directory is left as it was")
+    }
+
+    @Test(.enabled(if: isRoot, "chown to another user needs root"))
+    func refusesAStateDirectoryOwnedBySomeoneElse() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("s"), withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        chown(scratch.at("s"), otherUID, otherUID)
+        let error = #expect(throws: FileTrustError.self) { try CheckedDirectory.open(scratch.at("s"), policy: .privateState) }
+        #expect(error?.description.contains("owned by uid \(otherUID)") == true)
+        // A shared destination directory may belong to anyone.
+        _ = try CheckedDirectory.open(scratch.at("s"), policy: .shared)
+    }
+
+    @Test(.enabled(if: isRoot, "chown to another user needs root"))
+    func refusesAStateDirectoryBelowSomeoneElsesDirectory() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("theirs/s"), withIntermediateDirectories: true)
+        chown(scratch.at("theirs"), otherUID, otherUID)
+        let error = #expect(throws: FileTrustError.self) { try CheckedDirectory.open(scratch.at("theirs/s"), policy: .privateState) }
+        #expect(error?.path == scratch.at("theirs"))
+        _ = try CheckedDirectory.open(scratch.at("theirs/s"), policy: .shared)
+    }
+
+    @Test(.enabled(if: isRoot, "lchown to another user needs root"))
+    func neverFollowsSomeoneElsesSymbolicLink() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("target"), withIntermediateDirectories: false)
+        symlink(scratch.at("target"), scratch.at("link"))
+        lchown(scratch.at("link"), otherUID, otherUID)
+        for policy in [CheckedDirectory.Policy.privateState, .shared] {
+            let error = #expect(throws: FileTrustError.self) { try CheckedDirectory.open(scratch.at("link"), policy: policy) }
+            #expect(error?.description.contains("symbolic link owned by uid \(otherUID)") == true)
+        }
+    }
+
+    @Test func followsItsOwnSymbolicLinkInAPrivateDirectory() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("real/state"), withIntermediateDirectories: true)
+        symlink("real", scratch.at("link"))
+        let directory = try CheckedDirectory.open(scratch.at("link/state"), policy: .privateState)
+        let real = try FileManager.default.attributesOfItem(atPath: scratch.at("real/state"))[.systemFileNumber] as? Int
+        #expect(Int(directory.status.inode) == real)
+    }
+
+    @Test func neverFollowsALinkInADirectoryAnyoneMayChange() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("open"), withIntermediateDirectories: false)
+        chmod(scratch.at("open"), 0o777)   // no sticky bit: anyone could swap the link
+        try FileManager.default.createDirectory(atPath: scratch.at("target"), withIntermediateDirectories: false)
+        symlink(scratch.at("target"), scratch.at("open/link"))
+        #expect(throws: FileTrustError.self) { try CheckedDirectory.open(scratch.at("open/link"), policy: .shared) }
+    }
+
+    @Test func refusesAFileWhereADirectoryShouldBe() throws {
+        let scratch = try Scratch()
+        _ = FileManager.default.createFile(atPath: scratch.at("f"), contents: Data())
+        let error = #expect(throws: FileTrustError.self) { try CheckedDirectory.open(scratch.at("f"), policy: .shared) }
+        #expect(error?.description.contains("not a directory") == true)
+        mkfifo(scratch.at("p"), 0o600)
+        #expect(throws: FileTrustError.self) { try CheckedDirectory.open(scratch.at("p"), policy: .shared) }
+    }
+
+    @Test func refusesRelativePaths() {
+        #expect(throws: FileTrustError.self) { try CheckedDirectory.open("relative/dir", policy: .shared) }
+    }
+
+    @Test func subdirectoriesAreCheckedAndNeverLinks() throws {
+        let scratch = try Scratch()
+        let root = try CheckedDirectory.open(scratch.at("s"), policy: .privateState, creating: true)
+        _ = try root.subdirectory("records", creating: true)
+        #expect(mode(scratch.at("s/records")) == 0o700)
+        symlink("/etc", scratch.at("s/files"))
+        let error = #expect(throws: FileTrustError.self) { try root.subdirectory("files", creating: true) }
+        #expect(error?.description.contains("symbolic link") == true)
+        #expect(throws: FileTrustError.self) { try root.subdirectory("../escape") }
+    }
+
+    /// A component flips between a directory and a link to elsewhere while it is opened: every
+    /// open either fails or yields the real directory, never the link's target.
+    @Test func aRaceBetweenCheckAndOpenFailsClosed() throws {
+        let scratch = try Scratch()
+        try FileManager.default.createDirectory(atPath: scratch.at("elsewhere"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: scratch.at("real"), withIntermediateDirectories: false)
+        let elsewhere = try #require(FileManager.default.attributesOfItem(atPath: scratch.at("elsewhere"))[.systemFileNumber] as? Int)
+        let linkPath = scratch.at("race"), realPath = scratch.at("real"), spare = scratch.at("spare")
+        // Not ours to follow: the link lives in a directory anyone may change.
+        chmod(scratch.path, 0o777)
+        defer { chmod(scratch.path, 0o700) }
+        symlink(scratch.at("elsewhere"), spare)
+        let stop = Atomic<Bool>(false)
+        let flipper = Thread {
+            var isLink = false
+            while !stop.load(ordering: .relaxed) {
+                if isLink { rename(linkPath, spare); rename(realPath, linkPath) } else { rename(linkPath, realPath); rename(spare, linkPath) }
+                isLink.toggle()
+            }
+        }
+        rename(realPath, linkPath)
+        flipper.start()
+        var opened = 0
+        for _ in 0..<3000 {
+            if let directory = try? CheckedDirectory.open(linkPath, policy: .shared) {
+                opened += 1
+                #expect(Int(directory.status.inode) != elsewhere)
+            }
+        }
+        stop.store(true, ordering: .relaxed)
+        usleep(10_000)
+        #expect(opened > 0, "the real directory should open sometimes")
+    }
+}
+
+@Suite("Files in checked directories")
+struct CheckedFileTests {
+    @Test func createsExclusivelyAndReopensItsOwnFile() throws {
+        let scratch = try Scratch()
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        let created = try directory.openOwnedFile("f.part", creating: .openOrCreate)
+        #expect(created.wasCreated)
+        created.descriptor.close()
+        let again = try directory.openOwnedFile("f.part", creating: .openOrCreate)
+        #expect(!again.wasCreated)
+        again.descriptor.close()
+        #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .exclusive) }
+    }
+
+    @Test func refusesAPlantedSymbolicLinkAndLeavesItsTargetAlone() throws {
+        let scratch = try Scratch()
+        _ = FileManager.default.createFile(atPath: scratch.at("victim"), contents: Data("keep".utf8))
+        symlink(scratch.at("victim"), scratch.at("f.part"))
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        let error = #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .openOrCreate) }
+        #expect(error?.description.contains("symbolic link") == true)
+        #expect(FileManager.default.contents(atPath: scratch.at("victim")) == Data("keep".utf8))
+    }
+
+    @Test func refusesAFIFOWithoutHanging() throws {
+        let scratch = try Scratch()
+        mkfifo(scratch.at("f.part"), 0o600)
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        let error = #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .openOrCreate) }
+        #expect(error?.description.contains("FIFO") == true)
+        #expect(throws: FileTrustError.self) { try directory.readOwnedFile("f.part", limit: 100) }
+    }
+
+    @Test func refusesAHardLinkToAnotherFile() throws {
+        let scratch = try Scratch()
+        _ = FileManager.default.createFile(atPath: scratch.at("victim"), contents: Data("keep".utf8))
+        link(scratch.at("victim"), scratch.at("f.part"))
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        let error = #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .openOrCreate) }
+        #expect(error?.description.contains("hard links") == true)
+        #expect(FileManager.default.contents(atPath: scratch.at("victim")) == Data("keep".utf8))
+    }
+
+    @Test(.enabled(if: isRoot, "chown to another user needs root"))
+    func refusesSomeoneElsesFile() throws {
+        let scratch = try Scratch()
+        _ = FileManager.default.createFile(atPath: scratch.at("f.part"), contents: Data("theirs".utf8))
+        chown(scratch.at("f.part"), otherUID, otherUID)
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        let error = #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .openOrCreate) }
+        #expect(error?.description.contains("owned by uid \(otherUID)") == true)
+    }
+
+    @Test func renameWithoutReplacingKeepsAFileThatAppeared() throws {
+        let scratch = try Scratch()
+        _ = FileManager.default.createFile(atPath: scratch.at("f.part"), contents: Data("new".utf8))
+        _ = FileManager.default.createFile(atPath: scratch.at("f"), contents: Data("someone's".utf8))
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        let error = #expect(throws: FileTrustError.self) { try directory.rename("f.part", to: "f", replacing: false) }
+        #expect(error?.isAlreadyExisting == true)
+        #expect(FileManager.default.contents(atPath: scratch.at("f")) == Data("someone's".utf8))
+        try directory.rename("f.part", to: "g", replacing: false)
+        #expect(FileManager.default.contents(atPath: scratch.at("g")) == Data("new".utf8))
+    }
+
+    @Test func atomicWritesNeverFollowAPlantedTemporaryName() throws {
+        let scratch = try Scratch()
+        _ = FileManager.default.createFile(atPath: scratch.at("victim"), contents: Data("keep".utf8))
+        let directory = try CheckedDirectory.open(scratch.at("state"), policy: .privateState, creating: true)
+        symlink(scratch.at("victim"), scratch.at("state/r.json.tmp"))
+        try directory.writeAtomically(Array("{}".utf8), to: "r.json")
+        #expect(FileManager.default.contents(atPath: scratch.at("victim")) == Data("keep".utf8))
+        #expect(try directory.readOwnedFile("r.json", limit: 10) == Array("{}".utf8))
+        #expect(mode(scratch.at("state/r.json")) == 0o600)
+        #expect(throws: FileTrustError.self) { try directory.readOwnedFile("r.json", limit: 1) }
+    }
+
+    @Test func namesAreSingleComponents() throws {
+        let scratch = try Scratch()
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        for name in ["", ".", "..", "a/b", "../x"] {
+            #expect(throws: FileTrustError.self) { try directory.openOwnedFile(name, creating: .openOrCreate) }
+        }
+    }
+
+    @Test func anExclusiveLockKeepsASecondWriterOut() throws {
+        let scratch = try Scratch()
+        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
+        let first = try directory.openOwnedFile("f.part", creating: .openOrCreate).descriptor
+        let second = try directory.openOwnedFile("f.part", creating: .openOrCreate).descriptor
+        defer { first.close(); second.close() }
+        #expect(try first.tryLockExclusive())
+        #expect(try !second.tryLockExclusive())
+    }
+}
