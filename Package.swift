@@ -8,6 +8,8 @@ let package = Package(
         .library(name: "LinuxReachability", targets: ["LinuxReachability"]),
         .library(name: "ResumableDownloads", targets: ["ResumableDownloads"]),
         .executable(name: "reachability", targets: ["reachability"]),
+        // URLSession's download API over the resume engine (issue 12); its own product.
+        .library(name: "ResumableURLSession", targets: ["ResumableURLSession"]),
     ],
     targets: [
         // The only target that touches netlink: libnl-3 / libnl-route-3 plus a shim header.
@@ -37,11 +39,18 @@ let package = Package(
         .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
+        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
+        .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
+        // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
+        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
+                          path: "Tests/URLSessionProbe"),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
         // Samples: real programs built by `swift build`, smoke-tested in IntegrationTests.
         .executableTarget(name: "HalfTunes", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/HalfTunes"),
         .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
+        .executableTarget(name: "HalfTunesURLSession", dependencies: ["ResumableURLSession", "LinuxReachability"],
+                          path: "Samples/HalfTunesURLSession"),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
         .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
@@ -49,7 +58,8 @@ let package = Package(
         .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
+                                                          "ResumableURLSession"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -20,6 +20,9 @@ package struct FileStatus: Sendable, Hashable {
     package var size: Int64
     package var device: UInt64
     package var inode: UInt64
+    /// Last modification, in nanoseconds since 1970 (with device and inode it tells a file
+    /// rewritten or replaced since it was last seen: inode numbers are reused at once).
+    package var modified: Int64
 
     init(_ info: stat) {
         switch info.st_mode & S_IFMT {
@@ -39,6 +42,7 @@ package struct FileStatus: Sendable, Hashable {
         size = Int64(info.st_size)
         device = UInt64(info.st_dev)
         inode = UInt64(info.st_ino)
+        modified = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
     }
 
     /// Whether both describe the same file (device and inode).

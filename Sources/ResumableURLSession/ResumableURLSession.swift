@@ -1,0 +1,302 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Synchronization
+
+/// URLSession's download API on Linux, with resume data that works.
+///
+/// Code written against `URLSession` / `URLSessionDownloadDelegate` ports by renaming the types:
+/// `downloadTask(with:)`, `downloadTask(withResumeData:)`, `resume()`, `suspend()`, `cancel()`,
+/// `cancel(byProducingResumeData:)`, and a delegate called on `delegateQueue`. Underneath, the
+/// resume engine (`ResumableDownloads`) transfers through libcurl and watches the network path
+/// (`PathMonitor`): a link that drops mid-transfer ends the task at once with
+/// `URLError.networkConnectionLost` (-1005) and resume data in its `userInfo`, instead of the
+/// 60-second `-1001` and nil resume data of Foundation's URLSession on Linux.
+///
+/// Resume data is a self-contained, versioned `Data` value: write it to disk, read it back in a
+/// later process, and `downloadTask(withResumeData:)` continues from the stored bytes. It is
+/// authenticated with a key kept in the state directory, so data that was altered, or made with
+/// another state directory, is refused with a clear error (`ResumeDataError`), and it never names
+/// a path: the partial file lives in the session's own directory under the download's id.
+public final class ResumableURLSession: Sendable {
+    /// The configuration the session was created with (a copy).
+    public let configuration: Configuration
+    /// Where delegate calls and completion handlers run; serial unless you passed another queue.
+    public let delegateQueue: OperationQueue
+
+    struct Engine: Sendable {
+        let directory: SessionDirectory
+        let agent: DownloadAgent
+        let monitor: PathMonitor?
+    }
+
+    /// Where path updates come from: the real monitor, or (tests) a scripted stream or none.
+    enum PathSource: Sendable {
+        case monitor
+        case stream(AsyncStream<NetworkPath>)
+        case assumeConnected
+    }
+
+    private struct State {
+        var delegate: (any ResumableURLSessionDownloadDelegate)?
+        var sessionDescription: String?
+        var tasks: [Int: ResumableDownloadTask] = [:]
+        var isInvalidating = false
+        var shutdown: Task<Void, Never>?
+        var isInvalidated = false
+        var invalidationWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    let engine: Result<Engine, DownloadTaskStateMachine.Failure>
+    private let state: Mutex<State>
+    private let nextIdentifier = Atomic<Int>(0)
+    private let latestPath = PathRecorder()
+
+    /// The last path the engine was given, for `networkUnavailableReason`.
+    final class PathRecorder: Sendable {
+        private let path = Mutex<NetworkPath?>(nil)
+        var latest: NetworkPath? { path.withLock { $0 } }
+        func record(_ latest: NetworkPath) -> NetworkPath {
+            path.withLock { $0 = latest }
+            return latest
+        }
+    }
+
+    /// Creates a session. `delegate` is held strongly until the session is invalidated;
+    /// `delegateQueue` nil makes a serial queue. Failures to set up the state directory or the
+    /// engine do not throw here: every task then completes with them.
+    public convenience init(configuration: Configuration = .default,
+                            delegate: (any ResumableURLSessionDownloadDelegate)? = nil,
+                            delegateQueue: OperationQueue? = nil) {
+        self.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pathSource: .monitor)
+    }
+
+    /// The same, with delegate calls on a dispatch queue (serial, for ordered calls).
+    public convenience init(configuration: Configuration = .default,
+                            delegate: (any ResumableURLSessionDownloadDelegate)?,
+                            delegateDispatchQueue: DispatchQueue) {
+        let queue = OperationQueue()
+        queue.underlyingQueue = delegateDispatchQueue
+        queue.maxConcurrentOperationCount = 1
+        self.init(configuration: configuration, delegate: delegate, delegateQueue: queue, pathSource: .monitor)
+    }
+
+    init(configuration: Configuration, delegate: (any ResumableURLSessionDownloadDelegate)?,
+         delegateQueue: OperationQueue?, pathSource: PathSource) {
+        self.configuration = configuration
+        if let delegateQueue {
+            self.delegateQueue = delegateQueue
+        } else {
+            let queue = OperationQueue()
+            queue.name = "ResumableURLSession delegate queue"
+            queue.maxConcurrentOperationCount = 1
+            self.delegateQueue = queue
+        }
+        state = Mutex(State(delegate: delegate))
+        engine = Self.makeEngine(configuration, pathSource: pathSource, latestPath: latestPath)
+    }
+
+    deinit {
+        // Only reached with no task running (running tasks hold their session).
+        if case .success(let engine) = engine, state.withLock({ $0.shutdown == nil }) {
+            let agent = engine.agent
+            Task { await agent.shutdown() }
+            engine.monitor?.cancel()
+        }
+    }
+
+    /// The delegate; nil after invalidation.
+    public var delegate: (any ResumableURLSessionDownloadDelegate)? { state.withLock { $0.delegate } }
+
+    /// A label of your choosing.
+    public var sessionDescription: String? {
+        get { state.withLock { $0.sessionDescription } }
+        set { state.withLock { $0.sessionDescription = newValue } }
+    }
+
+    /// A suspended task that downloads `url`; call `resume()` to start it.
+    public func downloadTask(with url: URL) -> ResumableDownloadTask {
+        ResumableDownloadTask(session: self, identifier: makeIdentifier(), source: .url(url))
+    }
+
+    /// A suspended task that continues the download `resumeData` describes (from a failed task's
+    /// `URLError`, or `cancel(byProducingResumeData:)`, in this process or an earlier one). Data
+    /// that was altered, made elsewhere, or no longer matches its partial file makes the task
+    /// complete with `URLError.cannotWriteToFile` whose underlying error is a `ResumeDataError`;
+    /// data whose partial file is gone restarts the download from zero (the delegate hears
+    /// `didResumeAtOffset` 0).
+    public func downloadTask(withResumeData resumeData: Data) -> ResumableDownloadTask {
+        let decoded: Result<ResumeData, ResumeDataError>
+        switch engine {
+        case .success(let engine):
+            do {
+                decoded = .success(try ResumeData.decode(resumeData, key: engine.directory.key))
+            } catch let error as ResumeDataError {
+                decoded = .failure(error)
+            } catch {
+                decoded = .failure(.malformed.with("\(error)"))
+            }
+        case .failure(let failure):
+            // The task completes with the storage failure when resumed.
+            decoded = .failure(.malformed.with(failure.description))
+        }
+        return ResumableDownloadTask(session: self, identifier: makeIdentifier(),
+                                     source: .resumeData(decoded, original: resumeData))
+    }
+
+    /// The tasks that were resumed and have not completed.
+    public var allTasks: [ResumableDownloadTask] {
+        get async { state.withLock { $0.tasks.values.sorted { $0.taskIdentifier < $1.taskIdentifier } } }
+    }
+
+    /// Lets running tasks finish, accepts no new ones, then calls `didBecomeInvalidWithError`
+    /// and releases the delegate and the engine.
+    public func finishTasksAndInvalidate() {
+        state.withLock { $0.isInvalidating = true }
+        finishInvalidationIfIdle()
+    }
+
+    /// Cancels every task (each delegate hears `URLError.cancelled`), then invalidates as
+    /// `finishTasksAndInvalidate()` does.
+    public func invalidateAndCancel() {
+        let tasks = state.withLock { state in
+            state.isInvalidating = true
+            return Array(state.tasks.values)
+        }
+        for task in tasks { task.cancel() }
+        finishInvalidationIfIdle()
+    }
+
+    // MARK: internal
+
+    /// The state directory, when it could be set up.
+    var directory: SessionDirectory? {
+        if case .success(let engine) = engine { return engine.directory }
+        return nil
+    }
+
+    /// Whether tasks may use expensive (cellular-like) paths.
+    var allowsExpensive: Bool { configuration.allowsExpensiveNetworkAccess && configuration.allowsCellularAccess }
+
+    /// Why the current path is unusable because of the configuration's access rules, if it is.
+    func networkUnavailableReason() -> URLError.NetworkUnavailableReason? {
+        guard let path = latestPath.latest, path.isSatisfied else { return nil }
+        if !configuration.allowsCellularAccess, path.connection == .cellular { return .cellular }
+        if !allowsExpensive, path.isExpensive { return .expensive }
+        return nil
+    }
+
+    /// Waits until invalidation has released the engine (tests).
+    func waitUntilInvalidated() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let isDone = state.withLock { state -> Bool in
+                if state.isInvalidated { return true }
+                state.invalidationWaiters.append(continuation)
+                return false
+            }
+            if isDone { continuation.resume() }
+        }
+    }
+
+    func register(_ task: ResumableDownloadTask) {
+        state.withLock { $0.tasks[task.taskIdentifier] = task }
+    }
+
+    func unregister(_ task: ResumableDownloadTask) {
+        state.withLock { _ = $0.tasks.removeValue(forKey: task.taskIdentifier) }
+        finishInvalidationIfIdle()
+    }
+
+    /// Queues a delegate call (dropped when there is no delegate, or after invalidation).
+    func deliver(_ call: @escaping @Sendable (any ResumableURLSessionDownloadDelegate) -> Void) {
+        delegateQueue.addOperation { [self] in
+            if let delegate { call(delegate) }
+        }
+    }
+
+    /// Queues work on the delegate queue.
+    func enqueue(_ work: @escaping @Sendable () -> Void) {
+        delegateQueue.addOperation(work)
+    }
+
+    /// Whether the session was invalidated: tasks can no longer start.
+    var isInvalidating: Bool { state.withLock { $0.isInvalidating } }
+
+    private func makeIdentifier() -> Int {
+        nextIdentifier.add(1, ordering: .relaxed).newValue
+    }
+
+    private func finishInvalidationIfIdle() {
+        let engine = engine
+        let shouldFinish = state.withLock { state -> Bool in
+            guard state.isInvalidating, state.tasks.isEmpty, state.shutdown == nil else { return false }
+            state.shutdown = Task { [self] in
+                if case .success(let engine) = engine {
+                    await engine.agent.shutdown()
+                    engine.monitor?.cancel()
+                }
+                let waiters = self.state.withLock { state in
+                    state.isInvalidated = true
+                    defer { state.invalidationWaiters = [] }
+                    return state.invalidationWaiters
+                }
+                for waiter in waiters { waiter.resume() }
+            }
+            return true
+        }
+        guard shouldFinish else { return }
+        enqueue { [self] in
+            delegate?.urlSession(self, didBecomeInvalidWithError: nil)
+            state.withLock { $0.delegate = nil }
+        }
+    }
+
+    private static func makeEngine(_ configuration: Configuration, pathSource: PathSource,
+                                   latestPath: PathRecorder) -> Result<Engine, DownloadTaskStateMachine.Failure> {
+        let directory: SessionDirectory
+        do {
+            directory = try SessionDirectory(root: configuration.stateDirectory)
+        } catch {
+            return .failure(.init(code: .cannotCreateFile, description: error.description, underlying: .storage(error)))
+        }
+        if let lifetime = configuration.resumeDataLifetime {
+            // Apple's system purges its temporary directory; this one is ours to purge.
+            let removed = directory.removeLeftovers(olderThan: lifetime)
+            if !removed.isEmpty {
+                configuration.logger.info("removed partial files older than the resume data lifetime",
+                                          metadata: ["count": "\(removed.count)"])
+            }
+        }
+        let agentConfiguration = configuration.agentConfiguration(stateDirectory: directory.records)
+        do {
+            switch pathSource {
+            case .assumeConnected:
+                return .success(Engine(directory: directory, agent: try DownloadAgent(configuration: agentConfiguration),
+                                       monitor: nil))
+            case .stream(let paths):
+                let recorded = paths.map { latestPath.record($0) }
+                return .success(Engine(directory: directory,
+                                       agent: try DownloadAgent(configuration: agentConfiguration, paths: recorded), monitor: nil))
+            case .monitor:
+                let monitor = PathMonitor(configuration: configuration.pathMonitor)
+                do {
+                    try monitor.start()
+                } catch {
+                    // No netlink (a locked-down container): transfers still work; a dead link is
+                    // then noticed by the transfer itself (timeoutIntervalForRequest).
+                    configuration.logger.warning("not watching the network path", metadata: ["error": "\(error)"])
+                    return .success(Engine(directory: directory, agent: try DownloadAgent(configuration: agentConfiguration),
+                                           monitor: nil))
+                }
+                let recorded = monitor.paths.map { latestPath.record($0) }
+                return .success(Engine(directory: directory,
+                                       agent: try DownloadAgent(configuration: agentConfiguration, paths: recorded),
+                                       monitor: monitor))
+            }
+        } catch let error as DownloadError {
+            return .failure(.init(error))
+        } catch {
+            return .failure(.init(code: .unknown, description: "\(error)"))
+        }
+    }
+}

@@ -1,0 +1,148 @@
+import Foundation
+
+/// The resume data a `ResumableURLSession` hands out: everything needed to continue a download
+/// in this or a later process, as one self-contained, versioned `Data` value.
+///
+/// Layout (version 1):
+///
+///     "RCHRESUME"  9 bytes   magic
+///     version      1 byte    1
+///     length       4 bytes   big-endian length of the payload
+///     payload      length    JSON (sorted keys): id, url, validators, offset, expected length,
+///                            the partial file's name and identity, where it was made, when
+///     mac          32 bytes  HMAC-SHA256 of everything before it, keyed by the state directory
+///
+/// Decoding treats the bytes as hostile: size and framing are checked first, then the MAC (so
+/// no field of a forged blob is ever believed), then every field. The partial file is never
+/// named by a path from the blob: its location derives from the id inside the session's own
+/// directory, and the recorded device and inode only confirm it is still the same file.
+struct ResumeData: Sendable, Hashable, Codable {
+    /// The partial file as it was when the data was made.
+    struct PartialFile: Sendable, Hashable, Codable {
+        /// Its name inside the session's `downloads` directory (always `ID.download.part`).
+        var name: String
+        var device: UInt64
+        var inode: UInt64
+        /// Modification time in nanoseconds since 1970.
+        var modified: Int64
+    }
+
+    static let magic = Array("RCHRESUME".utf8)
+    static let version: UInt8 = 1
+    /// Far above any real blob (a long URL and two validators); bounds what is parsed.
+    static let maximumSize = 64 << 10
+    static let maximumURLLength = 8 << 10
+    private static let headerSize = magic.count + 1 + 4
+
+    var id: UUID
+    var url: URL
+    /// A strong ETag (weak ones never validate ranges).
+    var entityTag: String?
+    var lastModified: String?
+    /// Bytes of the partial file that were fsynced and belong to the entity above.
+    var offset: Int64
+    /// The entity's full length, when announced.
+    var expectedLength: Int64?
+    var partialFile: PartialFile
+    /// The state directory it was made in (for messages; never used to open anything).
+    var stateDirectory: String
+    var createdAt: Date
+
+    /// The partial file's name for a download id.
+    static func partialFileName(for id: UUID) -> String { id.uuidString + ".download.part" }
+
+    // MARK: encoding
+
+    func encoded(key: [UInt8]) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .iso8601
+        let payload = try encoder.encode(self)
+        var data = Data(Self.magic)
+        data.append(Self.version)
+        withUnsafeBytes(of: UInt32(payload.count).bigEndian) { data.append(contentsOf: $0) }
+        data.append(payload)
+        data.append(contentsOf: HMACSHA256.authenticationCode(key: key, message: [data]))
+        return data
+    }
+
+    // MARK: decoding
+
+    /// Decodes and validates `data`, authenticated with `key`; throws `ResumeDataError`.
+    static func decode(_ data: Data, key: [UInt8]) throws -> ResumeData {
+        let bytes = [UInt8](data.prefix(maximumSize + 1))
+        guard bytes.count <= maximumSize else {
+            throw ResumeDataError.malformed.with("resume data is \(data.count) bytes, more than any this library makes (\(maximumSize))")
+        }
+        guard bytes.count >= headerSize + HMACSHA256.length, Array(bytes[0..<magic.count]) == magic else {
+            throw ResumeDataError.malformed.with(foreignFormatHint(bytes))
+        }
+        let version = bytes[magic.count]
+        guard version == Self.version else {
+            throw ResumeDataError.unsupportedVersion.with(
+                "resume data version \(version) is not supported (this library reads version \(Self.version))")
+        }
+        let length = bytes[(magic.count + 1)..<headerSize].reduce(0) { $0 << 8 | Int($1) }
+        guard length == bytes.count - headerSize - HMACSHA256.length else {
+            throw ResumeDataError.malformed.with("resume data is truncated or has bytes appended")
+        }
+        let signed = Data(bytes[0..<(headerSize + length)])
+        let mac = Array(bytes[(headerSize + length)...])
+        guard HMACSHA256.isEqual(mac, HMACSHA256.authenticationCode(key: key, message: [signed])) else {
+            throw ResumeDataError.notAuthentic
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        let value: ResumeData
+        do {
+            value = try decoder.decode(ResumeData.self, from: Data(bytes[headerSize..<(headerSize + length)]))
+        } catch {
+            throw ResumeDataError.malformed.with("resume data payload does not decode: \(error)")
+        }
+        try value.validate()
+        return value
+    }
+
+    /// The field rules, applied even to authentic data (a bug or a leaked key must not turn into
+    /// a header injection or a path outside the session).
+    func validate() throws {
+        func reject(_ reason: String) -> ResumeDataError { ResumeDataError.malformed.with("invalid resume data: \(reason)") }
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = url.host, !host.isEmpty else {
+            throw reject("the URL is not http or https")
+        }
+        guard url.absoluteString.utf8.count <= Self.maximumURLLength,
+              url.absoluteString.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw reject("the URL is too long or not plain ASCII")
+        }
+        guard offset > 0 else { throw reject("offset \(offset) (resume data always covers stored bytes)") }
+        if let expectedLength, expectedLength < offset { throw reject("offset \(offset) beyond the length \(expectedLength)") }
+        guard entityTag != nil || lastModified != nil else {
+            throw reject("no validator (without ETag or Last-Modified a resume could splice two versions)")
+        }
+        if let entityTag {
+            guard entityTag.count >= 2, entityTag.hasPrefix("\""), entityTag.hasSuffix("\""), Self.isHeaderSafe(entityTag) else {
+                throw reject("the entity tag is not a strong ETag on one line")
+            }
+        }
+        if let lastModified, !Self.isHeaderSafe(lastModified) { throw reject("Last-Modified is not one line of visible ASCII") }
+        guard partialFile.name == Self.partialFileName(for: id) else {
+            throw reject("the partial file name does not belong to download \(id.uuidString)")
+        }
+    }
+
+    private static func isHeaderSafe(_ value: String) -> Bool {
+        !value.isEmpty && value.utf8.count <= 1024 && value.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
+    }
+
+    /// Says what the bytes look like when they are not ours, for the error message.
+    private static func foreignFormatHint(_ bytes: [UInt8]) -> String {
+        let prefix = String(decoding: bytes.prefix(8), as: UTF8.self)
+        if prefix.hasPrefix("bplist") || prefix.hasPrefix("<?xml") {
+            return "this is Apple's resume data (a property list naming a temporary file on another system); "
+                + "it cannot be resumed here: start the download again"
+        }
+        if bytes.isEmpty { return "the resume data is empty" }
+        return "the data is not resume data from ResumableURLSession"
+    }
+}

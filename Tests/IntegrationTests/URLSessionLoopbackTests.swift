@@ -1,0 +1,297 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Synchronization
+import Testing
+@testable import ResumableURLSession
+
+/// ResumableURLSession against nginx on 127.0.0.1, with the path scripted (the namespace
+/// tests in URLSessionOutageTests cut real links).
+@Suite("ResumableURLSession on loopback", .serialized,
+       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct URLSessionLoopbackTests {
+    typealias F = DownloadFixtures
+
+    final class Fixture: Sendable {
+        let nginx: DownloadTestNginx
+        let directory: F.Directory
+        init(slowRate: String = "2m") throws {
+            nginx = try DownloadTestNginx(slowRate: slowRate)
+            directory = try F.Directory("urlsession")
+        }
+        var state: URL { directory.file("state") }
+        func session(waitsForConnectivity: Bool = false, initialPath: NetworkPath? = ScriptedPaths.online(),
+                     delegateQueue: OperationQueue? = nil,
+                     edit: (inout ResumableURLSession.Configuration) -> Void = { _ in }) -> LoopbackSession {
+            LoopbackSession(state: state, finished: directory.file("finished"), waitsForConnectivity: waitsForConnectivity,
+                            initialPath: initialPath, delegateQueue: delegateQueue, edit: edit)
+        }
+        /// Files left in the session's downloads directory.
+        var leftovers: [String] {
+            (try? FileManager.default.contentsOfDirectory(atPath: state.appendingPathComponent("downloads").path)) ?? []
+        }
+    }
+
+    static func expectMonotonic(_ totals: [Int64], sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(zip(totals, totals.dropFirst()).allSatisfy { $0 < $1 }, "didWriteData totals not increasing: \(totals)",
+                sourceLocation: sourceLocation)
+    }
+
+    @Test func downloadsAndHandsOverTheFile() async throws {
+        let fixture = try Fixture()
+        let content = F.randomData(count: 3 << 20, seed: 21)
+        try fixture.nginx.serve(content, at: "song.mp3")
+        let queue = OperationQueue()
+        queue.name = "delegate-queue-under-test"
+        queue.maxConcurrentOperationCount = 1
+        let client = fixture.session(delegateQueue: queue)
+        let task = client.session.downloadTask(with: fixture.nginx.url("song.mp3"))
+        #expect(task.state == .suspended)
+        #expect(task.originalRequest?.url == fixture.nginx.url("song.mp3"))
+        #expect(task.countOfBytesExpectedToReceive == -1)
+        task.resume()
+        #expect(task.state == .running)
+        #expect(await client.delegate.waitForCompletion(of: task), "\(client.delegate.transcript)")
+        #expect(client.delegate.error(of: task) == nil, "\(client.delegate.transcript)")
+        #expect(client.delegate.finishedSHA256(of: task) == F.sha256(content))
+        let totals = client.delegate.totals(of: task)
+        Self.expectMonotonic(totals)
+        #expect(totals.last == Int64(content.count))
+        #expect(client.delegate.resumeOffsets(of: task).isEmpty)
+        // Order: writes, then the file, then the completion; all on the delegate queue.
+        let calls = client.delegate.all
+        #expect(calls.allSatisfy { $0.queueName == "delegate-queue-under-test" }, "\(calls.map(\.queueName))")
+        let finishIndex = try #require(calls.firstIndex { if case .finished = $0.call { true } else { false } })
+        #expect(calls.prefix(finishIndex).allSatisfy { if case .wrote = $0.call { true } else { false } })
+        #expect(finishIndex == calls.count - 2)
+        if case .finished(_, _, let existed) = calls[finishIndex].call { #expect(existed) }
+        #expect(task.state == .completed)
+        #expect(task.countOfBytesReceived == Int64(content.count))
+        #expect(task.countOfBytesExpectedToReceive == Int64(content.count))
+        #expect(task.progress.fractionCompleted == 1)
+        await client.shutDown()
+        #expect(fixture.leftovers.isEmpty, "the temporary file is gone after the delegate returns: \(fixture.leftovers)")
+        #expect(client.delegate.calls.last.map { if case .invalidated = $0 { true } else { false } } == true)
+    }
+
+    @Test func aDroppedPathEndsTheTaskWithResumeDataThatFinishesTheFile() async throws {
+        let fixture = try Fixture()
+        let content = F.randomData(count: 8 << 20, seed: 22)
+        try fixture.nginx.serve(content, at: "slow/big.iso")
+        let client = fixture.session()
+        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
+        task.resume()
+        #expect(await client.delegate.waitForBytes(1 << 20, of: task), "\(client.delegate.transcript)")
+        let cut = ContinuousClock.now
+        client.paths.yield(ScriptedPaths.offline)
+        #expect(await client.delegate.waitForCompletion(of: task, timeout: .seconds(5)))
+        let completion = try #require(client.delegate.completion(of: task))
+        let error = try #require(client.delegate.error(of: task), "\(client.delegate.transcript)")
+        #expect(error.code == .networkConnectionLost)
+        #expect(completion.time - cut < .seconds(1), "-1005 after \(completion.time - cut)")
+        let resumeData = try #require(error.downloadTaskResumeData)
+        // The seed's spelling works too.
+        let nsError = error as NSError
+        #expect(nsError.code == NSURLErrorNetworkConnectionLost)
+        #expect(nsError.userInfo[NSURLSessionDownloadTaskResumeData] as? Data == resumeData)
+        #expect((error.userInfo[NSURLErrorFailingURLErrorKey] as? URL) == fixture.nginx.url("slow/big.iso"))
+
+        client.paths.yield(ScriptedPaths.online())
+        let resumed = client.session.downloadTask(withResumeData: resumeData)
+        #expect(resumed.originalRequest?.url == fixture.nginx.url("slow/big.iso"))
+        resumed.resume()
+        #expect(await client.delegate.waitForCompletion(of: resumed), "\(client.delegate.transcript)")
+        #expect(client.delegate.error(of: resumed) == nil, "\(client.delegate.transcript)")
+        #expect(client.delegate.finishedSHA256(of: resumed) == F.sha256(content))
+        let offsets = client.delegate.resumeOffsets(of: resumed)
+        #expect(offsets.count == 1 && offsets[0] >= 1 << 20, "didResumeAtOffset: \(offsets)")
+        let totals = client.delegate.totals(of: resumed)
+        Self.expectMonotonic(totals)
+        #expect(totals.first.map { $0 > offsets[0] } == true)
+        await client.shutDown()
+        #expect(fixture.leftovers.isEmpty, "\(fixture.leftovers)")
+    }
+
+    @Test func resumeDataWorksInANewSessionOnTheSameStateDirectory() async throws {
+        let fixture = try Fixture()
+        let content = F.randomData(count: 6 << 20, seed: 23)
+        try fixture.nginx.serve(content, at: "slow/big.iso")
+        let first = fixture.session()
+        let task = first.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
+        task.resume()
+        #expect(await first.delegate.waitForBytes(1 << 20, of: task))
+        let resumeData = try #require(await task.cancelByProducingResumeData())
+        #expect(await first.delegate.waitForCompletion(of: task))
+        let cancelled = try #require(first.delegate.error(of: task))
+        #expect(cancelled.code == .cancelled)
+        #expect(cancelled.downloadTaskResumeData == resumeData)
+        #expect(task.state == .completed)
+        await first.shutDown()
+
+        let second = fixture.session()
+        let resumed = second.session.downloadTask(withResumeData: resumeData)
+        resumed.resume()
+        #expect(await second.delegate.waitForCompletion(of: resumed), "\(second.delegate.transcript)")
+        #expect(second.delegate.error(of: resumed) == nil, "\(second.delegate.transcript)")
+        #expect(second.delegate.finishedSHA256(of: resumed) == F.sha256(content))
+        #expect(second.delegate.resumeOffsets(of: resumed).first.map { $0 >= 1 << 20 } == true)
+        await second.shutDown()
+    }
+
+    @Test func cancelByProducingResumeDataCallsTheHandlerOnTheDelegateQueue() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 6 << 20, seed: 24), at: "slow/big.iso")
+        let client = fixture.session()
+        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
+        task.resume()
+        #expect(await client.delegate.waitForBytes(512 << 10, of: task))
+        let answer = Mutex<(Data?, String?)?>(nil)
+        task.cancel { data in answer.withLock { $0 = (data, OperationQueue.current?.name) } }
+        #expect(task.state == .canceling)
+        #expect(await F.wait { answer.withLock { $0 } != nil })
+        let (data, queue) = try #require(answer.withLock { $0 })
+        #expect(data != nil)
+        #expect(queue == client.session.delegateQueue.name)
+        // Nothing is deleted: the data's partial file stays for a later resume.
+        #expect(fixture.leftovers.contains { $0.hasSuffix(".download.part") }, "\(fixture.leftovers)")
+        await client.shutDown()
+    }
+
+    @Test func cancelDeletesEverything() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 6 << 20, seed: 25), at: "slow/big.iso")
+        let client = fixture.session()
+        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
+        task.resume()
+        #expect(await client.delegate.waitForBytes(256 << 10, of: task))
+        task.cancel()
+        #expect(await client.delegate.waitForCompletion(of: task))
+        let error = try #require(client.delegate.error(of: task))
+        #expect(error.code == .cancelled && error.downloadTaskResumeData == nil)
+        await client.shutDown()
+        #expect(fixture.leftovers.isEmpty, "\(fixture.leftovers)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.state.appendingPathComponent("records").path).isEmpty)
+    }
+
+    @Test func suspendThenResumeContinues() async throws {
+        let fixture = try Fixture()
+        let content = F.randomData(count: 4 << 20, seed: 26)
+        try fixture.nginx.serve(content, at: "slow/big.iso")
+        let client = fixture.session()
+        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
+        task.resume()
+        #expect(await client.delegate.waitForBytes(512 << 10, of: task))
+        task.suspend()
+        #expect(task.state == .suspended)
+        let during = task.countOfBytesReceived
+        task.resume()
+        #expect(await client.delegate.waitForCompletion(of: task), "\(client.delegate.transcript)")
+        #expect(client.delegate.finishedSHA256(of: task) == F.sha256(content))
+        #expect(client.delegate.resumeOffsets(of: task).isEmpty, "suspend/resume is not a resume-data resume")
+        Self.expectMonotonic(client.delegate.totals(of: task))
+        #expect(during > 0)
+        await client.shutDown()
+    }
+
+    @Test func noPathFailsAtOnceWithNotConnectedToInternet() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 27), at: "f.bin")
+        let client = fixture.session(initialPath: ScriptedPaths.offline)
+        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
+        task.resume()
+        #expect(await client.delegate.waitForCompletion(of: task, timeout: .seconds(5)))
+        let error = try #require(client.delegate.error(of: task))
+        #expect(error.code == .notConnectedToInternet)
+        #expect(error.downloadTaskResumeData == nil)
+        await client.shutDown()
+        #expect(fixture.leftovers.isEmpty, "\(fixture.leftovers)")
+    }
+
+    @Test func expensivePathsRefusedWhenNotAllowed() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 28), at: "f.bin")
+        let client = fixture.session(initialPath: ScriptedPaths.online(via: ScriptedPaths.cellularUplink)) {
+            $0.allowsExpensiveNetworkAccess = false
+        }
+        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
+        task.resume()
+        #expect(await client.delegate.waitForCompletion(of: task, timeout: .seconds(5)))
+        let error = try #require(client.delegate.error(of: task))
+        #expect(error.code == .notConnectedToInternet)
+        #expect(error.networkUnavailableReason == .expensive)
+        await client.shutDown()
+    }
+
+    @Test func waitsForConnectivityWaitsForAPath() async throws {
+        let fixture = try Fixture()
+        let content = F.randomData(count: 1 << 20, seed: 29)
+        try fixture.nginx.serve(content, at: "f.bin")
+        let client = fixture.session(waitsForConnectivity: true, initialPath: ScriptedPaths.offline)
+        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
+        task.resume()
+        #expect(await client.delegate.wait { if case .waiting = $0 { true } else { false } })
+        #expect(task.state == .running)
+        client.paths.yield(ScriptedPaths.online())
+        #expect(await client.delegate.waitForCompletion(of: task), "\(client.delegate.transcript)")
+        #expect(client.delegate.error(of: task) == nil)
+        #expect(client.delegate.finishedSHA256(of: task) == F.sha256(content))
+        await client.shutDown()
+    }
+
+    @Test func httpErrorsAreErrors() async throws {
+        let fixture = try Fixture()
+        let client = fixture.session()
+        let task = client.session.downloadTask(with: fixture.nginx.url("missing.bin"))
+        task.resume()
+        #expect(await client.delegate.waitForCompletion(of: task))
+        let error = try #require(client.delegate.error(of: task))
+        #expect(error.code == .fileDoesNotExist)
+        #expect((error.userInfo[NSUnderlyingErrorKey] as? DownloadError)?.httpStatusCode == 404)
+        #expect(client.delegate.finishedSHA256(of: task) == nil)
+        await client.shutDown()
+        #expect(fixture.leftovers.isEmpty, "\(fixture.leftovers)")
+    }
+
+    @Test func anInvalidatedSessionStartsNoTask() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 31), at: "f.bin")
+        let client = fixture.session()
+        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
+        client.session.finishTasksAndInvalidate()
+        await client.session.waitUntilInvalidated()
+        #expect(client.delegate.calls.contains { if case .invalidated = $0 { true } else { false } })
+        task.resume()
+        // The delegate is released with the invalidation: the task's own error tells.
+        #expect(await F.wait(timeout: .seconds(5)) { task.state == .completed })
+        #expect((task.error as? URLError)?.code == .cancelled)
+    }
+
+    @Test func delegateCallsOnADispatchQueue() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 30), at: "f.bin")
+        let queue = DispatchQueue(label: "urlsession-dispatch-under-test")
+        let marker = DispatchSpecificKey<Bool>()
+        queue.setSpecific(key: marker, value: true)
+        let onQueue = Mutex<[Bool]>([])
+        let delegate = RecordingDelegate(finishedDirectory: fixture.directory.file("finished"))
+        delegate.onCall.withLock { $0 = { _ in
+            let isOnQueue = DispatchQueue.getSpecific(key: marker) == true
+            onQueue.withLock { $0.append(isOnQueue) }
+        } }
+        var configuration = ResumableURLSession.Configuration(stateDirectory: fixture.state)
+        configuration.timeoutIntervalForRequest = 5
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(ScriptedPaths.online())
+        let operationQueue = OperationQueue()
+        operationQueue.underlyingQueue = queue
+        operationQueue.maxConcurrentOperationCount = 1
+        let session = ResumableURLSession(configuration: configuration, delegate: delegate, delegateQueue: operationQueue,
+                                          pathSource: .stream(paths))
+        let task = session.downloadTask(with: fixture.nginx.url("f.bin"))
+        task.resume()
+        #expect(await delegate.waitForCompletion(of: task))
+        #expect(!onQueue.withLock { $0 }.isEmpty && onQueue.withLock { $0 }.allSatisfy { $0 })
+        session.invalidateAndCancel()
+        await session.waitUntilInvalidated()
+    }
+}

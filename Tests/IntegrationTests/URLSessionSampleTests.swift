@@ -1,0 +1,96 @@
+import Foundation
+import Synchronization
+import Testing
+
+/// Samples/HalfTunesURLSession: the iOS sample's logic on ResumableURLSession, run as built.
+@Suite("HalfTunesURLSession sample", .serialized)
+struct URLSessionSampleTests {
+    typealias F = DownloadFixtures
+
+    /// N from a progress line `1. NAME: N% of SIZE, state` (lines are printed per tenth, but a
+    /// burst can skip one), else -1.
+    static func percent(in line: String) -> Int {
+        guard line.hasPrefix("1. "), line.contains("% of"), let colon = line.firstIndex(of: ":"),
+              let percent = line[colon...].dropFirst(2).split(separator: "%").first else { return -1 }
+        return Int(percent) ?? -1
+    }
+
+    @Test func helpAndUsageErrors() throws {
+        let help = try BuiltProducts.run("HalfTunesURLSession", ["--help"])
+        #expect(help.status == 0 && help.standardOutput.hasPrefix("OVERVIEW: ") && help.standardError.isEmpty, "\(help)")
+        #expect(help.standardOutput.contains("USAGE: HalfTunesURLSession"))
+        for arguments in [[], ["ftp://example.org/x"], ["--bogus"]] {
+            let result = try BuiltProducts.run("HalfTunesURLSession", arguments)
+            #expect(result.status == 64, "\(result)")
+            #expect(result.standardError.hasPrefix("Error: ") && result.standardError.contains("See 'HalfTunesURLSession --help'."))
+        }
+    }
+
+    @Test(.enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"),
+          .enabled(if: SampleSmokeTests.hostHasDefaultRoute, "the host has no default route; the sample would see no network"))
+    func downloadsOnLoopback() throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory("halftunes-urlsession")
+        let content = F.randomData(count: 2 << 20, seed: 71)
+        try nginx.serve(content, at: "song.mp3")
+        let result = try BuiltProducts.run("HalfTunesURLSession", [nginx.url("song.mp3").absoluteString,
+                                                                   nginx.url("missing.mp3").absoluteString,
+                                                                   "-d", directory.url.path])
+        #expect(result.status == 1, "one track failed: \(result)")
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        #expect(lines.contains("1. song.mp3: downloaded to \(directory.file("song.mp3").path)"), "\(result)")
+        #expect(lines.contains { $0.hasPrefix("2. missing.mp3: ") && $0.hasSuffix("failed: server answered HTTP 404") }, "\(result)")
+        #expect(F.sha256(fileAt: directory.file("song.mp3")) == F.sha256(content))
+    }
+
+    /// The recipe end to end: offline, the resume data goes to disk; after Ctrl-C and with the
+    /// network back, the next launch resumes from it.
+    @Test(.enabled(if: isRoot, rootReason), .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+    func savesResumeDataOfflineAndResumesOnTheNextLaunch() async throws {
+        let net = try OutageLab()
+        defer { net.close() }
+        let content = F.randomData(count: 5 << 20, seed: 72)
+        try net.serve(content, at: "song.mp3")
+        let output = net.directory.file("client")
+        let arguments = ["\(net.url)/song.mp3", "-d", output.path]
+        let first = try LineProcess("HalfTunesURLSession", arguments, namespace: net.client)
+        #expect(await first.waitForLine { Self.percent(in: $0) >= 20 } != nil, "\(first.transcript)")
+        try ip("-n \(net.client) link set eth1 down")
+        #expect(await first.waitForLine(timeout: .seconds(10)) { $0.contains("offline, resume data saved to") } != nil, "\(first.transcript)")
+        let saved = output.appendingPathComponent("song.mp3.resumedata")
+        #expect(FileManager.default.fileExists(atPath: saved.path))
+        first.signal(SIGINT)
+        #expect(await first.waitForExit() == 130, "\(first.transcript)")
+        #expect(FileManager.default.fileExists(atPath: saved.path), "kept for the next launch")
+
+        try ip("-n \(net.client) link set eth1 up")
+        try net.addDefaultRoute("eth1")
+        let second = try LineProcess("HalfTunesURLSession", arguments, namespace: net.client)
+        #expect(await second.waitForExit(timeout: .seconds(30)) == 0, "\(second.transcript)")
+        let resumed = second.texts.first { $0.hasPrefix("1. song.mp3: resumed at byte ") }
+        let offset = resumed.flatMap { Int($0.split(separator: " ").last ?? "") } ?? 0
+        #expect(offset >= 1 << 20, "\(second.transcript)")
+        #expect(second.texts.contains("1. song.mp3: downloaded to \(output.appendingPathComponent("song.mp3").path)"))
+        #expect(F.sha256(fileAt: output.appendingPathComponent("song.mp3")) == F.sha256(content))
+        #expect(!FileManager.default.fileExists(atPath: saved.path), "used up")
+    }
+
+    /// Offline then back within the same run: Reachability's whenReachable resumes from the saved data.
+    @Test(.enabled(if: isRoot, rootReason), .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+    func resumesWhenTheNetworkComesBack() async throws {
+        let net = try OutageLab()
+        defer { net.close() }
+        let content = F.randomData(count: 5 << 20, seed: 73)
+        try net.serve(content, at: "song.mp3")
+        let output = net.directory.file("client")
+        let sample = try LineProcess("HalfTunesURLSession", ["\(net.url)/song.mp3", "-d", output.path], namespace: net.client)
+        #expect(await sample.waitForLine { Self.percent(in: $0) >= 20 } != nil, "\(sample.transcript)")
+        try ip("-n \(net.client) route del default")
+        #expect(await sample.waitForLine(timeout: .seconds(10)) { $0.contains("offline, resume data saved to") } != nil, "\(sample.transcript)")
+        try net.addDefaultRoute("eth1")
+        #expect(await sample.waitForExit(timeout: .seconds(30)) == 0, "\(sample.transcript)")
+        #expect(sample.texts.contains { $0.hasPrefix("network: reachable via") })
+        #expect(sample.texts.contains { $0.hasPrefix("1. song.mp3: resumed at byte ") }, "\(sample.transcript)")
+        #expect(F.sha256(fileAt: output.appendingPathComponent("song.mp3")) == F.sha256(content))
+    }
+}

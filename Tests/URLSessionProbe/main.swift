@@ -1,0 +1,215 @@
+// urlsession-probe: drives a ResumableURLSession for the integration tests, which run it inside
+// network namespaces (libcurl opens its sockets on the engine thread, so the whole process must
+// live in the client namespace). Every delegate call becomes one NDJSON line on stdout; commands
+// arrive one per line on stdin.
+//
+//   urlsession-probe --state-dir DIR (--url URL | --resume-data FILE) [--waits-for-connectivity]
+//                    [--save-resume-data FILE] [--exit-when-done]
+//   stdin: cancel-with-data | resume (continue from the last resume data, in this process) | quit
+//
+// With --foundation the same download runs on Foundation's own URLSession (FoundationNetworking),
+// the peer bench/urlsession_outage_bench.py compares against.
+
+import Foundation
+import FoundationNetworking
+import LinuxReachability
+import ResumableDownloads
+import ResumableURLSession
+import Synchronization
+
+func emit(_ object: [String: Any]) {
+    var line = object
+    line["ms"] = Int(ProcessInfo.processInfo.systemUptime * 1000)
+    let data = (try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys])) ?? Data("{}".utf8)
+    FileHandle.standardOutput.write(data + Data("\n".utf8))
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
+    exit(64)
+}
+
+struct Options: Sendable {
+    var stateDirectory = ""
+    var url: URL?
+    var resumeDataFile: String?
+    var saveResumeDataFile: String?
+    var waitsForConnectivity = false
+    var exitWhenDone = false
+    var usesFoundation = false
+    var allowsExpensive = true
+    var classify: [String] = []
+
+    static func parse(_ arguments: [String]) -> Options {
+        var options = Options()
+        var arguments = arguments
+        while !arguments.isEmpty {
+            let argument = arguments.removeFirst()
+            func value() -> String {
+                guard !arguments.isEmpty else { fail("missing value for \(argument)") }
+                return arguments.removeFirst()
+            }
+            switch argument {
+            case "--state-dir": options.stateDirectory = value()
+            case "--url": options.url = URL(string: value())
+            case "--resume-data": options.resumeDataFile = value()
+            case "--save-resume-data": options.saveResumeDataFile = value()
+            case "--waits-for-connectivity": options.waitsForConnectivity = true
+            case "--exit-when-done": options.exitWhenDone = true
+            case "--foundation": options.usesFoundation = true
+            case "--no-expensive": options.allowsExpensive = false
+            case "--classify": options.classify.append(value())
+            default: fail("unknown argument \(argument)")
+            }
+        }
+        guard !options.stateDirectory.isEmpty, options.url != nil || options.resumeDataFile != nil else {
+            fail("need --state-dir and --url or --resume-data")
+        }
+        return options
+    }
+}
+
+final class Probe: ResumableURLSessionDownloadDelegate {
+    let options: Options
+    let lastResumeData = Mutex<Data?>(nil)
+
+    init(options: Options) { self.options = options }
+
+    func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didFinishDownloadingTo location: URL) {
+        emit(["call": "finished", "task": downloadTask.taskIdentifier,
+              "sha256": SHA256.hex(ofFileAt: location.path) ?? "unreadable"])
+    }
+
+    func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didWriteData bytesWritten: Int64,
+                    totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        emit(["call": "wrote", "task": downloadTask.taskIdentifier, "bytes": bytesWritten, "total": totalBytesWritten,
+              "expected": totalBytesExpectedToWrite])
+    }
+
+    func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didResumeAtOffset fileOffset: Int64,
+                    expectedTotalBytes: Int64) {
+        emit(["call": "resumed", "task": downloadTask.taskIdentifier, "offset": fileOffset, "expected": expectedTotalBytes])
+    }
+
+    func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {
+        emit(["call": "waiting", "task": task.taskIdentifier])
+    }
+
+    func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {
+        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
+        if let error = error as? URLError {
+            line["code"] = error.code.rawValue
+            line["message"] = error.localizedDescription
+            if let underlying = error.userInfo[NSUnderlyingErrorKey] { line["underlying"] = "\(underlying)" }
+            if let reason = error.networkUnavailableReason { line["reason"] = "\(reason)" }
+            if let data = error.downloadTaskResumeData {
+                lastResumeData.withLock { $0 = data }
+                line["resumeData"] = data.count
+                if let saveResumeDataFile = options.saveResumeDataFile {
+                    // The seed's recipe: offline, so keep the data for the next launch.
+                    do { try data.write(to: URL(fileURLWithPath: saveResumeDataFile), options: .atomic) }
+                    catch { line["saveError"] = "\(error)" }
+                }
+            }
+        }
+        emit(line)
+        if options.exitWhenDone { exit(0) }
+    }
+}
+
+/// Foundation's URLSession delegate, printing the same lines.
+final class FoundationProbe: NSObject, URLSessionDownloadDelegate, Sendable {
+    let exitWhenDone: Bool
+
+    init(exitWhenDone: Bool) { self.exitWhenDone = exitWhenDone }
+
+    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didFinishDownloadingTo location: URL) {
+        emit(["call": "finished", "task": downloadTask.taskIdentifier, "sha256": SHA256.hex(ofFileAt: location.path) ?? "unreadable"])
+    }
+
+    func urlSession(_ session: URLSession, downloadTask: URLSessionDownloadTask, didWriteData bytesWritten: Int64,
+                    totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        emit(["call": "wrote", "task": downloadTask.taskIdentifier, "bytes": bytesWritten, "total": totalBytesWritten,
+              "expected": totalBytesExpectedToWrite])
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
+        if let error = error as NSError? {
+            line["code"] = error.code
+            line["message"] = error.localizedDescription
+            if let data = error.userInfo["NSURLSessionDownloadTaskResumeData"] as? Data { line["resumeData"] = data.count }
+        }
+        emit(line)
+        if exitWhenDone { exit(0) }
+    }
+}
+
+/// The session and the task the commands act on.
+final class Driver: Sendable {
+    let probe: Probe
+    let session: ResumableURLSession
+    let current = Mutex<ResumableDownloadTask?>(nil)
+
+    init(_ options: Options) {
+        probe = Probe(options: options)
+        var configuration = ResumableURLSession.Configuration(stateDirectory: URL(fileURLWithPath: options.stateDirectory))
+        configuration.waitsForConnectivity = options.waitsForConnectivity
+        configuration.timeoutIntervalForRequest = 10
+        configuration.allowsExpensiveNetworkAccess = options.allowsExpensive
+        configuration.pathMonitor.classificationOverrides = options.classify.compactMap {
+            try? ClassificationOverride(parsing: $0, source: "--classify")
+        }
+        session = ResumableURLSession(configuration: configuration, delegate: probe)
+        if let url = options.url {
+            start(session.downloadTask(with: url))
+        } else if let file = options.resumeDataFile {
+            guard let data = FileManager.default.contents(atPath: file) else { fail("cannot read \(file)") }
+            start(session.downloadTask(withResumeData: data))
+        }
+    }
+
+    func start(_ task: ResumableDownloadTask) {
+        current.withLock { $0 = task }
+        emit(["call": "started", "task": task.taskIdentifier, "url": task.originalRequest?.url?.absoluteString ?? NSNull()])
+        task.resume()
+    }
+
+    /// Reads commands until stdin closes.
+    func readCommands() {
+        while let line = readLine() {
+            switch line {
+            case "cancel-with-data":
+                current.withLock { $0 }?.cancel { [probe] data in
+                    if let data { probe.lastResumeData.withLock { $0 = data } }
+                    emit(["call": "resumeData", "bytes": data?.count ?? NSNull()])
+                }
+            case "resume":
+                guard let data = probe.lastResumeData.withLock({ $0 }) else {
+                    emit(["call": "error", "message": "no resume data"])
+                    continue
+                }
+                start(session.downloadTask(withResumeData: data))
+            case "quit":
+                exit(0)
+            default:
+                emit(["call": "error", "message": "unknown command \(line)"])
+            }
+        }
+        exit(0)
+    }
+}
+
+let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
+if options.usesFoundation, let url = options.url {
+    let session = URLSession(configuration: .default, delegate: FoundationProbe(exitWhenDone: options.exitWhenDone),
+                             delegateQueue: nil)
+    let task = session.downloadTask(with: url)
+    emit(["call": "started", "task": task.taskIdentifier, "url": url.absoluteString])
+    task.resume()
+    dispatchMain()
+}
+let driver = Driver(options)
+// Commands on a plain thread: readLine blocks.
+Thread { [driver] in driver.readCommands() }.start()
+dispatchMain()

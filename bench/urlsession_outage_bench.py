@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""A link cut under a URLSession download: ResumableURLSession against Foundation's URLSession,
+in one run.
+
+Both run the same program (`urlsession-probe`, Tests/URLSessionProbe; `--foundation` selects
+Foundation's own URLSession from FoundationNetworking) inside a client namespace with a /32
+address and an onlink default route; the server is nginx with limit_rate on a bridge kept up by
+a second veth pair (as in Tests/IntegrationTests/DownloadOutageTests.swift). Once a quarter of
+the file has arrived, the client link goes down. Measured: the time from the cut to
+didCompleteWithError, its error code, whether it carried resume data; then, with the link back,
+what finishing the file costs: for resume data, a new process resumes from it (the seed's
+recipe: data written to disk while offline) and the bytes the server sent for it are counted
+from nginx's log; without resume data the whole file must be fetched again.
+
+Needs root and a built probe (swift build). Namespaces are named rchU<pid>-*, always removed.
+Usage: bench/urlsession_outage_bench.py [--probe .build/debug/urlsession-probe] [--size-mib 16]
+                                        [--rate 2m] [--timeout 90]
+"""
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+PREFIX = f"rchU{os.getpid()}"
+SERVER = "10.88.0.1"
+
+
+def run(*args):
+    result = subprocess.run(args, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
+    return result.stdout
+
+
+def ip(command):
+    run("ip", *command.split())
+
+
+class Network:
+    """A client namespace behind a /32 uplink and a server namespace running nginx."""
+
+    def __init__(self, tag, workdir, rate):
+        self.client, self.server, self.workdir = f"{PREFIX}-{tag}c", f"{PREFIX}-{tag}s", workdir
+        self.nginx = None
+        for ns in (self.client, self.server):
+            ip(f"netns add {ns}")
+            ip(f"-n {ns} link set lo up")
+            run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
+        s = self.server
+        ip(f"-n {s} link add br0 type bridge")
+        ip(f"-n {s} addr add {SERVER}/24 dev br0")
+        ip(f"-n {s} link add keep0 type veth peer name keep1")
+        ip(f"-n {s} link set keep0 master br0")
+        for name in ("keep0", "keep1", "br0"):
+            ip(f"-n {s} link set {name} up")
+        ip(f"link add eth1 netns {self.client} type veth peer name peth1 netns {s}")
+        ip(f"-n {s} link set peth1 master br0")
+        ip(f"-n {s} link set peth1 up")
+        ip(f"-n {self.client} addr add 10.88.0.2/32 dev eth1")
+        ip(f"-n {self.client} link set eth1 up")
+        self.route()
+        prefix = f"{workdir}/nginx"
+        os.makedirs(f"{prefix}/tmp", exist_ok=True)
+        with open(f"{prefix}/nginx.conf", "w") as f:
+            f.write(f"""daemon off; master_process off; worker_processes 1;
+error_log {prefix}/error.log warn; pid {prefix}/nginx.pid;
+events {{ worker_connections 64; }}
+http {{
+    log_format bytes '$status $body_bytes_sent';
+    access_log {prefix}/access.log bytes;
+    client_body_temp_path {prefix}/tmp/b; proxy_temp_path {prefix}/tmp/p; fastcgi_temp_path {prefix}/tmp/f;
+    uwsgi_temp_path {prefix}/tmp/u; scgi_temp_path {prefix}/tmp/s;
+    default_type application/octet-stream; send_timeout 2s;
+    server {{ listen {SERVER}:80; root {workdir}/www; limit_rate {rate}; }}
+}}
+""")
+        self.nginx = subprocess.Popen(["ip", "netns", "exec", s, "nginx", "-c", f"{prefix}/nginx.conf", "-p", prefix + "/"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not run("ip", "netns", "exec", s, "ss", "-Hltn", "sport = :80").strip():
+            if time.monotonic() > deadline:
+                raise RuntimeError("nginx did not start")
+            time.sleep(0.02)
+
+    def route(self):
+        ip(f"-n {self.client} route add default via {SERVER} dev eth1 onlink")
+
+    def cut(self):
+        ip(f"-n {self.client} link set eth1 down")
+
+    def restore(self):
+        ip(f"-n {self.client} link set eth1 up")
+        self.route()
+
+    def bytes_sent(self):
+        """Body bytes nginx logged, once no connection is left that could still send."""
+        deadline = time.monotonic() + 15
+        while run("ip", "netns", "exec", self.server, "ss", "-Htn", "state", "established", "sport = :80").strip():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        try:
+            with open(f"{self.workdir}/nginx/access.log") as f:
+                return sum(int(line.split()[1]) for line in f if len(line.split()) == 2)
+        except FileNotFoundError:
+            return 0
+
+    def close(self):
+        if self.nginx:
+            self.nginx.kill()
+            self.nginx.wait()
+        for ns in (self.client, self.server):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+class Probe:
+    """urlsession-probe in the client namespace; stdout lines parsed with their arrival time."""
+
+    def __init__(self, network, probe, arguments):
+        self.lines = []
+        self.lock = threading.Lock()
+        self.process = subprocess.Popen(["ip", "netns", "exec", network.client, probe] + arguments,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for text in self.process.stdout:
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            with self.lock:
+                self.lines.append((time.monotonic(), line))
+
+    def wait_for(self, predicate, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                for arrival, line in self.lines:
+                    if predicate(line):
+                        return arrival, line
+            time.sleep(0.002)
+        return None, None
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+def measure(name, foundation, args, content, digest, workdir):
+    network = Network(name[:3], workdir, args.rate)
+    try:
+        os.makedirs(f"{workdir}/www", exist_ok=True)
+        with open(f"{workdir}/www/file.bin", "wb") as f:
+            f.write(content)
+        saved = f"{workdir}/resume.data"
+        common = ["--state-dir", f"{workdir}/session", "--exit-when-done"]
+        first = Probe(network, args.probe, common + ["--url", f"http://{SERVER}/file.bin", "--save-resume-data", saved]
+                      + (["--foundation"] if foundation else []))
+        quarter = len(content) // 4
+        _, reached = first.wait_for(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= quarter, 60)
+        if reached is None:
+            raise RuntimeError(f"{name}: never reached a quarter of the file")
+        cut = time.monotonic()   # before the command: the probe can hear of it before `ip` exits
+        network.cut()
+        arrival, completed = first.wait_for(lambda l: l.get("call") == "completed", args.timeout)
+        first.close()
+        row = {"tool": name}
+        if completed is None:
+            row.update(error=f"none within {args.timeout} s", code="-", resume="-")
+        else:
+            row.update(error=f"{arrival - cut:.3f} s", code=str(completed.get("code", "none")),
+                       resume=f"{completed['resumeData']} B" if completed.get("resumeData") else "nil")
+        network.restore()
+        if completed is not None and completed.get("resumeData") and os.path.exists(saved):
+            before = network.bytes_sent()
+            second = Probe(network, args.probe, common + ["--resume-data", saved])
+            _, done = second.wait_for(lambda l: l.get("call") == "completed", 120)
+            _, finished = second.wait_for(lambda l: l.get("call") == "finished", 1)
+            _, resumed = second.wait_for(lambda l: l.get("call") == "resumed", 1)
+            second.close()
+            ok = done is not None and "code" not in done and finished is not None and finished.get("sha256") == digest
+            row["finish"] = (f"{network.bytes_sent() - before:,} B (resumed at {resumed['offset']:,})"
+                             if ok and resumed else "failed")
+        else:
+            row["finish"] = f"{len(content):,} B (starts over)"
+        return row
+    finally:
+        network.close()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--probe", default=".build/debug/urlsession-probe")
+    parser.add_argument("--size-mib", type=int, default=16)
+    parser.add_argument("--rate", default="2m")
+    parser.add_argument("--timeout", type=int, default=90)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (network namespaces)")
+    args.probe = os.path.abspath(args.probe)
+    content = os.urandom(args.size_mib << 20)
+    digest = hashlib.sha256(content).hexdigest()
+    rows = []
+    for name, foundation in (("ResumableURLSession", False), ("Foundation URLSession", True)):
+        workdir = tempfile.mkdtemp(prefix="urlsession-bench-")
+        try:
+            rows.append(measure(name, foundation, args, content, digest, workdir))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"{args.size_mib} MiB at {args.rate}/s, client link cut once a quarter has arrived:\n")
+    print("| URLSession | cut -> didCompleteWithError | code | resume data | to finish after the link is back |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['tool']} | {row['error']} | {row['code']} | {row['resume']} | {row['finish']} |")
+
+
+if __name__ == "__main__":
+    main()
