@@ -235,20 +235,22 @@ public final class ResumableURLSession: Sendable {
                     await engine.agent.shutdown()
                     engine.monitor?.cancel()
                 }
-                let waiters = self.state.withLock { state in
-                    state.isInvalidated = true
-                    defer { state.invalidationWaiters = [] }
-                    return state.invalidationWaiters
+                // The delegate hears of it on its queue; waiters resume only after that, so
+                // whoever waited sees the delegate's last call (a waiter resumed first raced it).
+                enqueue { [self] in
+                    delegate?.urlSession(self, didBecomeInvalidWithError: nil)
+                    let waiters = self.state.withLock { state in
+                        state.delegate = nil
+                        state.isInvalidated = true
+                        defer { state.invalidationWaiters = [] }
+                        return state.invalidationWaiters
+                    }
+                    for waiter in waiters { waiter.resume() }
                 }
-                for waiter in waiters { waiter.resume() }
             }
             return true
         }
-        guard shouldFinish else { return }
-        enqueue { [self] in
-            delegate?.urlSession(self, didBecomeInvalidWithError: nil)
-            state.withLock { $0.delegate = nil }
-        }
+        _ = shouldFinish
     }
 
     private static func makeEngine(_ configuration: Configuration, pathSource: PathSource,

@@ -29,7 +29,7 @@ struct DownloadCommand: Command {
         help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
-        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path. Default: wait forever.")
+        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx. Default: wait forever.")
     static let json = Option.flag(
         "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
     static let quiet = Option.flag(
