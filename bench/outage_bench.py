@@ -45,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 PREFIX = f"rchO{os.getpid()}"
@@ -363,19 +364,35 @@ def main():
     print(f"# seed {seed}; {len(cases)} cases x {len(tools)} tools", file=sys.stderr, flush=True)
     results = []
     index = 0
+
+    def run(index, tool, case):
+        try:
+            result = run_one(index, tool, case, args, content, digest)
+        except Exception as error:  # one broken run must not lose the others
+            print(f"# {case} {tool}: run failed: {error}", file=sys.stderr, flush=True)
+            return
+        results.append(result)
+        print(f"# {case[0]:>9} {case[2]:>5}s phase {case[1]:.2f} {tool:<12} ok={result['ok']} "
+              f"resume={fmt(result['resume'])} reconnect={fmt(result['reconnect'], 3)} "
+              f"attempts={result['attempts']} ({result['rate']:.2f}/s) total={result['total']:.1f}s",
+              file=sys.stderr, flush=True)
+
     for case in cases:
+        if case[0] == "long":
+            # Ten minutes each: the tools wait out the long outage side by side, each in its own
+            # pair of namespaces (the restore times of this case are not the point; completion is).
+            threads = []
+            for tool in tools:
+                index += 1
+                threads.append(threading.Thread(target=run, args=(index, tool, case)))
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            continue
         for tool in tools:
             index += 1
-            try:
-                result = run_one(index, tool, case, args, content, digest)
-            except Exception as error:  # one broken run must not lose the others
-                print(f"# {case} {tool}: run failed: {error}", file=sys.stderr, flush=True)
-                continue
-            results.append(result)
-            print(f"# {case[0]:>9} {case[2]:>5}s phase {case[1]:.2f} {tool:<12} ok={result['ok']} "
-                  f"resume={fmt(result['resume'])} reconnect={fmt(result['reconnect'], 3)} "
-                  f"attempts={result['attempts']} ({result['rate']:.2f}/s) total={result['total']:.1f}s",
-                  file=sys.stderr, flush=True)
+            run(index, tool, case)
 
     print(f"\n{args.size_mib} MiB at limit_rate {args.rate}; each scenario applied at a random phase "
           f"(10-80 % on disk); seed {seed}.\n")

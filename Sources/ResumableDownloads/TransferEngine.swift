@@ -325,8 +325,10 @@ final class TransferEngine: @unchecked Sendable {
         guard let transfer = transfers[id], transfer.racer == nil else { return }
         let primary = transfer.primary
         guard let acceptance = primary.machine.acceptance, let offset = primary.machine.nextOffset, offset > 0,
+              offset >= acceptance.verifyUntil ?? 0,
               let validator = acceptance.entityTag ?? acceptance.lastModified else {
-            // Without a validator, asking for the rest could splice two versions.
+            // Without a strong validator, asking for the rest could splice two versions (and
+            // while the resume overlap is still being compared, the rest is not yet known good).
             transfer.callbacks.events(.raceEnded(.notPossible))
             return
         }

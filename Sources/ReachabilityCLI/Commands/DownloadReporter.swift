@@ -17,6 +17,8 @@ final class DownloadReporter: Sendable {
         /// Downloads whose last event for this run (completed, failed, paused) was printed:
         /// nothing more is printed about them, progress included.
         var ended: Set<UUID> = []
+        /// Downloads waiting for a server that does not answer (their state stays `running`).
+        var waitingForServer: Set<UUID> = []
     }
 
     private let context: CommandContext
@@ -89,6 +91,13 @@ final class DownloadReporter: Sendable {
 
     func report(_ event: DownloadEvent, of download: Download) {
         let name = EventSchema.describe(event).0
+        state.withLock { state in
+            switch event {
+            case .waitingForServer: state.waitingForServer.insert(download.id)
+            case .retrying: break
+            default: state.waitingForServer.remove(download.id)
+            }
+        }
         if isJSON {
             let line = EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: context.now())
             state.withLock { state in
@@ -153,6 +162,8 @@ final class DownloadReporter: Sendable {
         case .completed: status = "done"
         case .failed: status = color("failed", code: 31)
         case .queued: status = "queued"
+        case .running where state.withLock({ $0.waitingForServer.contains(download.id) }):
+            status = color("waiting for server", code: 33)
         case .running:
             status = "\(Self.bytes(Double(progress.bytesPerSecond)))/s"
             if let eta = progress.estimatedTimeRemaining { status += "  ETA \(Self.clock(eta))" }
