@@ -21,6 +21,7 @@
 #include <netlink/netlink.h>
 #include <netlink/socket.h>
 #include <netlink/msg.h>
+#include <linux/filter.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 
@@ -150,6 +151,16 @@ static inline int cnl_open_private_sysfs(void) {
 static inline int cnl_wake_fd(void) {
     int fd = eventfd(0, EFD_CLOEXEC);
     return fd < 0 ? -errno : fd;
+}
+
+/*
+ * Attaches a classic BPF program to a netlink socket (SO_ATTACH_FILTER), so notifications the
+ * caller never needs are dropped in the kernel before they wake it. `code` points at `len`
+ * struct sock_filter entries built in Swift. Returns 0 or -errno.
+ */
+static inline int cnl_socket_attach_filter(struct nl_sock *sk, const struct sock_filter *code, unsigned short len) {
+    struct sock_fprog program = { .len = len, .filter = (struct sock_filter *)code };
+    return setsockopt(nl_socket_get_fd(sk), SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program) < 0 ? -errno : 0;
 }
 
 /* Human-readable libnl error text. */

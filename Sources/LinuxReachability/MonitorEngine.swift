@@ -50,14 +50,55 @@ struct ResyncStateMachine: Sendable, Equatable {
     }
 }
 
+/// How many evaluations may run at once before storm coalescing starts: a token bucket with
+/// `burst` tokens refilled one per `interval`.
+///
+/// A fixed "at most one per interval" held back the decisive message of a burst: a link going
+/// down right after another change had its RTM_NEWLINK wait out the rest of the millisecond (and
+/// poll(2) rounds up to whole milliseconds). A few evaluations in a row are free; a storm still
+/// costs at most one per interval in the long run.
+struct EvaluationBudget: Sendable, Equatable {
+    let interval: Duration
+    let burst: Int
+    private var tokens: Double
+    private var refilledAt: ContinuousClock.Instant?
+
+    init(interval: Duration, burst: Int = 4) {
+        self.interval = interval
+        self.burst = max(burst, 1)
+        tokens = Double(self.burst)
+    }
+
+    /// Takes a token at `now` if one is left (evaluate at once); otherwise returns when one will be.
+    mutating func take(at now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
+        refill(at: now)
+        if tokens >= 1 || interval <= .zero {
+            tokens -= 1
+            return nil
+        }
+        return now + interval * (1 - tokens)
+    }
+
+    private mutating func refill(at now: ContinuousClock.Instant) {
+        if let refilledAt, interval > .zero {
+            tokens = min(Double(burst), tokens + (now - refilledAt) / interval)
+        }
+        refilledAt = now
+    }
+}
+
 /// The netlink side of `PathMonitor`: two sockets and one thread that sleeps in poll(2) until the
 /// kernel speaks (no polling loop, no timer ticks).
 ///
 /// The event socket is subscribed to link, address, route and rule groups. The query socket
-/// serves dumps and the per-family RTM_GETROUTE lookups that resolve the path after each drained
-/// batch. A dedicated thread instead of a dispatch read source: a route storm delivers one
-/// datagram per route, and dispatch's epoll re-arm plus thread hand-off per datagram spent about
-/// 60% of the monitor's CPU in context switches (measured with perf during a 400k-change storm).
+/// serves dumps and the per-family RTM_GETROUTE lookups that resolve the path. A dedicated thread
+/// instead of a dispatch read source: a route storm delivers one datagram per route, and
+/// dispatch's epoll re-arm plus thread hand-off per datagram spent about 60% of the monitor's CPU
+/// in context switches (measured with perf during a 400k-change storm).
+///
+/// Work is proportional to what matters: a route change is resolved only when its prefix covers a
+/// lookup destination, a link or address change only when it changes a link's readiness or what a
+/// usable link shows, and classification runs once per new or renamed link that is listed.
 final class MonitorEngine: Sendable {
     private let configuration: PathMonitor.Configuration
     private let publish: @Sendable (NetworkPath) -> Void
@@ -68,20 +109,25 @@ final class MonitorEngine: Sendable {
     private let sysfs: SysfsReader?
     private let classifier: InterfaceClassifier
     private let probes: [(AddressFamily, [UInt8])]
-    private let state = Mutex(EngineState())
+    /// The lookup destinations as prefixes, to test route changes against.
+    private let probePrefixes: [RoutePrefix]
+    private let state: Mutex<EngineState>
 
     private struct EngineState: ~Copyable {
         var table = LinkTable()
-        var classifications: [Int32: (name: String, classification: Classification)] = [:]
+        /// Classifications of listed links, with the facts they were made from.
+        var classifications: [Int32: (link: LinkInfo, classification: Classification)] = [:]
         /// Interfaces derived from `table` at `interfacesGeneration`; route storms reuse them.
         var interfaces: [NetworkInterface] = []
         var interfacesGeneration = -1
+        /// A change since the last evaluation that the path may depend on.
+        var isDirty = false
+        var budget: EvaluationBudget
         var resync = ResyncStateMachine()
         /// When to re-dump if the kernel stays quiet after an overflow.
         var quietDeadline: ContinuousClock.Instant?
         /// A deferred evaluation while a storm is coalesced.
         var evaluationDeadline: ContinuousClock.Instant?
-        var lastEvaluation: ContinuousClock.Instant?
         var isRunning = false
         var isCancelled = false
         var statistics = MonitorStatistics()
@@ -93,12 +139,14 @@ final class MonitorEngine: Sendable {
     init(configuration: PathMonitor.Configuration, publish: @escaping @Sendable (NetworkPath) -> Void) throws {
         self.configuration = configuration
         self.publish = publish
+        state = Mutex(EngineState(budget: EvaluationBudget(interval: configuration.minimumEvaluationInterval)))
         classifier = InterfaceClassifier(overrides: configuration.classificationOverrides)
         guard let v4 = IPAddress.parse(configuration.probeIPv4), v4.count == 4,
               let v6 = IPAddress.parse(configuration.probeIPv6), v6.count == 16 else {
             throw ReachabilityError(.invalidConfiguration, "probe destinations must be an IPv4 and an IPv6 address")
         }
         probes = [(.ipv4, v4), (.ipv6, v6)]
+        probePrefixes = probes.compactMap { RoutePrefix(address: $0.1) }
         let bufferSize = configuration.receiveBufferSize
         let logger = configuration.logger
         if let namespace = configuration.networkNamespace {
@@ -119,6 +167,12 @@ final class MonitorEngine: Sendable {
             query = try NetlinkSocket(receiveBufferSize: 1 << 20, groups: [])
             try query.useBlockingReads(timeoutMilliseconds: 2000)
             sysfs = SysfsReader.host()
+        }
+        do {
+            try events.attachFilter(EventFilter.program(destinations: probePrefixes))
+        } catch {
+            // Only a saving is lost: the same test runs in user space on every message.
+            logger.warning("receiving every notification", metadata: ["error": "\(error)"])
         }
         wakeDescriptor = try NetlinkSocket.makeWakeDescriptor()
         logger.debug("netlink sockets open", metadata: ["rcvbuf": "\(events.receiveBufferSize)"])
@@ -198,13 +252,29 @@ final class MonitorEngine: Sendable {
     // MARK: Event handling (on the monitor thread)
 
     private func drain() {
-        var dirty = false
         var overflow = false
+        let includesAll = configuration.includesAllInterfaces
+        let probes = probePrefixes
         for _ in 0..<Self.datagramsPerBatch {
             let result: NetlinkSocket.Receive
-            let messages: [ParsedMessage]?
             do {
-                (result, messages) = try events.receive { RTNetlink.parse($0) }
+                // The table is only touched by this thread; the lock is for statistics readers.
+                (result, _) = try events.receive { bytes in
+                    state.withLock { state in
+                        state.statistics.datagrams += 1
+                        guard state.resync.messagesArrived() == .apply else { return }
+                        RTNetlink.forEachMessage(in: bytes) { parsed in
+                            state.statistics.messages += 1
+                            switch parsed.message {
+                            case .routingChanged(let change):
+                                if probes.contains(where: change.affects) { state.isDirty = true }
+                            default:
+                                let change = state.table.apply(parsed.message)
+                                if change == .path || (includesAll && change == .detail) { state.isDirty = true }
+                            }
+                        }
+                    }
+                }
             } catch {
                 configuration.logger.error("event socket failed; resynchronising", metadata: ["error": "\(error)"])
                 overflow = true
@@ -215,16 +285,6 @@ final class MonitorEngine: Sendable {
                 overflow = true
                 continue
             }
-            dirty = state.withLock { state -> Bool in
-                state.statistics.datagrams += 1
-                guard state.resync.messagesArrived() == .apply else { return false }
-                var changed = false
-                for parsed in messages ?? [] {
-                    state.statistics.messages += 1
-                    changed = state.table.apply(parsed.message) || changed
-                }
-                return changed
-            } || dirty
         }
         if overflow {
             configuration.logger.warning("netlink receive buffer overflowed; waiting for quiet to re-dump")
@@ -233,22 +293,20 @@ final class MonitorEngine: Sendable {
                 _ = $0.resync.overflowed()
             }
             armQuietTimer()
-        } else if dirty, state.withLock({ $0.resync.isLive }) {
+        } else {
             evaluateSoon()
         }
     }
 
-    /// Evaluates at once when the last evaluation is at least `minimumEvaluationInterval` old;
-    /// otherwise once when that interval has passed. An isolated change is resolved immediately,
-    /// while a storm of route messages (one datagram each) costs at most one pair of lookups per
-    /// interval instead of one per datagram.
+    /// Evaluates at once while the budget allows (isolated changes and short bursts), otherwise
+    /// once the next token is due: a storm costs at most one pair of lookups per interval instead
+    /// of one per datagram.
     private func evaluateSoon() {
-        let interval = configuration.minimumEvaluationInterval
         let now = ContinuousClock.now
         let evaluateNow = state.withLock { state -> Bool in
-            if state.evaluationDeadline != nil { return false }
-            guard let last = state.lastEvaluation, now - last < interval else { return true }
-            state.evaluationDeadline = last + interval
+            guard state.isDirty, state.resync.isLive, state.evaluationDeadline == nil else { return false }
+            guard let due = state.budget.take(at: now) else { return true }
+            state.evaluationDeadline = due
             return false
         }
         if evaluateNow { evaluateAndPublish() }
@@ -306,47 +364,55 @@ final class MonitorEngine: Sendable {
         }
         state.withLock {
             $0.table = table
+            $0.interfacesGeneration = -1
             $0.statistics.dumps += 1
         }
         evaluateAndPublish()
     }
 
     private func evaluateAndPublish() {
-        let (table, interfaces) = currentInterfaces()
+        // Lookups first, outside the lock; the table read afterwards is at least as new.
         var lookups: [(AddressFamily, LookupResult)] = []
         for (family, destination) in probes {
             lookups.append((family, lookup(destination)))
         }
-        let path = PathEvaluator.evaluate(table: table, interfaces: interfaces, lookups: lookups)
-        let cancelled = state.withLock { state -> Bool in
+        let (path, cancelled) = state.withLock { state -> (NetworkPath, Bool) in
+            // Evaluated in place: a copy of the table taken here would make the next change
+            // copy every link (copy-on-write), an O(links) cost per evaluation.
+            let interfaces = currentInterfaces(&state)
+            let path = PathEvaluator.evaluate(table: state.table, interfaces: interfaces, lookups: lookups)
             state.statistics.evaluations += 1
-            state.lastEvaluation = .now
-            return state.isCancelled
+            state.isDirty = false
+            return (path, state.isCancelled)
         }
         if !cancelled { publish(path) }
     }
 
-    /// The table and its interfaces, reclassifying only when links or addresses changed: during
-    /// a route storm every evaluation reuses the same interfaces.
-    private func currentInterfaces() -> (LinkTable, [NetworkInterface]) {
-        let (table, known, cached) = state.withLock { state in
-            (state.table, state.classifications, state.interfacesGeneration == state.table.generation ? state.interfaces : nil)
-        }
-        if let cached { return (table, cached) }
-        // Classify links seen for the first time or renamed; forget deleted ones.
-        var updated = known.filter { table.links[$0.key] != nil }
-        for (index, link) in table.links where updated[index]?.name != link.name {
+    /// The listed interfaces, rebuilt only when what they show changed, classifying only links
+    /// that are listed and new, renamed or re-kinded since they were last classified.
+    private func currentInterfaces(_ state: inout EngineState) -> [NetworkInterface] {
+        let includesAll = configuration.includesAllInterfaces
+        let generation = includesAll ? state.table.generation : state.table.pathGeneration
+        if state.interfacesGeneration == generation { return state.interfaces }
+        let listed = PathEvaluator.listedLinks(table: state.table, all: includesAll)
+        var updated: [Int32: (link: LinkInfo, classification: Classification)] = [:]
+        updated.reserveCapacity(listed.count)
+        for link in listed {
+            if let previous = state.classifications[link.index], previous.link.name == link.name,
+               previous.link.kind == link.kind, previous.link.hardwareType == link.hardwareType {
+                updated[link.index] = previous
+                continue
+            }
             let facts = sysfs?.facts(for: link)
                 ?? InterfaceFacts(name: link.name, hardwareType: link.hardwareType, linkKind: link.kind, isLoopback: link.isLoopback)
-            updated[index] = (link.name, classifier.classify(facts))
+            updated[link.index] = (link, classifier.classify(facts))
         }
-        let interfaces = PathEvaluator.interfaces(table: table, classifications: updated.mapValues(\.classification))
-        state.withLock { state in
-            state.classifications = updated
-            state.interfaces = interfaces
-            state.interfacesGeneration = table.generation
+        state.interfaces = listed.map { link in
+            PathEvaluator.interface(link, table: state.table, classification: updated[link.index]?.classification)
         }
-        return (table, interfaces)
+        state.classifications = updated
+        state.interfacesGeneration = generation
+        return state.interfaces
     }
 
     private func lookup(_ destination: [UInt8]) -> LookupResult {

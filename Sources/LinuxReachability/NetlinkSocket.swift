@@ -58,6 +58,13 @@ final class NetlinkSocket: @unchecked Sendable {
 
     var fileDescriptor: Int32 { cnl_socket_fd(handle) }
 
+    /// Attaches a classic BPF program (see `EventFilter`); throws when the kernel refuses it.
+    func attachFilter(_ program: [EventFilter.Instruction]) throws {
+        let code = program.map { sock_filter(code: $0.code, jt: $0.jumpIfTrue, jf: $0.jumpIfFalse, k: $0.constant) }
+        let rc = code.withUnsafeBufferPointer { cnl_socket_attach_filter(handle, $0.baseAddress, UInt16(code.count)) }
+        if rc < 0 { throw ReachabilityError(.netlink, "cannot attach the event filter: \(String(cString: strerror(-rc)))") }
+    }
+
     /// Effective kernel receive buffer (the kernel doubles what was asked for).
     var receiveBufferSize: Int { Int(cnl_socket_rcvbuf(handle)) }
 

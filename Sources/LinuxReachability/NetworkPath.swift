@@ -122,7 +122,8 @@ public struct NetworkPath: Sendable, Hashable, Codable {
     public var primaryInterface: NetworkInterface?
     /// Per-family routes the kernel resolved; empty when unsatisfied.
     public var routes: [PathRoute]
-    /// Every interface except loopback, sorted by index.
+    /// The usable interfaces (up, carrier, address), sorted by index; every interface except
+    /// loopback when the monitor was configured with `includesAllInterfaces`.
     public var interfaces: [NetworkInterface]
 
     /// Creates a path.

@@ -27,12 +27,17 @@ public final class PathMonitor: Sendable {
         /// Changes closer together than this are resolved together (route storms); an isolated
         /// change is always resolved at once.
         public var minimumEvaluationInterval: Duration
+        /// List every interface in `NetworkPath.interfaces` (and publish when any of them changes),
+        /// not only the usable ones. Off by default: on a host that creates and deletes container
+        /// interfaces all day, every path would otherwise carry, and change with, all of them.
+        public var includesAllInterfaces: Bool
 
         /// Creates a configuration.
         public init(networkNamespace: String? = nil, classificationOverrides: [ClassificationOverride] = [],
                     receiveBufferSize: Int = 8 << 20, quietPeriod: Duration = .milliseconds(50),
                     probeIPv4: String = "8.8.8.8", probeIPv6: String = "2001:4860:4860::8888",
-                    logger: Logger = .silent, minimumEvaluationInterval: Duration = .milliseconds(1)) {
+                    logger: Logger = .silent, minimumEvaluationInterval: Duration = .milliseconds(1),
+                    includesAllInterfaces: Bool = false) {
             self.networkNamespace = networkNamespace
             self.classificationOverrides = classificationOverrides
             self.receiveBufferSize = receiveBufferSize
@@ -41,6 +46,7 @@ public final class PathMonitor: Sendable {
             self.probeIPv6 = probeIPv6
             self.logger = logger
             self.minimumEvaluationInterval = minimumEvaluationInterval
+            self.includesAllInterfaces = includesAllInterfaces
         }
     }
 

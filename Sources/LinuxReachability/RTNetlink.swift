@@ -80,8 +80,9 @@ enum RTNetlinkMessage: Equatable, Sendable {
     case link(LinkInfo, deleted: Bool)
     /// RTM_NEWADDR / RTM_DELADDR.
     case address(AddressInfo, deleted: Bool)
-    /// A route or rule changed; the content is irrelevant because paths come from lookups.
-    case routingChanged
+    /// A route or rule changed. Only what it could redirect is kept: paths come from lookups,
+    /// so a route matters only when its prefix covers a lookup destination.
+    case routingChanged(RoutingChange)
     /// A reply to RTM_GETROUTE.
     case route(RouteInfo)
     /// End of a dump.
@@ -90,6 +91,67 @@ enum RTNetlinkMessage: Equatable, Sendable {
     case error(Int32)
     /// Anything else.
     case ignored
+}
+
+/// What a route or rule message could change.
+enum RoutingChange: Equatable, Sendable {
+    /// A policy rule (or a route message without a family we know): anything may be redirected.
+    case rule
+    /// A route to this prefix was added, changed or removed.
+    case route(RoutePrefix)
+
+    /// Whether the change could alter the kernel's answer for `destination`.
+    func affects(_ destination: RoutePrefix) -> Bool {
+        switch self {
+        case .rule: return true
+        case .route(let prefix): return prefix.contains(destination)
+        }
+    }
+}
+
+/// An IPv4 or IPv6 prefix held in two integers (IPv4 in the top 32 bits of `high`), so route
+/// storms compare prefixes without allocating.
+struct RoutePrefix: Hashable, Sendable {
+    var family: AddressFamily
+    var length: UInt8
+    var high: UInt64
+    var low: UInt64
+
+    /// A full-length prefix for one address (4 or 16 bytes).
+    init?(address bytes: [UInt8]) {
+        guard bytes.count == 4 || bytes.count == 16 else { return nil }
+        self.init(family: bytes.count == 4 ? .ipv4 : .ipv6, length: UInt8(bytes.count * 8), high: 0, low: 0)
+        bytes.withUnsafeBytes { load($0) }
+    }
+
+    init(family: AddressFamily, length: UInt8, high: UInt64, low: UInt64) {
+        self.family = family
+        self.length = length
+        self.high = high
+        self.low = low
+    }
+
+    /// Reads 4 or 16 address bytes in network order.
+    mutating func load(_ value: UnsafeRawBufferPointer) {
+        var high: UInt64 = 0
+        var low: UInt64 = 0
+        for (position, byte) in value.prefix(16).enumerated() {
+            if position < 8 { high |= UInt64(byte) << (56 - 8 * UInt64(position)) } else { low |= UInt64(byte) << (120 - 8 * UInt64(position)) }
+        }
+        self.high = high
+        self.low = low
+    }
+
+    /// Whether `address` (a full-length prefix of the same family) lies inside this prefix.
+    func contains(_ address: RoutePrefix) -> Bool {
+        guard family == address.family else { return false }
+        let bits = Int(min(length, family == .ipv4 ? 32 : 128))
+        let highBits = min(bits, 64)
+        let lowBits = max(bits - 64, 0)
+        let highMask: UInt64 = highBits == 0 ? 0 : ~UInt64(0) << (64 - highBits)
+        let lowMask: UInt64 = lowBits == 0 ? 0 : ~UInt64(0) << (64 - lowBits)
+        return (high ^ address.high) & highMask == 0 && (low ^ address.low) & lowMask == 0
+    }
 }
 
 /// The facts of one link that the monitor keeps.
@@ -157,6 +219,14 @@ extension RTNetlink {
     /// With `routeReplies`, RTM_NEWROUTE is parsed as the answer to a lookup instead of a change.
     static func parse(_ bytes: UnsafeRawBufferPointer, routeReplies: Bool = false) -> [ParsedMessage] {
         var messages: [ParsedMessage] = []
+        forEachMessage(in: bytes, routeReplies: routeReplies) { messages.append($0) }
+        return messages
+    }
+
+    /// Visits every message in one datagram without collecting them (the event path: a route
+    /// storm is one datagram per route, and an array per datagram is an allocation per route).
+    static func forEachMessage(in bytes: UnsafeRawBufferPointer, routeReplies: Bool = false,
+                               _ visit: (ParsedMessage) -> Void) {
         var offset = 0
         while offset + headerSize <= bytes.count {
             let length = Int(bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
@@ -168,11 +238,9 @@ extension RTNetlink {
             let message = routeReplies && type == newRoute
                 ? parseRoute(body).map(RTNetlinkMessage.route) ?? .ignored
                 : parseBody(type: type, body: body)
-            messages.append(ParsedMessage(message: message, sequence: sequence,
-                                          isDumpInterrupted: flags & flagDumpInterrupted != 0))
+            visit(ParsedMessage(message: message, sequence: sequence, isDumpInterrupted: flags & flagDumpInterrupted != 0))
             offset += align(length)
         }
-        return messages
     }
 
     /// Convenience for tests and recorded captures.
@@ -188,8 +256,10 @@ extension RTNetlink {
         case newAddr, delAddr:
             guard let address = parseAddress(body) else { return .ignored }
             return .address(address, deleted: type == delAddr)
-        case newRoute, delRoute, newRule, delRule:
-            return .routingChanged
+        case newRoute, delRoute:
+            return .routingChanged(parseRoutePrefix(body).map(RoutingChange.route) ?? .rule)
+        case newRule, delRule:
+            return .routingChanged(.rule)
         case nlmsgDone:
             return .done
         case nlmsgError:
@@ -218,6 +288,18 @@ extension RTNetlink {
             }
         }
         return route
+    }
+
+    /// The destination prefix of a route change, without allocating: a storm delivers one
+    /// datagram per route and most of them cover no lookup destination.
+    static func parseRoutePrefix(_ body: UnsafeRawBufferPointer) -> RoutePrefix? {
+        guard body.count >= 12, let family = AddressFamily(kernel: body[0]) else { return nil }
+        var prefix = RoutePrefix(family: family, length: body[1], high: 0, low: 0)
+        forEachAttribute(in: body, from: 12) { type, value in
+            guard type == rtaDst else { return }
+            prefix.load(value)
+        }
+        return prefix
     }
 
     static func parseLink(_ body: UnsafeRawBufferPointer) -> LinkInfo? {

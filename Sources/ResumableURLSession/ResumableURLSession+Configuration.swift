@@ -47,6 +47,14 @@ extension ResumableURLSession {
         public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
         /// How many tasks transfer at once (in all, not per host); the rest wait their turn.
         public var httpMaximumConnectionsPerHost = 6
+        /// Headers sent with every request, as on Apple platforms. They stay in memory: credentials
+        /// here are never written to the engine's records or to resume data. Headers the resume
+        /// rules own (`Range`, `If-Range`, `Accept-Encoding`, ...) and values with control
+        /// characters make every task fail with the reason.
+        public var httpAdditionalHeaders: [String: String]?
+        /// A PEM bundle of certificate authorities trusted instead of the system's (for private
+        /// servers; on Apple platforms a server-trust challenge does this); nil trusts the system's.
+        public var certificateAuthorityFile: URL?
         /// How long the partial file behind resume data is kept once nothing touches it; older
         /// ones (and files a killed process left) are removed when a session starts, and resume
         /// data for them then restarts from zero. 7 days by default; nil keeps them forever.
@@ -74,9 +82,26 @@ extension ResumableURLSession {
                 stallTimeout: requestTimeout,
                 connectTimeout: requestTimeout,
                 userAgent: "reachability-urlsession/1",
+                certificateAuthorityFile: certificateAuthorityFile,
                 logger: logger)
+            agent.additionalHeaders = headerLines
             adjustAgent?(&agent)
             return agent
+        }
+
+        /// `httpAdditionalHeaders` as `Name: value` lines, sorted by name.
+        var headerLines: [String] {
+            (httpAdditionalHeaders ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }
+        }
+
+        /// Why the configuration cannot be used, or nil.
+        var problem: String? {
+            for line in headerLines {
+                if let problem = HeaderValidation.problem(with: line) {
+                    return "httpAdditionalHeaders: \(line.prefix(while: { $0 != ":" })): \(problem)"
+                }
+            }
+            return nil
         }
     }
 }

@@ -255,6 +255,9 @@ public final class ResumableURLSession: Sendable {
 
     private static func makeEngine(_ configuration: Configuration, pathSource: PathSource,
                                    latestPath: PathRecorder) -> Result<Engine, DownloadTaskStateMachine.Failure> {
+        if let problem = configuration.problem {
+            return .failure(.init(code: .unknown, description: problem))
+        }
         let directory: SessionDirectory
         do {
             directory = try SessionDirectory(root: configuration.stateDirectory)

@@ -181,9 +181,9 @@ func describe(_ path: NetworkPath) -> String {
 
 /// Starts a monitor on `namespace`.
 func startMonitor(in namespace: String, overrides: [ClassificationOverride] = [],
-                  receiveBufferSize: Int = 8 << 20) throws -> PathMonitor {
+                  receiveBufferSize: Int = 8 << 20, allInterfaces: Bool = false) throws -> PathMonitor {
     let monitor = PathMonitor(configuration: .init(networkNamespace: namespace, classificationOverrides: overrides,
-                                                   receiveBufferSize: receiveBufferSize))
+                                                   receiveBufferSize: receiveBufferSize, includesAllInterfaces: allInterfaces))
     try monitor.start()
     return monitor
 }

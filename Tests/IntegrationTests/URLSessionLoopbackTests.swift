@@ -71,6 +71,7 @@ struct URLSessionLoopbackTests {
         #expect(task.progress.fractionCompleted == 1)
         await client.shutDown()
         #expect(fixture.leftovers.isEmpty, "the temporary file is gone after the delegate returns: \(fixture.leftovers)")
+        #expect(await client.delegate.wait(timeout: .seconds(5)) { if case .invalidated = $0 { true } else { false } })
         #expect(client.delegate.calls.last.map { if case .invalidated = $0 { true } else { false } } == true)
     }
 
@@ -252,6 +253,65 @@ struct URLSessionLoopbackTests {
         #expect(fixture.leftovers.isEmpty, "\(fixture.leftovers)")
     }
 
+    @Test func additionalHeadersAreSentAndResumeHeadersRefused() async throws {
+        let directory = try F.Directory("urlsession-headers")
+        let content = F.randomData(count: 64 << 10, seed: 32)
+        let server = try DownloadTestHTTPServer { request, _ in .honest(request, content: content, etag: "\"h1\"") }
+        defer { server.stop() }
+        let client = LoopbackSession(state: directory.file("state"), finished: directory.file("finished")) {
+            $0.httpAdditionalHeaders = ["Authorization": "Bearer t0ken", "X-Client": "porting-test"]
+        }
+        let task = client.session.downloadTask(with: server.url())
+        task.resume()
+        #expect(await client.delegate.waitForCompletion(of: task))
+        #expect(client.delegate.finishedSHA256(of: task) == F.sha256(content))
+        let headers = try #require(server.requests.first?.headers)
+        #expect(headers["authorization"] == "Bearer t0ken" && headers["x-client"] == "porting-test")
+        await client.shutDown()
+        // Credentials are not kept on disk.
+        let files = try FileManager.default.subpathsOfDirectory(atPath: directory.file("state").path)
+        for file in files {
+            let text = (try? String(contentsOfFile: directory.file("state/" + file).path, encoding: .isoLatin1)) ?? ""
+            #expect(!text.contains("t0ken"), "\(file)")
+        }
+
+        for headers in [["Range": "bytes=0-"], ["X-Evil": "a\r\nHost: b"]] {
+            let refused = LoopbackSession(state: directory.file("state"), finished: directory.file("finished")) {
+                $0.httpAdditionalHeaders = headers
+            }
+            let task = refused.session.downloadTask(with: server.url())
+            task.resume()
+            #expect(await refused.delegate.waitForCompletion(of: task))
+            #expect(refused.delegate.error(of: task)?.localizedDescription.contains("httpAdditionalHeaders") == true,
+                    "\(refused.delegate.transcript)")
+            await refused.shutDown()
+        }
+        #expect(server.requests.count == 1, "refused configurations send nothing")
+    }
+
+    @Test(.enabled(if: DownloadTestNginx.isTLSAvailable, "openssl is not installed"))
+    func privateCertificateAuthority() async throws {
+        let nginx = try DownloadTestNginx(tls: true)
+        let directory = try F.Directory("urlsession-tls")
+        let content = F.randomData(count: 256 << 10, seed: 33)
+        try nginx.serve(content, at: "f.bin")
+        let untrusting = LoopbackSession(state: directory.file("state"), finished: directory.file("finished"))
+        let refused = untrusting.session.downloadTask(with: nginx.tlsURL("f.bin"))
+        refused.resume()
+        #expect(await untrusting.delegate.waitForCompletion(of: refused))
+        #expect(untrusting.delegate.error(of: refused)?.code == .serverCertificateUntrusted, "\(untrusting.delegate.transcript)")
+        await untrusting.shutDown()
+
+        let trusting = LoopbackSession(state: directory.file("state"), finished: directory.file("finished")) {
+            $0.certificateAuthorityFile = nginx.certificate
+        }
+        let task = trusting.session.downloadTask(with: nginx.tlsURL("f.bin"))
+        task.resume()
+        #expect(await trusting.delegate.waitForCompletion(of: task))
+        #expect(trusting.delegate.finishedSHA256(of: task) == F.sha256(content), "\(trusting.delegate.transcript)")
+        await trusting.shutDown()
+    }
+
     @Test func anInvalidatedSessionStartsNoTask() async throws {
         let fixture = try Fixture()
         try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 31), at: "f.bin")
@@ -259,7 +319,8 @@ struct URLSessionLoopbackTests {
         let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
         client.session.finishTasksAndInvalidate()
         await client.session.waitUntilInvalidated()
-        #expect(client.delegate.calls.contains { if case .invalidated = $0 { true } else { false } })
+        // The delegate hears of it on its queue, right after.
+        #expect(await client.delegate.wait(timeout: .seconds(5)) { if case .invalidated = $0 { true } else { false } })
         task.resume()
         // The delegate is released with the invalidation: the task's own error tells.
         #expect(await F.wait(timeout: .seconds(5)) { task.state == .completed })

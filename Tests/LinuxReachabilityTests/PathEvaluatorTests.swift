@@ -23,8 +23,8 @@ struct Snapshot {
                                        hardwareType: 772, kind: nil), deleted: false))
     }
 
-    func evaluate(_ lookups: [(AddressFamily, LookupResult)]) -> NetworkPath {
-        PathEvaluator.evaluate(table: table, classifications: classifications, lookups: lookups)
+    func evaluate(_ lookups: [(AddressFamily, LookupResult)], all: Bool = false) -> NetworkPath {
+        PathEvaluator.evaluate(table: table, classifications: classifications, lookups: lookups, all: all)
     }
 }
 
@@ -50,8 +50,10 @@ struct PathEvaluatorTests {
         #expect(path.gateways == ["192.0.2.1"])
         #expect(path.supportsIPv4 && !path.supportsIPv6)
         #expect(!path.isExpensive)
-        #expect(path.interfaces.map(\.name) == ["wlp2s0", "enp3s0"])  // loopback excluded
+        #expect(path.interfaces.map(\.name) == ["wlp2s0"])  // usable only
         #expect(path.availableInterfaces.map(\.name) == ["wlp2s0"])
+        let all = s.evaluate([(.ipv4, route(oif: 2, gateway: "192.0.2.1", source: "192.0.2.20"))], all: true)
+        #expect(all.interfaces.map(\.name) == ["wlp2s0", "enp3s0"])  // loopback excluded
     }
 
     @Test func cellularIsExpensive() {
@@ -125,14 +127,60 @@ struct PathEvaluatorTests {
         s.link(2, "enp1s0", .wired, v4: "10.0.0.2")
         let gone = LinkInfo(index: 2, name: "enp1s0", flags: 0, hardwareType: 1)
         let first = s.table.apply(.link(gone, deleted: true))
-        #expect(first)
+        #expect(first == .path)
         #expect(s.table.addresses.isEmpty)
+        #expect(s.table.usableLinks.isEmpty)
         let second = s.table.apply(.link(gone, deleted: true))
-        #expect(!second)
+        #expect(second == .none)
         // Re-applying identical state is not a change.
         let lo = s.table.links[1]!
         let again = s.table.apply(.link(lo, deleted: false))
-        #expect(!again)
+        #expect(again == .none)
+    }
+
+    @Test("only changes the path can see are path changes")
+    func changeRelevance() {
+        var s = Snapshot()
+        s.link(2, "enp1s0", .wired, v4: "10.0.0.2")
+        let linkLocal = AddressInfo(index: 2, family: .ipv6, address: IPAddress.parse("fe80::2")!, prefixLength: 64,
+                                    flags: 0, scope: RTNetlink.scopeLink)
+        #expect(s.table.apply(.address(linkLocal, deleted: false)) == .detail)
+        #expect(s.table.apply(.address(linkLocal, deleted: true)) == .detail)
+        // A container's veth pair appears down, and goes: nothing the path shows.
+        let veth = LinkInfo(index: 40, name: "veth1a2b", flags: 0, hardwareType: 1, kind: "veth")
+        #expect(s.table.apply(.link(veth, deleted: false)) == .detail)
+        #expect(s.table.apply(.link(veth, deleted: true)) == .detail)
+        // IFF_RUNNING / PROMISC flips on a usable link are not shown either.
+        var promiscuous = s.table.links[2]!
+        promiscuous.flags |= 0x100
+        #expect(s.table.apply(.link(promiscuous, deleted: false)) == .detail)
+        // Going down is.
+        var down = promiscuous
+        down.flags &= ~RTNetlink.iffUp
+        #expect(s.table.apply(.link(down, deleted: false)) == .path)
+        #expect(!s.table.hasLink(atLeast: .up))
+        #expect(s.evaluate([(.ipv4, unreachable)]).unsatisfiedReason == .noInterfaceUp)
+        // An up link without carrier moves the reason from "no interface up" to "no carrier".
+        let noCarrier = LinkInfo(index: 41, name: "enp9s0", flags: RTNetlink.iffUp, hardwareType: 1)
+        #expect(s.table.apply(.link(noCarrier, deleted: false)) == .path)
+        #expect(s.evaluate([(.ipv4, unreachable)]).unsatisfiedReason == .noCarrier)
+        #expect(s.table.readinessCounts == [0, 1, 0, 0])
+    }
+
+    @Test("a burst is evaluated at once, a storm once per interval")
+    func evaluationBudget() {
+        var budget = EvaluationBudget(interval: .milliseconds(1), burst: 4)
+        let start = ContinuousClock.now
+        for _ in 0..<4 { #expect(budget.take(at: start) == nil) }
+        let due = budget.take(at: start)
+        #expect(due == start + .milliseconds(1))
+        // Half a millisecond later, half a token is back: the next is due in another half.
+        #expect(budget.take(at: start + .microseconds(500)) == start + .milliseconds(1))
+        #expect(budget.take(at: start + .milliseconds(2)) == nil)
+        // After a quiet second the whole burst is available again, not more.
+        let later = start + .seconds(1)
+        for _ in 0..<4 { #expect(budget.take(at: later) == nil) }
+        #expect(budget.take(at: later) != nil)
     }
 
     @Test func tentativeAndLinkLocalAddressesDoNotCount() {

@@ -68,8 +68,37 @@ struct RTNetlinkTests {
         #expect(route.preferredSource.flatMap(IPAddress.format) == "10.77.1.2")
         #expect(route.table == 254)
         #expect(!route.isLinkDown)
-        // Without `routeReplies` the same message only says "routing changed".
-        #expect(RTNetlink.parse(Recorded.routeReply).first?.message == .routingChanged)
+        // Without `routeReplies` the same message is a change to the prefix 8.8.8.8/32.
+        guard case .routingChanged(.route(let prefix)) = RTNetlink.parse(Recorded.routeReply).first?.message else {
+            Issue.record("expected a routing change")
+            return
+        }
+        #expect(prefix == RoutePrefix(address: [8, 8, 8, 8]))
+    }
+
+    @Test("a route change matters only when its prefix covers a lookup destination")
+    func routePrefixCoverage() throws {
+        let v4 = try #require(RoutePrefix(address: [8, 8, 8, 8]))
+        let v6 = try #require(RoutePrefix(address: IPAddress.parse("2001:4860:4860::8888")!))
+        func prefix(_ text: String, _ length: UInt8) -> RoutePrefix {
+            var prefix = RoutePrefix(address: IPAddress.parse(text)!)!
+            prefix.length = length
+            return prefix
+        }
+        #expect(prefix("0.0.0.0", 0).contains(v4))              // default
+        #expect(prefix("0.0.0.0", 1).contains(v4))              // VPN split default 0/1
+        #expect(!prefix("128.0.0.0", 1).contains(v4))
+        #expect(prefix("8.8.8.0", 24).contains(v4))
+        #expect(!prefix("172.16.0.1", 32).contains(v4))         // a storm of host routes elsewhere
+        #expect(!prefix("0.0.0.0", 0).contains(v6))             // another family
+        #expect(prefix("::", 0).contains(v6))
+        #expect(prefix("2001:4860::", 32).contains(v6))
+        #expect(!prefix("fe80::", 64).contains(v6))             // link-local routes on link down
+        #expect(!prefix("ff00::", 8).contains(v6))              // multicast
+        #expect(prefix("2001:4860:4860::8888", 128).contains(v6))
+        #expect(!prefix("2001:4860:4860::8889", 128).contains(v6))
+        #expect(prefix("2001:4860:4860::", 80).contains(v6))   // crosses into the low 64 bits
+        #expect(RoutingChange.rule.affects(v4))
     }
 
     @Test("truncated or hostile input never crashes", arguments: [0, 1, 15, 16, 17, 40, 100])

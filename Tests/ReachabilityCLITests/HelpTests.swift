@@ -56,7 +56,7 @@ struct HelpTests {
         let harness = Harness()
         #expect(await harness.run(["help", "status"]) == 0)
         let text = harness.standardOutput.text
-        #expect(text.contains("USAGE: reachability status [--json] [--explain] [--netns <name>] [--classify <pattern=type> ...]"))
+        #expect(text.contains("USAGE: reachability status [--json] [--explain] [--all-interfaces] [--netns <name>] [--classify <pattern=type> ...]"))
         #expect(text.contains("EXIT STATUS: 0 when"))
         #expect(text.contains("/etc/reachability/classify.conf"))
     }

@@ -18,6 +18,23 @@ struct PathOutputTests {
         #expect(PathText.summary(path) == expected)
     }
 
+    @Test("control characters in interface names are printed escaped")
+    func hostileInterfaceNames() {
+        var path = Fixtures.satisfiedWifi
+        let hostile = "wl\u{1B}[2J\u{7}x\\y\u{9B}z\u{202E}"
+        path.routes[0].interfaceName = hostile
+        path.primaryInterface?.name = hostile
+        path.interfaces[1].name = hostile
+        path.interfaces[1].classificationReason = "override '\u{1B}]0;owned\u{7}=wifi' from --classify"
+        let expected = "wl\\x1b[2J\\x07x\\\\y\\x9bz\\u{202e}"
+        #expect(PathText.summary(path) == "reachable via wifi (\(expected), 192.0.2.20, gw 192.0.2.1)")
+        let explanation = PathText.explanation(path)
+        #expect(!explanation.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 || $0.value == 0x9B })
+        #expect(explanation.contains("  \(expected) (index 3): wifi [primary]"))
+        #expect(explanation.contains("evidence: override '\\x1b]0;owned\\x07=wifi'"))
+        #expect(PathText.escaped("enp3s0") == "enp3s0")
+    }
+
     @Test func watchLineStartsWithISO8601Milliseconds() {
         #expect(PathText.line(Fixtures.satisfiedWifi, at: Fixtures.time)
                 == "2026-11-30T06:00:00.125Z reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)")

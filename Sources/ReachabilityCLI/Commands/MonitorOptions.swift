@@ -26,6 +26,12 @@ struct MonitorOptions: Sendable, Equatable {
     var overrides: [ClassificationOverride]
     /// `--verbose`.
     var isVerbose: Bool
+    /// Set by commands that show every interface (`--all-interfaces`, `status --explain`).
+    var includesAllInterfaces = false
+
+    /// `--all-interfaces`, for the commands that print paths.
+    static let allInterfaces = Option.flag(
+        "all-interfaces", help: "List every interface in --json output, not only the usable ones (and print a line when any of them changes).")
 
     /// Reads and validates the shared options.
     init(arguments: ParsedArguments) throws {
@@ -66,7 +72,8 @@ struct MonitorOptions: Sendable, Equatable {
         return PathMonitor.Configuration(
             networkNamespace: networkNamespace,
             classificationOverrides: overrides + fileOverrides,
-            logger: logger(in: context))
+            logger: logger(in: context),
+            includesAllInterfaces: includesAllInterfaces)
     }
 
     /// Debug-level lines on stderr with `--verbose`, otherwise silent.

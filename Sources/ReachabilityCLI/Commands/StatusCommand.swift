@@ -7,7 +7,7 @@ struct StatusCommand: Command {
     static let json = Option.flag("json", help: "Print one JSON object instead of text.")
     static let explain = Option.flag(
         "explain", help: "Also print the routes and every interface with its type, the evidence for it, state and addresses.")
-    static let options = [json, explain] + MonitorOptions.all
+    static let options = [json, explain, MonitorOptions.allInterfaces] + MonitorOptions.all
     static let discussion: String? = """
         EXIT STATUS: 0 when the network is reachable, 1 when it is not or the monitor failed, \
         64 for a usage error, 66 when --netns names no namespace, 77 when --netns lacks privilege, \
@@ -22,6 +22,8 @@ struct StatusCommand: Command {
         isJSON = arguments.isSet(Self.json)
         isExplaining = arguments.isSet(Self.explain)
         monitor = try MonitorOptions(arguments: arguments)
+        // --explain shows every interface with its evidence.
+        monitor.includesAllInterfaces = isExplaining || arguments.isSet(MonitorOptions.allInterfaces)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {

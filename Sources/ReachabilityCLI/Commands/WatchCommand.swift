@@ -7,7 +7,7 @@ struct WatchCommand: Command {
     static let name = "watch"
     static let abstract = "Print the path, then a timestamped line per change."
     static let json = Option.flag("json", help: "Print one JSON object per line (NDJSON).")
-    static let options = [json] + MonitorOptions.all
+    static let options = [json, MonitorOptions.allInterfaces] + MonitorOptions.all
     static let discussion: String? = """
         Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
         watch with exit status 0; if the monitor stops on its own, the exit status is 1; 66 when \
@@ -20,6 +20,7 @@ struct WatchCommand: Command {
     init(arguments: ParsedArguments) throws {
         isJSON = arguments.isSet(Self.json)
         monitor = try MonitorOptions(arguments: arguments)
+        monitor.includesAllInterfaces = arguments.isSet(MonitorOptions.allInterfaces)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {

@@ -17,12 +17,12 @@ enum PathText {
         var parts: [String] = []
         for (position, route) in routes.enumerated() {
             var fields: [String] = []
-            if position == 0 || route.interfaceName != firstInterface { fields.append(route.interfaceName) }
+            if position == 0 || route.interfaceName != firstInterface { fields.append(escaped(route.interfaceName)) }
             if let source = route.sourceAddress { fields.append(source) }
             if let gateway = route.gateway { fields.append("gw \(gateway)") }
             parts.append(fields.joined(separator: ", "))
         }
-        if parts.isEmpty, let name = firstInterface { parts.append(name) }
+        if parts.isEmpty, let name = firstInterface { parts.append(escaped(name)) }
         var text = "reachable via \(path.connection.rawValue)"
         if !parts.isEmpty { text += " (\(parts.joined(separator: "; ")))" }
         if path.isExpensive { text += " expensive" }
@@ -49,7 +49,7 @@ enum PathText {
                 lines.append("  \(family.rawValue): none")
                 continue
             }
-            var text = "  \(family.rawValue): dev \(route.interfaceName) (index \(route.interfaceIndex))"
+            var text = "  \(family.rawValue): dev \(escaped(route.interfaceName)) (index \(route.interfaceIndex))"
             text += route.gateway.map { ", gw \($0)" } ?? ", on-link"
             if let source = route.sourceAddress { text += ", src \(source)" }
             lines.append(text)
@@ -58,8 +58,8 @@ enum PathText {
         if path.interfaces.isEmpty { lines.append("  none") }
         for interface in path.interfaces {
             let primary = interface.index == path.primaryInterface?.index ? " [primary]" : ""
-            lines.append("  \(interface.name) (index \(interface.index)): \(interface.type.rawValue)\(primary)")
-            lines.append("    evidence: \(interface.classificationReason)")
+            lines.append("  \(escaped(interface.name)) (index \(interface.index)): \(interface.type.rawValue)\(primary)")
+            lines.append("    evidence: \(escaped(interface.classificationReason))")
             lines.append("    up: \(yesNo(interface.isUp)), carrier: \(yesNo(interface.hasCarrier))")
             let addresses = interface.addresses.isEmpty ? "none" : interface.addresses.joined(separator: ", ")
             lines.append("    addresses: \(addresses)")
@@ -70,6 +70,31 @@ enum PathText {
     /// Routes with IPv4 first, as `NetworkPath.primaryRoute` prefers it.
     private static func orderedRoutes(_ path: NetworkPath) -> [PathRoute] {
         path.routes.filter { $0.family == .ipv4 } + path.routes.filter { $0.family == .ipv6 }
+    }
+
+    /// `text` with control characters (C0, DEL, C1) and backslashes written as `\xNN` / `\\`, so a
+    /// hostile interface name (the kernel allows ESC and most other bytes in one) or a portal URL
+    /// cannot move the cursor, recolour or rewrite the terminal showing it.
+    static func escaped(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
+        var result = ""
+        for scalar in text.unicodeScalars {
+            if scalar == "\\" {
+                result += "\\\\"
+            } else if needsEscape(scalar) {
+                let hex = String(scalar.value, radix: 16, uppercase: false)
+                result += scalar.value <= 0xFF ? "\\x" + (hex.count < 2 ? "0" + hex : hex) : "\\u{\(hex)}"
+            } else {
+                result.unicodeScalars.append(scalar)
+            }
+        }
+        return result
+    }
+
+    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) || scalar == "\\"
+            || (0x2028...0x2029).contains(scalar.value) || (0x202A...0x202E).contains(scalar.value)
+            || (0x2066...0x2069).contains(scalar.value)
     }
 
     private static func yesNo(_ value: Bool) -> String { value ? "yes" : "no" }
