@@ -18,16 +18,17 @@ let package = Package(
             pkgConfig: "libnl-route-3.0",
             providers: [.apt(["libnl-3-dev", "libnl-route-3-dev"])]
         ),
-        // libcurl with a shim for the variadic setopt/getinfo calls.
+        // libcurl with a shim for the variadic setopt/getinfo calls. Loaded with dlopen on first
+        // use, not linked (no pkgConfig: its `-lcurl` would link it), so commands that never
+        // download do not map libcurl's thirty dependent libraries.
         .systemLibrary(
             name: "CCurl",
-            pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
-        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift).
+        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift);
+        // loaded on first use like libcurl.
         .systemLibrary(
             name: "CCrypto",
-            pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
         // Linux file-system calls Glibc's module lacks (renameat2) and variadic ones, as typed helpers.
@@ -35,9 +36,15 @@ let package = Package(
         // The one home for file-system system calls: typed descriptors and errno, checked
         // directories, O_NOFOLLOW/O_EXCL opens (package-internal API).
         .target(name: "LinuxSystem", dependencies: ["CLinuxSystem"]),
-        .target(name: "LinuxReachability", dependencies: ["CNetlink"]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"]),
+        // MemberImportVisibility (SE-0444): a file sees only the extension members of modules it
+        // imports itself, so a file importing FoundationEssentials cannot reach Foundation proper
+        // (and link ICU into the CLI) through another file's `import Foundation`.
+        .target(name: "LinuxReachability", dependencies: ["CNetlink"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
         .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),

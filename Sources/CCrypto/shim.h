@@ -1,27 +1,77 @@
 /* CCrypto: OpenSSL's libcrypto, for the project's one SHA-256.
  *
  * Foundation on Linux has no CryptoKit, and a hand-written digest is slow in debug builds (the
- * pure-Swift one this replaces took 98 s for 200 MiB unoptimised; libcrypto's assembly runs at
- * disk speed in any build). EVP is used rather than the deprecated SHA256_* calls, which OpenSSL 3
- * marks deprecated. The helpers exist because EVP_DigestInit_ex takes an engine pointer and
- * EVP_DigestFinal_ex an out-length Swift would otherwise have to check at every call site.
+ * pure-Swift one this replaced took 98 s for 200 MiB unoptimised; libcrypto's assembly runs at
+ * disk speed in any build). EVP is used rather than the SHA256_* calls OpenSSL 3 deprecates.
+ *
+ * Like libcurl (CCurl), libcrypto is loaded on first use (dlopen), not linked: relocating it
+ * costs every process about 1.4 MB of resident memory, and only downloads with --sha256 hash.
+ * When a download runs, libcurl has already loaded the same libcrypto, which dlopen reuses.
  *
  * Only Sources/ResumableDownloads/SHA256.swift includes this module.
  */
 #ifndef CCRYPTO_SHIM_H
 #define CCRYPTO_SHIM_H
+#include <dlfcn.h>
 #include <openssl/evp.h>
+#include <openssl/opensslv.h>
 #include <stddef.h>
 
 /* The digest length in bytes (SHA256_DIGEST_LENGTH lives in the deprecated sha.h). */
 static const int CCRYPTO_SHA256_LENGTH = 32;
 
+/* libcrypto's soname for the headers compiled against: libcrypto.so.3 for OpenSSL 3,
+ * libcrypto.so.1.1 for 1.1. */
+#define CCRYPTO_STRINGIFY2(x) #x
+#define CCRYPTO_STRINGIFY(x) CCRYPTO_STRINGIFY2(x)
+#if defined(OPENSSL_VERSION_MAJOR) && OPENSSL_VERSION_MAJOR >= 3
+#define CCRYPTO_LIBRARY "libcrypto.so." CCRYPTO_STRINGIFY(OPENSSL_SHLIB_VERSION)
+#else
+#define CCRYPTO_LIBRARY "libcrypto.so." SHLIB_VERSION_NUMBER
+#endif
+
+/* CCRYPTO_LIBRARY for Swift, which cannot import a macro built by concatenation. */
+static inline const char *ccrypto_library_name(void) { return CCRYPTO_LIBRARY; }
+
+/* The libcrypto functions used, resolved from the shared library. */
+typedef struct ccrypto_api {
+    EVP_MD_CTX *(*md_ctx_new)(void);
+    void (*md_ctx_free)(EVP_MD_CTX *context);
+    int (*md_ctx_copy_ex)(EVP_MD_CTX *out, const EVP_MD_CTX *in);
+    const EVP_MD *(*sha256)(void);
+    int (*digest_init_ex)(EVP_MD_CTX *context, const EVP_MD *type, ENGINE *engine);
+    int (*digest_update)(EVP_MD_CTX *context, const void *bytes, size_t count);
+    int (*digest_final_ex)(EVP_MD_CTX *context, unsigned char *digest, unsigned int *length);
+} ccrypto_api;
+
+/* Loads libcrypto and fills `api`. Returns NULL on success, else a message (dlerror's text,
+ * valid until the next dl* call on this thread). The library stays loaded for the process's
+ * life. Not thread-safe: call once (SHA256.swift keeps the table in a lazy static). */
+static inline const char *ccrypto_load(ccrypto_api *api) {
+    void *library = dlopen(CCRYPTO_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (library == NULL) return dlerror();
+#define CCRYPTO_RESOLVE(field, symbol) \
+    do { \
+        *(void **)(&api->field) = dlsym(library, #symbol); \
+        if (api->field == NULL) return "libcrypto lacks " #symbol; \
+    } while (0)
+    CCRYPTO_RESOLVE(md_ctx_new, EVP_MD_CTX_new);
+    CCRYPTO_RESOLVE(md_ctx_free, EVP_MD_CTX_free);
+    CCRYPTO_RESOLVE(md_ctx_copy_ex, EVP_MD_CTX_copy_ex);
+    CCRYPTO_RESOLVE(sha256, EVP_sha256);
+    CCRYPTO_RESOLVE(digest_init_ex, EVP_DigestInit_ex);
+    CCRYPTO_RESOLVE(digest_update, EVP_DigestUpdate);
+    CCRYPTO_RESOLVE(digest_final_ex, EVP_DigestFinal_ex);
+#undef CCRYPTO_RESOLVE
+    return NULL;
+}
+
 /* Creates a SHA-256 digest context; NULL on allocation failure. Free with ccrypto_sha256_free. */
-static inline EVP_MD_CTX *ccrypto_sha256_new(void) {
-    EVP_MD_CTX *context = EVP_MD_CTX_new();
+static inline EVP_MD_CTX *ccrypto_sha256_new(const ccrypto_api *api) {
+    EVP_MD_CTX *context = api->md_ctx_new();
     if (context == NULL) return NULL;
-    if (EVP_DigestInit_ex(context, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(context);
+    if (api->digest_init_ex(context, api->sha256(), NULL) != 1) {
+        api->md_ctx_free(context);
         return NULL;
     }
     return context;
@@ -29,29 +79,30 @@ static inline EVP_MD_CTX *ccrypto_sha256_new(void) {
 
 /* Copies a context mid-stream (a digest of the prefix hashed so far without ending the stream);
  * NULL on allocation failure. */
-static inline EVP_MD_CTX *ccrypto_sha256_copy(const EVP_MD_CTX *context) {
-    EVP_MD_CTX *copy = EVP_MD_CTX_new();
+static inline EVP_MD_CTX *ccrypto_sha256_copy(const ccrypto_api *api, const EVP_MD_CTX *context) {
+    EVP_MD_CTX *copy = api->md_ctx_new();
     if (copy == NULL) return NULL;
-    if (EVP_MD_CTX_copy_ex(copy, context) != 1) {
-        EVP_MD_CTX_free(copy);
+    if (api->md_ctx_copy_ex(copy, context) != 1) {
+        api->md_ctx_free(copy);
         return NULL;
     }
     return copy;
 }
 
 /* Feeds bytes; returns 1 on success. */
-static inline int ccrypto_sha256_update(EVP_MD_CTX *context, const void *bytes, size_t count) {
-    return EVP_DigestUpdate(context, bytes, count);
+static inline int ccrypto_sha256_update(const ccrypto_api *api, EVP_MD_CTX *context, const void *bytes,
+                                        size_t count) {
+    return api->digest_update(context, bytes, count);
 }
 
 /* Writes the 32-byte digest to `digest`; returns 1 on success. The context cannot be fed again. */
-static inline int ccrypto_sha256_final(EVP_MD_CTX *context, unsigned char *digest) {
+static inline int ccrypto_sha256_final(const ccrypto_api *api, EVP_MD_CTX *context, unsigned char *digest) {
     unsigned int length = 0;
-    return EVP_DigestFinal_ex(context, digest, &length) == 1 && length == 32;
+    return api->digest_final_ex(context, digest, &length) == 1 && length == 32;
 }
 
-static inline void ccrypto_sha256_free(EVP_MD_CTX *context) {
-    EVP_MD_CTX_free(context);
+static inline void ccrypto_sha256_free(const ccrypto_api *api, EVP_MD_CTX *context) {
+    api->md_ctx_free(context);
 }
 
 #endif

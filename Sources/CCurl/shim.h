@@ -1,16 +1,88 @@
 /* CCurl: libcurl for ResumableDownloads (SHA-256 lives in CCrypto).
  *
+ * libcurl is loaded on first use (dlopen), not linked. A linked libcurl maps some thirty
+ * libraries (TLS, Kerberos, LDAP, SSH, IDN, PSL, brotli...) into every process that links
+ * ResumableDownloads, and relocating them is most of the page faults and several MB of resident
+ * memory of `reachability status` and `watch`, which never download. ccurl_load fills a table
+ * of function pointers once; every call goes through it.
+ *
  * Swift cannot call C variadic functions, and curl_easy_setopt / curl_easy_getinfo /
- * curl_multi_setopt are variadic macros over variadic functions. Each helper below fixes one
- * argument type so the Swift side gets a typed, non-variadic call. Macros Swift cannot import
- * (expressions rather than literals) are re-exported as constants.
+ * curl_multi_setopt are variadic. Each helper below fixes one argument type so the Swift side
+ * gets a typed, non-variadic call. Macros Swift cannot import (expressions rather than
+ * literals) are re-exported as constants.
  *
  * Only Sources/ResumableDownloads/Curl.swift includes this module.
  */
 #ifndef CCURL_SHIM_H
 #define CCURL_SHIM_H
 #include <curl/curl.h>
+#include <dlfcn.h>
+#include <stddef.h>
 #include <sys/types.h>
+
+/* --- the libcurl functions used, resolved from the shared library --- */
+
+/* libcurl's soname: 4 since 2006 (libcurl4 on Debian and Ubuntu). */
+#define CCURL_LIBRARY "libcurl.so.4"
+
+typedef struct ccurl_api {
+    CURLcode (*global_init)(long flags);
+    char *(*version)(void);
+    CURL *(*easy_init)(void);
+    CURLcode (*easy_setopt)(CURL *handle, CURLoption option, ...);
+    CURLcode (*easy_getinfo)(CURL *handle, CURLINFO info, ...);
+    CURLcode (*easy_pause)(CURL *handle, int bitmask);
+    void (*easy_cleanup)(CURL *handle);
+    const char *(*easy_strerror)(CURLcode code);
+    struct curl_slist *(*slist_append)(struct curl_slist *list, const char *text);
+    void (*slist_free_all)(struct curl_slist *list);
+    CURLM *(*multi_init)(void);
+    CURLMcode (*multi_setopt)(CURLM *multi, CURLMoption option, ...);
+    CURLMcode (*multi_add_handle)(CURLM *multi, CURL *handle);
+    CURLMcode (*multi_remove_handle)(CURLM *multi, CURL *handle);
+    CURLMcode (*multi_perform)(CURLM *multi, int *running);
+    CURLMcode (*multi_timeout)(CURLM *multi, long *milliseconds);
+    CURLMcode (*multi_poll)(CURLM *multi, struct curl_waitfd extra[], unsigned int count,
+                            int timeout_ms, int *ready);
+    CURLMcode (*multi_wakeup)(CURLM *multi);
+    CURLMsg *(*multi_info_read)(CURLM *multi, int *queued);
+    CURLMcode (*multi_cleanup)(CURLM *multi);
+} ccurl_api;
+
+/* Loads libcurl and fills `api`. Returns NULL on success, else a message (dlerror's text, valid
+ * until the next dl* call on this thread). The library stays loaded for the process's life.
+ * Not thread-safe: call once (Curl.swift keeps the table in a lazy static). */
+static inline const char *ccurl_load(ccurl_api *api) {
+    void *library = dlopen(CCURL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    if (library == NULL) return dlerror();
+#define CCURL_RESOLVE(field, symbol) \
+    do { \
+        *(void **)(&api->field) = dlsym(library, #symbol); \
+        if (api->field == NULL) return "libcurl lacks " #symbol; \
+    } while (0)
+    CCURL_RESOLVE(global_init, curl_global_init);
+    CCURL_RESOLVE(version, curl_version);
+    CCURL_RESOLVE(easy_init, curl_easy_init);
+    CCURL_RESOLVE(easy_setopt, curl_easy_setopt);
+    CCURL_RESOLVE(easy_getinfo, curl_easy_getinfo);
+    CCURL_RESOLVE(easy_pause, curl_easy_pause);
+    CCURL_RESOLVE(easy_cleanup, curl_easy_cleanup);
+    CCURL_RESOLVE(easy_strerror, curl_easy_strerror);
+    CCURL_RESOLVE(slist_append, curl_slist_append);
+    CCURL_RESOLVE(slist_free_all, curl_slist_free_all);
+    CCURL_RESOLVE(multi_init, curl_multi_init);
+    CCURL_RESOLVE(multi_setopt, curl_multi_setopt);
+    CCURL_RESOLVE(multi_add_handle, curl_multi_add_handle);
+    CCURL_RESOLVE(multi_remove_handle, curl_multi_remove_handle);
+    CCURL_RESOLVE(multi_perform, curl_multi_perform);
+    CCURL_RESOLVE(multi_timeout, curl_multi_timeout);
+    CCURL_RESOLVE(multi_poll, curl_multi_poll);        /* libcurl >= 7.66 */
+    CCURL_RESOLVE(multi_wakeup, curl_multi_wakeup);    /* libcurl >= 7.68 */
+    CCURL_RESOLVE(multi_info_read, curl_multi_info_read);
+    CCURL_RESOLVE(multi_cleanup, curl_multi_cleanup);
+#undef CCURL_RESOLVE
+    return NULL;
+}
 
 /* --- constants Swift cannot import (macros that are expressions) --- */
 
@@ -33,55 +105,61 @@ typedef int (*ccurl_xferinfo_callback)(void *userdata, curl_off_t dltotal, curl_
 /* --- curl_easy_setopt, one helper per argument type --- */
 
 /* Options taking a long (flags, counts, seconds). */
-static inline CURLcode ccurl_easy_setopt_long(CURL *handle, CURLoption option, long value) {
-    return curl_easy_setopt(handle, option, value);
+static inline CURLcode ccurl_easy_setopt_long(const ccurl_api *api, CURL *handle, CURLoption option, long value) {
+    return api->easy_setopt(handle, option, value);
 }
 
 /* Options taking a C string; libcurl copies it (since 7.17), so Swift temporaries are fine. */
-static inline CURLcode ccurl_easy_setopt_string(CURL *handle, CURLoption option, const char *value) {
-    return curl_easy_setopt(handle, option, value);
+static inline CURLcode ccurl_easy_setopt_string(const ccurl_api *api, CURL *handle, CURLoption option,
+                                                const char *value) {
+    return api->easy_setopt(handle, option, value);
 }
 
 /* Options taking an opaque pointer (userdata, curl_slist). */
-static inline CURLcode ccurl_easy_setopt_pointer(CURL *handle, CURLoption option, void *value) {
-    return curl_easy_setopt(handle, option, value);
+static inline CURLcode ccurl_easy_setopt_pointer(const ccurl_api *api, CURL *handle, CURLoption option,
+                                                 void *value) {
+    return api->easy_setopt(handle, option, value);
 }
 
 /* Options taking a curl_off_t (large offsets and sizes). */
-static inline CURLcode ccurl_easy_setopt_off_t(CURL *handle, CURLoption option, curl_off_t value) {
-    return curl_easy_setopt(handle, option, value);
+static inline CURLcode ccurl_easy_setopt_off_t(const ccurl_api *api, CURL *handle, CURLoption option,
+                                               curl_off_t value) {
+    return api->easy_setopt(handle, option, value);
 }
 
 /* CURLOPT_WRITEFUNCTION / CURLOPT_HEADERFUNCTION. */
-static inline CURLcode ccurl_easy_setopt_data_callback(CURL *handle, CURLoption option,
+static inline CURLcode ccurl_easy_setopt_data_callback(const ccurl_api *api, CURL *handle, CURLoption option,
                                                        ccurl_data_callback callback) {
-    return curl_easy_setopt(handle, option, callback);
+    return api->easy_setopt(handle, option, callback);
 }
 
 /* CURLOPT_XFERINFOFUNCTION. */
-static inline CURLcode ccurl_easy_setopt_xferinfo_callback(CURL *handle, ccurl_xferinfo_callback callback) {
-    return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
+static inline CURLcode ccurl_easy_setopt_xferinfo_callback(const ccurl_api *api, CURL *handle,
+                                                           ccurl_xferinfo_callback callback) {
+    return api->easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
 }
 
 /* --- curl_easy_getinfo, one helper per result type --- */
 
-static inline CURLcode ccurl_easy_getinfo_long(CURL *handle, CURLINFO info, long *value) {
-    return curl_easy_getinfo(handle, info, value);
+static inline CURLcode ccurl_easy_getinfo_long(const ccurl_api *api, CURL *handle, CURLINFO info, long *value) {
+    return api->easy_getinfo(handle, info, value);
 }
 
-static inline CURLcode ccurl_easy_getinfo_off_t(CURL *handle, CURLINFO info, curl_off_t *value) {
-    return curl_easy_getinfo(handle, info, value);
+static inline CURLcode ccurl_easy_getinfo_off_t(const ccurl_api *api, CURL *handle, CURLINFO info,
+                                                curl_off_t *value) {
+    return api->easy_getinfo(handle, info, value);
 }
 
 /* The returned string belongs to the handle; copy it before the handle is cleaned up. */
-static inline CURLcode ccurl_easy_getinfo_string(CURL *handle, CURLINFO info, const char **value) {
-    return curl_easy_getinfo(handle, info, value);
+static inline CURLcode ccurl_easy_getinfo_string(const ccurl_api *api, CURL *handle, CURLINFO info,
+                                                 const char **value) {
+    return api->easy_getinfo(handle, info, value);
 }
 
 /* --- curl_multi_setopt --- */
 
-static inline CURLMcode ccurl_multi_setopt_long(CURLM *multi, CURLMoption option, long value) {
-    return curl_multi_setopt(multi, option, value);
+static inline CURLMcode ccurl_multi_setopt_long(const ccurl_api *api, CURLM *multi, CURLMoption option, long value) {
+    return api->multi_setopt(multi, option, value);
 }
 
 /* --- CURLMsg: the union member Swift sees awkwardly --- */

@@ -21,6 +21,18 @@ static inline int clinux_renameat2(int old_directory, const char *old_name, int 
     return (int)syscall(SYS_renameat2, old_directory, old_name, new_directory, new_name, flags);
 }
 
+/* sync_file_range(2) flags (fcntl.h declares them only with _GNU_SOURCE). */
+static const unsigned int CLINUX_SYNC_FILE_RANGE_WAIT_BEFORE = 1U;
+static const unsigned int CLINUX_SYNC_FILE_RANGE_WRITE = 2U;
+static const unsigned int CLINUX_SYNC_FILE_RANGE_WAIT_AFTER = 4U;
+
+/* sync_file_range(2) through the raw system call (glibc declares it only with _GNU_SOURCE):
+ * starts or waits for write-back of a byte range. Not a durability barrier (no metadata, no
+ * disk cache flush): fsync still is; this only moves the bulk of the writing before it. */
+static inline int clinux_sync_file_range(int descriptor, long long offset, long long count, unsigned int flags) {
+    return (int)syscall(SYS_sync_file_range, descriptor, offset, count, flags);
+}
+
 /* fcntl(2) with an int argument (variadic in C). */
 static inline int clinux_fcntl_int(int descriptor, int command, int value) {
     return fcntl(descriptor, command, value);

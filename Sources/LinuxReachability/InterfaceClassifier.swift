@@ -1,5 +1,5 @@
 import Glibc
-import Foundation
+import FoundationEssentials
 
 /// A user rule `PATTERN=TYPE` that wins over every kernel fact.
 public struct ClassificationOverride: Sendable, Hashable {
@@ -23,8 +23,8 @@ public struct ClassificationOverride: Sendable, Hashable {
         guard let equals = text.firstIndex(of: "=") else {
             throw ReachabilityError(.invalidOverride, "\(source): expected PATTERN=TYPE, got '\(text)'")
         }
-        let pattern = text[..<equals].trimmingCharacters(in: .whitespacesAndNewlines)
-        let typeName = text[text.index(after: equals)...].trimmingCharacters(in: .whitespacesAndNewlines).lowercased()
+        let pattern = text[..<equals].trimmingWhitespace()
+        let typeName = text[text.index(after: equals)...].trimmingWhitespace().lowercased()
         guard !pattern.isEmpty else {
             throw ReachabilityError(.invalidOverride, "\(source): missing interface name pattern before '=' in '\(text)'")
         }

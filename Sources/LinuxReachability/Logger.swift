@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A minimal logger shaped like swift-log: libraries accept one and never create one.
 ///
@@ -41,7 +44,7 @@ public struct Logger: Sendable {
     public init(label: String, minimumLevel: Level = .info, sink: (@Sendable (String) -> Void)? = nil) {
         self.label = label
         self.minimumLevel = minimumLevel
-        self.sink = sink ?? { line in FileHandle.standardError.write(Data((line + "\n").utf8)) }
+        self.sink = sink ?? { line in Self.writeToStandardError(line + "\n") }
     }
 
     private init(silentLabel: String) {
@@ -58,7 +61,7 @@ public struct Logger: Sendable {
                     metadata: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
         guard let sink, level >= minimumLevel else { return }
         let fields = metadata().map { "\($0.key)=\($0.value)" }.joined(separator: " ")
-        let time = Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date())
+        let time = Timestamp.iso8601(Date())
         sink("\(time) \(level.name) \(label): \(fields.isEmpty ? "" : fields + " ")\(message())")
     }
 
@@ -77,5 +80,20 @@ public struct Logger: Sendable {
     /// Logs at error level.
     public func error(_ message: @autoclosure () -> String, metadata: @autoclosure () -> KeyValuePairs<String, String> = [:]) {
         log(.error, message(), metadata: metadata())
+    }
+
+    /// Writes the whole line to fd 2, retrying short writes and EINTR; drops it on any other error
+    /// (a logger has nowhere to report its own failure).
+    static func writeToStandardError(_ line: String) {
+        var line = line
+        line.withUTF8 { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let count = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { return }
+                offset += count
+            }
+        }
     }
 }

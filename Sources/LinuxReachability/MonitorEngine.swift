@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Synchronization
 
@@ -189,9 +189,7 @@ final class MonitorEngine: Sendable {
     func start() throws {
         try resynchronise()
         state.withLock { $0.isRunning = true }
-        let thread = Thread { [self] in run() }
-        thread.name = "reachability.path-monitor"
-        thread.start()
+        SystemThread.detach(name: "path-monitor") { [self] in run() }
     }
 
     func cancel() {

@@ -1,5 +1,6 @@
 import CNetlink
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Glibc
 import Synchronization
 
@@ -182,7 +183,7 @@ enum NetworkNamespace {
         defer { Glibc.close(fd) }
         let result = Mutex<Result<T, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
-        let thread = Thread {
+        SystemThread.detach(name: "netns-enter") {
             let rc = cnl_setns_net(fd)
             if rc < 0 {
                 let message = rc == -EPERM
@@ -194,7 +195,6 @@ enum NetworkNamespace {
             }
             done.signal()
         }
-        thread.start()
         done.wait()
         return try result.withLock { $0! }.get()
     }

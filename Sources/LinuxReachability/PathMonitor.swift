@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// Watches rtnetlink and publishes the current `NetworkPath`, like Network.framework's `NWPathMonitor`.

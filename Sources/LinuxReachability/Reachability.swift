@@ -1,10 +1,14 @@
 import Dispatch
+// Foundation (not only FoundationEssentials) for NotificationCenter, used only by the members
+// emitted into the caller's module (@_alwaysEmitIntoClient): the facade's own code links nothing
+// of Foundation proper, so programs that never build a `Reachability` (the CLI) get no ICU.
 import Foundation
 import Synchronization
 
 extension Notification.Name {
     /// Posted (object: the `Reachability`) when the connection changes, as in Reachability.swift.
-    public static let reachabilityChanged = Notification.Name("reachabilityChanged")
+    @_alwaysEmitIntoClient
+    public static var reachabilityChanged: Notification.Name { Notification.Name("reachabilityChanged") }
 }
 
 /// A Reachability.swift-shaped facade over `PathMonitor`, so iOS code ports with few edits.
@@ -37,14 +41,29 @@ public final class Reachability: Sendable {
     /// Queue on which the closures run and the notification is posted.
     public let callbackQueue: DispatchQueue
     /// Where `.reachabilityChanged` is posted.
-    public let notificationCenter: NotificationCenter
+    @_alwaysEmitIntoClient
+    public var notificationCenter: NotificationCenter { notificationCenterObject as! NotificationCenter }
+    /// The NotificationCenter, typed so this module's code needs none of Foundation proper.
+    @usableFromInline let notificationCenterObject: any AnyObject & Sendable
+    /// Posts `.reachabilityChanged` (a closure built in the caller's module).
+    private let postChange: @Sendable (Reachability) -> Void
 
     /// Creates a facade; nothing is watched until `startNotifier()`.
-    public init(configuration: PathMonitor.Configuration = .init(), callbackQueue: DispatchQueue = .main,
-                notificationCenter: NotificationCenter = .default) {
+    @_alwaysEmitIntoClient
+    public convenience init(configuration: PathMonitor.Configuration = .init(), callbackQueue: DispatchQueue = .main,
+                            notificationCenter: NotificationCenter = .default) {
+        self.init(configuration: configuration, callbackQueue: callbackQueue, notificationCenter: notificationCenter) {
+            notificationCenter.post(name: .reachabilityChanged, object: $0)
+        }
+    }
+
+    @usableFromInline
+    init(configuration: PathMonitor.Configuration, callbackQueue: DispatchQueue,
+         notificationCenter: any AnyObject & Sendable, post: @escaping @Sendable (Reachability) -> Void) {
         monitor = PathMonitor(configuration: configuration)
         self.callbackQueue = callbackQueue
-        self.notificationCenter = notificationCenter
+        notificationCenterObject = notificationCenter
+        postChange = post
     }
 
     /// Runs when the path becomes reachable or moves to another interface.
@@ -98,7 +117,7 @@ public final class Reachability: Sendable {
         guard changed else { return }
         callbackQueue.async { [self] in
             action?(self)
-            notificationCenter.post(name: .reachabilityChanged, object: self)
+            postChange(self)
         }
     }
 

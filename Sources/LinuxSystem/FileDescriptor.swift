@@ -80,6 +80,21 @@ package struct FileDescriptor: Sendable, Hashable {
 
     package func sync() throws(Errno) { try Syscall.fsync(rawValue) }
 
+    /// fdatasync: the data and what is needed to read it back (the size), not timestamps.
+    package func syncData() throws(Errno) { try Syscall.fdatasync(rawValue) }
+
+    /// Starts write-back of `count` bytes at `offset` without waiting (sync_file_range WRITE).
+    /// Not a durability barrier: `syncData()` still is, but has little left to write.
+    package func startWriteBack(offset: Int64, count: Int64) throws(Errno) {
+        try Syscall.syncFileRange(rawValue, offset, count, waiting: false)
+    }
+
+    /// Writes back `count` bytes at `offset` and waits until they have reached the device
+    /// (sync_file_range WAIT_BEFORE | WRITE | WAIT_AFTER), which bounds the dirty page cache.
+    package func waitForWriteBack(offset: Int64, count: Int64) throws(Errno) {
+        try Syscall.syncFileRange(rawValue, offset, count, waiting: true)
+    }
+
     package func truncate(to length: Int64) throws(Errno) { try Syscall.ftruncate(rawValue, length) }
 
     package func setPermissions(_ mode: UInt32) throws(Errno) { try Syscall.fchmod(rawValue, mode_t(mode)) }

@@ -78,6 +78,18 @@ enum Syscall {
         try valueOrErrno { Glibc.fsync(descriptor) }
     }
 
+    static func fdatasync(_ descriptor: Int32) throws(Errno) {
+        try valueOrErrno { Glibc.fdatasync(descriptor) }
+    }
+
+    /// sync_file_range: WRITE only (start write-back), or WAIT_BEFORE | WRITE | WAIT_AFTER.
+    static func syncFileRange(_ descriptor: Int32, _ offset: Int64, _ count: Int64, waiting: Bool) throws(Errno) {
+        let flags = waiting
+            ? CLINUX_SYNC_FILE_RANGE_WAIT_BEFORE | CLINUX_SYNC_FILE_RANGE_WRITE | CLINUX_SYNC_FILE_RANGE_WAIT_AFTER
+            : CLINUX_SYNC_FILE_RANGE_WRITE
+        try valueOrErrno { clinux_sync_file_range(descriptor, offset, count, flags) }
+    }
+
     static func ftruncate(_ descriptor: Int32, _ length: Int64) throws(Errno) {
         try valueOrErrno { Glibc.ftruncate(descriptor, off_t(length)) }
     }

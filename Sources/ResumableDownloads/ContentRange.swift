@@ -1,3 +1,5 @@
+import LinuxReachability
+
 /// A parsed `Content-Range` header value (RFC 9110 §14.4), bytes unit only.
 ///
 /// `bytes 100-199/1000` has `range` 100...199 and `totalLength` 1000; `bytes */1000` (sent with
@@ -47,16 +49,5 @@ struct ContentRange: Hashable, Sendable {
     private static func number(_ text: Substring) -> Int64? {
         guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
         return Int64(text)
-    }
-}
-
-extension StringProtocol {
-    /// The text without leading and trailing spaces, tabs, CR and LF.
-    func trimmingWhitespace() -> String {
-        // "\r\n" is one Character (grapheme cluster), so it is listed on its own.
-        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\n" || $0 == "\r\n" }
-        guard let start = firstIndex(where: { !isSpace($0) }), let end = lastIndex(where: { !isSpace($0) })
-        else { return "" }
-        return String(self[start...end])
     }
 }

@@ -1,16 +1,37 @@
 // The only file in ResumableDownloads that imports CCurl: thin wrappers over libcurl. C types stay
 // in here; the rest of the module sees Swift types only.
 import CCurl
-import Foundation
+import FoundationEssentials
+import Glibc
 
-/// Process-wide libcurl setup.
+/// Process-wide libcurl setup: the library is loaded on first use (see CCurl/shim.h).
 enum Curl {
-    /// `curl_global_init` is not thread-safe and must run once before any other call; a lazy
-    /// static is initialised exactly once (swift_once).
-    static let isInitialized: Bool = curl_global_init(CCURL_GLOBAL_DEFAULT) == CURLE_OK
+    /// The loaded library, or why it could not be loaded and initialised. A lazy static is
+    /// initialised exactly once (swift_once), which `curl_global_init` (not thread-safe) needs.
+    private static let loaded: Result<API, DownloadError> = {
+        var table = ccurl_api()
+        if let failure = ccurl_load(&table) {
+            return .failure(DownloadError.invalidRequest.with(description:
+                "cannot load \(CCURL_LIBRARY) (\(String(cString: failure))); install libcurl (Debian: libcurl4)"))
+        }
+        guard table.global_init(CCURL_GLOBAL_DEFAULT) == CURLE_OK else {
+            return .failure(DownloadError.invalidRequest.with(description: "libcurl could not be initialised"))
+        }
+        let api = UnsafeMutablePointer<ccurl_api>.allocate(capacity: 1)   // never freed: the process's libcurl
+        api.initialize(to: table)
+        return .success(API(table: api))
+    }()
 
-    /// libcurl's version string, e.g. `libcurl/7.88.1 OpenSSL/3.0.11 ...`.
-    static var version: String { String(cString: curl_version()) }
+    /// The function table, loading libcurl if needed.
+    static func api() throws(DownloadError) -> API { try loaded.get() }
+
+    /// libcurl's version string, e.g. `libcurl/7.88.1 OpenSSL/3.0.11 ...`, or nil when it cannot be loaded.
+    static var version: String? { (try? api())?.table.pointee.version().map { String(cString: $0) } }
+
+    /// The loaded function table. Immutable once loaded, so it may be shared between threads.
+    struct API: @unchecked Sendable {
+        let table: UnsafeMutablePointer<ccurl_api>
+    }
 }
 
 /// What the write callback tells libcurl.
@@ -61,13 +82,15 @@ struct CurlRequestOptions {
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
 final class CurlEasy {
     let handle: UnsafeMutableRawPointer
+    private let api: UnsafeMutablePointer<ccurl_api>
     private var headerList: UnsafeMutablePointer<curl_slist>?
 
     /// Creates and configures a handle; `context` is passed back to the callbacks unretained (the
     /// engine keeps the context alive until after `cleanup()`).
     init?(options: CurlRequestOptions, context: Unmanaged<TransferContext>) {
-        guard Curl.isInitialized, let handle = curl_easy_init() else { return nil }
+        guard let api = try? Curl.api().table, let handle = api.pointee.easy_init() else { return nil }
         self.handle = handle
+        self.api = api
         let userdata = context.toOpaque()
 
         setLong(CURLOPT_NOSIGNAL, 1)   // we run on our own thread; no SIGALRM for DNS timeouts
@@ -97,7 +120,7 @@ final class CurlEasy {
             setLong(CURLOPT_SSL_VERIFYHOST, 0)
         }
         if let rate = options.maximumBytesPerSecond, rate > 0 {
-            _ = ccurl_easy_setopt_off_t(handle, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(rate))
+            _ = ccurl_easy_setopt_off_t(api, handle, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(rate))
         }
         if let proxy = options.proxy { setString(CURLOPT_PROXY, proxy) }
         if options.sendsRange { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
@@ -109,17 +132,17 @@ final class CurlEasy {
         // A CR or LF would let a header value start another header (or end the head) on the wire;
         // HeaderValidation refuses them up front, and this keeps them off the wire regardless.
         headers += options.additionalHeaders.filter { HeaderValidation.isSafeOnTheWire($0) }
-        for header in headers { headerList = curl_slist_append(headerList, header) }
+        for header in headers { headerList = api.pointee.slist_append(headerList, header) }
         setPointer(CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))
 
-        ccurl_easy_setopt_data_callback(handle, CURLOPT_HEADERFUNCTION) { buffer, size, count, userdata in
+        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_HEADERFUNCTION) { buffer, size, count, userdata in
             guard let buffer, let userdata else { return 0 }
             let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
             let bytes = UnsafeRawBufferPointer(start: buffer, count: size * count)
             return context.didReceiveHeaderLine(bytes) ? size * count : 0
         }
         setPointer(CURLOPT_HEADERDATA, userdata)
-        ccurl_easy_setopt_data_callback(handle, CURLOPT_WRITEFUNCTION) { buffer, size, count, userdata in
+        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_WRITEFUNCTION) { buffer, size, count, userdata in
             guard let buffer, let userdata else { return 0 }
             let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
             switch context.didReceiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count)) {
@@ -134,14 +157,14 @@ final class CurlEasy {
     /// The status code of the response being received (valid inside callbacks).
     var responseCode: Int {
         var code = 0
-        _ = ccurl_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)
+        _ = ccurl_easy_getinfo_long(api, handle, CURLINFO_RESPONSE_CODE, &code)
         return code
     }
 
     /// How long the TCP (and proxy) connection took to set up, once connected.
     var connectTime: Duration? {
         var microseconds: curl_off_t = 0
-        guard ccurl_easy_getinfo_off_t(handle, CURLINFO_CONNECT_TIME_T, &microseconds) == CURLE_OK, microseconds > 0 else {
+        guard ccurl_easy_getinfo_off_t(api, handle, CURLINFO_CONNECT_TIME_T, &microseconds) == CURLE_OK, microseconds > 0 else {
             return nil
         }
         return .microseconds(Int64(microseconds))
@@ -152,10 +175,10 @@ final class CurlEasy {
         var code = 0, osErrno = 0
         var connectTime: curl_off_t = 0
         var localIP: UnsafePointer<CChar>?
-        _ = ccurl_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)
-        _ = ccurl_easy_getinfo_long(handle, CURLINFO_OS_ERRNO, &osErrno)
-        _ = ccurl_easy_getinfo_off_t(handle, CURLINFO_CONNECT_TIME_T, &connectTime)
-        _ = ccurl_easy_getinfo_string(handle, CURLINFO_LOCAL_IP, &localIP)
+        _ = ccurl_easy_getinfo_long(api, handle, CURLINFO_RESPONSE_CODE, &code)
+        _ = ccurl_easy_getinfo_long(api, handle, CURLINFO_OS_ERRNO, &osErrno)
+        _ = ccurl_easy_getinfo_off_t(api, handle, CURLINFO_CONNECT_TIME_T, &connectTime)
+        _ = ccurl_easy_getinfo_string(api, handle, CURLINFO_LOCAL_IP, &localIP)
         let local = localIP.map { String(cString: $0) }
         return CurlTransferInfo(responseCode: code, osErrno: Int32(truncatingIfNeeded: osErrno),
                                 didConnect: connectTime > 0 || code > 0,
@@ -163,41 +186,47 @@ final class CurlEasy {
     }
 
     /// Resumes a transfer paused by `BodyDisposition.pause`; may call the write callback at once.
-    func unpause() { _ = curl_easy_pause(handle, CCURL_PAUSE_CONT) }
+    func unpause() { _ = api.pointee.easy_pause(handle, CCURL_PAUSE_CONT) }
 
     /// Frees the handle and header list; the handle must already be removed from its multi.
     func cleanup() {
-        curl_easy_cleanup(handle)
-        curl_slist_free_all(headerList)
+        api.pointee.easy_cleanup(handle)
+        api.pointee.slist_free_all(headerList)
         headerList = nil
     }
 
-    private func setLong(_ option: CURLoption, _ value: Int) { _ = ccurl_easy_setopt_long(handle, option, value) }
-    private func setString(_ option: CURLoption, _ value: String) { _ = ccurl_easy_setopt_string(handle, option, value) }
+    private func setLong(_ option: CURLoption, _ value: Int) { _ = ccurl_easy_setopt_long(api, handle, option, value) }
+    private func setString(_ option: CURLoption, _ value: String) { _ = ccurl_easy_setopt_string(api, handle, option, value) }
     private func setPointer(_ option: CURLoption, _ value: UnsafeMutableRawPointer?) {
-        _ = ccurl_easy_setopt_pointer(handle, option, value)
+        _ = ccurl_easy_setopt_pointer(api, handle, option, value)
     }
 }
 
 /// A libcurl multi handle. Not thread-safe except `wakeup()`: confined to the engine thread.
 struct CurlMulti {
     let handle: UnsafeMutableRawPointer
+    private let api: UnsafeMutablePointer<ccurl_api>
 
-    init?() {
-        guard Curl.isInitialized, let handle = curl_multi_init() else { return nil }
+    /// Loads libcurl if needed; throws when it cannot be loaded or a multi handle cannot be made.
+    init() throws(DownloadError) {
+        let api = try Curl.api().table
+        guard let handle = api.pointee.multi_init() else {
+            throw DownloadError.invalidRequest.with(description: "libcurl could not create a multi handle")
+        }
         self.handle = handle
+        self.api = api
     }
 
     /// Adds a configured handle; false when libcurl refuses.
-    func add(_ easy: CurlEasy) -> Bool { curl_multi_add_handle(handle, easy.handle) == CURLM_OK }
+    func add(_ easy: CurlEasy) -> Bool { api.pointee.multi_add_handle(handle, easy.handle) == CURLM_OK }
 
-    func remove(_ easy: CurlEasy) { _ = curl_multi_remove_handle(handle, easy.handle) }
+    func remove(_ easy: CurlEasy) { _ = api.pointee.multi_remove_handle(handle, easy.handle) }
 
     /// Drives every transfer as far as it goes without blocking; returns the number still running.
     @discardableResult
     func perform() -> Int {
         var running: Int32 = 0
-        _ = curl_multi_perform(handle, &running)
+        _ = api.pointee.multi_perform(handle, &running)
         return Int(running)
     }
 
@@ -205,27 +234,27 @@ struct CurlMulti {
     func poll(milliseconds: Int) {
         var ready: Int32 = 0
         var timeout = 0
-        _ = curl_multi_timeout(handle, &timeout)
+        _ = api.pointee.multi_timeout(handle, &timeout)
         let wait = timeout < 0 ? milliseconds : min(timeout, milliseconds)
-        _ = curl_multi_poll(handle, nil, 0, Int32(wait), &ready)
+        _ = api.pointee.multi_poll(handle, nil, 0, Int32(wait), &ready)
     }
 
     /// Interrupts `poll` from any thread (libcurl documents curl_multi_wakeup as thread-safe).
-    func wakeup() { _ = curl_multi_wakeup(handle) }
+    func wakeup() { _ = api.pointee.multi_wakeup(handle) }
 
     /// The next finished transfer: its easy handle and nil for success or the failure.
     func nextCompleted() -> (handle: UnsafeMutableRawPointer, failure: TransferFailure?, detail: String)? {
         var queued: Int32 = 0
-        while let message = curl_multi_info_read(handle, &queued) {
+        while let message = api.pointee.multi_info_read(handle, &queued) {
             guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
             let code = ccurl_message_result(message)
-            let detail = String(cString: curl_easy_strerror(code))
+            let detail = api.pointee.easy_strerror(code).map { String(cString: $0) } ?? "libcurl error \(code.rawValue)"
             return (easy, code == CURLE_OK ? nil : TransferFailure(code), detail)
         }
         return nil
     }
 
-    func cleanup() { _ = curl_multi_cleanup(handle) }
+    func cleanup() { _ = api.pointee.multi_cleanup(handle) }
 }
 
 extension TransferFailure {

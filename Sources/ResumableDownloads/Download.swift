@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// One download managed by a `DownloadAgent`: its state, progress and events.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import LinuxReachability
 
 /// What a driver's mailbox carries: inputs for its machine, from the engine thread, timers, the

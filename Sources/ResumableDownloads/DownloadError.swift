@@ -1,4 +1,10 @@
+// Foundation (not only FoundationEssentials) for `URLError`, used only by the two members emitted
+// into the caller's module (@_alwaysEmitIntoClient), so this module's code links nothing of
+// Foundation proper: a program that never asks for a URLError gets no ICU.
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import LinuxSystem
 
 /// Why a download failed, with the closest Foundation `URLError` for code ported from Apple
@@ -8,7 +14,7 @@ import LinuxSystem
 /// `error == .networkConnectionLost` works whatever the message.
 public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible {
     enum Code: Hashable, Sendable {
-        /// A transport failure; the payload is the `URLError.Code` raw value.
+        /// A transport failure; the payload is the `URLError` code number.
         case transport(Int)
         case httpStatus
         case badServerResponse
@@ -28,23 +34,28 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
     /// What went wrong, for people.
     public let description: String
     /// The closest `URLError` code, as URLSession would report it.
-    public let urlErrorCode: URLError.Code
+    @_alwaysEmitIntoClient
+    public var urlErrorCode: URLError.Code { (URLError.Code(rawValue: errorCode) ?? .unknown) }
+    /// The closest `URLError` code's number (-1005 for a lost connection), as `URLError.errorCode`.
+    public var errorCode: Int { urlCode.rawValue }
+    /// The same code, inside the package (no Foundation proper needed).
+    package let urlCode: URLErrorCode
     /// The HTTP status that ended the download, for `httpStatus` errors.
     public let httpStatusCode: Int?
     /// The OS `errno` behind a transport or file-system failure, when known.
     public let osErrorCode: Int32?
 
-    init(_ code: Code, _ description: String, urlErrorCode: URLError.Code, httpStatusCode: Int? = nil,
+    init(_ code: Code, _ description: String, urlErrorCode: URLErrorCode, httpStatusCode: Int? = nil,
          osErrorCode: Int32? = nil) {
         self.code = code
         self.description = description
-        self.urlErrorCode = urlErrorCode
+        self.urlCode = urlErrorCode
         self.httpStatusCode = httpStatusCode
         self.osErrorCode = osErrorCode
     }
 
     /// A transport error for `urlErrorCode`.
-    static func transport(_ urlErrorCode: URLError.Code, _ description: String? = nil,
+    static func transport(_ urlErrorCode: URLErrorCode, _ description: String? = nil,
                           osErrorCode: Int32? = nil) -> DownloadError {
         var text = description ?? Self.defaultDescription(urlErrorCode)
         if let osErrorCode, osErrorCode != 0 { text += " (\(String(cString: strerror(osErrorCode))))" }
@@ -53,11 +64,12 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
     }
 
     /// The error as a Foundation `URLError`, with this description and the failing URL.
+    @_alwaysEmitIntoClient
     public func urlError(failingURL: URL? = nil) -> URLError {
         var info: [String: Any] = [NSLocalizedDescriptionKey: description]
         if let failingURL { info[NSURLErrorFailingURLErrorKey] = failingURL }
         if let osErrorCode { info[NSUnderlyingErrorKey] = NSError(domain: NSPOSIXErrorDomain, code: Int(osErrorCode)) }
-        return URLError(urlErrorCode, userInfo: info)
+        return URLError((URLError.Code(rawValue: errorCode) ?? .unknown), userInfo: info)
     }
 
     /// Whether the download keeps its partial data and resume record, so `resume()` continues
@@ -67,7 +79,7 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
         case .transport:
             // A bad URL or redirect chain will not get better; a network or TLS trust problem may
             // (reconnect, install the CA), so the stored bytes are kept for those.
-            return ![.unsupportedURL, .badURL, .httpTooManyRedirects, .badServerResponse, .cancelled].contains(urlErrorCode)
+            return ![.unsupportedURL, .badURL, .httpTooManyRedirects, .badServerResponse, .cancelled].contains(urlCode)
         case .diskFull, .fileSystem, .connectivityTimeout, .destinationExists, .destinationInUse:
             return true
         case .httpStatus:
@@ -154,7 +166,7 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
 
     /// A copy with a more specific message.
     func with(description: String) -> DownloadError {
-        DownloadError(code, description, urlErrorCode: urlErrorCode, httpStatusCode: httpStatusCode,
+        DownloadError(code, description, urlErrorCode: urlCode, httpStatusCode: httpStatusCode,
                       osErrorCode: osErrorCode)
     }
 
@@ -169,7 +181,7 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
                              osErrorCode: number)
     }
 
-    private static func defaultDescription(_ code: URLError.Code) -> String {
+    private static func defaultDescription(_ code: URLErrorCode) -> String {
         switch code {
         case .networkConnectionLost: "the network connection was lost"
         case .notConnectedToInternet: "not connected to the network"

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Which downloads hold one of the `maximumConcurrentDownloads` slots (their driver runs) and
 /// which wait in line for one. Pure bookkeeping; the agent starts and ends the drivers.

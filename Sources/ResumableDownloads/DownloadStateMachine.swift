@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Every recovery decision of one download, as a pure state machine: it is fed what happened
 /// (bytes arrived, a stall suspected, a race decided, an attempt ended with a classified result,
@@ -529,7 +529,7 @@ struct DownloadStateMachine: Sendable {
         case .notPossible:
             attempt.race = .unavailable
         case .racerFailed(let result):
-            if case .transport(let error) = result, RetryClass(error.urlErrorCode) == .connectionLevel {
+            if case .transport(let error) = result, RetryClass(error.urlCode) == .connectionLevel {
                 // A fresh connection cannot reach the server either: the old one is dead too.
                 attempt.race = .unavailable
                 if attempt.stop == nil {
@@ -562,7 +562,7 @@ struct DownloadStateMachine: Sendable {
         // to connect (then it waits for the next probe like the others).
         var isRegistered = false
         if attempt.isProbe, !attempt.sawResponse {
-            if attempt.stop == nil, case .transport(let error) = result, RetryClass(error.urlErrorCode) == .connectionLevel,
+            if attempt.stop == nil, case .transport(let error) = result, RetryClass(error.urlCode) == .connectionLevel,
                path.isUsable {
                 actions.append(.reportServer(reachable: false))
                 isRegistered = true
@@ -622,7 +622,7 @@ struct DownloadStateMachine: Sendable {
             return actions + exit(.failed(error))
 
         case .transport(let error):
-            switch RetryClass(error.urlErrorCode) {
+            switch RetryClass(error.urlCode) {
             case .permanent:
                 return actions + exit(.failed(error))
             case .counted:

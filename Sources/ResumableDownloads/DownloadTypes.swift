@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Per-download choices.
 public struct DownloadOptions: Sendable, Hashable, Codable {

@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxSystem
 import Synchronization
 
@@ -26,6 +27,9 @@ final class PartialFile: Sendable {
         var lowWater: Int
         /// Checkpoint (fsync + record) after this many new bytes.
         var checkpointInterval: Int64
+        /// Start write-back every this many bytes and wait for the window before (see
+        /// `WriteBackWindow`); zero leaves write-back to the kernel.
+        var writeBackWindow: Int64 = 4 << 20
         /// Test hook simulating a slow disk: the writer waits this long before each chunk.
         var simulatedWriteDelay: Duration? = nil
     }
@@ -52,6 +56,8 @@ final class PartialFile: Sendable {
         var onRestartFromZero: (@Sendable (String) -> Void)?
         var isClosed = false
         var statistics = Statistics()
+        /// Write-back pacing (applied on the write queue); nil once the file system refused it.
+        var writeBack: WriteBackWindow?
     }
 
     /// The partial file's path, for messages.
@@ -111,9 +117,16 @@ final class PartialFile: Sendable {
             file.close()
             throw error
         }
+        if record.expectedSHA256 != nil {
+            do { try SHA256.checkAvailable() } catch { file.close(); throw error }
+        }
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
         hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256())
-        state = Mutex(State(record: record, writtenEnd: record.verifiedOffset))
+        var initial = State(record: record, writtenEnd: record.verifiedOffset)
+        if limits.writeBackWindow > 0 {
+            initial.writeBack = WriteBackWindow(window: limits.writeBackWindow, from: record.verifiedOffset)
+        }
+        state = Mutex(initial)
     }
 
     /// Removes a download's partial file (only when it is a regular file of ours that no other
@@ -180,6 +193,7 @@ final class PartialFile: Sendable {
                 state.record.observedEntityTag = acceptance.observedEntityTag
                 state.writtenEnd = 0
                 state.bytesSinceCheckpoint = 0
+                state.writeBack?.reset(to: 0)
                 return (true, state.onRestartFromZero)
             }
             if acceptance.entityTag != nil { state.record.entityTag = acceptance.entityTag }
@@ -239,11 +253,13 @@ final class PartialFile: Sendable {
             // Hashed from the very buffer that reached the file, and only once it did.
             if failure == 0 { hash(data, at: offset) }
         }
-        let (drained, needsCheckpoint) = state.withLock { state -> ((@Sendable () -> Void)?, Bool) in
+        let (drained, needsCheckpoint, writeBack) = state.withLock { state -> ((@Sendable () -> Void)?, Bool, [WriteBackWindow.Action]) in
             state.pendingBytes -= data.count
+            var writeBack: [WriteBackWindow.Action] = []
             if !skip {
                 state.writtenEnd = max(state.writtenEnd, offset + Int64(written))
                 state.bytesSinceCheckpoint += Int64(written)
+                writeBack = state.writeBack?.written(upTo: state.writtenEnd) ?? []
             }
             if failure != 0, state.writeError == nil {
                 state.writeError = DownloadError.fileSystem("write", path: path, errno: failure)
@@ -254,10 +270,28 @@ final class PartialFile: Sendable {
                 drained = state.onDrained
             }
             let due = state.writeError == nil && state.bytesSinceCheckpoint >= limits.checkpointInterval
-            return (drained, due)
+            return (drained, due, writeBack)
         }
+        apply(writeBack)
         if needsCheckpoint { try? checkpointOnQueue() }
         drained?()
+    }
+
+    /// Starts or waits for write-back. Waiting here holds up the write queue, so a disk slower
+    /// than the network pauses the transfer (backpressure) instead of piling up dirty pages.
+    /// Errors only switch pacing off: fsync, at checkpoints and completion, reports real ones.
+    private func apply(_ actions: [WriteBackWindow.Action]) {
+        for action in actions {
+            do {
+                switch action {
+                case .start(let range): try file.startWriteBack(offset: range.lowerBound, count: range.upperBound - range.lowerBound)
+                case .wait(let range): try file.waitForWriteBack(offset: range.lowerBound, count: range.upperBound - range.lowerBound)
+                }
+            } catch {
+                state.withLock { $0.writeBack = nil }
+                return
+            }
+        }
     }
 
     /// Feeds written bytes to the running hash when they continue it; a gap (resume from a
@@ -311,8 +345,9 @@ final class PartialFile: Sendable {
         try record.write(to: stateDirectory)
     }
 
+    /// fdatasync: the data and the size (timestamps need no barrier).
     private func sync() throws {
-        do { try file.sync() } catch { throw DownloadError.fileSystem("fsync", path: path, errno: error.rawValue) }
+        do { try file.syncData() } catch { throw DownloadError.fileSystem("fsync", path: path, errno: error.rawValue) }
     }
 
     private func truncate(to length: Int64) throws {
@@ -352,6 +387,7 @@ final class PartialFile: Sendable {
             try truncate(to: 0)
             state.withLock {
                 $0.record.resetEntity(entityTag: nil, lastModified: nil, totalLength: nil)
+                $0.writeBack?.reset(to: 0)
                 $0.writtenEnd = 0
                 $0.bytesSinceCheckpoint = 0
                 $0.writeError = nil

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import LinuxReachability
 
 /// The agent's view of the network path for its downloads: the latest path, what it means for

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import LinuxReachability
 
 /// Which proxy libcurl will use for a URL, by its own rules, so errors can name it:
 /// an explicit proxy wins ("" means none); else `no_proxy`/`NO_PROXY` may exclude the host; else
@@ -23,7 +25,7 @@ public enum ProxyEnvironment {
     /// matches the host itself or any name under it (a leading dot is optional).
     static func excludes(host: String, _ list: String) -> Bool {
         for raw in list.split(separator: ",") {
-            var entry = raw.trimmingCharacters(in: .whitespaces).lowercased()
+            var entry = raw.trimmingWhitespace().lowercased()
             if entry == "*" { return true }
             if entry.hasPrefix(".") { entry.removeFirst() }
             if entry.isEmpty { continue }

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import LinuxReachability
 
 /// The final header block of one HTTP response.
 struct ResponseHead: Sendable, Hashable {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxSystem
 
 /// Everything needed to continue a download after a crash or relaunch, stored as versioned JSON

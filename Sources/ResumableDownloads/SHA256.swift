@@ -1,5 +1,6 @@
 // The only file that imports CCrypto: the project's one SHA-256, libcrypto's, so debug and release
-// builds both hash at libcrypto speed. The C context stays in here; callers see Swift types.
+// builds both hash at libcrypto speed. libcrypto is loaded on first use (CCrypto/shim.h). The C
+// context stays in here; callers see Swift types.
 import CCrypto
 import FoundationEssentials
 #if canImport(Glibc)
@@ -11,25 +12,58 @@ import Glibc
 /// Not thread-safe and not Sendable: one owner feeds it (`PartialFile` keeps it behind a lock used
 /// only by its write queue).
 package final class SHA256 {
+    /// The loaded function table, or why libcrypto could not be loaded (once per process).
+    private static let loaded: Result<Library, DownloadError> = {
+        var table = ccrypto_api()
+        if let failure = ccrypto_load(&table) {
+            return .failure(DownloadError.fileSystem.with(description: "cannot load \(String(cString: ccrypto_library_name())) "
+                + "for SHA-256 (\(String(cString: failure))); install OpenSSL (Debian: libssl3)"))
+        }
+        let api = UnsafeMutablePointer<ccrypto_api>.allocate(capacity: 1)   // never freed: the process's libcrypto
+        api.initialize(to: table)
+        return .success(Library(table: api))
+    }()
+
+    /// The loaded function table. Immutable once loaded, so it may be shared between threads.
+    private struct Library: @unchecked Sendable {
+        let table: UnsafeMutablePointer<ccrypto_api>
+    }
+
+    private let api: UnsafeMutablePointer<ccrypto_api>
     private let context: OpaquePointer
     private var isFinished = false
     /// How many bytes have been hashed (for a file: the prefix of the file covered so far).
     package private(set) var hashedLength: Int64 = 0
 
-    /// A fresh digest. libcrypto fails here only when it cannot allocate, like any Swift allocation.
+    /// Throws, with what to install, when libcrypto cannot be loaded. Call it before a digest is
+    /// needed where a missing library must be a clean error (a download with --sha256).
+    package static func checkAvailable() throws(DownloadError) {
+        _ = try loaded.get()
+    }
+
+    /// A fresh digest. libcrypto is a dependency of the package (libcurl's TLS uses the same
+    /// library), so a process without it traps here, naming the library; `checkAvailable()` turns
+    /// that into an error up front. Creating the context fails only when it cannot allocate,
+    /// which also traps, like any Swift allocation.
     package init() {
-        guard let context = ccrypto_sha256_new() else {
+        let api: UnsafeMutablePointer<ccrypto_api>
+        switch Self.loaded {
+        case .success(let library): api = library.table
+        case .failure(let error): fatalError("\(error)")
+        }
+        guard let context = ccrypto_sha256_new(api) else {
             fatalError("libcrypto could not create a SHA-256 context (out of memory)")
         }
+        self.api = api
         self.context = context
     }
 
-    deinit { ccrypto_sha256_free(context) }
+    deinit { ccrypto_sha256_free(api, context) }
 
     /// Hashes the next bytes.
     package func update(_ bytes: UnsafeRawBufferPointer) {
         guard !isFinished, let base = bytes.baseAddress, !bytes.isEmpty else { return }
-        _ = ccrypto_sha256_update(context, base, bytes.count)
+        _ = ccrypto_sha256_update(api, context, base, bytes.count)
         hashedLength += Int64(bytes.count)
     }
 
@@ -48,20 +82,25 @@ package final class SHA256 {
 
     /// The lowercase hex digest of everything hashed; the digest cannot be fed afterwards.
     package func finalize() -> String {
+        Self.hexString(finalizeBytes())
+    }
+
+    /// The 32 digest bytes of everything hashed; the digest cannot be fed afterwards.
+    package func finalizeBytes() -> [UInt8] {
         isFinished = true
         var digest = [UInt8](repeating: 0, count: Int(CCRYPTO_SHA256_LENGTH))
-        guard ccrypto_sha256_final(context, &digest) == 1 else {
+        guard ccrypto_sha256_final(api, context, &digest) == 1 else {
             fatalError("libcrypto failed to finalise a SHA-256 digest")
         }
-        return Self.hexString(digest)
+        return digest
     }
 
     /// The lowercase hex digest of what has been hashed so far, leaving this digest open for more.
     package func currentHex() -> String {
-        guard !isFinished, let copy = ccrypto_sha256_copy(context) else { return "" }
-        defer { ccrypto_sha256_free(copy) }
+        guard !isFinished, let copy = ccrypto_sha256_copy(api, context) else { return "" }
+        defer { ccrypto_sha256_free(api, copy) }
         var digest = [UInt8](repeating: 0, count: Int(CCRYPTO_SHA256_LENGTH))
-        _ = ccrypto_sha256_final(copy, &digest)
+        _ = ccrypto_sha256_final(api, copy, &digest)
         return Self.hexString(digest)
     }
 
@@ -85,6 +124,7 @@ package final class SHA256 {
     /// The lowercase hex digest of the whole regular file at `path`; nil when it cannot be opened
     /// or read. Never follows a final symlink.
     package static func hex(ofFileAt path: String) -> String? {
+        guard (try? checkAvailable()) != nil else { return nil }
         let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { return nil }
         defer { Glibc.close(fd) }

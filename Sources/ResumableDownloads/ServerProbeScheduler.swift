@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// Waiting for servers that do not answer on a working path, one probe per host however many

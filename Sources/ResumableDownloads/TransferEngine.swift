@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import LinuxReachability
+import Glibc
 import Synchronization
 
 /// Knobs for every request, from `DownloadAgent.Configuration`.
@@ -151,13 +153,8 @@ final class TransferEngine: @unchecked Sendable {
 
     /// Starts the engine thread; throws when libcurl cannot be initialised.
     init() throws {
-        guard let multi = CurlMulti() else {
-            throw DownloadError.invalidRequest.with(description: "libcurl could not be initialised")
-        }
-        self.multi = multi
-        let thread = Thread { [self] in run() }
-        thread.name = "ResumableDownloads.TransferEngine"
-        thread.start()
+        multi = try CurlMulti()
+        SystemThread.detach(name: "transfer-engine") { [self] in run() }
     }
 
     /// A fresh id for `start`.

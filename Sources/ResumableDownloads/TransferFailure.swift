@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// libcurl's result codes that matter for classification, as a Swift enum so the mapping table
 /// can be tested without libcurl (`Curl.swift` converts `CURLcode` into it).
@@ -31,7 +32,7 @@ enum TransferFailure: Hashable, Sendable {
 /// Maps a libcurl failure plus the OS `errno` to the `URLError` code URLSession would report.
 enum TransferErrorMapping {
     /// `didConnect` tells a stall after connecting (connection lost) from a connect timeout.
-    static func urlErrorCode(for failure: TransferFailure, osErrno: Int32, didConnect: Bool) -> URLError.Code {
+    static func urlErrorCode(for failure: TransferFailure, osErrno: Int32, didConnect: Bool) -> URLErrorCode {
         switch failure {
         case .unsupportedProtocol: return .unsupportedURL
         case .malformedURL: return .badURL
@@ -99,7 +100,7 @@ enum RetryClass: Hashable, Sendable {
     /// Retrying will not help.
     case permanent
 
-    init(_ code: URLError.Code) {
+    init(_ code: URLErrorCode) {
         switch code {
         case .networkConnectionLost, .timedOut, .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed:
             self = .connectionLevel

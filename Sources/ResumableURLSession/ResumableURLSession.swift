@@ -235,8 +235,8 @@ public final class ResumableURLSession: Sendable {
                     await engine.agent.shutdown()
                     engine.monitor?.cancel()
                 }
-                // The delegate hears of it on its queue; waiters resume only after that, so
-                // whoever waited sees the delegate's last call (a waiter resumed first raced it).
+                // Invalidation is complete once the delegate has been told, so whoever waits for
+                // it (waitUntilInvalidated) sees didBecomeInvalid as the delegate's last call.
                 enqueue { [self] in
                     delegate?.urlSession(self, didBecomeInvalidWithError: nil)
                     let waiters = self.state.withLock { state in

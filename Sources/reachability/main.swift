@@ -1,3 +1,3 @@
 import ReachabilityCLI
 
-await ReachabilityCommandLine.main()
+ReachabilityCommandLine.main()

@@ -150,3 +150,25 @@ struct DownloadCommandTests {
         #expect(DownloadReporter.seconds(.milliseconds(250)) == "250 ms")
     }
 }
+
+@Suite("text formatting by hand")
+struct TextFormatTests {
+    @Test(arguments: [(0.0, "0.0"), (0.04, "0.0"), (0.05, "0.1"), (1.25, "1.3"), (12.0, "12.0"), (1023.96, "1024.0"), (-2.5, "-2.5")])
+    func oneDecimal(_ value: Double, _ expected: String) {
+        #expect(TextFormat.decimal(value, fractionDigits: 1) == expected)
+    }
+
+    @Test func paddingAndReasons() {
+        #expect(TextFormat.zeroPadded(7, width: 2) == "07")
+        #expect(TextFormat.zeroPadded(123, width: 2) == "123")
+        #expect(TextFormat.rightAligned("5%", width: 4) == "  5%")
+        #expect(TextFormat.leftAligned("run", width: 5) == "run  ")
+        #expect(TextFormat.decimal(3.14159, fractionDigits: 0) == "3")
+        do {
+            try FileManager.default.createDirectory(atPath: "/proc/self/no/such", withIntermediateDirectories: true)
+            Issue.record("creating under /proc should fail")
+        } catch {
+            #expect(TextFormat.reason(error) == "No such file or directory")
+        }
+    }
+}

@@ -36,4 +36,20 @@ struct BackoffTests {
         #expect(RetryAfter.parse("soon", now: now) == nil)
         #expect(RetryAfter.parse("", now: now) == nil)
     }
+
+    /// The hand-written HTTP-date parser against the RFC 9110 §5.6.7 examples and bad input.
+    @Test func parsesHTTPDatesByHand() {
+        let sunday = Date(timeIntervalSince1970: 784_111_777)   // Sun, 06 Nov 1994 08:49:37 GMT
+        #expect(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT") == sunday)
+        #expect(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT") == sunday)
+        #expect(HTTPDate.parse("Sun Nov  6 08:49:37 1994") == sunday)
+        #expect(HTTPDate.parse("sun, 06 nov 1994 08:49:37 gmt") == sunday)   // names are case-insensitive
+        #expect(HTTPDate.parse("Thu, 29 Feb 2024 00:00:00 GMT") == Date(timeIntervalSince1970: 1_709_164_800))
+        for bad in ["Sun, 30 Feb 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 08:49:37 PST",
+                    "Sun, 6 Nov 1994 08:49:37 GMT", "Sun, 06 Foo 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49 GMT",
+                    "Sunday, 06-Nov-1994 08:49:37 GMT", "Sun Nov 6 08:49:37", "06 Nov 1994 08:49:37 GMT",
+                    "Sun, 06 Nov 1994 08:4a:37 GMT", "Sun, 06 Nov 99999 08:49:37 GMT", ""] {
+            #expect(HTTPDate.parse(bad) == nil, "\(bad)")
+        }
+    }
 }

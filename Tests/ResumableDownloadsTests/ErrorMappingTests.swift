@@ -31,7 +31,7 @@ struct ErrorMappingTests {
         (.other(999), 0, false, .unknown),
     ])
     func mapsLikeURLSession(failure: TransferFailure, osErrno: Int32, didConnect: Bool, expected: URLError.Code) {
-        #expect(TransferErrorMapping.urlErrorCode(for: failure, osErrno: osErrno, didConnect: didConnect) == expected)
+        #expect(TransferErrorMapping.urlErrorCode(for: failure, osErrno: osErrno, didConnect: didConnect).rawValue == expected.rawValue)
     }
 
     @Test(arguments: [
@@ -47,7 +47,26 @@ struct ErrorMappingTests {
         (.cannotWriteToFile, .permanent),
     ])
     func classifiesForRetry(code: URLError.Code, expected: RetryClass) {
-        #expect(RetryClass(code) == expected)
+        #expect(RetryClass(URLErrorCode(rawValue: code.rawValue)) == expected)
+    }
+
+    /// The module's own numbers (kept so it links no Foundation proper) are URLSession's.
+    @Test func ownCodesAreFoundations() {
+        let pairs: [(URLErrorCode, URLError.Code)] = [
+            (.unknown, .unknown), (.cancelled, .cancelled), (.badURL, .badURL), (.timedOut, .timedOut),
+            (.unsupportedURL, .unsupportedURL), (.cannotFindHost, .cannotFindHost),
+            (.cannotConnectToHost, .cannotConnectToHost), (.networkConnectionLost, .networkConnectionLost),
+            (.dnsLookupFailed, .dnsLookupFailed), (.httpTooManyRedirects, .httpTooManyRedirects),
+            (.notConnectedToInternet, .notConnectedToInternet), (.badServerResponse, .badServerResponse),
+            (.userAuthenticationRequired, .userAuthenticationRequired), (.cannotDecodeRawData, .cannotDecodeRawData),
+            (.cannotDecodeContentData, .cannotDecodeContentData), (.fileDoesNotExist, .fileDoesNotExist),
+            (.dataLengthExceedsMaximum, .dataLengthExceedsMaximum), (.secureConnectionFailed, .secureConnectionFailed),
+            (.serverCertificateUntrusted, .serverCertificateUntrusted), (.cannotWriteToFile, .cannotWriteToFile),
+            (.cannotCreateFile, .cannotCreateFile), (.cannotOpenFile, .cannotOpenFile),
+        ]
+        for (own, foundation) in pairs { #expect(own.rawValue == foundation.rawValue, "\(foundation)") }
+        #expect(DownloadError.networkConnectionLost.errorCode == -1005)
+        #expect(DownloadError.networkConnectionLost.urlErrorCode == .networkConnectionLost)
     }
 
     @Test func errorsCarryURLErrorAndErrno() {

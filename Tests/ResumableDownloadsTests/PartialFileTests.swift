@@ -135,7 +135,7 @@ struct PartialFileTests {
         await file.close()
     }
 
-    @Test func sha256KnownVectors() {
+    @Test func sha256KnownVectors() throws {
         #expect(SHA256.hex(Data()) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         #expect(SHA256.hex(Data("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
     }

@@ -11,12 +11,12 @@ struct SHA256Tests {
         ("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
     ])
-    func vectors(_ text: String, _ digest: String) {
+    func vectors(_ text: String, _ digest: String) throws {
         #expect(SHA256.hex(Array(text.utf8)) == digest)
         #expect(SHA256.hex(Data(text.utf8)) == digest)
     }
 
-    @Test func millionAsInPiecesOfOddSizes() {
+    @Test func millionAsInPiecesOfOddSizes() throws {
         let hasher = SHA256()
         var remaining = 1_000_000
         var piece = 1
@@ -31,7 +31,7 @@ struct SHA256Tests {
         #expect(hasher.finalize() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
     }
 
-    @Test func currentHexLeavesTheDigestOpen() {
+    @Test func currentHexLeavesTheDigestOpen() throws {
         let hasher = SHA256()
         hasher.update(Array("ab".utf8))
         #expect(hasher.currentHex() == SHA256.hex(Array("ab".utf8)))

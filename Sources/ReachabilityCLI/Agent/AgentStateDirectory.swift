@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import LinuxReachability
+import Glibc
 import LinuxSystem
 
 /// Where the agent keeps its socket, lock, log, configuration and resume records.
@@ -56,7 +58,7 @@ enum AgentStateDirectory {
         guard (try? descriptor.tryLockExclusive()) == true else {
             descriptor.close()
             let holder = (try? directory.readOwnedFile("agent.lock", limit: 64)).map { String(decoding: $0, as: UTF8.self) }?
-                .trimmingCharacters(in: .whitespacesAndNewlines)
+                .trimmingWhitespace()
             let who = holder.flatMap { $0.isEmpty ? nil : " (pid \($0))" } ?? ""
             throw CommandFailure(message: "another agent is already running on \(directory.path)\(who)", exitCode: .failure)
         }
@@ -81,9 +83,9 @@ struct AgentSettings: Sendable, Equatable {
         for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             var line = Substring(rawLine)
             if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
-            let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
+            let trimmed = line.trimmingWhitespace()
             if trimmed.isEmpty { continue }
-            let parts = trimmed.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            let parts = trimmed.split(separator: "=", maxSplits: 1).map { $0.trimmingWhitespace() }
             let location = "\(path):\(number + 1)"
             guard parts.count == 2 else { throw CommandFailure(message: "\(location): expected key=value", exitCode: .configuration) }
             switch parts[0] {

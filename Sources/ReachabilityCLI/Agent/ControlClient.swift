@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Sends one request to the agent on a state directory and reads its reply.
 struct ControlClient: Sendable {

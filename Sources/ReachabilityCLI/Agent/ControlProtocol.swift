@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The agent's control protocol: one JSON object per line in each direction, over the Unix
 /// socket in the state directory.

@@ -1,4 +1,7 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
+import LinuxReachability
+import Glibc
 import Synchronization
 
 /// Accepts control connections on the agent's Unix socket.
@@ -36,9 +39,7 @@ final class ControlServer: Sendable {
             throw error
         }
         listener = descriptor
-        let thread = Thread { [self] in acceptLoop() }
-        thread.name = "reachability.control.accept"
-        thread.start()
+        SystemThread.detach(name: "control-accept") { [self] in acceptLoop() }
     }
 
     /// Stops accepting and removes the socket file.
@@ -61,9 +62,7 @@ final class ControlServer: Sendable {
                 }
                 continue
             }
-            let thread = Thread { [self] in serve(connection) }
-            thread.name = "reachability.control.connection"
-            thread.start()
+            SystemThread.detach(name: "control-conn") { [self] in serve(connection) }
         }
         UnixSocketSyscalls.close(listener)
     }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// Appends lines to `agent.log` (0600) and rotates it at `maximumSize` bytes to `agent.log.1`,

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The sd_notify(3) protocol, by hand: datagrams like `READY=1` to the socket named by
 /// `NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace). Without the variable every

@@ -1,6 +1,8 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 
 /// `PATTERN=TYPE` rules from `--classify` and classify.conf files.
@@ -43,7 +44,7 @@ enum ClassifyRules {
         for (offset, rawLine) in lines(of: text).enumerated() {
             var line = Substring(rawLine)
             if let comment = line.commentStart { line = line[..<comment] }
-            let content = line.trimmingCharacters(in: .whitespacesAndNewlines)
+            let content = line.trimmingWhitespace()
             if content.isEmpty { continue }
             rules.append(try parseRule(content, source: "\(path):\(offset + 1)"))
         }

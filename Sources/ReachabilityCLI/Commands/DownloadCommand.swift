@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 import LinuxSystem
 import ResumableDownloads
@@ -196,7 +197,7 @@ struct DownloadCommand: Command {
 
     /// The URL's last path component, as curl -O and wget name files; nil when there is none.
     static func defaultFileName(for url: URL) -> String? {
-        let name = url.lastPathComponent.removingPercentEncoding ?? url.lastPathComponent
+        let name = url.lastPathComponent   // already percent-decoded (decoding again would turn %2541 into A)
         guard !name.isEmpty, name != "/", name != ".", name != "..", !name.contains("/") else { return nil }
         return name
     }
@@ -269,7 +270,7 @@ struct DownloadCommand: Command {
                 _ = try CheckedDirectory.open(folder.path, policy: .shared, creating: true,
                                               mode: writesToStandardOutput ? 0o700 : 0o777)
             } catch {
-                throw CommandFailure(message: "cannot create \(folder.path): \(error)", exitCode: .cannotCreate)
+                throw CommandFailure(message: "cannot create \(folder.path): \(TextFormat.reason(error))", exitCode: .cannotCreate)
             }
         }
         if !verifiesCertificates {
@@ -406,7 +407,7 @@ struct DownloadCommand: Command {
                     unlink(job.destination.path)
                     rmdir(job.destination.deletingLastPathComponent().path)
                 } catch {
-                    failures.append(JobFailure(job: job, message: "cannot write to stdout: \(error.localizedDescription); the file is kept for the next run", exitCode: .ioError))
+                    failures.append(JobFailure(job: job, message: "cannot write to stdout: \(TextFormat.reason(error)); the file is kept for the next run", exitCode: .ioError))
                 }
             }
         }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import ResumableDownloads
 
 /// How `reachability download` reports a download that failed: its exit status, and whether
@@ -63,7 +64,7 @@ struct DownloadFailureVerdict: Sendable, Equatable {
             || error == .lengthMismatch || error == .invalidRequest || error == .cancelled {
             return .permanent
         }
-        switch error.urlErrorCode {
+        switch error.urlCode {
         case .networkConnectionLost, .notConnectedToInternet, .timedOut, .cannotConnectToHost, .cannotFindHost,
              .dnsLookupFailed:
             return .temporary
@@ -157,7 +158,7 @@ struct CompletionMarker: Codable, Sendable, Equatable {
 /// rename over the target, fsync of the directory.
 enum AtomicFile {
     static func write(_ data: Data, to path: String, mode: mode_t = 0o600) throws {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         let temporary = "\(path).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
         guard descriptor >= 0 else { throw Self.error("cannot create \(temporary)") }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import LinuxReachability
 import ResumableDownloads
 import Synchronization
 #if canImport(Glibc)
@@ -28,7 +29,6 @@ final class DownloadReporter: Sendable {
     /// `--quiet`: no event lines and no bars; errors are still printed by the command.
     private let isQuiet: Bool
     private let state = Mutex(State())
-    private let timeFormat = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
 
     init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool, isQuiet: Bool = false) {
         self.context = context
@@ -108,7 +108,7 @@ final class DownloadReporter: Sendable {
             return
         }
         guard !isQuiet else { return }
-        let line = "\(timeFormat.format(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))"
+        let line = "\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))"
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
             context.errorOutput.text(erase(state.drawnLines) + line + "\n")
@@ -125,7 +125,7 @@ final class DownloadReporter: Sendable {
             context.output.line(EventSchema.downloadLine(.completed, facts, at: context.now(),
                                                          [.init(key: "reason", value: .string(reason))]))
         } else if !isQuiet {
-            let line = "\(timeFormat.format(context.now())) \(job.destination.lastPathComponent): \(reason)"
+            let line = "\(Timestamp.iso8601(context.now())) \(job.destination.lastPathComponent): \(reason)"
             state.withLock { state in
                 context.errorOutput.text(erase(state.drawnLines) + line + "\n")
                 state.drawnLines = 0
@@ -169,7 +169,7 @@ final class DownloadReporter: Sendable {
             if let eta = progress.estimatedTimeRemaining { status += "  ETA \(Self.clock(eta))" }
         }
         let amount = Self.bytes(Double(progress.bytesReceived)) + (progress.totalBytes.map { " / " + Self.bytes(Double($0)) } ?? "")
-        let percent = progress.fractionCompleted.map { String(format: "%3d%%", Int($0 * 100)) } ?? "  ?%"
+        let percent = progress.fractionCompleted.map { TextFormat.rightAligned("\(Int($0 * 100))%", width: 4) } ?? "  ?%"
         let fixed = name.count + percent.count + amount.count + status.count + 12
         let cells = max(10, min(40, width - fixed))
         let filled = Int((progress.fractionCompleted ?? 0) * Double(cells))
@@ -198,18 +198,19 @@ final class DownloadReporter: Sendable {
         var amount = value
         var unit = 0
         while amount >= 1024, unit < units.count - 1 { amount /= 1024; unit += 1 }
-        return unit == 0 ? "\(Int(amount)) B" : String(format: "%.1f %@", amount, units[unit])
+        return unit == 0 ? "\(Int(amount)) B" : "\(TextFormat.decimal(amount, fractionDigits: 1)) \(units[unit])"
     }
 
     /// `0:13`, `1:02:03`.
     static func clock(_ duration: Duration) -> String {
         let total = Int(duration.components.seconds)
         let (hours, minutes, seconds) = (total / 3600, total / 60 % 60, total % 60)
-        return hours > 0 ? String(format: "%d:%02d:%02d", hours, minutes, seconds) : String(format: "%d:%02d", minutes, seconds)
+        let tail = "\(TextFormat.zeroPadded(minutes, width: hours > 0 ? 2 : 1)):\(TextFormat.zeroPadded(seconds, width: 2))"
+        return hours > 0 ? "\(hours):\(tail)" : tail
     }
 
     static func seconds(_ duration: Duration) -> String {
         let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-        return value < 1 ? "\(Int(value * 1000)) ms" : String(format: "%.1f s", value)
+        return value < 1 ? "\(Int(value * 1000)) ms" : "\(TextFormat.decimal(value, fractionDigits: 1)) s"
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// `--state-dir` shared by the control commands, and the request round trip they all make.
 struct ControlOptions: Sendable {
@@ -32,13 +33,13 @@ enum DownloadLine {
     static func text(_ download: DownloadSnapshot) -> String {
         let size = download.totalBytes.map { "\(mebibytes(download.bytesReceived)) / \(mebibytes($0))" }
             ?? mebibytes(download.bytesReceived)
-        var line = "\(download.id.prefix(8))  \(download.state.padding(toLength: 22, withPad: " ", startingAt: 0)) \(size)  \(download.url) -> \(download.destination)"
+        var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
         if let error = download.error { line += "  (\(error))" }
         return line
     }
 
     static func mebibytes(_ bytes: Int64) -> String {
-        String(format: "%.1f MiB", Double(bytes) / 1_048_576)
+        "\(TextFormat.decimal(Double(bytes) / 1_048_576, fractionDigits: 1)) MiB"
     }
 
     static func json(_ download: DownloadSnapshot) -> String {

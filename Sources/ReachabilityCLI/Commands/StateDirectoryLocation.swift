@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxSystem
 
 /// The one resolver of the state directory for `download`, `agent`, `queue` and `agent status`,

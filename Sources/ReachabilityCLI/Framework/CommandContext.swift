@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 
 /// Where a command's paths come from: `PathMonitor` in the tool, a script in tests.
@@ -93,7 +94,7 @@ func readFileIfPresent(_ path: String) throws -> String? {
     do {
         return try String(contentsOfFile: path, encoding: .utf8)
     } catch {
-        throw CommandFailure(message: "cannot read \(path): \(error.localizedDescription)", exitCode: .configuration)
+        throw CommandFailure(message: "cannot read \(path): \(TextFormat.reason(error))", exitCode: .configuration)
     }
 }
 
@@ -107,7 +108,7 @@ func readFileIfPresent(_ path: String) throws -> String? {
 /// The `CapEff:` mask of a /proc/PID/status text.
 func effectiveCapabilities(fromProcStatus status: String) -> UInt64? {
     for line in status.split(separator: "\n") where line.hasPrefix("CapEff:") {
-        return UInt64(line.dropFirst("CapEff:".count).trimmingCharacters(in: .whitespaces), radix: 16)
+        return UInt64(line.dropFirst("CapEff:".count).trimmingWhitespace(), radix: 16)
     }
     return nil
 }

@@ -187,7 +187,7 @@ enum Generators {
 
     /// Text for roff: backslashes escaped, hyphens as `\-`, no line starting with a control character.
     static func roff(_ text: String) -> String {
-        let escaped = text.replacingOccurrences(of: "\\", with: "\\e").replacingOccurrences(of: "-", with: "\\-")
+        let escaped = text.replacing("\\", with: "\\e").replacing("-", with: "\\-")
         return escaped.split(separator: "\n", omittingEmptySubsequences: false).map { line in
             line.hasPrefix(".") || line.hasPrefix("'") ? "\\&" + line : String(line)
         }.joined(separator: "\n")
@@ -195,11 +195,11 @@ enum Generators {
 
     /// `'text'` for sh, zsh and fish (a quote inside becomes `'\''`).
     static func shellQuoted(_ text: String) -> String {
-        "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        "'" + text.replacing("'", with: "'\\''") + "'"
     }
 
     private static func firstSentence(_ text: String) -> String {
-        guard let end = text.range(of: ". ") else { return text }
+        guard let end = text.firstRange(of: ". ") else { return text }
         return String(text[..<end.lowerBound]) + "."
     }
 }

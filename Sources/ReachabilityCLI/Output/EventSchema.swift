@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 import ResumableDownloads
 
@@ -102,7 +103,7 @@ enum EventSchema {
     /// `{"urlErrorCode":-1005,"httpStatus":null,"resumable":true,"message":"..."}`
     static func errorObject(_ error: DownloadError) -> JSONValue {
         .object([
-            .init(key: "urlErrorCode", value: .integer(error.urlErrorCode.rawValue)),
+            .init(key: "urlErrorCode", value: .integer(error.errorCode)),
             .init(key: "httpStatus", value: error.httpStatusCode.map(JSONValue.integer) ?? .null),
             .init(key: "resumable", value: .bool(error.isResumable)),
             .init(key: "message", value: .string(error.description)),

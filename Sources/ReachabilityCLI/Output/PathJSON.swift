@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 
 /// The `--json` object for one path; the key order is part of the output format.

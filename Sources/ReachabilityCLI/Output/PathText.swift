@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import LinuxReachability
 
 /// Human-readable renderings of a `NetworkPath`.
@@ -36,7 +37,7 @@ enum PathText {
 
     /// ISO 8601 in UTC with milliseconds.
     static func timestamp(_ time: Date) -> String {
-        time.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        Timestamp.iso8601(time)
     }
 
     /// The summary followed by routes and every interface with its classification evidence.
