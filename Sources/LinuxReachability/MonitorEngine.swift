@@ -102,8 +102,9 @@ struct EvaluationBudget: Sendable, Equatable {
 final class MonitorEngine: Sendable {
     private let configuration: PathMonitor.Configuration
     private let publish: @Sendable (NetworkPath) -> Void
-    /// An eventfd that `cancel()` writes to, waking the thread out of poll(2).
-    private let wakeDescriptor: Int32
+    /// An eventfd that `cancel()` (and a finished lookup, a check to start) writes to, waking
+    /// the thread out of poll(2).
+    private let wake: WakeSignal
     private let events: NetlinkSocket
     private let query: NetlinkSocket
     private let sysfs: SysfsReader?
@@ -112,6 +113,8 @@ final class MonitorEngine: Sendable {
     /// The lookup destinations as prefixes, to test route changes against.
     private let probePrefixes: [RoutePrefix]
     private let state: Mutex<EngineState>
+    /// The monitored namespace, joined by the monitor thread when it must open probe sockets there.
+    private let namespaceDescriptor: Int32?
 
     private struct EngineState: ~Copyable {
         var table = LinkTable()
@@ -131,6 +134,12 @@ final class MonitorEngine: Sendable {
         var isRunning = false
         var isCancelled = false
         var statistics = MonitorStatistics()
+        /// When and what to check beyond the route; nil without a configured check.
+        var scheduler: ConnectivityScheduler?
+        /// The last evaluated path, before connectivity is merged in.
+        var lastPath: NetworkPath?
+        /// Probe starts and cancels for the monitor thread to carry out.
+        var probeActions: [ConnectivityScheduler.Action] = []
     }
 
     /// Datagrams read per drain before resolving the path and checking deadlines.
@@ -139,7 +148,8 @@ final class MonitorEngine: Sendable {
     init(configuration: PathMonitor.Configuration, publish: @escaping @Sendable (NetworkPath) -> Void) throws {
         self.configuration = configuration
         self.publish = publish
-        state = Mutex(EngineState(budget: EvaluationBudget(interval: configuration.minimumEvaluationInterval)))
+        state = Mutex(EngineState(budget: EvaluationBudget(interval: configuration.minimumEvaluationInterval),
+                                  scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init)))
         classifier = InterfaceClassifier(overrides: configuration.classificationOverrides)
         guard let v4 = IPAddress.parse(configuration.probeIPv4), v4.count == 4,
               let v6 = IPAddress.parse(configuration.probeIPv6), v6.count == 16 else {
@@ -174,13 +184,26 @@ final class MonitorEngine: Sendable {
             // Only a saving is lost: the same test runs in user space on every message.
             logger.warning("receiving every notification", metadata: ["error": "\(error)"])
         }
-        wakeDescriptor = try NetlinkSocket.makeWakeDescriptor()
+        if let namespace = configuration.networkNamespace, configuration.connectivityCheck != nil {
+            namespaceDescriptor = try NetworkNamespace.openDescriptor(namespace)
+        } else {
+            namespaceDescriptor = nil
+        }
+        do {
+            wake = WakeSignal(descriptor: try NetlinkSocket.makeWakeDescriptor())
+        } catch {
+            if let namespaceDescriptor { close(namespaceDescriptor) }
+            throw error
+        }
         logger.debug("netlink sockets open", metadata: ["rcvbuf": "\(events.receiveBufferSize)"])
     }
 
     deinit {
         // The thread owns the sockets while it runs; it closes them when it ends.
-        if !state.withLock({ $0.isRunning }) { close(wakeDescriptor) }
+        if !state.withLock({ $0.isRunning }) {
+            wake.close()
+            if let namespaceDescriptor { close(namespaceDescriptor) }
+        }
     }
 
     var statistics: MonitorStatistics { state.withLock { $0.statistics } }
@@ -197,41 +220,95 @@ final class MonitorEngine: Sendable {
             defer { state.isCancelled = true }
             return state.isRunning && !state.isCancelled
         }
-        if wasRunning {
-            var one: UInt64 = 1
-            _ = write(wakeDescriptor, &one, MemoryLayout<UInt64>.size)
-        }
+        if wasRunning { wake.signal() }
     }
 
-    /// The monitor thread: poll for the event socket, the wake fd, or the next deadline.
+    /// The monitor thread: poll for the event socket, the wake fd, the probe's socket, or the
+    /// next deadline.
     private func run() {
         defer {
             events.close()
             query.close()
-            close(wakeDescriptor)
+            wake.close()
+        }
+        if let namespaceDescriptor {
+            // Probe sockets and the resolver's must live in the monitored namespace; setns()
+            // moves only this thread, which is the one that opens them.
+            defer { close(namespaceDescriptor) }
+            do {
+                try NetworkNamespace.join(descriptor: namespaceDescriptor)
+            } catch {
+                configuration.logger.error("cannot enter the namespace for connectivity checks; the monitor stops",
+                                           metadata: ["error": "\(error)"])
+                return
+            }
+        }
+        let probe = configuration.connectivityCheck.map {
+            ConnectivityProbe(check: $0, wake: wake, logger: configuration.logger)
         }
         var descriptors = [
             pollfd(fd: events.fileDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake.pollDescriptor, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: -1, events: 0, revents: 0),
         ]
         while true {
-            let (cancelled, deadline) = state.withLock { state in
-                (state.isCancelled, [state.quietDeadline, state.evaluationDeadline].compactMap { $0 }.min())
+            if let probe { carryOutProbeActions(probe) }
+            let (cancelled, due) = state.withLock { state in
+                (state.isCancelled, [state.quietDeadline, state.evaluationDeadline, state.scheduler?.deadline].compactMap { $0 }.min())
             }
             if cancelled { return }
+            let deadline = [due, probe?.deadline].compactMap { $0 }.min()
             var timeout: Int32 = -1
             if let deadline {
                 let remaining = deadline - ContinuousClock.now
                 timeout = remaining <= .zero ? 0 : Int32(min((remaining / .milliseconds(1)).rounded(.up), 60_000))
             }
-            if poll(&descriptors, 2, timeout) < 0, errno != EINTR {
-                configuration.logger.error("poll failed; the monitor stops", metadata: ["errno": "\(errno)"])
+            descriptors[2] = probe?.pollRequest ?? pollfd(fd: -1, events: 0, revents: 0)
+            descriptors[0].revents = 0
+            descriptors[1].revents = 0
+            if let error = Syscalls.poll(&descriptors, timeoutMilliseconds: timeout) {
+                configuration.logger.error("poll failed; the monitor stops", metadata: ["error": "\(error)"])
                 return
             }
             if state.withLock({ $0.isCancelled }) { return }
+            if descriptors[1].revents != 0 { wake.reset() }
             if descriptors[0].revents != 0 { drain() }
+            if let probe, let (id, outcome) = probe.advance(events: descriptors[2].fd < 0 ? 0 : descriptors[2].revents, at: .now) {
+                record(id, outcome)
+            }
             fireDueDeadlines()
         }
+    }
+
+    /// Starts or cancels checks as the scheduler asked (on the monitor thread, which owns the probe).
+    private func carryOutProbeActions(_ probe: ConnectivityProbe) {
+        while true {
+            let actions = state.withLock { state -> [ConnectivityScheduler.Action] in
+                defer { state.probeActions = [] }
+                return state.probeActions
+            }
+            if actions.isEmpty { return }
+            for action in actions {
+                switch action {
+                case .cancel:
+                    probe.cancel()
+                case .start(let id, let target):
+                    if let (finished, outcome) = probe.start(id: id, target: target, at: .now) { record(finished, outcome) }
+                }
+            }
+        }
+    }
+
+    /// A check finished: the path is published again with its answer (a second update when the
+    /// connectivity changed; otherwise only `currentPath`'s evidence is refreshed).
+    private func record(_ id: Int, _ outcome: ConnectivityScheduler.Outcome) {
+        let path = state.withLock { state -> NetworkPath? in
+            guard state.scheduler?.finished(id: id, outcome, at: .now, date: Date()) != nil,
+                  let last = state.lastPath, !state.isCancelled else { return nil }
+            return state.scheduler?.apply(to: last)
+        }
+        configuration.logger.debug("connectivity checked", metadata: ["result": outcome.connectivity.rawValue, "answer": outcome.answer])
+        if let path { publish(path) }
     }
 
     private func fireDueDeadlines() {
@@ -241,6 +318,7 @@ final class MonitorEngine: Sendable {
             let evaluate = state.evaluationDeadline.map { $0 <= now } ?? false
             if quiet { state.quietDeadline = nil }
             if evaluate { state.evaluationDeadline = nil }
+            if let actions = state.scheduler?.timerFired(at: now) { state.probeActions += actions }
             return (quiet, evaluate && state.resync.isLive)
         }
         if quiet { quietTimerFired() }
@@ -378,7 +456,14 @@ final class MonitorEngine: Sendable {
             // Evaluated in place: a copy of the table taken here would make the next change
             // copy every link (copy-on-write), an O(links) cost per evaluation.
             let interfaces = currentInterfaces(&state)
-            let path = PathEvaluator.evaluate(table: state.table, interfaces: interfaces, lookups: lookups)
+            var path = PathEvaluator.evaluate(table: state.table, interfaces: interfaces, lookups: lookups)
+            state.lastPath = path
+            if let actions = state.scheduler?.pathChanged(path, at: Date()) {
+                // The path is published first; the check's answer is a second update.
+                state.probeActions += actions
+                if !actions.isEmpty, state.isRunning { wake.signal() }
+            }
+            path = state.scheduler?.apply(to: path) ?? path
             state.statistics.evaluations += 1
             state.isDirty = false
             return (path, state.isCancelled)

@@ -199,6 +199,29 @@ enum NetworkNamespace {
         return try result.withLock { $0! }.get()
     }
 
+    /// Opens /run/netns/NAME for a later `join(descriptor:)`.
+    static func openDescriptor(_ name: String) throws -> Int32 {
+        guard !name.isEmpty, !name.contains("/"), name != ".", name != ".." else {
+            throw ReachabilityError(.namespaceNotFound, "invalid network namespace name '\(name)'")
+        }
+        let fd = open("/run/netns/\(name)", O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            let err = errno
+            throw ReachabilityError(err == ENOENT ? .namespaceNotFound : err == EACCES || err == EPERM ? .permissionDenied : .netlink,
+                                    "cannot open /run/netns/\(name): \(String(cString: strerror(err)))")
+        }
+        return fd
+    }
+
+    /// Moves the calling thread (only) into the namespace behind `descriptor`.
+    static func join(descriptor: Int32) throws {
+        let rc = cnl_setns_net(descriptor)
+        if rc < 0 {
+            throw ReachabilityError(rc == -EPERM ? .permissionDenied : .netlink,
+                                    "cannot enter the network namespace: \(String(cString: strerror(-rc)))")
+        }
+    }
+
     /// A directory fd onto a sysfs that shows the current thread's network namespace, for
     /// reading /sys/class/net facts of interfaces inside another namespace.
     static func openPrivateSysfs() throws -> Int32 {

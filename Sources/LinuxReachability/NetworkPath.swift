@@ -125,16 +125,49 @@ public struct NetworkPath: Sendable, Hashable, Codable {
     /// The usable interfaces (up, carrier, address), sorted by index; every interface except
     /// loopback when the monitor was configured with `includesAllInterfaces`.
     public var interfaces: [NetworkInterface]
+    /// Whether the Internet answers, from the configured `ConnectivityCheck`; `unknown` without one.
+    public var connectivity: Connectivity
+    /// Where to log in when `connectivity` is `portal`.
+    public var portalURL: String?
+    /// The last check's answer and time; nil when no check is configured. Not part of equality:
+    /// a periodic check with the same answer is not a new path.
+    public var connectivityEvidence: ConnectivityEvidence?
 
     /// Creates a path.
     public init(status: Status, unsatisfiedReason: UnsatisfiedReason?, primaryInterface: NetworkInterface?,
-                routes: [PathRoute], interfaces: [NetworkInterface]) {
+                routes: [PathRoute], interfaces: [NetworkInterface], connectivity: Connectivity = .unknown,
+                portalURL: String? = nil, connectivityEvidence: ConnectivityEvidence? = nil) {
         self.status = status
         self.unsatisfiedReason = unsatisfiedReason
         self.primaryInterface = primaryInterface
         self.routes = routes
         self.interfaces = interfaces
+        self.connectivity = connectivity
+        self.portalURL = portalURL
+        self.connectivityEvidence = connectivityEvidence
     }
+
+    /// Equal when everything but `connectivityEvidence` is.
+    public static func == (a: NetworkPath, b: NetworkPath) -> Bool {
+        a.status == b.status && a.unsatisfiedReason == b.unsatisfiedReason && a.primaryInterface == b.primaryInterface
+            && a.routes == b.routes && a.interfaces == b.interfaces && a.connectivity == b.connectivity
+            && a.portalURL == b.portalURL && (a.connectivityEvidence == nil) == (b.connectivityEvidence == nil)
+    }
+
+    /// Hashes what `==` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(status)
+        hasher.combine(unsatisfiedReason)
+        hasher.combine(primaryInterface)
+        hasher.combine(routes)
+        hasher.combine(interfaces)
+        hasher.combine(connectivity)
+        hasher.combine(portalURL)
+        hasher.combine(connectivityEvidence == nil)
+    }
+
+    /// Whether a connectivity check is configured for this path's monitor.
+    public var isConnectivityChecked: Bool { connectivityEvidence != nil }
 
     /// An unsatisfied path with the given reason and no routes.
     public static func unsatisfied(_ reason: UnsatisfiedReason, interfaces: [NetworkInterface] = []) -> NetworkPath {

@@ -32,13 +32,16 @@ public final class PathMonitor: Sendable {
         /// not only the usable ones. Off by default: on a host that creates and deletes container
         /// interfaces all day, every path would otherwise carry, and change with, all of them.
         public var includesAllInterfaces: Bool
+        /// An HTTP check of the Internet beyond the route (`NetworkPath.connectivity`); nil, the
+        /// default, sends nothing and reports `unknown`.
+        public var connectivityCheck: ConnectivityCheck?
 
         /// Creates a configuration.
         public init(networkNamespace: String? = nil, classificationOverrides: [ClassificationOverride] = [],
                     receiveBufferSize: Int = 8 << 20, quietPeriod: Duration = .milliseconds(50),
                     probeIPv4: String = "8.8.8.8", probeIPv6: String = "2001:4860:4860::8888",
                     logger: Logger = .silent, minimumEvaluationInterval: Duration = .milliseconds(1),
-                    includesAllInterfaces: Bool = false) {
+                    includesAllInterfaces: Bool = false, connectivityCheck: ConnectivityCheck? = nil) {
             self.networkNamespace = networkNamespace
             self.classificationOverrides = classificationOverrides
             self.receiveBufferSize = receiveBufferSize
@@ -48,6 +51,7 @@ public final class PathMonitor: Sendable {
             self.logger = logger
             self.minimumEvaluationInterval = minimumEvaluationInterval
             self.includesAllInterfaces = includesAllInterfaces
+            self.connectivityCheck = connectivityCheck
         }
     }
 
@@ -124,8 +128,10 @@ public final class PathMonitor: Sendable {
 
     func publish(_ path: NetworkPath) {
         let (handler, continuations) = state.withLock { state -> ((@Sendable (NetworkPath) -> Void)?, [AsyncStream<NetworkPath>.Continuation]) in
-            guard !state.isCancelled, state.current != path else { return (nil, []) }
-            state.current = path
+            guard !state.isCancelled else { return (nil, []) }
+            let isNew = state.current != path
+            state.current = path  // fresher connectivity evidence even when nothing else changed
+            guard isNew else { return (nil, []) }
             return (state.handler, Array(state.continuations.values))
         }
         for continuation in continuations { continuation.yield(path) }

@@ -27,11 +27,11 @@ extension CheckedDirectory {
     /// regular file that the effective user owns with a single link: never a symbolic link, a
     /// FIFO or device, someone else's file, or a hard link to a file elsewhere.
     package func openOwnedFile(_ name: String, creating: Creation, mode: UInt32 = 0o644,
-                               writable: Bool = true) throws(FileTrustError) -> OpenedFile {
+                               writable: Bool = true, appending: Bool = false) throws(FileTrustError) -> OpenedFile {
         try Self.checkName(name, in: path)
         let here = child(name)
         // O_NONBLOCK: opening a planted FIFO must not hang; it is refused right after.
-        let flags = (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY
+        let flags = (writable ? O_RDWR : O_RDONLY) | (appending ? O_APPEND : 0) | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY
         var opened: (FileDescriptor, Bool)?
         for _ in 0..<8 where opened == nil {
             do {

@@ -253,6 +253,7 @@ public actor DownloadAgent {
                                   expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
         record.expectedLength = options.expectedLength
+        record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
             record.entityTag = state.entityTag
             record.lastModified = state.lastModified
@@ -323,7 +324,8 @@ public actor DownloadAgent {
     private func restore(_ record: ResumeRecord) -> Download? {
         guard entries[record.id] == nil else { return nil }
         let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
-                                      allowsExpensive: record.allowsExpensive)
+                                      allowsExpensive: record.allowsExpensive,
+                                      replacesExistingFile: record.replacesExistingFile ?? false)
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
                                 progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))

@@ -10,12 +10,18 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// Whether cellular-like (expensive) paths may carry this download. When false the download
     /// pins itself to a non-expensive interface if one is up, and otherwise waits.
     public var allowsExpensive: Bool
+    /// Whether the finished file may replace a file that exists at the destination when it
+    /// completes. By default it never does: the download fails with `destinationExists` and
+    /// keeps the verified bytes in `NAME.part`.
+    public var replacesExistingFile: Bool = false
 
     /// Creates options.
-    public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true) {
+    public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,
+                replacesExistingFile: Bool = false) {
         self.expectedSHA256 = expectedSHA256
         self.expectedLength = expectedLength
         self.allowsExpensive = allowsExpensive
+        self.replacesExistingFile = replacesExistingFile
     }
 }
 

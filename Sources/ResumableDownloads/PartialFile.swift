@@ -425,7 +425,7 @@ final class PartialFile: Sendable {
             }
             let name = record.destination.lastPathComponent
             do throws(FileTrustError) {
-                try destinationDirectory.rename(partialName, to: name, replacing: false)
+                try destinationDirectory.rename(partialName, to: name, replacing: record.replacesExistingFile == true)
             } catch where error.isAlreadyExisting {
                 throw DownloadError.destinationExists.with(description:
                     "\(record.destination.path) appeared during the download and was not replaced; the verified download is kept in \(path)")

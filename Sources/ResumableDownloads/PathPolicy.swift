@@ -34,6 +34,14 @@ enum PathPolicy {
     static func usability(of path: NetworkPath?, hasPathSource: Bool, allowsExpensive: Bool) -> PathUsability {
         guard let path else { return hasPathSource ? .unknown : .usable(pinnedInterface: nil) }
         guard path.isSatisfied else { return .unusable }
+        // Behind a captive portal every request meets the login page: wait (no hammering) until
+        // the connectivity check reads full, which is a path update that wakes the waiters.
+        // `limited` does not stop a download: the probe server alone may be the one unreachable.
+        guard path.connectivity != .portal else { return .unusable }
+        // A configured check that has not answered yet (it runs at once after a path change, and
+        // answers within milliseconds or its timeout): wait quietly rather than risk fetching a
+        // portal's login page into the file.
+        guard !(path.isConnectivityChecked && path.connectivity == .unknown) else { return .unknown }
         guard !allowsExpensive, path.isExpensive else { return .usable(pinnedInterface: nil) }
         // Cellular-like primary: use a cheap interface that is up, if any, by pinning to it.
         if let cheap = path.availableInterfaces.first(where: { !$0.isExpensive && $0.type != .loopback }) {

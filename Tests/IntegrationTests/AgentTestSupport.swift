@@ -64,11 +64,18 @@ final class AgentProcess: Sendable {
 
     /// Starts `reachability agent --state-dir DIR ARGS` and, unless told not to, waits for its
     /// socket to accept connections (the "listening" event).
-    init(stateDirectory: URL, arguments: [String] = [], environment: [String: String] = [:], waitUntilListening: Bool = true) throws {
+    /// `prefix` wraps the command (e.g. `setpriv` to run the agent as another user).
+    init(stateDirectory: URL, arguments: [String] = [], environment: [String: String] = [:], waitUntilListening: Bool = true,
+         prefix: [String] = []) throws {
         self.stateDirectory = stateDirectory
         process = Process()
-        process.executableURL = try BuiltProducts.url("reachability")
-        process.arguments = ["agent", "--state-dir", stateDirectory.path] + arguments
+        if prefix.isEmpty {
+            process.executableURL = try BuiltProducts.url("reachability")
+            process.arguments = ["agent", "--state-dir", stateDirectory.path] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = prefix + [try BuiltProducts.url("reachability").path, "agent", "--state-dir", stateDirectory.path] + arguments
+        }
         process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"].merging(environment) { $1 }
         let output = Pipe(), error = Pipe()
         process.standardOutput = output

@@ -19,6 +19,14 @@ struct AgentTests {
         }
     }
 
+    /// `queue add -o` must name a directory the agent's owner allowed (issue 7): a
+    /// `download-dir=` line for the test directory in `STATE/agent.conf`.
+    static func allowDownloads(into directory: F.Directory) throws {
+        try FileManager.default.createDirectory(at: directory.file("state"), withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        try "download-dir=\(directory.url.path)\n".write(to: directory.file("state/agent.conf"), atomically: true, encoding: .utf8)
+    }
+
     static func completedCount(_ agent: AgentProcess) -> Int {
         agent.output.filter { $0.contains(#""type":"download","event":"completed""#) }.count
     }
@@ -29,6 +37,7 @@ struct AgentTests {
         let directory = try F.Directory("agent")
         let state = directory.file("state")
         let files = try Self.serveFiles(nginx, count: 3, size: 16 << 20)
+        try Self.allowDownloads(into: directory)
 
         var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
         for (index, file) in files.enumerated() {
@@ -63,6 +72,7 @@ struct AgentTests {
         let nginx = try DownloadTestNginx(slowRate: "1m")
         let directory = try F.Directory("agent")
         let files = try Self.serveFiles(nginx, count: 2, size: 8 << 20)
+        try Self.allowDownloads(into: directory)
         let agent = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name])
 
         let added = try agent.control(["queue", "add", nginx.url(files[0].path).absoluteString, "-o", directory.file("a.bin").path,
@@ -120,6 +130,7 @@ struct AgentTests {
         let directory = try F.Directory("agent")
         let state = directory.file("state")
         let file = try Self.serveFiles(nginx, count: 1, size: 12 << 20)[0]
+        try Self.allowDownloads(into: directory)
         var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
         #expect(try first!.control(["queue", "add", nginx.url(file.path).absoluteString, "-o", directory.file("k.bin").path,
                                     "--sha256", file.sha]).status == 0)

@@ -19,10 +19,11 @@ final class RunningCommand: Sendable {
     let process: Process
     let lines: AsyncStream<String>
 
-    init(_ arguments: [String]) throws {
+    init(_ arguments: [String], environment: [String: String] = [:]) throws {
         process = Process()
         process.executableURL = try builtBinary()
         process.arguments = arguments
+        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         let out = Pipe()
         process.standardOutput = out
         process.standardError = FileHandle.nullDevice

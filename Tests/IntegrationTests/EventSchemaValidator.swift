@@ -31,6 +31,11 @@ enum EventSchemaValidator {
                 problems += errorProblems(object["error"], line)
             case "failed", "waitingForServer": problems += errorProblems(object["error"], line)
             case "restarted": if !(object["reason"] is String) { problems.append("restarted without reason") }
+            case "waiting":
+                if object.index(forKey: "reason") != nil,
+                   object["reason"] as? String != "portal" || !(object["portalURL"] is String) {
+                    problems.append("waiting with a reason other than portal, or without its portalURL: \(line)")
+                }
             default: break
             }
         case "path":

@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 import Testing
 @testable import ReachabilityCLI
 
@@ -42,7 +43,8 @@ struct AgentFilesTests {
     @Test func logRotatesAndKeepsThreeFiles() throws {
         let directory = try Self.scratch()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let log = try RotatingLogFile(path: directory + "/agent.log", maximumSize: 1024, keep: 3)
+        let log = try RotatingLogFile(directory: try CheckedDirectory.open(directory, policy: .privateState),
+                                      maximumSize: 1024, keep: 3)
         let line = String(repeating: "x", count: 299)   // 300 bytes with the newline: 3 per file
         for index in 0..<20 { log.append("\(index % 10)" + line.dropFirst()) }
         let names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
@@ -56,5 +58,30 @@ struct AgentFilesTests {
         // The newest line is in agent.log.
         let current = try String(contentsOfFile: directory + "/agent.log", encoding: .utf8)
         #expect(current.hasSuffix("9" + line.dropFirst() + "\n"))
+    }
+
+    @Test func aPlantedLogLinkIsNeverFollowed() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let victim = directory + "-victim"
+        FileManager.default.createFile(atPath: victim, contents: Data("keep".utf8))
+        defer { unlink(victim) }
+        let checked = try AgentStateDirectory.prepare(directory)
+        symlink(victim, directory + "/agent.log")
+        #expect(throws: CommandFailure.self) { _ = try RotatingLogFile(directory: checked) }
+        #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8))
+    }
+
+    @Test func aPlantedLockLinkIsNeverFollowed() throws {
+        let directory = try Self.scratch()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let victim = directory + "-victim"
+        FileManager.default.createFile(atPath: victim, contents: Data("keep".utf8))
+        defer { unlink(victim) }
+        let checked = try AgentStateDirectory.prepare(directory)
+        symlink(victim, directory + "/agent.lock")
+        let error = #expect(throws: CommandFailure.self) { _ = try AgentStateDirectory.lock(checked) }
+        #expect(error?.exitCode == .configuration)
+        #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8), "the pid was not written through the link")
     }
 }

@@ -129,7 +129,7 @@ struct CommandOptionTests {
     /// Usage errors raised while validating values, run through the whole tool: stderr, usage, exit 64.
     @Test(arguments: [
         (["wait", "--require", "ethernet"],
-         "Error: The value 'ethernet' is invalid for '--require <kind>': expected one of wired, wifi, cellular, any"),
+         "Error: The value 'ethernet' is invalid for '--require <kind>': expected one of wired, wifi, cellular, any, internet"),
         (["wait", "--timeout", "abc"],
          "Error: The value 'abc' is invalid for '--timeout <seconds>': expected a number of seconds, 0 or more, or 'inf'"),
         (["wait", "--timeout", "-1"],

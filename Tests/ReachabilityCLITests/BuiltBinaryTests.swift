@@ -89,7 +89,7 @@ struct BuiltBinaryTests {
     @Test(arguments: [
         (["status", "--bogus"], "Error: Unknown option '--bogus'", "status"),
         (["wait", "--require", "ethernet"],
-         "Error: The value 'ethernet' is invalid for '--require <kind>': expected one of wired, wifi, cellular, any", "wait"),
+         "Error: The value 'ethernet' is invalid for '--require <kind>': expected one of wired, wifi, cellular, any, internet", "wait"),
         (["watch", "--netns"], "Error: Missing value for '--netns <name>'", "watch"),
     ])
     func usageErrorsGoToStandardErrorWithExit64(arguments: [String], message: String, command: String) throws {

@@ -45,6 +45,8 @@ struct PathOutputTests {
         #expect(PathText.explanation(Fixtures.satisfiedWifi) == """
             reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)
               expensive: no, ipv4: yes, ipv6: no
+            connectivity:
+              not checked (no --connectivity-url, reachability.conf or NetworkManager [connectivity])
             routes:
               ipv4: dev wlp2s0 (index 3), gw 192.0.2.1, src 192.0.2.20
               ipv6: none
@@ -96,7 +98,7 @@ struct PathOutputTests {
 
     @Test func jsonKeyOrderIsStable() {
         let keys = ["time", "status", "reason", "connection", "interface", "index", "sourceAddress", "isExpensive",
-                    "supportsIPv4", "supportsIPv6", "gateways", "routes", "interfaces"]
+                    "supportsIPv4", "supportsIPv6", "gateways", "routes", "interfaces", "connectivity", "portalURL", "connectivityCheck"]
         for path in [Fixtures.satisfiedWifi, Fixtures.noRoute, Fixtures.cellular] {
             guard case .object(let members) = PathJSON.object(path, at: Fixtures.time) else {
                 Issue.record("not an object"); continue

@@ -66,3 +66,29 @@ struct PathPolicyTests {
                                      newPath: Paths.satisfied(via: Paths.cellular)))
     }
 }
+
+@Suite("Path policy with a connectivity check")
+struct ConnectivityPathPolicyTests {
+    func checked(_ connectivity: Connectivity) -> NetworkPath {
+        var path = Paths.satisfied(via: Paths.ethernet)
+        path.connectivity = connectivity
+        path.portalURL = connectivity == .portal ? "http://portal/login" : nil
+        path.connectivityEvidence = ConnectivityEvidence(url: "http://192.0.2.9/", time: nil, answer: "test")
+        return path
+    }
+
+    @Test func aPortalIsWaitedOutAndFullIsUsable() {
+        #expect(PathPolicy.usability(of: checked(.portal), hasPathSource: true, allowsExpensive: true) == .unusable)
+        #expect(PathPolicy.usability(of: checked(.full), hasPathSource: true, allowsExpensive: true) == .usable(pinnedInterface: nil))
+        // limited may be the probe server alone: downloads go on (and retry as they would).
+        #expect(PathPolicy.usability(of: checked(.limited), hasPathSource: true, allowsExpensive: true) == .usable(pinnedInterface: nil))
+        // The first answer is pending: wait quietly (milliseconds), do not fetch a login page.
+        #expect(PathPolicy.usability(of: checked(.unknown), hasPathSource: true, allowsExpensive: true) == .unknown)
+        // No check configured: as before.
+        #expect(PathPolicy.usability(of: Paths.satisfied(via: Paths.ethernet), hasPathSource: true, allowsExpensive: true)
+                == .usable(pinnedInterface: nil))
+        // A transfer running when the portal appears is stopped (the same route, a new answer).
+        #expect(PathPolicy.mustAbort(startedUnder: PathKey(checked(.full)), pinnedInterface: nil, allowsExpensive: true,
+                                     newPath: checked(.portal)))
+    }
+}

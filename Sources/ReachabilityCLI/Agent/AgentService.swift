@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import LinuxSystem
 import LinuxReachability
 import ResumableDownloads
 
@@ -97,6 +98,9 @@ actor AgentService {
                                    .init(key: "changed", value: .bool(newSettings != old))])
     }
 
+    /// The latest path (a `waiting` event names the portal to log in to).
+    var currentPath: NetworkPath? { path }
+
     /// Records and reports a new path.
     func pathChanged(_ newPath: NetworkPath) {
         path = newPath
@@ -117,12 +121,23 @@ actor AgentService {
     /// Runs one control command.
     func handle(_ command: ControlCommand, id: ControlRequestID?) async -> ControlResponse {
         switch command {
-        case .add(let url, let output, let sha256):
-            let destination = output ?? Self.defaultDestination(for: url, in: environment.stateDirectory)
+        case .add(let url, let output, let sha256, let replace):
+            let destination: String
+            switch AgentDestination.resolve(output: output, url: url,
+                                            filesDirectory: AgentStateDirectory.filesDirectory(in: environment.stateDirectory),
+                                            allowed: settings.downloadDirectories) {
+            case .success(let path): destination = path
+            case .failure(let error): return .failure(error, id: id)
+            }
+            var existing = stat()
+            if !replace, lstat(destination, &existing) == 0 {
+                return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
+            }
             do {
                 let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
                                                         options: DownloadOptions(expectedSHA256: sha256,
-                                                                                 allowsExpensive: settings.allowsExpensive))
+                                                                                 allowsExpensive: settings.allowsExpensive,
+                                                                                 replacesExistingFile: replace))
                 observe(download)
                 emitDownload(.queued, download)
                 refreshSummary()
@@ -226,7 +241,8 @@ actor AgentService {
             for await event in download.events {
                 index += 1
                 guard index > skipping, let self else { continue }
-                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now()))
+                let path = event == .waitingForConnectivity ? await self.currentPath : nil
+                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
                 await self.downloadEventArrived(download, event)
             }
         }
@@ -257,17 +273,18 @@ actor AgentService {
 
     // MARK: persistence of user pauses
 
+    /// Read and written relative to the checked state directory (no links, a file of ours).
     private static func readPaused(_ directory: String) -> Set<UUID> {
-        guard let data = FileManager.default.contents(atPath: AgentStateDirectory.pausedPath(in: directory)),
-              let stored = try? JSONDecoder().decode(PausedList.self, from: data) else { return [] }
+        guard let checked = try? CheckedDirectory.open(directory, policy: .privateState),
+              let bytes = try? checked.readOwnedFile("agent-state.json", limit: 1 << 20),
+              let stored = try? JSONDecoder().decode(PausedList.self, from: Data(bytes)) else { return [] }
         return Set(stored.paused.compactMap(UUID.init(uuidString:)))
     }
 
     private func savePaused() {
-        let data = Data(ControlCodec.encode(PausedList(paused: userPaused.map(\.uuidString).sorted())))
-        let path = AgentStateDirectory.pausedPath(in: environment.stateDirectory)
-        try? data.write(to: URL(fileURLWithPath: path), options: .atomic)
-        chmod(path, 0o600)
+        let bytes = ControlCodec.encode(PausedList(paused: userPaused.map(\.uuidString).sorted()))
+        guard let checked = try? CheckedDirectory.open(environment.stateDirectory, policy: .privateState) else { return }
+        try? checked.writeAtomically(bytes, to: "agent-state.json", mode: 0o600)
     }
 
     private struct PausedList: Codable { var paused: [String] }
@@ -289,13 +306,6 @@ actor AgentService {
         let parts = [(running, "downloading"), (waiting, "waiting for network"), (queued, "queued"), (paused, "paused")]
             .filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
         return parts.isEmpty ? "idle" : parts.joined(separator: ", ")
-    }
-
-    /// `STATE_DIR/files/NAME`, NAME being the URL's last path component (`index.html` for `/`).
-    static func defaultDestination(for url: URL, in directory: String) -> String {
-        let name = url.lastPathComponent
-        let safe = name.isEmpty || name == "/" || name == "." || name == ".." ? "index.html" : name
-        return AgentStateDirectory.filesDirectory(in: directory) + "/" + safe
     }
 
     static func shortID(_ id: UUID) -> String { String(id.uuidString.lowercased().prefix(8)) }

@@ -24,9 +24,7 @@ enum AgentStateDirectory {
 
     static func socketPath(in directory: String) -> String { directory + "/agent.sock" }
     static func lockPath(in directory: String) -> String { directory + "/agent.lock" }
-    static func logPath(in directory: String) -> String { directory + "/agent.log" }
     static func configurationPath(in directory: String) -> String { directory + "/agent.conf" }
-    static func pausedPath(in directory: String) -> String { directory + "/agent-state.json" }
     static func recordsDirectory(in directory: String) -> String { directory + "/records" }
     static func filesDirectory(in directory: String) -> String { directory + "/files" }
 
@@ -75,11 +73,16 @@ struct AgentSettings: Sendable, Equatable {
     var maximumConcurrentDownloads: Int
     /// Whether new downloads may use expensive (cellular-like) paths.
     var allowsExpensive: Bool
+    /// Directories (absolute, normalised) where `queue add -o` may put files, besides
+    /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
+    var downloadDirectories: [String] = []
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64),
-    /// `no-expensive` (true/false). Values present in the file override `base`.
+    /// `no-expensive` (true/false), `download-dir` (an absolute directory; repeatable). Values
+    /// present in the file override `base`.
     static func parse(_ text: String, base: AgentSettings, path: String) throws -> AgentSettings {
         var settings = base
+        var directories: [String] = []
         for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             var line = Substring(rawLine)
             if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
@@ -100,11 +103,18 @@ struct AgentSettings: Sendable, Equatable {
                 case "false", "no", "0": settings.allowsExpensive = true
                 default: throw CommandFailure(message: "\(location): no-expensive must be true or false", exitCode: .configuration)
                 }
+            case "download-dir":
+                guard let directory = AgentDestination.normalizedAbsolutePath(parts[1]) else {
+                    throw CommandFailure(message: "\(location): download-dir must be an absolute path without . or .. components",
+                                         exitCode: .configuration)
+                }
+                directories.append(directory)
             default:
-                throw CommandFailure(message: "\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive)",
+                throw CommandFailure(message: "\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive, download-dir)",
                                      exitCode: .configuration)
             }
         }
+        if !directories.isEmpty { settings.downloadDirectories = directories }
         return settings
     }
 }

@@ -54,6 +54,8 @@ struct ControlRequest: Codable, Sendable, Equatable {
     var url: String?
     var output: String?
     var sha256: String?
+    /// `add`: replace an existing file at the destination (otherwise the request is refused).
+    var replace: Bool?
     var download: String?
 
     init(id: ControlRequestID?, command: ControlCommand) {
@@ -61,10 +63,11 @@ struct ControlRequest: Codable, Sendable, Equatable {
         self.id = id
         self.command = command.name
         switch command {
-        case .add(let url, let output, let sha256):
+        case .add(let url, let output, let sha256, let replace):
             self.url = url.absoluteString
             self.output = output
             self.sha256 = sha256
+            self.replace = replace ? true : nil
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .list, .status:
@@ -73,7 +76,7 @@ struct ControlRequest: Codable, Sendable, Equatable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case version, id, command, url, output, sha256, download
+        case version, id, command, url, output, sha256, replace, download
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -90,14 +93,16 @@ struct ControlRequest: Codable, Sendable, Equatable {
         url = try container.decodeIfPresent(String.self, forKey: .url)
         output = try container.decodeIfPresent(String.self, forKey: .output)
         sha256 = try container.decodeIfPresent(String.self, forKey: .sha256)
+        replace = try container.decodeIfPresent(Bool.self, forKey: .replace)
         download = try container.decodeIfPresent(String.self, forKey: .download)
     }
 }
 
 /// What a valid request asks for.
 enum ControlCommand: Sendable, Equatable {
-    /// Queue a download; `output` is an absolute path, or nil for the agent's files directory.
-    case add(url: URL, output: String?, sha256: String?)
+    /// Queue a download; `output` is an absolute path inside the agent's download directories,
+    /// or nil for the agent's files directory; `replace` allows replacing an existing file.
+    case add(url: URL, output: String?, sha256: String?, replace: Bool = false)
     /// Every download the agent knows.
     case list
     /// Pause the download with this ID (or unique ID prefix).
@@ -255,7 +260,8 @@ enum ControlCodec {
             if let sha = request.sha256, !isSHA256(sha) {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("'sha256' must be 64 hex digits")))
             }
-            return .success((id, .add(url: url, output: request.output, sha256: request.sha256?.lowercased())))
+            return .success((id, .add(url: url, output: request.output, sha256: request.sha256?.lowercased(),
+                                      replace: request.replace ?? false)))
         case .list: return .success((id, .list))
         case .status: return .success((id, .status))
         case .pause, .resume, .cancel:
@@ -317,6 +323,9 @@ struct ControlConnectionStateMachine: Sendable {
 
     private var state = State.reading
     private var buffer: [UInt8] = []
+
+    /// Whether part of a request line has arrived (its deadline runs from its first byte).
+    var isInsideRequest: Bool { state == .discardingOversizedLine || (state == .reading && !buffer.isEmpty) }
     let maximumLineLength: Int
 
     init(maximumLineLength: Int = ControlProtocol.maximumRequestSize) {

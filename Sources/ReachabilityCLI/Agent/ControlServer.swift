@@ -20,14 +20,20 @@ final class ControlServer: Sendable {
     private let handler: Handler
     private let observer: Observer
     private let isStopped = Atomic<Bool>(false)
-    private let connectionCount = Atomic<Int>(0)
-    /// Connections beyond this are answered with an error and closed.
-    static let maximumConnections = 32
+    private let admission = Mutex(ControlAdmission())
+    /// A request line must arrive whole within this time from its first byte (a peer dripping a
+    /// byte at a time cannot hold a connection by restarting a per-read timeout).
+    let requestDeadline: Duration
+    /// A connection with no request in progress is closed after this long.
+    let idleTimeout: Duration
 
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
-    init(path: String, handler: @escaping Handler, observer: @escaping Observer) throws {
+    init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
+         handler: @escaping Handler, observer: @escaping Observer) throws {
         self.path = path
+        self.requestDeadline = requestDeadline
+        self.idleTimeout = idleTimeout
         self.handler = handler
         self.observer = observer
         unlink(path)
@@ -69,8 +75,6 @@ final class ControlServer: Sendable {
 
     private func serve(_ connection: Int32) {
         defer { UnixSocketSyscalls.close(connection) }
-        let active = connectionCount.add(1, ordering: .relaxed).newValue
-        defer { connectionCount.subtract(1, ordering: .relaxed) }
         func send(_ response: ControlResponse) -> Bool {
             (try? UnixSocketSyscalls.writeAll(connection, ControlCodec.encode(response) + [UInt8(ascii: "\n")])) != nil
         }
@@ -83,16 +87,39 @@ final class ControlServer: Sendable {
             _ = send(.failure(.refused(uid: credentials.uid), id: nil))
             return
         }
-        guard active <= Self.maximumConnections else {
-            _ = send(.failure(.failed("too many control connections"), id: nil))
+        guard admission.withLock({ $0.admit(uid: credentials.uid) }) else {
+            _ = send(.failure(.failed("too many control connections from uid \(credentials.uid)"), id: nil))
             return
         }
-        try? UnixSocketSyscalls.setReceiveTimeout(connection, seconds: 60)
+        defer { admission.withLock { $0.release(uid: credentials.uid) } }
         var machine = ControlConnectionStateMachine()
+        var requestStarted: ContinuousClock.Instant?
+        var idleSince = ContinuousClock.now
         while true {
+            let now = ContinuousClock.now
+            let deadline = requestStarted.map { $0 + requestDeadline } ?? idleSince + idleTimeout
+            guard deadline > now else {
+                if requestStarted != nil {
+                    _ = send(.failure(.failed("request not completed within \(requestDeadline) of its first byte"), id: nil))
+                }
+                return
+            }
+            let remaining = deadline - now
+            let milliseconds = max(1, remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000)
+            try? UnixSocketSyscalls.setReceiveTimeout(connection, milliseconds: Int(milliseconds))
             let bytes: [UInt8]
-            do { bytes = try UnixSocketSyscalls.read(connection) } catch { bytes = [] }
+            do {
+                bytes = try UnixSocketSyscalls.read(connection)
+            } catch where error.number == EAGAIN || error.number == EWOULDBLOCK {
+                continue   // the deadline check above answers and closes
+            } catch {
+                bytes = []
+            }
+            let wasInsideRequest = machine.isInsideRequest
             let actions = bytes.isEmpty ? machine.endOfInput() : machine.received(bytes)
+            if !wasInsideRequest, !bytes.isEmpty { requestStarted = .now }
+            if !machine.isInsideRequest { requestStarted = nil }
+            if !actions.isEmpty { idleSince = .now }
             for action in actions {
                 switch action {
                 case .handle(let id, let command):
@@ -119,6 +146,35 @@ final class ControlServer: Sendable {
         }
         semaphore.wait()
         return result.withLock { $0 } ?? .failure(.failed("no reply"), id: nil)
+    }
+}
+
+/// How many control connections each uid may hold. The agent's user cannot fill every slot:
+/// root always has `reservedForRoot` of its own (to inspect or stop a flooded agent), and no
+/// other uid may hold more than `perUser`. Pure: tested without sockets.
+struct ControlAdmission: Sendable, Equatable {
+    var perUser = 16
+    var shared = 32
+    var reservedForRoot = 4
+    private(set) var open: [UInt32: Int] = [:]
+
+    /// Takes a slot for `uid`; false when its share is used up.
+    mutating func admit(uid: UInt32) -> Bool {
+        let held = open[uid, default: 0]
+        let others = open.filter { $0.key != 0 }.values.reduce(0, +)
+        if uid == 0 {
+            guard held < reservedForRoot || others + held < shared else { return false }
+        } else {
+            guard held < perUser, others < shared else { return false }
+        }
+        open[uid] = held + 1
+        return true
+    }
+
+    /// Gives back a slot taken by `admit`.
+    mutating func release(uid: UInt32) {
+        guard let held = open[uid] else { return }
+        open[uid] = held > 1 ? held - 1 : nil
     }
 }
 

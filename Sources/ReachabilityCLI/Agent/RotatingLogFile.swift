@@ -1,27 +1,34 @@
 import FoundationEssentials
 import Glibc
+import LinuxSystem
 import Synchronization
 
 /// Appends lines to `agent.log` (0600) and rotates it at `maximumSize` bytes to `agent.log.1`,
 /// keeping `keep` old files. Thread-safe; a failed write is dropped (stdout still has the line).
+/// Every file is reached relative to the checked state directory, never through a link.
 final class RotatingLogFile: Sendable {
-    let path: String
+    let directory: CheckedDirectory
+    let name: String
     let maximumSize: Int
     let keep: Int
-    private struct State { var descriptor: Int32; var size: Int }
+    private struct State { var descriptor: FileDescriptor?; var size: Int }
     private let state: Mutex<State>
 
-    init(path: String, maximumSize: Int = 1 << 20, keep: Int = 3) throws {
-        self.path = path
+    /// The log's path, for messages.
+    var path: String { directory.child(name) }
+
+    init(directory: CheckedDirectory, name: String = "agent.log", maximumSize: Int = 1 << 20, keep: Int = 3) throws {
+        self.directory = directory
+        self.name = name
         self.maximumSize = max(1024, maximumSize)
         self.keep = max(1, keep)
-        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw CommandFailure(message: "cannot open \(path): \(String(cString: strerror(errno)))", exitCode: .failure)
+        let opened: CheckedDirectory.OpenedFile
+        do {
+            opened = try directory.openOwnedFile(name, creating: .openOrCreate, mode: 0o600, appending: true)
+        } catch {
+            throw CommandFailure(message: "cannot open \(directory.child(name)): \(error)", exitCode: error.isUnsafe ? .configuration : .failure)
         }
-        var info = stat()
-        fstat(descriptor, &info)
-        state = Mutex(State(descriptor: descriptor, size: Int(info.st_size)))
+        state = Mutex(State(descriptor: opened.descriptor, size: Int(opened.status.size)))
     }
 
     /// Appends `line` and a newline in one write(2).
@@ -29,19 +36,23 @@ final class RotatingLogFile: Sendable {
         let bytes = Array((line + "\n").utf8)
         state.withLock { state in
             if state.size > 0, state.size + bytes.count > maximumSize { rotate(&state) }
-            let written = bytes.withUnsafeBytes { write(state.descriptor, $0.baseAddress, $0.count) }
-            if written > 0 { state.size += written }
+            guard let descriptor = state.descriptor else { return }
+            if (try? bytes.withUnsafeBytes { raw in try Result { () throws(Errno) in try descriptor.writeAll(raw) }.get() }) != nil {
+                state.size += bytes.count
+            }
         }
     }
 
     private func rotate(_ state: inout State) {
-        close(state.descriptor)
-        unlink("\(path).\(keep)")
-        for index in stride(from: keep - 1, through: 1, by: -1) { rename("\(path).\(index)", "\(path).\(index + 1)") }
-        rename(path, "\(path).1")
-        state.descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        state.descriptor?.close()
+        try? directory.remove("\(name).\(keep)")
+        for index in stride(from: keep - 1, through: 1, by: -1) {
+            try? directory.rename("\(name).\(index)", to: "\(name).\(index + 1)", replacing: true)
+        }
+        try? directory.rename(name, to: "\(name).1", replacing: true)
+        state.descriptor = try? directory.openOwnedFile(name, creating: .openOrCreate, mode: 0o600, appending: true).descriptor
         state.size = 0
     }
 
-    deinit { _ = state.withLock { close($0.descriptor) } }
+    deinit { state.withLock { $0.descriptor?.close() } }
 }

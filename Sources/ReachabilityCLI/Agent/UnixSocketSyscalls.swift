@@ -100,9 +100,10 @@ enum UnixSocketSyscalls {
         return credentials
     }
 
-    /// Sets SO_RCVTIMEO so a silent peer cannot hold a connection thread forever.
-    static func setReceiveTimeout(_ descriptor: Int32, seconds: Int) throws(SystemCallError) {
-        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+    /// Sets SO_RCVTIMEO so a silent peer cannot hold a connection thread forever (a read then
+    /// fails with EAGAIN).
+    static func setReceiveTimeout(_ descriptor: Int32, milliseconds: Int) throws(SystemCallError) {
+        var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)
         try retrying("setsockopt SO_RCVTIMEO") {
             setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         }
@@ -146,27 +147,5 @@ enum UnixSocketSyscalls {
     /// Closes a descriptor (errors are not actionable).
     static func close(_ descriptor: Int32) {
         _ = Glibc.close(descriptor)
-    }
-
-    /// Opens (creating, mode 0600) `path` and takes an exclusive non-blocking flock on it.
-    /// Returns the descriptor, which holds the lock until the process exits; nil when another
-    /// process holds it.
-    static func lockFile(_ path: String) throws(SystemCallError) -> Int32? {
-        let descriptor = try retrying("open \(path)") { open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600) }
-        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
-            if errno == EINTR { continue }
-            let number = errno
-            Glibc.close(descriptor)
-            if number == EWOULDBLOCK { return nil }
-            throw SystemCallError(operation: "flock \(path)", number: number)
-        }
-        return descriptor
-    }
-
-    /// Replaces the contents of an open file with `text` (the lock file's pid).
-    static func replaceContents(_ descriptor: Int32, with text: String) {
-        _ = ftruncate(descriptor, 0)
-        let bytes = Array(text.utf8)
-        _ = bytes.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
     }
 }

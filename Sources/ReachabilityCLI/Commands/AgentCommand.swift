@@ -26,8 +26,10 @@ struct AgentCommand: Command {
         and 'reachability agent status' over STATE_DIR/agent.sock (0600; only the same user or root).
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
-        (lines 'max-concurrent=N' and 'no-expensive=true|false'; values there override the command line; \
-        no-expensive applies to downloads queued afterwards). With NOTIFY_SOCKET set the agent speaks \
+        (lines 'max-concurrent=N', 'no-expensive=true|false' and 'download-dir=/abs/dir'; values there \
+        override the command line; no-expensive applies to downloads queued afterwards). Queued files go \
+        to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
+        an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
 
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
@@ -75,7 +77,7 @@ struct AgentCommand: Command {
         }
         let initialSettings = try loadSettings()
 
-        let log = try RotatingLogFile(path: AgentStateDirectory.logPath(in: directory), maximumSize: logSizeLimit)
+        let log = try RotatingLogFile(directory: checked, maximumSize: logSizeLimit)
         let output = context.output
         let now = context.now
         let emitLine: @Sendable (String) -> Void = { line in
@@ -116,8 +118,13 @@ struct AgentCommand: Command {
 
         let server: ControlServer
         do {
+            // Test knob (not in --help): REACHABILITY_CONTROL_REQUEST_DEADLINE seconds.
+            var deadline = Duration.seconds(10)
+            if let text = context.environment["REACHABILITY_CONTROL_REQUEST_DEADLINE"], let seconds = Double(text), seconds > 0 {
+                deadline = .milliseconds(Int64(seconds * 1000))
+            }
             server = try ControlServer(
-                path: AgentStateDirectory.socketPath(in: directory),
+                path: AgentStateDirectory.socketPath(in: directory), requestDeadline: deadline,
                 handler: { command, id in await service.handle(command, id: id) },
                 observer: { event in
                     let (name, fields) = Self.describe(event)

@@ -280,7 +280,8 @@ struct DownloadCommand: Command {
         let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
         let reporter = DownloadReporter(context: context, isJSON: isJSON, drawsProgress: context.isTerminal(2),
-                                        usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true, isQuiet: isQuiet)
+                                        usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true, isQuiet: isQuiet,
+                                        currentPath: { source.currentPath })
 
         let errorOutput = context.errorOutput
         let logger = monitor.isVerbose

@@ -30,7 +30,12 @@ final class DownloadReporter: Sendable {
     private let isQuiet: Bool
     private let state = Mutex(State())
 
-    init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool, isQuiet: Bool = false) {
+    /// The monitor's current path: a `waiting` download behind a captive portal says where to log in.
+    private let currentPath: @Sendable () -> NetworkPath?
+
+    init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool, isQuiet: Bool = false,
+         currentPath: @escaping @Sendable () -> NetworkPath? = { nil }) {
+        self.currentPath = currentPath
         self.context = context
         self.isJSON = isJSON
         self.drawsProgress = drawsProgress && !isQuiet
@@ -99,7 +104,8 @@ final class DownloadReporter: Sendable {
             }
         }
         if isJSON {
-            let line = EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: context.now())
+            let path = event == .waitingForConnectivity ? currentPath() : nil
+            let line = EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: context.now(), path: path)
             state.withLock { state in
                 guard !state.ended.contains(download.id) else { return }
                 if name.isTerminal { state.ended.insert(download.id) }
@@ -108,7 +114,11 @@ final class DownloadReporter: Sendable {
             return
         }
         guard !isQuiet else { return }
-        let line = "\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(Self.text(of: event))"
+        var words = Self.text(of: event)
+        if event == .waitingForConnectivity, let portal = EventSchema.portal(of: currentPath()) {
+            words = "waiting for login at \(PathText.escaped(portal))"
+        }
+        let line = "\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(words)"
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
             context.errorOutput.text(erase(state.drawnLines) + line + "\n")
@@ -157,7 +167,8 @@ final class DownloadReporter: Sendable {
         let name = String(download.destination.lastPathComponent.prefix(24))
         var status: String
         switch download.state {
-        case .waitingForConnectivity: status = color("waiting for network", code: 33)
+        case .waitingForConnectivity:
+            status = color(EventSchema.portal(of: currentPath()) != nil ? "waiting for login" : "waiting for network", code: 33)
         case .paused: status = "paused"
         case .completed: status = "done"
         case .failed: status = color("failed", code: 31)

@@ -9,15 +9,27 @@ struct MonitorOptions: Sendable, Equatable {
         "classify", valueName: "pattern=type",
         help: "Report interfaces whose name matches the glob PATTERN as TYPE (wired, wifi, cellular, loopback, other). Repeatable; wins over classify.conf.")
     static let verbose = Option.flag("verbose", help: "Log the monitor's diagnostics to stderr.")
+    static let connectivityURL = Option.value(
+        "connectivity-url", valueName: "url",
+        help: "Also check the Internet beyond the route with an HTTP GET of URL (http:// only; 'none' turns off a check from the config files): full on 204, or on 200 with --connectivity-response's text; portal on a redirect or another page; limited on no answer.")
+    static let connectivityResponse = Option.value(
+        "connectivity-response", valueName: "text",
+        help: "The text a 200 answer to --connectivity-url must start with (default: expect 204 No Content).")
 
-    /// The three options, for a command's option table.
-    static let all = [networkNamespace, classify, verbose]
+    /// The shared options, for a command's option table.
+    static let all = [networkNamespace, classify, verbose, connectivityURL, connectivityResponse]
 
     /// Help paragraph on the classify.conf files every monitor command reads.
     static let discussion = """
         Classification overrides are also read from /etc/reachability/classify.conf and \
         $XDG_CONFIG_HOME/reachability/classify.conf (default ~/.config): one PATTERN=TYPE per line, \
         '#' starts a comment. The first matching rule wins: --classify, then the user file, then the system file.
+
+        The connectivity check is off unless configured: --connectivity-url, else connectivity-url= \
+        (with connectivity-response=, connectivity-interval= and connectivity-timeout= in seconds) in \
+        $XDG_CONFIG_HOME/reachability/reachability.conf or /etc/reachability/reachability.conf, else the \
+        [connectivity] section of NetworkManager's configuration (uri, response, interval). Without one, \
+        connectivity is 'unknown' and nothing is sent.
         """
 
     /// `--netns`, validated.
@@ -28,6 +40,8 @@ struct MonitorOptions: Sendable, Equatable {
     var isVerbose: Bool
     /// Set by commands that show every interface (`--all-interfaces`, `status --explain`).
     var includesAllInterfaces = false
+    /// `--connectivity-url` / `--connectivity-response`.
+    var connectivity = ConnectivitySettings()
 
     /// `--all-interfaces`, for the commands that print paths.
     static let allInterfaces = Option.flag(
@@ -50,6 +64,23 @@ struct MonitorOptions: Sendable, Equatable {
             }
         }
         isVerbose = arguments.isSet(Self.verbose)
+        if let url = arguments.value(Self.connectivityURL) {
+            connectivity.url = url
+            connectivity.source = "--connectivity-url"
+            if !["", "none", "off"].contains(url) {
+                do {
+                    _ = try ConnectivityCheck(url: url)
+                } catch {
+                    throw UsageError.invalidValue(url, for: Self.connectivityURL, error.description)
+                }
+            }
+        }
+        if let response = arguments.value(Self.connectivityResponse) {
+            guard response.utf8.count <= 4096 else {
+                throw UsageError.invalidValue(response, for: Self.connectivityResponse, "longer than 4096 bytes")
+            }
+            connectivity.response = response
+        }
     }
 
     /// The monitor configuration: checks namespace privilege and loads classify.conf files.
@@ -73,7 +104,37 @@ struct MonitorOptions: Sendable, Equatable {
             networkNamespace: networkNamespace,
             classificationOverrides: overrides + fileOverrides,
             logger: logger(in: context),
-            includesAllInterfaces: includesAllInterfaces)
+            includesAllInterfaces: includesAllInterfaces,
+            connectivityCheck: try connectivityCheck(in: context))
+    }
+
+    /// The connectivity check from the command line, reachability.conf, or NetworkManager's
+    /// `[connectivity]`; nil when none is configured. Throws `CommandFailure` (exit 78) for a
+    /// bad line or value in a file.
+    func connectivityCheck(in context: CommandContext) throws -> ConnectivityCheck? {
+        var settings = connectivity
+        for path in ConnectivityConfiguration.reachabilityFiles(environment: context.environment) {
+            guard let text = try context.readFile(path) else { continue }
+            do {
+                settings = settings.merged(over: try ConnectivityConfiguration.parseReachabilityConf(text, path: path))
+            } catch {
+                throw CommandFailure(message: error.description, exitCode: .configuration)
+            }
+        }
+        if settings.url == nil {
+            let files = ConnectivityConfiguration.networkManagerFiles(environment: context.environment,
+                                                                     listDirectory: context.listDirectory)
+            // NetworkManager's files are its own: one we cannot read is skipped, as if absent.
+            let texts = files.compactMap { path in (try? context.readFile(path)).flatMap { $0 }.map { (path: path, text: $0) } }
+            if let networkManager = ConnectivityConfiguration.parseNetworkManager(texts) {
+                settings = settings.merged(over: networkManager)
+            }
+        }
+        do {
+            return try ConnectivityConfiguration.check(from: settings)
+        } catch {
+            throw CommandFailure(message: error.description, exitCode: .configuration)
+        }
     }
 
     /// Debug-level lines on stderr with `--verbose`, otherwise silent.
@@ -85,13 +146,26 @@ struct MonitorOptions: Sendable, Equatable {
 
     /// Builds the source for `configuration(in:)` and starts it; the caller cancels it when done.
     func startPathSource(in context: CommandContext) throws -> any PathSource {
-        let source = context.makePathSource(try configuration(in: context))
+        try startPathSource(in: context, validate: { _ in }).source
+    }
+
+    /// Like `startPathSource(in:)`, with the configuration used; `validate` may refuse it (a
+    /// command that needs a connectivity check) before anything starts.
+    /// `prepare` runs between creating the source and starting it (to subscribe before the first
+    /// path, so no update is missed).
+    func startPathSource(in context: CommandContext, validate: (PathMonitor.Configuration) throws -> Void,
+                         prepare: (any PathSource) -> Void = { _ in })
+        throws -> (source: any PathSource, configuration: PathMonitor.Configuration) {
+        let configuration = try configuration(in: context)
+        try validate(configuration)
+        let source = context.makePathSource(configuration)
+        prepare(source)
         do {
             try source.start()
         } catch {
             source.cancel()
             throw error
         }
-        return source
+        return (source, configuration)
     }
 }

@@ -5,6 +5,8 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     /// `--require` values.
     enum Connection: String, Sendable, CaseIterable {
         case wired, wifi, cellular, any
+        /// A path whose connectivity check reads `full`.
+        case internet
     }
 
     /// The kind of link the path must use.
@@ -21,13 +23,15 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
         case .wired: return path.connection == .wired
         case .wifi: return path.connection == .wifi
         case .cellular: return path.connection == .cellular
+        case .internet: return path.connectivity == .full
         }
     }
 
     /// `a reachable wifi path that is not expensive`.
     var description: String {
-        let kind = connection == .any ? "" : "\(connection.rawValue) "
-        return "a reachable \(kind)path" + (allowsExpensive ? "" : " that is not expensive")
+        let kind = connection == .any || connection == .internet ? "" : "\(connection.rawValue) "
+        let internet = connection == .internet ? " with full internet connectivity" : ""
+        return "a reachable \(kind)path\(internet)" + (allowsExpensive ? "" : " that is not expensive")
     }
 
     /// How waiting ended.

@@ -52,18 +52,21 @@ struct QueueAddCommand: Command {
     static let name = "queue add"
     static let abstract = "Queue a download in the running agent."
     static let output = Option.value("output", short: "o", valueName: "file",
-                                     help: "Where the finished file goes (relative to the current directory). Default: STATE_DIR/files/NAME.")
+                                     help: "Where the finished file goes (relative to the current directory); it must be in STATE_DIR/files or a download-dir= of agent.conf. Default: STATE_DIR/files/NAME.")
     static let sha256 = Option.value("sha256", valueName: "hex", help: "Expected SHA-256 of the file; a mismatch fails the download.")
-    static let options = [output, sha256, ControlOptions.stateDirectory]
+    static let replace = Option.flag("replace", help: "Replace a file that exists at the destination (otherwise the request is refused).")
+    static let options = [output, sha256, replace, ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL.")]
     static let discussion: String? = "Prints the new download's line (its ID first).\n\n" + ControlOptions.discussion
 
     var url: URL
     var outputPath: String?
     var expectedSHA256: String?
+    var replacesExistingFile: Bool
     var control: ControlOptions
 
     init(arguments: ParsedArguments) throws {
+        replacesExistingFile = arguments.isSet(Self.replace)
         let text = arguments.positional(Self.positionals[0])[0]
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
               url.host != nil else {
@@ -87,7 +90,8 @@ struct QueueAddCommand: Command {
             path.hasPrefix("/") ? path
                 : URL(fileURLWithPath: context.currentDirectory).appendingPathComponent(path).standardizedFileURL.path
         }
-        let response = try control.send(.add(url: url, output: output, sha256: expectedSHA256), in: context)
+        let response = try control.send(.add(url: url, output: output, sha256: expectedSHA256, replace: replacesExistingFile),
+                                        in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
     }

@@ -27,9 +27,13 @@ struct StatusCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let source = try monitor.startPathSource(in: context)
+        let (source, configuration) = try monitor.startPathSource(in: context, validate: { _ in })
         defer { source.cancel() }
-        let path = source.currentPath
+        var path = source.currentPath
+        if let check = configuration.connectivityCheck, path.isSatisfied, path.connectivity == .unknown {
+            // The route is known at once; the check's answer follows within its timeout.
+            path = await firstAnswer(from: source, within: check.timeout + .seconds(1), sleep: context.sleep) ?? source.currentPath
+        }
         if isJSON {
             // The JSON object carries the routes and interface evidence already.
             context.output.line(PathJSON.line(path, at: context.now()))
@@ -37,5 +41,23 @@ struct StatusCommand: Command {
             context.output.line(isExplaining ? PathText.explanation(path) : PathText.summary(path))
         }
         return path.isSatisfied ? .success : .failure
+    }
+
+    /// The first path whose connectivity is answered (or that lost its route), nil at the deadline.
+    private func firstAnswer(from source: any PathSource, within timeout: Duration,
+                             sleep: @escaping @Sendable (Duration) async throws -> Void) async -> NetworkPath? {
+        let updates = source.paths
+        return await withTaskGroup(of: NetworkPath?.self) { group in
+            group.addTask {
+                for await path in updates where path.connectivity != .unknown || !path.isSatisfied { return path }
+                return nil
+            }
+            group.addTask {
+                try? await sleep(timeout)
+                return nil
+            }
+            defer { group.cancelAll() }
+            return await group.next() ?? nil
+        }
     }
 }

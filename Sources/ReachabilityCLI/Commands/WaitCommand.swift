@@ -9,7 +9,7 @@ struct WaitCommand: Command {
         help: "Give up after this many seconds (fractions allowed; 0 checks once; 'inf' waits forever). Default: 30.")
     static let require = Option.value(
         "require", valueName: "kind",
-        help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any. Default: any.")
+        help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any; 'internet' needs the connectivity check to read full. Default: any.")
     static let notExpensive = Option.flag("not-expensive", help: "Only a path that is not expensive (cellular) qualifies.")
     static let options = [timeout, require, notExpensive] + MonitorOptions.all
     static let discussion: String? = """
@@ -30,7 +30,7 @@ struct WaitCommand: Command {
         requirement = PathRequirement()
         if let kind = arguments.value(Self.require) {
             guard let connection = PathRequirement.Connection(rawValue: kind.lowercased()) else {
-                throw UsageError.invalidValue(kind, for: Self.require, "expected one of wired, wifi, cellular, any")
+                throw UsageError.invalidValue(kind, for: Self.require, "expected one of wired, wifi, cellular, any, internet")
             }
             requirement.connection = connection
         }
@@ -48,10 +48,22 @@ struct WaitCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let source = try monitor.startPathSource(in: context)
+        let requirement = requirement
+        let (source, configuration) = try monitor.startPathSource(in: context) { configuration in
+            if requirement.connection == .internet, configuration.connectivityCheck == nil {
+                throw CommandFailure(
+                    message: "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri",
+                    exitCode: .usage)
+            }
+        }
         defer { source.cancel() }
+        var timeout = timeoutDuration
+        if requirement.connection == .internet, timeout == .zero, let check = configuration.connectivityCheck {
+            // "Check once" includes the one connectivity check that runs at start.
+            timeout = check.timeout + .seconds(1)
+        }
         let outcome = await requirement.firstQualifyingPath(
-            current: source.currentPath, updates: source.paths, timeout: timeoutDuration, sleep: context.sleep)
+            current: source.currentPath, updates: source.paths, timeout: timeout, sleep: context.sleep)
         switch outcome {
         case .qualified:
             return .success

@@ -24,8 +24,12 @@ struct WatchCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let source = try monitor.startPathSource(in: context)
+        // Subscribed before the monitor starts: the first path and the connectivity check's answer
+        // (which can follow within a millisecond) are both printed, in order.
+        var subscription: AsyncStream<NetworkPath>?
+        let (source, _) = try monitor.startPathSource(in: context, validate: { _ in }, prepare: { subscription = $0.paths })
         defer { source.cancel() }
+        let paths = subscription ?? source.paths
         // Cancelling the source finishes `paths`, which ends the loop below normally.
         let interruption = InterruptionFlag()
         let removeHandler = await context.onInterrupt {
@@ -36,7 +40,7 @@ struct WatchCommand: Command {
         monitor.logger(in: context).info("watching for changes; SIGINT or SIGTERM stops")
 
         var previous: NetworkPath?
-        for await path in source.paths where !isRepeat(path, of: previous) {
+        for await path in paths where !isRepeat(path, of: previous) {
             previous = path
             let time = context.now()
             context.output.line(isJSON ? PathJSON.line(path, at: time) : PathText.line(path, at: time))

@@ -46,6 +46,10 @@ struct CommandContext: Sendable {
     var currentDirectory: String = "/"
     /// Whether the file descriptor is a terminal (progress bars only on one).
     var isTerminal: @Sendable (Int32) -> Bool = { _ in false }
+    /// The names in a directory (empty when it does not exist or cannot be read).
+    var listDirectory: @Sendable (String) -> [String] = { path in
+        (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+    }
     /// Raw bytes for standard output (`download -o -`); throws when they cannot be written (EPIPE).
     var writeStandardOutput: @Sendable (UnsafeRawBufferPointer) throws -> Void = { _ in }
 

@@ -64,10 +64,21 @@ enum EventSchema {
         JSONValue.object(head(kind, event, at: time) + fields).serialized
     }
 
-    /// A download line for a library event.
-    static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date) -> String {
-        let (name, fields) = describe(event)
+    /// A download line for a library event; `path` (the current one) tells a `waiting` behind a
+    /// captive portal from one without a path: `"reason":"portal"` and its `portalURL`.
+    static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date, path: NetworkPath? = nil) -> String {
+        var (name, fields) = describe(event)
+        if event == .waitingForConnectivity, let portal = portal(of: path) {
+            fields += [.init(key: "reason", value: .string("portal")), .init(key: "portalURL", value: .string(portal))]
+        }
         return downloadLine(name, facts, at: time, fields)
+    }
+
+    /// The login URL when `path` is satisfied but behind a captive portal (the probe URL when the
+    /// portal named none).
+    static func portal(of path: NetworkPath?) -> String? {
+        guard let path, path.isSatisfied, path.connectivity == .portal else { return nil }
+        return path.portalURL ?? path.connectivityEvidence?.url ?? ""
     }
 
     /// A download line for an event name and its fields.
@@ -124,6 +135,8 @@ enum EventSchema {
             .init(key: "interface", value: .string(path.isSatisfied ? path.primaryInterface?.name : nil)),
             .init(key: "sourceAddress", value: .string(path.primaryRoute?.sourceAddress)),
             .init(key: "isExpensive", value: .bool(path.isExpensive)),
+            .init(key: "connectivity", value: .string(path.connectivity.rawValue)),
+            .init(key: "portalURL", value: .string(path.portalURL)),
         ])
     }
 

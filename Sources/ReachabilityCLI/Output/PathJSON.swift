@@ -20,6 +20,17 @@ enum PathJSON {
             "gateways": .array(path.gateways.map(JSONValue.string)),
             "routes": .array(path.routes.map(route)),
             "interfaces": .array(path.interfaces.map(interface)),
+            "connectivity": .string(path.connectivity.rawValue),
+            "portalURL": .string(path.portalURL),
+            "connectivityCheck": path.connectivityEvidence.map(evidence) ?? .null,
+        ])
+    }
+
+    static func evidence(_ evidence: ConnectivityEvidence) -> JSONValue {
+        .object([
+            "url": .string(evidence.url),
+            "time": .string(evidence.time.map(PathText.timestamp)),
+            "answer": .string(evidence.answer),
         ])
     }
 

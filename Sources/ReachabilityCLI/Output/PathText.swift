@@ -27,7 +27,17 @@ enum PathText {
         var text = "reachable via \(path.connection.rawValue)"
         if !parts.isEmpty { text += " (\(parts.joined(separator: "; ")))" }
         if path.isExpensive { text += " expensive" }
+        if path.isConnectivityChecked { text += ", " + internet(path) }
         return text
+    }
+
+    /// `internet: full`, `internet: portal, log in at URL`, `internet: checking`.
+    static func internet(_ path: NetworkPath) -> String {
+        switch path.connectivity {
+        case .unknown: return "internet: checking"
+        case .portal: return "internet: portal" + (path.portalURL.map { ", log in at \(escaped($0))" } ?? "")
+        case .full, .limited, .offline: return "internet: \(path.connectivity.rawValue)"
+        }
     }
 
     /// `2026-11-30T06:00:00.123Z reachable via ...`: one `watch` line.
@@ -44,6 +54,15 @@ enum PathText {
     static func explanation(_ path: NetworkPath) -> String {
         var lines = [summary(path)]
         lines.append("  expensive: \(yesNo(path.isExpensive)), ipv4: \(yesNo(path.supportsIPv4)), ipv6: \(yesNo(path.supportsIPv6))")
+        lines.append("connectivity:")
+        if let evidence = path.connectivityEvidence {
+            lines.append("  \(path.isSatisfied ? internet(path) : "internet: none")")
+            lines.append("  check: GET \(escaped(evidence.url))")
+            let when = evidence.time.map { " at \(timestamp($0))" } ?? ""
+            lines.append("  last answer: \(escaped(evidence.answer))\(when)")
+        } else {
+            lines.append("  not checked (no --connectivity-url, reachability.conf or NetworkManager [connectivity])")
+        }
         lines.append("routes:")
         for family in [AddressFamily.ipv4, .ipv6] {
             guard let route = path.routes.first(where: { $0.family == family }) else {

@@ -129,6 +129,9 @@ final class Harness: Sendable {
             effectiveUserID: effectiveUserID,
             currentDirectory: currentDirectory,
             isTerminal: { [isTerminal] _ in isTerminal },
+            listDirectory: { [files] directory in
+                files.keys.filter { ($0 as NSString).deletingLastPathComponent == directory }.map { ($0 as NSString).lastPathComponent }
+            },
             writeStandardOutput: { bytes in self.binaryOutput.withLock { $0 += bytes } })
     }
 

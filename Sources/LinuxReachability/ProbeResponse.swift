@@ -1,0 +1,248 @@
+/// Reads the answer to a connectivity probe: an HTTP/1.1 response, as bytes arrive. Pure, so
+/// every hostile shape (endless headers, lying lengths, broken chunking) is tested without a
+/// socket; the probe stops reading at `maximumResponseBytes` whatever the server sends.
+struct ProbeResponseParser: Sendable {
+    /// Longest header section accepted.
+    static let maximumHeaderBytes = 16 << 10
+    /// Longest `expectedResponse`.
+    static let maximumExpectedLength = 4096
+    /// Bytes read from the server before the probe stops listening.
+    static let maximumResponseBytes = 64 << 10
+
+    /// What the server answered, as far as the check needs it.
+    struct Response: Equatable, Sendable {
+        var status: Int
+        var location: String?
+        /// The first bytes of the body, up to the parser's `bodyLimit`.
+        var bodyPrefix: [UInt8]
+        /// Whether `bodyPrefix` is the whole body.
+        var isBodyComplete: Bool
+    }
+
+    enum Progress: Equatable, Sendable {
+        case needMore
+        case complete(Response)
+        case malformed(String)
+    }
+
+    /// Body bytes the caller needs to decide (the expected response's length, at least 1).
+    let bodyLimit: Int
+    private(set) var received: [UInt8] = []
+
+    init(bodyLimit: Int) {
+        self.bodyLimit = max(bodyLimit, 1)
+    }
+
+    /// Adds bytes from the socket and says whether the answer is decided.
+    mutating func consume(_ bytes: some Sequence<UInt8>) -> Progress {
+        received.append(contentsOf: bytes)
+        if received.count > Self.maximumResponseBytes { received.removeLast(received.count - Self.maximumResponseBytes) }
+        return Self.interpret(received, isEnd: received.count >= Self.maximumResponseBytes, bodyLimit: bodyLimit)
+    }
+
+    /// The server closed the connection.
+    func finish() -> Progress {
+        Self.interpret(received, isEnd: true, bodyLimit: bodyLimit)
+    }
+
+    /// Decides from everything received so far; `isEnd` when no more bytes will come.
+    static func interpret(_ bytes: [UInt8], isEnd: Bool, bodyLimit: Int) -> Progress {
+        var start = 0
+        while true {
+            guard let (headerEnd, bodyStart) = endOfHeaders(bytes, from: start) else {
+                if bytes.count - start > maximumHeaderBytes { return .malformed("header section longer than \(maximumHeaderBytes / 1024) KiB") }
+                if isEnd {
+                    return .malformed(bytes.isEmpty ? "connection closed without an answer" : "connection closed inside the headers")
+                }
+                return .needMore
+            }
+            if headerEnd - start > maximumHeaderBytes { return .malformed("header section longer than \(maximumHeaderBytes / 1024) KiB") }
+            let head: Head
+            switch parseHead(bytes[start..<headerEnd]) {
+            case .success(let parsed): head = parsed
+            case .failure(let problem): return .malformed(problem.reason)
+            }
+            if (100...199).contains(head.status) {
+                start = bodyStart  // interim response (100 Continue): the real one follows
+                continue
+            }
+            return body(bytes, from: bodyStart, head: head, isEnd: isEnd, bodyLimit: bodyLimit)
+        }
+    }
+
+    struct Problem: Error { var reason: String }
+
+    struct Head {
+        var status: Int
+        var location: String?
+        var contentLength: Int?
+        var isChunked = false
+    }
+
+    /// End of the header block (index of the blank line) and start of the body; bare LF accepted.
+    static func endOfHeaders(_ bytes: [UInt8], from start: Int) -> (Int, Int)? {
+        var index = start
+        while index < bytes.count {
+            if bytes[index] == 0x0A {
+                if index + 1 < bytes.count, bytes[index + 1] == 0x0A { return (index + 1, index + 2) }
+                if index + 2 < bytes.count, bytes[index + 1] == 0x0D, bytes[index + 2] == 0x0A { return (index + 1, index + 3) }
+            }
+            index += 1
+        }
+        return nil
+    }
+
+    static func parseHead(_ block: ArraySlice<UInt8>) -> Result<Head, Problem> {
+        var lines = block.split(separator: 0x0A, omittingEmptySubsequences: false).map { line -> ArraySlice<UInt8> in
+            line.last == 0x0D ? line.dropLast() : line
+        }
+        while lines.last?.isEmpty == true { lines.removeLast() }
+        guard let statusLine = lines.first else { return .failure(Problem(reason: "empty status line")) }
+        // HTTP/1.x SP 3DIGIT [SP reason]
+        let prefix = Array("HTTP/1.".utf8)
+        guard statusLine.count >= 12, Array(statusLine.prefix(7)) == prefix,
+              statusLine[statusLine.startIndex + 8] == 0x20 else {
+            return .failure(Problem(reason: "not an HTTP/1.x status line"))
+        }
+        let digits = statusLine[(statusLine.startIndex + 9)..<(statusLine.startIndex + 12)]
+        guard digits.allSatisfy({ (0x30...0x39).contains($0) }),
+              statusLine.count == 12 || statusLine[statusLine.startIndex + 12] == 0x20 else {
+            return .failure(Problem(reason: "invalid status code"))
+        }
+        var head = Head(status: digits.reduce(0) { $0 * 10 + Int($1 - 0x30) })
+        for line in lines.dropFirst() {
+            guard let first = line.first else { continue }
+            if first == 0x20 || first == 0x09 { return .failure(Problem(reason: "folded header line")) }
+            guard let colon = line.firstIndex(of: 0x3A), colon > line.startIndex else {
+                return .failure(Problem(reason: "header line without a name"))
+            }
+            let name = String(decoding: line[..<colon], as: UTF8.self).lowercased()
+            guard name.utf8.allSatisfy(isTokenCharacter) else { return .failure(Problem(reason: "invalid header name")) }
+            let value = trimmed(line[line.index(after: colon)...])
+            switch name {
+            case "location":
+                if head.location == nil { head.location = String(decoding: value, as: UTF8.self) }
+            case "content-length":
+                guard !value.isEmpty, value.count <= 18, value.allSatisfy({ (0x30...0x39).contains($0) }) else {
+                    return .failure(Problem(reason: "invalid Content-Length"))
+                }
+                let length = value.reduce(0) { $0 * 10 + Int($1 - 0x30) }
+                if let previous = head.contentLength, previous != length {
+                    return .failure(Problem(reason: "conflicting Content-Length headers"))
+                }
+                head.contentLength = length
+            case "transfer-encoding":
+                let codings = String(decoding: value, as: UTF8.self).lowercased().split(separator: ",")
+                head.isChunked = codings.last.map { $0.trimmingSpaces == "chunked" } ?? false
+            default:
+                break
+            }
+        }
+        return .success(head)
+    }
+
+    static func body(_ bytes: [UInt8], from start: Int, head: Head, isEnd: Bool, bodyLimit: Int) -> Progress {
+        func done(_ prefix: ArraySlice<UInt8>, whole: Bool) -> Progress {
+            .complete(Response(status: head.status, location: head.location,
+                               bodyPrefix: Array(prefix.prefix(bodyLimit)), isBodyComplete: whole && prefix.count <= bodyLimit))
+        }
+        let available = bytes[start...]
+        if head.status == 204 || head.status == 304 { return done([], whole: true) }
+        if head.isChunked {
+            return chunked(available, isEnd: isEnd, bodyLimit: bodyLimit, head: head)
+        }
+        if let length = head.contentLength {
+            if available.count >= length { return done(available.prefix(length), whole: true) }
+            if available.count >= bodyLimit || isEnd { return done(available, whole: false) }
+            return .needMore
+        }
+        if available.count >= bodyLimit || isEnd { return done(available, whole: isEnd) }
+        return .needMore
+    }
+
+    static func chunked(_ data: ArraySlice<UInt8>, isEnd: Bool, bodyLimit: Int, head: Head) -> Progress {
+        var body: [UInt8] = []
+        var index = data.startIndex
+        func result(whole: Bool) -> Progress {
+            .complete(Response(status: head.status, location: head.location, bodyPrefix: Array(body.prefix(bodyLimit)),
+                               isBodyComplete: whole && body.count <= bodyLimit))
+        }
+        while true {
+            if body.count >= bodyLimit { return result(whole: false) }
+            guard let lineEnd = data[index...].firstIndex(of: 0x0A) else {
+                if data.endIndex - index > 1024 { return .malformed("chunk size line longer than 1 KiB") }
+                return isEnd ? result(whole: false) : .needMore
+            }
+            var sizeText = data[index..<lineEnd]
+            if sizeText.last == 0x0D { sizeText = sizeText.dropLast() }
+            if let semicolon = sizeText.firstIndex(of: 0x3B) { sizeText = sizeText[..<semicolon] }
+            sizeText = trimmed(sizeText)
+            guard !sizeText.isEmpty, sizeText.count <= 8, let size = Int(String(decoding: sizeText, as: UTF8.self), radix: 16) else {
+                return .malformed("invalid chunk size")
+            }
+            index = lineEnd + 1
+            if size == 0 { return result(whole: true) }
+            let end = min(index + size, data.endIndex)
+            body.append(contentsOf: data[index..<end].prefix(bodyLimit - body.count))
+            if end < index + size { return body.count >= bodyLimit || isEnd ? result(whole: false) : .needMore }
+            index = end
+            // CRLF after the chunk data.
+            if index < data.endIndex, data[index] == 0x0D { index += 1 }
+            if index < data.endIndex {
+                guard data[index] == 0x0A else { return .malformed("chunk data longer than its size") }
+                index += 1
+            } else {
+                return body.count >= bodyLimit || isEnd ? result(whole: false) : .needMore
+            }
+        }
+    }
+
+    static func isTokenCharacter(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: return true
+        default: return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
+        }
+    }
+
+    static func trimmed(_ value: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+        var value = value
+        while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
+        while let last = value.last, last == 0x20 || last == 0x09 { value = value.dropLast() }
+        return value
+    }
+}
+
+private extension Substring {
+    var trimmingSpaces: Substring {
+        var text = self
+        while text.first == " " || text.first == "\t" { text = text.dropFirst() }
+        while text.last == " " || text.last == "\t" { text = text.dropLast() }
+        return text
+    }
+}
+
+/// Turns a probe's answer into connectivity, NetworkManager's way. Pure.
+enum ConnectivityClassifier {
+    /// - the expected answer (204 when no body is expected; 200 whose body starts with the expected
+    ///   text, or an empty 200 when none is) is `full`;
+    /// - a redirect, `511 Network Authentication Required`, or a 200 with another body is `portal`,
+    ///   at the `Location` when it is an http(s) URL or path, else at the probe URL;
+    /// - any other status is `limited`.
+    static func classify(_ response: ProbeResponseParser.Response, expected: [UInt8],
+                         probe: ProbeURL, url: String) -> (Connectivity, portalURL: String?) {
+        let portal = { (response.location.flatMap(probe.resolve(location:))) ?? url }
+        switch response.status {
+        case 204:
+            return expected.isEmpty ? (.full, nil) : (.limited, nil)
+        case 200:
+            if expected.isEmpty {
+                return response.bodyPrefix.isEmpty && response.isBodyComplete ? (.full, nil) : (.portal, url)
+            }
+            return response.bodyPrefix.starts(with: expected) ? (.full, nil) : (.portal, url)
+        case 300...399, 511:
+            return (.portal, portal())
+        default:
+            return (.limited, nil)
+        }
+    }
+}
