@@ -61,10 +61,10 @@ let package = Package(
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
         .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
-        // Shared by the download test targets: an event log tests can wait on.
+        // Shared by the test targets: an event log tests can wait on, a real metrics parser.
         .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
-        .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI"]),
+        .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "DownloadTestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
                                                           "ResumableURLSession"]),
     ],

@@ -10,6 +10,7 @@ packages=(
   iproute2 iptables procps kmod util-linux  # namespaces, cut links, setpriv
   nginx-light openssl                    # integration tests start their own nginx (TLS too)
   python3                                # holds tun devices open in the VPN test
+  python3-prometheus-client              # the real OpenMetrics/Prometheus parser the metrics tests use
 )
 if [ "${1:-}" = "--bench" ]; then
   packages+=(curl wget aria2 time)       # peers measured by bench/

@@ -98,6 +98,12 @@ public enum ReachabilityCommandLine {
     static func run(_ command: any Command.Type, arguments: [String], context: CommandContext) async -> Int32 {
         let instance: any Command
         do {
+            for argument in arguments.prefix(while: { $0 != "--" }) {
+                if let refused = command.refusedOptions.first(where: { $0.matches(argument) }),
+                   !arguments.contains("--help"), !arguments.contains("-h") {
+                    throw UsageError("'\(command.name)' does not take '\(refused.option.helpLabel)': \(refused.reason)")
+                }
+            }
             let parsed = try ParsedArguments.parse(arguments, options: command.options, positionals: command.positionals)
             if parsed.wantsHelp {
                 context.output.text(HelpFormatter.help(for: command))
@@ -141,13 +147,13 @@ public enum ReachabilityCommandLine {
     }
 
     static func reportUsage(_ error: UsageError, command: (any Command.Type)?, context: CommandContext) -> Int32 {
-        context.errorOutput.text(HelpFormatter.usageErrorText(error, command: command))
+        context.errorOutput.text(HelpFormatter.usageErrorText(error.escaped, command: command))
         return ExitCode.usage.rawValue
     }
 
     /// A usage error inside a group: its usage line and `reachability GROUP --help`.
     static func reportUsage(_ error: UsageError, group: String, context: CommandContext) -> Int32 {
-        context.errorOutput.text(HelpFormatter.usageErrorText(error, usage: HelpFormatter.groupUsage(group),
+        context.errorOutput.text(HelpFormatter.usageErrorText(error.escaped, usage: HelpFormatter.groupUsage(group),
                                                               helpCommand: "\(CommandRegistry.toolName) \(group) --help"))
         return ExitCode.usage.rawValue
     }
@@ -168,7 +174,8 @@ public enum ReachabilityCommandLine {
         default:
             (message, code) = (String(describing: error), .failure)
         }
-        context.errorOutput.line("Error: \(message)")
+        // Messages carry arguments, paths, URLs and server text: no raw control characters.
+        context.errorOutput.line("Error: \(TerminalText.escaped(message))")
         return code.rawValue
     }
 }

@@ -293,7 +293,7 @@ struct AgentTests {
         }
         #expect(FileManager.default.fileExists(atPath: state.appendingPathComponent("agent.log.1").path))
         let stopped = agent.terminate()
-        #expect(stopped?.status == 0)
+        #expect(stopped?.status == 0, "agent output: \(agent.output.suffix(8)) stderr: \(agent.standardError)")
         #expect(receive { $0.contains("STOPPING=1") }, "\(messages)")
     }
 }

@@ -14,6 +14,8 @@ struct ControlProtocolTests {
     @Test(arguments: [
         (#"{"version":1,"id":1,"command":"list"}"#, ControlCommand.list),
         (#"{"version":1,"id":"x","command":"status"}"#, .status),
+        (#"{"version":1,"command":"metrics"}"#, .metrics(.openMetrics)),
+        (#"{"version":1,"command":"metrics","format":"prometheus"}"#, .metrics(.prometheus)),
         (#"{"version":1,"command":"pause","download":"1f2e"}"#, .pause("1f2e")),
         (#"{"version":1,"command":"resume","download":"1f2e"}"#, .resume("1f2e")),
         (#"{"version":1,"command":"cancel","download":"1f2e"}"#, .cancel("1f2e")),
@@ -37,6 +39,8 @@ struct ControlProtocolTests {
         (#"{"version":1,"command":"add","url":"http://h/x","output":"relative"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"add","url":"http://h/x","sha256":"abc"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"pause"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"metrics","format":"json"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"metrics","format":7}"#, ControlErrorCode.malformed),
     ])
     func rejectsBadRequests(line: String, code: ControlErrorCode) {
         switch ControlCodec.decodeRequest(Self.bytes(line)) {
@@ -53,7 +57,7 @@ struct ControlProtocolTests {
     }
 
     @Test func requestsRoundTrip() throws {
-        let commands: [ControlCommand] = [.list, .status, .pause("ab"), .resume("ab"), .cancel("ab"),
+        let commands: [ControlCommand] = [.list, .status, .metrics(.openMetrics), .metrics(.prometheus), .pause("ab"), .resume("ab"), .cancel("ab"),
                                           .add(url: URL(string: "https://example.org/f")!, output: "/o", sha256: nil)]
         for command in commands {
             let line = ControlCodec.encode(ControlRequest(id: .number(9), command: command))

@@ -41,12 +41,18 @@ actor AgentService {
     /// (whose event stream had ended) skips the replay.
     private var reportedEvents: [UUID: Int] = [:]
     private let startedAt: Date
+    /// Path status, changes and outage time for `metrics`.
+    private var pathMetrics: PathMetrics
+    /// Download counters for `metrics`; they outlive the `DownloadAgent`s a reload replaces.
+    private let downloadMetrics: DownloadMetrics
 
     init(settings: AgentSettings, environment: Environment) throws {
         self.settings = settings
         self.environment = environment
         agent = try environment.makeAgent(settings)
         startedAt = environment.now()
+        pathMetrics = PathMetrics(startedAt: startedAt)
+        downloadMetrics = DownloadMetrics(startedAt: startedAt)
     }
 
     /// Resumes every unfinished download found in the records directory; the ones a user had
@@ -104,8 +110,20 @@ actor AgentService {
     /// Records and reports a new path.
     func pathChanged(_ newPath: NetworkPath) {
         path = newPath
-        environment.emit(EventSchema.pathLine(newPath, at: environment.now()))
+        let time = environment.now()
+        pathMetrics.record(newPath, at: time)
+        environment.emit(EventSchema.pathLine(newPath, at: time))
         refreshSummary()
+    }
+
+    /// Every metric family: the path's, then the downloads'.
+    func metricFamilies() async -> [MetricFamily] {
+        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: await stateCounts())
+    }
+
+    /// The metrics as text.
+    func metricsText(_ format: MetricsFormat) async -> String {
+        MetricsText.render(await metricFamilies(), format: format)
     }
 
     /// Checkpoints every transfer and stops the download agent.
@@ -150,6 +168,8 @@ actor AgentService {
             return .success(id: id, downloads: history + live)
         case .status:
             return .success(id: id, status: await status())
+        case .metrics(let format):
+            return .success(id: id, metrics: await metricsText(format))
         case .pause(let text), .resume(let text), .cancel(let text):
             let downloads = await agent.downloads
             switch DownloadIDResolver.resolve(text, among: downloads.map(\.id)) {
@@ -203,11 +223,17 @@ actor AgentService {
         }
     }
 
+    /// Downloads per state name, the ones finished under an earlier `DownloadAgent` included.
+    private func stateCounts() async -> [String: Int] {
+        var counts: [String: Int] = [:]
+        for download in await agent.downloads { counts[Self.stateName(download.state), default: 0] += 1 }
+        for entry in history { counts[entry.state, default: 0] += 1 }
+        return counts
+    }
+
     private func status() async -> AgentStatusSnapshot {
         let downloads = await agent.downloads
-        var counts: [String: Int] = [:]
-        for download in downloads { counts[Self.stateName(download.state), default: 0] += 1 }
-        for entry in history { counts[entry.state, default: 0] += 1 }
+        let counts = await stateCounts()
         return AgentStatusSnapshot(
             pid: getpid(), stateDirectory: environment.stateDirectory,
             startedAt: PathText.timestamp(startedAt),
@@ -226,9 +252,12 @@ actor AgentService {
         let interval = environment.progressInterval
         let emit = environment.emit
         let now = environment.now
+        let metrics = downloadMetrics
+        metrics.follow(download.id, offset: download.progress.bytesReceived)
         Task {
             var last = ContinuousClock.now
             for await progress in download.progressUpdates {
+                metrics.progressed(download.id, to: progress.bytesReceived)
                 guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
                 last = ContinuousClock.now
                 var facts = EventSchema.DownloadFacts(download)
@@ -241,6 +270,7 @@ actor AgentService {
             for await event in download.events {
                 index += 1
                 guard index > skipping, let self else { continue }
+                metrics.record(event, for: download.id)
                 let path = event == .waitingForConnectivity ? await self.currentPath : nil
                 emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
                 await self.downloadEventArrived(download, event)

@@ -5,8 +5,8 @@ import Glibc
 /// socket in the state directory.
 ///
 /// Request: `{"version":1,"id":7,"command":"add","url":"http://...","output":"/abs/file","sha256":"..."}`
-/// (`command` is one of `add`, `list`, `pause`, `resume`, `cancel`, `status`; `pause`/`resume`/`cancel`
-/// take `"download":"ID or unique prefix"`). Reply: `{"version":1,"id":7,"ok":true,...}` or
+/// (`command` is one of `add`, `list`, `pause`, `resume`, `cancel`, `status`, `metrics`; `pause`/`resume`/`cancel`
+/// take `"download":"ID or unique prefix"`; `metrics` takes an optional `"format":"openmetrics"|"prometheus"`). Reply: `{"version":1,"id":7,"ok":true,...}` or
 /// `{"version":1,"id":7,"ok":false,"error":{"code":"...","message":"..."}}`.
 /// Everything here is pure (no sockets), so it is unit tested directly.
 enum ControlProtocol {
@@ -43,7 +43,7 @@ enum ControlRequestID: Codable, Sendable, Hashable {
 
 /// The commands of the protocol, as spelled on the wire.
 enum ControlCommandName: String, Codable, Sendable, CaseIterable {
-    case add, list, pause, resume, cancel, status
+    case add, list, pause, resume, cancel, status, metrics
 }
 
 /// One request line as it travels.
@@ -57,6 +57,8 @@ struct ControlRequest: Codable, Sendable, Equatable {
     /// `add`: replace an existing file at the destination (otherwise the request is refused).
     var replace: Bool?
     var download: String?
+    /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
+    var format: String?
 
     init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -70,13 +72,15 @@ struct ControlRequest: Codable, Sendable, Equatable {
             self.replace = replace ? true : nil
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
+        case .metrics(let format):
+            self.format = format.rawValue
         case .list, .status:
             break
         }
     }
 
     private enum CodingKeys: String, CodingKey {
-        case version, id, command, url, output, sha256, replace, download
+        case version, id, command, url, output, sha256, replace, download, format
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -95,6 +99,7 @@ struct ControlRequest: Codable, Sendable, Equatable {
         sha256 = try container.decodeIfPresent(String.self, forKey: .sha256)
         replace = try container.decodeIfPresent(Bool.self, forKey: .replace)
         download = try container.decodeIfPresent(String.self, forKey: .download)
+        format = try container.decodeIfPresent(String.self, forKey: .format)
     }
 }
 
@@ -113,6 +118,8 @@ enum ControlCommand: Sendable, Equatable {
     case cancel(String)
     /// The agent itself: path, limits, counts.
     case status
+    /// The agent's metrics as text in this format.
+    case metrics(MetricsFormat)
 
     /// The name on the wire.
     var name: ControlCommandName {
@@ -123,6 +130,7 @@ enum ControlCommand: Sendable, Equatable {
         case .resume: .resume
         case .cancel: .cancel
         case .status: .status
+        case .metrics: .metrics
         }
     }
 }
@@ -208,7 +216,7 @@ struct ControlResponse: Codable, Sendable, Equatable {
     var download: DownloadSnapshot?
     var downloads: [DownloadSnapshot]?
     var status: AgentStatusSnapshot?
-    /// OpenMetrics text, for `metrics`.
+    /// The metrics text, for `metrics` (in the format asked for).
     var metrics: String?
 
     static func failure(_ error: ControlError, id: ControlRequestID?) -> ControlResponse {
@@ -264,6 +272,12 @@ enum ControlCodec {
                                       replace: request.replace ?? false)))
         case .list: return .success((id, .list))
         case .status: return .success((id, .status))
+        case .metrics:
+            guard let format = MetricsFormat(rawValue: request.format ?? MetricsFormat.openMetrics.rawValue) else {
+                let names = MetricsFormat.allCases.map(\.rawValue).joined(separator: " or ")
+                return .failure(ControlRejection(id: id, error: .invalidArgument("'format' must be \(names)")))
+            }
+            return .success((id, .metrics(format)))
         case .pause, .resume, .cancel:
             guard let download = request.download, !download.isEmpty else {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("\(request.command.rawValue) needs a 'download' ID")))

@@ -19,11 +19,15 @@ struct AgentCommand: Command {
         "no-expensive", help: "Keep new downloads off expensive (cellular-like) paths: they pin to a cheaper interface or wait.")
     static let logSize = Option.value(
         "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1048576); three old files are kept.")
-    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + MonitorOptions.all
+    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + TransportOptions.all
+        + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
         Events (path changes, download events, control requests) are printed as NDJSON on stdout and \
         appended to STATE_DIR/agent.log. Control it with 'reachability queue add|list|pause|resume|cancel' \
-        and 'reachability agent status' over STATE_DIR/agent.sock (0600; only the same user or root).
+        and 'reachability agent status' over STATE_DIR/agent.sock (0600; only the same user or root); \
+        'reachability agent metrics' prints the path and download metrics in OpenMetrics text. \
+        --limit-rate, --cacert and --proxy apply to every download the agent runs; request headers \
+        are not kept (see 'reachability help queue add').
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
         (lines 'max-concurrent=N', 'no-expensive=true|false' and 'download-dir=/abs/dir'; values there \
@@ -33,14 +37,18 @@ struct AgentCommand: Command {
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
 
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
-        the state directory, socket or monitor failure); 78 for a bad agent.conf line or an unsafe \
-        state directory (another user's, or writable by others: the message says how to fix it).
-        """ + "\n\n" + MonitorOptions.discussion
+        the state directory, socket or monitor failure); 66 when --cacert cannot be read; 73 when the \
+        --metrics-file directory cannot be used; 78 for a bad agent.conf line or an unsafe state directory (another user's, or \
+        writable by others: the message says how to fix it).
+        """ + "\n\n" + MetricsOptions.discussion + "\n\n" + MonitorOptions.discussion
 
     var stateDirectoryArgument: String?
     var settings: AgentSettings
     var logSizeLimit: Int
     var monitor: MonitorOptions
+    var metrics: MetricsOptions
+    /// `--limit-rate`, `--cacert`, `--proxy`: for every download, restored ones too.
+    var transport: TransportOptions
 
     init(arguments: ParsedArguments) throws {
         stateDirectoryArgument = arguments.value(Self.stateDirectory)
@@ -60,6 +68,8 @@ struct AgentCommand: Command {
             logSizeLimit = value
         }
         monitor = try MonitorOptions(arguments: arguments)
+        metrics = try MetricsOptions(arguments: arguments)
+        transport = try TransportOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
@@ -76,6 +86,12 @@ struct AgentCommand: Command {
             return try AgentSettings.parse(text, base: settings, path: configurationPath)
         }
         let initialSettings = try loadSettings()
+        // A CA file that cannot be read would fail every TLS download later, one by one: say so now.
+        if let authorities = transport.certificateAuthorityURL(workingDirectory: context.currentDirectory),
+           !FileManager.default.isReadableFile(atPath: authorities.path) {
+            throw CommandFailure(message: "cannot read --cacert \(authorities.path)", exitCode: .noInput)
+        }
+        let metricsFile = try metrics.open(in: context)
 
         let log = try RotatingLogFile(directory: checked, maximumSize: logSizeLimit)
         let output = context.output
@@ -93,14 +109,15 @@ struct AgentCommand: Command {
         defer { source.cancel() }
         let records = URL(fileURLWithPath: AgentStateDirectory.recordsDirectory(in: directory))
         let logger = monitor.isVerbose
-            ? Logger(label: "agent", minimumLevel: .debug, sink: { context.errorOutput.line($0) }) : Logger.silent
+            ? Logger(label: "agent", minimumLevel: .debug, sink: { context.errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
         let service = try AgentService(settings: initialSettings, environment: .init(
             stateDirectory: directory,
-            makeAgent: { settings in
-                try DownloadAgent(configuration: .init(stateDirectory: records,
-                                                       maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
-                                                       logger: logger),
-                                  paths: source.paths)
+            makeAgent: { [transport] settings in
+                var configuration = DownloadAgent.Configuration(stateDirectory: records,
+                                                                maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
+                                                                logger: logger)
+                transport.apply(to: &configuration, workingDirectory: context.currentDirectory)
+                return try DownloadAgent(configuration: configuration, paths: source.paths)
             },
             emit: emitLine,
             summaryChanged: { summary in notifier.notify("STATUS=\(summary)") },
@@ -110,11 +127,35 @@ struct AgentCommand: Command {
                        .init(key: "stateDirectory", value: .string(directory)),
                        .init(key: "maxConcurrent", value: .integer(initialSettings.maximumConcurrentDownloads)),
                        .init(key: "allowsExpensive", value: .bool(initialSettings.allowsExpensive))])
+        // Set once the metrics file has its first contents; path changes rewrite it.
+        let metricsPublisher = Mutex<MetricsPublisher?>(nil)
         let pathTask = Task {
-            for await path in source.paths { await service.pathChanged(path) }
+            for await path in source.paths {
+                await service.pathChanged(path)
+                metricsPublisher.withLock { $0 }?.refresh()
+            }
         }
         defer { pathTask.cancel() }
         await service.start()
+        if let metricsFile {
+            do {
+                let publisher = try await MetricsPublisher(
+                    file: metricsFile, interval: metrics.interval, sleep: context.sleep,
+                    render: { await service.metricsText(.prometheus) },
+                    report: { failure in
+                        if let failure {
+                            emit(.agent, "metricsFailed", [.init(key: "file", value: .string(metricsFile.path)),
+                                                           .init(key: "message", value: .string(failure))])
+                        } else {
+                            emit(.agent, "metricsRecovered", [.init(key: "file", value: .string(metricsFile.path))])
+                        }
+                    })
+                metricsPublisher.withLock { $0 = publisher }
+            } catch {
+                await service.shutdown()
+                throw error
+            }
+        }
 
         let server: ControlServer
         do {
@@ -173,12 +214,10 @@ struct AgentCommand: Command {
                 server.stop()
                 // Checkpointing is quick (fsync + record per transfer); bound it anyway so the
                 // process always exits within systemd's and the issue's 2 s.
-                let finished = await withTaskGroup(of: Bool.self) { group in
-                    group.addTask { await service.shutdown(); return true }
-                    group.addTask { try? await Task.sleep(for: .milliseconds(1500)); return false }
-                    let first = await group.next() ?? false
-                    group.cancelAll()
-                    return first
+                let finished = await Self.finishes(within: .milliseconds(1500)) { await service.shutdown() }
+                // The last numbers (downloads checkpointed, paused or waiting) outlive the process.
+                if let publisher = metricsPublisher.withLock({ $0 }) {
+                    _ = await Self.finishes(within: .milliseconds(300)) { await publisher.finish() }
                 }
                 emit(.agent, "stopped", [.init(key: "checkpointed", value: .bool(finished))])
                 signalContinuation.finish()
@@ -188,6 +227,27 @@ struct AgentCommand: Command {
     }
 
     private enum AgentSignal: Sendable { case terminate, reload }
+
+    /// Runs `work` and says whether it ended within `limit`, returning at the limit either way.
+    /// (A task group would not do: leaving its scope waits for every child, so a stuck
+    /// `shutdown()` would hold the process past systemd's stop timeout.) Work still running is
+    /// left behind; the process exits soon after.
+    static func finishes(within limit: Duration, _ work: @escaping @Sendable () async -> Void) async -> Bool {
+        let (outcome, continuation) = AsyncStream.makeStream(of: Bool.self)
+        Task {
+            await work()
+            continuation.yield(true)
+        }
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            continuation.yield(false)
+        }
+        var iterator = outcome.makeAsyncIterator()
+        let finished = await iterator.next() ?? false
+        timer.cancel()
+        continuation.finish()
+        return finished
+    }
 
     /// A control-server event as an event name and fields.
     static func describe(_ event: ControlServerEvent) -> (String, [JSONValue.Member]) {

@@ -38,18 +38,12 @@ struct DownloadCommand: Command {
     static let header = Option.repeating(
         "header", short: "H", valueName: "name: value",
         help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own.")
-    static let limitRate = Option.value(
-        "limit-rate", valueName: "speed",
-        help: "Receive at most this many bytes per second per download; k, m, g suffixes (1k = 1024).")
-    static let certificateAuthorities = Option.value(
-        "cacert", valueName: "file",
-        help: "Trust the certificate authorities in this PEM file instead of the system's.")
+    static let limitRate = TransportOptions.limitRate
+    static let certificateAuthorities = TransportOptions.certificateAuthorities
     static let insecure = Option.flag(
         "insecure", short: "k",
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
-    static let proxy = Option.value(
-        "proxy", short: "x", valueName: "url",
-        help: "Use this proxy (http://, https://, socks5h://). Default: http_proxy, https_proxy, all_proxy and no_proxy, as curl; '' for none.")
+    static let proxy = TransportOptions.proxy
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json, quiet,
                           header, limitRate, certificateAuthorities, insecure, proxy]
@@ -152,26 +146,11 @@ struct DownloadCommand: Command {
             }
             return line
         }
-        if let text = arguments.value(Self.limitRate) {
-            guard let rate = Self.parseRate(text) else {
-                throw UsageError.invalidValue(text, for: Self.limitRate, "expected bytes per second, like 500k or 2m")
-            }
-            maximumBytesPerSecond = rate
-        }
-        if let file = arguments.value(Self.certificateAuthorities) {
-            guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
-            certificateAuthorityFile = file
-        }
+        let transport = try TransportOptions(arguments: arguments)
+        maximumBytesPerSecond = transport.maximumBytesPerSecond
+        certificateAuthorityFile = transport.certificateAuthorityFile
         verifiesCertificates = !arguments.isSet(Self.insecure)
-        proxyURL = arguments.value(Self.proxy)
-        if let proxyURL, !proxyURL.isEmpty {
-            guard let components = URLComponents(string: proxyURL), components.host?.isEmpty == false,
-                  let scheme = components.scheme?.lowercased(),
-                  ["http", "https", "socks4", "socks4a", "socks5", "socks5h"].contains(scheme) else {
-                throw UsageError.invalidValue(ProxyEnvironment.redacted(proxyURL), for: Self.proxy,
-                                              "expected a proxy URL like http://host:3128 or socks5h://host:1080")
-            }
-        }
+        proxyURL = transport.proxy
         monitor = try MonitorOptions(arguments: arguments)
         if writesToStandardOutput && isJSON {
             throw UsageError("'\(Self.output.synopsis)' '-' and '\(Self.json.synopsis)' both write to stdout; use one")
@@ -196,27 +175,26 @@ struct DownloadCommand: Command {
     }
 
     /// The URL's last path component, as curl -O and wget name files; nil when there is none.
+    /// Control characters stay percent-encoded (`%0D%0A`), as wget's default
+    /// `--restrict-file-names=unix` keeps them: a file name with CR, LF or ESC in it would
+    /// garble every listing and terminal that shows it.
     static func defaultFileName(for url: URL) -> String? {
-        let name = url.lastPathComponent   // already percent-decoded (decoding again would turn %2541 into A)
+        // Foundation has already percent-decoded it once (`a%2541` is `a%41`, not `aA`).
+        let decoded = url.lastPathComponent
+        var name = ""
+        for scalar in decoded.unicodeScalars {
+            if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) {
+                name += String(scalar).utf8.map { "%" + String($0, radix: 16, uppercase: true).leftPadded(to: 2) }.joined()
+            } else {
+                name.unicodeScalars.append(scalar)
+            }
+        }
         guard !name.isEmpty, name != "/", name != ".", name != "..", !name.contains("/") else { return nil }
         return name
     }
 
     /// `500k`, `2m`, `1g`, `12345` (bytes per second; k = 1024, as curl).
-    static func parseRate(_ text: String) -> Int64? {
-        let lower = text.lowercased()
-        let multipliers: [Character: Double] = ["k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024]
-        var number = Substring(lower)
-        var multiplier = 1.0
-        if let last = lower.last, let factor = multipliers[last] {
-            number = number.dropLast()
-            multiplier = factor
-        }
-        guard let value = Double(number), value.isFinite, value > 0 else { return nil }
-        let rate = value * multiplier
-        guard rate >= 1, rate < 1e15 else { return nil }
-        return Int64(rate)
-    }
+    static func parseRate(_ text: String) -> Int64? { TransportOptions.parseRate(text) }
 
     /// Where each URL goes, relative paths resolved against `workingDirectory`; `-o -` downloads
     /// into `stateRoot/stdout/` first.
@@ -285,7 +263,7 @@ struct DownloadCommand: Command {
 
         let errorOutput = context.errorOutput
         let logger = monitor.isVerbose
-            ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line($0) })
+            ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) })
             : .silent
         let options = DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive)
         let makeConfiguration: @Sendable (URL) -> DownloadAgent.Configuration = { [self] state in
@@ -302,7 +280,6 @@ struct DownloadCommand: Command {
             return configuration
         }
         let registry = SessionRegistry()
-        let expectedSHA256 = expectedSHA256
 
         // One job's life: open (restore or create), follow its events until it ends or the
         // command is interrupted. Failures to open are reported with the others at the end.
@@ -434,7 +411,7 @@ struct DownloadCommand: Command {
         let order = Dictionary(jobs.enumerated().map { ($1.destination, $0) }, uniquingKeysWith: { first, _ in first })
         failures.sort { order[$0.job.destination, default: 0] < order[$1.job.destination, default: 0] }
         for failure in failures {
-            context.errorOutput.line("Error: \(failure.job.url.absoluteString): \(failure.message)")
+            context.errorOutput.line(TerminalText.escaped("Error: \(failure.job.url.absoluteString): \(failure.message)"))
         }
         return DownloadFailureVerdict.combinedExitCode(failures.map(\.exitCode))
     }
@@ -591,4 +568,9 @@ final class SessionRegistry: Sendable {
     var isInterrupted: Bool { state.withLock { $0.isInterrupted } }
     var sessions: [DownloadSession] { state.withLock { $0.sessions } }
     var downloads: [Download] { sessions.map(\.download) }
+}
+
+private extension String {
+    /// Zeros in front up to `width` characters (`0D`).
+    func leftPadded(to width: Int) -> String { count < width ? String(repeating: "0", count: width - count) + self : self }
 }

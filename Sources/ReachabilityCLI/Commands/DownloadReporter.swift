@@ -118,7 +118,7 @@ final class DownloadReporter: Sendable {
         if event == .waitingForConnectivity, let portal = EventSchema.portal(of: currentPath()) {
             words = "waiting for login at \(PathText.escaped(portal))"
         }
-        let line = "\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(words)"
+        let line = TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(words)")
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
             context.errorOutput.text(erase(state.drawnLines) + line + "\n")
@@ -135,7 +135,7 @@ final class DownloadReporter: Sendable {
             context.output.line(EventSchema.downloadLine(.completed, facts, at: context.now(),
                                                          [.init(key: "reason", value: .string(reason))]))
         } else if !isQuiet {
-            let line = "\(Timestamp.iso8601(context.now())) \(job.destination.lastPathComponent): \(reason)"
+            let line = TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(job.destination.lastPathComponent): \(reason)")
             state.withLock { state in
                 context.errorOutput.text(erase(state.drawnLines) + line + "\n")
                 state.drawnLines = 0

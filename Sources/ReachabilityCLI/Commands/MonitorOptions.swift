@@ -141,7 +141,7 @@ struct MonitorOptions: Sendable, Equatable {
     func logger(in context: CommandContext) -> Logger {
         guard isVerbose else { return .silent }
         let errorOutput = context.errorOutput
-        return Logger(label: "reachability", minimumLevel: .debug, sink: { errorOutput.line($0) })
+        return Logger(label: "reachability", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) })
     }
 
     /// Builds the source for `configuration(in:)` and starts it; the caller cancels it when done.

@@ -35,7 +35,7 @@ enum DownloadLine {
             ?? mebibytes(download.bytesReceived)
         var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
         if let error = download.error { line += "  (\(error))" }
-        return line
+        return TerminalText.escaped(line)
     }
 
     static func mebibytes(_ bytes: Int64) -> String {
@@ -57,7 +57,29 @@ struct QueueAddCommand: Command {
     static let replace = Option.flag("replace", help: "Replace a file that exists at the destination (otherwise the request is refused).")
     static let options = [output, sha256, replace, ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL.")]
-    static let discussion: String? = "Prints the new download's line (its ID first).\n\n" + ControlOptions.discussion
+    static let discussion: String? = """
+        Prints the new download's line (its ID first).
+
+        Request headers (-H) are not taken: the agent keeps what it needs to resume a download \
+        after a restart in its records, and headers usually carry credentials or short-lived tokens \
+        that must not sit on disk (and would have expired by the time a restored download asks \
+        again). Use 'reachability download -H ...' for such a file: it keeps headers in memory only. \
+        --limit-rate, --cacert and --proxy are the agent's settings for all its downloads: give them \
+        to 'reachability agent'. --insecure is not offered for queued downloads: give the agent \
+        --cacert with the server's certificate instead.
+        """ + "\n\n" + ControlOptions.discussion
+    static let refusedOptions = [
+        RefusedOption(option: DownloadCommand.header,
+                      reason: "headers usually carry credentials or tokens, and the agent would have to keep them on disk to resume the download after a restart; use 'reachability download -H ...', which keeps them in memory only"),
+        RefusedOption(option: TransportOptions.limitRate,
+                      reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --limit-rate SPEED'"),
+        RefusedOption(option: TransportOptions.certificateAuthorities,
+                      reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --cacert FILE'"),
+        RefusedOption(option: TransportOptions.proxy,
+                      reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --proxy URL' (or with http_proxy/https_proxy in its environment)"),
+        RefusedOption(option: DownloadCommand.insecure,
+                      reason: "queued downloads always check the server's certificate; start the agent with '--cacert FILE' holding the server's certificate instead"),
+    ]
 
     var url: URL
     var outputPath: String?
@@ -105,8 +127,7 @@ struct QueueListCommand: Command {
     static let options = [json, ControlOptions.stateDirectory]
     static let discussion: String? = """
         Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file.
-
-        """ + ControlOptions.discussion
+        """ + "\n\n" + ControlOptions.discussion
 
     var isJSON: Bool
     var control: ControlOptions
@@ -209,8 +230,8 @@ struct AgentStatusCommand: Command {
         } else {
             path = "unknown (no path yet)"
         }
-        context.output.line("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)")
-        context.output.line("path: \(path)")
+        context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
+        context.output.line(TerminalText.escaped("path: \(path)"))
         context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths"))")
         return .success
     }

@@ -7,29 +7,45 @@ struct WatchCommand: Command {
     static let name = "watch"
     static let abstract = "Print the path, then a timestamped line per change."
     static let json = Option.flag("json", help: "Print one JSON object per line (NDJSON).")
-    static let options = [json, MonitorOptions.allInterfaces] + MonitorOptions.all
+    static let options = [json, MonitorOptions.allInterfaces] + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
         Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
         watch with exit status 0; if the monitor stops on its own, the exit status is 1; 66 when \
-        --netns names no namespace, 77 when it lacks privilege.
-        """ + "\n\n" + MonitorOptions.discussion
+        --netns names no namespace, 77 when it lacks privilege; 73 when the --metrics-file directory \
+        cannot be used.
+        """ + "\n\n" + MetricsOptions.discussion + "\n\n" + MonitorOptions.discussion
 
     var isJSON: Bool
     var monitor: MonitorOptions
+    var metrics: MetricsOptions
 
     init(arguments: ParsedArguments) throws {
         isJSON = arguments.isSet(Self.json)
         monitor = try MonitorOptions(arguments: arguments)
         monitor.includesAllInterfaces = arguments.isSet(MonitorOptions.allInterfaces)
+        metrics = try MetricsOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
+        let metricsFile = try metrics.open(in: context)
         // Subscribed before the monitor starts: the first path and the connectivity check's answer
         // (which can follow within a millisecond) are both printed, in order.
         var subscription: AsyncStream<NetworkPath>?
         let (source, _) = try monitor.startPathSource(in: context, validate: { _ in }, prepare: { subscription = $0.paths })
         defer { source.cancel() }
         let paths = subscription ?? source.paths
+        let pathMetrics = SharedPathMetrics(startedAt: context.now())
+        pathMetrics.record(source.currentPath, at: context.now())
+        var publisher: MetricsPublisher?
+        if let metricsFile {
+            let now = context.now, errorOutput = context.errorOutput
+            publisher = try await MetricsPublisher(
+                file: metricsFile, interval: metrics.interval, sleep: context.sleep,
+                render: { MetricsText.render(pathMetrics.families(at: now()), format: .prometheus) },
+                report: { failure in
+                    errorOutput.line(TerminalText.escaped("\(Self.commandPath): " + (failure ?? "\(metricsFile.path) is written again")))
+                })
+        }
         // Cancelling the source finishes `paths`, which ends the loop below normally.
         let interruption = InterruptionFlag()
         let removeHandler = await context.onInterrupt {
@@ -40,11 +56,15 @@ struct WatchCommand: Command {
         monitor.logger(in: context).info("watching for changes; SIGINT or SIGTERM stops")
 
         var previous: NetworkPath?
-        for await path in paths where !isRepeat(path, of: previous) {
-            previous = path
+        for await path in paths {
             let time = context.now()
+            pathMetrics.record(path, at: time)
+            publisher?.refresh()
+            guard !isRepeat(path, of: previous) else { continue }
+            previous = path
             context.output.line(isJSON ? PathJSON.line(path, at: time) : PathText.line(path, at: time))
         }
+        await publisher?.finish()
         guard interruption.isRaised else {
             context.errorOutput.line("\(Self.commandPath): the monitor stopped unexpectedly")
             return .failure

@@ -15,6 +15,10 @@ protocol Command: Sendable {
     static var options: [Option] { get }
     /// Positional arguments, in order.
     static var positionals: [Positional] { get }
+    /// Options a user may expect here (from a sibling command) that this command refuses on
+    /// purpose, with the reason and what to do instead; they get that usage error rather than
+    /// "Unknown option". Not listed in help or completions.
+    static var refusedOptions: [RefusedOption] { get }
 
     /// Validates parsed arguments; throws `UsageError` for values that make no sense.
     init(arguments: ParsedArguments) throws
@@ -26,6 +30,7 @@ protocol Command: Sendable {
 extension Command {
     static var discussion: String? { nil }
     static var positionals: [Positional] { [] }
+    static var refusedOptions: [RefusedOption] { [] }
 
     /// The command line used in messages, e.g. `reachability status`.
     static var commandPath: String { "\(CommandRegistry.toolName) \(name)" }
@@ -48,6 +53,7 @@ enum CommandRegistry {
         DownloadCommand.self,
         AgentCommand.self,
         AgentStatusCommand.self,
+        AgentMetricsCommand.self,
         QueueAddCommand.self,
         QueueListCommand.self,
         QueuePauseCommand.self,

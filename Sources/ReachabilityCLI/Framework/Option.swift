@@ -54,6 +54,21 @@ struct Option: Sendable, Hashable {
     static let help = Option.flag("help", short: "h", help: "Show help information.")
 }
 
+/// An option another command has that this one refuses on purpose (see `Command.refusedOptions`).
+struct RefusedOption: Sendable, Hashable {
+    /// The option as another command spells it (`download`'s `-H, --header`).
+    var option: Option
+    /// Why not, and what to use instead; follows "'queue add' does not take '-H, --header <name: value>': ".
+    var reason: String
+
+    /// Whether `argument` spells this option: `--name`, `--name=value`, `-x` or `-xvalue`.
+    func matches(_ argument: String) -> Bool {
+        if argument == "--\(option.name)" || argument.hasPrefix("--\(option.name)=") { return true }
+        guard let short = option.shortName, argument.hasPrefix("-\(short)"), !argument.hasPrefix("--") else { return false }
+        return argument.count == 2 || option.takesValue
+    }
+}
+
 /// A positional argument of a command, e.g. the URLs of `download`.
 struct Positional: Sendable, Hashable {
     /// Placeholder shown in help, e.g. `url`.

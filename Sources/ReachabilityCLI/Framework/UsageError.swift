@@ -11,6 +11,9 @@ struct UsageError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     var description: String { message }
+
+    /// The message with control characters written out (it echoes what the user typed).
+    var escaped: UsageError { UsageError(TerminalText.escaped(message)) }
 }
 
 /// A failure while running a command, with the exit status it maps to.
@@ -36,6 +39,8 @@ struct ExitCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
     static let usage = ExitCode(rawValue: 64)
     /// EX_NOINPUT: `--netns NAME` names no namespace (not the same as "unreachable").
     static let noSuchNamespace = ExitCode(rawValue: 66)
+    /// EX_NOINPUT too: an input file (`--cacert`) cannot be read.
+    static let noInput = ExitCode(rawValue: 66)
     /// EX_NOPERM: `--netns` (or netlink) needs privileges the process lacks.
     static let noPermission = ExitCode(rawValue: 77)
     /// EX_CONFIG: a classify.conf file has a bad line.

@@ -25,7 +25,8 @@ enum PathText {
         }
         if parts.isEmpty, let name = firstInterface { parts.append(escaped(name)) }
         var text = "reachable via \(path.connection.rawValue)"
-        if !parts.isEmpty { text += " (\(parts.joined(separator: "; ")))" }
+        // Interface names may hold ESC and other controls the kernel allows (not whitespace).
+        if !parts.isEmpty { text += " (\(TerminalText.escaped(parts.joined(separator: "; "))))" }
         if path.isExpensive { text += " expensive" }
         if path.isConnectivityChecked { text += ", " + internet(path) }
         return text
@@ -84,7 +85,7 @@ enum PathText {
             let addresses = interface.addresses.isEmpty ? "none" : interface.addresses.joined(separator: ", ")
             lines.append("    addresses: \(addresses)")
         }
-        return lines.joined(separator: "\n")
+        return lines.map(TerminalText.escaped).joined(separator: "\n")
     }
 
     /// Routes with IPv4 first, as `NetworkPath.primaryRoute` prefers it.

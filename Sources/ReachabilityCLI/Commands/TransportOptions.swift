@@ -1,0 +1,77 @@
+import Foundation
+import ResumableDownloads
+
+/// `--limit-rate`, `--cacert` and `--proxy`: how transfers reach servers. `download` takes them
+/// for its run; the agent takes them for every download it runs (restored ones too) and keeps
+/// them nowhere but its command line. `queue add` refuses them (see `QueueAddCommand`).
+struct TransportOptions: Sendable, Equatable {
+    static let limitRate = Option.value(
+        "limit-rate", valueName: "speed",
+        help: "Receive at most this many bytes per second per download; k, m, g suffixes (1k = 1024).")
+    static let certificateAuthorities = Option.value(
+        "cacert", valueName: "file",
+        help: "Trust the certificate authorities in this PEM file instead of the system's.")
+    static let proxy = Option.value(
+        "proxy", short: "x", valueName: "url",
+        help: "Use this proxy (http://, https://, socks5h://). Default: http_proxy, https_proxy, all_proxy and no_proxy, as curl; '' for none.")
+
+    /// The three, for an option table.
+    static let all = [limitRate, certificateAuthorities, proxy]
+
+    /// `--limit-rate`, in bytes per second.
+    var maximumBytesPerSecond: Int64?
+    /// `--cacert` as given (relative to the working directory).
+    var certificateAuthorityFile: String?
+    /// `--proxy`; "" for no proxy at all, nil for the environment's.
+    var proxy: String?
+
+    init(arguments: ParsedArguments) throws {
+        if let text = arguments.value(Self.limitRate) {
+            guard let rate = Self.parseRate(text) else {
+                throw UsageError.invalidValue(text, for: Self.limitRate, "expected bytes per second, like 500k or 2m")
+            }
+            maximumBytesPerSecond = rate
+        }
+        if let file = arguments.value(Self.certificateAuthorities) {
+            guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
+            certificateAuthorityFile = file
+        }
+        proxy = arguments.value(Self.proxy)
+        if let proxy, !proxy.isEmpty {
+            guard let components = URLComponents(string: proxy), components.host?.isEmpty == false,
+                  let scheme = components.scheme?.lowercased(),
+                  ["http", "https", "socks4", "socks4a", "socks5", "socks5h"].contains(scheme) else {
+                throw UsageError.invalidValue(ProxyEnvironment.redacted(proxy), for: Self.proxy,
+                                              "expected a proxy URL like http://host:3128 or socks5h://host:1080")
+            }
+        }
+    }
+
+    /// `--cacert` as an absolute URL.
+    func certificateAuthorityURL(workingDirectory: String) -> URL? {
+        certificateAuthorityFile.map { URL(fileURLWithPath: $0, relativeTo: URL(fileURLWithPath: workingDirectory, isDirectory: true)) }
+    }
+
+    /// Sets the three on an agent configuration.
+    func apply(to configuration: inout DownloadAgent.Configuration, workingDirectory: String) {
+        configuration.maximumBytesPerSecond = maximumBytesPerSecond
+        configuration.certificateAuthorityFile = certificateAuthorityURL(workingDirectory: workingDirectory)
+        configuration.proxy = proxy
+    }
+
+    /// `500k`, `2m`, `1g`, `12345` (bytes per second; k = 1024, as curl).
+    static func parseRate(_ text: String) -> Int64? {
+        let lower = text.lowercased()
+        let multipliers: [Character: Double] = ["k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024]
+        var number = Substring(lower)
+        var multiplier = 1.0
+        if let last = lower.last, let factor = multipliers[last] {
+            number = number.dropLast()
+            multiplier = factor
+        }
+        guard let value = Double(number), value.isFinite, value > 0 else { return nil }
+        let rate = value * multiplier
+        guard rate >= 1, rate < 1e15 else { return nil }
+        return Int64(rate)
+    }
+}

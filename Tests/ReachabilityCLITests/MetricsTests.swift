@@ -1,0 +1,364 @@
+import DownloadTestSupport
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Testing
+@testable import ReachabilityCLI
+
+/// Metrics: the families, their two text formats read back by a real parser (prometheus_client),
+/// hostile label values, the counters, and the metrics file against a hostile directory.
+@Suite("metrics")
+struct MetricsTests {
+    static let start = Fixtures.time
+
+    /// An interface name the kernel accepts (no '/', ':' or whitespace) that tries every trick a
+    /// label value allows: quotes, backslashes (a literal `\n`), braces, '=', ',', '#', ESC.
+    static let hostileName = #"q"}\n{a=1,#"# + "\u{1B}"
+
+    static let hostile = NetworkInterface(name: hostileName, index: 9, type: .other, classificationReason: "test",
+                                          isUp: true, hasCarrier: true, addresses: ["10.0.0.9"])
+
+    static func withHostile(_ path: NetworkPath) -> NetworkPath {
+        var path = path
+        path.interfaces.append(hostile)
+        return path
+    }
+
+    /// A day in the life: wifi, an outage of 90 s, cellular.
+    static func scriptedMetrics() -> PathMetrics {
+        var metrics = PathMetrics(startedAt: start)
+        metrics.record(withHostile(Fixtures.satisfiedWifi), at: start)
+        metrics.record(withHostile(Fixtures.satisfiedWifi), at: start + 5)   // the same path again: no change
+        metrics.record(Fixtures.noRoute, at: start + 10)
+        metrics.record(NetworkPath.unsatisfied(.noCarrier), at: start + 40)   // still out: one outage
+        var portal = withHostile(Fixtures.cellular)
+        portal.connectivity = .portal
+        metrics.record(portal, at: start + 100)
+        return metrics
+    }
+
+    static func scriptedDownloads() -> DownloadMetrics {
+        let downloads = DownloadMetrics(startedAt: start)
+        let id = UUID(), restored = UUID()
+        downloads.follow(id, offset: 0)
+        downloads.progressed(id, to: 1000)
+        downloads.progressed(id, to: 1500)
+        downloads.record(.retrying(after: .seconds(1), error: .networkConnectionLost), for: id)
+        downloads.record(.restartedFromZero(reason: "changed"), for: id)
+        downloads.progressed(id, to: 0)        // restart: baseline moves, nothing counted
+        downloads.progressed(id, to: 200)
+        downloads.record(.completed(URL(fileURLWithPath: "/x")), for: id)
+        downloads.follow(restored, offset: 5000)   // bytes on disk at restore are not received
+        downloads.progressed(restored, to: 5000)
+        downloads.progressed(restored, to: 5100)
+        downloads.record(.failed(.cancelled), for: restored)
+        downloads.record(.failed(.badServerResponse), for: UUID())
+        return downloads
+    }
+
+    static func families() -> [MetricFamily] {
+        scriptedMetrics().families(at: start + 130)
+            + scriptedDownloads().families(counts: ["running": 2, "completed": 1, "failed": 3])
+    }
+
+    // MARK: counters
+
+    @Test func pathCountersFollowChangesAndOutages() {
+        let metrics = Self.scriptedMetrics()
+        #expect(metrics.changes == 3)
+        #expect(metrics.outages == 1)
+        #expect(metrics.outageSeconds(at: Self.start + 130) == 90)
+        #expect(metrics.lastChangeAt == Self.start + 100)
+
+        var startsOut = PathMetrics(startedAt: Self.start)
+        startsOut.record(Fixtures.noRoute, at: Self.start)
+        #expect(startsOut.outages == 1, "an unsatisfied path at start is an outage")
+        #expect(startsOut.outageSeconds(at: Self.start + 7) == 7, "the current outage counts")
+        startsOut.record(Fixtures.satisfiedWifi, at: Self.start + 3)
+        startsOut.record(Fixtures.noRoute, at: Self.start + 1)   // the wall clock stepped back
+        startsOut.record(Fixtures.satisfiedWifi, at: Self.start)
+        #expect(startsOut.outageSeconds(at: Self.start + 50) == 3, "a clock step never makes time negative")
+        #expect(startsOut.outages == 2)
+    }
+
+    @Test func downloadCountersCountOnlyNewBytes() {
+        let counters = Self.scriptedDownloads().counters
+        #expect(counters == DownloadMetrics.Counters(receivedBytes: 1500 + 200 + 100, retries: 1, restartsFromZero: 1,
+                                                     completed: 1, failed: 1, cancelled: 1))
+    }
+
+    @Test func gaugesDescribeThePath() throws {
+        let families = Self.families()
+        func values(_ name: String) -> [String: Double] {
+            Dictionary(uniqueKeysWithValues: (families.first { $0.name == name }?.samples ?? []).map {
+                ($0.labels.map { "\($0.name)=\($0.value)" }.joined(separator: ","), $0.value)
+            })
+        }
+        #expect(values("reachability_path_satisfied") == ["": 1])
+        #expect(values("reachability_path_connection") == ["connection=wired": 0, "connection=wifi": 0,
+                                                           "connection=cellular": 1, "connection=unavailable": 0])
+        #expect(values("reachability_path_expensive") == ["": 1])
+        #expect(values("reachability_path_connectivity") == ["state=unknown": 0, "state=none": 0, "state=limited": 0,
+                                                             "state=portal": 1, "state=full": 0])
+        #expect(values("reachability_interface_primary").filter { $0.value == 1 }.keys.sorted() == ["interface=wwan0,type=cellular"])
+        #expect(values("reachability_downloads")["state=failed"] == 3)
+        #expect(values("reachability_downloads")["state=paused"] == 0, "every state is listed")
+    }
+
+    // MARK: text formats
+
+    @Test func openMetricsTextFollowsTheConventions() {
+        let text = MetricsText.render(Self.families(), format: .openMetrics)
+        #expect(text.hasSuffix("\n# EOF\n"))
+        #expect(text.contains("# TYPE reachability_path_outage_seconds counter\n# UNIT reachability_path_outage_seconds seconds\n"))
+        #expect(text.contains("\nreachability_path_outage_seconds_total 90\n"))
+        #expect(text.contains("\nreachability_path_outage_seconds_created 1796018400.125\n"))
+        #expect(text.contains(#"reachability_downloads_finished_total{result="cancelled"} 1"#))
+        #expect(text.contains(#"reachability_interface_up{interface="q\"}\\n{a=1,#"# + "\u{1B}" + #"",type="other"} 1"#))
+        // Every sample line: a name, optional labels, one value; nothing else starts a line.
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            #expect(line.hasPrefix("reachability_"), "\(line)")
+        }
+    }
+
+    @Test func prometheusTextIsWhatNodeExporterReads() {
+        let text = MetricsText.render(Self.families(), format: .prometheus)
+        #expect(!text.contains("# EOF") && !text.contains("# UNIT") && !text.contains("_created"))
+        #expect(text.hasSuffix("\n"))
+        // node_exporter's parser (expfmt.TextParser) files a sample under the family its name
+        // matches exactly; `# TYPE x counter` followed by `x_total` would make `x_total` untyped.
+        var typed: String?
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("# TYPE ") {
+                let parts = line.split(separator: " ")
+                typed = String(parts[2])
+                #expect(["counter", "gauge"].contains(parts[3]))
+                if parts[3] == "counter" { #expect(parts[2].hasSuffix("_total")) }
+            } else if !line.hasPrefix("#") {
+                let name = line.prefix { $0 != "{" && $0 != " " }
+                #expect(String(name) == typed, "\(line) is not under its # TYPE line")
+                // No client-side timestamps: node_exporter skips a whole file that has them.
+                let afterLabels = line.split(separator: "}").last ?? line
+                #expect(afterLabels.split(separator: " ").count == (line.contains("}") ? 1 : 2), "\(line)")
+            }
+        }
+    }
+
+    @Test(arguments: ["plain", "a\"b", #"back\slash"#, #"literal \n"#, "new\nline", "} 1\nfake_metric 1", "ümlaut ☃", "\u{1B}[2J", "\r"])
+    func labelValuesRoundTrip(value: String) throws {
+        let family = MetricFamily("t_value", .gauge, help: "A test.", samples: [MetricSample(1, labels: [("name", value)])])
+        for format in [MetricsFormat.openMetrics, .prometheus] {
+            let text = MetricsText.render([family], format: format)
+            #expect(text.split(separator: "\n").filter { !$0.hasPrefix("#") }.count == 1, "one sample line: \(text)")
+            let parsed = try MetricsParser.parse(text, format: MetricsParser.Format(rawValue: format.rawValue)!)
+            #expect(parsed.count == 1)
+            #expect(parsed.first?.samples.first?.labels["name"] == value, "\(format)")
+        }
+    }
+
+    @Test func numbers() {
+        #expect(MetricsText.number(3) == "3")
+        #expect(MetricsText.number(-0.5) == "-0.5")
+        #expect(MetricsText.number(.infinity) == "+Inf")
+        #expect(MetricsText.number(-.infinity) == "-Inf")
+        #expect(MetricsText.number(.nan) == "NaN")
+        #expect(MetricsText.number(1e300) == "1e+300")
+        #expect(MetricsText.number(3.007539749145508) == "3.008")
+        #expect(MetricsText.number(1_796_066_116.3252344) == "1796066116.325")
+    }
+
+    /// The real parser reads every family back, in both formats, with its type, unit and values.
+    @Test func aRealParserReadsBothFormats() throws {
+        let families = Self.families()
+        let openMetrics = try MetricsParser.parse(MetricsText.render(families, format: .openMetrics), format: .openMetrics)
+        let prometheus = try MetricsParser.parse(MetricsText.render(families, format: .prometheus), format: .prometheus)
+        #expect(openMetrics.map(\.name) == families.map(\.name))
+        #expect(prometheus.map(\.name) == families.map(\.name), "the text parser strips _total from counter families")
+        for family in families {
+            for parsed in [openMetrics, prometheus] {
+                let read = try #require(MetricsParser.family(family.name, in: parsed))
+                #expect(read.type == family.kind.rawValue, "\(family.name)")
+                let values = read.samples(named: MetricsText.sampleName(family)).map(\.value)
+                #expect(values == family.samples.map(\.value), "\(family.name)")
+            }
+            let read = try #require(MetricsParser.family(family.name, in: openMetrics))
+            #expect(read.unit == (family.unit ?? ""))
+            #expect(read.help == family.help)
+        }
+        let hostile = try #require(MetricsParser.family("reachability_interface_usable", in: openMetrics))
+        #expect(hostile.samples.contains { $0.labels == ["interface": Self.hostileName, "type": "other"] && $0.value == 1 })
+        let outage = try #require(MetricsParser.family("reachability_path_outage_seconds", in: openMetrics))
+        #expect(outage.samples(named: "reachability_path_outage_seconds_created").first?.value == Self.start.timeIntervalSince1970)
+    }
+
+    @Test func namesFollowTheConventions() {
+        for family in Self.families() {
+            #expect(family.name.range(of: "^reachability_[a-z_]+$", options: .regularExpression) != nil, "\(family.name)")
+            #expect(!family.name.hasSuffix("_total"), "counters get _total in the sample, not the family")
+            if let unit = family.unit { #expect(family.name.hasSuffix("_" + unit)) }
+            #expect(family.help.hasSuffix("."))
+        }
+    }
+
+    // MARK: the file
+
+    static func directory(mode: mode_t = 0o755) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("metrics-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        chmod(path, mode)
+        return path
+    }
+
+    @Test func writesAtomicallyWithMode0644AndLeavesNoTemporaryFile() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = try MetricsFile(path: directory + "/r.prom", effectiveUserID: geteuid())
+        #expect(file.warnings.isEmpty)
+        let old = umask(0o077)
+        defer { umask(old) }
+        try file.write("a 1\n")
+        try file.write("a 2\n")
+        #expect(try String(contentsOfFile: directory + "/r.prom", encoding: .utf8) == "a 2\n")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["r.prom"])
+        let mode = try FileManager.default.attributesOfItem(atPath: directory + "/r.prom")[.posixPermissions] as? Int
+        #expect(mode == 0o644, "node_exporter runs as another user and must read it, whatever the umask")
+    }
+
+    /// A link at the file's name is replaced, never written through.
+    @Test func aPlantedSymlinkIsReplacedNotFollowed() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let victim = directory + "/victim"
+        try "precious\n".write(toFile: victim, atomically: false, encoding: .utf8)
+        symlink(victim, directory + "/r.prom")
+        link(victim, directory + "/hard.prom")
+        try MetricsFile(path: directory + "/r.prom", effectiveUserID: geteuid()).write("a 1\n")
+        try MetricsFile(path: directory + "/hard.prom", effectiveUserID: geteuid()).write("a 1\n")
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "precious\n")
+        let attributes = try FileManager.default.attributesOfItem(atPath: directory + "/r.prom")
+        #expect(attributes[.type] as? FileAttributeType == .typeRegular)
+    }
+
+    /// The directory is pinned at start: moving another one into its place later changes nothing.
+    @Test func writesStayInTheDirectoryCheckedAtStart() throws {
+        let directory = try Self.directory()
+        let elsewhere = try Self.directory()
+        defer {
+            try? FileManager.default.removeItem(atPath: directory + ".moved")
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: elsewhere)
+        }
+        let file = try MetricsFile(path: directory + "/r.prom", effectiveUserID: geteuid())
+        try FileManager.default.moveItem(atPath: directory, toPath: directory + ".moved")
+        symlink(elsewhere, directory)
+        try file.write("a 1\n")
+        #expect(!FileManager.default.fileExists(atPath: elsewhere + "/r.prom"))
+        #expect(FileManager.default.fileExists(atPath: directory + ".moved/r.prom"))
+    }
+
+    /// A symbolic link on the way that another user owns is not followed (root would otherwise
+    /// write wherever that user points it).
+    @Test(.enabled(if: geteuid() == 0, "lchown to another user needs root (CI runs as root)"))
+    func aForeignSymlinkOnTheWayIsRefused() throws {
+        let directory = try Self.directory()
+        let target = try Self.directory()
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: target)
+        }
+        symlink(target, directory + "/link")
+        lchown(directory + "/link", 12345, 12345)
+        do {
+            _ = try MetricsFile(path: directory + "/link/r.prom", effectiveUserID: 0)
+            Issue.record("followed a symbolic link owned by uid 12345")
+        } catch let failure as CommandFailure {
+            #expect(failure.message.contains("symbolic link owned by uid 12345"), "\(failure.message)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: target).isEmpty)
+    }
+
+    @Test(arguments: [
+        (mode_t(0o777), "is writable by every user"),
+        (mode_t(0o1777), "is writable by every user"),
+    ])
+    func refusesAWorldWritableDirectory(mode: mode_t, fragment: String) throws {
+        let directory = try Self.directory(mode: mode)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        do {
+            _ = try MetricsFile(path: directory + "/r.prom", effectiveUserID: geteuid())
+            Issue.record("accepted a directory with mode \(String(mode, radix: 8))")
+        } catch let failure as CommandFailure {
+            #expect(failure.exitCode == .cannotCreate)
+            #expect(failure.message.contains(fragment), "\(failure.message)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).isEmpty)
+    }
+
+    @Test func refusesAnotherUsersDirectoryAndBadNames() throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // Owned by root (uid 0) or by the user running the test: as uid 12345 it is someone else's
+        // only when root does not own it.
+        if geteuid() != 0 {
+            #expect(throws: CommandFailure.self) { try MetricsFile(path: directory + "/r.prom", effectiveUserID: 12345) }
+        } else {
+            chown(directory, 12345, 12345)
+            #expect(throws: CommandFailure.self) { try MetricsFile(path: directory + "/r.prom", effectiveUserID: 0) }
+            chown(directory, 0, 0)
+        }
+        try FileManager.default.createDirectory(atPath: directory + "/d.prom", withIntermediateDirectories: false)
+        for bad in [directory + "/", directory + "/d.prom", directory + "/..", directory + "/missing/r.prom"] {
+            #expect(throws: CommandFailure.self, "\(bad)") { try MetricsFile(path: bad, effectiveUserID: geteuid()) }
+        }
+        let unusual = try MetricsFile(path: directory + "/r.txt", effectiveUserID: geteuid())
+        #expect(unusual.warnings.first?.contains("only files whose names end in .prom") == true)
+    }
+
+    @Test(arguments: [
+        (["--metrics-interval", "5"], "needs '--metrics-file <path>'"),
+        (["--metrics-file", "x.prom", "--metrics-interval", "0"], "from 1 to 86400"),
+        (["--metrics-file", "x.prom", "--metrics-interval", "soon"], "from 1 to 86400"),
+        (["--metrics-file", ""], "expected a file path"),
+    ])
+    func rejectsBadOptions(arguments: [String], fragment: String) async {
+        let harness = Harness()
+        #expect(await harness.run(["watch"] + arguments) == 64)
+        #expect(harness.standardError.text.contains(fragment), "\(harness.standardError.text)")
+    }
+
+    // MARK: watch
+
+    /// `watch --metrics-file` under the harness: the file holds the path before the first line is
+    /// printed, and the last path (with the outage) when the watch ends.
+    @Test func watchKeepsTheFile() async throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let source = ScriptedPathSource(current: Fixtures.satisfiedWifi, script: [Fixtures.noRoute], staysOpen: true)
+        let harness = Harness(source: source, currentDirectory: directory)
+        let task = Task { await harness.run(["watch", "--metrics-file", "r.prom"]) }
+        // The first line is printed after the file's first write and the signal handler are in place.
+        let deadline = ContinuousClock.now + .seconds(20)
+        while harness.standardOutput.lines.isEmpty, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let path = directory + "/r.prom"
+        #expect(FileManager.default.fileExists(atPath: path))
+        #expect(harness.signal(SIGTERM))
+        #expect(await task.value == 0)
+        let families = try MetricsParser.parse(try String(contentsOfFile: path, encoding: .utf8), format: .prometheus)
+        #expect(MetricsParser.family("reachability_path_satisfied", in: families)?.samples.first?.value == 0)
+        #expect(MetricsParser.family("reachability_path_outages", in: families)?.samples.first?.value == 1)
+        #expect(MetricsParser.family("reachability_path_changes", in: families)?.samples.first?.value == 1)
+        #expect(harness.standardOutput.lines.count == 2)
+    }
+
+    @Test func watchRefusesTmpBeforeWatching() async throws {
+        let directory = try Self.directory(mode: 0o1777)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let harness = Harness()
+        #expect(await harness.run(["watch", "--metrics-file", directory + "/r.prom"]) == 73)
+        #expect(harness.standardError.text.hasPrefix("Error: refusing --metrics-file \(directory)/r.prom: \(directory) is writable by every user (mode 1777)"))
+        #expect(harness.configurations.isEmpty, "no monitor was started")
+        #expect(harness.standardOutput.text.isEmpty)
+    }
+}
