@@ -27,9 +27,12 @@ final class PartialFile: Sendable {
         var lowWater: Int
         /// Checkpoint (fsync + record) after this many new bytes.
         var checkpointInterval: Int64
-        /// Start write-back every this many bytes and wait for the window before (see
-        /// `WriteBackWindow`); zero leaves write-back to the kernel.
+        /// Start write-back every this many bytes (see `WriteBackWindow`); zero leaves
+        /// write-back to the kernel.
         var writeBackWindow: Int64 = 4 << 20
+        /// Windows in flight before the oldest is waited for: dirty pages stay below about
+        /// `(writeBackDepth + 1) * writeBackWindow`.
+        var writeBackDepth = 3
         /// Test hook simulating a slow disk: the writer waits this long before each chunk.
         var simulatedWriteDelay: Duration? = nil
     }
@@ -79,6 +82,9 @@ final class PartialFile: Sendable {
     /// the data is hot instead of reading the whole file back at the end. A separate lock from
     /// `state`, so hashing never blocks the engine thread.
     private let hashing: Mutex<SHA256?>
+    /// The per-block checksum journal (see `BlockJournal`), used only on `queue`; nil when it
+    /// could not be opened safely (then only checkpoints survive a crash).
+    private let journal: Mutex<BlockJournal?>
 
     /// Opens (creating if needed) the partial file and truncates it to the record's verified
     /// offset: bytes past it were never checkpointed and may be garbage after a crash. The
@@ -102,6 +108,8 @@ final class PartialFile: Sendable {
         fd = opened.descriptor.rawValue
         fileStatus = opened.status
         var record = record
+        var blockJournal: BlockJournal?
+        var kept: Int64 = 0
         do {
             // One writer per destination, whatever state directory the other one uses.
             guard try file.tryLockExclusive() else {
@@ -109,7 +117,11 @@ final class PartialFile: Sendable {
             }
             let size = try file.status().size
             if size < record.verifiedOffset { record.verifiedOffset = size }   // lost data: trust the file
-            try file.truncate(to: record.verifiedOffset)
+            // Past the checkpoint, keep what the journal vouches for, block by block: after a
+            // crash that is nearly everything written, after a power loss what survived.
+            blockJournal = BlockJournal(record: record, directory: stateDirectory)
+            kept = blockJournal?.recover(record: record, data: file, dataSize: size) ?? record.verifiedOffset
+            try file.truncate(to: kept)
         } catch let error as Errno {
             file.close()
             throw DownloadError.fileSystem("open", path: path, errno: error.rawValue)
@@ -122,9 +134,13 @@ final class PartialFile: Sendable {
         }
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
         hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256())
-        var initial = State(record: record, writtenEnd: record.verifiedOffset)
+        journal = Mutex(blockJournal)
+        // The kept bytes are not durable yet: verifiedOffset stays, and the next checkpoint
+        // fsyncs them (their journal entries vouch for them until then).
+        var initial = State(record: record, writtenEnd: kept)
+        initial.bytesSinceCheckpoint = kept - record.verifiedOffset
         if limits.writeBackWindow > 0 {
-            initial.writeBack = WriteBackWindow(window: limits.writeBackWindow, from: record.verifiedOffset)
+            initial.writeBack = WriteBackWindow(window: limits.writeBackWindow, depth: limits.writeBackDepth, from: kept)
         }
         state = Mutex(initial)
     }
@@ -140,6 +156,7 @@ final class PartialFile: Sendable {
             opened.descriptor.close()
         }
         try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
+        try? stateDirectory.remove(BlockJournal.fileName(for: record.id))
         try? stateDirectory.sync()
     }
 
@@ -202,12 +219,26 @@ final class PartialFile: Sendable {
             if acceptance.observedEntityTag != nil { state.record.observedEntityTag = acceptance.observedEntityTag }
             return (false, nil)
         }
-        guard restart else { return }
+        guard restart else {
+            // New validators (a download's first response) are persisted at once, so a crash
+            // before the first checkpoint can still resume with If-Range, and the journal is
+            // re-bound to them before any body byte of this response is written (append queues
+            // behind this).
+            queue.async { [self] in
+                let record = state.withLock { $0.record }
+                guard BlockJournal.binding(for: record) != journal.withLock({ $0?.currentBinding }) else { return }
+                do { try writeRecord() } catch let error as DownloadError { fail(error) } catch {}
+                journal.withLock { $0?.rebind(record: record, data: file) }
+            }
+            return
+        }
         observer?("the server sent the whole resource instead of the range: it changed, or it ignores ranges")
         queue.async { [self] in
             resetHasher()
             do {
                 try truncate(to: 0)
+                let record = state.withLock { $0.record }
+                journal.withLock { $0?.restart(record: record) }
                 try writeRecord()
             } catch let error as DownloadError {
                 fail(error)
@@ -252,6 +283,12 @@ final class PartialFile: Sendable {
             failure = result.error?.rawValue ?? 0
             // Hashed from the very buffer that reached the file, and only once it did.
             if failure == 0 { hash(data, at: offset) }
+            if written > 0 {
+                journal.withLock { journal in
+                    guard let journal else { return }
+                    data.withUnsafeBytes { journal.written(UnsafeRawBufferPointer(rebasing: $0[..<written]), at: offset, data: file) }
+                }
+            }
         }
         let (drained, needsCheckpoint, writeBack) = state.withLock { state -> ((@Sendable () -> Void)?, Bool, [WriteBackWindow.Action]) in
             state.pendingBytes -= data.count
@@ -380,13 +417,22 @@ final class PartialFile: Sendable {
         }
     }
 
+    /// Waits until every queued write has been applied (no checkpoint).
+    func settled() async {
+        _ = try? await onQueue { 0 }
+    }
+
     /// Truncates to zero and forgets the entity (the server broke the range rules).
     func restartFromZero() async throws {
         try await onQueue { [self] in
             resetHasher()
             try truncate(to: 0)
-            state.withLock {
+            let record = state.withLock {
                 $0.record.resetEntity(entityTag: nil, lastModified: nil, totalLength: nil)
+                return $0.record
+            }
+            journal.withLock { $0?.restart(record: record) }
+            state.withLock {
                 $0.writeBack?.reset(to: 0)
                 $0.writtenEnd = 0
                 $0.bytesSinceCheckpoint = 0
@@ -442,6 +488,7 @@ final class PartialFile: Sendable {
                 throw DownloadError.file(error)
             }
             closeOnQueue()
+            journal.withLock { $0?.remove() }
             try? stateDirectory.remove(recordName)
             try? stateDirectory.sync()
             return record.destination
@@ -452,6 +499,7 @@ final class PartialFile: Sendable {
     func discard() async {
         _ = try? await onQueue { [self] in
             closeOnQueue()
+            journal.withLock { $0?.remove() }
             // By descriptor-relative name, and only while the name still is our file.
             try? destinationDirectory.remove(partialName, ifSameAs: fileStatus)
             try? stateDirectory.remove(recordName)
@@ -461,7 +509,10 @@ final class PartialFile: Sendable {
 
     /// Closes the descriptor after queued writes (pause keeps the files).
     func close() async {
-        _ = try? await onQueue { [self] in closeOnQueue() }
+        _ = try? await onQueue { [self] in
+            closeOnQueue()
+            journal.withLock { $0?.close() }
+        }
     }
 
     deinit {

@@ -44,7 +44,7 @@ struct DownloadNginxTests {
         await download.pause()
         #expect(await log.wait { $0 == .paused })
         #expect(download.state == .paused)
-        let record = try #require(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).first)
+        let record = try #require(try FileManager.default.contentsOfDirectory(atPath: directory.file("state").path).first { $0.hasSuffix(".json") })
         let stored = try ResumeRecord.read(record, in: try CheckedDirectory.open(directory.file("state").path, policy: .privateState))
         #expect(stored.verifiedOffset > 0)
         #expect(stored.entityTag != nil)
@@ -75,13 +75,13 @@ struct DownloadNginxTests {
         // A SIGKILL leaves a record from the last checkpoint and, past it, bytes that may never have
         // reached the disk. Simulate the worst case: an older record (half the offset) and garbage
         // appended to the partial file.
-        let recordName = try #require(try FileManager.default.contentsOfDirectory(atPath: state.path).first)
+        let recordName = try #require(try FileManager.default.contentsOfDirectory(atPath: state.path).first { $0.hasSuffix(".json") })
         let checkedState = try CheckedDirectory.open(state.path, policy: .privateState)
         var record = try ResumeRecord.read(recordName, in: checkedState)
         record.verifiedOffset /= 2
         try record.write(to: checkedState)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: destination.path + ".part"))
-        try handle.seekToEnd()
+        let written = try handle.seekToEnd()
         try handle.write(contentsOf: Data(repeating: 0xEE, count: 100_000))
         try handle.close()
 
@@ -94,7 +94,11 @@ struct DownloadNginxTests {
         _ = try await F.finish(restored[0], log: log)
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
         #expect(log.restarts == 0)
-        #expect(log.resumedOffsets.first == record.verifiedOffset)
+        // The block journal vouches for the blocks past the (older) checkpoint that reached the
+        // file; the garbage has no entry, so the resume starts between the two.
+        let resumed = try #require(log.resumedOffsets.first)
+        #expect(resumed >= record.verifiedOffset)
+        #expect(resumed <= Int64(written))
         await second.shutdown()
     }
 

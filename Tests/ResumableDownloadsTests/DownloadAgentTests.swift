@@ -20,7 +20,7 @@ struct DownloadAgentTests {
         await #expect(throws: DownloadError.connectivityTimeout) { _ = try await download.finished() }
         #expect(log.all.contains(.waitingForConnectivity) || download.state == .failed(.connectivityTimeout))
         // The resume data survives the failure so a later resume() or relaunch continues.
-        let records = try FileManager.default.contentsOfDirectory(atPath: directory.path("state"))
+        let records = try FileManager.default.contentsOfDirectory(atPath: directory.path("state")).filter { $0.hasSuffix(".json") }
         #expect(records.count == 1)
         await agent.shutdown()
     }
