@@ -217,7 +217,7 @@ def throughput(binary, sizes, runs, seed):
     try:
         os.makedirs(f"{work}/www")
         nginx = Nginx(f"{work}/www")
-        print("## Download to disk from nginx on loopback (median of runs, interleaved)\n")
+        print(f"## Download to disk from nginx on loopback (median (min-max) of {runs} runs, interleaved)\n")
         print("| size | `curl -o` | `curl -o` + `sync -f` | `reachability download -o` | ratio to curl | peak RSS curl | peak RSS ours | RSS ratio |")
         print("|---|---|---|---|---|---|---|---|")
         for mib in sizes:
@@ -253,7 +253,10 @@ def throughput(binary, sizes, runs, seed):
                     times[tool].append(seconds)
                     rss[tool].append(peak)
             curl, ours = median(times["curl"]), median(times["ours"])
-            print(f"| {mib} MiB | {curl:.2f} s | {median(times['curl+sync']):.2f} s | {ours:.2f} s | {ours / curl:.2f}x "
+
+            def spread(values):
+                return f"{median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+            print(f"| {mib} MiB | {spread(times['curl'])} | {spread(times['curl+sync'])} | {spread(times['ours'])} | {ours / curl:.2f}x "
                   f"| {max(rss['curl']) / 1024:.1f} MiB | {max(rss['ours']) / 1024:.1f} MiB "
                   f"| {max(rss['ours']) / max(rss['curl']):.2f}x |")
             os.remove(f"{work}/www/f{mib}.bin")
