@@ -4,33 +4,48 @@
 Each run builds a fresh pair of namespaces (client: /32 address + onlink default route; server:
 nginx with limit_rate on a bridge kept up by a second veth pair, as in
 Tests/IntegrationTests/DownloadOutageTests.swift), starts the downloader inside the client
-namespace, and once a quarter of the file is on disk applies one scenario:
+namespace, and once a random share of the file (10-80 %, the "phase") is on disk applies one
+scenario. Every tool gets the same phases and outage lengths, in the same run.
 
-  outage N  the client link goes down for N seconds, then comes back up with its default route
-  switch    a second uplink (another /32 source address) gets a default route and the first
-            link is deleted: the old connection is dead, the new path is fine at once
+Failures the kernel reports (the client's path changes):
+  outage N    the client link goes down for N seconds, then comes back up with its default route
+  switch      a second uplink (another /32 source address) gets a default route and the first
+              link is deleted: the old connection is dead, the new path is fine at once
+Failures the kernel cannot see (the client's path stays up; N is drawn from --lengths):
+  blackhole   the server drops every packet of port 80 both ways (iptables DROP in the server
+              namespace): an upstream blackhole
+  reset       the server answers every packet of port 80 with a TCP reset (iptables REJECT
+              --reject-with tcp-reset in the server namespace): the transfer is reset and every
+              new connection refused
+  stop        nginx is killed and started again N seconds later (connections refused meanwhile)
+  long        nginx is stopped for --long-outage seconds (default 600): the download must finish
 
-Measured: total time, time from restore to the server seeing a new connection from the client
-("reconnect", polled with ss in the server namespace), time from restore to the first byte beyond
-what was on disk at restore ("resume"; our engine gathers 512 KiB before writing, so at 2 MiB/s this
-trails the reconnect by about 0.25 s), time from restore to completion ("done"), wasted bytes (the server's access log
-$body_bytes_sent summed over all requests, minus the file size; nginx's send_timeout is 2 s so a
-vanished client's request is logged), and whether the SHA-256 matched.
+Measured: time from restore to the first byte beyond what was on disk at restore ("resume"),
+time from restore to the server seeing a new connection ("reconnect", polled with ss), whether
+the SHA-256 matched, and connection attempts during the outage counted on the server side (an
+iptables rule that counts every SYN to port 80, retransmissions included, before any DROP or
+REJECT), divided by the outage length.
 
 The peers get their best retry flags for this job (retry forever, no or fixed short waits, a
-3-second stall detector since they cannot see the link), shown in the table's footnotes.
+3-second stall detector since they cannot see the link), shown in the table's footnotes; aria2c
+runs in a shell retry loop because it gives up on some errors despite --max-tries=0.
 
 Needs root. Namespaces are named rchO<pid>-*, always removed.
-Usage: bench/outage_bench.py [--binary PATH] [--size-mib 16] [--rate 2m] [--outages 5,60]
-                             [--tools reachability,curl,wget,aria2c] [--no-switch]
+Usage: bench/outage_bench.py [--binary PATH] [--size-mib 256] [--rate 40m] [--runs 5]
+                             [--scenarios blackhole,reset,stop,long] [--lengths 5-60]
+                             [--tools reachability,curl,wget,aria2c] [--seed N]
+The README's outage table: sudo bench/outage_bench.py --binary .build/release/reachability
 """
 import argparse
 import hashlib
 import os
+import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 PREFIX = f"rchO{os.getpid()}"
@@ -75,6 +90,7 @@ class Lab:
         os.makedirs(f"{workdir}/client", exist_ok=True)
         with open(f"{workdir}/www/file.bin", "wb") as f:
             f.write(content)
+        self.rate = rate
         self.start_nginx(rate)
 
     def uplink(self, name, address, route=True, metric=None):
@@ -117,6 +133,31 @@ http {{
                 raise RuntimeError("nginx did not start")
             time.sleep(0.01)
 
+    def server_iptables(self, *rule, check=True):
+        return sh("ip", "netns", "exec", self.server, "iptables", *rule, check=check)
+
+    def count_syns(self):
+        """Counts every SYN to port 80 (first rule of INPUT, no target, so later rules still apply)."""
+        self.server_iptables("-I", "INPUT", "1", "-p", "tcp", "--dport", "80", "--syn")
+
+    def syns(self):
+        out = self.server_iptables("-L", "INPUT", "1", "-v", "-x", "-n")
+        fields = out.split()
+        return int(fields[0]) if fields else 0
+
+    BLACKHOLE = [["INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP"],
+                 ["OUTPUT", "-p", "tcp", "--sport", "80", "-j", "DROP"]]
+    RESET = [["INPUT", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "tcp-reset"]]
+
+    def rules(self, rules, on):
+        for rule in rules:
+            self.server_iptables("-A" if on else "-D", *rule)
+
+    def stop_nginx(self):
+        if self.nginx and self.nginx.poll() is None:
+            self.nginx.kill()
+            self.nginx.wait()
+
     def client_connections(self):
         """(address, port) of every established connection to nginx, seen from the server."""
         lines = sh("ip", "netns", "exec", self.server, "ss", "-Htn", "state", "established", "sport = :80").splitlines()
@@ -139,9 +180,7 @@ http {{
         return total
 
     def close(self):
-        if self.nginx and self.nginx.poll() is None:
-            self.nginx.kill()
-            self.nginx.wait()
+        self.stop_nginx()
         for ns in (self.client, self.server):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
@@ -152,25 +191,28 @@ def command(tool, binary, url, out, state):
         return [binary, "download", "--state-dir", state, "-o", out, url]
     if tool == "curl":
         # --retry-delay 0 would mean curl's exponential backoff (1 s doubling); a fixed 1 s is better here.
-        return ["curl", "-sS", "--retry", "100", "--retry-all-errors", "--retry-connrefused", "--retry-delay", "1",
+        return ["curl", "-sS", "--retry", "100000", "--retry-all-errors", "--retry-connrefused", "--retry-delay", "1",
                 "--retry-max-time", "0", "-C", "-", "--connect-timeout", str(STALL_SECONDS),
                 "--speed-limit", "1024", "--speed-time", str(STALL_SECONDS), "-o", out, url]
     if tool == "wget":
         return ["wget", "-q", "-c", "--tries=0", "--retry-connrefused", "--waitretry=0",
                 f"--read-timeout={STALL_SECONDS}", f"--connect-timeout={STALL_SECONDS}", "-O", out, url]
     if tool == "aria2c":
-        return ["aria2c", "-q", "-c", "--max-tries=0", "--retry-wait=0", f"--timeout={STALL_SECONDS}",
-                # No --lowest-speed-limit: aria2c aborts (exit 5) on it instead of retrying.
+        # No --lowest-speed-limit: aria2c aborts (exit 5) on it instead of retrying. It also gives up
+        # on "Network is unreachable" and "Connection refused" despite --max-tries=0, so it runs in
+        # a retry loop (0.1 s between its runs, so a refusing server is not hammered by the loop).
+        aria = ["aria2c", "-q", "-c", "--max-tries=0", "--retry-wait=0", f"--timeout={STALL_SECONDS}",
                 f"--connect-timeout={STALL_SECONDS}", "--file-allocation=none",
                 "--allow-overwrite=true", "--auto-file-renaming=false", "-d", directory, "-o", name, url]
+        return ["sh", "-c", 'until "$@"; do sleep 0.1; done', "aria2c-loop"] + aria
     raise ValueError(tool)
 
 
 FLAGS_NOTE = {
-    "reachability": "defaults (path monitor; stall 30 s)",
-    "curl": f"--retry 100 --retry-all-errors --retry-connrefused --retry-delay 1 -C - --speed-limit 1024 --speed-time {STALL_SECONDS} --connect-timeout {STALL_SECONDS}",
+    "reachability": "defaults (path monitor; stall suspected after about 1 s without a byte, 30 s hard limit)",
+    "curl": f"--retry 100000 --retry-all-errors --retry-connrefused --retry-delay 1 --retry-max-time 0 -C - --speed-limit 1024 --speed-time {STALL_SECONDS} --connect-timeout {STALL_SECONDS}",
     "wget": f"-c --tries=0 --retry-connrefused --waitretry=0 --read-timeout={STALL_SECONDS} --connect-timeout={STALL_SECONDS}",
-    "aria2c": f"-c --max-tries=0 --retry-wait=0 --timeout={STALL_SECONDS} --connect-timeout={STALL_SECONDS} --file-allocation=none",
+    "aria2c": f"-c --max-tries=0 --retry-wait=0 --timeout={STALL_SECONDS} --connect-timeout={STALL_SECONDS} --file-allocation=none, in `until aria2c ...; do sleep 0.1; done`",
 }
 
 
@@ -184,33 +226,54 @@ def on_disk(out):
     return size
 
 
-def run_one(index, tool, scenario, args, content, digest):
+def run_one(index, tool, case, args, content, digest):
+    """One download under one scenario. `case` is (scenario, phase, seconds)."""
+    scenario, phase, seconds = case
     workdir = tempfile.mkdtemp(prefix="outage-bench-")
     lab = Lab(index, workdir, content, args.rate)
     try:
+        lab.count_syns()
         out = f"{workdir}/client/file.bin"
         argv = command(tool, args.binary, f"http://{SERVER_ADDRESS}/file.bin", out, f"{workdir}/state")
         start = time.monotonic()
         proc = subprocess.Popen(["ip", "netns", "exec", lab.client] + argv, cwd=workdir,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"})
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"},
+                                start_new_session=True)
         limit = time.monotonic() + 120
-        while on_disk(out) < len(content) // 4:
+        while on_disk(out) < int(len(content) * phase):
             if proc.poll() is not None or time.monotonic() > limit:
                 raise RuntimeError(f"{tool} did not get going: {proc.stderr.read().decode()[-400:]}")
-            time.sleep(0.02)
+            time.sleep(0.005)
+        syns_before = lab.syns()
+        cut = time.monotonic()
         if scenario == "switch":
             old_connections = lab.client_connections()
             lab.uplink("eth2", "10.88.0.3", route=False)
             lab.route("eth2", metric=10)
             ip(f"-n {lab.client} link del eth1")
-        else:
+        elif scenario == "outage":
             ip(f"-n {lab.client} link set eth1 down")
-            time.sleep(int(scenario))
+            time.sleep(seconds)
             # Taken before the restore: a fast client reconnects before `ss` could run after it.
             old_connections = lab.client_connections()
             ip(f"-n {lab.client} link set eth1 up")
             lab.route("eth1")
+        elif scenario in ("blackhole", "reset"):
+            rules = Lab.BLACKHOLE if scenario == "blackhole" else Lab.RESET
+            lab.rules(rules, on=True)
+            time.sleep(seconds)
+            old_connections = lab.client_connections()
+            lab.rules(rules, on=False)
+        elif scenario in ("stop", "long"):
+            lab.stop_nginx()
+            time.sleep(seconds)
+            old_connections = lab.client_connections()
+            lab.start_nginx(lab.rate)
+        else:
+            raise ValueError(scenario)
         restored = time.monotonic()
+        attempts = lab.syns() - syns_before
+        outage = restored - cut
         at_restore = on_disk(out)
         resumed = reconnected = None
         deadline = restored + args.timeout
@@ -222,38 +285,61 @@ def run_one(index, tool, scenario, args, content, digest):
                 if lab.client_connections() - old_connections:
                     reconnected = time.monotonic()
                 continue
-            time.sleep(0.02)
+            time.sleep(0.005)
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, 9)
             proc.wait()
         finished = time.monotonic()
         if resumed is None and proc.returncode == 0:
             resumed = finished
-        ok = proc.returncode == 0 and os.path.exists(out) and hashlib.sha256(open(out, "rb").read()).hexdigest() == digest
-        sent = lab.bytes_sent_when_idle()
+        ok = proc.returncode == 0 and os.path.exists(out) and sha256_file(out) == digest
+        sent = lab.bytes_sent_when_idle(timeout=5)
         if not ok:
             print(f"# {tool} {scenario}: exit {proc.returncode}: {proc.stderr.read().decode(errors='replace')[-600:]}",
                   file=sys.stderr, flush=True)
         return {
-            "tool": tool, "scenario": scenario, "ok": ok, "status": proc.returncode,
-            "total": finished - start, "resume": (resumed - restored) if resumed else None,
+            "tool": tool, "scenario": scenario, "phase": phase, "seconds": seconds, "ok": ok,
+            "status": proc.returncode, "total": finished - start,
+            "resume": (resumed - restored) if resumed else None,
             "reconnect": (reconnected - restored) if reconnected else None,
-            "done": finished - restored, "wasted": sent - len(content),
+            "done": finished - restored, "wasted": sent - len(content), "attempts": attempts,
+            "rate": attempts / outage if outage > 0 else 0.0,
         }
     finally:
         lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fmt(value, digits=2, unit=" s"):
+    return "-" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--binary", default=os.path.join(here, "..", ".build", "debug", "reachability"))
-    parser.add_argument("--size-mib", type=int, default=16)
-    parser.add_argument("--rate", default="2m", help="nginx limit_rate")
-    parser.add_argument("--outages", default="5,60", help="comma-separated outage lengths in seconds")
+    parser.add_argument("--size-mib", type=int, default=256)
+    parser.add_argument("--rate", default="40m", help="nginx limit_rate")
+    parser.add_argument("--runs", type=int, default=5, help="runs per scenario (each with its own phase and length)")
+    parser.add_argument("--scenarios", default="blackhole,reset,stop,long",
+                        help="comma-separated: blackhole, reset, stop, long, outage, switch")
+    parser.add_argument("--lengths", default="5-60", help="outage length range in seconds (drawn per run)")
+    parser.add_argument("--long-outage", type=float, default=600, help="seconds nginx is down in 'long'")
     parser.add_argument("--tools", default="reachability,curl,wget,aria2c")
-    parser.add_argument("--no-switch", action="store_true")
+    parser.add_argument("--seed", type=int, default=None, help="for the phases and lengths (default: random)")
     parser.add_argument("--timeout", type=float, default=240, help="per run, after the restore")
     args = parser.parse_args()
     if os.geteuid() != 0:
@@ -263,33 +349,70 @@ def main():
     for tool in tools:
         if tool != "reachability" and not shutil.which(tool):
             sys.exit(f"{tool} not found: apt-get install -y curl wget aria2")
-    scenarios = [s for s in args.outages.split(",") if s] + ([] if args.no_switch else ["switch"])
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    low, high = (float(x) for x in args.lengths.split("-"))
+    cases = []
+    for scenario in [s for s in args.scenarios.split(",") if s]:
+        runs = 1 if scenario in ("long", "switch") else args.runs
+        for _ in range(runs):
+            phase = rng.uniform(0.1, 0.8)
+            seconds = {"long": args.long_outage, "switch": 0}.get(scenario, round(rng.uniform(low, high), 1))
+            cases.append((scenario, phase, seconds))
     content = os.urandom(args.size_mib << 20)
     digest = hashlib.sha256(content).hexdigest()
+    print(f"# seed {seed}; {len(cases)} cases x {len(tools)} tools", file=sys.stderr, flush=True)
     results = []
     index = 0
-    for scenario in scenarios:
+
+    def run(index, tool, case):
+        try:
+            result = run_one(index, tool, case, args, content, digest)
+        except Exception as error:  # one broken run must not lose the others
+            print(f"# {case} {tool}: run failed: {error}", file=sys.stderr, flush=True)
+            return
+        results.append(result)
+        print(f"# {case[0]:>9} {case[2]:>5}s phase {case[1]:.2f} {tool:<12} ok={result['ok']} "
+              f"resume={fmt(result['resume'])} reconnect={fmt(result['reconnect'], 3)} "
+              f"attempts={result['attempts']} ({result['rate']:.2f}/s) total={result['total']:.1f}s",
+              file=sys.stderr, flush=True)
+
+    for case in cases:
+        if case[0] == "long":
+            # Ten minutes each: the tools wait out the long outage side by side, each in its own
+            # pair of namespaces (the restore times of this case are not the point; completion is).
+            threads = []
+            for tool in tools:
+                index += 1
+                threads.append(threading.Thread(target=run, args=(index, tool, case)))
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            continue
         for tool in tools:
             index += 1
-            try:
-                result = run_one(index, tool, scenario, args, content, digest)
-            except Exception as error:  # one broken run must not lose the others
-                print(f"# {scenario} {tool}: run failed: {error}", file=sys.stderr, flush=True)
-                continue
-            results.append(result)
-            print(f"# {scenario:>6} {tool:<12} ok={result['ok']} total={result['total']:.1f}s "
-                  f"resume={result['resume'] if result['resume'] is None else round(result['resume'], 2)}s "
-                  f"wasted={result['wasted']}", file=sys.stderr, flush=True)
+            run(index, tool, case)
 
-    print(f"\n{args.size_mib} MiB at limit_rate {args.rate}; scenario applied at 25% on disk.\n")
-    print("| scenario | tool | ok | total s | restore→reconnect s | restore→resume s | restore→done s | wasted bytes |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in results:
-        name = f"outage {r['scenario']} s" if r["scenario"] != "switch" else "path switch"
-        resume = "-" if r["resume"] is None else f"{r['resume']:.2f}"
-        reconnect = "-" if r["reconnect"] is None else f"{r['reconnect']:.3f}"
-        print(f"| {name} | {r['tool']} | {'yes' if r['ok'] else 'NO (exit %s)' % r['status']} | {r['total']:.1f} | "
-              f"{reconnect} | {resume} | {r['done']:.1f} | {r['wasted']} |")
+    print(f"\n{args.size_mib} MiB at limit_rate {args.rate}; each scenario applied at a random phase "
+          f"(10-80 % on disk); seed {seed}.\n")
+    print("| scenario | tool | ok | restore→resumed p50 (runs) | restore→reconnect p50 | attempts/s during the outage (mean) |")
+    print("|---|---|---|---|---|---|")
+    for scenario in dict.fromkeys(c[0] for c in cases):
+        for tool in tools:
+            rows = [r for r in results if r["scenario"] == scenario and r["tool"] == tool]
+            if not rows:
+                continue
+            ok = sum(r["ok"] for r in rows)
+            resumes = [r["resume"] for r in rows if r["ok"]]
+            name = {"blackhole": "upstream blackhole", "reset": "server resets/refuses", "stop": "server stopped",
+                    "long": f"server down {args.long_outage:.0f} s", "outage": "link down", "switch": "path switch"}[scenario]
+            lengths = sorted(r["seconds"] for r in rows)
+            span = f" {lengths[0]:.0f}-{lengths[-1]:.0f} s" if scenario not in ("long", "switch") else ""
+            rates = [r["rate"] for r in rows]
+            print(f"| {name}{span} | {tool} | {ok}/{len(rows)} | {fmt(median(resumes))} "
+                  f"({', '.join(fmt(r, 2, '') for r in sorted(resumes))}) | {fmt(median(r['reconnect'] for r in rows if r['ok']), 3)} | "
+                  f"{statistics.mean(rates):.2f} |")
     print()
     for tool in tools:
         print(f"- {tool}: {FLAGS_NOTE[tool]}")

@@ -209,6 +209,7 @@ Task {
             case .started: text = "started"
             case .resumed(let offset): text = "resumed at \(offset) bytes"
             case .waitingForConnectivity: text = "waiting for network"
+            case .waitingForServer(let error): text = "waiting for server: \(error)"
             case .restartedFromZero(let reason): text = "restarted from zero: \(reason)"
             case .retrying(let delay, let error): text = "retrying in \(delay): \(error)"
             case .paused: text = "paused"

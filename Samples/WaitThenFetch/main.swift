@@ -135,6 +135,7 @@ func fetch(_ options: Options, monitor: PathMonitor) async -> Outcome {
         case .completed(let url): outcome = .done(url); break events
         case .failed(let error): outcome = .failed(error.description); break events
         case .waitingForConnectivity: log("waiting for the network to come back")
+        case .waitingForServer(let error): log("waiting for the server: \(error)")
         case .resumed(let offset): log("transferring from byte \(offset)")
         case .retrying(let delay, let error): log("retrying in \(delay): \(error)")
         default: break

@@ -161,6 +161,15 @@ final class CurlEasy {
         return code
     }
 
+    /// How long the TCP (and proxy) connection took to set up, once connected.
+    var connectTime: Duration? {
+        var microseconds: curl_off_t = 0
+        guard ccurl_easy_getinfo_off_t(api, handle, CURLINFO_CONNECT_TIME_T, &microseconds) == CURLE_OK, microseconds > 0 else {
+            return nil
+        }
+        return .microseconds(Int64(microseconds))
+    }
+
     /// Facts about the finished transfer.
     func info() -> CurlTransferInfo {
         var code = 0, osErrno = 0

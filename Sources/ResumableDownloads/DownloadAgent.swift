@@ -23,8 +23,10 @@ public actor DownloadAgent {
         public var stateDirectory: URL
         /// How many downloads transfer at once; the rest are `queued`.
         public var maximumConcurrentDownloads: Int
-        /// How long a download waits for a usable path before failing with `connectivityTimeout`;
-        /// nil waits forever.
+        /// How long one outage may last before the download fails with `connectivityTimeout`
+        /// (keeping its resume data): waiting for a usable path, for a server that does not
+        /// answer, or for one that keeps answering 5xx, from the first failure until bytes flow
+        /// again; the error says which wait ran out. nil waits forever.
         public var maximumOutageWait: Duration?
         /// A connected transfer slower than `stallBytesPerSecond` for this long is reconnected.
         public var stallTimeout: Duration
@@ -57,6 +59,14 @@ public actor DownloadAgent {
         public var certificateAuthorityFile: URL?
         /// Where diagnostics go; silent by default.
         public var logger: Logger
+        /// Settled spacing of probes while a server does not answer on a working path (one probe
+        /// per host, the first after 100 ms; slower after minutes). These waits never spend the
+        /// failure budget; `maximumOutageWait` bounds them.
+        public var serverProbeInterval: Duration = .milliseconds(500)
+        /// The shortest silence after which a receiving transfer is suspected of stalling and
+        /// raced by a fresh connection (slower transfers get proportionally longer); a transfer
+        /// silent for `stallTimeout` is aborted in any case.
+        public var minimumStallSuspicion: Duration = .seconds(1)
         /// Extra request headers (`Name: value`), sent with every request after the engine's own.
         /// Lines with control characters are never sent; headers the resume rules depend on
         /// (`Range`, `If-Range`, `Accept-Encoding`) are refused by `HeaderValidation`.
@@ -101,39 +111,43 @@ public actor DownloadAgent {
         }
     }
 
-    private enum Intent { case run, pause, cancel, shutdown }
+    /// What the user last asked of a download (a driver's machine decides how to get there).
+    enum Intent { case run, pause, cancel, shutdown }
 
-    private struct ActiveTransfer {
+    /// The attempt a driver has in the engine.
+    struct ActiveTransfer {
         var id: UInt64
+        var attempt: Int
         var pathKey: PathKey
         var pinnedInterface: String?
     }
 
-    private struct Entry {
+    struct Entry {
         let download: Download
         var record: ResumeRecord
         var intent: Intent = .run
+        /// The driver task while the download holds a slot.
         var driver: Task<Void, Never>?
+        /// Where the driver takes its inputs from.
+        var mailbox: AsyncStream<DriverInput>.Continuation?
         var transfer: ActiveTransfer?
     }
 
-    private enum PathWait { case ready(pinnedInterface: String?), interrupted, timedOut }
-
     /// The configuration in use.
     public let configuration: Configuration
-    private let engine: TransferEngine
-    private let hasPathSource: Bool
+    let engine: TransferEngine
     private let pathRelay: AsyncStream<NetworkPath>?
     private let pathForwarder: Task<Void, Never>?
     private var pathConsumer: Task<Void, Never>?
-    private var path: NetworkPath?
-    private var pathWaiters: [UUID: CheckedContinuation<Int, Never>] = [:]
-    /// Transfers restarted since the last path update, to stagger restarts after a switch.
-    private var restartsSincePathUpdate = 0
-    private var entries: [UUID: Entry] = [:]
-    private var queue: [UUID] = []
+    /// The path and what it means for each download.
+    var pathWaiters: PathWaiters
+    /// Who holds a transfer slot, who waits for one.
+    var scheduler: DownloadScheduler
+    /// One probe per unreachable host, shared with the process's other agents.
+    let probes: ServerProbeCoordinator
+    var entries: [UUID: Entry] = [:]
     private var creationOrder: [UUID] = []
-    private var isShutDown = false
+    var isShutDown = false
     /// The state directory, opened and checked once.
     private var checkedStateDirectory: CheckedDirectory?
 
@@ -141,7 +155,9 @@ public actor DownloadAgent {
     public init(configuration: Configuration) throws {
         self.configuration = configuration
         engine = try TransferEngine()
-        hasPathSource = false
+        self.pathWaiters = PathWaiters(hasPathSource: false)
+        scheduler = DownloadScheduler(limit: configuration.maximumConcurrentDownloads)
+        probes = .shared(ServerWaitSchedule(interval: configuration.serverProbeInterval))
         pathRelay = nil
         pathForwarder = nil
     }
@@ -152,7 +168,9 @@ public actor DownloadAgent {
     where Paths.Element == NetworkPath {
         self.configuration = configuration
         engine = try TransferEngine()
-        hasPathSource = true
+        self.pathWaiters = PathWaiters(hasPathSource: true)
+        scheduler = DownloadScheduler(limit: configuration.maximumConcurrentDownloads)
+        probes = .shared(ServerWaitSchedule(interval: configuration.serverProbeInterval))
         // The init cannot start an actor-isolated consumer, so a detached task relays the generic
         // sequence into a stream the actor consumes once it is first used.
         let (relay, continuation) = AsyncStream.makeStream(of: NetworkPath.self, bufferingPolicy: .bufferingNewest(16))
@@ -179,7 +197,7 @@ public actor DownloadAgent {
     /// The latest path the agent acts on; nil before the first update or without a path source.
     public var currentPath: NetworkPath? {
         activate()
-        return path
+        return pathWaiters.path
     }
 
     /// Every download this agent knows, in creation order.
@@ -220,7 +238,7 @@ public actor DownloadAgent {
         }
         let id = state?.id ?? UUID()
         if let held = entries[id] {
-            guard held.driver == nil, !queue.contains(id) else {
+            guard held.driver == nil, !scheduler.isQueued(id) else {
                 throw DownloadError.invalidRequest.with(description: "download \(id.uuidString) is already running")
             }
             entries[id] = nil
@@ -249,7 +267,7 @@ public actor DownloadAgent {
         prepare(download)
         entries[id] = Entry(download: download, record: record)
         creationOrder.append(id)
-        queue.append(id)
+        scheduler.enqueue(id)
         configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": url.absoluteString])
         schedule()
         return download
@@ -313,7 +331,7 @@ public actor DownloadAgent {
                                 progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
         entries[record.id] = Entry(download: download, record: record)
         creationOrder.append(record.id)
-        queue.append(record.id)
+        scheduler.enqueue(record.id)
         configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
                                                                   "offset": "\(record.verifiedOffset)"])
         return download
@@ -331,7 +349,7 @@ public actor DownloadAgent {
     package func forget(_ download: Download) {
         guard let entry = entries[download.id], entry.download === download, entry.driver == nil else { return }
         entries[download.id] = nil
-        queue.removeAll { $0 == download.id }
+        scheduler.dequeue(download.id)
         creationOrder.removeAll { $0 == download.id }
     }
 
@@ -344,13 +362,12 @@ public actor DownloadAgent {
         case .queued, .running, .waitingForConnectivity: break
         }
         entry.intent = .pause
+        entries[download.id] = entry
         if let driver = entry.driver {
-            driver.cancel()   // aborts the transfer, a backoff sleep or a path wait
-            entries[download.id] = entry
+            entry.mailbox?.yield(.machine(.pause))   // ends the transfer, a backoff or a wait
             await driver.value
         } else {
-            entries[download.id] = entry
-            queue.removeAll { $0 == download.id }
+            scheduler.dequeue(download.id)
             download.update(state: .paused, event: .paused)
         }
     }
@@ -362,7 +379,12 @@ public actor DownloadAgent {
         case .paused: break
         case .failed(let error) where error.isResumable: break
         case .queued, .running, .waitingForConnectivity:
-            if entry.intent == .pause { entry.intent = .run; entries[download.id] = entry }   // pause still in flight
+            if entry.intent == .pause {
+                // A pause still in flight: the driver ends, and the download is queued again.
+                entry.intent = .run
+                entries[download.id] = entry
+                entry.mailbox?.yield(.machine(.resume))
+            }
             return
         case .completed, .failed: return
         }
@@ -370,7 +392,7 @@ public actor DownloadAgent {
         entries[download.id] = entry
         if entry.driver == nil {
             download.update(state: .queued)
-            if !queue.contains(download.id) { queue.append(download.id) }
+            scheduler.enqueue(download.id)
             schedule()
         }
     }
@@ -384,10 +406,10 @@ public actor DownloadAgent {
         entry.intent = .cancel
         entries[download.id] = entry
         if let driver = entry.driver {
-            driver.cancel()
+            entry.mailbox?.yield(.machine(.cancel))
             await driver.value
         } else {
-            queue.removeAll { $0 == download.id }
+            scheduler.dequeue(download.id)
             if let state = try? stateDirectory() { PartialFile.removeFiles(of: entry.record, stateDirectory: state) }
             download.update(state: .failed(.cancelled), event: .failed(.cancelled))
         }
@@ -402,15 +424,13 @@ public actor DownloadAgent {
         for (id, entry) in entries {
             guard let driver = entry.driver else { continue }
             entries[id]?.intent = .shutdown
-            driver.cancel()
+            entry.mailbox?.yield(.machine(.shutdown))
             drivers.append(driver)
         }
         for driver in drivers { await driver.value }
         engine.shutdown()
         pathForwarder?.cancel()
         pathConsumer?.cancel()
-        for waiter in pathWaiters.values { waiter.resume(returning: 0) }
-        pathWaiters = [:]
     }
 
     // MARK: path
@@ -426,100 +446,34 @@ public actor DownloadAgent {
     }
 
     private func apply(_ newPath: NetworkPath) {
-        let previous = path
-        path = newPath
+        let previous = pathWaiters.path
         if previous.map(PathKey.init) != PathKey(newPath) {
             configuration.logger.info("path changed", metadata: [
                 "status": newPath.status.rawValue, "interface": newPath.primaryInterface?.name ?? "-",
                 "source": newPath.primaryRoute?.sourceAddress ?? "-"])
         }
-        for (id, entry) in entries {
-            guard let transfer = entry.transfer else { continue }
-            if PathPolicy.mustAbort(startedUnder: transfer.pathKey, pinnedInterface: transfer.pinnedInterface,
-                                    allowsExpensive: entry.download.options.allowsExpensive, newPath: newPath) {
-                configuration.logger.debug("aborting transfer on path change", metadata: ["id": id.uuidString])
-                engine.abort(transfer.id, reason: .pathChanged)
-                entries[id]?.transfer = nil
-            }
+        let listeners = creationOrder.compactMap { id -> PathWaiters.Listener? in
+            guard let entry = entries[id], entry.mailbox != nil else { return nil }
+            return PathWaiters.Listener(id: id, allowsExpensive: entry.download.options.allowsExpensive,
+                                        transfer: entry.transfer.map { ($0.pathKey, $0.pinnedInterface) })
         }
-        restartsSincePathUpdate = 0
-        let waiters = Array(pathWaiters.values)
-        pathWaiters = [:]
-        for (rank, waiter) in waiters.enumerated() { waiter.resume(returning: rank) }
-    }
-
-    private func usability(for download: Download) -> PathUsability {
-        PathPolicy.usability(of: path, hasPathSource: hasPathSource, allowsExpensive: download.options.allowsExpensive)
-    }
-
-    private func waitForUsablePath(_ id: UUID, download: Download) async -> PathWait {
-        var announced = false
-        var deadline: ContinuousClock.Instant?
-        while true {
-            if Task.isCancelled || entries[id]?.intent != .run { return .interrupted }
-            let usability = usability(for: download)
-            switch usability {
-            case .usable(let pinned):
-                return .ready(pinnedInterface: pinned)
-            case .unknown, .unusable:
-                if deadline == nil { deadline = configuration.maximumOutageWait.map { ContinuousClock.now + $0 } }
-                if usability == .unusable, !announced {
-                    announced = true
-                    configuration.logger.info("waiting for connectivity", metadata: ["id": id.uuidString])
-                    download.update(state: .waitingForConnectivity, event: .waitingForConnectivity)
-                }
-            }
-            if let deadline, ContinuousClock.now >= deadline { return .timedOut }
-            let rank = await nextPathUpdate(until: deadline)
-            if rank > 0, case .usable = self.usability(for: download) {
-                // Many downloads waking on the same path update: spread the reconnects slightly.
-                try? await Task.sleep(for: configuration.restartStagger * rank)
-            }
+        for notice in pathWaiters.update(newPath, listeners: listeners) {
+            entries[notice.id]?.mailbox?.yield(.machine(.pathChanged(notice.facts, rank: notice.rank)))
         }
-    }
-
-    /// Waits for the next path update (returning this waiter's rank among those woken together),
-    /// the deadline or cancellation (returning 0).
-    private func nextPathUpdate(until deadline: ContinuousClock.Instant?) async -> Int {
-        let key = UUID()
-        let timer = deadline.map { deadline in
-            Task { [weak self] in
-                try? await Task.sleep(until: deadline, clock: .continuous)
-                await self?.wakeWaiter(key)
-            }
-        }
-        defer { timer?.cancel() }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Int, Never>) in
-                if Task.isCancelled || isShutDown {
-                    continuation.resume(returning: 0)
-                } else {
-                    pathWaiters[key] = continuation
-                }
-            }
-        } onCancel: {
-            Task { await self.wakeWaiter(key) }
-        }
-    }
-
-    private func wakeWaiter(_ key: UUID) {
-        pathWaiters.removeValue(forKey: key)?.resume(returning: 0)
     }
 
     // MARK: scheduling
 
-    private func schedule() {
+    func schedule() {
         guard !isShutDown else { return }
-        var active = entries.values.filter { $0.driver != nil }.count
-        for id in queue where active < max(1, configuration.maximumConcurrentDownloads) {
-            guard let entry = entries[id], entry.driver == nil, entry.intent == .run else { continue }
-            entries[id]?.driver = Task { await self.drive(id) }
-            active += 1
+        let admitted = scheduler.admit { id in
+            guard let entry = entries[id] else { return false }
+            return entry.driver == nil && entry.intent == .run
         }
-        queue.removeAll { entries[$0]?.driver != nil }
+        for id in admitted { startDriver(id) }
     }
 
-    private var settings: TransferSettings {
+    var settings: TransferSettings {
         TransferSettings(connectTimeout: configuration.connectTimeout, stallTimeout: configuration.stallTimeout,
                          stallBytesPerSecond: configuration.stallBytesPerSecond,
                          maximumRedirects: configuration.maximumRedirects, keepAliveIdle: configuration.keepAliveIdle,
@@ -527,19 +481,13 @@ public actor DownloadAgent {
                          certificateAuthorityFile: configuration.certificateAuthorityFile?.path,
                          additionalHeaders: configuration.additionalHeaders,
                          maximumBytesPerSecond: configuration.maximumBytesPerSecond,
-                         verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy)
-    }
-
-    private var recoveryPolicy: RecoveryStateMachine.Policy {
-        RecoveryStateMachine.Policy(
-            backoff: Backoff(initial: configuration.initialBackoff, maximum: configuration.maximumBackoff,
-                             maximumRetryAfter: configuration.maximumRetryAfter),
-            maximumConsecutiveFailures: configuration.maximumConsecutiveFailures, maximumRestarts: 3)
+                         verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy,
+                         stallSuspicion: configuration.minimumStallSuspicion)
     }
 
     /// Opens (creating it 0700) and checks the state directory once; everything in it is then
     /// reached relative to that descriptor.
-    private func stateDirectory() throws -> CheckedDirectory {
+    func stateDirectory() throws -> CheckedDirectory {
         if let checkedStateDirectory { return checkedStateDirectory }
         let path = configuration.stateDirectory.standardizedFileURL.path
         do {
@@ -549,201 +497,6 @@ public actor DownloadAgent {
         } catch {
             throw DownloadError.file(error)
         }
-    }
-
-    // MARK: one download
-
-    /// Runs a download until it completes, fails, or is paused/cancelled/shut down.
-    private func drive(_ id: UUID) async {
-        guard let entry = entries[id] else { return }
-        let download = entry.download
-        let file: PartialFile
-        do {
-            let state = try stateDirectory()
-            let limits = PartialFile.Limits(highWater: max(1 << 20, configuration.writeBufferLimit),
-                                            lowWater: max(1 << 20, configuration.writeBufferLimit) / 4,
-                                            checkpointInterval: max(1 << 20, configuration.checkpointInterval))
-            file = try PartialFile(record: entry.record, stateDirectory: state, limits: limits)
-        } catch {
-            let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
-            endDriver(id, failure: failure)
-            return
-        }
-        download.report(bytesReceived: file.writtenEnd, totalBytes: file.record.totalLength, resetRate: true)
-        file.onRestartFromZero { [download] reason in
-            download.emit(.restartedFromZero(reason: reason))
-            download.report(bytesReceived: 0, totalBytes: nil, resetRate: true)
-        }
-        var recovery = RecoveryStateMachine(policy: recoveryPolicy)
-        var freshConnection = false
-
-        attempts: while true {
-            guard !Task.isCancelled, entries[id]?.intent == .run else { break }
-            let pinnedInterface: String?
-            switch await waitForUsablePath(id, download: download) {
-            case .ready(let pinned): pinnedInterface = pinned
-            case .interrupted: break attempts
-            case .timedOut:
-                await file.close()
-                entries[id]?.record = file.record
-                endDriver(id, failure: .connectivityTimeout)
-                return
-            }
-
-            let offset = file.writtenEnd
-            file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
-            let record = file.record
-            // Every resume re-fetches the bytes just before the offset and compares them with the
-            // disk before appending (issue 7): a server that ignores If-Range or gives no
-            // validator cannot splice two versions.
-            let request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
-                                          entityTag: record.entityTag, knownTotalLength: record.totalLength,
-                                          lastModified: record.lastModified, observedEntityTag: record.observedEntityTag,
-                                          overlap: min(offset, ResponseStateMachine.resumeOverlap),
-                                          interfaceName: pinnedInterface, freshConnection: freshConnection,
-                                          settings: settings)
-            download.update(state: .running, event: offset == 0 ? .started : .resumed(at: offset))
-            configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
-                                                             "interface": pinnedInterface ?? "-"])
-
-            let outcome = await runAttempt(id, request, file: file, download: download)
-            var result = outcome.result
-            do {
-                try await file.checkpoint()
-            } catch {
-                switch result {
-                case .aborted(.paused), .aborted(.cancelled), .aborted(.shutdown), .aborted(.writeFailed): break
-                default: result = .aborted(.writeFailed(error as? DownloadError ?? .fileSystem))
-                }
-            }
-            download.report(bytesReceived: file.writtenEnd, totalBytes: file.record.totalLength)
-            configuration.logger.debug("attempt ended", metadata: ["id": id.uuidString, "result": "\(result)",
-                                                                   "bytes": "\(outcome.bytesReceived)"])
-            let isPathSatisfied: Bool
-            if case .usable = usability(for: download) { isPathSatisfied = true } else { isPathSatisfied = false }
-            let action = recovery.event(.attemptEnded(result, receivedBytes: outcome.bytesReceived > 0,
-                                                      isPathSatisfied: isPathSatisfied),
-                                        jitter: Double.random(in: 0...1))
-            freshConnection = false
-            switch action {
-            case .complete(let total):
-                do {
-                    let url = try await file.complete(totalLength: total, expectedLength: download.options.expectedLength)
-                    download.report(bytesReceived: total, totalBytes: total)
-                    configuration.logger.info("download completed", metadata: ["id": id.uuidString, "bytes": "\(total)"])
-                    entries[id]?.driver = nil
-                    download.update(state: .completed, event: .completed(url))
-                    schedule()
-                } catch {
-                    await failDriver(id, file, error)
-                }
-                return
-            case .continueNow:
-                continue
-            case .retry(let delay, let fresh, let error):
-                freshConnection = fresh
-                if let error { download.emit(.retrying(after: delay, error: error)) }
-                if delay > .zero {
-                    if let error, error.httpStatusCode == nil {
-                        // A transport failure may have been the old path's fault: a path update
-                        // (another interface, a route back) ends the backoff at once.
-                        _ = await nextPathUpdate(until: .now + delay)
-                        if Task.isCancelled { break attempts }
-                        freshConnection = true
-                    } else {
-                        // The server asked for the wait (5xx, 408, 429, Retry-After): honour it.
-                        do { try await Task.sleep(for: delay) } catch { break attempts }
-                    }
-                }
-            case .waitForPath:
-                freshConnection = true
-                // Many transfers aborted by one path switch: spread their reconnects slightly.
-                let rank = restartsSincePathUpdate
-                restartsSincePathUpdate += 1
-                if rank > 0, case .usable = usability(for: download) {
-                    try? await Task.sleep(for: configuration.restartStagger * rank)
-                }
-            case .restartFromZero(let reason):
-                do { try await file.restartFromZero() } catch { await failDriver(id, file, error); return }
-                configuration.logger.info("restarting from zero", metadata: ["id": id.uuidString, "reason": reason])
-                download.emit(.restartedFromZero(reason: reason))
-                download.report(bytesReceived: 0, totalBytes: nil, resetRate: true)
-            case .fail(let error):
-                await failDriver(id, file, error)
-                return
-            case .stop:
-                break attempts
-            }
-        }
-
-        // Left because of pause, cancel or shutdown.
-        let intent = entries[id]?.intent ?? .cancel
-        switch intent {
-        case .cancel:
-            await file.discard()
-            entries[id]?.driver = nil
-            download.update(state: .failed(.cancelled), event: .failed(.cancelled))
-        case .pause, .shutdown, .run:
-            _ = try? await file.checkpoint()
-            await file.close()
-            entries[id]?.record = file.record
-            entries[id]?.driver = nil
-            if entries[id]?.intent == .run, !isShutDown {
-                // resume() arrived while the pause was being carried out.
-                download.update(state: .queued)
-                queue.append(id)
-            } else {
-                download.update(state: .paused, event: .paused)
-            }
-        }
-        schedule()
-    }
-
-    private func runAttempt(_ id: UUID, _ request: TransferRequest, file: PartialFile,
-                            download: Download) async -> TransferOutcome {
-        let engine = engine
-        let transferID = engine.makeTransferID()
-        let pathKey = PathKey(path)
-        let outcome = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<TransferOutcome, Never>) in
-                // Registering and queueing in one actor turn: a path update handled after this sees the
-                // transfer, and its abort is queued behind the start.
-                entries[id]?.transfer = ActiveTransfer(id: transferID, pathKey: pathKey, pinnedInterface: request.interfaceName)
-                let started = engine.start(transferID, request, into: file, progress: { [weak download] offset in
-                    download?.report(bytesReceived: offset, totalBytes: file.record.totalLength)
-                }, completion: { continuation.resume(returning: $0) })
-                if !started {
-                    continuation.resume(returning: TransferOutcome(result: .aborted(.shutdown), bytesReceived: 0))
-                } else if Task.isCancelled {
-                    engine.abort(transferID, reason: .cancelled)
-                }
-            }
-        } onCancel: {
-            engine.abort(transferID, reason: .cancelled)
-        }
-        if entries[id]?.transfer?.id == transferID { entries[id]?.transfer = nil }
-        return outcome
-    }
-
-    private func failDriver(_ id: UUID, _ file: PartialFile, _ error: any Error) async {
-        let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
-        if failure.isResumable {
-            _ = try? await file.checkpoint()
-            await file.close()
-        } else {
-            // Nothing useful to resume (4xx, checksum mismatch, broken server): leave no debris.
-            await file.discard()
-        }
-        entries[id]?.record = file.record
-        endDriver(id, failure: failure)
-    }
-
-    private func endDriver(_ id: UUID, failure: DownloadError) {
-        guard let entry = entries[id] else { return }
-        entries[id]?.driver = nil
-        configuration.logger.warning("download failed", metadata: ["id": id.uuidString, "error": failure.description])
-        entry.download.update(state: .failed(failure), event: .failed(failure))
-        schedule()
     }
 }
 

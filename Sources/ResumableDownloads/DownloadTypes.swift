@@ -29,7 +29,7 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
 public enum DownloadState: Sendable, Hashable {
     /// Waiting for a free slot (see `maximumConcurrentDownloads`).
     case queued
-    /// Transferring, or between attempts (retry backoff).
+    /// Transferring, or between attempts (retry backoff, waiting for an unreachable server).
     case running
     /// No usable path; it restarts by itself when one appears.
     case waitingForConnectivity
@@ -57,6 +57,11 @@ public enum DownloadEvent: Sendable, Hashable {
     case resumed(at: Int64)
     /// No usable path; waiting for one.
     case waitingForConnectivity
+    /// The path works but the server does not answer (refused, reset, timed out, DNS failing):
+    /// waiting for it without spending the retry budget, probing on a short schedule (one probe
+    /// per host however many downloads wait), bounded only by `maximumOutageWait`. The error is
+    /// the failure that started the wait. The state stays `running`.
+    case waitingForServer(DownloadError)
     /// The stored bytes were dropped and the download starts over (the resource changed or the
     /// server broke the range rules).
     case restartedFromZero(reason: String)

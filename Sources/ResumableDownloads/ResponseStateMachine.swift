@@ -110,6 +110,9 @@ enum AbortReason: Sendable, Hashable {
     case writeFailed(DownloadError)
     /// The agent is shutting down.
     case shutdown
+    /// The download's recovery machine ended it on its own (a stalled transfer whose server no
+    /// longer answers, an outage or restart limit reached); the machine knows which.
+    case recovery
 }
 
 /// How one transfer attempt ended, decided from the response and the transport result.
@@ -219,6 +222,12 @@ struct ResponseStateMachine: Sendable {
     private var state: State = .awaitingHead
 
     init(request: Request) { self.request = request }
+
+    /// The response being received, once its head was accepted.
+    var acceptance: Acceptance? {
+        if case .receiving(let acceptance, _) = state { return acceptance }
+        return nil
+    }
 
     /// The offset the next body byte would be written at, once receiving.
     var nextOffset: Int64? {

@@ -22,6 +22,8 @@ struct TransferSettings: Sendable, Hashable {
     var verifiesCertificates = true
     /// CURLOPT_PROXY when set ("" disables the environment's proxies).
     var proxy: String? = nil
+    /// The shortest silence after which a receiving transfer is suspected of stalling.
+    var stallSuspicion: Duration = .seconds(1)
 }
 
 /// One HTTP attempt for a download.
@@ -53,15 +55,91 @@ struct TransferOutcome: Sendable {
     var bytesReceived: Int64
 }
 
+/// What the engine reports while an attempt runs, besides progress.
+enum TransferEvent: Sendable, Hashable {
+    /// The first response line arrived (the server answers); `connectTime` is how long the
+    /// connection took to set up, when libcurl knows.
+    case responseStarted(connectTime: Duration?)
+    /// The response rewound the partial file to zero (a 200 to a range: the entity changed or
+    /// the server ignores ranges).
+    case restartedFromZero(reason: String)
+    /// No body byte for longer than this transfer's recent pace explains (`StallDetector`).
+    case stallSuspected
+    /// A race started by `race(_:connectTimeout:)` ended.
+    case raceEnded(DownloadStateMachine.RaceOutcome)
+}
+
+/// When a transfer that stops receiving is suspected dead: after a silence several times longer
+/// than the longest gap between reads seen over the last several seconds (its recent pace),
+/// never sooner than `minimum` (about a second: a fast transfer is suspected then, a slow or
+/// bursty server gets proportionally longer), never later than `maximum`, and twice as late
+/// after each false alarm on this transfer. Pure.
+struct StallDetector: Sendable, Hashable {
+    typealias Instant = ContinuousClock.Instant
+    /// How much longer than the longest recent gap a silence must last.
+    static let gapFactor = 4
+    /// Gaps older than two of these windows are forgotten.
+    static let window: Duration = .seconds(5)
+
+    var minimum: Duration
+    var maximum: Duration
+    private(set) var lastByteAt: Instant
+    private var windowStart: Instant
+    private var currentMaximumGap: Duration = .zero
+    private var previousMaximumGap: Duration = .zero
+    private var falseAlarms = 0
+
+    init(minimum: Duration, maximum: Duration, now: Instant) {
+        self.minimum = minimum
+        self.maximum = maximum
+        lastByteAt = now
+        windowStart = now
+    }
+
+    /// Bytes arrived at `now`.
+    mutating func bytesArrived(at now: Instant) {
+        if now - windowStart >= Self.window {
+            previousMaximumGap = now - windowStart >= Self.window * 2 ? .zero : currentMaximumGap
+            currentMaximumGap = .zero
+            windowStart = now
+        }
+        currentMaximumGap = max(currentMaximumGap, now - lastByteAt)
+        lastByteAt = now
+    }
+
+    /// Receiving starts (again) at `now` without the pause counting as a gap (response start,
+    /// our own backpressure released).
+    mutating func restart(at now: Instant) { lastByteAt = now }
+
+    /// The old connection turned out alive: be slower to suspect it again.
+    mutating func falseAlarm() { falseAlarms = min(falseAlarms + 1, 6) }
+
+    /// The silence after which the transfer is suspected.
+    var interval: Duration {
+        let paced = max(minimum, max(currentMaximumGap, previousMaximumGap) * Self.gapFactor) * (1 << falseAlarms)
+        return min(paced, maximum)
+    }
+
+    /// When the transfer is suspected if nothing arrives.
+    var deadline: Instant { lastByteAt + interval }
+}
+
 /// Runs HTTP transfers on libcurl's multi interface from one dedicated thread.
 ///
-/// `@unchecked Sendable` invariant: `multi` and everything in `transfers` (easy handles and their
-/// contexts) are touched only on the engine thread inside `run()`. Other threads only append to
-/// `commands` (a Mutex) and call `curl_multi_wakeup`, which libcurl documents as thread-safe.
+/// A transfer suspected of stalling can be raced (`race`): a second connection asks for the rest
+/// from the offset reached, with the same validator; whichever delivers the next body byte first
+/// carries on and the other is closed, so no TCP retransmission timer decides when a transfer
+/// continues after a silent outage.
+///
+/// `@unchecked Sendable` invariant: `multi` and everything in `transfers` and `handles` (easy
+/// handles and their contexts) are touched only on the engine thread inside `run()`. Other
+/// threads only append to `commands` (a Mutex) and call `curl_multi_wakeup`, which libcurl
+/// documents as thread-safe.
 final class TransferEngine: @unchecked Sendable {
     private enum Command {
-        case start(UInt64, TransferRequest, PartialFile, @Sendable (Int64) -> Void, @Sendable (TransferOutcome) -> Void)
+        case start(UInt64, TransferRequest, PartialFile, TransferCallbacks)
         case abort(UInt64, AbortReason)
+        case race(UInt64, connectTimeout: Duration)
         case unpause(UInt64)
         case shutdown
     }
@@ -70,8 +148,8 @@ final class TransferEngine: @unchecked Sendable {
     private let commands = Mutex<(queue: [Command], isShutDown: Bool)>(([], false))
     private let nextID = Atomic<UInt64>(1)
     /// Engine thread only.
-    private var transfers: [UInt64: TransferContext] = [:]
-    private var handles: [UnsafeMutableRawPointer: UInt64] = [:]
+    private var transfers: [UInt64: Transfer] = [:]
+    private var handles: [UnsafeMutableRawPointer: TransferContext] = [:]
 
     /// Starts the engine thread; throws when libcurl cannot be initialised.
     init() throws {
@@ -83,17 +161,22 @@ final class TransferEngine: @unchecked Sendable {
     func makeTransferID() -> UInt64 { nextID.add(1, ordering: .relaxed).oldValue }
 
     /// Queues an attempt. `completion` is called exactly once, on the engine thread, when it ends;
-    /// `progress` gets the file offset reached (about ten times a second). Returns false (without
-    /// calling `completion`) after `shutdown()`.
+    /// `progress` gets the file offset reached (about ten times a second), `events` the rest.
+    /// Returns false (without calling `completion`) after `shutdown()`.
     @discardableResult
     func start(_ id: UInt64, _ request: TransferRequest, into file: PartialFile,
                progress: @escaping @Sendable (Int64) -> Void,
+               events: @escaping @Sendable (TransferEvent) -> Void = { _ in },
                completion: @escaping @Sendable (TransferOutcome) -> Void) -> Bool {
-        submit(.start(id, request, file, progress, completion))
+        submit(.start(id, request, file, TransferCallbacks(progress: progress, events: events, completion: completion)))
     }
 
     /// Aborts a running attempt (path change, pause, cancel); unknown or finished ids are ignored.
     func abort(_ id: UInt64, reason: AbortReason) { submit(.abort(id, reason)) }
+
+    /// Races a running transfer with a fresh connection (reported as `.raceEnded`); ignored when
+    /// the transfer has ended or already races.
+    func race(_ id: UInt64, connectTimeout: Duration) { submit(.race(id, connectTimeout: connectTimeout)) }
 
     /// Stops the thread; running attempts end with `.aborted(.shutdown)`.
     func shutdown() { submit(.shutdown) }
@@ -121,14 +204,18 @@ final class TransferEngine: @unchecked Sendable {
             }
             for command in pending {
                 switch command {
-                case .start(let id, let request, let file, let progress, let completion):
-                    start(id: id, request: request, file: file, progress: progress, completion: completion)
+                case .start(let id, let request, let file, let callbacks):
+                    start(id: id, request: request, file: file, callbacks: callbacks)
                 case .abort(let id, let reason):
                     finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
+                case .race(let id, let connectTimeout):
+                    startRace(id, connectTimeout: connectTimeout)
                 case .unpause(let id):
-                    if let context = transfers[id] {
+                    if let transfer = transfers[id] {
+                        let context = transfer.primary
                         context.isPausedForBackpressure = false
                         context.lastActivity = .now
+                        transfer.stall.restart(at: .now)
                         context.easy?.unpause()
                     }
                 case .shutdown:
@@ -138,49 +225,80 @@ final class TransferEngine: @unchecked Sendable {
             guard isRunning else { break }
             multi.perform()
             while let done = multi.nextCompleted() {
-                guard let id = handles[done.handle] else { continue }
-                finish(id, forcedResult: nil, failure: done.failure, detail: done.detail)
+                guard let context = handles[done.handle] else { continue }
+                ended(context, failure: done.failure, detail: done.detail)
             }
-            abortStalledTransfers()
-            // Short enough for the stall watchdog's granularity; wakeups cut it anyway.
-            multi.poll(milliseconds: 250)
+            settleRaces()
+            let wake = watchStalls()
+            // Short enough for the watchdog's granularity; wakeups cut it anyway.
+            multi.poll(milliseconds: wake)
         }
         for id in Array(transfers.keys) { finish(id, forcedResult: .aborted(.shutdown), failure: nil, detail: "") }
         multi.cleanup()
     }
 
     /// libcurl's LOW_SPEED check averages over a window of about five seconds, so a transfer that
-    /// stops dead after a fast burst is noticed only seconds late. This watchdog aborts a transfer
-    /// whose response has started but which received nothing for `stallTimeout` (not counting
-    /// time paused by our own backpressure); LOW_SPEED stays as the backstop for the connect phase.
-    private func abortStalledTransfers() {
+    /// stops dead after a fast burst is noticed only seconds late. This watchdog suspects a
+    /// transfer whose response has started but which received nothing for its `StallDetector`
+    /// interval (reported once per silence, so the owner can race it), and aborts it after
+    /// `stallTimeout` (time paused by our own backpressure does not count); LOW_SPEED stays as
+    /// the backstop for the connect phase. Returns how long the engine may sleep, in milliseconds.
+    private func watchStalls() -> Int {
         let now = ContinuousClock.now
-        for (id, context) in transfers where context.hasResponse && !context.isPausedForBackpressure
-            && now - context.lastActivity > context.stallTimeout {
-            let seconds = Double(context.stallTimeout.milliseconds) / 1000
-            finish(id, forcedResult: .transport(.networkConnectionLost.with(
-                description: "the network connection was lost: no data for \(seconds) s")), failure: nil, detail: "")
+        var sleep: Duration = .milliseconds(250)
+        for (id, transfer) in transfers {
+            let context = transfer.primary
+            guard context.hasResponse, !context.isPausedForBackpressure else { continue }
+            if now - context.lastActivity > transfer.stallTimeout {
+                let seconds = Double(transfer.stallTimeout.milliseconds) / 1000
+                finish(id, forcedResult: .transport(.networkConnectionLost.with(
+                    description: "the network connection was lost: no data for \(seconds) s")), failure: nil, detail: "")
+                continue
+            }
+            guard context.isReceivingBody, !transfer.isSuspected, transfer.racer == nil else { continue }
+            let deadline = transfer.stall.deadline
+            if now >= deadline {
+                transfer.isSuspected = true
+                transfer.callbacks.events(.stallSuspected)
+            } else {
+                sleep = min(sleep, deadline - now)
+            }
         }
+        return max(1, Int(sleep.milliseconds) + 1)
     }
 
-    private func start(id: UInt64, request: TransferRequest, file: PartialFile,
-                       progress: @escaping @Sendable (Int64) -> Void,
-                       completion: @escaping @Sendable (TransferOutcome) -> Void) {
+    private func start(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks) {
         let machine = ResponseStateMachine(request: .init(offset: request.offset, entityTag: request.entityTag,
                                                           knownTotalLength: request.knownTotalLength,
                                                           lastModified: request.lastModified,
                                                           observedEntityTag: request.observedEntityTag,
                                                           overlap: request.overlap))
-        let context = TransferContext(machine: machine, file: file, progress: progress, completion: completion)
-        context.stallTimeout = request.settings.stallTimeout
-        context.url = request.url
-        context.proxy = request.settings.proxy
+        let now = ContinuousClock.now
+        let transfer = Transfer(id: id, request: request, file: file, callbacks: callbacks,
+                                stall: StallDetector(minimum: request.settings.stallSuspicion,
+                                                     maximum: request.settings.stallTimeout, now: now))
+        let context = TransferContext(transfer: transfer, role: .primary, machine: machine)
+        transfer.primary = context
+        guard let easy = makeEasy(request, rangeStart: request.offset - request.overlap, sendsRange: request.offset > 0,
+                                  ifRange: request.ifRange, connectTimeout: request.settings.connectTimeout,
+                                  freshConnection: request.freshConnection, context: context) else {
+            callbacks.completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "libcurl refused the transfer")),
+                                                 bytesReceived: 0))
+            return
+        }
+        context.easy = easy
+        file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) }
+        transfers[id] = transfer
+        handles[easy.handle] = context
+    }
+
+    private func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
+                          connectTimeout: Duration, freshConnection: Bool, context: TransferContext) -> CurlEasy? {
         let settings = request.settings
         let options = CurlRequestOptions(
-            url: request.url.absoluteString, rangeStart: request.offset - request.overlap, sendsRange: request.offset > 0,
-            ifRange: request.ifRange,
-            interface: request.interfaceName.map { "if!\($0)" }, freshConnection: request.freshConnection,
-            connectTimeoutMilliseconds: Int(settings.connectTimeout.milliseconds),
+            url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange, ifRange: ifRange,
+            interface: request.interfaceName.map { "if!\($0)" }, freshConnection: freshConnection,
+            connectTimeoutMilliseconds: max(1, Int(connectTimeout.milliseconds)),
             lowSpeedLimitBytesPerSecond: settings.stallBytesPerSecond,
             lowSpeedTimeSeconds: max(1, Int((settings.stallTimeout.milliseconds + 999) / 1000)),
             maximumRedirects: settings.maximumRedirects,
@@ -189,77 +307,200 @@ final class TransferEngine: @unchecked Sendable {
             certificateAuthorityFile: settings.certificateAuthorityFile,
             additionalHeaders: settings.additionalHeaders, maximumBytesPerSecond: settings.maximumBytesPerSecond,
             verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy)
-        guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else {
-            completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "cannot create a libcurl handle")),
-                                       bytesReceived: 0))
-            return
-        }
-        context.easy = easy
-        file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) }
+        guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else { return nil }
         guard multi.add(easy) else {
             easy.cleanup()
-            completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "libcurl refused the transfer")),
-                                       bytesReceived: 0))
-            return
+            return nil
         }
-        transfers[id] = context
-        handles[easy.handle] = id
+        return easy
     }
 
-    /// Ends a transfer: removes and frees the handle, then reports. `forcedResult` (our abort) wins
-    /// over whatever libcurl would have said.
-    private func finish(_ id: UInt64, forcedResult: AttemptResult?, failure: TransferFailure?, detail: String) {
-        guard let context = transfers.removeValue(forKey: id), let easy = context.easy else { return }
+    // MARK: races
+
+    /// Opens the racer: the rest from the offset the transfer reached, If-Range its validator.
+    private func startRace(_ id: UInt64, connectTimeout: Duration) {
+        guard let transfer = transfers[id], transfer.racer == nil else { return }
+        let primary = transfer.primary
+        guard let acceptance = primary.machine.acceptance, let offset = primary.machine.nextOffset, offset > 0,
+              offset >= acceptance.verifyUntil ?? 0,
+              let validator = acceptance.entityTag ?? acceptance.lastModified else {
+            // Without a strong validator, asking for the rest could splice two versions (and
+            // while the resume overlap is still being compared, the rest is not yet known good).
+            transfer.callbacks.events(.raceEnded(.notPossible))
+            return
+        }
+        // The racer continues the primary's response: same entity, no overlap (the strong
+        // validator in If-Range and the response checks guard it; the disk may lag behind).
+        let machine = ResponseStateMachine(request: .init(offset: offset, entityTag: acceptance.entityTag,
+                                                          knownTotalLength: acceptance.totalLength,
+                                                          lastModified: acceptance.lastModified,
+                                                          observedEntityTag: acceptance.observedEntityTag))
+        let racer = TransferContext(transfer: transfer, role: .racer(startOffset: offset), machine: machine)
+        guard let easy = makeEasy(transfer.request, rangeStart: offset, sendsRange: true, ifRange: validator,
+                                  connectTimeout: connectTimeout, freshConnection: true, context: racer) else {
+            transfer.callbacks.events(.raceEnded(.racerFailed(.failed(.invalidRequest))))
+            return
+        }
+        racer.easy = easy
+        transfer.racer = racer
+        handles[easy.handle] = racer
+    }
+
+    /// Carries out race decisions the callbacks took during `perform()` (handles cannot be
+    /// removed from inside a callback).
+    private func settleRaces() {
+        for transfer in transfers.values { settleRace(transfer) }
+    }
+
+    private func settleRace(_ transfer: Transfer) {
+        guard let decision = transfer.raceDecision else { return }
+        transfer.raceDecision = nil
+        switch decision {
+        case .racerWon:
+            guard let racer = transfer.racer else { return }
+            let loser = transfer.primary
+            loser.flushChunk()
+            drop(loser)
+            racer.role = .primary
+            transfer.primary = racer
+            transfer.racer = nil
+            transfer.isSuspected = false
+            transfer.stall.restart(at: .now)
+            transfer.callbacks.events(.raceEnded(.racerWon))
+        case .originalWon:
+            if let racer = transfer.racer { drop(racer) }
+            transfer.racer = nil
+            transfer.stall.falseAlarm()
+            transfer.callbacks.events(.raceEnded(.originalWon))
+        }
+    }
+
+    // MARK: endings
+
+    /// libcurl finished one handle.
+    private func ended(_ context: TransferContext, failure: TransferFailure?, detail: String) {
+        let transfer = context.transfer
+        // A racer that won and finished within the same perform(): make it the primary first.
+        if transfer.raceDecision != nil { settleRace(transfer) }
+        if context.isDiscarded {
+            drop(context)
+        } else if context === transfer.primary {
+            finish(transfer.id, forcedResult: nil, failure: failure, detail: detail)
+        } else if context === transfer.racer {
+            // The racer ended before it delivered a byte: it failed.
+            let result = context.result(failure: failure, detail: detail)
+            drop(context)
+            transfer.racer = nil
+            transfer.raceDecision = nil
+            transfer.callbacks.events(.raceEnded(.racerFailed(result)))
+        } else {
+            drop(context)
+        }
+    }
+
+    /// Removes and frees one handle.
+    private func drop(_ context: TransferContext) {
+        guard let easy = context.easy else { return }
         handles.removeValue(forKey: easy.handle)
-        let info = easy.info()
         multi.remove(easy)
         easy.cleanup()
         context.easy = nil
+    }
+
+    /// Ends a transfer: removes and frees its handles, then reports. `forcedResult` (our abort)
+    /// wins over whatever libcurl would have said.
+    private func finish(_ id: UInt64, forcedResult: AttemptResult?, failure: TransferFailure?, detail: String) {
+        guard let transfer = transfers.removeValue(forKey: id) else { return }
+        if let racer = transfer.racer { drop(racer) }
+        transfer.racer = nil
+        let context = transfer.primary
+        let info = context.easy?.info()
+        drop(context)
         context.flushChunk()
-        context.file.setDrainHandler(nil)
+        transfer.file.setDrainHandler(nil)
 
         let result: AttemptResult
         if let forcedResult {
             result = forcedResult
-        } else if let abort = context.abortReason {
-            result = .aborted(abort)
         } else {
-            let error = failure.map {
-                TransferErrorMapping.error(for: $0, osErrno: info.osErrno, didConnect: info.didConnect, detail: detail,
-                                           proxy: ProxyEnvironment.proxy(for: context.url, explicit: context.proxy))
-            }
-            if case .finish(let finished) = context.machine.event(.ended(error)) {
-                result = finished
-            } else {
-                result = .transport(error ?? .networkConnectionLost)
-            }
+            result = context.result(failure: failure, detail: detail, info: info)
         }
-        context.completion(TransferOutcome(result: result, bytesReceived: context.bytesReceived))
+        transfer.callbacks.completion(TransferOutcome(result: result, bytesReceived: transfer.bytesReceived))
     }
 }
 
-/// Per-attempt state used by libcurl's callbacks on the engine thread. Held strongly by the engine
-/// while its easy handle exists, and passed to libcurl unretained: the handle is always cleaned up
-/// before the context is released, so no weak box is needed and no cycle exists.
+/// What the owner of an attempt is told.
+struct TransferCallbacks: Sendable {
+    var progress: @Sendable (Int64) -> Void
+    var events: @Sendable (TransferEvent) -> Void
+    var completion: @Sendable (TransferOutcome) -> Void
+}
+
+/// One attempt: its primary connection and, while raced, the racer. Engine thread only.
+final class Transfer {
+    enum RaceDecision { case racerWon, originalWon }
+
+    let id: UInt64
+    let request: TransferRequest
+    let file: PartialFile
+    let callbacks: TransferCallbacks
+    var stall: StallDetector
+    /// The context that delivers into the file (set right after init: it refers back to this).
+    var primary: TransferContext {
+        get { primaryContext! }
+        set { primaryContext = newValue }
+    }
+    private var primaryContext: TransferContext?
+    var racer: TransferContext?
+    /// Taken in a callback, carried out after `perform()`.
+    var raceDecision: RaceDecision?
+    /// Whether the current silence was already reported.
+    var isSuspected = false
+    /// Body bytes accepted during this attempt, over every connection.
+    var bytesReceived: Int64 = 0
+    var stallTimeout: Duration { request.settings.stallTimeout }
+
+    init(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks, stall: StallDetector) {
+        self.id = id
+        self.request = request
+        self.file = file
+        self.callbacks = callbacks
+        self.stall = stall
+    }
+}
+
+/// Per-connection state used by libcurl's callbacks on the engine thread. Held strongly by the
+/// engine (through `handles` and its `Transfer`) while its easy handle exists, and passed to
+/// libcurl unretained: the handle is always cleaned up before the context is released, so no weak
+/// box is needed. `transfer` is unowned: a transfer outlives its connections.
 final class TransferContext {
+    enum Role: Equatable {
+        /// Delivers into the file.
+        case primary
+        /// Races the primary from `startOffset`; holds its bytes back until it wins.
+        case racer(startOffset: Int64)
+    }
+
+    unowned let transfer: Transfer
+    var role: Role
     var machine: ResponseStateMachine
     var headers = HeaderAccumulator()
-    let file: PartialFile
-    let progress: @Sendable (Int64) -> Void
-    let completion: @Sendable (TransferOutcome) -> Void
     var easy: CurlEasy?
     var abortReason: AbortReason?
-    var bytesReceived: Int64 = 0
+    /// Lost a race: callbacks refuse everything, the engine frees the handle.
+    var isDiscarded = false
     /// Last header line or body byte, for the stall watchdog.
     var lastActivity = ContinuousClock.now
     /// Whether a response has started arriving (the watchdog ignores the connect phase).
     var hasResponse = false
+    /// Whether the final response's body is being received.
+    var isReceivingBody = false
     /// Whether the write callback paused the transfer because the disk is behind.
     var isPausedForBackpressure = false
-    var stallTimeout: Duration = .seconds(30)
-    /// The request's URL and explicit proxy, to name the proxy when connecting through it fails.
-    var url: URL?
-    var proxy: String?
+    /// A racer's accepted response, applied to the file when it wins.
+    private var pendingAcceptance: ResponseStateMachine.Acceptance?
+    /// Why a racer refused its response (it is not the rest of this entity).
+    private var rejection: AttemptResult?
     private var lastProgress = ContinuousClock.now
     /// Body bytes gathered before handing them to the writer: libcurl delivers ~16 KiB per
     /// callback on loopback, and one copy + dispatch per callback cost ~25% of throughput.
@@ -267,23 +508,35 @@ final class TransferContext {
     private var chunkOffset: Int64 = 0
     static let chunkSize = 512 << 10
 
-    init(machine: ResponseStateMachine, file: PartialFile, progress: @escaping @Sendable (Int64) -> Void,
-         completion: @escaping @Sendable (TransferOutcome) -> Void) {
+    init(transfer: Transfer, role: Role, machine: ResponseStateMachine) {
+        self.transfer = transfer
+        self.role = role
         self.machine = machine
-        self.file = file
-        self.progress = progress
-        self.completion = completion
     }
+
+    private var file: PartialFile { transfer.file }
 
     /// Header callback: false stops the transfer.
     func didReceiveHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        if isDiscarded { return false }
+        if !hasResponse, role == .primary {
+            transfer.callbacks.events(.responseStarted(connectTime: easy?.connectTime))
+        }
         hasResponse = true
         lastActivity = .now
         let line = String(decoding: bytes, as: UTF8.self)
         guard let head = headers.feed(line) else { return true }
         switch machine.event(.head(head)) {
         case .begin(let acceptance):
-            file.begin(acceptance)
+            if case .racer(let offset) = role {
+                guard !acceptance.restartsFromZero, acceptance.startOffset == offset else {
+                    rejection = .restartFromZero(reason: "the racing connection was not given the rest of the entity")
+                    return false
+                }
+                pendingAcceptance = acceptance
+                return true
+            }
+            begin(acceptance)
             return true
         case .abort:
             return false   // the machine remembers the result; libcurl ends with a write error
@@ -292,13 +545,42 @@ final class TransferContext {
         }
     }
 
+    private func begin(_ acceptance: ResponseStateMachine.Acceptance) {
+        isReceivingBody = true
+        transfer.stall.restart(at: .now)
+        file.begin(acceptance)
+        if acceptance.restartsFromZero {
+            transfer.callbacks.events(.restartedFromZero(
+                reason: "the server sent the whole resource instead of the range: it changed, or it ignores ranges"))
+        }
+    }
+
     /// Write callback.
     func didReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyDisposition {
+        if isDiscarded { return .abort }
+        if case .racer(let offset) = role {
+            // The first byte decides the race: the racer wins only if the primary delivered
+            // nothing since the race began.
+            guard transfer.raceDecision == nil, transfer.primary.machine.nextOffset == offset,
+                  let acceptance = pendingAcceptance else {
+                isDiscarded = true
+                return .abort
+            }
+            transfer.raceDecision = .racerWon
+            transfer.primary.isDiscarded = true
+            transfer.primary.flushChunk()
+            role = .primary
+            begin(acceptance)
+        } else if transfer.racer != nil, transfer.raceDecision == nil {
+            transfer.raceDecision = .originalWon
+            transfer.racer?.isDiscarded = true
+        }
         if let error = file.writeError {
             abortReason = .writeFailed(error)
             return .abort
         }
-        lastActivity = .now
+        let now = ContinuousClock.now
+        lastActivity = now
         if file.shouldPause(adding: chunk.count + bytes.count) {
             isPausedForBackpressure = true
             return .pause
@@ -307,7 +589,9 @@ final class TransferContext {
         var action = machine.event(.body(count: bytes.count))
         if case .compare(let offset, let count) = action {
             // The overlap before the resume point: compared with the disk, never written.
-            bytesReceived += Int64(count)
+            transfer.bytesReceived += Int64(count)
+            transfer.stall.bytesArrived(at: now)
+            transfer.isSuspected = false
             guard file.matchesDisk(UnsafeRawBufferPointer(rebasing: bytes[..<count]), at: offset) else {
                 _ = machine.event(.overlapMismatch)
                 return .abort
@@ -324,11 +608,12 @@ final class TransferContext {
             }
             chunk.append(bytes.bindMemory(to: UInt8.self))
             if chunk.count >= Self.chunkSize { flushChunk() }
-            bytesReceived += Int64(bytes.count)
-            let now = ContinuousClock.now
+            transfer.bytesReceived += Int64(bytes.count)
+            transfer.stall.bytesArrived(at: now)
+            transfer.isSuspected = false
             if now - lastProgress >= .milliseconds(100) {
                 lastProgress = now
-                progress(offset + Int64(bytes.count))
+                transfer.callbacks.progress(offset + Int64(bytes.count))
             }
             return .consumed
         case .abort, .finish:
@@ -343,6 +628,21 @@ final class TransferContext {
         guard !chunk.isEmpty else { return }
         file.append(chunk, at: chunkOffset)
         chunk = Data()
+    }
+
+    /// How this connection's attempt ended, from its response machine and libcurl's result.
+    func result(failure: TransferFailure?, detail: String, info: CurlTransferInfo? = nil) -> AttemptResult {
+        if let abortReason { return .aborted(abortReason) }
+        if let rejection { return rejection }
+        let info = info ?? easy?.info()
+        let error = failure.map {
+            TransferErrorMapping.error(for: $0, osErrno: info?.osErrno ?? 0, didConnect: info?.didConnect ?? false,
+                                       detail: detail,
+                                       proxy: ProxyEnvironment.proxy(for: transfer.request.url,
+                                                                     explicit: transfer.request.settings.proxy))
+        }
+        if case .finish(let finished) = machine.event(.ended(error)) { return finished }
+        return .transport(error ?? .networkConnectionLost)
     }
 }
 

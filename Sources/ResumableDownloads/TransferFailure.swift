@@ -86,19 +86,25 @@ enum TransferErrorMapping {
     }
 }
 
-/// How the retry policy treats a transport error.
+/// How the recovery machine treats a transport error.
 enum RetryClass: Hashable, Sendable {
-    /// The connection died or there is no path: checkpoint, wait for a path, retry at once then back off.
-    case connectionLost
-    /// The server could not be reached on a working path: back off and retry.
-    case unreachable
+    /// The connection died or could not be made, or the name did not resolve (reset, refused,
+    /// timed out, unreachable, DNS): on a satisfied path the download waits for the server on a
+    /// short probe schedule without spending its failure budget; without a path it waits for one.
+    case connectionLevel
+    /// Retried with backoff and counted against the failure budget, since waiting for the
+    /// server will not fix it: a TLS handshake that failed, or the kernel saying there is no
+    /// route (or no pinned interface) while the path model says there is one (a path update ends
+    /// the backoff).
+    case counted
     /// Retrying will not help.
     case permanent
 
     init(_ code: URLErrorCode) {
         switch code {
-        case .networkConnectionLost, .notConnectedToInternet, .timedOut: self = .connectionLost
-        case .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed, .secureConnectionFailed: self = .unreachable
+        case .networkConnectionLost, .timedOut, .cannotConnectToHost, .cannotFindHost, .dnsLookupFailed:
+            self = .connectionLevel
+        case .secureConnectionFailed, .notConnectedToInternet: self = .counted
         default: self = .permanent
         }
     }

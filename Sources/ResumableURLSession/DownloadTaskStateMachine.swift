@@ -295,7 +295,9 @@ struct DownloadTaskStateMachine: Sendable {
             return []
         case .waitingForConnectivity:
             return []   // the task turns this into `.waitingForConnectivity(reason:)`
-        case .retrying(_, let error):
+        case .retrying(_, let error), .waitingForServer(let error):
+            // A server that does not answer is a failure to URLSession (-1004, -1001, ...);
+            // with waitsForConnectivity the agent waits for it like for a path.
             guard phase == .running, !options.waitsForConnectivity else { return [] }
             return stop(.failure(Failure(error)))
         case .paused:

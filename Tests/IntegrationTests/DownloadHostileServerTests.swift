@@ -298,17 +298,25 @@ struct DownloadHostileServerTests {
     @Test func refusedConnectionsMapToCannotConnectToHost() async throws {
         let port = try F.freePort()   // nothing listens there
         let directory = try F.Directory()
+        // Far more failures than the budget allows: waiting for a server spends none of it, and
+        // only the outage limit ends the wait.
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
-            $0.maximumConsecutiveFailures = 2
+            $0.maximumConsecutiveFailures = 1
+            $0.maximumOutageWait = .seconds(2)
         })
         let download = try await agent.download(from: URL(string: "http://127.0.0.1:\(port)/x")!, to: directory.file("x"))
-        do {
-            _ = try await F.finish(download)
-            Issue.record("expected a failure")
-        } catch let error as DownloadError {
-            #expect(error == .cannotConnectToHost)
-            #expect(error.osErrorCode == ECONNREFUSED)
-            #expect(error.urlError().errorCode == -1004)
+        let log = F.EventLog(download)
+        await #expect(throws: DownloadError.connectivityTimeout) { _ = try await F.finish(download, log: log) }
+        let waits = log.all.compactMap { if case .waitingForServer(let error) = $0 { error } else { nil } }
+        #expect(waits.count == 1, "announced once: \(log.all)")
+        let error = try #require(waits.first)
+        #expect(error == .cannotConnectToHost)
+        #expect(error.osErrorCode == ECONNREFUSED)
+        #expect(error.urlError().errorCode == -1004)
+        if case .failed(let failure) = download.state {
+            #expect(failure.description.contains("server could not be reached for 2 s"), "\(failure)")
+            #expect(failure.urlErrorCode == .cannotConnectToHost)
+            #expect(failure.isResumable)
         }
         await agent.shutdown()
     }

@@ -77,6 +77,11 @@ final class OutageLab: Sendable {
                 listen \(Self.serverAddress):80;
                 root \(directory.file("www").path);
                 limit_rate \(rate);
+                location / {
+                    # Flag files make the server answer 503 (with or without Retry-After: 1).
+                    if (-f \(busyFlag(retryAfter: true).path)) { add_header Retry-After 1 always; return 503; }
+                    if (-f \(busyFlag(retryAfter: false).path)) { return 503; }
+                }
             }
         }
         """
@@ -95,6 +100,28 @@ final class OutageLab: Sendable {
         guard process.isRunning, listening() else {
             throw CommandFailure(description: "nginx did not start in \(server)")
         }
+    }
+
+    /// While this file exists, nginx answers every request with 503 (with `Retry-After: 1` for
+    /// the `retryAfter` flag).
+    func busyFlag(retryAfter: Bool) -> URL { directory.file(retryAfter ? "nginx/busy-retry-after" : "nginx/busy") }
+
+    /// Runs iptables in the server namespace.
+    @discardableResult
+    func serverIptables(_ arguments: [String]) throws -> String {
+        try sh(["ip", "netns", "exec", server, "iptables"] + arguments)
+    }
+
+    /// Counts every SYN to port 80 from now on (first rule of INPUT, no target: the rules after
+    /// it, such as a DROP, still apply), so connection attempts are counted on the server side.
+    func countConnectionAttempts() throws {
+        try serverIptables(["-I", "INPUT", "1", "-p", "tcp", "--dport", "80", "--syn"])
+    }
+
+    /// SYNs to port 80 since `countConnectionAttempts()` (retransmissions included).
+    var connectionAttempts: Int {
+        let output = (try? serverIptables(["-L", "INPUT", "1", "-v", "-x", "-n"])) ?? ""
+        return Int(output.split(separator: " ", omittingEmptySubsequences: true).first ?? "") ?? -1
     }
 
     /// Kills nginx (SIGKILL: with `master_process off` it ignores SIGTERM).
@@ -137,12 +164,18 @@ final class OutageLab: Sendable {
     /// With `usesNetnsOption` the binary starts in the test's namespace with `--netns CLIENT` and
     /// must move itself (transfers included) into the client namespace.
     func download(_ name: String, _ extra: [String] = [], usesNetnsOption: Bool = false) throws -> CLIProcess {
+        try download(names: [name], extra, usesNetnsOption: usesNetnsOption)
+    }
+
+    /// `environment` adds to (or overrides) the test knobs.
+    func download(names: [String], _ extra: [String] = [], usesNetnsOption: Bool = false,
+                  environment: [String: String] = [:]) throws -> CLIProcess {
         // --verbose: the monitor's and the agent's logs land in the transcript of a failed expectation.
         try CLIProcess(["download", "--json", "--verbose", "--state-dir", directory.file("state").path, "-d", directory.file("client").path]
-                       + (usesNetnsOption ? ["--netns", client] : []) + extra + ["\(url)/\(name)"],
+                       + (usesNetnsOption ? ["--netns", client] : []) + extra + names.map { "\(url)/\($0)" },
                        namespace: usesNetnsOption ? nil : client, directory: directory.url,
                        environment: ["REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES": "\(Self.checkpointBytes)",
-                                     "REACHABILITY_DOWNLOAD_STALL_TIMEOUT": "5"])
+                                     "REACHABILITY_DOWNLOAD_STALL_TIMEOUT": "5"].merging(environment) { $1 })
     }
 
     func downloaded(_ name: String) -> URL { directory.file("client/\(name)") }
@@ -263,8 +296,9 @@ struct DownloadOutageTests {
         let rule = ["OUTPUT", "-p", "tcp", "--dport", "80", "!", "--tcp-flags", "RST", "RST",
                     "-j", "REJECT", "--reject-with", "tcp-reset"]
         try sh(["ip", "netns", "exec", net.client, "iptables", "-A"] + rule)
-        // The reset ends the transfer; the immediate reconnect is reset too, so backoff follows.
-        #expect(await cli.waitFor("retrying", count: 2), "\(cli.transcript)")
+        // The reset ends the transfer; the immediate reconnect is refused too, so the download
+        // waits for the server (probing it, without spending its failure budget).
+        #expect(await cli.waitFor("waitingForServer"), "\(cli.transcript)")
         try sh(["ip", "netns", "exec", net.client, "iptables", "-D"] + rule)
         await Self.expectRecovered(net, cli, content)
     }

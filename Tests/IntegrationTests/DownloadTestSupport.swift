@@ -286,6 +286,11 @@ final class DownloadTestHTTPServer: Sendable {
         var resetAfter: Int?
         /// Add Content-Length automatically from `body` (false for close-delimited bodies).
         var sendsContentLength = true
+        /// Send this many body bytes, then pause for `pause` before sending the rest.
+        var pauseAfter: Int?
+        var pause: Duration = .zero
+        /// Wait this long before sending the head.
+        var headDelay: Duration?
 
         init(status: Int, headers: [(String, String)] = [], body: Data = Data(), closeAfter: Int? = nil,
              stallAfter: Int? = nil, sendsContentLength: Bool = true) {
@@ -383,6 +388,7 @@ final class DownloadTestHTTPServer: Sendable {
         let index = log.withLock { log -> Int in log.append(request); return log.count - 1 }
         let reply = handler(request, index)
 
+        if let delay = reply.headDelay { usleep(useconds_t(delay.milliseconds * 1000)) }
         var head = "HTTP/1.1 \(reply.status) Scripted\r\nConnection: close\r\n"
         for (name, value) in reply.headers { head += "\(name): \(value)\r\n" }
         if reply.sendsContentLength { head += "Content-Length: \(reply.body.count)\r\n" }
@@ -390,7 +396,13 @@ final class DownloadTestHTTPServer: Sendable {
         guard sendAll(client, Data(head.utf8)) else { return }
         let limit = min(reply.body.count, reply.closeAfter ?? Int.max, reply.stallAfter ?? Int.max,
                         reply.resetAfter ?? Int.max)
-        guard sendAll(client, reply.body.prefix(limit)) else { return }
+        if let pauseAfter = reply.pauseAfter, pauseAfter < limit {
+            guard sendAll(client, reply.body.prefix(pauseAfter)) else { return }
+            usleep(useconds_t(reply.pause.milliseconds * 1000))
+            guard sendAll(client, reply.body.subdata(in: pauseAfter..<limit)) else { return }
+        } else {
+            guard sendAll(client, reply.body.prefix(limit)) else { return }
+        }
         if reply.resetAfter != nil {
             var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
             setsockopt(client, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))

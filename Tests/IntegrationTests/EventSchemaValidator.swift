@@ -4,7 +4,7 @@ import Foundation
 /// `reachability agent` and `reachability download --json` must look like. Returns the problems.
 enum EventSchemaValidator {
     static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "waiting",
-                                              "retrying", "restarted", "paused", "completed", "failed"]
+                                              "waitingForServer", "retrying", "restarted", "paused", "completed", "failed"]
     static let types: Set<String> = ["download", "path", "agent", "control"]
 
     static func problems(_ line: String) -> [String] {
@@ -29,7 +29,7 @@ enum EventSchemaValidator {
             case "retrying":
                 if !(object["retryInMilliseconds"] is Int) { problems.append("retrying without retryInMilliseconds") }
                 problems += errorProblems(object["error"], line)
-            case "failed": problems += errorProblems(object["error"], line)
+            case "failed", "waitingForServer": problems += errorProblems(object["error"], line)
             case "restarted": if !(object["reason"] is String) { problems.append("restarted without reason") }
             case "waiting":
                 if object.index(forKey: "reason") != nil,

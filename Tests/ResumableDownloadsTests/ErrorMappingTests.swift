@@ -35,11 +35,13 @@ struct ErrorMappingTests {
     }
 
     @Test(arguments: [
-        (URLError.Code.networkConnectionLost, RetryClass.connectionLost),
-        (.notConnectedToInternet, .connectionLost),
-        (.timedOut, .connectionLost),
-        (.cannotConnectToHost, .unreachable),
-        (.cannotFindHost, .unreachable),
+        (URLError.Code.networkConnectionLost, RetryClass.connectionLevel),
+        (.notConnectedToInternet, .counted),
+        (.timedOut, .connectionLevel),
+        (.cannotConnectToHost, .connectionLevel),
+        (.cannotFindHost, .connectionLevel),
+        (.dnsLookupFailed, .connectionLevel),
+        (.secureConnectionFailed, .counted),
         (.badServerResponse, .permanent),
         (.httpTooManyRedirects, .permanent),
         (.cannotWriteToFile, .permanent),

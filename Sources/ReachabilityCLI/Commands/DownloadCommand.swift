@@ -30,7 +30,7 @@ struct DownloadCommand: Command {
         help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
-        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path. Default: wait forever.")
+        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx. Default: wait forever.")
     static let json = Option.flag(
         "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
     static let quiet = Option.flag(
@@ -515,7 +515,7 @@ extension ExitCode {
 
 /// Test and benchmark knobs read from the environment (not in `--help`: production defaults are
 /// the right ones for people): `REACHABILITY_DOWNLOAD_STALL_TIMEOUT`, `..._CONNECT_TIMEOUT`
-/// (seconds) and `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES`.
+/// (seconds), `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES` and `..._MAX_FAILURES` (the failure budget).
 enum DownloadTuning {
     static func apply(_ environment: [String: String], to configuration: inout DownloadAgent.Configuration) {
         if let text = environment["REACHABILITY_DOWNLOAD_STALL_TIMEOUT"], let seconds = Double(text), seconds > 0 {
@@ -526,6 +526,9 @@ enum DownloadTuning {
         }
         if let text = environment["REACHABILITY_DOWNLOAD_CONNECT_TIMEOUT"], let seconds = Double(text), seconds > 0 {
             configuration.connectTimeout = .milliseconds(Int64(seconds * 1000))
+        }
+        if let text = environment["REACHABILITY_DOWNLOAD_MAX_FAILURES"], let count = Int(text), count >= 0 {
+            configuration.maximumConsecutiveFailures = count
         }
     }
 }

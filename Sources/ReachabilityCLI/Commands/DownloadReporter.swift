@@ -18,6 +18,8 @@ final class DownloadReporter: Sendable {
         /// Downloads whose last event for this run (completed, failed, paused) was printed:
         /// nothing more is printed about them, progress included.
         var ended: Set<UUID> = []
+        /// Downloads waiting for a server that does not answer (their state stays `running`).
+        var waitingForServer: Set<UUID> = []
     }
 
     private let context: CommandContext
@@ -94,6 +96,13 @@ final class DownloadReporter: Sendable {
 
     func report(_ event: DownloadEvent, of download: Download) {
         let name = EventSchema.describe(event).0
+        state.withLock { state in
+            switch event {
+            case .waitingForServer: state.waitingForServer.insert(download.id)
+            case .retrying: break
+            default: state.waitingForServer.remove(download.id)
+            }
+        }
         if isJSON {
             let path = event == .waitingForConnectivity ? currentPath() : nil
             let line = EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: context.now(), path: path)
@@ -140,6 +149,7 @@ final class DownloadReporter: Sendable {
         case .started: "started"
         case .resumed(let offset): "resumed at byte \(offset)"
         case .waitingForConnectivity: "waiting for network"
+        case .waitingForServer(let error): "waiting for server: \(error.description)"
         case .restartedFromZero(let reason): "restarted from zero: \(reason)"
         case .retrying(let delay, let error): "retrying in \(seconds(delay)): \(error.description)"
         case .paused: "paused"
@@ -163,6 +173,8 @@ final class DownloadReporter: Sendable {
         case .completed: status = "done"
         case .failed: status = color("failed", code: 31)
         case .queued: status = "queued"
+        case .running where state.withLock({ $0.waitingForServer.contains(download.id) }):
+            status = color("waiting for server", code: 33)
         case .running:
             status = "\(Self.bytes(Double(progress.bytesPerSecond)))/s"
             if let eta = progress.estimatedTimeRemaining { status += "  ETA \(Self.clock(eta))" }

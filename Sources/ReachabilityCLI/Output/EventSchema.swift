@@ -25,7 +25,7 @@ enum EventSchema {
         case queued
         /// The agent found a resume record at start or after a reload (agent only).
         case restored
-        case started, resumed, progress, waiting, retrying, restarted, paused, completed, failed
+        case started, resumed, progress, waiting, waitingForServer, retrying, restarted, paused, completed, failed
 
         /// Whether nothing follows this event for the download in this run (a `paused` download
         /// is only ever paused by an interrupt or a user, and its follower ends there).
@@ -100,6 +100,7 @@ enum EventSchema {
         case .started: return (.started, [])
         case .resumed(let offset): return (.resumed, [.init(key: "offset", value: .integer(Int(offset)))])
         case .waitingForConnectivity: return (.waiting, [])
+        case .waitingForServer(let error): return (.waitingForServer, [.init(key: "error", value: errorObject(error))])
         case .restartedFromZero(let reason): return (.restarted, [.init(key: "reason", value: .string(reason))])
         case .retrying(let delay, let error):
             return (.retrying, [.init(key: "retryInMilliseconds", value: .integer(Int(milliseconds(delay)))),

@@ -1,0 +1,760 @@
+import FoundationEssentials
+
+/// Every recovery decision of one download, as a pure state machine: it is fed what happened
+/// (bytes arrived, a stall suspected, a race decided, an attempt ended with a classified result,
+/// the path changed, a timer fired, pause/resume/cancel) and answers with the actions its
+/// executor (`DownloadAgent`'s driver) carries out. It touches no socket, file or clock: time
+/// comes in with every input, randomness as a number, so tests replay any story exactly.
+///
+/// The rules it holds:
+/// - Waiting never spends the failure budget: not for a path (none, or an unusable one), not for
+///   a server that does not answer on a working path (refused, reset, timed out, DNS), which is
+///   probed on `ServerWaitSchedule` by one download per host. `maximumOutageWait` bounds every
+///   kind of wait, from the first failure until bytes flow again, and names the one that ran out.
+/// - The budget counts failures that made no progress: an attempt makes progress only when the
+///   stored bytes pass the furthest point ever stored, so a server that rewinds the file (a 200
+///   to a range) and drops the connection again cannot reset it. HTTP 5xx/408/429 and TLS
+///   failures are counted and backed off (honouring a capped `Retry-After`).
+/// - Restarts from zero (a 200 to a range, a changed entity, an overlap that differs) are
+///   bounded by `maximumRestarts` and backed off; every attempt start goes through a token
+///   bucket, so no server behaviour causes a request storm.
+/// - A transfer suspected of stalling (the engine saw no byte for a while) is raced by a fresh
+///   connection; when the racer cannot even connect, the server is gone: the transfer is ended
+///   and the server waited for.
+struct DownloadStateMachine: Sendable {
+    typealias Instant = ContinuousClock.Instant
+
+    struct Policy: Sendable, Hashable {
+        var backoff: Backoff
+        /// Consecutive counted failures without progress before giving up.
+        var maximumConsecutiveFailures: Int
+        /// Restarts from zero before giving up.
+        var maximumRestarts: Int
+        /// Bound on any one outage (path, server or server errors); nil waits forever.
+        var maximumOutageWait: Duration?
+        /// Spacing between downloads restarting on one path update.
+        var restartStagger: Duration
+        /// Attempt starts per download.
+        var attemptRate: AttemptRateLimiter
+    }
+
+    /// What the executor knows about the partial file after a checkpoint.
+    struct FileFacts: Sendable, Hashable {
+        /// Contiguous bytes of the entity on disk.
+        var storedBytes: Int64
+    }
+
+    /// What the path means for this download now (computed by the executor from `PathPolicy`).
+    /// The place for more facts about the path, such as whether it really reaches the Internet.
+    struct PathFacts: Sendable, Hashable {
+        var usability: PathUsability
+        /// Whether the running transfer was started under a path this one replaces (another
+        /// interface or source address, or none): its socket is dead or leaves the wrong way.
+        var invalidatesTransfer: Bool
+        /// Whether the path itself changed (satisfied, interface, source address): a server
+        /// that did not answer on the old path may answer on this one.
+        var isNewPath: Bool
+
+        init(usability: PathUsability, invalidatesTransfer: Bool = false, isNewPath: Bool = false) {
+            self.usability = usability
+            self.invalidatesTransfer = invalidatesTransfer
+            self.isNewPath = isNewPath
+        }
+
+        var isUsable: Bool { if case .usable = usability { true } else { false } }
+    }
+
+    /// How a race between a stalled transfer and a fresh connection ended.
+    enum RaceOutcome: Sendable, Hashable {
+        /// The fresh connection delivered the next byte first; it carries on, the old one is closed.
+        case racerWon
+        /// The old connection delivered the next byte first; the racer is closed.
+        case originalWon
+        /// The racer failed (could not connect, or answered something unusable); the old
+        /// connection is still open.
+        case racerFailed(AttemptResult)
+        /// The transfer cannot be raced (no validator to ask for the rest safely).
+        case notPossible
+    }
+
+    struct Timer: Sendable, Hashable {
+        enum Kind: Sendable, Hashable {
+            /// The end of a backoff, a stagger or a rate-limit delay.
+            case retry
+            /// `maximumOutageWait` since the outage began.
+            case outage
+        }
+
+        var kind: Kind
+        /// Only the latest timer of a kind counts; older ones that still fire are ignored.
+        var generation: Int
+    }
+
+    enum Input: Sendable, Hashable {
+        /// The scheduler gave the download a slot.
+        case start(FileFacts, PathFacts)
+        /// The path (or what it means for this download) changed; `rank` orders the downloads
+        /// woken by one update, for staggering.
+        case pathChanged(PathFacts, rank: Int)
+        /// The attempt got a response head: the server answers.
+        case responseStarted(attempt: Int)
+        /// Body bytes arrived.
+        case bytesArrived(attempt: Int)
+        /// The response made the partial file start over (a 200 to a range, another entity).
+        case restartedFromZero(attempt: Int, reason: String)
+        /// No byte for longer than this transfer's recent pace explains.
+        case stallSuspected(attempt: Int)
+        /// A race ended.
+        case raceEnded(attempt: Int, RaceOutcome)
+        /// The attempt ended with this result; `file` is what is on disk after the checkpoint.
+        case attemptEnded(attempt: Int, AttemptResult, file: FileFacts)
+        /// This download's attempt is the next probe of its waited-for server.
+        case probeGranted(connectTimeout: Duration)
+        /// Another attempt to the waited-for server got an answer: try at once.
+        case serverReachable
+        case timerFired(Timer)
+        case pause
+        case resume
+        case cancel
+        case shutdown
+    }
+
+    struct AttemptPlan: Sendable, Hashable {
+        var id: Int
+        /// Open a new connection (and resolve the name again) rather than reuse one.
+        var freshConnection: Bool
+        /// This attempt is its host's probe.
+        var isProbe: Bool
+        /// A connect timeout shorter than the configured one (probes), or nil.
+        var connectTimeout: Duration?
+        /// A retry right after the connection died: connect with the host's probe timeout (the
+        /// server may be gone, and the configured timeout is for first contact).
+        var isRecovery = false
+    }
+
+    /// How the driver ends.
+    enum Exit: Sendable, Hashable {
+        /// Paused (or shut down): checkpoint, close, keep the resume data.
+        case paused
+        /// Paused, but resumed meanwhile: checkpoint, close, and queue again.
+        case requeued
+        /// Cancelled: delete the partial file and record.
+        case cancelled
+        /// Failed; the resume data is kept when the error is resumable.
+        case failed(DownloadError)
+    }
+
+    enum Action: Sendable, Hashable {
+        case startAttempt(AttemptPlan)
+        /// Abort the running attempt (it then ends with `.aborted(reason)`).
+        case abortAttempt(AbortReason)
+        /// Race the running transfer with a fresh connection.
+        case race
+        case armTimer(Timer, at: Instant)
+        case cancelTimer(Timer.Kind)
+        /// Wait for the server with the other downloads of its host (probes are granted).
+        /// `justProbed`: the attempt that failed was itself a retry of a dropped connection, so
+        /// it counts as the first probe (the ramp's quick first probe would only repeat it).
+        case joinServerWait(justProbed: Bool)
+        /// No longer waiting for the server (paused, path changed, gave up, probe abandoned).
+        case leaveServerWait
+        /// Tell the host's waiters what this attempt learned about the server.
+        case reportServer(reachable: Bool)
+        /// Drop the stored bytes before the next attempt.
+        case restartFromZero(reason: String)
+        /// Move the download to a state, with its event.
+        case update(DownloadState, DownloadEvent?)
+        /// An event that does not change the state.
+        case emit(DownloadEvent)
+        /// Every byte is in: verify and move into place (the driver ends).
+        case complete(totalLength: Int64)
+        case exit(Exit)
+    }
+
+    /// The kinds of waiting `maximumOutageWait` bounds.
+    enum WaitKind: Sendable, Hashable {
+        case path, server, serverError
+    }
+
+    private enum Stop: Sendable, Hashable {
+        case pause, pauseThenRequeue, cancel, shutdown
+        /// The path under the transfer went away or changed.
+        case pathChanged
+        /// The transfer stalled and a fresh connection could not reach the server.
+        case stalled(DownloadError)
+        /// A limit was reached during the attempt.
+        case gaveUp(DownloadError)
+
+        /// Pause, resume and cancel stay in charge once requested; recovery stops yield to them.
+        var isByRequest: Bool {
+            switch self {
+            case .pause, .pauseThenRequeue, .cancel, .shutdown: true
+            case .pathChanged, .stalled, .gaveUp: false
+            }
+        }
+    }
+
+    private enum RaceState: Sendable, Hashable { case idle, running, unavailable }
+
+    private struct Attempt: Sendable, Hashable {
+        var id: Int
+        var isProbe: Bool
+        /// A retry right after a connection that was delivering died.
+        var isRecovery = false
+        var sawResponse = false
+        var race: RaceState = .idle
+        var stop: Stop?
+    }
+
+    private enum RetryReason: Sendable, Hashable {
+        /// A counted transport failure: a path update ends it at once.
+        case transportBackoff
+        /// The server asked for the wait (5xx, 408, 429, Retry-After), or restarts are spaced.
+        case serverBackoff
+        /// The attempt rate limit.
+        case rateLimited
+        /// Staggered restarts after one path update.
+        case stagger
+    }
+
+    private enum Phase: Sendable, Hashable {
+        /// Not started (queued).
+        case idle
+        /// No usable path (or none reported yet).
+        case waitingForPath
+        /// A working path, a server that does not answer: waiting for a probe grant or a release.
+        case waitingForServer
+        case retryScheduled(RetryReason)
+        case transferring(Attempt)
+        /// Verifying and moving the file into place.
+        case completing
+        /// The driver has ended (or is ending).
+        case finished
+    }
+
+    private struct Outage: Sendable, Hashable {
+        var since: Instant
+        var kind: WaitKind
+        var lastError: DownloadError?
+        var announcedServerWait = false
+    }
+
+    let policy: Policy
+    private var phase: Phase = .idle
+    private var path = PathFacts(usability: .unknown)
+    private var file = FileFacts(storedBytes: 0)
+    /// The furthest the stored bytes ever reached: only passing it counts as progress.
+    private(set) var highWater: Int64 = 0
+    private(set) var consecutiveFailures = 0
+    private(set) var restarts = 0
+    private var outage: Outage?
+    /// The state last reported to the `Download`, so waits are announced once.
+    private var shownState: DownloadState = .queued
+    private var limiter: AttemptRateLimiter
+    private var nextAttempt = 1
+    private var nextGeneration = 1
+    private var armed: [Timer.Kind: Int] = [:]
+
+    init(policy: Policy) {
+        self.policy = policy
+        limiter = policy.attemptRate
+    }
+
+    /// Whether the driver is done (completing or exited).
+    var isFinished: Bool {
+        switch phase {
+        case .completing, .finished: true
+        default: false
+        }
+    }
+
+    /// The current attempt's id while one runs.
+    var runningAttempt: Int? {
+        if case .transferring(let attempt) = phase { return attempt.id }
+        return nil
+    }
+
+    /// Whether the download waits in the server's probe queue.
+    var isWaitingForServer: Bool { phase == .waitingForServer }
+
+    /// Whether a race is running.
+    var isRacing: Bool {
+        if case .transferring(let attempt) = phase { return attempt.race == .running }
+        return false
+    }
+
+    /// Feeds one input. `random` in 0...1 drives jitter (tests pass a fixed value).
+    mutating func handle(_ input: Input, now: Instant, random: Double = 0.5) -> [Action] {
+        switch input {
+        case .start(let facts, let pathFacts):
+            guard phase == .idle else { return [] }
+            file = facts
+            highWater = max(highWater, facts.storedBytes)
+            path = pathFacts
+            return proceed(now: now, freshConnection: false)
+
+        case .pathChanged(let facts, let rank):
+            return pathChanged(facts, rank: rank, now: now)
+
+        case .responseStarted(let id):
+            guard case .transferring(var attempt) = phase, attempt.id == id, !attempt.sawResponse else { return [] }
+            attempt.sawResponse = true
+            phase = .transferring(attempt)
+            var actions: [Action] = [.reportServer(reachable: true)]
+            if attempt.isProbe { actions.append(announceAttempt()) }
+            return actions
+
+        case .bytesArrived(let id):
+            guard case .transferring(let attempt) = phase, attempt.id == id, outage != nil else { return [] }
+            // Bytes flow again: the outage is over, whatever it was.
+            outage = nil
+            return disarm(.outage)
+
+        case .restartedFromZero(let id, let reason):
+            guard case .transferring(var attempt) = phase, attempt.id == id else { return [] }
+            file.storedBytes = 0
+            restarts += 1
+            var actions: [Action] = [.emit(.restartedFromZero(reason: reason))]
+            if restarts > policy.maximumRestarts, attempt.stop == nil {
+                attempt.stop = .gaveUp(restartLimitError(reason))
+                phase = .transferring(attempt)
+                actions.append(.abortAttempt(.recovery))
+            }
+            return actions
+
+        case .stallSuspected(let id):
+            guard case .transferring(var attempt) = phase, attempt.id == id, attempt.stop == nil,
+                  attempt.race == .idle, attempt.sawResponse, path.isUsable else { return [] }
+            attempt.race = .running
+            phase = .transferring(attempt)
+            return [.race]
+
+        case .raceEnded(let id, let outcome):
+            return raceEnded(id, outcome)
+
+        case .attemptEnded(let id, let result, let facts):
+            guard case .transferring(let attempt) = phase, attempt.id == id else { return [] }
+            return attemptEnded(attempt, result, facts, now: now, random: random)
+
+        case .probeGranted(let connectTimeout):
+            guard phase == .waitingForServer else { return [] }
+            return startAttempt(now: now, freshConnection: true, probeConnectTimeout: connectTimeout)
+
+        case .serverReachable:
+            guard phase == .waitingForServer else { return [] }
+            return startAttempt(now: now, freshConnection: true)
+
+        case .timerFired(let timer):
+            guard armed[timer.kind] == timer.generation else { return [] }
+            armed[timer.kind] = nil
+            switch timer.kind {
+            case .retry:
+                guard case .retryScheduled = phase else { return [] }
+                return proceed(now: now, freshConnection: true)
+            case .outage:
+                return outageLimitReached(now: now)
+            }
+
+        case .pause:
+            return stop(.pause, exit: .paused)
+        case .shutdown:
+            return stop(.shutdown, exit: .paused)
+        case .cancel:
+            return stop(.cancel, exit: .cancelled)
+        case .resume:
+            guard case .transferring(var attempt) = phase, attempt.stop == .pause else { return [] }
+            attempt.stop = .pauseThenRequeue
+            phase = .transferring(attempt)
+            return []
+        }
+    }
+
+    // MARK: starting attempts
+
+    /// Attempts now if the path allows, else waits for one.
+    private mutating func proceed(now: Instant, freshConnection: Bool) -> [Action] {
+        switch path.usability {
+        case .usable:
+            return startAttempt(now: now, freshConnection: freshConnection)
+        case .unusable, .unknown:
+            return waitForPath(now: now)
+        }
+    }
+
+    private mutating func startAttempt(now: Instant, freshConnection: Bool,
+                                       probeConnectTimeout: Duration? = nil, isRecovery: Bool = false) -> [Action] {
+        var actions: [Action] = []
+        let isProbe = probeConnectTimeout != nil
+        if !isProbe, let available = limiter.take(at: now) {
+            phase = .retryScheduled(.rateLimited)
+            return arm(.retry, at: available)
+        }
+        let attempt = Attempt(id: nextAttempt, isProbe: isProbe, isRecovery: isRecovery)
+        nextAttempt += 1
+        phase = .transferring(attempt)
+        actions += disarm(.retry)
+        // A probe is announced when it gets an answer: a dead server is not "resumed" twice a second.
+        if !isProbe { actions.append(announceAttempt()) }
+        actions.append(.startAttempt(AttemptPlan(id: attempt.id, freshConnection: freshConnection || isProbe,
+                                                 isProbe: isProbe, connectTimeout: probeConnectTimeout,
+                                                 isRecovery: isRecovery)))
+        return actions
+    }
+
+    private mutating func announceAttempt() -> Action {
+        shownState = .running
+        return .update(.running, file.storedBytes == 0 ? .started : .resumed(at: file.storedBytes))
+    }
+
+    // MARK: waiting
+
+    private mutating func waitForPath(now: Instant) -> [Action] {
+        var actions = leaveServerWaitIfNeeded()
+        phase = .waitingForPath
+        actions += disarm(.retry)
+        actions += beginOutage(.path, error: nil, now: now)
+        // An unknown path (the source has not reported yet) is waited for quietly.
+        if path.usability == .unusable, shownState != .waitingForConnectivity {
+            shownState = .waitingForConnectivity
+            actions.append(.update(.waitingForConnectivity, .waitingForConnectivity))
+        }
+        return actions
+    }
+
+    private mutating func waitForServer(_ error: DownloadError, now: Instant, isRegistered: Bool,
+                                        justProbed: Bool = false) -> [Action] {
+        phase = .waitingForServer
+        var actions = beginOutage(.server, error: error, now: now)
+        if outage?.announcedServerWait == false {
+            outage?.announcedServerWait = true
+            shownState = .running
+            actions.append(.update(.running, .waitingForServer(error)))
+        }
+        if !isRegistered { actions.append(.joinServerWait(justProbed: justProbed)) }
+        return actions
+    }
+
+    private mutating func beginOutage(_ kind: WaitKind, error: DownloadError?, now: Instant) -> [Action] {
+        if outage != nil {
+            outage?.kind = kind
+            if let error { outage?.lastError = error }
+            return []
+        }
+        outage = Outage(since: now, kind: kind, lastError: error)
+        guard let limit = policy.maximumOutageWait else { return [] }
+        return arm(.outage, at: now + limit)
+    }
+
+    private mutating func leaveServerWaitIfNeeded() -> [Action] {
+        phase == .waitingForServer ? [.leaveServerWait] : []
+    }
+
+    private mutating func outageLimitReached(now: Instant) -> [Action] {
+        guard let outage, let limit = policy.maximumOutageWait else { return [] }
+        let error = DownloadError.outageLimitReached(outage.kind, after: limit, lastError: outage.lastError)
+        switch phase {
+        case .waitingForServer:
+            return [.leaveServerWait] + exit(.failed(error))
+        case .waitingForPath, .retryScheduled:
+            return exit(.failed(error))
+        case .transferring(var attempt):
+            // A probe or a retry was still trying: it is ended, and the download fails.
+            guard attempt.stop == nil else { return [] }
+            attempt.stop = .gaveUp(error)
+            phase = .transferring(attempt)
+            return [.abortAttempt(.recovery)]
+        case .idle, .completing, .finished:
+            return []
+        }
+    }
+
+    // MARK: path
+
+    private mutating func pathChanged(_ facts: PathFacts, rank: Int, now: Instant) -> [Action] {
+        let wasUsable = path.isUsable
+        path = facts
+        switch phase {
+        case .idle, .completing, .finished:
+            return []
+        case .waitingForPath:
+            guard facts.isUsable else { return waitForPath(now: now) }
+            return restartOnNewPath(rank: rank, now: now)
+        case .waitingForServer:
+            // A new path may well reach the server: try on it now (or wait for a usable one).
+            guard facts.isUsable else { return waitForPath(now: now) }
+            guard facts.isNewPath else { return [] }
+            var actions: [Action] = [.leaveServerWait]
+            phase = .retryScheduled(.stagger)
+            actions += restartOnNewPath(rank: rank, now: now)
+            return actions
+        case .retryScheduled(let reason):
+            switch reason {
+            case .transportBackoff:
+                // The failure may have been the old path's fault.
+                guard facts.isUsable else { return waitForPath(now: now) }
+                guard facts.isNewPath else { return [] }
+                return restartOnNewPath(rank: rank, now: now)
+            case .stagger:
+                guard facts.isUsable else { return waitForPath(now: now) }
+                return []
+            case .serverBackoff, .rateLimited:
+                // The server asked for the wait, or the limit holds: the timer decides (and
+                // checks the path then).
+                return []
+            }
+        case .transferring(var attempt):
+            guard attempt.stop == nil, facts.invalidatesTransfer || (wasUsable && !facts.isUsable) else { return [] }
+            attempt.stop = .pathChanged
+            phase = .transferring(attempt)
+            return [.abortAttempt(.pathChanged)]
+        }
+    }
+
+    private mutating func restartOnNewPath(rank: Int, now: Instant) -> [Action] {
+        if rank > 0, policy.restartStagger > .zero {
+            // Many downloads waking on one path update: spread their reconnects slightly.
+            phase = .retryScheduled(.stagger)
+            return arm(.retry, at: now + policy.restartStagger * rank)
+        }
+        return startAttempt(now: now, freshConnection: true)
+    }
+
+    // MARK: races
+
+    private mutating func raceEnded(_ id: Int, _ outcome: RaceOutcome) -> [Action] {
+        guard case .transferring(var attempt) = phase, attempt.id == id, attempt.race == .running else { return [] }
+        switch outcome {
+        case .racerWon, .originalWon:
+            attempt.race = .idle
+        case .notPossible:
+            attempt.race = .unavailable
+        case .racerFailed(let result):
+            if case .transport(let error) = result, RetryClass(error.urlCode) == .connectionLevel {
+                // A fresh connection cannot reach the server either: the old one is dead too.
+                attempt.race = .unavailable
+                if attempt.stop == nil {
+                    attempt.stop = .stalled(error)
+                    phase = .transferring(attempt)
+                    return [.abortAttempt(.recovery)]
+                }
+            } else {
+                // The server answers, but not with the rest (busy, ignoring ranges, ...): let the
+                // old connection carry on until the stall timeout, and do not race it again.
+                attempt.race = .unavailable
+            }
+        }
+        phase = .transferring(attempt)
+        return []
+    }
+
+    // MARK: attempt results
+
+    private mutating func attemptEnded(_ attempt: Attempt, _ result: AttemptResult, _ facts: FileFacts,
+                                       now: Instant, random: Double) -> [Action] {
+        file = facts
+        let madeProgress = facts.storedBytes > highWater
+        if madeProgress {
+            highWater = facts.storedBytes
+            consecutiveFailures = 0
+        }
+        var actions: [Action] = []
+        // A probe that ended without an answer leaves its host's queue, unless it simply failed
+        // to connect (then it waits for the next probe like the others).
+        var isRegistered = false
+        if attempt.isProbe, !attempt.sawResponse {
+            if attempt.stop == nil, case .transport(let error) = result, RetryClass(error.urlCode) == .connectionLevel,
+               path.isUsable {
+                actions.append(.reportServer(reachable: false))
+                isRegistered = true
+            } else {
+                actions.append(.leaveServerWait)
+            }
+        }
+
+        if let stop = attempt.stop {
+            if case .aborted(.writeFailed(let error)) = result, !stop.isByRequest {
+                return actions + exit(.failed(error))
+            }
+            if case .completed(let total) = result, stop != .cancel {
+                phase = .completing
+                return actions + [.complete(totalLength: total)]
+            }
+            switch stop {
+            case .pause, .shutdown: return actions + exit(.paused)
+            case .pauseThenRequeue: return actions + exit(.requeued)
+            case .cancel: return actions + exit(.cancelled)
+            case .gaveUp(let error): return actions + exit(.failed(error))
+            case .pathChanged:
+                phase = .retryScheduled(.stagger)
+                return actions + (path.isUsable ? startAttempt(now: now, freshConnection: true) : waitForPath(now: now))
+            case .stalled(let error):
+                guard path.isUsable else { return actions + waitForPath(now: now) }
+                return actions + waitForServer(error, now: now, isRegistered: false)
+            }
+        }
+
+        switch result {
+        case .completed(let total):
+            phase = .completing
+            return actions + [.complete(totalLength: total)]
+
+        case .incomplete:
+            if madeProgress { return actions + startAttempt(now: now, freshConnection: false) }
+            let error = DownloadError.badServerResponse.with(description: "the server keeps ending the body early")
+            return actions + countedRetry(error, kind: .serverError, reason: .serverBackoff, retryAfter: nil,
+                                          now: now, random: random)
+
+        case .restartFromZero(let reason):
+            restarts += 1
+            if restarts > policy.maximumRestarts { return actions + exit(.failed(restartLimitError(reason))) }
+            file.storedBytes = 0
+            actions.append(.restartFromZero(reason: reason))
+            if restarts == 1 { return actions + startAttempt(now: now, freshConnection: false) }
+            // Repeated restarts: back off, as after failures.
+            phase = .retryScheduled(.serverBackoff)
+            return actions + arm(.retry, at: now + policy.backoff.delay(afterFailures: restarts - 1, jitter: random))
+
+        case .serverBusy(let status, let retryAfter):
+            return actions + countedRetry(.httpStatus(status), kind: .serverError, reason: .serverBackoff,
+                                          retryAfter: retryAfter, now: now, random: random)
+
+        case .failed(let error):
+            return actions + exit(.failed(error))
+
+        case .transport(let error):
+            switch RetryClass(error.urlCode) {
+            case .permanent:
+                return actions + exit(.failed(error))
+            case .counted:
+                return actions + countedRetry(error, kind: .server, reason: .transportBackoff, retryAfter: nil,
+                                              now: now, random: random)
+            case .connectionLevel:
+                guard path.isUsable else { return actions + waitForPath(now: now) }
+                if madeProgress {
+                    // A connection that was delivering died: usually a blip, so ask again at once
+                    // (the rate limit still holds).
+                    actions.append(.emit(.retrying(after: .zero, error: error)))
+                    return actions + startAttempt(now: now, freshConnection: true, isRecovery: true)
+                }
+                if attempt.sawResponse {
+                    // The server answered and then dropped the connection before any new byte:
+                    // it is there but misbehaving, so this spends the budget and backs off.
+                    return actions + countedRetry(error, kind: .server, reason: .transportBackoff, retryAfter: nil,
+                                                  now: now, random: random)
+                }
+                return actions + waitForServer(error, now: now, isRegistered: isRegistered, justProbed: attempt.isRecovery)
+            }
+
+        case .aborted(.pathChanged):
+            phase = .retryScheduled(.stagger)
+            return actions + (path.isUsable ? startAttempt(now: now, freshConnection: true) : waitForPath(now: now))
+
+        case .aborted(.writeFailed(let error)):
+            return actions + exit(.failed(error))
+
+        case .aborted(.paused), .aborted(.shutdown), .aborted(.recovery):
+            // The engine stopped (shut down) without our asking: keep everything.
+            return actions + exit(.paused)
+
+        case .aborted(.cancelled):
+            return actions + exit(.cancelled)
+        }
+    }
+
+    /// A failure that spends the budget: retry after a backoff, or give up.
+    private mutating func countedRetry(_ error: DownloadError, kind: WaitKind, reason: RetryReason,
+                                       retryAfter: Duration?, now: Instant, random: Double) -> [Action] {
+        consecutiveFailures += 1
+        if consecutiveFailures > policy.maximumConsecutiveFailures {
+            return exit(.failed(error.with(description: error.description + " (after \(consecutiveFailures) attempts)")))
+        }
+        var actions = beginOutage(kind, error: error, now: now)
+        if reason == .transportBackoff, consecutiveFailures == 1 {
+            // The first transport failure is retried at once (a dropped connection on a healthy
+            // path is usually a blip); later ones back off.
+            actions.append(.emit(.retrying(after: .zero, error: error)))
+            return actions + startAttempt(now: now, freshConnection: true, isRecovery: true)
+        }
+        let failures = reason == .transportBackoff ? consecutiveFailures - 1 : consecutiveFailures
+        let delay = policy.backoff.delay(afterFailures: failures, retryAfter: retryAfter, jitter: random)
+        phase = .retryScheduled(reason)
+        shownState = .running
+        actions.append(.update(.running, .retrying(after: delay, error: error)))
+        return actions + arm(.retry, at: now + delay)
+    }
+
+    private func restartLimitError(_ reason: String) -> DownloadError {
+        .badServerResponse.with(description: "\(reason) (restarted from zero \(restarts) times)")
+    }
+
+    // MARK: pause, cancel, shutdown
+
+    private mutating func stop(_ stop: Stop, exit reason: Exit) -> [Action] {
+        switch phase {
+        case .completing, .finished:
+            return []
+        case .transferring(var attempt):
+            if let current = attempt.stop, current.isByRequest {
+                // Cancel overrides a pause in flight; a second pause re-asserts one that a
+                // resume had turned into a requeue.
+                guard stop == .cancel && current != .cancel || stop == .pause && current == .pauseThenRequeue else { return [] }
+                attempt.stop = stop
+                phase = .transferring(attempt)
+                return stop == .cancel ? [.abortAttempt(.cancelled)] : []
+            }
+            attempt.stop = stop
+            phase = .transferring(attempt)
+            let abort: AbortReason = switch stop {
+            case .cancel: .cancelled
+            case .shutdown: .shutdown
+            default: .paused
+            }
+            return [.abortAttempt(abort)]
+        case .idle, .waitingForPath, .retryScheduled:
+            return exit(reason)
+        case .waitingForServer:
+            return [.leaveServerWait] + exit(reason)
+        }
+    }
+
+    private mutating func exit(_ reason: Exit) -> [Action] {
+        var actions: [Action] = []
+        for kind in [Timer.Kind.retry, .outage] where armed[kind] != nil { actions += disarm(kind) }
+        phase = .finished
+        return actions + [.exit(reason)]
+    }
+
+    // MARK: timers
+
+    private mutating func arm(_ kind: Timer.Kind, at deadline: Instant) -> [Action] {
+        let timer = Timer(kind: kind, generation: nextGeneration)
+        nextGeneration += 1
+        armed[kind] = timer.generation
+        return [.armTimer(timer, at: deadline)]
+    }
+
+    private mutating func disarm(_ kind: Timer.Kind) -> [Action] {
+        guard armed.removeValue(forKey: kind) != nil else { return [] }
+        return [.cancelTimer(kind)]
+    }
+}
+
+extension DownloadError {
+    /// `connectivityTimeout`, saying which wait ran out.
+    static func outageLimitReached(_ kind: DownloadStateMachine.WaitKind, after limit: Duration,
+                                   lastError: DownloadError?) -> DownloadError {
+        let seconds = Double(limit.milliseconds) / 1000
+        let span = seconds == seconds.rounded() ? "\(Int64(seconds)) s" : "\(seconds) s"
+        let last = lastError.map { " (last: \($0.description))" } ?? ""
+        switch kind {
+        case .path:
+            return DownloadError.connectivityTimeout.with(description: "no usable network path for \(span), the outage limit")
+        case .server:
+            return DownloadError(.connectivityTimeout, "the server could not be reached for \(span), the outage limit\(last)",
+                                 urlErrorCode: .cannotConnectToHost)
+        case .serverError:
+            return DownloadError(.connectivityTimeout, "the server kept failing for \(span), the outage limit\(last)",
+                                 urlErrorCode: .badServerResponse, httpStatusCode: lastError?.httpStatusCode)
+        }
+    }
+}

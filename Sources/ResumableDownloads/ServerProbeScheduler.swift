@@ -1,0 +1,243 @@
+import FoundationEssentials
+import Synchronization
+
+/// Waiting for servers that do not answer on a working path, one probe per host however many
+/// downloads wait on it. Pure: the agent feeds it joins, leaves, probe results and timer firings,
+/// and carries out what it answers (grant a download the next probe, release every waiter,
+/// arm a timer).
+///
+/// The probe is a real attempt of one waiting download (so when the server is back, that
+/// download is already resuming); when it gets an answer, the host's other waiters are released
+/// at once. Probes follow `ServerWaitSchedule`, per host, from the first download's join until
+/// the server answers or nobody waits any more.
+struct ServerProbeScheduler: Sendable {
+    typealias Instant = ContinuousClock.Instant
+
+    enum Action: Sendable, Hashable {
+        /// This download's next attempt is the host's probe, with this connect timeout.
+        case grant(UUID, connectTimeout: Duration)
+        /// The server answered: these downloads try at once.
+        case release([UUID])
+        /// Call `timerFired(host:generation:now:)` at this instant.
+        case arm(host: String, generation: Int, at: Instant)
+    }
+
+    private struct Host: Sendable {
+        var waiters: [UUID] = []
+        var prober: UUID?
+        var probes = 0
+        var since: Instant
+        var lastProbeAt: Instant?
+        var armedGeneration: Int?
+    }
+
+    let schedule: ServerWaitSchedule
+    private var hosts: [String: Host] = [:]
+    private var hostOf: [UUID: String] = [:]
+    /// Smoothed connect time per host (kept across waits: it sizes probe timeouts).
+    private var connectTimes: [String: Duration] = [:]
+    private var nextGeneration = 1
+
+    init(schedule: ServerWaitSchedule) { self.schedule = schedule }
+
+    /// Probes sent to `host` in its current wait (tests, logs).
+    func probes(of host: String) -> Int { hosts[host]?.probes ?? 0 }
+
+    /// Whether `id` waits (or probes) for a server.
+    func isWaiting(_ id: UUID) -> Bool { hostOf[id] != nil }
+
+    /// Downloads waiting on `host`, the prober included.
+    func waiters(of host: String) -> [UUID] {
+        guard let entry = hosts[host] else { return [] }
+        return (entry.prober.map { [$0] } ?? []) + entry.waiters
+    }
+
+    /// How long a connection to `host` may take to set up while it is suspected gone (probes,
+    /// racers, retries after a lost connection).
+    func connectTimeout(for host: String, now: Instant) -> Duration {
+        let waited = hosts[host].map { now - $0.since } ?? .zero
+        return schedule.connectTimeout(waited: waited, connectTime: connectTimes[host])
+    }
+
+    /// Records how long a successful connection to `host` took.
+    mutating func recordConnectTime(_ duration: Duration, host: String) {
+        guard duration > .zero else { return }
+        if let previous = connectTimes[host] {
+            connectTimes[host] = previous * 0.75 + duration * 0.25
+        } else {
+            connectTimes[host] = duration
+        }
+    }
+
+    /// `id` starts waiting for `host`; `justProbed` when its failed attempt (just now) counts as
+    /// the host's first probe.
+    mutating func join(_ id: UUID, host: String, now: Instant, justProbed: Bool = false, random: Double = 0.5) -> [Action] {
+        guard hostOf[id] == nil else { return [] }
+        hostOf[id] = host
+        var entry = hosts[host] ?? Host(since: now)
+        if justProbed, entry.probes == 0, entry.prober == nil, entry.armedGeneration == nil {
+            entry.probes = 1
+            entry.lastProbeAt = now
+        }
+        entry.waiters.append(id)
+        hosts[host] = entry
+        return armIfIdle(host, now: now, random: random)
+    }
+
+    /// `id` stops waiting (paused, cancelled, another path, gave up); a probe it was running is
+    /// abandoned and the next waiter gets the next one.
+    mutating func leave(_ id: UUID, now: Instant, random: Double = 0.5) -> [Action] {
+        guard let host = hostOf.removeValue(forKey: id), var entry = hosts[host] else { return [] }
+        entry.waiters.removeAll { $0 == id }
+        if entry.prober == id { entry.prober = nil }
+        if entry.waiters.isEmpty, entry.prober == nil {
+            hosts[host] = nil
+            return []
+        }
+        hosts[host] = entry
+        return armIfIdle(host, now: now, random: random)
+    }
+
+    /// What an attempt to `host` learned: `reachable` (any answer) releases every waiter; an
+    /// unreachable result from the prober puts it back first in line for the next probe.
+    mutating func report(_ id: UUID, host: String, reachable: Bool, now: Instant, random: Double = 0.5) -> [Action] {
+        guard var entry = hosts[host] else { return [] }
+        if reachable {
+            hosts[host] = nil
+            let released = entry.waiters
+            if let prober = entry.prober { hostOf[prober] = nil }
+            for waiter in released { hostOf[waiter] = nil }
+            return released.isEmpty ? [] : [.release(released)]
+        }
+        guard entry.prober == id else { return [] }
+        entry.prober = nil
+        entry.waiters.insert(id, at: 0)
+        hosts[host] = entry
+        return armIfIdle(host, now: now, random: random)
+    }
+
+    /// The host's timer fired: grant the first waiter the probe.
+    mutating func timerFired(host: String, generation: Int, now: Instant) -> [Action] {
+        guard var entry = hosts[host], entry.armedGeneration == generation else { return [] }
+        entry.armedGeneration = nil
+        guard entry.prober == nil, !entry.waiters.isEmpty else {
+            hosts[host] = entry
+            return []
+        }
+        let prober = entry.waiters.removeFirst()
+        entry.prober = prober
+        entry.probes += 1
+        entry.lastProbeAt = now
+        hosts[host] = entry
+        return [.grant(prober, connectTimeout: connectTimeout(for: host, now: now))]
+    }
+
+    /// Arms the next probe when nobody probes and no timer runs.
+    private mutating func armIfIdle(_ host: String, now: Instant, random: Double) -> [Action] {
+        guard var entry = hosts[host], entry.prober == nil, entry.armedGeneration == nil, !entry.waiters.isEmpty else {
+            return []
+        }
+        let delay = schedule.delay(afterProbes: entry.probes, waited: now - entry.since, random: random)
+        // Spacing counts from the previous probe's start, so a probe that used up its connect
+        // timeout is followed at once, and a refused one after the rest of the interval.
+        let due = max(now, (entry.lastProbeAt ?? now) + delay)
+        let generation = nextGeneration
+        nextGeneration += 1
+        entry.armedGeneration = generation
+        hosts[host] = entry
+        return [.arm(host: host, generation: generation, at: entry.lastProbeAt == nil ? now + delay : due)]
+    }
+}
+
+/// `ServerProbeScheduler` shared by every agent of the process, with its timers: the
+/// `reachability download` command runs one agent per URL, and a host waited for by several of
+/// them still gets one probe at a time.
+final class ServerProbeCoordinator: Sendable {
+    /// How a waiting download is told it may probe, or that the server answers.
+    typealias Deliver = @Sendable (DownloadStateMachine.Input) -> Void
+
+    private struct State: Sendable {
+        var scheduler: ServerProbeScheduler
+        var deliver: [UUID: Deliver] = [:]
+        var timers: [String: Task<Void, Never>] = [:]
+    }
+
+    private let state: Mutex<State>
+
+    init(schedule: ServerWaitSchedule) {
+        state = Mutex(State(scheduler: ServerProbeScheduler(schedule: schedule)))
+    }
+
+    private static let registry = Mutex<[ServerWaitSchedule: ServerProbeCoordinator]>([:])
+
+    /// The process's coordinator for `schedule` (agents configured alike share one).
+    static func shared(_ schedule: ServerWaitSchedule) -> ServerProbeCoordinator {
+        registry.withLock { registry in
+            if let existing = registry[schedule] { return existing }
+            let coordinator = ServerProbeCoordinator(schedule: schedule)
+            registry[schedule] = coordinator
+            return coordinator
+        }
+    }
+
+    /// `id` waits for `host`; `deliver` receives `.probeGranted` and `.serverReachable`.
+    func join(_ id: UUID, host: String, justProbed: Bool, deliver: @escaping Deliver) {
+        run { state in
+            state.deliver[id] = deliver
+            return state.scheduler.join(id, host: host, now: .now, justProbed: justProbed, random: .random(in: 0...1))
+        }
+    }
+
+    /// `id` stops waiting (a no-op when it does not wait).
+    func leave(_ id: UUID) {
+        run { state in
+            state.deliver[id] = nil
+            return state.scheduler.leave(id, now: .now, random: .random(in: 0...1))
+        }
+    }
+
+    /// What an attempt of `id` to `host` learned about the server.
+    func report(_ id: UUID, host: String, reachable: Bool) {
+        run { $0.scheduler.report(id, host: host, reachable: reachable, now: .now, random: .random(in: 0...1)) }
+    }
+
+    /// See `ServerProbeScheduler.connectTimeout(for:now:)`.
+    func connectTimeout(for host: String) -> Duration {
+        state.withLock { $0.scheduler.connectTimeout(for: host, now: .now) }
+    }
+
+    /// See `ServerProbeScheduler.recordConnectTime(_:host:)`.
+    func recordConnectTime(_ duration: Duration, host: String) {
+        state.withLock { $0.scheduler.recordConnectTime(duration, host: host) }
+    }
+
+    private func timerFired(host: String, generation: Int) {
+        run { $0.scheduler.timerFired(host: host, generation: generation, now: .now) }
+    }
+
+    /// Applies the scheduler's actions under the lock; tells the downloads after releasing it.
+    private func run(_ body: (inout State) -> [ServerProbeScheduler.Action]) {
+        let deliveries = state.withLock { state -> [(Deliver, DownloadStateMachine.Input)] in
+            var deliveries: [(Deliver, DownloadStateMachine.Input)] = []
+            for action in body(&state) {
+                switch action {
+                case .grant(let id, let connectTimeout):
+                    if let deliver = state.deliver[id] { deliveries.append((deliver, .probeGranted(connectTimeout: connectTimeout))) }
+                case .release(let ids):
+                    for id in ids {
+                        if let deliver = state.deliver.removeValue(forKey: id) { deliveries.append((deliver, .serverReachable)) }
+                    }
+                case .arm(let host, let generation, let deadline):
+                    state.timers[host]?.cancel()
+                    state.timers[host] = Task { [weak self] in
+                        try? await Task.sleep(until: deadline, clock: .continuous)
+                        guard !Task.isCancelled else { return }
+                        self?.timerFired(host: host, generation: generation)
+                    }
+                }
+            }
+            return deliveries
+        }
+        for (deliver, input) in deliveries { deliver(input) }
+    }
+}

@@ -1,0 +1,75 @@
+import Foundation
+import Testing
+@testable import ResumableDownloads
+
+/// A transfer that stops receiving is suspected after a silence several times its recent gaps
+/// (at least `minimumStallSuspicion`) and raced by a fresh connection asking for the rest: the
+/// first to deliver the next byte carries on, the other is closed. No TCP retransmission timer
+/// and no stall timeout decides when the download continues.
+@Suite("Racing a stalled transfer", .serialized)
+struct DownloadRaceTests {
+    typealias F = DownloadFixtures
+    typealias Server = DownloadTestHTTPServer
+    typealias Reply = DownloadTestHTTPServer.Reply
+
+    static let content = F.randomData(count: 2 << 20 + 7, seed: 81)
+    static let half = content.count / 2
+    static let etag = "\"r1\""
+
+    func agent(_ directory: F.Directory) throws -> DownloadAgent {
+        try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.stallTimeout = .seconds(30)   // far beyond the bounds below: only the race can help
+            $0.minimumStallSuspicion = .milliseconds(300)
+        })
+    }
+
+    @Test func aFreshConnectionWinsAgainstASilentOne() async throws {
+        let server = try Server { request, index in
+            index == 0 ? Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content, stallAfter: Self.half)
+                       : .honest(request, content: Self.content, etag: Self.etag)
+        }
+        defer { server.stop() }
+        let directory = try F.Directory()
+        let agent = try agent(directory)
+        let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
+                                                options: .init(expectedSHA256: F.sha256(Self.content)))
+        let log = F.EventLog(download)
+        let started = ContinuousClock.now
+        _ = try await F.finish(download, log: log, timeout: .seconds(20))
+        #expect(ContinuousClock.now - started < .seconds(10))
+        await agent.shutdown()
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        // One race: the racer asked for exactly the rest of the same entity, within the attempt.
+        #expect(server.requests.count == 2, "\(server.requests.map(\.headers))")
+        #expect(server.requests[1].rangeStart == Int64(Self.half))
+        #expect(server.requests[1].ifRange == Self.etag)
+        #expect(log.resumedOffsets.isEmpty && log.restarts == 0, "\(log.all)")
+    }
+
+    @Test func theOldConnectionWinsWhenItSpeaksFirst() async throws {
+        let server = try Server { request, index in
+            if index == 0 {
+                var reply = Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content)
+                reply.pauseAfter = Self.half
+                reply.pause = .milliseconds(1500)
+                return reply
+            }
+            // The racer's server is slower still: the old connection speaks first.
+            var reply = Reply.honest(request, content: Self.content, etag: Self.etag)
+            reply.headDelay = .seconds(6)
+            return reply
+        }
+        defer { server.stop() }
+        let directory = try F.Directory()
+        let agent = try agent(directory)
+        let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
+                                                options: .init(expectedSHA256: F.sha256(Self.content)))
+        let started = ContinuousClock.now
+        _ = try await F.finish(download, timeout: .seconds(20))
+        let elapsed = ContinuousClock.now - started
+        await agent.shutdown()
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        #expect(server.requests.count == 2, "a race was started")
+        #expect(elapsed < .seconds(6), "finished on the old connection, before the racer answered: \(elapsed)")
+    }
+}

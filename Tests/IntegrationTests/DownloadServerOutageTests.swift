@@ -1,0 +1,195 @@
+import Foundation
+import Testing
+@testable import ResumableDownloads
+
+/// Failures the kernel cannot see: the client's path stays up while the server side fails
+/// (drops every packet, resets, stops, answers 503). Each test checks completion, the SHA-256,
+/// and what the waiting cost the server: connection attempts counted on the server side (every
+/// SYN to port 80, retransmissions included) stay within two a second plus the first few.
+///
+/// Outages here last a few seconds (the benchmark holds them for 5-60 s and 10 minutes): each
+/// is held until the server has seen a given number of attempts, not for a fixed time.
+@Suite("Downloads through server-side failures (path up)", .serialized, .enabled(if: isRoot, rootReason),
+       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct DownloadServerOutageTests {
+    typealias F = DownloadFixtures
+    static let size = 5 << 20
+    static let blackhole = [["INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP"],
+                            ["OUTPUT", "-p", "tcp", "--sport", "80", "-j", "DROP"]]
+    static let reset = [["INPUT", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "tcp-reset"]]
+
+    /// A lab counting connection attempts, serving fresh content at each of `names`.
+    static func lab(seed: UInt64, names: [String] = ["file.bin"], size: Int = size) throws -> (OutageLab, [Data]) {
+        let net = try OutageLab()
+        try net.countConnectionAttempts()
+        var contents: [Data] = []
+        for (index, name) in names.enumerated() {
+            let content = F.randomData(count: size, seed: seed + UInt64(index))
+            try net.serve(content, at: name)
+            contents.append(content)
+        }
+        return (net, contents)
+    }
+
+    /// Waits until the server has seen `count` more connection attempts than `base`.
+    static func waitForAttempts(_ net: OutageLab, _ count: Int, since base: Int, timeout: Duration = .seconds(20)) async -> Bool {
+        await F.wait(timeout: timeout) { net.connectionAttempts - base >= count }
+    }
+
+    /// At most two attempts a second over the outage, plus `extra` for the first ones (the
+    /// quick first probe, a race, one first attempt per download).
+    static func expectCheap(_ attempts: Int, over outage: Duration, extra: Int = 3, _ context: @autoclosure () -> String,
+                            sourceLocation: SourceLocation = #_sourceLocation) {
+        let seconds = Double(outage.milliseconds) / 1000
+        let bound = Int((2 * seconds).rounded(.up)) + extra
+        #expect(attempts <= bound, "\(attempts) connection attempts in \(seconds) s (bound \(bound))\n\(context())",
+                sourceLocation: sourceLocation)
+    }
+
+    static func expectComplete(_ net: OutageLab, _ cli: CLIProcess, _ contents: [Data], names: [String] = ["file.bin"],
+                               sourceLocation: SourceLocation = #_sourceLocation) async {
+        #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)", sourceLocation: sourceLocation)
+        for (name, content) in zip(names, contents) {
+            #expect(F.sha256(fileAt: net.downloaded(name)) == F.sha256(content), "\(name)", sourceLocation: sourceLocation)
+        }
+        #expect(cli.count("failed") == 0 && cli.count("restarted") == 0, "\(cli.transcript)", sourceLocation: sourceLocation)
+    }
+
+    @Test("upstream blackhole (server-side DROP, client path up): suspected, raced, waited out cheaply")
+    func upstreamBlackhole() async throws {
+        let (net, contents) = try Self.lab(seed: 31)
+        defer { net.close() }
+        let cli = try net.download("file.bin")
+        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
+        let base = net.connectionAttempts
+        let cut = ContinuousClock.now
+        for rule in Self.blackhole { try net.serverIptables(["-A"] + rule) }
+        // No byte for about a second: a fresh connection races the silent one and cannot
+        // connect, so the server is known gone well before the 5 s stall timeout of this run.
+        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)")
+        let noticed = ContinuousClock.now - cut
+        #expect(noticed < .milliseconds(4500), "noticed after \(noticed)\n\(cli.transcript)")
+        #expect(await Self.waitForAttempts(net, 6, since: base), "\(cli.transcript)")
+        let attempts = net.connectionAttempts - base
+        for rule in Self.blackhole { try net.serverIptables(["-D"] + rule) }
+        Self.expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript)
+        await Self.expectComplete(net, cli, contents)
+    }
+
+    @Test("server resets every packet (server-side REJECT tcp-reset): reset, refused, waited out cheaply")
+    func serverResets() async throws {
+        let (net, contents) = try Self.lab(seed: 32)
+        defer { net.close() }
+        let cli = try net.download("file.bin")
+        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
+        let base = net.connectionAttempts
+        let cut = ContinuousClock.now
+        for rule in Self.reset { try net.serverIptables(["-A"] + rule) }
+        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)")
+        #expect(await Self.waitForAttempts(net, 8, since: base), "\(cli.transcript)")
+        let attempts = net.connectionAttempts - base
+        for rule in Self.reset { try net.serverIptables(["-D"] + rule) }
+        Self.expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript)
+        await Self.expectComplete(net, cli, contents)
+        let wait = try #require(cli.events.first { $0["event"] as? String == "waitingForServer" })
+        #expect((wait["error"] as? [String: Any])?["urlErrorCode"] as? Int == URLError.Code.cannotConnectToHost.rawValue)
+    }
+
+    @Test("server stopped and started again: refused meanwhile, waited out, resumed")
+    func serverStoppedAndRestarted() async throws {
+        let (net, contents) = try Self.lab(seed: 33)
+        defer { net.close() }
+        let cli = try net.download("file.bin")
+        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
+        let base = net.connectionAttempts
+        let cut = ContinuousClock.now
+        net.stopServer()
+        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)")
+        #expect(await Self.waitForAttempts(net, 8, since: base), "\(cli.transcript)")
+        let attempts = net.connectionAttempts - base
+        try net.startServer()
+        Self.expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript)
+        await Self.expectComplete(net, cli, contents)
+        #expect(cli.count("resumed") >= 1)
+    }
+
+    @Test("nothing listening from the start, longer than the failure budget: three downloads share one probe")
+    func nothingListeningLongerThanTheBudget() async throws {
+        let names = ["a.bin", "b.bin", "c.bin"]
+        let (net, contents) = try Self.lab(seed: 34, names: names, size: 1 << 20)
+        defer { net.close() }
+        net.stopServer()
+        let base = net.connectionAttempts
+        let cut = ContinuousClock.now
+        // A budget of one failure: waiting for the server spends none of it.
+        let cli = try net.download(names: names, environment: ["REACHABILITY_DOWNLOAD_MAX_FAILURES": "1"])
+        #expect(await cli.waitFor("waitingForServer", count: 3, timeout: .seconds(10)), "\(cli.transcript)")
+        // Long enough for a dozen probes: one download per host probes, not three.
+        #expect(await Self.waitForAttempts(net, 12, since: base), "\(cli.transcript)")
+        let attempts = net.connectionAttempts - base
+        try net.startServer()
+        Self.expectCheap(attempts, over: ContinuousClock.now - cut, extra: 4, cli.transcript)
+        await Self.expectComplete(net, cli, contents, names: names)
+    }
+
+    @Test("503 with Retry-After: the wait is the server's, bounded, then the download completes",
+          arguments: [true, false])
+    func serviceUnavailable(retryAfter: Bool) async throws {
+        let (net, contents) = try Self.lab(seed: retryAfter ? 35 : 36)
+        defer { net.close() }
+        let cli = try net.download("file.bin")
+        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
+        let flag = net.busyFlag(retryAfter: retryAfter)
+        try Data().write(to: flag)
+        // Make the next request hit the flag: cut the running transfer with a reset.
+        let cutRule = ["INPUT", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "tcp-reset"]
+        try net.serverIptables(["-A"] + cutRule)
+        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)")
+        try net.serverIptables(["-D"] + cutRule)
+        @Sendable func busyRetries() -> [[String: Any]] {
+            cli.events.filter { $0["event"] as? String == "retrying" }
+                .filter { (($0["error"] as? [String: Any])?["httpStatus"] as? Int) == 503 }
+        }
+        #expect(await F.wait { busyRetries().count >= 2 }, "\(cli.transcript)")
+        try FileManager.default.removeItem(at: flag)
+        await Self.expectComplete(net, cli, contents)
+        let busy = busyRetries()
+        #expect(busy.count >= 2, "\(cli.transcript)")
+        let delays = busy.compactMap { $0["retryInMilliseconds"] as? Int }
+        if retryAfter {
+            #expect(delays.allSatisfy { $0 == 1000 }, "Retry-After: 1 is honoured: \(delays)")
+        } else {
+            // Backoff with jitter: 0.5-1 s, then 1-2 s.
+            #expect(delays.count >= 2 && delays[0] >= 500 && delays[0] <= 1000 && delays[1] >= 1000, "\(delays)")
+        }
+        let answered503 = net.requests.filter { $0.status == 503 }.count
+        #expect(answered503 == busy.count, "one request per retry: \(net.requests)")
+    }
+
+    @Test("--max-outage bounds a server that keeps answering 503, and says so")
+    func maxOutageBoundsServerErrors() async throws {
+        let (net, _) = try Self.lab(seed: 37)
+        defer { net.close() }
+        try Data().write(to: net.busyFlag(retryAfter: false))
+        let cli = try net.download(names: ["file.bin"], ["--max-outage", "2"])
+        #expect(await cli.waitForExit(timeout: .seconds(20)) == 75, "\(cli.transcript)")
+        let failed = try #require(cli.events.last { $0["event"] as? String == "failed" }, "\(cli.transcript)")
+        let message = (failed["error"] as? [String: Any])?["message"] as? String ?? ""
+        #expect(message.contains("server kept failing for 2 s"), "\(message)")
+        #expect(message.contains("503"), "\(message)")
+        #expect(!FileManager.default.fileExists(atPath: net.downloaded("file.bin").path))
+    }
+
+    @Test("--max-outage bounds a server that does not answer, and says so")
+    func maxOutageBoundsServerWaits() async throws {
+        let (net, _) = try Self.lab(seed: 38)
+        defer { net.close() }
+        net.stopServer()
+        let cli = try net.download(names: ["file.bin"], ["--max-outage", "2"])
+        #expect(await cli.waitForExit(timeout: .seconds(20)) == 75, "\(cli.transcript)")
+        let failed = try #require(cli.events.last { $0["event"] as? String == "failed" }, "\(cli.transcript)")
+        let message = (failed["error"] as? [String: Any])?["message"] as? String ?? ""
+        #expect(message.contains("server could not be reached for 2 s"), "\(message)")
+        #expect(cli.count("waitingForServer") == 1, "announced once: \(cli.transcript)")
+    }
+}
