@@ -12,13 +12,18 @@ crash:      a 64 MiB file served at 20 MiB/s; each trial SIGKILLs the download a
             moment, then runs the same command again: bytes the server sends beyond the file
             size (sent twice), and the time from the rerun's start to the moment its file grows
             past what the killed run left. Peer: `curl -C -` under the same kills.
+verify:     `reachability download --sha256` of a 200 MiB file that is already complete, in a
+            DEBUG build (`swift build`: what a developer runs), beside `sha256sum`; the hash is
+            libcrypto's in both builds, so debug no longer pays for Swift's unoptimized code.
 
-Every number comes from the README's install build (release, static Swift stdlib), which this
-script builds unless --binary is given. Needs root for --routes (a network namespace named
+Every number but verify's comes from the README's install build (release, static Swift stdlib),
+which this script builds unless --binary is given (verify builds the debug binary unless
+--debug-binary is given). Needs root for --routes (a network namespace named
 rchC<pid>, always removed); nginx, curl, iproute2.
 
-Usage: bench/cost_bench.py [--only idle|throughput|crash] [--binary PATH] [--runs 5]
+Usage: bench/cost_bench.py [--only idle|throughput|crash|verify] [--binary PATH] [--runs 5]
                            [--sizes 512,1024] [--trials 30] [--seed 1] [--routes 1000000]
+                           [--debug-binary PATH]
 """
 import argparse
 import hashlib
@@ -212,7 +217,7 @@ def throughput(binary, sizes, runs, seed):
     try:
         os.makedirs(f"{work}/www")
         nginx = Nginx(f"{work}/www")
-        print("## Download to disk from nginx on loopback (median of runs, interleaved)\n")
+        print(f"## Download to disk from nginx on loopback (median (min-max) of {runs} runs, interleaved)\n")
         print("| size | `curl -o` | `curl -o` + `sync -f` | `reachability download -o` | ratio to curl | peak RSS curl | peak RSS ours | RSS ratio |")
         print("|---|---|---|---|---|---|---|---|")
         for mib in sizes:
@@ -248,7 +253,10 @@ def throughput(binary, sizes, runs, seed):
                     times[tool].append(seconds)
                     rss[tool].append(peak)
             curl, ours = median(times["curl"]), median(times["ours"])
-            print(f"| {mib} MiB | {curl:.2f} s | {median(times['curl+sync']):.2f} s | {ours:.2f} s | {ours / curl:.2f}x "
+
+            def spread(values):
+                return f"{median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+            print(f"| {mib} MiB | {spread(times['curl'])} | {spread(times['curl+sync'])} | {spread(times['ours'])} | {ours / curl:.2f}x "
                   f"| {max(rss['curl']) / 1024:.1f} MiB | {max(rss['ours']) / 1024:.1f} MiB "
                   f"| {max(rss['ours']) / max(rss['curl']):.2f}x |")
             os.remove(f"{work}/www/f{mib}.bin")
@@ -325,6 +333,39 @@ def crash(binary, trials, seed, mib=64, rate="20m"):
         shutil.rmtree(work, ignore_errors=True)
 
 
+# MARK: verify
+
+def verify(debug_binary, runs, seed, mib=200):
+    if not debug_binary:
+        log("building the debug binary: swift build --product reachability")
+        subprocess.run(["swift", "build", "--product", "reachability"], cwd=ROOT, check=True, stdout=sys.stderr)
+        path = subprocess.run(["swift", "build", "--show-bin-path"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        debug_binary = os.path.join(path, "reachability")
+    work = tempfile.mkdtemp(prefix="rch-cost-verify-")
+    try:
+        target = f"{work}/f.bin"
+        digest = random_file(target, mib, seed)
+        ours, peer = [], []
+        for run in range(runs):
+            # Warm cache for both: this measures hashing, not the disk.
+            seconds, _, code = run_measured([debug_binary, "download", "--sha256", digest, "--state-dir", f"{work}/state",
+                                             "-o", target, "http://127.0.0.1:9/f.bin"])
+            if code != 0:
+                raise RuntimeError(f"reachability download --sha256 exited {code}")
+            ours.append(seconds)
+            seconds, _, code = run_measured(["sha256sum", target])
+            peer.append(seconds)
+        print(f"## `--sha256` check of a {mib} MiB file already in place, debug build (median of {runs})\n")
+        print("| command | seconds |")
+        print("|---|---|")
+        print(f"| `reachability download --sha256` (debug build) | {median(ours):.2f} s |")
+        print(f"| `sha256sum` | {median(peer):.2f} s |")
+        print()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def cleanup():
     for child in CHILDREN:
         if child.poll() is None:
@@ -334,15 +375,16 @@ def cleanup():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=["idle", "throughput", "crash"])
+    parser.add_argument("--only", choices=["idle", "throughput", "crash", "verify"])
     parser.add_argument("--binary")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--sizes", default="512,1024")
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--routes", type=int, default=1_000_000)
+    parser.add_argument("--debug-binary")
     options = parser.parse_args()
-    binary = build(options.binary)
+    binary = build(options.binary) if options.only != "verify" else None
     resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
     try:
         if options.only in (None, "idle"):
@@ -351,6 +393,8 @@ def main():
             throughput(binary, [int(size) for size in options.sizes.split(",")], options.runs, options.seed)
         if options.only in (None, "crash"):
             crash(binary, options.trials, options.seed)
+        if options.only in (None, "verify"):
+            verify(options.debug_binary, options.runs, options.seed)
     finally:
         cleanup()
 

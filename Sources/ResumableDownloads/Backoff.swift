@@ -45,8 +45,10 @@ struct Backoff: Sendable, Hashable {
 struct ServerWaitSchedule: Sendable, Hashable {
     /// Delay before the first probe after the server stopped answering.
     var firstProbe: Duration = .milliseconds(100)
-    /// Spacing between probe starts once settled.
-    var interval: Duration = .milliseconds(500)
+    /// Spacing between probe starts once settled: 550 ms is 1.8 attempts a second, so with the
+    /// first quick ones an outage of 5 s or more costs the server at most two a second on
+    /// average, and a server that is back is noticed 0.28 s later on average (half the interval).
+    var interval: Duration = .milliseconds(550)
     /// After waiting this long, probe every `slowInterval`...
     var slowAfter: Duration = .seconds(120)
     var slowInterval: Duration = .seconds(1)
@@ -73,15 +75,18 @@ struct ServerWaitSchedule: Sendable, Hashable {
         return interval
     }
 
-    /// How long a probe may take to connect: one settled interval (a probe that has not connected
-    /// by the time the next is due is as good as lost, and its SYN would only be retransmitted
-    /// after a second anyway), but never less than four connect round trips seen on this host,
-    /// nor less than `floor` (2 s before any connection to the host succeeded, so a distant
-    /// server is not cut off before it could answer).
+    /// How long a probe may take to connect: the shortest jittered interval (a probe that has
+    /// not connected by the time the next is due is as good as lost, and its SYN would only be
+    /// retransmitted after a second anyway; ending it just before the next is due keeps probes of
+    /// a blackholed server on the interval rather than on interval + timeout slack), but never
+    /// less than four connect round trips seen on this host, nor less than 2 s before any
+    /// connection to the host succeeded (so a distant server is not cut off before it could
+    /// answer).
     func connectTimeout(waited: Duration, connectTime: Duration?) -> Duration {
         let settled = settledInterval(waited: waited)
         guard let connectTime else { return max(settled, .seconds(2)) }
-        return max(settled, connectTime * 4)
+        let beforeTheNext = Duration.microseconds(Int64(((settled / .microseconds(1)) * (1 - jitter)).rounded()))
+        return max(beforeTheNext, connectTime * 4)
     }
 }
 

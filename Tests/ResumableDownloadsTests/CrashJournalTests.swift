@@ -124,12 +124,15 @@ struct CrashJournalTests {
     }
 
     /// Journals that are not this download's: another download's, another entity's, garbage,
-    /// a symbolic link or a FIFO in its place. None makes us keep a byte past the checkpoint or
-    /// touch anything else; a planted link is removed, never written through.
+    /// a symbolic link, a hard link to a file elsewhere, a FIFO or a directory in its place. None
+    /// makes us keep a byte past the checkpoint or touch anything else; a planted link is
+    /// removed, never written through (a directory cannot be removed by unlink: the download
+    /// then runs with checkpoints only).
     @Test func hostileJournalsKeepOnlyTheCheckpoint() async throws {
         var generator = SplitMix(seed: 30)
         let content = Self.bytes(Self.block * 4, seed: 77)
-        for attack in ["another download", "another entity", "garbage", "symlink", "fifo", "oversized header"] {
+        for attack in ["another download", "another entity", "garbage", "symlink", "hard link", "fifo", "directory",
+                       "oversized header"] {
             let directory = try TemporaryDirectory()
             let mine = record(in: directory)
             let written = try await writeAndKill(content, checkpoint: Self.block, record: mine, directory: directory,
@@ -154,9 +157,17 @@ struct CrashJournalTests {
             case "symlink":
                 try FileManager.default.removeItem(atPath: journalPath)
                 try FileManager.default.createSymbolicLink(atPath: journalPath, withDestinationPath: outside)
+            case "hard link":
+                // A journal that is also a file outside the state directory: writing entries
+                // (or cutting the journal) through it would change that file.
+                try FileManager.default.removeItem(atPath: journalPath)
+                try FileManager.default.linkItem(atPath: outside, toPath: journalPath)
             case "fifo":
                 try FileManager.default.removeItem(atPath: journalPath)
                 #expect(mkfifo(journalPath, 0o600) == 0)
+            case "directory":
+                try FileManager.default.removeItem(atPath: journalPath)
+                try FileManager.default.createDirectory(atPath: journalPath, withIntermediateDirectories: false)
             default:
                 var header = BlockJournal.header(binding: BlockJournal.binding(for: written), blockShift: 40)
                 header += [UInt8](repeating: 0xff, count: 4096)
@@ -166,9 +177,20 @@ struct CrashJournalTests {
             #expect(file.writtenEnd == written.verifiedOffset, "\(attack)")
             #expect(difference(partial(directory), content[..<Int(written.verifiedOffset)]) == nil, "\(attack)")
             #expect(FileManager.default.contents(atPath: outside) == Data("keep me".utf8), "\(attack)")
-            let kind = try FileManager.default.attributesOfItem(atPath: journalPath)[.type] as? FileAttributeType
-            #expect(kind == .typeRegular, "\(attack): the journal is a file of ours again")
-            await file.close()
+            let attributes = try FileManager.default.attributesOfItem(atPath: journalPath)
+            let kind = attributes[.type] as? FileAttributeType
+            if attack == "directory" {
+                #expect(kind == .typeDirectory, "a directory is left alone")
+            } else {
+                #expect(kind == .typeRegular, "\(attack): the journal is a file of ours again")
+                #expect((attributes[.referenceCount] as? Int) == 1, "\(attack): the journal has one link")
+            }
+            // Finishing from the checkpoint still gives the whole file.
+            let kept = Int(file.writtenEnd)
+            content.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[kept...]), at: Int64(kept)) }
+            let url = try await file.complete(totalLength: Int64(content.count), expectedLength: nil)
+            #expect(difference([UInt8](FileManager.default.contents(atPath: url.path) ?? Data()), content[...]) == nil, "\(attack)")
+            #expect(FileManager.default.contents(atPath: outside) == Data("keep me".utf8), "\(attack)")
         }
     }
 
