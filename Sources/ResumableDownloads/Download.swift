@@ -190,10 +190,7 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         let (progress, streams, handler) = observers.withLock { observers in
             if resetRate { observers.rate = RateEstimator() }
             let rate = observers.rate.add(bytes: bytesReceived, at: ContinuousClock.now)
-            var eta: Duration?
-            if let totalBytes, rate > 0, totalBytes >= bytesReceived {
-                eta = .milliseconds(Int64(Double(totalBytes - bytesReceived) / rate * 1000))
-            }
+            let eta = totalBytes.flatMap { RateEstimator.timeRemaining(bytes: $0 - bytesReceived, bytesPerSecond: rate) }
             observers.progress = DownloadProgress(bytesReceived: bytesReceived, totalBytes: totalBytes,
                                                   bytesPerSecond: rate, estimatedTimeRemaining: eta)
             return (observers.progress, Array(observers.progressContinuations.values), observers.onProgress)
@@ -205,6 +202,17 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
 
 /// Exponentially smoothed bytes-per-second from (offset, time) samples.
 struct RateEstimator: Sendable {
+    /// The time `bytes` take at `bytesPerSecond`, or nil when that is unknown or meaningless: no
+    /// bytes left to count, or a rate under a byte a second. While a server is waited for, each
+    /// failed probe reports the same offset and the smoothed rate decays towards zero; after a
+    /// minute the quotient no longer fit an Int64 and the conversion trapped (SIGILL).
+    static func timeRemaining(bytes: Int64, bytesPerSecond: Double) -> Duration? {
+        guard bytes >= 0, bytesPerSecond >= 1, bytesPerSecond.isFinite else { return nil }
+        let seconds = Double(bytes) / bytesPerSecond
+        guard seconds < 1e9 else { return nil }
+        return .milliseconds(Int64(seconds * 1000))
+    }
+
     private var last: (bytes: Int64, time: ContinuousClock.Instant)?
     private var rate: Double = 0
 
