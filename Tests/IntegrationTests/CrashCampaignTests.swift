@@ -1,3 +1,4 @@
+import DownloadTestSupport
 import Foundation
 import Testing
 @testable import ResumableDownloads
@@ -23,7 +24,7 @@ struct CrashCampaignTests {
         let content = F.randomData(count: 12 << 20, seed: 42)
         try nginx.serve(content, at: "slow/big.iso")
         let url = nginx.url("slow/big.iso").absoluteString
-        var generator = SplitMixGenerator(seed: 2026)
+        var generator = SplitMix(seed: 2026)
         for trial in 0..<10 {
             let directory = try F.Directory("crash")
             let state = directory.file("state").path
@@ -79,7 +80,7 @@ struct CrashCampaignTests {
 
     /// Applies `damage` to what lies past the checkpoint at `from`.
     func damageFiles(_ damage: Damage, partial: String, journal: String?, from: Int,
-                     generator: inout SplitMixGenerator) throws {
+                     generator: inout SplitMix) throws {
         func zeroFill(_ path: String, from: Int) throws {
             let size = fileSize(path)
             guard size > from else { return }
@@ -101,15 +102,3 @@ struct CrashCampaignTests {
     }
 }
 
-/// Seeded, so a failing trial replays.
-struct SplitMixGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
