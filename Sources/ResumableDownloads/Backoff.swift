@@ -42,30 +42,53 @@ struct Backoff: Sendable, Hashable {
 /// failover), then at a steady, cheap pace that still notices the server's return within a
 /// fraction of a second, slowing down only after minutes. Shared by every download of a host, so
 /// the pace is per host, however many downloads wait.
+///
+/// A server that comes back at a random moment is seen at the next probe, so the wait after its
+/// return is half the spacing on average, whatever the schedule: the cheapest schedule for a given
+/// rate is an even one. So once settled, probes are exactly `interval` apart, and they are held to
+/// one per `interval` on average from the start of the wait, the attempt that failed and the quick
+/// first probe included: attempt number k of a wait starts no earlier than k intervals (plus a
+/// small random phase) after it began. With 500 ms that is at most two attempts a second over any
+/// wait, and a server that is back is noticed 0.25 s later on average.
 struct ServerWaitSchedule: Sendable, Hashable {
     /// Delay before the first probe after the server stopped answering.
     var firstProbe: Duration = .milliseconds(100)
-    /// Spacing between probe starts once settled: 550 ms is 1.8 attempts a second, so with the
-    /// first quick ones an outage of 5 s or more costs the server at most two a second on
-    /// average, and a server that is back is noticed 0.28 s later on average (half the interval).
-    var interval: Duration = .milliseconds(550)
+    /// Spacing between probe starts once settled, and the average spacing over the whole wait.
+    var interval: Duration = .milliseconds(500)
     /// After waiting this long, probe every `slowInterval`...
     var slowAfter: Duration = .seconds(120)
     var slowInterval: Duration = .seconds(1)
     /// ...and after this long, every `slowestInterval`.
     var slowestAfter: Duration = .seconds(600)
     var slowestInterval: Duration = .seconds(2)
-    /// Spread of each settled interval (0.1: 90-110 %), so many clients of one server do not probe
-    /// in lockstep; the mean spacing stays `interval`.
+    /// Spread, as a share of the interval: each wait's probes are offset by a random phase of up
+    /// to `jitter * interval` (0.1: 0-50 ms), and the slow intervals vary by ±`jitter`, so many
+    /// clients of one server do not probe in lockstep. A phase rather than a jittered spacing keeps
+    /// the settled probes evenly spaced, which is what keeps the average wait at half the interval.
     var jitter: Double = 0.1
 
     /// The spacing before the probe that follows `probesSoFar` probes, after `waited` of waiting;
-    /// `random` in 0...1.
+    /// `random` in 0...1. For the settled phase this is the spacing from the previous probe's
+    /// start; `due(attempt:phase:)` is the floor that keeps the average.
     func delay(afterProbes probesSoFar: Int, waited: Duration, random: Double) -> Duration {
         if probesSoFar == 0 { return firstProbe }
         let base = settledInterval(waited: waited)
+        guard base > interval else { return base }
         let factor = 1 - jitter + 2 * jitter * min(max(random, 0), 1)
         return .microseconds(Int64(((base / .microseconds(1)) * factor).rounded()))
+    }
+
+    /// How long after the start of a wait its attempt number `attempt` (1-based, the failed
+    /// attempt that began the wait being the first) may start at the earliest: `attempt`
+    /// intervals plus the wait's phase (`random` in 0...1, drawn once per wait), so that any
+    /// stretch from the start of the wait holds at most one attempt per interval on average.
+    func earliestStart(ofAttempt attempt: Int, random: Double) -> Duration {
+        interval * attempt + phase(random: random)
+    }
+
+    /// The wait's random phase: 0 to `jitter * interval`.
+    func phase(random: Double) -> Duration {
+        .microseconds(Int64(((interval / .microseconds(1)) * jitter * min(max(random, 0), 1)).rounded()))
     }
 
     /// The settled spacing after `waited` of waiting.
@@ -75,7 +98,7 @@ struct ServerWaitSchedule: Sendable, Hashable {
         return interval
     }
 
-    /// How long a probe may take to connect: the shortest jittered interval (a probe that has
+    /// How long a probe may take to connect: 90 % of the spacing (`1 - jitter`; a probe that has
     /// not connected by the time the next is due is as good as lost, and its SYN would only be
     /// retransmitted after a second anyway; ending it just before the next is due keeps probes of
     /// a blackholed server on the interval rather than on interval + timeout slack), but never

@@ -60,9 +60,10 @@ public actor DownloadAgent {
         /// Where diagnostics go; silent by default.
         public var logger: Logger
         /// Settled spacing of probes while a server does not answer on a working path (one probe
-        /// per host, the first after 100 ms; slower after minutes). These waits never spend the
-        /// failure budget; `maximumOutageWait` bounds them.
-        public var serverProbeInterval: Duration = .milliseconds(550)
+        /// per host, the first after 100 ms, then one per interval on average over the whole wait;
+        /// slower after minutes). These waits never spend the failure budget; `maximumOutageWait`
+        /// bounds them.
+        public var serverProbeInterval: Duration = .milliseconds(500)
         /// The shortest silence after which a receiving transfer is suspected of stalling and
         /// raced by a fresh connection (slower transfers get proportionally longer); a transfer
         /// silent for `stallTimeout` is aborted in any case.

@@ -26,6 +26,10 @@ struct ServerProbeScheduler: Sendable {
         var waiters: [UUID] = []
         var prober: UUID?
         var probes = 0
+        /// Attempts charged to this wait: the failed one that began it, then every probe.
+        var attempts = 1
+        /// Drawn once per wait (0...1): the phase of its settled probes.
+        var phase: Double
         var since: Instant
         var lastProbeAt: Instant?
         var armedGeneration: Int?
@@ -74,7 +78,7 @@ struct ServerProbeScheduler: Sendable {
     mutating func join(_ id: UUID, host: String, now: Instant, justProbed: Bool = false, random: Double = 0.5) -> [Action] {
         guard hostOf[id] == nil else { return [] }
         hostOf[id] = host
-        var entry = hosts[host] ?? Host(since: now)
+        var entry = hosts[host] ?? Host(phase: random, since: now)
         if justProbed, entry.probes == 0, entry.prober == nil, entry.armedGeneration == nil {
             entry.probes = 1
             entry.lastProbeAt = now
@@ -127,6 +131,7 @@ struct ServerProbeScheduler: Sendable {
         let prober = entry.waiters.removeFirst()
         entry.prober = prober
         entry.probes += 1
+        entry.attempts += 1
         entry.lastProbeAt = now
         hosts[host] = entry
         return [.grant(prober, connectTimeout: connectTimeout(for: host, now: now))]
@@ -138,9 +143,15 @@ struct ServerProbeScheduler: Sendable {
             return []
         }
         let delay = schedule.delay(afterProbes: entry.probes, waited: now - entry.since, random: random)
+        var due = (entry.lastProbeAt ?? now) + delay
+        if entry.probes > 0 {
+            // Never ahead of one attempt per interval since the wait began (the quick first probe
+            // is paid back by a longer gap after it).
+            due = max(due, entry.since + schedule.earliestStart(ofAttempt: entry.attempts + 1, random: entry.phase))
+        }
         // Spacing counts from the previous probe's start, so a probe that used up its connect
         // timeout is followed at once, and a refused one after the rest of the interval.
-        let due = max(now, (entry.lastProbeAt ?? now) + delay)
+        due = max(now, due)
         let generation = nextGeneration
         nextGeneration += 1
         entry.armedGeneration = generation

@@ -24,9 +24,11 @@ struct ServerProbeSchedulerTests {
         #expect(s.join(a, host: host, now: t0).isEmpty, "joining twice changes nothing")
         let grant = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(100))
         #expect(grant == [.grant(a, connectTimeout: .seconds(2))], "no connection seen yet: a generous timeout")
-        // Refused: the same download is first in line again, after the settled interval.
+        // Refused: the same download is first in line again. The failed attempt that began the
+        // wait and the quick probe were two attempts in 100 ms: the third waits for 1.5 s from the
+        // start (plus the wait's phase, 25 ms at random 0.5), keeping two a second on average.
         let next = s.report(a, host: host, reachable: false, now: t0 + .milliseconds(101), random: 0.5)
-        #expect(armed(next)?.at == t0 + .milliseconds(650))
+        #expect(armed(next)?.at == t0 + .milliseconds(1525))
         #expect(s.probes(of: host) == 1)
         #expect(s.waiters(of: host) == [a, b, c])
         // A stale timer does nothing.
@@ -57,8 +59,8 @@ struct ServerProbeSchedulerTests {
         _ = s.join(b, host: host, now: t0)
         _ = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(100))
         let next = s.leave(a, now: t0 + .milliseconds(200))
-        #expect(armed(next)?.at == t0 + .milliseconds(650))
-        #expect(s.timerFired(host: host, generation: armed(next)!.generation, now: t0 + .milliseconds(650))
+        #expect(armed(next)?.at == t0 + .milliseconds(1525))
+        #expect(s.timerFired(host: host, generation: armed(next)!.generation, now: t0 + .milliseconds(1525))
                 == [.grant(b, connectTimeout: .seconds(2))])
         // The last one leaves: the host is forgotten.
         #expect(s.leave(b, now: t0 + .seconds(1)).isEmpty)
@@ -82,13 +84,19 @@ struct ServerProbeSchedulerTests {
             generation = g
             now = at
         }
-        // Probe starts: 100 ms, then every 550 ms for two minutes, 1 s until ten minutes, then 2 s.
+        // Probe starts: 100 ms, then 1.5 s (the quick probe paid back) and every 500 ms for two
+        // minutes, 1 s until ten minutes, then 2 s.
         #expect(starts[0] == t0 + .milliseconds(100))
-        #expect(starts[1] - starts[0] == .milliseconds(550))
-        let early = starts.filter { $0 < t0 + .seconds(60) }.count
-        #expect(early == 109, "under two a second in the first minute, the quick first probe included: \(early)")
-        let firstFive = starts.filter { $0 < t0 + .seconds(5) }.count
-        #expect(firstFive <= 10, "at most two a second over a 5 s outage: \(firstFive)")
+        #expect(starts[1] == t0 + .milliseconds(1525))
+        #expect(starts[2] - starts[1] == .milliseconds(500))
+        #expect(starts[3] - starts[2] == .milliseconds(500))
+        // With the attempt that failed before the wait, at most two a second over any stretch
+        // from its start: a 5 s outage costs the server 10 attempts, a minute 120.
+        for seconds in [1, 2, 5, 10, 15, 30, 60, 90, 119] {
+            let attempts = 1 + starts.filter { $0 <= t0 + .seconds(seconds) }.count
+            #expect(attempts <= 2 * seconds, "\(attempts) attempts in the first \(seconds) s")
+            #expect(attempts >= 2 * seconds - 1, "as many as the budget allows: \(attempts) in \(seconds) s")
+        }
         let late = starts.filter { $0 >= t0 + .seconds(840) }.count
         #expect(late == 30, "one every two seconds after ten minutes: \(late)")
         #expect(starts.count < 2 * 120 + 480 + 150 + 10)
@@ -96,8 +104,16 @@ struct ServerProbeSchedulerTests {
 
     @Test func jitterSpreadsTheIntervalAroundItsMean() {
         let schedule = ServerWaitSchedule()
-        #expect(schedule.delay(afterProbes: 3, waited: .seconds(1), random: 0) == .milliseconds(495))
-        #expect(schedule.delay(afterProbes: 3, waited: .seconds(1), random: 1) == .milliseconds(605))
+        // Settled probes are evenly spaced (the mean wait after a server's return is half the
+        // spacing only for an even schedule); each wait gets a phase of 0-50 ms instead.
+        #expect(schedule.delay(afterProbes: 3, waited: .seconds(1), random: 0) == .milliseconds(500))
+        #expect(schedule.delay(afterProbes: 3, waited: .seconds(1), random: 1) == .milliseconds(500))
+        #expect(schedule.phase(random: 0) == .zero)
+        #expect(schedule.phase(random: 1) == .milliseconds(50))
+        #expect(schedule.earliestStart(ofAttempt: 3, random: 1) == .milliseconds(1550))
+        // The slow intervals after minutes vary by ±10 %.
+        #expect(schedule.delay(afterProbes: 300, waited: .seconds(130), random: 0) == .milliseconds(900))
+        #expect(schedule.delay(afterProbes: 300, waited: .seconds(700), random: 1) == .milliseconds(2200))
         #expect(schedule.delay(afterProbes: 0, waited: .zero, random: 1) == .milliseconds(100))
     }
 
@@ -105,14 +121,15 @@ struct ServerProbeSchedulerTests {
         var s = S(schedule: ServerWaitSchedule())
         #expect(s.connectTimeout(for: host, now: t0) == .seconds(2))
         s.recordConnectTime(.microseconds(200), host: host)
-        #expect(s.connectTimeout(for: host, now: t0) == .milliseconds(495), "a fast server: just before the next probe may be due")
+        #expect(s.connectTimeout(for: host, now: t0) == .milliseconds(450), "a fast server: just before the next probe is due")
         s.recordConnectTime(.milliseconds(400), host: "https://far:443")
         #expect(s.connectTimeout(for: "https://far:443", now: t0) == .milliseconds(1600), "a far one: four round trips")
     }
 
     @Test func aRetryThatJustFailedCountsAsTheFirstProbe() {
         var s = S(schedule: ServerWaitSchedule())
-        #expect(armed(s.join(a, host: host, now: t0, justProbed: true, random: 0.5))?.at == t0 + .milliseconds(550))
+        // The retry that failed is attempt one: the next (attempt two) after two intervals.
+        #expect(armed(s.join(a, host: host, now: t0, justProbed: true, random: 0.5))?.at == t0 + .milliseconds(1025))
         #expect(s.probes(of: host) == 1)
         // Someone already waiting: the host's schedule stands.
         var busy = S(schedule: ServerWaitSchedule())
