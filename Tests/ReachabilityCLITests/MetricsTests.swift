@@ -87,6 +87,34 @@ struct MetricsTests {
                                                      completed: 1, failed: 1, cancelled: 1))
     }
 
+    @Test func serverWaitsAreCountedAndTimedUntilTheNextEvent() {
+        let downloads = DownloadMetrics(startedAt: Self.start)
+        let a = UUID(), b = UUID(), c = UUID()
+        let refused = DownloadError.cannotConnectToHost
+        downloads.record(.resumed(at: 10), for: a, at: Self.start)
+        downloads.record(.waitingForServer(refused), for: a, at: Self.start + 10)
+        downloads.record(.waitingForServer(refused), for: a, at: Self.start + 11)   // the same wait
+        downloads.record(.waitingForServer(.timedOut), for: b, at: Self.start + 20)
+        downloads.record(.waitingForServer(refused), for: c, at: Self.start + 30)
+        #expect(downloads.waitingForServer == 3)
+        #expect(downloads.serverWaitSeconds(at: Self.start + 40) == 30 + 20 + 10, "open waits count up to now")
+        downloads.record(.resumed(at: 500), for: a, at: Self.start + 45)            // a probe got an answer
+        downloads.record(.waitingForConnectivity, for: b, at: Self.start + 50)      // now a path wait
+        downloads.record(.failed(.cancelled), for: c, at: Self.start + 25)          // the wall clock stepped back
+        #expect(downloads.waitingForServer == 0)
+        #expect(downloads.counters.serverWaits == 3)
+        #expect(downloads.counters.endedServerWaitSeconds == 35 + 30 + 0)
+        downloads.record(.waitingForServer(refused), for: a, at: Self.start + 100)  // a second outage
+        let families = downloads.families(counts: [:], at: Self.start + 102)
+        func value(_ name: String) -> Double? { families.first { $0.name == name }?.samples.first?.value }
+        #expect(value("reachability_downloads_waiting_for_server") == 1)
+        #expect(value("reachability_download_server_waits") == 4)
+        #expect(value("reachability_download_server_wait_seconds") == 67)
+        let text = MetricsText.render(families, format: .prometheus)
+        #expect(text.contains("# TYPE reachability_download_server_wait_seconds_total counter\nreachability_download_server_wait_seconds_total 67\n"), "\(text)")
+        #expect(text.contains("\nreachability_downloads_waiting_for_server 1\n"))
+    }
+
     @Test func gaugesDescribeThePath() throws {
         let families = Self.families()
         func values(_ name: String) -> [String: Double] {

@@ -118,7 +118,7 @@ actor AgentService {
 
     /// Every metric family: the path's, then the downloads'.
     func metricFamilies() async -> [MetricFamily] {
-        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: await stateCounts())
+        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: await stateCounts(), at: environment.now())
     }
 
     /// The metrics as text.
@@ -270,7 +270,7 @@ actor AgentService {
             for await event in download.events {
                 index += 1
                 guard index > skipping, let self else { continue }
-                metrics.record(event, for: download.id)
+                metrics.record(event, for: download.id, at: now())
                 let path = event == .waitingForConnectivity ? await self.currentPath : nil
                 emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
                 await self.downloadEventArrived(download, event)

@@ -20,12 +20,22 @@ final class DownloadMetrics: Sendable {
         var completed = 0
         var failed = 0
         var cancelled = 0
+        /// `waitingForServer` events: a download began waiting for a server that did not answer on
+        /// a working path (one per outage, however many probes it took).
+        var serverWaits = 0
+        /// Seconds spent in server waits that have ended (`serverWaitSeconds(at:)` adds the open ones).
+        var endedServerWaitSeconds: Double = 0
     }
 
     private struct State {
         var counters = Counters()
         /// The last progress offset seen per download, so only growth is counted.
         var offsets: [UUID: Int64] = [:]
+        /// When each download now waiting for a server began to; its next event ends the wait
+        /// (`resumed` when a probe got an answer, or `retrying`, `waitingForConnectivity`,
+        /// `paused`, `failed`...). The state stays `running` meanwhile, so this is the only place a
+        /// fleet sees such waits.
+        var serverWaitsSince: [UUID: Date] = [:]
     }
 
     private let state = Mutex(State())
@@ -37,6 +47,17 @@ final class DownloadMetrics: Sendable {
     }
 
     var counters: Counters { state.withLock { $0.counters } }
+
+    /// Downloads waiting for a server now.
+    var waitingForServer: Int { state.withLock { $0.serverWaitsSince.count } }
+
+    /// Seconds spent waiting for servers since start, the waits still open counted up to `now`
+    /// (a wall clock stepped back never makes a wait negative).
+    func serverWaitSeconds(at now: Date) -> Double {
+        state.withLock { state in
+            state.serverWaitsSince.values.reduce(state.counters.endedServerWaitSeconds) { $0 + max(0, now.timeIntervalSince($1)) }
+        }
+    }
 
     /// Starts following a download whose stored bytes are `offset` (not counted as received).
     func follow(_ id: UUID, offset: Int64) {
@@ -55,9 +76,17 @@ final class DownloadMetrics: Sendable {
         }
     }
 
-    /// A download event.
-    func record(_ event: DownloadEvent, for id: UUID) {
+    /// A download event, at `now`.
+    func record(_ event: DownloadEvent, for id: UUID, at now: Date = Date()) {
         state.withLock { state in
+            if case .waitingForServer = event {
+                if state.serverWaitsSince[id] == nil {
+                    state.serverWaitsSince[id] = now
+                    state.counters.serverWaits += 1
+                }
+            } else if let since = state.serverWaitsSince.removeValue(forKey: id) {
+                state.counters.endedServerWaitSeconds += max(0, now.timeIntervalSince(since))
+            }
             switch event {
             case .retrying: state.counters.retries += 1
             case .restartedFromZero: state.counters.restartsFromZero += 1
@@ -72,9 +101,12 @@ final class DownloadMetrics: Sendable {
     /// Every state name `queue list` uses, in exposition order.
     static let stateNames = ["queued", "running", "waitingForConnectivity", "paused", "completed", "failed"]
 
-    /// The download families; `counts` holds downloads per state name (as `agent status` reports).
-    func families(counts: [String: Int]) -> [MetricFamily] {
+    /// The download families at `now`; `counts` holds downloads per state name (as `agent status`
+    /// reports).
+    func families(counts: [String: Int], at now: Date = Date()) -> [MetricFamily] {
         let counters = counters
+        let waiting = waitingForServer
+        let waitSeconds = serverWaitSeconds(at: now)
         return [
             MetricFamily("reachability_downloads", .gauge,
                          help: "Downloads the agent knows, by state (every state listed, 0 included).",
@@ -95,6 +127,15 @@ final class DownloadMetrics: Sendable {
                             MetricSample(Double(counters.failed), labels: [("result", "failed")]),
                             MetricSample(Double(counters.cancelled), labels: [("result", "cancelled")]),
                          ]),
+            MetricFamily("reachability_downloads_waiting_for_server", .gauge,
+                         help: "Downloads waiting for a server that does not answer on a working path (counted as running in reachability_downloads).",
+                         value: Double(waiting)),
+            MetricFamily("reachability_download_server_waits", .counter,
+                         help: "Times a download began waiting for a server that did not answer on a working path (the 'waitingForServer' event) since start.",
+                         created: startedAt, value: Double(counters.serverWaits)),
+            MetricFamily("reachability_download_server_wait_seconds", .counter, unit: "seconds",
+                         help: "Seconds downloads spent waiting for servers since start, summed over downloads (open waits counted up to now).",
+                         created: startedAt, value: waitSeconds),
         ]
     }
 }
