@@ -357,7 +357,9 @@ def main():
         runs = 1 if scenario in ("long", "switch") else args.runs
         for _ in range(runs):
             phase = rng.uniform(0.1, 0.8)
-            seconds = {"long": args.long_outage, "switch": 0}.get(scenario, round(rng.uniform(low, high), 1))
+            # Millisecond resolution: a tool that retries on a fixed grid (every 0.5 s, every 1 s)
+            # from the start of the outage would otherwise see the restore at a few phases only.
+            seconds = {"long": args.long_outage, "switch": 0}.get(scenario, round(rng.uniform(low, high), 3))
             cases.append((scenario, phase, seconds))
     content = os.urandom(args.size_mib << 20)
     digest = hashlib.sha256(content).hexdigest()
@@ -372,7 +374,7 @@ def main():
             print(f"# {case} {tool}: run failed: {error}", file=sys.stderr, flush=True)
             return
         results.append(result)
-        print(f"# {case[0]:>9} {case[2]:>5}s phase {case[1]:.2f} {tool:<12} ok={result['ok']} "
+        print(f"# {case[0]:>9} {case[2]:>7.3f}s phase {case[1]:.2f} {tool:<12} ok={result['ok']} "
               f"resume={fmt(result['resume'])} reconnect={fmt(result['reconnect'], 3)} "
               f"attempts={result['attempts']} ({result['rate']:.2f}/s) total={result['total']:.1f}s",
               file=sys.stderr, flush=True)
