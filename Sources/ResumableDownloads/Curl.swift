@@ -77,6 +77,8 @@ struct CurlRequestOptions {
     var maximumBytesPerSecond: Int64?
     var verifiesCertificates = true
     var proxy: String?
+    /// Only connect (TCP, the proxy, TLS), send no request: the handle ends once connected.
+    var connectsOnly = false
 }
 
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
@@ -113,6 +115,7 @@ final class CurlEasy {
             setLong(CURLOPT_FRESH_CONNECT, 1)
             setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
         }
+        if options.connectsOnly { setLong(CURLOPT_CONNECT_ONLY, 1) }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
         if let authorities = options.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
         if !options.verifiesCertificates {
@@ -159,6 +162,15 @@ final class CurlEasy {
         var code = 0
         _ = ccurl_easy_getinfo_long(api, handle, CURLINFO_RESPONSE_CODE, &code)
         return code
+    }
+
+    /// How long it took until the request could be sent (connected, TLS done), once it could.
+    var requestSendableAfter: Duration? {
+        var microseconds: curl_off_t = 0
+        guard ccurl_easy_getinfo_off_t(api, handle, CURLINFO_PRETRANSFER_TIME_T, &microseconds) == CURLE_OK, microseconds > 0 else {
+            return nil
+        }
+        return .microseconds(Int64(microseconds))
     }
 
     /// How long the TCP (and proxy) connection took to set up, once connected.

@@ -18,9 +18,10 @@ import FoundationEssentials
 /// - Restarts from zero (a 200 to a range, a changed entity, an overlap that differs) are
 ///   bounded by `maximumRestarts` and backed off; every attempt start goes through a token
 ///   bucket, so no server behaviour causes a request storm.
-/// - A transfer suspected of stalling (the engine saw no byte for a while) is raced by a fresh
-///   connection; when the racer cannot even connect, the server is gone: the transfer is ended
-///   and the server waited for.
+/// - A transfer suspected of stalling (the engine saw no byte for a while, or no answer to its
+///   request) is raced by a fresh connection (before an answer, one that only connects); when
+///   the racer cannot even connect, the server is gone: the transfer is ended and the server
+///   waited for.
 struct DownloadStateMachine: Sendable {
     typealias Instant = ContinuousClock.Instant
 
@@ -323,8 +324,10 @@ struct DownloadStateMachine: Sendable {
             return actions
 
         case .stallSuspected(let id):
+            // Before the response started, the engine's race is a connection check (a request
+            // sent into a server that went away would otherwise wait for the stall timeout).
             guard case .transferring(var attempt) = phase, attempt.id == id, attempt.stop == nil,
-                  attempt.race == .idle, attempt.sawResponse, path.isUsable else { return [] }
+                  attempt.race == .idle, path.isUsable else { return [] }
             attempt.race = .running
             phase = .transferring(attempt)
             return [.race]

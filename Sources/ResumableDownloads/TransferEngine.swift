@@ -241,14 +241,29 @@ final class TransferEngine: @unchecked Sendable {
     /// stops dead after a fast burst is noticed only seconds late. This watchdog suspects a
     /// transfer whose response has started but which received nothing for its `StallDetector`
     /// interval (reported once per silence, so the owner can race it), and aborts it after
-    /// `stallTimeout` (time paused by our own backpressure does not count); LOW_SPEED stays as
-    /// the backstop for the connect phase. Returns how long the engine may sleep, in milliseconds.
+    /// `stallTimeout` (time paused by our own backpressure does not count). A request that got no
+    /// answer within the shortest suspicion (`stallSuspicion`, about a second) after it could be
+    /// sent is suspected too (once): the owner's race is then a connection check, which tells a
+    /// server that is gone from one that is slow to answer. LOW_SPEED stays as the backstop for
+    /// the connect phase and for a server that accepts but never answers. Returns how long the
+    /// engine may sleep, in milliseconds.
     private func watchStalls() -> Int {
         let now = ContinuousClock.now
         var sleep: Duration = .milliseconds(250)
         for (id, transfer) in transfers {
             let context = transfer.primary
-            guard context.hasResponse, !context.isPausedForBackpressure else { continue }
+            if !context.hasResponse {
+                guard !transfer.isSuspected, transfer.racer == nil, let sendable = context.easy?.requestSendableAfter else { continue }
+                let deadline = transfer.startedAt + sendable + transfer.request.settings.stallSuspicion
+                if now >= deadline {
+                    transfer.isSuspected = true
+                    transfer.callbacks.events(.stallSuspected)
+                } else {
+                    sleep = min(sleep, deadline - now)
+                }
+                continue
+            }
+            guard !context.isPausedForBackpressure else { continue }
             if now - context.lastActivity > transfer.stallTimeout {
                 let seconds = Double(transfer.stallTimeout.milliseconds) / 1000
                 finish(id, forcedResult: .transport(.networkConnectionLost.with(
@@ -293,7 +308,8 @@ final class TransferEngine: @unchecked Sendable {
     }
 
     private func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
-                          connectTimeout: Duration, freshConnection: Bool, context: TransferContext) -> CurlEasy? {
+                          connectTimeout: Duration, freshConnection: Bool, connectsOnly: Bool = false,
+                          context: TransferContext) -> CurlEasy? {
         let settings = request.settings
         let options = CurlRequestOptions(
             url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange, ifRange: ifRange,
@@ -306,7 +322,7 @@ final class TransferEngine: @unchecked Sendable {
             receiveBufferSize: settings.receiveBufferSize, userAgent: settings.userAgent,
             certificateAuthorityFile: settings.certificateAuthorityFile,
             additionalHeaders: settings.additionalHeaders, maximumBytesPerSecond: settings.maximumBytesPerSecond,
-            verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy)
+            verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy, connectsOnly: connectsOnly)
         guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else { return nil }
         guard multi.add(easy) else {
             easy.cleanup()
@@ -318,9 +334,24 @@ final class TransferEngine: @unchecked Sendable {
     // MARK: races
 
     /// Opens the racer: the rest from the offset the transfer reached, If-Range its validator.
+    /// Before the primary has an answer there is nothing to continue: the racer then only
+    /// connects, to tell whether the server is still there.
     private func startRace(_ id: UInt64, connectTimeout: Duration) {
         guard let transfer = transfers[id], transfer.racer == nil else { return }
         let primary = transfer.primary
+        if !primary.hasResponse {
+            let check = TransferContext(transfer: transfer, role: .connectionCheck, machine: primary.machine)
+            guard let easy = makeEasy(transfer.request, rangeStart: 0, sendsRange: false, ifRange: nil,
+                                      connectTimeout: connectTimeout, freshConnection: true, connectsOnly: true,
+                                      context: check) else {
+                transfer.callbacks.events(.raceEnded(.racerFailed(.failed(.invalidRequest))))
+                return
+            }
+            check.easy = easy
+            transfer.racer = check
+            handles[easy.handle] = check
+            return
+        }
         guard let acceptance = primary.machine.acceptance, let offset = primary.machine.nextOffset, offset > 0,
               offset >= acceptance.verifyUntil ?? 0,
               let validator = acceptance.entityTag ?? acceptance.lastModified else {
@@ -368,9 +399,11 @@ final class TransferEngine: @unchecked Sendable {
             transfer.stall.restart(at: .now)
             transfer.callbacks.events(.raceEnded(.racerWon))
         case .originalWon:
+            let wasCheck = transfer.racer?.role == .connectionCheck
             if let racer = transfer.racer { drop(racer) }
             transfer.racer = nil
-            transfer.stall.falseAlarm()
+            // A connection check raced the wait for an answer, not the body's pace.
+            if !wasCheck { transfer.stall.falseAlarm() }
             transfer.callbacks.events(.raceEnded(.originalWon))
         }
     }
@@ -386,6 +419,20 @@ final class TransferEngine: @unchecked Sendable {
             drop(context)
         } else if context === transfer.primary {
             finish(transfer.id, forcedResult: nil, failure: failure, detail: detail)
+        } else if context === transfer.racer, context.role == .connectionCheck {
+            // Connected: the server is there, only slow to answer (the primary waits on, up to the
+            // stall timeout); not connected: it is gone, and so is the primary's request.
+            let info = context.easy?.info()
+            drop(context)
+            transfer.racer = nil
+            if let failure {
+                let error = TransferErrorMapping.error(
+                    for: failure, osErrno: info?.osErrno ?? 0, didConnect: info?.didConnect ?? false, detail: detail,
+                    proxy: ProxyEnvironment.proxy(for: transfer.request.url, explicit: transfer.request.settings.proxy))
+                transfer.callbacks.events(.raceEnded(.racerFailed(.transport(error))))
+            } else {
+                transfer.callbacks.events(.raceEnded(.originalWon))
+            }
         } else if context === transfer.racer {
             // The racer ended before it delivered a byte: it failed.
             let result = context.result(failure: failure, detail: detail)
@@ -456,6 +503,8 @@ final class Transfer {
     var raceDecision: RaceDecision?
     /// Whether the current silence was already reported.
     var isSuspected = false
+    /// When the attempt started (libcurl's timings count from about then).
+    let startedAt = ContinuousClock.now
     /// Body bytes accepted during this attempt, over every connection.
     var bytesReceived: Int64 = 0
     var stallTimeout: Duration { request.settings.stallTimeout }
@@ -479,6 +528,8 @@ final class TransferContext {
         case primary
         /// Races the primary from `startOffset`; holds its bytes back until it wins.
         case racer(startOffset: Int64)
+        /// Only connects, while the primary waits for an answer: is the server still there?
+        case connectionCheck
     }
 
     unowned let transfer: Transfer
@@ -521,6 +572,11 @@ final class TransferContext {
         if isDiscarded { return false }
         if !hasResponse, role == .primary {
             transfer.callbacks.events(.responseStarted(connectTime: easy?.connectTime))
+            if transfer.racer?.role == .connectionCheck, transfer.raceDecision == nil {
+                // The answer came while a check was connecting: it is moot.
+                transfer.raceDecision = .originalWon
+                transfer.racer?.isDiscarded = true
+            }
         }
         hasResponse = true
         lastActivity = .now
@@ -548,6 +604,7 @@ final class TransferContext {
     private func begin(_ acceptance: ResponseStateMachine.Acceptance) {
         isReceivingBody = true
         transfer.stall.restart(at: .now)
+        transfer.isSuspected = false   // a silence before the answer was another one
         file.begin(acceptance)
         if acceptance.restartsFromZero {
             transfer.callbacks.events(.restartedFromZero(

@@ -72,4 +72,26 @@ struct DownloadRaceTests {
         #expect(server.requests.count == 2, "a race was started")
         #expect(elapsed < .seconds(6), "finished on the old connection, before the racer answered: \(elapsed)")
     }
+
+    @Test func aServerSlowToAnswerIsCheckedAndWaitedFor() async throws {
+        // No answer for 1.5 s (five suspicions): the request is suspected, a bare connection shows
+        // the server is there, and the request waits on. The check sends no request.
+        let server = try Server { request, _ in
+            var reply = Reply.honest(request, content: Self.content, etag: Self.etag)
+            reply.headDelay = .milliseconds(1500)
+            return reply
+        }
+        defer { server.stop() }
+        let directory = try F.Directory()
+        let agent = try agent(directory)
+        let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
+                                                options: .init(expectedSHA256: F.sha256(Self.content)))
+        let log = F.EventLog(download)
+        _ = try await F.finish(download, log: log, timeout: .seconds(20))
+        await agent.shutdown()
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        #expect(server.requests.count == 1, "\(server.requests.map(\.headers))")
+        #expect(server.connections >= 2, "the answer was waited for with a connection check: \(server.connections)")
+        #expect(!log.all.contains { if case .waitingForServer = $0 { true } else { false } }, "\(log.all)")
+    }
 }

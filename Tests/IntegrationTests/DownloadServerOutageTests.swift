@@ -76,6 +76,36 @@ struct DownloadServerOutageTests {
         await Self.expectComplete(net, cli, contents)
     }
 
+    @Test("the server goes silent after taking the request: the unanswered request is checked, the server waited for")
+    func serverSilentAfterTheRequest() async throws {
+        let (net, contents) = try Self.lab(seed: 37)
+        defer { net.close() }
+        // Whatever the server sends with a payload is lost (the handshake still completes): the
+        // request gets in, its answer never comes back.
+        let silent = ["OUTPUT", "-p", "tcp", "--sport", "80", "-m", "length", "--length", "100:65535", "-j", "DROP"]
+        let unreachable = ["INPUT", "-p", "tcp", "--dport", "80", "--syn", "-j", "DROP"]
+        try net.serverIptables(["-A"] + silent)
+        let base = net.connectionAttempts
+        // The stall timeout (libcurl's LOW_SPEED backstop) far away: only the check can help.
+        let cli = try net.download(names: ["file.bin"], environment: ["REACHABILITY_DOWNLOAD_STALL_TIMEOUT": "30"])
+        #expect(await Self.waitForAttempts(net, 1, since: base), "\(cli.transcript)")
+        // Connected and asking: from now on new connections get nowhere either.
+        try net.serverIptables(["-A"] + unreachable)
+        let cut = ContinuousClock.now
+        // No answer for about a second: a bare connection cannot reach the server (its 2 s
+        // connect timeout: no connection to this host has succeeded yet), so the request is
+        // abandoned and the server waited for, instead of after 30 s.
+        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(15)), "\(cli.transcript)")
+        let noticed = ContinuousClock.now - cut
+        #expect(noticed < .seconds(6), "noticed after \(noticed)\n\(cli.transcript)")
+        #expect(await Self.waitForAttempts(net, 4, since: base), "\(cli.transcript)")
+        let attempts = net.connectionAttempts - base
+        try net.serverIptables(["-D"] + unreachable)
+        try net.serverIptables(["-D"] + silent)
+        Self.expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript)
+        await Self.expectComplete(net, cli, contents)
+    }
+
     @Test("server resets every packet (server-side REJECT tcp-reset): reset, refused, waited out cheaply")
     func serverResets() async throws {
         let (net, contents) = try Self.lab(seed: 32)

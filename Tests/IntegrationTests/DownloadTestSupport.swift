@@ -320,6 +320,7 @@ final class DownloadTestHTTPServer: Sendable {
     private let listener: Int32
     private let log = Mutex<[Request]>([])
     private let isStopped = Atomic<Bool>(false)
+    private let accepted = Atomic<Int>(0)
 
     /// `handler` gets each request and its zero-based index.
     init(handler: @escaping @Sendable (Request, Int) -> Reply) throws {
@@ -344,6 +345,8 @@ final class DownloadTestHTTPServer: Sendable {
     }
 
     var requests: [Request] { log.withLock { $0 } }
+    /// Connections accepted, with or without a request.
+    var connections: Int { accepted.load(ordering: .relaxed) }
 
     func url(_ path: String = "file") -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
 
@@ -362,6 +365,7 @@ final class DownloadTestHTTPServer: Sendable {
                 if errno == EINTR { continue }
                 return
             }
+            accepted.add(1, ordering: .relaxed)
             let thread = Thread { [self] in serve(client, handler) }
             thread.start()
         }

@@ -475,7 +475,6 @@ struct DownloadStateMachineTests {
     @Test func aSuspectedStallIsRacedOnceAndARacerThatCannotConnectEndsTheTransfer() {
         var h = Harness()
         h.send(.start(Self.half, Self.usable))
-        #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "no race before the response started")
         h.send(.responseStarted(attempt: 1))
         #expect(h.send(.stallSuspected(attempt: 1)) == [.race])
         #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one race at a time")
@@ -484,6 +483,28 @@ struct DownloadStateMachineTests {
         let ended = h.end(.aborted(.recovery), file: .init(storedBytes: 900))
         #expect(ended == [.update(.running, .waitingForServer(.timedOut)), .joinServerWait(justProbed: false)])
         #expect(h.machine.consecutiveFailures == 0)
+    }
+
+    @Test func aRequestWithoutAnAnswerIsCheckedAndAFailedCheckWaitsForTheServer() {
+        // No answer yet: the engine's race is a connection check. It cannot connect: the server
+        // went away after the request was sent, so the request is abandoned at once.
+        var h = Harness()
+        h.send(.start(Self.half, Self.usable))
+        #expect(h.send(.stallSuspected(attempt: 1)) == [.race])
+        #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one check at a time")
+        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.cannotConnectToHost)))) == [.abortAttempt(.recovery)])
+        let ended = h.end(.aborted(.recovery))
+        #expect(ended == [.update(.running, .waitingForServer(.cannotConnectToHost)), .joinServerWait(justProbed: false)])
+        #expect(h.machine.consecutiveFailures == 0, "waiting for a server spends no budget")
+
+        // It connects: the server is there and slow; the request waits on, and the body may be
+        // raced later.
+        var slow = Harness()
+        slow.send(.start(Self.half, Self.usable))
+        #expect(slow.send(.stallSuspected(attempt: 1)) == [.race])
+        #expect(slow.send(.raceEnded(attempt: 1, .originalWon)).isEmpty)
+        slow.send(.responseStarted(attempt: 1))
+        #expect(slow.send(.stallSuspected(attempt: 1)) == [.race])
     }
 
     @Test func raceOutcomesThatKeepTheTransfer() {
