@@ -45,7 +45,14 @@ let package = Package(
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
+        // Release builds link with GNU ld and pack the ~40,000 relative relocations of a static-stdlib
+        // PIE into DT_RELR (glibc >= 2.36): the dynamic loader then touches 8 KiB of relocations
+        // at start instead of 0.9 MiB, about 1 MiB less resident memory for every command. (gold,
+        // the toolchain's default, cannot pack them; lld can, but resolves the stdlib archives'
+        // duplicate specialisations from Foundation proper and links in CoreFoundation and ICU.)
+        .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"],
+                          linkerSettings: [.unsafeFlags(["-use-ld=bfd", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"],
+                                                        .when(platforms: [.linux], configuration: .release))]),
         .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.

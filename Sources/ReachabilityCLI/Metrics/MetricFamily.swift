@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One metric family (OpenMetrics' MetricFamily): a name, a type, help and its samples.
 ///
@@ -122,8 +122,18 @@ enum MetricsText {
     /// HELP text: OpenMetrics escapes `\`, `"` and line feeds there; the Prometheus format only
     /// `\` and line feeds (its parser would keep `\"` as two characters).
     static func escapeHelp(_ help: String, format: MetricsFormat) -> String {
-        var escaped = help.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\n", with: "\\n")
-        if format == .openMetrics { escaped = escaped.replacingOccurrences(of: "\"", with: "\\\"") }
+        // By hand, not `replacingOccurrences`: that one is Foundation proper's (NSString), and one
+        // call to it links CoreFoundation, ICU and their load-time initialiser into every command.
+        var escaped = ""
+        escaped.reserveCapacity(help.utf8.count)
+        for character in help.unicodeScalars {
+            switch character {
+            case "\\": escaped += "\\\\"
+            case "\n": escaped += "\\n"
+            case "\"" where format == .openMetrics: escaped += "\\\""
+            default: escaped.unicodeScalars.append(character)
+            }
+        }
         return escaped
     }
 
