@@ -1,5 +1,23 @@
 // swift-tools-version:6.0
 import PackageDescription
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Packed relative relocations (DT_RELR) need glibc >= 2.36 where the binary runs; the manifest
+/// runs on the machine that builds, so it asks that machine's glibc.
+let linkerPacksRelativeRelocations: Bool = {
+    #if canImport(Glibc)
+    var text = [CChar](repeating: 0, count: 64)   // "glibc 2.36"
+    guard confstr(Int32(_CS_GNU_LIBC_VERSION), &text, text.count) > 0 else { return false }
+    let bytes = text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }
+    let version = String(decoding: bytes, as: UTF8.self).split(separator: " ").last?
+        .split(separator: ".").compactMap { Int($0) } ?? []
+    return version.count >= 2 && (version[0], version[1]) >= (2, 36)
+    #else
+    return false
+    #endif
+}()
 
 let package = Package(
     name: "reachability",
@@ -45,7 +63,16 @@ let package = Package(
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"]),
+        // Release builds link with GNU ld and pack the ~40,000 relative relocations of a static-stdlib
+        // PIE into DT_RELR (when glibc >= 2.36, see above): the dynamic loader then touches 8 KiB of relocations
+        // at start instead of 0.9 MiB, about 1 MiB less resident memory for every command. (gold,
+        // the toolchain's default, cannot pack them; lld can, but resolves the stdlib archives'
+        // duplicate specialisations from Foundation proper and links in CoreFoundation and ICU.)
+        .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"],
+                          linkerSettings: linkerPacksRelativeRelocations
+                              ? [.unsafeFlags(["-use-ld=bfd", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"],
+                                              .when(platforms: [.linux], configuration: .release))]
+                              : []),
         .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.

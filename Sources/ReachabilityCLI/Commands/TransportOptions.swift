@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import ResumableDownloads
 
 /// `--limit-rate`, `--cacert` and `--proxy`: how transfers reach servers. `download` takes them

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One metric family (OpenMetrics' MetricFamily): a name, a type, help and its samples.
 ///
@@ -106,24 +106,29 @@ enum MetricsText {
     /// A label value between double quotes: backslash, double quote and line feed escaped, as
     /// both text formats require (everything else is literal UTF-8).
     static func escapeLabelValue(_ value: String) -> String {
-        var escaped = ""
-        escaped.reserveCapacity(value.utf8.count)
-        for character in value.unicodeScalars {
-            switch character {
-            case "\\": escaped += "\\\\"
-            case "\"": escaped += "\\\""
-            case "\n": escaped += "\\n"
-            default: escaped.unicodeScalars.append(character)
-            }
-        }
-        return escaped
+        escape(value, quotes: true)
     }
 
     /// HELP text: OpenMetrics escapes `\`, `"` and line feeds there; the Prometheus format only
     /// `\` and line feeds (its parser would keep `\"` as two characters).
     static func escapeHelp(_ help: String, format: MetricsFormat) -> String {
-        var escaped = help.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\n", with: "\\n")
-        if format == .openMetrics { escaped = escaped.replacingOccurrences(of: "\"", with: "\\\"") }
+        escape(help, quotes: format == .openMetrics)
+    }
+
+    /// Backslash and line feed escaped, double quotes too when `quotes`. By hand, not with
+    /// `replacingOccurrences`: that is Foundation proper's (NSString), and one call to it links
+    /// CoreFoundation, ICU and their load-time initialiser into every command.
+    private static func escape(_ text: String, quotes: Bool) -> String {
+        var escaped = ""
+        escaped.reserveCapacity(text.utf8.count)
+        for character in text.unicodeScalars {
+            switch character {
+            case "\\": escaped += "\\\\"
+            case "\n": escaped += "\\n"
+            case "\"" where quotes: escaped += "\\\""
+            default: escaped.unicodeScalars.append(character)
+            }
+        }
         return escaped
     }
 

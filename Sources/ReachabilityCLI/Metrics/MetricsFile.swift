@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import LinuxSystem
 
 /// `--metrics-file PATH`: replaced whole on every write, the way node_exporter's textfile

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// `--metrics-file` and `--metrics-interval`, shared by `watch` and `agent`.
 struct MetricsOptions: Sendable, Equatable {
