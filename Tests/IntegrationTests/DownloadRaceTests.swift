@@ -23,12 +23,9 @@ struct DownloadRaceTests {
         })
     }
 
-    @Test func aFreshConnectionWinsAgainstASilentOne() async throws {
-        let server = try Server { request, index in
-            index == 0 ? Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content, stallAfter: Self.half)
-                       : .honest(request, content: Self.content, etag: Self.etag)
-        }
-        defer { server.stop() }
+    /// Downloads `content` from `server` with such an agent to completion, checks the file's
+    /// SHA-256, and returns the download's events and how long it took.
+    func fetch(from server: Server) async throws -> (log: F.EventLog, elapsed: Duration) {
         let directory = try F.Directory()
         let agent = try agent(directory)
         let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
@@ -36,9 +33,20 @@ struct DownloadRaceTests {
         let log = F.EventLog(download)
         let started = ContinuousClock.now
         _ = try await F.finish(download, log: log, timeout: .seconds(20))
-        #expect(ContinuousClock.now - started < .seconds(10))
+        let elapsed = ContinuousClock.now - started
         await agent.shutdown()
         #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        return (log, elapsed)
+    }
+
+    @Test func aFreshConnectionWinsAgainstASilentOne() async throws {
+        let server = try Server { request, index in
+            index == 0 ? Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content, stallAfter: Self.half)
+                       : .honest(request, content: Self.content, etag: Self.etag)
+        }
+        defer { server.stop() }
+        let (log, elapsed) = try await fetch(from: server)
+        #expect(elapsed < .seconds(10))
         // One race: the racer asked for exactly the rest of the same entity, within the attempt.
         #expect(server.requests.count == 2, "\(server.requests.map(\.headers))")
         #expect(server.requests[1].rangeStart == Int64(Self.half))
@@ -60,15 +68,7 @@ struct DownloadRaceTests {
             return reply
         }
         defer { server.stop() }
-        let directory = try F.Directory()
-        let agent = try agent(directory)
-        let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
-                                                options: .init(expectedSHA256: F.sha256(Self.content)))
-        let started = ContinuousClock.now
-        _ = try await F.finish(download, timeout: .seconds(20))
-        let elapsed = ContinuousClock.now - started
-        await agent.shutdown()
-        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        let (_, elapsed) = try await fetch(from: server)
         #expect(server.requests.count == 2, "a race was started")
         #expect(elapsed < .seconds(6), "finished on the old connection, before the racer answered: \(elapsed)")
     }
@@ -82,14 +82,7 @@ struct DownloadRaceTests {
             return reply
         }
         defer { server.stop() }
-        let directory = try F.Directory()
-        let agent = try agent(directory)
-        let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
-                                                options: .init(expectedSHA256: F.sha256(Self.content)))
-        let log = F.EventLog(download)
-        _ = try await F.finish(download, log: log, timeout: .seconds(20))
-        await agent.shutdown()
-        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
+        let (log, _) = try await fetch(from: server)
         #expect(server.requests.count == 1, "\(server.requests.map(\.headers))")
         #expect(server.connections >= 2, "the answer was waited for with a connection check: \(server.connections)")
         #expect(!log.all.contains { if case .waitingForServer = $0 { true } else { false } }, "\(log.all)")
