@@ -23,6 +23,13 @@ struct DownloadRaceTests {
         })
     }
 
+    /// An honest answer for `content`, its head sent only after `delay`.
+    static func honest(_ request: Server.Request, answeringAfter delay: Duration) -> Reply {
+        var reply = Reply.honest(request, content: content, etag: etag)
+        reply.headDelay = delay
+        return reply
+    }
+
     /// Downloads `content` from `server` with such an agent to completion, checks the file's
     /// SHA-256, and returns the download's events and how long it took.
     func fetch(from server: Server) async throws -> (log: F.EventLog, elapsed: Duration) {
@@ -63,9 +70,7 @@ struct DownloadRaceTests {
                 return reply
             }
             // The racer's server is slower still: the old connection speaks first.
-            var reply = Reply.honest(request, content: Self.content, etag: Self.etag)
-            reply.headDelay = .seconds(6)
-            return reply
+            return Self.honest(request, answeringAfter: .seconds(6))
         }
         defer { server.stop() }
         let (_, elapsed) = try await fetch(from: server)
@@ -76,11 +81,7 @@ struct DownloadRaceTests {
     @Test func aServerSlowToAnswerIsCheckedAndWaitedFor() async throws {
         // No answer for 1.5 s (five suspicions): the request is suspected, a bare connection shows
         // the server is there, and the request waits on. The check sends no request.
-        let server = try Server { request, _ in
-            var reply = Reply.honest(request, content: Self.content, etag: Self.etag)
-            reply.headDelay = .milliseconds(1500)
-            return reply
-        }
+        let server = try Server { request, _ in Self.honest(request, answeringAfter: .milliseconds(1500)) }
         defer { server.stop() }
         let (log, _) = try await fetch(from: server)
         #expect(server.requests.count == 1, "\(server.requests.map(\.headers))")
