@@ -75,7 +75,7 @@ struct ServerWaitSchedule: Sendable, Hashable {
         let base = settledInterval(waited: waited)
         guard base > interval else { return base }
         let factor = 1 - jitter + 2 * jitter * min(max(random, 0), 1)
-        return .microseconds(Int64(((base / .microseconds(1)) * factor).rounded()))
+        return base.scaled(by: factor)
     }
 
     /// How long after the start of a wait its attempt number `attempt` (1-based, the failed
@@ -88,7 +88,7 @@ struct ServerWaitSchedule: Sendable, Hashable {
 
     /// The wait's random phase: 0 to `jitter * interval`.
     func phase(random: Double) -> Duration {
-        .microseconds(Int64(((interval / .microseconds(1)) * jitter * min(max(random, 0), 1)).rounded()))
+        interval.scaled(by: jitter * min(max(random, 0), 1))
     }
 
     /// The settled spacing after `waited` of waiting.
@@ -108,7 +108,7 @@ struct ServerWaitSchedule: Sendable, Hashable {
     func connectTimeout(waited: Duration, connectTime: Duration?) -> Duration {
         let settled = settledInterval(waited: waited)
         guard let connectTime else { return max(settled, .seconds(2)) }
-        let beforeTheNext = Duration.microseconds(Int64(((settled / .microseconds(1)) * (1 - jitter)).rounded()))
+        let beforeTheNext = settled.scaled(by: 1 - jitter)
         return max(beforeTheNext, connectTime * 4)
     }
 }
@@ -235,5 +235,12 @@ enum HTTPDate {
         var parts = tm()
         gmtime_r(&now, &parts)
         return Int(parts.tm_year) + 1900
+    }
+}
+
+private extension Duration {
+    /// This duration times `factor`, to the microsecond (the schedules' jitter, phase and share).
+    func scaled(by factor: Double) -> Duration {
+        .microseconds(Int64(((self / .microseconds(1)) * factor).rounded()))
     }
 }
