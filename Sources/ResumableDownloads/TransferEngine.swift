@@ -422,13 +422,10 @@ final class TransferEngine: @unchecked Sendable {
         } else if context === transfer.racer, context.role == .connectionCheck {
             // Connected: the server is there, only slow to answer (the primary waits on, up to the
             // stall timeout); not connected: it is gone, and so is the primary's request.
-            let info = context.easy?.info()
+            let error = failure.map { context.transportError(for: $0, detail: detail) }
             drop(context)
             transfer.racer = nil
-            if let failure {
-                let error = TransferErrorMapping.error(
-                    for: failure, osErrno: info?.osErrno ?? 0, didConnect: info?.didConnect ?? false, detail: detail,
-                    proxy: ProxyEnvironment.proxy(for: transfer.request.url, explicit: transfer.request.settings.proxy))
+            if let error {
                 transfer.callbacks.events(.raceEnded(.racerFailed(.transport(error))))
             } else {
                 transfer.callbacks.events(.raceEnded(.originalWon))
@@ -692,15 +689,18 @@ final class TransferContext {
     func result(failure: TransferFailure?, detail: String, info: CurlTransferInfo? = nil) -> AttemptResult {
         if let abortReason { return .aborted(abortReason) }
         if let rejection { return rejection }
-        let info = info ?? easy?.info()
-        let error = failure.map {
-            TransferErrorMapping.error(for: $0, osErrno: info?.osErrno ?? 0, didConnect: info?.didConnect ?? false,
-                                       detail: detail,
-                                       proxy: ProxyEnvironment.proxy(for: transfer.request.url,
-                                                                     explicit: transfer.request.settings.proxy))
-        }
+        let error = failure.map { transportError(for: $0, detail: detail, info: info) }
         if case .finish(let finished) = machine.event(.ended(error)) { return finished }
         return .transport(error ?? .networkConnectionLost)
+    }
+
+    /// What libcurl's `failure` on this connection means, with its errno and whether it had connected.
+    func transportError(for failure: TransferFailure, detail: String, info: CurlTransferInfo? = nil) -> DownloadError {
+        let info = info ?? easy?.info()
+        return TransferErrorMapping.error(for: failure, osErrno: info?.osErrno ?? 0, didConnect: info?.didConnect ?? false,
+                                          detail: detail,
+                                          proxy: ProxyEnvironment.proxy(for: transfer.request.url,
+                                                                        explicit: transfer.request.settings.proxy))
     }
 }
 
