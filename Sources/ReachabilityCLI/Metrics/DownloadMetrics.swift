@@ -51,12 +51,15 @@ final class DownloadMetrics: Sendable {
     /// Downloads waiting for a server now.
     var waitingForServer: Int { state.withLock { $0.serverWaitsSince.count } }
 
-    /// Seconds spent waiting for servers since start, the waits still open counted up to `now`
-    /// (a wall clock stepped back never makes a wait negative).
+    /// Seconds spent waiting for servers since start, the waits still open counted up to `now`.
     func serverWaitSeconds(at now: Date) -> Double {
-        state.withLock { state in
-            state.serverWaitsSince.values.reduce(state.counters.endedServerWaitSeconds) { $0 + max(0, now.timeIntervalSince($1)) }
-        }
+        state.withLock { Self.serverWaitSeconds(in: $0, at: now) }
+    }
+
+    /// Ended waits plus the open ones up to `now` (a wall clock stepped back never makes a wait
+    /// negative).
+    private static func serverWaitSeconds(in state: State, at now: Date) -> Double {
+        state.serverWaitsSince.values.reduce(state.counters.endedServerWaitSeconds) { $0 + max(0, now.timeIntervalSince($1)) }
     }
 
     /// Starts following a download whose stored bytes are `offset` (not counted as received).
@@ -104,9 +107,10 @@ final class DownloadMetrics: Sendable {
     /// The download families at `now`; `counts` holds downloads per state name (as `agent status`
     /// reports).
     func families(counts: [String: Int], at now: Date = Date()) -> [MetricFamily] {
-        let counters = counters
-        let waiting = waitingForServer
-        let waitSeconds = serverWaitSeconds(at: now)
+        // One snapshot, so a wait ending meanwhile is in both server-wait families or in neither.
+        let (counters, waiting, waitSeconds) = state.withLock {
+            ($0.counters, $0.serverWaitsSince.count, Self.serverWaitSeconds(in: $0, at: now))
+        }
         return [
             MetricFamily("reachability_downloads", .gauge,
                          help: "Downloads the agent knows, by state (every state listed, 0 included).",
