@@ -19,6 +19,30 @@ let linkerPacksRelativeRelocations: Bool = {
     #endif
 }()
 
+/// Whether the C++ runtime can be linked statically: the toolchain's GCC directory holds
+/// libstdc++.a (libstdc++-N-dev ships it beside the libstdc++.so every Swift link needs).
+let staticLibstdcxxAvailable: Bool = {
+    #if canImport(Glibc)
+    var found = glob_t()
+    defer { globfree(&found) }
+    return glob("/usr/lib/gcc/*/*/libstdc++.a", 0, nil, &found) == 0 && found.gl_pathc > 0
+    #else
+    return false
+    #endif
+}()
+
+/// Release links of the executable. Packed relative relocations need GNU ld (see above). The
+/// static Swift runtime needs the C++ runtime, and the toolchain's static-stdlib link names it
+/// with `-lstdc++` before any flag a package can add; Sources/reachability/linker holds a
+/// linker script named libstdc++.so that GNU ld finds first for that name and that reads
+/// libstdc++.a instead. The binary then takes the few C++ runtime functions the Swift runtime
+/// calls and no longer loads libstdc++.so.6, whose relocation and symbol tables cost every
+/// command about 0.9 MiB of resident memory. Unused when the Swift runtime is linked
+/// dynamically (its libswiftCore.so brings libstdc++.so.6 itself).
+let releaseLinkerFlags: [String] =
+    (linkerPacksRelativeRelocations ? ["-use-ld=bfd", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"] : [])
+    + (staticLibstdcxxAvailable ? ["-L", Context.packageDirectory + "/Sources/reachability/linker"] : [])
+
 let package = Package(
     name: "reachability",
     platforms: [.macOS(.v14)],
@@ -68,11 +92,10 @@ let package = Package(
         // at start instead of 0.9 MiB, about 1 MiB less resident memory for every command. (gold,
         // the toolchain's default, cannot pack them; lld can, but resolves the stdlib archives'
         // duplicate specialisations from Foundation proper and links in CoreFoundation and ICU.)
-        .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"],
-                          linkerSettings: linkerPacksRelativeRelocations
-                              ? [.unsafeFlags(["-use-ld=bfd", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"],
-                                              .when(platforms: [.linux], configuration: .release))]
-                              : []),
+        // They also take the C++ runtime from libstdc++.a (releaseLinkerFlags).
+        .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"], exclude: ["linker"],
+                          linkerSettings: releaseLinkerFlags.isEmpty ? []
+                              : [.unsafeFlags(releaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
         .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.

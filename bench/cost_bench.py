@@ -175,10 +175,23 @@ def foundation_proper_linked(binary):
     return "__CFInitialize" in symbols
 
 
-def idle(binary, routes):
+def shared_libstdcxx_needed(binary):
+    """True when the binary loads libstdc++.so.6 (about 0.9 MiB more resident memory for every
+    command): the release link did not find Sources/reachability/linker (see Package.swift)."""
+    dynamic = subprocess.run(["readelf", "-d", binary], capture_output=True, text=True).stdout
+    return "libstdc++.so" in dynamic
+
+
+def warn_about_footprint(binary):
     if foundation_proper_linked(binary):
         log("warning: the binary links Foundation proper (CoreFoundation + ICU); see FoundationFootprintTests")
         print("**Warning: this binary links Foundation proper (CoreFoundation, ICU).**\n")
+    if shared_libstdcxx_needed(binary):
+        log("warning: the binary loads libstdc++.so.6; see releaseLinkerFlags in Package.swift")
+        print("**Warning: this binary loads libstdc++.so.6.**\n")
+
+
+def idle(binary, routes):
     print("## Idle memory (VmRSS after start-up; status: peak RSS)\n")
     print("| process | RSS |")
     print("|---|---|")
@@ -396,6 +409,8 @@ def main():
     options = parser.parse_args()
     binary = build(options.binary) if options.only != "verify" else None
     resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+    if binary:
+        warn_about_footprint(binary)
     try:
         if options.only in (None, "idle"):
             idle(binary, options.routes)

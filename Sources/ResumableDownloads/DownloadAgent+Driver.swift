@@ -67,8 +67,8 @@ extension DownloadAgent {
         let file: PartialFile
         do {
             let state = try stateDirectory()
-            let limits = PartialFile.Limits(highWater: max(1 << 20, configuration.writeBufferLimit),
-                                            lowWater: max(1 << 20, configuration.writeBufferLimit) / 4,
+            let highWater = max(256 << 10, configuration.writeBufferLimit)
+            let limits = PartialFile.Limits(highWater: highWater, lowWater: highWater / 4,
                                             checkpointInterval: max(1 << 20, configuration.checkpointInterval))
             file = try PartialFile(record: entry.record, stateDirectory: state, limits: limits)
         } catch {

@@ -46,9 +46,10 @@ public actor DownloadAgent {
         public var restartStagger: Duration
         /// Bytes between periodic checkpoints (fsync + record).
         public var checkpointInterval: Int64
-        /// Unwritten bytes per download before its transfer is paused (memory bound). 1 MiB by
-        /// default: with the engine's 256 KiB gathers and libcurl's 256 KiB receive buffer, about
-        /// 1.5 MiB of buffers per download (4 MiB cost 3.5 MiB more peak RSS and no throughput).
+        /// Unwritten bytes per download before its transfer is paused (memory bound; at least
+        /// 256 KiB). 512 KiB by default: with the engine's 128 KiB gathers and libcurl's 128 KiB
+        /// receive buffer, about 0.75 MiB of buffers per download. Twice these sizes cost 0.6 MiB
+        /// more peak RSS and were no faster, to disk or to tmpfs (bench/cost_bench.py).
         public var writeBufferLimit: Int
         /// Redirects followed (http and https only).
         public var maximumRedirects: Int
@@ -89,7 +90,7 @@ public actor DownloadAgent {
                     connectTimeout: Duration = .seconds(30), initialBackoff: Duration = .seconds(1),
                     maximumBackoff: Duration = .seconds(60), maximumRetryAfter: Duration = .seconds(600),
                     maximumConsecutiveFailures: Int = 8, restartStagger: Duration = .milliseconds(2),
-                    checkpointInterval: Int64 = 16 << 20, writeBufferLimit: Int = 1 << 20,
+                    checkpointInterval: Int64 = 16 << 20, writeBufferLimit: Int = 512 << 10,
                     maximumRedirects: Int = 10, keepAliveIdle: Duration = .seconds(30),
                     userAgent: String = "reachability-downloads/1", certificateAuthorityFile: URL? = nil,
                     logger: Logger = .silent) {
@@ -480,7 +481,7 @@ public actor DownloadAgent {
         TransferSettings(connectTimeout: configuration.connectTimeout, stallTimeout: configuration.stallTimeout,
                          stallBytesPerSecond: configuration.stallBytesPerSecond,
                          maximumRedirects: configuration.maximumRedirects, keepAliveIdle: configuration.keepAliveIdle,
-                         receiveBufferSize: 256 << 10, userAgent: configuration.userAgent,
+                         receiveBufferSize: 128 << 10, userAgent: configuration.userAgent,
                          certificateAuthorityFile: configuration.certificateAuthorityFile?.path,
                          additionalHeaders: configuration.additionalHeaders,
                          maximumBytesPerSecond: configuration.maximumBytesPerSecond,
