@@ -13,7 +13,7 @@ packages=(
   python3-prometheus-client              # the real OpenMetrics/Prometheus parser the metrics tests use
 )
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(curl wget aria2 time)       # peers measured by bench/
+  packages+=(curl wget aria2 time valgrind)  # peers measured by bench/; callgrind for bench/hot_text.py
 fi
 
 missing=()
