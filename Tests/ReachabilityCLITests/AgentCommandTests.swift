@@ -29,12 +29,7 @@ struct AgentCommandTests {
 
         /// Waits (bounded) for an event line containing `fragment`.
         func waitFor(_ fragment: String, timeout: Duration = .seconds(20)) async -> Bool {
-            let deadline = ContinuousClock.now + timeout
-            while ContinuousClock.now < deadline {
-                if harness.standardOutput.text.contains(fragment) { return true }
-                try? await Task.sleep(for: .milliseconds(5))
-            }
-            return harness.standardOutput.text.contains(fragment)
+            await harness.wait(timeout: timeout) { harness.standardOutput.text.contains(fragment) }
         }
 
         /// SIGTERM through the harness, then the exit status.

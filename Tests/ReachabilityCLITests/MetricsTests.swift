@@ -365,10 +365,7 @@ struct MetricsTests {
         let harness = Harness(source: source, currentDirectory: directory)
         let task = Task { await harness.run(["watch", "--metrics-file", "r.prom"]) }
         // The first line is printed after the file's first write and the signal handler are in place.
-        let deadline = ContinuousClock.now + .seconds(20)
-        while harness.standardOutput.lines.isEmpty, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        #expect(await harness.wait { !harness.standardOutput.lines.isEmpty })
         let path = directory + "/r.prom"
         #expect(FileManager.default.fileExists(atPath: path))
         #expect(harness.signal(SIGTERM))

@@ -128,11 +128,8 @@ struct NewcomerTests {
                               currentDirectory: root.path)
         let port = 1 + UInt16.random(in: 1...50)   // privileged ports below 64: nothing listens there
         let task = Task { await harness.run(["download", "--json", "-o", "out/f.bin", "http://127.0.0.1:\(port)/f.bin"]) }
-        let deadline = ContinuousClock.now + .seconds(20)
-        while !harness.handles(SIGINT) || !harness.standardOutput.text.contains("\"event\":\"started\"") {
-            guard ContinuousClock.now < deadline else { Issue.record("no handler/started: \(harness.standardOutput.text)"); break }
-            try await Task.sleep(for: .milliseconds(5))
-        }
+        let ready = await harness.wait { harness.handles(SIGINT) && harness.standardOutput.text.contains("\"event\":\"started\"") }
+        #expect(ready, "no handler/started: \(harness.standardOutput.text)")
         #expect(harness.signal(SIGINT))
         #expect(await task.value == 130)
         #expect(harness.standardError.text.contains("paused; run the same command again to resume"))
