@@ -1,3 +1,4 @@
+import Glibc
 import LinuxReachability
 import Testing
 @testable import ReachabilityCLI
@@ -48,15 +49,18 @@ struct CommandRunTests {
         #expect(harness.standardOutput.text.isEmpty)
     }
 
-    /// Runs `watch` over a script that stays open and interrupts it once it has subscribed (so the
-    /// whole script is buffered): waits for that event, not for time.
+    /// Runs `watch` over a script that stays open and interrupts it once its SIGINT handler is in
+    /// place: waits for that (bounded), not for time. `watch` subscribes (which buffers the whole
+    /// script) before it installs the handler, so an interrupt sent on subscription alone could
+    /// find no handler, and `watch` would then run for ever (it once hung a CI run). If the
+    /// handler never comes, the source is cancelled so that the test fails instead of hanging.
     func watchUntilInterrupted(_ arguments: [String], current: NetworkPath, script: [NetworkPath]) async -> Harness {
         let source = ScriptedPathSource(current: current, script: script, staysOpen: true)
         let harness = Harness(source: source)
-        let subscribed = source.pathsRequests()
         async let status = harness.run(arguments)
-        for await _ in subscribed { break }
-        #expect(harness.interrupt())
+        let handled = await harness.wait { harness.handles(SIGINT) }
+        #expect(handled, "watch never installed its SIGINT handler")
+        if handled { #expect(harness.interrupt()) } else { source.cancel() }
         #expect(await status == 0)
         #expect(source.isCancelled)
         return harness

@@ -19,7 +19,6 @@ final class ScriptedPathSource: PathSource {
         var isStarted = false
         var isCancelled = false
         var continuations: [AsyncStream<NetworkPath>.Continuation] = []
-        var requestObservers: [AsyncStream<Void>.Continuation] = []
         var configuration: PathMonitor.Configuration?
     }
 
@@ -45,15 +44,14 @@ final class ScriptedPathSource: PathSource {
 
     var paths: AsyncStream<NetworkPath> {
         let (stream, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        let (cancelled, observers) = state.withLock { state in
+        let cancelled = state.withLock { state in
             if !state.isCancelled && staysOpen { state.continuations.append(continuation) }
-            return (state.isCancelled, state.requestObservers)
+            return state.isCancelled
         }
         if !cancelled {
             for path in [current] + script { continuation.yield(path) }
         }
         if cancelled || !staysOpen { continuation.finish() }
-        for observer in observers { observer.yield() }
         return stream
     }
 
@@ -67,13 +65,6 @@ final class ScriptedPathSource: PathSource {
     }
 
     var isCancelled: Bool { state.withLock { $0.isCancelled } }
-
-    /// Yields each time a command subscribes to `paths` (after the script is buffered).
-    func pathsRequests() -> AsyncStream<Void> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
-        state.withLock { $0.requestObservers.append(continuation) }
-        return stream
-    }
 }
 
 /// A command context with captured output, in-memory files and a scripted path source.
