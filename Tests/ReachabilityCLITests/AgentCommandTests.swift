@@ -32,9 +32,15 @@ struct AgentCommandTests {
             await harness.wait(timeout: timeout) { harness.standardOutput.text.contains(fragment) }
         }
 
-        /// SIGTERM through the harness, then the exit status.
+        /// SIGTERM through the harness, then the exit status. Without a handler (bounded wait) the
+        /// signal would be lost and the agent run for ever: the task is cancelled and -1 returned.
         func terminate() async -> Int32 {
-            #expect(harness.signal(SIGTERM), "the agent installed no SIGTERM handler")
+            guard await harness.wait(until: { harness.handles(SIGTERM) }) else {
+                Issue.record("the agent installed no SIGTERM handler")
+                task.cancel()
+                return -1
+            }
+            #expect(harness.signal(SIGTERM))
             return await task.value
         }
     }
@@ -98,6 +104,7 @@ struct AgentCommandTests {
         let agent = await Self.start(["--state-dir", directory.state, "--max-concurrent", "7"], harness: harness)
         #expect(await agent.waitFor(#""event":"listening""#))
         #expect(harness.standardOutput.text.contains(#""maxConcurrent":3"#), "agent.conf wins over the command line")
+        #expect(harness.handles(SIGHUP), "the handlers are in place before the agent says it is listening")
         #expect(harness.signal(SIGHUP))
         #expect(await agent.waitFor(#""event":"reloaded","maxConcurrent":3"#))
         #expect(await agent.terminate() == 0)

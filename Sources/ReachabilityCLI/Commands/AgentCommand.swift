@@ -176,6 +176,15 @@ struct AgentCommand: Command {
             throw CommandFailure(message: "cannot listen on \(AgentStateDirectory.socketPath(in: directory)): \(error)", exitCode: .failure)
         }
         defer { server.stop() }
+        // Handlers before "listening" and READY=1: a stop sent as soon as the agent says it is
+        // ready (systemd, a script waiting for the event) shuts it down cleanly instead of
+        // meeting the default action. `main` unblocked these for the process (a parent may hand
+        // down a mask blocking them); a signal before the loop below waits in the stream.
+        let (signals, signalContinuation) = AsyncStream.makeStream(of: AgentSignal.self)
+        let removeHandlers = await context.onSignals([SIGINT, SIGTERM, SIGHUP]) { number in
+            signalContinuation.yield(number == SIGHUP ? .reload : .terminate)
+        }
+        defer { removeHandlers() }
         emit(.agent, "listening", [.init(key: "socket", value: .string(server.path))])
         notifier.notify("READY=1")
 
@@ -189,13 +198,6 @@ struct AgentCommand: Command {
             }
         }
         defer { watchdog?.cancel() }
-
-        // `main` unblocked these for the process (a parent may hand down a mask blocking them).
-        let (signals, signalContinuation) = AsyncStream.makeStream(of: AgentSignal.self)
-        let removeHandlers = await context.onSignals([SIGINT, SIGTERM, SIGHUP]) { number in
-            signalContinuation.yield(number == SIGHUP ? .reload : .terminate)
-        }
-        defer { removeHandlers() }
 
         for await signal in signals {
             switch signal {
