@@ -7,7 +7,8 @@ idle:       resident memory of `reachability watch` idle and of `reachability st
 throughput: `reachability download -o` vs `curl -o` from nginx on loopback to disk, 512 MiB
             and 1 GiB, runs interleaved; wall time and peak RSS. Ours is durable when it says
             completed (fsync + rename + directory fsync); curl's is not, so `curl -o` followed
-            by `sync -f` is shown too.
+            by `sync -f` is shown too. --rate serves at that speed instead (a network slower
+            than the disk, where durability should cost nothing).
 crash:      a 64 MiB file served at 20 MiB/s; each trial SIGKILLs the download at a random
             moment, then runs the same command again: bytes the server sends beyond the file
             size (sent twice), and the time from the rerun's start to the moment its file grows
@@ -22,7 +23,7 @@ which this script builds unless --binary is given (verify builds the debug binar
 rchC<pid>, always removed); nginx, curl, iproute2.
 
 Usage: bench/cost_bench.py [--only idle|throughput|crash|verify] [--binary PATH] [--runs 5]
-                           [--sizes 512,1024] [--trials 30] [--seed 1] [--routes 1000000]
+                           [--sizes 512,1024] [--rate 200m] [--trials 30] [--seed 1] [--routes 1000000]
                            [--debug-binary PATH]
 """
 import argparse
@@ -235,12 +236,13 @@ def idle(binary, routes):
 
 # MARK: throughput
 
-def throughput(binary, sizes, runs, seed):
+def throughput(binary, sizes, runs, seed, rate=None):
     work = tempfile.mkdtemp(prefix="rch-cost-throughput-")
     try:
         os.makedirs(f"{work}/www")
-        nginx = Nginx(f"{work}/www")
-        print(f"## Download to disk from nginx on loopback (median (min-max) of {runs} runs, interleaved)\n")
+        nginx = Nginx(f"{work}/www", rate=rate)
+        served = f"nginx on loopback at {rate}B/s" if rate else "nginx on loopback"
+        print(f"## Download to disk from {served} (median (min-max) of {runs} runs, interleaved)\n")
         print("| size | `curl -o` | `curl -o` + `sync -f` | `reachability download -o` | ratio to curl | peak RSS curl | peak RSS ours | RSS ratio |")
         print("|---|---|---|---|---|---|---|---|")
         for mib in sizes:
@@ -402,6 +404,7 @@ def main():
     parser.add_argument("--binary")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--sizes", default="512,1024")
+    parser.add_argument("--rate", help="throughput: nginx limit_rate (e.g. 200m), a network slower than loopback")
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--routes", type=int, default=1_000_000)
@@ -415,7 +418,7 @@ def main():
         if options.only in (None, "idle"):
             idle(binary, options.routes)
         if options.only in (None, "throughput"):
-            throughput(binary, [int(size) for size in options.sizes.split(",")], options.runs, options.seed)
+            throughput(binary, [int(size) for size in options.sizes.split(",")], options.runs, options.seed, options.rate)
         if options.only in (None, "crash"):
             crash(binary, options.trials, options.seed)
         if options.only in (None, "verify"):
