@@ -42,14 +42,9 @@ enum DownloadFixtures {
         FileManager.default.contents(atPath: url.path).map(sha256)
     }
 
-    /// Waits for `condition` with a deadline, polling; returns whether it became true.
+    /// Waits for `condition` with a deadline, polling (`Polling.wait`, shared with the CLI tests).
     static func wait(timeout: Duration = .seconds(20), _ condition: @Sendable () async -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if await condition() { return true }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return await condition()
+        await Polling.wait(timeout: timeout, condition)
     }
 
     /// `wait` for synchronous conditions (process, file and socket checks): polls every 5 ms

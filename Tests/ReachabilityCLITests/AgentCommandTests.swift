@@ -29,13 +29,13 @@ struct AgentCommandTests {
 
         /// Waits (bounded) for an event line containing `fragment`.
         func waitFor(_ fragment: String, timeout: Duration = .seconds(20)) async -> Bool {
-            await harness.wait(timeout: timeout) { harness.standardOutput.text.contains(fragment) }
+            await Polling.wait(timeout: timeout) { harness.standardOutput.text.contains(fragment) }
         }
 
         /// SIGTERM through the harness, then the exit status. Without a handler (bounded wait) the
         /// signal would be lost and the agent run for ever: the task is cancelled and -1 returned.
         func terminate() async -> Int32 {
-            guard await harness.wait(until: { harness.handles(SIGTERM) }) else {
+            guard await Polling.wait({ harness.handles(SIGTERM) }) else {
                 Issue.record("the agent installed no SIGTERM handler")
                 task.cancel()
                 return -1

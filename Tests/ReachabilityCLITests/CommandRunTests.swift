@@ -1,3 +1,4 @@
+import DownloadTestSupport
 import Glibc
 import LinuxReachability
 import Testing
@@ -58,7 +59,7 @@ struct CommandRunTests {
         let source = ScriptedPathSource(current: current, script: script, staysOpen: true)
         let harness = Harness(source: source)
         async let status = harness.run(arguments)
-        let handled = await harness.wait { harness.handles(SIGINT) }
+        let handled = await Polling.wait { harness.handles(SIGINT) }
         #expect(handled, "watch never installed its SIGINT handler")
         if handled { #expect(harness.interrupt()) } else { source.cancel() }
         #expect(await status == 0)

@@ -365,7 +365,7 @@ struct MetricsTests {
         let harness = Harness(source: source, currentDirectory: directory)
         let task = Task { await harness.run(["watch", "--metrics-file", "r.prom"]) }
         // The first line is printed after the file's first write and the signal handler are in place.
-        #expect(await harness.wait { !harness.standardOutput.lines.isEmpty })
+        #expect(await Polling.wait { !harness.standardOutput.lines.isEmpty })
         let path = directory + "/r.prom"
         #expect(FileManager.default.fileExists(atPath: path))
         #expect(harness.signal(SIGTERM))

@@ -1,3 +1,4 @@
+import DownloadTestSupport
 import Foundation
 @testable import ResumableDownloads
 import Testing
@@ -128,7 +129,7 @@ struct NewcomerTests {
                               currentDirectory: root.path)
         let port = 1 + UInt16.random(in: 1...50)   // privileged ports below 64: nothing listens there
         let task = Task { await harness.run(["download", "--json", "-o", "out/f.bin", "http://127.0.0.1:\(port)/f.bin"]) }
-        let ready = await harness.wait { harness.handles(SIGINT) && harness.standardOutput.text.contains("\"event\":\"started\"") }
+        let ready = await Polling.wait { harness.handles(SIGINT) && harness.standardOutput.text.contains("\"event\":\"started\"") }
         #expect(ready, "no handler/started: \(harness.standardOutput.text)")
         #expect(harness.signal(SIGINT))
         #expect(await task.value == 130)

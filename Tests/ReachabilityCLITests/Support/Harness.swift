@@ -130,17 +130,6 @@ final class Harness: Sendable {
         await ReachabilityCommandLine.run(arguments: arguments, context: context)
     }
 
-    /// Waits for a command running under this harness to reach a state: checks `condition` every
-    /// 5 ms until it holds or `timeout` passes, and answers whether it held.
-    func wait(timeout: Duration = .seconds(20), until condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            guard ContinuousClock.now < deadline else { return false }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return true
-    }
-
     /// The configurations commands asked the source factory for.
     var configurations: [PathMonitor.Configuration] { recorded.withLock { $0.configurations } }
 
