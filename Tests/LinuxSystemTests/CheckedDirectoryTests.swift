@@ -140,12 +140,14 @@ struct CheckedDirectoryTests {
         defer { chmod(scratch.path, 0o700) }
         symlink(scratch.at("elsewhere"), spare)
         let stop = Atomic<Bool>(false)
+        let flipperEnded = DispatchSemaphore(value: 0)
         let flipper = Thread {
             var isLink = false
             while !stop.load(ordering: .relaxed) {
                 if isLink { rename(linkPath, spare); rename(realPath, linkPath) } else { rename(linkPath, realPath); rename(spare, linkPath) }
                 isLink.toggle()
             }
+            flipperEnded.signal()
         }
         rename(realPath, linkPath)
         flipper.start()
@@ -157,7 +159,8 @@ struct CheckedDirectoryTests {
             }
         }
         stop.store(true, ordering: .relaxed)
-        usleep(10_000)
+        // The scratch directory goes when the test returns: not while the flipper still renames in it.
+        #expect(flipperEnded.wait(timeout: .now() + 20) == .success)
         #expect(opened > 0, "the real directory should open sometimes")
     }
 }
