@@ -115,11 +115,15 @@ final class MonitorEngine: Sendable {
     private let state: Mutex<EngineState>
     /// The monitored namespace, joined by the monitor thread when it must open probe sockets there.
     private let namespaceDescriptor: Int32?
+    /// NetworkManager's and ModemManager's facts over D-Bus; nil without a system bus. Used by
+    /// `start()` on the caller's thread, then by the monitor thread only (the lock is never
+    /// contended; it lets the engine stay `Sendable`).
+    private let systemBus: Mutex<SystemFactsClient?>
 
     private struct EngineState: ~Copyable {
         var table = LinkTable()
         /// Classifications of listed links, with the facts they were made from.
-        var classifications: [Int32: (link: LinkInfo, classification: Classification)] = [:]
+        var classifications: [Int32: (link: LinkInfo, evidence: ManagerEvidence?, classification: Classification)] = [:]
         /// Interfaces derived from `table` at `interfacesGeneration`; route storms reuse them.
         var interfaces: [NetworkInterface] = []
         var interfacesGeneration = -1
@@ -140,6 +144,9 @@ final class MonitorEngine: Sendable {
         var lastPath: NetworkPath?
         /// Probe starts and cancels for the monitor thread to carry out.
         var probeActions: [ConnectivityScheduler.Action] = []
+        /// What NetworkManager and ModemManager said, and when it last changed.
+        var systemFacts: SystemFacts
+        var systemFactsTime = Date()
     }
 
     /// Datagrams read per drain before resolving the path and checking deadlines.
@@ -148,8 +155,25 @@ final class MonitorEngine: Sendable {
     init(configuration: PathMonitor.Configuration, publish: @escaping @Sendable (NetworkPath) -> Void) throws {
         self.configuration = configuration
         self.publish = publish
+        let client: SystemFactsClient?
+        let facts: SystemFacts
+        switch SystemFactsClient.address(for: configuration.systemBus) {
+        case .success(let address):
+            // The namespace whose interfaces NetworkManager's devices must be: the named one, or
+            // this thread's (the netlink sockets below are opened on it).
+            let namespacePath = configuration.networkNamespace.map { "/run/netns/\($0)" } ?? "/proc/thread-self/ns/net"
+            client = SystemFactsClient(settings: .init(
+                address: address, monitoredNamespace: try? Syscalls.namespaceIdentity(at: namespacePath).get(),
+                isOwnNamespace: configuration.networkNamespace == nil, logger: configuration.logger))
+            facts = client?.facts ?? SystemFacts()
+        case .failure(let unavailable):
+            client = nil
+            facts = .none(.noSystemBus, unavailable.detail)
+        }
+        systemBus = Mutex(client)
         state = Mutex(EngineState(budget: EvaluationBudget(interval: configuration.minimumEvaluationInterval),
-                                  scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init)))
+                                  scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init),
+                                  systemFacts: facts))
         classifier = InterfaceClassifier(overrides: configuration.classificationOverrides)
         guard let v4 = IPAddress.parse(configuration.probeIPv4), v4.count == 4,
               let v6 = IPAddress.parse(configuration.probeIPv6), v6.count == 16 else {
@@ -203,13 +227,23 @@ final class MonitorEngine: Sendable {
         if !state.withLock({ $0.isRunning }) {
             wake.close()
             if let namespaceDescriptor { close(namespaceDescriptor) }
+            systemBus.withLock { $0?.close() }
         }
     }
 
     var statistics: MonitorStatistics { state.withLock { $0.statistics } }
 
-    /// Loads links and addresses, publishes the first path, then starts listening.
+    /// Asks NetworkManager and ModemManager (when a system bus exists; at most
+    /// `SystemFactsClient.firstAnswerWait`), loads links and addresses, publishes the first
+    /// path, then starts listening.
     func start() throws {
+        let facts = systemBus.withLock { client -> SystemFacts? in
+            guard let client else { return nil }
+            client.start()
+            client.waitForFirstAnswers()
+            return client.facts
+        }
+        if let facts { state.withLock { $0.systemFacts = facts; $0.systemFactsTime = Date() } }
         try resynchronise()
         state.withLock { $0.isRunning = true }
         SystemThread.detach(name: "path-monitor") { [self] in run() }
@@ -230,6 +264,10 @@ final class MonitorEngine: Sendable {
             events.close()
             query.close()
             wake.close()
+            systemBus.withLock { client in
+                client?.close()
+                client = nil
+            }
         }
         if let namespaceDescriptor {
             // Probe sockets and the resolver's must live in the monitored namespace; setns()
@@ -250,6 +288,7 @@ final class MonitorEngine: Sendable {
             pollfd(fd: events.fileDescriptor, events: Int16(POLLIN), revents: 0),
             pollfd(fd: wake.pollDescriptor, events: Int16(POLLIN), revents: 0),
             pollfd(fd: -1, events: 0, revents: 0),
+            pollfd(fd: -1, events: 0, revents: 0),
         ]
         while true {
             if let probe { carryOutProbeActions(probe) }
@@ -257,13 +296,15 @@ final class MonitorEngine: Sendable {
                 (state.isCancelled, [state.quietDeadline, state.evaluationDeadline, state.scheduler?.deadline].compactMap { $0 }.min())
             }
             if cancelled { return }
-            let deadline = [due, probe?.deadline].compactMap { $0 }.min()
+            let (busRequest, busDeadline) = systemBus.withLock { ($0?.pollRequest, $0?.deadline) }
+            let deadline = [due, probe?.deadline, busDeadline].compactMap { $0 }.min()
             var timeout: Int32 = -1
             if let deadline {
                 let remaining = deadline - ContinuousClock.now
                 timeout = remaining <= .zero ? 0 : Int32(min((remaining / .milliseconds(1)).rounded(.up), 60_000))
             }
             descriptors[2] = probe?.pollRequest ?? pollfd(fd: -1, events: 0, revents: 0)
+            descriptors[3] = busRequest ?? pollfd(fd: -1, events: 0, revents: 0)
             descriptors[0].revents = 0
             descriptors[1].revents = 0
             if let error = Syscalls.poll(&descriptors, timeoutMilliseconds: timeout) {
@@ -273,6 +314,10 @@ final class MonitorEngine: Sendable {
             if state.withLock({ $0.isCancelled }) { return }
             if descriptors[1].revents != 0 { wake.reset() }
             if descriptors[0].revents != 0 { drain() }
+            if busRequest != nil || busDeadline != nil,
+               descriptors[3].revents != 0 || busDeadline.map({ $0 <= ContinuousClock.now }) == true {
+                processSystemBus(readiness: descriptors[3].revents)
+            }
             if let probe, let (id, outcome) = probe.advance(events: descriptors[2].fd < 0 ? 0 : descriptors[2].revents, at: .now) {
                 record(id, outcome)
             }
@@ -309,6 +354,20 @@ final class MonitorEngine: Sendable {
         }
         configuration.logger.debug("connectivity checked", metadata: ["result": outcome.connectivity.rawValue, "answer": outcome.answer])
         if let path { publish(path) }
+    }
+
+    /// Reads the system bus; new facts re-derive the interfaces and re-evaluate the path at once
+    /// (within the evaluation budget, as netlink changes are).
+    private func processSystemBus(readiness: Int16) {
+        guard let facts = systemBus.withLock({ $0?.process(readiness: readiness) }) else { return }
+        state.withLock { state in
+            state.systemFacts = facts
+            state.systemFactsTime = Date()
+            state.interfacesGeneration = -1
+            state.isDirty = true
+        }
+        configuration.logger.debug("system facts changed", metadata: ["sources": facts.sources.map { "\($0.service.rawValue)=\($0.state.rawValue)" }.joined(separator: " ")])
+        evaluateSoon()
     }
 
     private func fireDueDeadlines() {
@@ -463,7 +522,12 @@ final class MonitorEngine: Sendable {
                 state.probeActions += actions
                 if !actions.isEmpty, state.isRunning { wake.signal() }
             }
-            path = state.scheduler?.apply(to: path) ?? path
+            if let scheduler = state.scheduler {
+                path = scheduler.apply(to: path)
+                path.factSources = state.systemFacts.sources
+            } else {
+                path = state.systemFacts.apply(to: path, receivedAt: state.systemFactsTime)
+            }
             state.statistics.evaluations += 1
             state.isDirty = false
             return (path, state.isCancelled)
@@ -478,20 +542,23 @@ final class MonitorEngine: Sendable {
         let generation = includesAll ? state.table.generation : state.table.pathGeneration
         if state.interfacesGeneration == generation { return state.interfaces }
         let listed = PathEvaluator.listedLinks(table: state.table, all: includesAll)
-        var updated: [Int32: (link: LinkInfo, classification: Classification)] = [:]
+        var updated: [Int32: (link: LinkInfo, evidence: ManagerEvidence?, classification: Classification)] = [:]
         updated.reserveCapacity(listed.count)
         for link in listed {
+            let evidence = state.systemFacts.interfaces[link.name]?.evidence
             if let previous = state.classifications[link.index], previous.link.name == link.name,
-               previous.link.kind == link.kind, previous.link.hardwareType == link.hardwareType {
+               previous.link.kind == link.kind, previous.link.hardwareType == link.hardwareType, previous.evidence == evidence {
                 updated[link.index] = previous
                 continue
             }
-            let facts = sysfs?.facts(for: link)
+            var facts = sysfs?.facts(for: link)
                 ?? InterfaceFacts(name: link.name, hardwareType: link.hardwareType, linkKind: link.kind, isLoopback: link.isLoopback)
-            updated[link.index] = (link, classifier.classify(facts))
+            facts.managerEvidence = evidence
+            updated[link.index] = (link, evidence, classifier.classify(facts))
         }
         state.interfaces = listed.map { link in
-            PathEvaluator.interface(link, table: state.table, classification: updated[link.index]?.classification)
+            PathEvaluator.interface(link, table: state.table, classification: updated[link.index]?.classification,
+                                    facts: state.systemFacts.interfaces[link.name])
         }
         state.classifications = updated
         state.interfacesGeneration = generation

@@ -158,6 +158,26 @@ enum Syscalls {
         return nil
     }
 
+    /// A network namespace's identity: the device and inode of its nsfs file, equal for every
+    /// path that names the same namespace (/proc/PID/ns/net, /run/netns/NAME).
+    struct NamespaceIdentity: Equatable, Sendable {
+        var device: UInt64
+        var inode: UInt64
+    }
+
+    /// stat(2) of a namespace file; EACCES for another user's process without CAP_SYS_PTRACE.
+    static func namespaceIdentity(at path: String) -> Result<NamespaceIdentity, Errno> {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return .failure(.current) }
+        return .success(NamespaceIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+    }
+
+    /// Whether `path` is a Unix socket (the system bus's, before libsystemd is loaded for it).
+    static func isSocket(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFSOCK
+    }
+
     /// Adds one to an eventfd, waking whoever polls it.
     static func signal(eventDescriptor fd: Int32) {
         var one: UInt64 = 1

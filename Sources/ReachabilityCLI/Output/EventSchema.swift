@@ -135,6 +135,7 @@ enum EventSchema {
             .init(key: "interface", value: .string(path.isSatisfied ? path.primaryInterface?.name : nil)),
             .init(key: "sourceAddress", value: .string(path.primaryRoute?.sourceAddress)),
             .init(key: "isExpensive", value: .bool(path.isExpensive)),
+            .init(key: "isRoaming", value: .bool(path.isRoaming)),
             .init(key: "connectivity", value: .string(path.connectivity.rawValue)),
             .init(key: "portalURL", value: .string(path.portalURL)),
         ])

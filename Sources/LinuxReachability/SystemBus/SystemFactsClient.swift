@@ -1,0 +1,437 @@
+import FoundationEssentials
+import Glibc
+
+/// The monitor's D-Bus side: one system-bus connection that follows NetworkManager and
+/// ModemManager (their arrival and departure, their objects, their property signals) and
+/// turns what they say into `SystemFacts`. No polling: the connection's descriptor sits in the
+/// monitor thread's poll(2) beside the netlink socket, and nothing is sent after the first
+/// answers except when a service (re)appears.
+///
+/// Used by one thread at a time (see `SystemBusConnection`); the engine keeps it in a `Mutex`.
+final class SystemFactsClient {
+    /// Where the bus is and which namespace the monitor watches.
+    struct Settings: Sendable {
+        var address: String
+        /// The monitored namespace's identity, to compare with the services' (nil if unknown).
+        var monitoredNamespace: Syscalls.NamespaceIdentity?
+        /// Whether the monitor watches its own namespace (no `networkNamespace`): then a service
+        /// whose namespace cannot be read (an unprivileged user looking at root's NetworkManager)
+        /// is taken to manage this one, the usual desktop case.
+        var isOwnNamespace: Bool
+        var logger: Logger
+    }
+
+    /// What a request was for.
+    private enum RequestKind { case nameOwner, processID, objects }
+
+    /// One service's life on the bus.
+    private struct Tracker {
+        enum Phase: Equatable {
+            case askingOwner
+            case notRunning
+            case identifying(owner: String)
+            case loading(owner: String, pid: UInt32?, note: String?)
+            case used(owner: String, pid: UInt32?, note: String?)
+            case otherNamespace(owner: String, detail: String)
+            case failed(String)
+        }
+
+        let service: FactSource.Service
+        var phase = Phase.askingOwner
+        /// Bumped whenever the owner changes, so answers about an earlier owner are dropped.
+        var generation = 0
+        var problems = 0
+        var lastProblem: String?
+
+        var busName: String {
+            service == .networkManager ? NetworkManagerModel.busName : ModemManagerModel.busName
+        }
+        var objectManagerPath: String {
+            service == .networkManager ? NetworkManagerModel.objectManagerPath : ModemManagerModel.objectManagerPath
+        }
+        var owner: String? {
+            switch phase {
+            case .identifying(let owner), .loading(let owner, _, _), .used(let owner, _, _), .otherNamespace(let owner, _): return owner
+            case .askingOwner, .notRunning, .failed: return nil
+            }
+        }
+        var isUsed: Bool { if case .used = phase { return true } else { return false } }
+        var isSettled: Bool {
+            switch phase {
+            case .askingOwner, .identifying, .loading: return false
+            case .notRunning, .used, .otherNamespace, .failed: return true
+            }
+        }
+    }
+
+    let settings: Settings
+    private var connection: SystemBusConnection?
+    private var trackers = [Tracker(service: .networkManager), Tracker(service: .modemManager)]
+    private var networkManager = NetworkManagerModel()
+    private var modemManager = ModemManagerModel()
+    private var requests: [Int: (service: Int, kind: RequestKind, generation: Int)] = [:]
+    private var lastTag = 0
+    private var hasMore = false
+    private var reconnectAt: ContinuousClock.Instant?
+    private var reconnectDelay = SystemFactsClient.firstReconnectDelay
+    /// The facts as last built; `process()` returns them again only when they change.
+    private(set) var facts: SystemFacts
+    /// When the facts last changed.
+    private(set) var factsTime = Date()
+
+    static let firstReconnectDelay = Duration.seconds(1)
+    static let longestReconnectDelay = Duration.seconds(60)
+    /// How long `start()` waits for the services' first answers: a `status` shows their facts,
+    /// and a wedged bus delays it by this much at most (the facts then follow as an update).
+    static let firstAnswerWait = Duration.milliseconds(500)
+    /// Refused values logged in full per service; later ones are counted, one line per 1000.
+    static let loggedProblems = 20
+
+    /// The default system bus socket (D-Bus specification).
+    static let defaultSocket = "/run/dbus/system_bus_socket"
+
+    /// The bus address for `setting`, or nil with the reason when there is nothing to talk to.
+    /// With `automatic` and no `DBUS_SYSTEM_BUS_ADDRESS`, a missing socket means no bus: nothing
+    /// is loaded or connected (containers, minimal servers).
+    static func address(for setting: PathMonitor.Configuration.SystemBus) -> Result<String, FactsUnavailable> {
+        switch setting {
+        case .disabled:
+            return .failure(FactsUnavailable(detail: "not asked (system bus disabled in the configuration)"))
+        case .address(let address):
+            return address.isEmpty ? .failure(FactsUnavailable(detail: "not asked (empty system bus address)")) : .success(address)
+        case .automatic:
+            if let variable = getenv("DBUS_SYSTEM_BUS_ADDRESS"), variable.pointee != 0 {
+                return .success(String(cString: variable))
+            }
+            guard Syscalls.isSocket(defaultSocket) else {
+                return .failure(FactsUnavailable(detail: "no system bus (\(defaultSocket) absent)"))
+            }
+            return .success("unix:path=" + defaultSocket)
+        }
+    }
+
+    struct FactsUnavailable: Error { var detail: String }
+
+    init(settings: Settings) {
+        self.settings = settings
+        facts = SystemFacts.none(.waiting, "asked; no answer yet")
+    }
+
+    /// Connects, subscribes and asks who owns each service's name. A failure is not thrown:
+    /// the facts say so and a reconnect is scheduled.
+    func start() {
+        connect()
+        rebuild()
+    }
+
+    /// Processes the bus on the calling thread until every service has answered or `timeout`
+    /// passes (`PathMonitor.start()` uses it so the first path carries the facts).
+    func waitForFirstAnswers(timeout: Duration = SystemFactsClient.firstAnswerWait) {
+        let deadline = ContinuousClock.now + timeout
+        while connection != nil, !trackers.allSatisfy(\.isSettled) {
+            _ = process(readiness: 0)
+            if connection == nil || trackers.allSatisfy(\.isSettled) { break }
+            if hasMore { continue }
+            let until = [deadline, connection?.deadline].compactMap { $0 }.min() ?? deadline
+            let remaining = until - ContinuousClock.now
+            guard ContinuousClock.now < deadline, let request = connection?.pollRequest else { break }
+            var descriptors = [request]
+            let milliseconds = remaining <= .zero ? 0 : Int32((remaining / .milliseconds(1)).rounded(.up))
+            _ = Syscalls.poll(&descriptors, timeoutMilliseconds: milliseconds)
+        }
+        rebuild()
+    }
+
+    /// What to poll for, nil without a connection.
+    var pollRequest: pollfd? { connection?.pollRequest }
+
+    /// When `process` must run even without traffic: more queued messages, a reply timeout, a
+    /// reconnect.
+    var deadline: ContinuousClock.Instant? {
+        if hasMore { return .now }
+        return [connection?.deadline, reconnectAt].compactMap { $0 }.min()
+    }
+
+    /// Reads what arrived (the descriptor was `readiness`-ready, or a deadline passed) and returns
+    /// the new facts when they changed.
+    func process(readiness: Int16) -> SystemFacts? {
+        if connection == nil {
+            guard let reconnectAt, reconnectAt <= .now else { return nil }
+            self.reconnectAt = nil
+            connect()
+            return rebuild()
+        }
+        guard let connection else { return nil }
+        let events: [SystemBusEvent]
+        do {
+            (events, hasMore) = try connection.process()
+        } catch {
+            lost(error)
+            return rebuild()
+        }
+        for event in events { handle(event) }
+        return rebuild()
+    }
+
+    func close() {
+        connection?.close()
+        connection = nil
+    }
+
+    // MARK: Connection
+
+    private func connect() {
+        do {
+            let connection = try SystemBusConnection(address: settings.address,
+                                                     wanted: NetworkManagerModel.wanted.merging(ModemManagerModel.wanted) { a, _ in a })
+            self.connection = connection
+            for index in trackers.indices {
+                let name = trackers[index].busName
+                let prefix = trackers[index].objectManagerPath == NetworkManagerModel.objectManagerPath
+                    ? NetworkManagerModel.managerPath : ModemManagerModel.objectManagerPath
+                // Matches first, then the owner question: the bus handles both in order, so no
+                // change can fall between the answer and the subscription.
+                try connection.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(name)'")
+                try connection.addMatch("type='signal',sender='\(name)',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='\(prefix)'")
+                try connection.addMatch("type='signal',sender='\(name)',interface='org.freedesktop.DBus.ObjectManager',path='\(trackers[index].objectManagerPath)'")
+                trackers[index].phase = .askingOwner
+                trackers[index].generation += 1
+                try send(.nameOwner, for: index, destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                         interface: "org.freedesktop.DBus", member: "GetNameOwner", argument: name, shape: .string)
+            }
+            settings.logger.debug("system bus connected", metadata: ["address": settings.address])
+        } catch {
+            lost(error)
+        }
+    }
+
+    /// The connection failed or closed: kernel facts alone until a reconnect succeeds.
+    private func lost(_ error: any Error) {
+        connection?.close()
+        connection = nil
+        hasMore = false
+        requests = [:]
+        networkManager = NetworkManagerModel()
+        modemManager = ModemManagerModel()
+        for index in trackers.indices {
+            trackers[index].phase = .failed("\(error); retrying in \(reconnectDelay)")
+            trackers[index].generation += 1
+        }
+        settings.logger.warning("system bus unavailable; NetworkManager and ModemManager facts are not used until it is back",
+                                metadata: ["error": "\(error)", "retry": "\(reconnectDelay)"])
+        reconnectAt = .now + reconnectDelay
+        reconnectDelay = min(reconnectDelay * 2, Self.longestReconnectDelay)
+    }
+
+    private func send(_ kind: RequestKind, for index: Int, destination: String, path: String, interface: String,
+                      member: String, argument: String? = nil, shape: SystemBusConnection.Shape) throws {
+        guard let connection else { return }
+        lastTag += 1
+        requests[lastTag] = (index, kind, trackers[index].generation)
+        try connection.call(tag: lastTag, destination: destination, path: path, interface: interface, member: member,
+                            argument: argument, expecting: shape)
+    }
+
+    // MARK: Events
+
+    private func handle(_ event: SystemBusEvent) {
+        switch event {
+        case .nameOwnerChanged(let sender, let name, let newOwner):
+            // Only the bus driver speaks for names; a peer may send this signal straight to us.
+            guard sender == "org.freedesktop.DBus", let index = trackers.firstIndex(where: { $0.busName == name }) else { return }
+            guard newOwner != trackers[index].owner else { return }
+            ownerChanged(index, to: newOwner)
+        case .propertiesChanged(let sender, let path, let interface, let changed):
+            guard let index = usedTracker(sender: sender) else { return ignored(sender, "PropertiesChanged") }
+            record(index, trackers[index].service == .networkManager
+                ? networkManager.update(path: path, interface: interface, properties: changed)
+                : modemManager.update(path: path, interface: interface, properties: changed))
+        case .interfacesAdded(let sender, let path, let interfaces):
+            guard let index = usedTracker(sender: sender) else { return ignored(sender, "InterfacesAdded") }
+            for (interface, properties) in interfaces.sorted(by: { $0.key < $1.key }) {
+                record(index, trackers[index].service == .networkManager
+                    ? networkManager.update(path: path, interface: interface, properties: properties)
+                    : modemManager.update(path: path, interface: interface, properties: properties))
+            }
+        case .interfacesRemoved(let sender, let path, let interfaces):
+            guard let index = usedTracker(sender: sender) else { return ignored(sender, "InterfacesRemoved") }
+            if trackers[index].service == .networkManager {
+                networkManager.remove(path: path, interfaces: interfaces)
+            } else {
+                modemManager.remove(path: path, interfaces: interfaces)
+            }
+        case .reply(let tag, let reply):
+            guard let request = requests.removeValue(forKey: tag),
+                  request.generation == trackers[request.service].generation else { return }
+            replied(request.service, request.kind, reply)
+        case .malformed(let sender, let member, let detail):
+            if let index = trackers.firstIndex(where: { $0.owner == sender && $0.owner != nil }) {
+                record(index, [SystemServiceProblem(service: trackers[index].service, object: member, property: "",
+                                                    detail: "a malformed message (\(detail)); ignored")])
+            } else {
+                settings.logger.debug("ignoring a malformed message", metadata: ["sender": sender, "member": member, "detail": detail])
+            }
+        }
+    }
+
+    /// The tracker whose service is in use and owned by `sender`.
+    private func usedTracker(sender: String) -> Int? {
+        trackers.firstIndex { $0.isUsed && $0.owner == sender }
+    }
+
+    private func ignored(_ sender: String, _ member: String) {
+        if trackers.contains(where: { $0.owner == sender }) {
+            // Sent before its objects were listed (or while its namespace is checked): the
+            // GetManagedObjects answer, which comes after it, covers it.
+            settings.logger.debug("a signal before the objects were loaded; the snapshot covers it", metadata: ["sender": sender, "member": member])
+        } else {
+            // Another peer: the bus stamps the true sender, so it cannot speak as a service.
+            settings.logger.debug("ignoring a signal from a peer that is not a service in use", metadata: ["sender": sender, "member": member])
+        }
+    }
+
+    private func ownerChanged(_ index: Int, to newOwner: String) {
+        trackers[index].generation += 1
+        if trackers[index].service == .networkManager { networkManager = NetworkManagerModel() } else { modemManager = ModemManagerModel() }
+        guard !newOwner.isEmpty else {
+            if trackers[index].owner != nil {
+                settings.logger.info("\(trackers[index].service.rawValue) left the system bus; its facts are no longer used")
+            }
+            trackers[index].phase = .notRunning
+            return
+        }
+        settings.logger.info("\(trackers[index].service.rawValue) appeared on the system bus", metadata: ["owner": newOwner])
+        identify(index, owner: newOwner)
+    }
+
+    private func identify(_ index: Int, owner: String) {
+        trackers[index].phase = .identifying(owner: owner)
+        do {
+            try send(.processID, for: index, destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                     interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID", argument: owner, shape: .uint32)
+        } catch {
+            trackers[index].phase = .failed("\(error)")
+        }
+    }
+
+    private func replied(_ index: Int, _ kind: RequestKind, _ reply: SystemBusReply) {
+        let name = trackers[index].service.rawValue
+        switch (kind, reply) {
+        case (.nameOwner, .string(let owner)):
+            identify(index, owner: owner)
+        case (.nameOwner, .error(let errorName, let message)):
+            trackers[index].phase = errorName == "org.freedesktop.DBus.Error.NameHasNoOwner" ? .notRunning : .failed("cannot ask who runs \(name): \(message)")
+        case (.processID, _):
+            guard case .identifying(let owner) = trackers[index].phase else { return }
+            var pid: UInt32?
+            if case .uint32(let value) = reply { pid = value }
+            switch namespaceVerdict(pid: pid) {
+            case .same(let note):
+                load(index, owner: owner, pid: pid, note: note)
+            case .other(let detail):
+                trackers[index].phase = .otherNamespace(owner: owner, detail: detail)
+                settings.logger.info("\(name) manages another network namespace; its facts are not used", metadata: ["detail": detail])
+            }
+        case (.objects, .objects(let objects)):
+            guard case .loading(let owner, let pid, let note) = trackers[index].phase else { return }
+            record(index, trackers[index].service == .networkManager ? networkManager.load(objects) : modemManager.load(objects))
+            trackers[index].phase = .used(owner: owner, pid: pid, note: note)
+            reconnectDelay = Self.firstReconnectDelay
+            settings.logger.debug("\(name) facts loaded", metadata: ["summary": summary(index)])
+        case (.objects, .error(let errorName, let message)):
+            let old = errorName == "org.freedesktop.DBus.Error.UnknownMethod" || errorName == "org.freedesktop.DBus.Error.UnknownObject"
+                || errorName == "org.freedesktop.DBus.Error.UnknownInterface"
+            trackers[index].phase = .failed(old && trackers[index].service == .networkManager
+                ? "NetworkManager older than 1.12 (no ObjectManager at /org/freedesktop); its facts are not used"
+                : "\(name) did not list its objects: \(message)")
+            settings.logger.warning("\(name) facts are not used", metadata: ["error": "\(errorName): \(message)"])
+        default:
+            trackers[index].phase = .failed("\(name) answered with something unexpected")
+        }
+    }
+
+    private func load(_ index: Int, owner: String, pid: UInt32?, note: String?) {
+        trackers[index].phase = .loading(owner: owner, pid: pid, note: note)
+        do {
+            // To the unique name: a new owner's objects are never mixed with the old one's.
+            try send(.objects, for: index, destination: owner, path: trackers[index].objectManagerPath,
+                     interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects", shape: .objects)
+        } catch {
+            trackers[index].phase = .failed("\(error)")
+        }
+    }
+
+    private enum Verdict {
+        case same(note: String?)
+        case other(String)
+    }
+
+    /// Whether the service (process `pid`) runs in the monitored network namespace: its devices
+    /// are interfaces of that namespace only then. Unreadable: assumed so for the monitor's own
+    /// namespace, refused for another one.
+    private func namespaceVerdict(pid: UInt32?) -> Verdict {
+        guard let pid, pid > 0 else {
+            return settings.isOwnNamespace ? .same(note: "process unknown; namespace not compared")
+                : .other("the bus does not say which process it is, so its namespace cannot be compared with --netns")
+        }
+        let theirs = Syscalls.namespaceIdentity(at: "/proc/\(pid)/ns/net")
+        switch (theirs, settings.monitoredNamespace) {
+        case (.success(let identity), .some(let monitored)):
+            return identity == monitored ? .same(note: nil) : .other("pid \(pid) runs in another network namespace")
+        case (.failure(let error), _):
+            return settings.isOwnNamespace ? .same(note: "namespace not compared: /proc/\(pid)/ns/net: \(error)")
+                : .other("cannot read /proc/\(pid)/ns/net (\(error)) to compare with the monitored namespace")
+        case (.success, .none):
+            return settings.isOwnNamespace ? .same(note: "namespace not compared") : .other("the monitored namespace is unknown")
+        }
+    }
+
+    /// Logs refused values (the first few in full, then a count) and keeps the last for --explain.
+    private func record(_ index: Int, _ problems: [SystemServiceProblem]) {
+        for problem in problems {
+            trackers[index].problems += 1
+            trackers[index].lastProblem = problem.description
+            let count = trackers[index].problems
+            if count <= Self.loggedProblems {
+                settings.logger.warning("\(problem)")
+            } else if count % 1000 == 0 {
+                settings.logger.warning("\(trackers[index].service.rawValue) keeps sending values that are refused",
+                                        metadata: ["refused": "\(count)", "last": problem.description])
+            }
+        }
+    }
+
+    private func summary(_ index: Int) -> String {
+        trackers[index].service == .networkManager ? networkManager.summary : modemManager.summary
+    }
+
+    /// The facts from the models of the services in use; returns them when they changed.
+    @discardableResult
+    private func rebuild() -> SystemFacts? {
+        var sources: [FactSource] = []
+        for (index, tracker) in trackers.enumerated() {
+            let service = tracker.service
+            switch tracker.phase {
+            case .askingOwner, .identifying, .loading:
+                sources.append(FactSource(service: service, state: .waiting, detail: "asked on \(settings.address); no answer yet"))
+            case .notRunning:
+                sources.append(FactSource(service: service, state: .notRunning, detail: "not on the system bus"))
+            case .used(_, let pid, let note):
+                var detail = (pid.map { "pid \($0), " } ?? "") + summary(index)
+                if let note { detail += " (\(note))" }
+                if let last = tracker.lastProblem { detail += "; \(tracker.problems) value\(tracker.problems == 1 ? "" : "s") refused, last: \(last)" }
+                sources.append(FactSource(service: service, state: .used, detail: detail))
+            case .otherNamespace(_, let detail):
+                sources.append(FactSource(service: service, state: .otherNamespace, detail: detail))
+            case .failed(let detail):
+                sources.append(FactSource(service: service, state: .failed, detail: detail))
+            }
+        }
+        let built = SystemFacts(networkManager: trackers[0].isUsed ? networkManager : nil,
+                                modemManager: trackers[1].isUsed ? modemManager : nil, sources: sources)
+        guard built != facts else { return nil }
+        facts = built
+        factsTime = Date()
+        return built
+    }
+}
