@@ -80,7 +80,7 @@ extension DownloadAgent {
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
                                      mailbox: mailbox)
         var machine = DownloadStateMachine(policy: machinePolicy)
-        let start = pathWaiters.facts(allowsExpensive: download.options.allowsExpensive)
+        let start = pathWaiters.facts(access: PathAccess(download.options))
         var actions = machine.handle(.start(driver.facts, start), now: .now, random: .random(in: 0...1))
         var iterator = inputs.makeAsyncIterator()
         while true {
@@ -195,7 +195,7 @@ extension DownloadAgent {
     private func startAttempt(_ plan: DownloadStateMachine.AttemptPlan, _ driver: DriverResources) {
         let id = driver.id
         let file = driver.file
-        let usability = pathWaiters.usability(allowsExpensive: driver.download.options.allowsExpensive)
+        let usability = pathWaiters.usability(access: PathAccess(driver.download.options))
         let pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
         file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
         let record = file.record

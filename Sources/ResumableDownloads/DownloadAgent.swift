@@ -256,6 +256,7 @@ public actor DownloadAgent {
         var record = ResumeRecord(id: id, url: url, destination: destination,
                                   expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
+        record.allowsRoaming = options.allowsRoaming ? nil : false
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -301,6 +302,7 @@ public actor DownloadAgent {
         }
         if let length = options.expectedLength { record.expectedLength = length }
         record.allowsExpensive = options.allowsExpensive
+        record.allowsRoaming = options.allowsRoaming ? nil : false
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -329,7 +331,8 @@ public actor DownloadAgent {
         guard entries[record.id] == nil else { return nil }
         let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                       allowsExpensive: record.allowsExpensive,
-                                      replacesExistingFile: record.replacesExistingFile ?? false)
+                                      replacesExistingFile: record.replacesExistingFile ?? false,
+                                      allowsRoaming: record.allowsRoaming ?? true)
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
                                 progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
@@ -458,7 +461,7 @@ public actor DownloadAgent {
         }
         let listeners = creationOrder.compactMap { id -> PathWaiters.Listener? in
             guard let entry = entries[id], entry.mailbox != nil else { return nil }
-            return PathWaiters.Listener(id: id, allowsExpensive: entry.download.options.allowsExpensive,
+            return PathWaiters.Listener(id: id, access: PathAccess(entry.download.options),
                                         transfer: entry.transfer.map { ($0.pathKey, $0.pinnedInterface) })
         }
         for notice in pathWaiters.update(newPath, listeners: listeners) {

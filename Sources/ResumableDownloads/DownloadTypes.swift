@@ -7,9 +7,16 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     public var expectedSHA256: String?
     /// Length the finished file must have; nil trusts the server's announced length.
     public var expectedLength: Int64?
-    /// Whether cellular-like (expensive) paths may carry this download. When false the download
-    /// pins itself to a non-expensive interface if one is up, and otherwise waits.
+    /// Whether expensive paths may carry this download: cellular-like interfaces, and links
+    /// NetworkManager reports metered (a phone's hotspot, a connection marked metered). When false
+    /// the download pins itself to a non-expensive interface if one is up, and otherwise waits;
+    /// a transfer running when its path turns expensive stops at once (checkpointed) and resumes
+    /// when a path it may use is back.
     public var allowsExpensive: Bool
+    /// Whether a modem registered on a visited network (roaming, per ModemManager) may carry this
+    /// download; true by default, as Android's `setAllowedOverRoaming` is. When false it is kept
+    /// off roaming paths the way `allowsExpensive` keeps it off expensive ones.
+    public var allowsRoaming: Bool = true
     /// Whether the finished file may replace a file that exists at the destination when it
     /// completes. By default it never does: the download fails with `destinationExists` and
     /// keeps the verified bytes in `NAME.part`.
@@ -17,11 +24,12 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
 
     /// Creates options.
     public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,
-                replacesExistingFile: Bool = false) {
+                replacesExistingFile: Bool = false, allowsRoaming: Bool = true) {
         self.expectedSHA256 = expectedSHA256
         self.expectedLength = expectedLength
         self.allowsExpensive = allowsExpensive
         self.replacesExistingFile = replacesExistingFile
+        self.allowsRoaming = allowsRoaming
     }
 }
 

@@ -9,18 +9,18 @@ struct PathWaiters: Sendable {
     /// A download that hears about path changes.
     struct Listener: Sendable, Hashable {
         var id: UUID
-        var allowsExpensive: Bool
+        var access: PathAccess
         /// The running transfer's path at its start and its pinned interface, if one runs.
         var transfer: (key: PathKey, pinnedInterface: String?)?
 
-        init(id: UUID, allowsExpensive: Bool, transfer: (key: PathKey, pinnedInterface: String?)? = nil) {
+        init(id: UUID, access: PathAccess, transfer: (key: PathKey, pinnedInterface: String?)? = nil) {
             self.id = id
-            self.allowsExpensive = allowsExpensive
+            self.access = access
             self.transfer = transfer
         }
 
         static func == (lhs: Listener, rhs: Listener) -> Bool {
-            lhs.id == rhs.id && lhs.allowsExpensive == rhs.allowsExpensive && lhs.transfer?.key == rhs.transfer?.key
+            lhs.id == rhs.id && lhs.access == rhs.access && lhs.transfer?.key == rhs.transfer?.key
                 && lhs.transfer?.pinnedInterface == rhs.transfer?.pinnedInterface
         }
 
@@ -42,19 +42,19 @@ struct PathWaiters: Sendable {
     init(hasPathSource: Bool) { self.hasPathSource = hasPathSource }
 
     /// What the path means for a download now.
-    func usability(allowsExpensive: Bool) -> PathUsability {
-        PathPolicy.usability(of: path, hasPathSource: hasPathSource, allowsExpensive: allowsExpensive)
+    func usability(access: PathAccess) -> PathUsability {
+        PathPolicy.usability(of: path, hasPathSource: hasPathSource, access: access)
     }
 
     /// The facts for a download whose transfer (if any) started under `transfer`.
-    func facts(allowsExpensive: Bool, transfer: (key: PathKey, pinnedInterface: String?)? = nil,
+    func facts(access: PathAccess, transfer: (key: PathKey, pinnedInterface: String?)? = nil,
                isNewPath: Bool = false) -> DownloadStateMachine.PathFacts {
         var invalidates = false
         if let transfer, let path {
             invalidates = PathPolicy.mustAbort(startedUnder: transfer.key, pinnedInterface: transfer.pinnedInterface,
-                                               allowsExpensive: allowsExpensive, newPath: path)
+                                               access: access, newPath: path)
         }
-        return .init(usability: usability(allowsExpensive: allowsExpensive), invalidatesTransfer: invalidates,
+        return .init(usability: usability(access: access), invalidatesTransfer: invalidates,
                      isNewPath: isNewPath)
     }
 
@@ -64,7 +64,7 @@ struct PathWaiters: Sendable {
         path = newPath
         var rank = 0
         return listeners.map { listener in
-            let facts = facts(allowsExpensive: listener.allowsExpensive, transfer: listener.transfer, isNewPath: isNewPath)
+            let facts = facts(access: listener.access, transfer: listener.transfer, isNewPath: isNewPath)
             let notice = Notice(id: listener.id, facts: facts, rank: facts.isUsable ? rank : 0)
             if facts.isUsable { rank += 1 }
             return notice

@@ -296,7 +296,7 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
             return handle(.startFailed(Self.storageFailure(error)))
         }
         do {
-            let options = DownloadOptions(allowsExpensive: session.allowsExpensive)
+            let options = DownloadOptions(allowsExpensive: session.allowsExpensive, allowsRoaming: session.allowsRoaming)
             let download = try await agent.makeDownload(from: url, to: directory.destination(for: id), options: options,
                                                         resuming: resumeState) { download in
                 // Set before the download is scheduled: no event or progress can be missed.

@@ -31,13 +31,25 @@ extension ResumableURLSession {
         /// `taskIsWaitingForConnectivity` once) and continues from its stored bytes, for drops in
         /// the middle of the transfer too, and rides out resets and server errors with backoff.
         public var waitsForConnectivity = false
-        /// Whether expensive (cellular-like) paths may be used; on by default, as on Apple platforms.
-        /// Off: the transfer uses a non-expensive interface that is up (binding to it needs root)
-        /// or waits/fails with `notConnectedToInternet` and `networkUnavailableReason == .expensive`.
+        /// Whether expensive paths may be used: cellular-like interfaces, and links NetworkManager
+        /// reports metered (a phone's hotspot, as Apple platforms count a Personal Hotspot); on by
+        /// default, as on Apple platforms. Off: the transfer uses a non-expensive interface that is
+        /// up (binding to it needs root) or waits/fails with `notConnectedToInternet` and
+        /// `networkUnavailableReason == .expensive`; a transfer whose path turns expensive stops
+        /// (checkpointed) and goes on when a cheap path is back.
         public var allowsExpensiveNetworkAccess = true
         /// Whether cellular paths may be used; on by default. Off acts like the expensive rule for
-        /// cellular paths (`networkUnavailableReason == .cellular`).
+        /// cellular paths (`networkUnavailableReason == .cellular`); the engine has one rule for
+        /// both, so it also keeps tasks off metered links.
         public var allowsCellularAccess = true
+        /// Whether a modem registered on a visited network (roaming, per ModemManager) may be
+        /// used; on by default. Not in Apple's API, whose platforms leave data roaming to a system
+        /// setting; off acts like `allowsCellularAccess` for roaming paths only.
+        public var allowsRoaming = true
+        /// Off by default, as on Apple platforms. On: the tasks are background work that waits for
+        /// good conditions, here a path that is neither expensive nor roaming (Apple also waits
+        /// for power; BITS and Android's `setRequiredNetworkType(UNMETERED)` do the same).
+        public var isDiscretionary = false
         /// Seconds a transfer may go without data (and the limit for connecting) before it is
         /// dropped; 60 by default, as on Apple platforms. A stalled transfer ends with
         /// `networkConnectionLost` and resume data.

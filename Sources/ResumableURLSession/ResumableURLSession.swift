@@ -175,13 +175,19 @@ public final class ResumableURLSession: Sendable {
         return nil
     }
 
-    /// Whether tasks may use expensive (cellular-like) paths.
-    var allowsExpensive: Bool { configuration.allowsExpensiveNetworkAccess && configuration.allowsCellularAccess }
+    /// Whether tasks may use expensive (cellular-like or metered) paths.
+    var allowsExpensive: Bool {
+        configuration.allowsExpensiveNetworkAccess && configuration.allowsCellularAccess && !configuration.isDiscretionary
+    }
+
+    /// Whether tasks may use a roaming modem.
+    var allowsRoaming: Bool { configuration.allowsRoaming && !configuration.isDiscretionary }
 
     /// Why the current path is unusable because of the configuration's access rules, if it is.
     func networkUnavailableReason() -> URLError.NetworkUnavailableReason? {
         guard let path = latestPath.latest, path.isSatisfied else { return nil }
         if !configuration.allowsCellularAccess, path.connection == .cellular { return .cellular }
+        if !allowsRoaming, path.isRoaming { return .cellular }
         if !allowsExpensive, path.isExpensive { return .expensive }
         return nil
     }

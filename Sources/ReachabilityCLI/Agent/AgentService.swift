@@ -101,6 +101,7 @@ actor AgentService {
         }
         emitAgent("reloaded", [.init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
                                    .init(key: "allowsExpensive", value: .bool(newSettings.allowsExpensive)),
+                                   .init(key: "allowsRoaming", value: .bool(newSettings.allowsRoaming)),
                                    .init(key: "changed", value: .bool(newSettings != old))])
     }
 
@@ -155,7 +156,8 @@ actor AgentService {
                 let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
                                                         options: DownloadOptions(expectedSHA256: sha256,
                                                                                  allowsExpensive: settings.allowsExpensive,
-                                                                                 replacesExistingFile: replace))
+                                                                                 replacesExistingFile: replace,
+                                                                                 allowsRoaming: settings.allowsRoaming))
                 observe(download)
                 emitDownload(.queued, download)
                 refreshSummary()
@@ -240,6 +242,7 @@ actor AgentService {
             maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
             interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
+            allowsRoaming: settings.allowsRoaming, isRoaming: path?.isRoaming,
             counts: counts, summary: Self.summary(downloads.map(\.state)))
     }
 

@@ -71,14 +71,16 @@ enum AgentStateDirectory {
 struct AgentSettings: Sendable, Equatable {
     /// Downloads transferring at once.
     var maximumConcurrentDownloads: Int
-    /// Whether new downloads may use expensive (cellular-like) paths.
+    /// Whether new downloads may use expensive (cellular-like or metered) paths.
     var allowsExpensive: Bool
+    /// Whether new downloads may use a roaming modem.
+    var allowsRoaming: Bool = true
     /// Directories (absolute, normalised) where `queue add -o` may put files, besides
     /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
     var downloadDirectories: [String] = []
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64),
-    /// `no-expensive` (true/false), `download-dir` (an absolute directory; repeatable). Values
+    /// `no-expensive` and `no-roaming` (true/false), `download-dir` (an absolute directory; repeatable). Values
     /// present in the file override `base`.
     static func parse(_ text: String, base: AgentSettings, path: String) throws -> AgentSettings {
         var settings = base
@@ -103,6 +105,12 @@ struct AgentSettings: Sendable, Equatable {
                 case "false", "no", "0": settings.allowsExpensive = true
                 default: throw CommandFailure(message: "\(location): no-expensive must be true or false", exitCode: .configuration)
                 }
+            case "no-roaming":
+                switch parts[1].lowercased() {
+                case "true", "yes", "1": settings.allowsRoaming = false
+                case "false", "no", "0": settings.allowsRoaming = true
+                default: throw CommandFailure(message: "\(location): no-roaming must be true or false", exitCode: .configuration)
+                }
             case "download-dir":
                 guard let directory = AgentDestination.normalizedAbsolutePath(parts[1]) else {
                     throw CommandFailure(message: "\(location): download-dir must be an absolute path without . or .. components",
@@ -110,7 +118,7 @@ struct AgentSettings: Sendable, Equatable {
                 }
                 directories.append(directory)
             default:
-                throw CommandFailure(message: "\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive, download-dir)",
+                throw CommandFailure(message: "\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive, no-roaming, download-dir)",
                                      exitCode: .configuration)
             }
         }

@@ -201,6 +201,10 @@ struct AgentStatusSnapshot: Codable, Sendable, Equatable {
     var connection: String?
     var interface: String?
     var isExpensive: Bool?
+    /// Whether new downloads may use a roaming modem (absent from older agents: yes).
+    var allowsRoaming: Bool?
+    /// Whether the path is roaming (absent from older agents).
+    var isRoaming: Bool?
     /// Number of downloads per state name.
     var counts: [String: Int]
     /// The sd_notify STATUS text, e.g. `3 downloading, 1 waiting for network`.

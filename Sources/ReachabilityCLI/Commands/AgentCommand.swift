@@ -16,10 +16,12 @@ struct AgentCommand: Command {
     static let maximumConcurrent = Option.value(
         "max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4).")
     static let noExpensive = Option.flag(
-        "no-expensive", help: "Keep new downloads off expensive (cellular-like) paths: they pin to a cheaper interface or wait.")
+        "no-expensive", help: "Keep new downloads off expensive paths (cellular-like, or metered per NetworkManager): they pin to a cheaper interface or wait, and stop (checkpointed) when their path turns expensive.")
+    static let noRoaming = Option.flag(
+        "no-roaming", help: "Keep new downloads off modems registered on a visited network (roaming, per ModemManager).")
     static let logSize = Option.value(
         "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1048576); three old files are kept.")
-    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + TransportOptions.all
+    static let options = [stateDirectory, maximumConcurrent, noExpensive, noRoaming, logSize] + TransportOptions.all
         + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
         Events (path changes, download events, control requests) are printed as NDJSON on stdout and \
@@ -30,8 +32,9 @@ struct AgentCommand: Command {
         are not kept (see 'reachability help queue add').
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
-        (lines 'max-concurrent=N', 'no-expensive=true|false' and 'download-dir=/abs/dir'; values there \
-        override the command line; no-expensive applies to downloads queued afterwards). Queued files go \
+        (lines 'max-concurrent=N', 'no-expensive=true|false', 'no-roaming=true|false' and \
+        'download-dir=/abs/dir'; values there override the command line; no-expensive and no-roaming \
+        apply to downloads queued afterwards). Queued files go \
         to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
         an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
@@ -59,7 +62,8 @@ struct AgentCommand: Command {
             }
             maximum = value
         }
-        settings = AgentSettings(maximumConcurrentDownloads: maximum, allowsExpensive: !arguments.isSet(Self.noExpensive))
+        settings = AgentSettings(maximumConcurrentDownloads: maximum, allowsExpensive: !arguments.isSet(Self.noExpensive),
+                                 allowsRoaming: !arguments.isSet(Self.noRoaming))
         logSizeLimit = 1 << 20
         if let text = arguments.value(Self.logSize) {
             guard let value = Int(text), value >= 1024 else {
@@ -126,7 +130,8 @@ struct AgentCommand: Command {
         emit(.agent, "started", [.init(key: "pid", value: .integer(Int(getpid()))),
                        .init(key: "stateDirectory", value: .string(directory)),
                        .init(key: "maxConcurrent", value: .integer(initialSettings.maximumConcurrentDownloads)),
-                       .init(key: "allowsExpensive", value: .bool(initialSettings.allowsExpensive))])
+                       .init(key: "allowsExpensive", value: .bool(initialSettings.allowsExpensive)),
+                       .init(key: "allowsRoaming", value: .bool(initialSettings.allowsRoaming))])
         // Set once the metrics file has its first contents; path changes rewrite it.
         let metricsPublisher = Mutex<MetricsPublisher?>(nil)
         let pathTask = Task {

@@ -13,11 +13,14 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     var connection: Connection = .any
     /// False for `--not-expensive`.
     var allowsExpensive = true
+    /// False for `--not-roaming`.
+    var allowsRoaming = true
 
     /// Whether `path` qualifies. The kind compares `NetworkPath.connection`, so a VPN over wifi is wifi.
     func isMet(by path: NetworkPath) -> Bool {
         guard path.isSatisfied else { return false }
         if !allowsExpensive && path.isExpensive { return false }
+        if !allowsRoaming && path.isRoaming { return false }
         switch connection {
         case .any: return true
         case .wired: return path.connection == .wired
@@ -31,7 +34,8 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     var description: String {
         let kind = connection == .any || connection == .internet ? "" : "\(connection.rawValue) "
         let internet = connection == .internet ? " with full internet connectivity" : ""
-        return "a reachable \(kind)path\(internet)" + (allowsExpensive ? "" : " that is not expensive")
+        let limits = [allowsExpensive ? nil : "expensive", allowsRoaming ? nil : "roaming"].compactMap { $0 }
+        return "a reachable \(kind)path\(internet)" + (limits.isEmpty ? "" : " that is not " + limits.joined(separator: " or "))
     }
 
     /// How waiting ended.

@@ -10,8 +10,11 @@ struct WaitCommand: Command {
     static let require = Option.value(
         "require", valueName: "kind",
         help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any; 'internet' needs the connectivity check to read full. Default: any.")
-    static let notExpensive = Option.flag("not-expensive", help: "Only a path that is not expensive (cellular) qualifies.")
-    static let options = [timeout, require, notExpensive] + MonitorOptions.all
+    static let notExpensive = Option.flag(
+        "not-expensive", help: "Only a path that is not expensive (cellular-like, or metered per NetworkManager) qualifies.")
+    static let notRoaming = Option.flag(
+        "not-roaming", help: "Only a path that is not over a roaming modem (per ModemManager) qualifies.")
+    static let options = [timeout, require, notExpensive, notRoaming] + MonitorOptions.all
     static let discussion: String? = """
         EXIT STATUS: 0 as soon as the path qualifies, 1 on timeout or when the monitor stops, \
         64 for a usage error, 66 when --netns names no namespace, 77 when --netns lacks privilege, \
@@ -35,6 +38,7 @@ struct WaitCommand: Command {
             requirement.connection = connection
         }
         requirement.allowsExpensive = !arguments.isSet(Self.notExpensive)
+        requirement.allowsRoaming = !arguments.isSet(Self.notRoaming)
         timeoutDuration = Self.defaultTimeout
         if let text = arguments.value(Self.timeout) {
             guard let seconds = Double(text), !seconds.isNaN, seconds >= 0 else {
@@ -49,14 +53,18 @@ struct WaitCommand: Command {
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let requirement = requirement
+        let noCheck = "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri"
         let (source, configuration) = try monitor.startPathSource(in: context) { configuration in
-            if requirement.connection == .internet, configuration.connectivityCheck == nil {
-                throw CommandFailure(
-                    message: "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri",
-                    exitCode: .usage)
+            if requirement.connection == .internet, configuration.connectivityCheck == nil, configuration.systemBus == .disabled {
+                throw CommandFailure(message: noCheck, exitCode: .usage)
             }
         }
         defer { source.cancel() }
+        if requirement.connection == .internet, configuration.connectivityCheck == nil,
+           !source.currentPath.factSources.contains(where: { $0.service == .networkManager && $0.state == .used }) {
+            // Without a check of ours, NetworkManager's own answer (over D-Bus) is the only source.
+            throw CommandFailure(message: noCheck + " (NetworkManager, whose own check would do, is not in use here)", exitCode: .usage)
+        }
         var timeout = timeoutDuration
         if requirement.connection == .internet, timeout == .zero, let check = configuration.connectivityCheck {
             // "Check once" includes the one connectivity check that runs at start.
