@@ -90,6 +90,12 @@ indirect enum DBusValue: Sendable, Hashable {
         }
     }
 
+    /// `'no' of type s`, `a value of type au with 100000 elements, more than 256`: for log lines.
+    var typedDescription: String {
+        if case .oversized(let signature, let reason) = self { return "a value of type \(signature) (\(reason))" }
+        return "\(logDescription) of type \(signature)"
+    }
+
     /// A short rendering for log lines: long strings and arrays are cut, control characters escaped.
     var logDescription: String {
         switch self {

@@ -85,7 +85,7 @@ struct ModemManagerModel: Sendable, Equatable {
         var problems: [SystemServiceProblem] = []
         func refuse(_ property: String, _ value: DBusValue, _ expected: String) {
             problems.append(SystemServiceProblem(service: .modemManager, object: path, property: property,
-                                                 detail: "\(value.logDescription) of type \(value.signature) is not \(expected)"))
+                                                 detail: "\(value.typedDescription) is not \(expected)"))
         }
         if modems[path] == nil, modems.count >= Self.maximumModems {
             return [SystemServiceProblem(service: .modemManager, object: path, property: "",

@@ -71,7 +71,7 @@ struct NetworkManagerModel: Sendable, Equatable {
         var problems: [SystemServiceProblem] = []
         func refuse(_ property: String, _ value: DBusValue, _ expected: String) {
             problems.append(SystemServiceProblem(service: .networkManager, object: path, property: property,
-                                                 detail: "\(value.logDescription) of type \(value.signature) is not \(expected)"))
+                                                 detail: "\(value.typedDescription) is not \(expected)"))
         }
         switch interface {
         case Self.managerInterface:
