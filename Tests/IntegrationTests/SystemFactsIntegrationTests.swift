@@ -275,3 +275,59 @@ struct SystemFactsIntegrationTests {
         #expect(!gone.isRoaming && gone.primaryInterface?.cellular == nil)
     }
 }
+
+@Suite("Side by side with GLib's GNetworkMonitor on the same mocked NetworkManager", .serialized,
+       .enabled(if: systemBusLabUnavailable == nil && glibUnavailable == nil, systemBusLabReason))
+struct GLibAgreementTests {
+    /// GLib's view, asked after a round trip to NetworkManager on GLib's own connection (its reply
+    /// comes after every signal sent before it) and an idle main context: GLib has then seen
+    /// every change the driver made.
+    static let glibPeer = #"""
+        import json, sys
+        from gi.repository import Gio, GLib
+        monitor = Gio.NetworkMonitor.get_default()
+        bus = Gio.bus_get_sync(Gio.BusType.SYSTEM, None)
+        context = GLib.MainContext.default()
+        print(json.dumps({'type': type(monitor).__name__}), flush=True)
+        for line in sys.stdin:
+            bus.call_sync('org.freedesktop.NetworkManager', '/org/freedesktop/NetworkManager',
+                          'org.freedesktop.DBus.Properties', 'Get',
+                          GLib.Variant('(ss)', ('org.freedesktop.NetworkManager', 'Metered')),
+                          None, Gio.DBusCallFlags.NONE, 5000, None)
+            while context.pending():
+                context.iteration(False)
+            print(json.dumps({'metered': monitor.get_network_metered(),
+                              'connectivity': monitor.get_connectivity().value_nick}), flush=True)
+        """#
+
+    @Test("network-metered and isExpensive agree at every Metered value NetworkManager can report")
+    func meteredAgreement() async throws {
+        let lab = try SystemFactsLab()
+        defer { lab.close() }
+        try lab.bus.startNetworkManager(in: lab.net.client)
+        let device = try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 4)
+        let monitor = try lab.monitor()
+        defer { monitor.cancel() }
+        let glib = try RequestReplyProcess(["/usr/bin/python3", "-u", "-c", Self.glibPeer], environment: lab.bus.environment)
+        defer { glib.close() }
+        let hello = try glib.readLine()
+        #expect(hello.contains("GNetworkMonitorNM"), "GLib must use its NetworkManager backend: \(hello)")
+        let names: [UInt32: Metered] = [0: .unknown, 1: .yes, 2: .no, 3: .guessYes, 4: .guessNo]
+        var table: [String] = []
+        for value: UInt32 in [3, 4, 1, 2, 0, 3, 4] {
+            try lab.bus.setMetered(device, value)
+            let expected = try #require(names[value])
+            let ours = try await waitForPath(monitor, "Metered=\(expected.rawValue) seen") { $0.primaryInterface?.metered == expected }
+            let reply = try JSONSerialization.jsonObject(with: Data(try glib.exchange("query").utf8)) as? [String: Any]
+            let theirs = try #require(reply?["metered"] as? Bool)
+            #expect(ours.isExpensive == theirs, "Metered=\(expected.rawValue): isExpensive \(ours.isExpensive), GLib network-metered \(theirs)")
+            #expect(ours.isExpensive == expected.isMetered)
+            table.append("| \(expected.rawValue) | \(theirs) | \(ours.isExpensive) |")
+        }
+        print((["| Metered | GLib network-metered | isExpensive |"] + table).joined(separator: "\n"))
+    }
+}
+
+/// Why GLib's side cannot run, or nil (python3-gi and GLib's introspection data).
+let glibUnavailable: String? = (try? sh(["/usr/bin/python3", "-c", "from gi.repository import Gio"])) == nil
+    ? "needs python3-gi and gir1.2-glib-2.0 (scripts/setup.sh installs them)" : nil

@@ -69,16 +69,19 @@ enum EventSchema {
     static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date, path: NetworkPath? = nil) -> String {
         var (name, fields) = describe(event)
         if event == .waitingForConnectivity, let portal = portal(of: path) {
-            fields += [.init(key: "reason", value: .string("portal")), .init(key: "portalURL", value: .string(portal))]
+            fields += [.init(key: "reason", value: .string("portal")),
+                       .init(key: "portalURL", value: .string(portal.isEmpty ? nil : portal))]
         }
         return downloadLine(name, facts, at: time, fields)
     }
 
     /// The login URL when `path` is satisfied but behind a captive portal (the probe URL when the
-    /// portal named none).
+    /// portal named none; empty when NetworkManager's check found it, which names no URL).
     static func portal(of path: NetworkPath?) -> String? {
         guard let path, path.isSatisfied, path.connectivity == .portal else { return nil }
-        return path.portalURL ?? path.connectivityEvidence?.url ?? ""
+        if let url = path.portalURL { return url }
+        guard let evidence = path.connectivityEvidence, evidence.source == .check else { return "" }
+        return evidence.url
     }
 
     /// A download line for an event name and its fields.
