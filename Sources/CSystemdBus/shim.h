@@ -45,6 +45,7 @@ typedef struct csdbus_api {
     int (*message_new_method_call)(sd_bus *bus, sd_bus_message **m, const char *destination,
                                    const char *path, const char *interface, const char *member);
     sd_bus_message *(*message_unref)(sd_bus_message *m);
+    int (*message_set_auto_start)(sd_bus_message *m, int b);
     int (*message_get_type)(sd_bus_message *m, uint8_t *type);
     int (*message_get_cookie)(sd_bus_message *m, uint64_t *cookie);
     int (*message_get_reply_cookie)(sd_bus_message *m, uint64_t *cookie);
@@ -89,6 +90,7 @@ static inline const char *csdbus_load(csdbus_api *api) {
     CSDBUS_RESOLVE(bus_add_match_async, sd_bus_add_match_async);   /* systemd >= 237 */
     CSDBUS_RESOLVE(message_new_method_call, sd_bus_message_new_method_call);
     CSDBUS_RESOLVE(message_unref, sd_bus_message_unref);
+    CSDBUS_RESOLVE(message_set_auto_start, sd_bus_message_set_auto_start);
     CSDBUS_RESOLVE(message_get_type, sd_bus_message_get_type);
     CSDBUS_RESOLVE(message_get_cookie, sd_bus_message_get_cookie);
     CSDBUS_RESOLVE(message_get_reply_cookie, sd_bus_message_get_reply_cookie);

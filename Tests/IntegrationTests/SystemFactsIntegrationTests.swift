@@ -69,15 +69,21 @@ struct SystemFactsIntegrationTests {
         #expect(first.primaryInterface?.metered == .guessNo)
         #expect(!first.isExpensive)
 
-        let started = ContinuousClock.now
-        try lab.bus.setMetered(device, 3)
+        // When the monitor thread published the expensive path (not when this task saw it).
+        let publishedAt = Mutex<ContinuousClock.Instant?>(nil)
+        monitor.pathUpdateHandler = { path in
+            if path.isExpensive { publishedAt.withLock { $0 = $0 ?? .now } }
+        }
+        try lab.bus.set(device, SystemBusLab.deviceInterface, "Metered", .uint32(3))
+        // The mock sends PropertiesChanged before its reply, so the signal is out by now.
+        let signalled = ContinuousClock.now
         let metered = try await waitForPath(monitor, "expensive after Metered=guess-yes") { $0.isExpensive }
-        let latency = ContinuousClock.now - started
+        let published = try #require(publishedAt.withLock { $0 })
+        let latency = published < signalled ? Duration.zero : published - signalled
         #expect(metered.primaryInterface?.costReason == "NetworkManager: Metered=guess-yes")
         #expect(metered.primaryInterface?.type == .wifi)
-        // Two D-Bus calls of the test's driver included; the monitor reacts to the first signal.
-        #expect(latency < .milliseconds(250), "path update \(latency) after the property was set")
-        print("metered guess-yes -> expensive path: \(latency) after the driver's call")
+        #expect(latency < .milliseconds(100), "path published \(latency) after the signal was sent")
+        print("Metered=guess-yes -> expensive path published \(latency) after the mock's signal (0: before its reply reached the test)")
 
         try lab.bus.setMetered(device, 4)
         let back = try await waitForPath(monitor, "not expensive after Metered=guess-no") { !$0.isExpensive }

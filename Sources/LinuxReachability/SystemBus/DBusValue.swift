@@ -141,8 +141,9 @@ enum SystemBusEvent: Sendable, Equatable {
     case interfacesAdded(sender: String, path: String, interfaces: [String: [String: DBusValue]])
     /// `org.freedesktop.DBus.ObjectManager.InterfacesRemoved`.
     case interfacesRemoved(sender: String, path: String, interfaces: [String])
-    /// The answer to a request made with `SystemBusConnection.call`.
-    case reply(tag: Int, SystemBusReply)
+    /// The answer to a request made with `SystemBusConnection.call`, and who sent it (the
+    /// unique name of the connection that answered a call to a well-known name).
+    case reply(tag: Int, sender: String, SystemBusReply)
     /// A message from a peer whose body does not have the shape its member promises (or that
     /// sd-bus could not read); `detail` says what.
     case malformed(sender: String, member: String, detail: String)

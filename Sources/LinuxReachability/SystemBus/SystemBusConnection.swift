@@ -119,6 +119,10 @@ final class SystemBusConnection: @unchecked Sendable {
         var rc = api.pointee.message_new_method_call(bus, &message, destination, path, interface, member)
         guard rc >= 0, let message else { throw Self.failure("cannot build the call \(interface).\(member)", rc) }
         defer { _ = api.pointee.message_unref(message) }
+        // Never start a service by asking it: a disabled NetworkManager stays off (system bus
+        // activation would otherwise launch it for a call to its name).
+        rc = api.pointee.message_set_auto_start(message, 0)
+        if rc < 0 { throw Self.failure("cannot build the call \(interface).\(member)", rc) }
         if let argument {
             rc = argument.withCString { api.pointee.message_append_basic(message, Self.type("s"), $0) }
             if rc < 0 { throw Self.failure("cannot build the call \(interface).\(member)", rc) }
@@ -196,11 +200,12 @@ final class SystemBusConnection: @unchecked Sendable {
             }
             if type == CSDBUS_MESSAGE_METHOD_ERROR {
                 let error = api.pointee.message_get_error(message)
-                received.append(.reply(tag: request.tag, .error(name: string(error?.pointee.name) ?? "unknown error",
-                                                                message: string(error?.pointee.message) ?? "")))
+                received.append(.reply(tag: request.tag, sender: sender,
+                                       .error(name: string(error?.pointee.name) ?? "unknown error",
+                                              message: string(error?.pointee.message) ?? "")))
                 return
             }
-            received.append(.reply(tag: request.tag, decodeReply(message, sender: sender, shape: request.shape)))
+            received.append(.reply(tag: request.tag, sender: sender, decodeReply(message, shape: request.shape)))
             return
         }
         guard type == CSDBUS_MESSAGE_SIGNAL else { return }
@@ -237,7 +242,7 @@ final class SystemBusConnection: @unchecked Sendable {
         }
     }
 
-    private func decodeReply(_ message: OpaquePointer, sender: String, shape: Shape) -> SystemBusReply {
+    private func decodeReply(_ message: OpaquePointer, shape: Shape) -> SystemBusReply {
         let signature = string(api.pointee.message_get_signature(message, 1)) ?? ""
         do throws(DecodeError) {
             switch shape {

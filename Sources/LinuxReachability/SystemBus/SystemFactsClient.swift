@@ -24,21 +24,45 @@ final class SystemFactsClient {
     /// What a request was for.
     private enum RequestKind { case nameOwner, processID, objects }
 
+    /// What is known of a service being identified: its owner, its process (for the namespace
+    /// check) and its objects, asked all at once so the first answer costs one round trip.
+    private struct Probe: Equatable {
+        /// The name asked: the well-known name at start, or a new owner's unique name.
+        var target: String
+        var owner: String?
+        var ownerMissing = false
+        var isOwnerAnswered: Bool
+        var pid: UInt32?
+        var isProcessAnswered = false
+        var objects: SystemBusEvent.Objects?
+        var objectsSender: String?
+        var objectsError: String?
+        var objectsErrorName: String?
+        var isObjectsAnswered = false
+
+        init(target: String) {
+            self.target = target
+            let isUnique = target.hasPrefix(":")
+            owner = isUnique ? target : nil
+            isOwnerAnswered = isUnique
+        }
+
+        var isComplete: Bool { isOwnerAnswered && isProcessAnswered && isObjectsAnswered }
+    }
+
     /// One service's life on the bus.
     private struct Tracker {
         enum Phase: Equatable {
-            case askingOwner
+            case probing(Probe)
             case notRunning
-            case identifying(owner: String)
-            case loading(owner: String, pid: UInt32?, note: String?)
             case used(owner: String, pid: UInt32?, note: String?)
             case otherNamespace(owner: String, detail: String)
             case failed(String)
         }
 
         let service: FactSource.Service
-        var phase = Phase.askingOwner
-        /// Bumped whenever the owner changes, so answers about an earlier owner are dropped.
+        var phase = Phase.failed("not asked yet")
+        /// Bumped whenever a new probe starts, so answers about an earlier owner are dropped.
         var generation = 0
         var problems = 0
         var lastProblem: String?
@@ -51,17 +75,13 @@ final class SystemFactsClient {
         }
         var owner: String? {
             switch phase {
-            case .identifying(let owner), .loading(let owner, _, _), .used(let owner, _, _), .otherNamespace(let owner, _): return owner
-            case .askingOwner, .notRunning, .failed: return nil
+            case .probing(let probe): return probe.owner
+            case .used(let owner, _, _), .otherNamespace(let owner, _): return owner
+            case .notRunning, .failed: return nil
             }
         }
         var isUsed: Bool { if case .used = phase { return true } else { return false } }
-        var isSettled: Bool {
-            switch phase {
-            case .askingOwner, .identifying, .loading: return false
-            case .notRunning, .used, .otherNamespace, .failed: return true
-            }
-        }
+        var isSettled: Bool { if case .probing = phase { return false } else { return true } }
     }
 
     let settings: Settings
@@ -194,10 +214,7 @@ final class SystemFactsClient {
                 try connection.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(name)'")
                 try connection.addMatch("type='signal',sender='\(name)',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='\(prefix)'")
                 try connection.addMatch("type='signal',sender='\(name)',interface='org.freedesktop.DBus.ObjectManager',path='\(trackers[index].objectManagerPath)'")
-                trackers[index].phase = .askingOwner
-                trackers[index].generation += 1
-                try send(.nameOwner, for: index, destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                         interface: "org.freedesktop.DBus", member: "GetNameOwner", argument: name, shape: .string)
+                try probe(index, target: name)
             }
             settings.logger.debug("system bus connected", metadata: ["address": settings.address])
         } catch {
@@ -260,10 +277,10 @@ final class SystemFactsClient {
             } else {
                 modemManager.remove(path: path, interfaces: interfaces)
             }
-        case .reply(let tag, let reply):
+        case .reply(let tag, let sender, let reply):
             guard let request = requests.removeValue(forKey: tag),
                   request.generation == trackers[request.service].generation else { return }
-            replied(request.service, request.kind, reply)
+            replied(request.service, request.kind, sender: sender, reply)
         case .malformed(let sender, let member, let detail):
             if let index = trackers.firstIndex(where: { $0.owner == sender && $0.owner != nil }) {
                 record(index, [SystemServiceProblem(service: trackers[index].service, object: member, property: "",
@@ -291,73 +308,108 @@ final class SystemFactsClient {
     }
 
     private func ownerChanged(_ index: Int, to newOwner: String) {
-        trackers[index].generation += 1
         if trackers[index].service == .networkManager { networkManager = NetworkManagerModel() } else { modemManager = ModemManagerModel() }
         guard !newOwner.isEmpty else {
             if trackers[index].owner != nil {
                 settings.logger.info("\(trackers[index].service.rawValue) left the system bus; its facts are no longer used")
             }
+            trackers[index].generation += 1
             trackers[index].phase = .notRunning
             return
         }
         settings.logger.info("\(trackers[index].service.rawValue) appeared on the system bus", metadata: ["owner": newOwner])
-        identify(index, owner: newOwner)
-    }
-
-    private func identify(_ index: Int, owner: String) {
-        trackers[index].phase = .identifying(owner: owner)
         do {
-            try send(.processID, for: index, destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                     interface: "org.freedesktop.DBus", member: "GetConnectionUnixProcessID", argument: owner, shape: .uint32)
+            try probe(index, target: newOwner)
         } catch {
             trackers[index].phase = .failed("\(error)")
         }
     }
 
-    private func replied(_ index: Int, _ kind: RequestKind, _ reply: SystemBusReply) {
-        let name = trackers[index].service.rawValue
+    /// Asks, all at once, who owns `target` (unless it is a unique name), which process that is,
+    /// and for its objects; `settle` decides once the three answers are in.
+    private func probe(_ index: Int, target: String) throws {
+        trackers[index].generation += 1
+        let probe = Probe(target: target)
+        trackers[index].phase = .probing(probe)
+        let bus = (destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus")
+        if !probe.isOwnerAnswered {
+            try send(.nameOwner, for: index, destination: bus.destination, path: bus.path, interface: bus.interface,
+                     member: "GetNameOwner", argument: target, shape: .string)
+        }
+        try send(.processID, for: index, destination: bus.destination, path: bus.path, interface: bus.interface,
+                 member: "GetConnectionUnixProcessID", argument: target, shape: .uint32)
+        try send(.objects, for: index, destination: target, path: trackers[index].objectManagerPath,
+                 interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects", shape: .objects)
+    }
+
+    private func replied(_ index: Int, _ kind: RequestKind, sender: String, _ reply: SystemBusReply) {
+        guard case .probing(var probe) = trackers[index].phase else { return }
         switch (kind, reply) {
         case (.nameOwner, .string(let owner)):
-            identify(index, owner: owner)
-        case (.nameOwner, .error(let errorName, let message)):
-            trackers[index].phase = errorName == "org.freedesktop.DBus.Error.NameHasNoOwner" ? .notRunning : .failed("cannot ask who runs \(name): \(message)")
+            probe.owner = owner
+        case (.nameOwner, _):
+            probe.ownerMissing = true
+        case (.processID, .uint32(let pid)):
+            probe.pid = pid
         case (.processID, _):
-            guard case .identifying(let owner) = trackers[index].phase else { return }
-            var pid: UInt32?
-            if case .uint32(let value) = reply { pid = value }
-            switch namespaceVerdict(pid: pid) {
-            case .same(let note):
-                load(index, owner: owner, pid: pid, note: note)
-            case .other(let detail):
-                trackers[index].phase = .otherNamespace(owner: owner, detail: detail)
-                settings.logger.info("\(name) manages another network namespace; its facts are not used", metadata: ["detail": detail])
-            }
+            break
         case (.objects, .objects(let objects)):
-            guard case .loading(let owner, let pid, let note) = trackers[index].phase else { return }
-            record(index, trackers[index].service == .networkManager ? networkManager.load(objects) : modemManager.load(objects))
-            trackers[index].phase = .used(owner: owner, pid: pid, note: note)
-            reconnectDelay = Self.firstReconnectDelay
-            settings.logger.debug("\(name) facts loaded", metadata: ["summary": summary(index)])
-        case (.objects, .error(let errorName, let message)):
-            let old = errorName == "org.freedesktop.DBus.Error.UnknownMethod" || errorName == "org.freedesktop.DBus.Error.UnknownObject"
-                || errorName == "org.freedesktop.DBus.Error.UnknownInterface"
-            trackers[index].phase = .failed(old && trackers[index].service == .networkManager
-                ? "NetworkManager older than 1.12 (no ObjectManager at /org/freedesktop); its facts are not used"
-                : "\(name) did not list its objects: \(message)")
-            settings.logger.warning("\(name) facts are not used", metadata: ["error": "\(errorName): \(message)"])
-        default:
-            trackers[index].phase = .failed("\(name) answered with something unexpected")
+            probe.objects = objects
+            probe.objectsSender = sender
+        case (.objects, .error(let name, let message)):
+            probe.objectsErrorName = name
+            probe.objectsError = message
+        case (.objects, _):
+            probe.objectsError = "an answer of another shape"
         }
+        switch kind {
+        case .nameOwner: probe.isOwnerAnswered = true
+        case .processID: probe.isProcessAnswered = true
+        case .objects: probe.isObjectsAnswered = true
+        }
+        trackers[index].phase = .probing(probe)
+        if probe.isComplete { settle(index, probe) }
     }
 
-    private func load(_ index: Int, owner: String, pid: UInt32?, note: String?) {
-        trackers[index].phase = .loading(owner: owner, pid: pid, note: note)
-        do {
-            // To the unique name: a new owner's objects are never mixed with the old one's.
-            try send(.objects, for: index, destination: owner, path: trackers[index].objectManagerPath,
-                     interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects", shape: .objects)
-        } catch {
-            trackers[index].phase = .failed("\(error)")
+    /// All three answers are in: the service is used, in another namespace, absent or failed.
+    private func settle(_ index: Int, _ probe: Probe) {
+        let name = trackers[index].service.rawValue
+        guard !probe.ownerMissing, let owner = probe.owner else {
+            trackers[index].phase = .notRunning
+            return
+        }
+        if let errorName = probe.objectsErrorName {
+            if ["org.freedesktop.DBus.Error.NameHasNoOwner", "org.freedesktop.DBus.Error.ServiceUnknown"].contains(errorName) {
+                trackers[index].phase = .notRunning   // it left in between; NameOwnerChanged follows
+                return
+            }
+            let old = ["org.freedesktop.DBus.Error.UnknownMethod", "org.freedesktop.DBus.Error.UnknownObject",
+                       "org.freedesktop.DBus.Error.UnknownInterface"].contains(errorName)
+            trackers[index].phase = .failed(old && trackers[index].service == .networkManager
+                ? "NetworkManager older than 1.12 (no ObjectManager at /org/freedesktop); its facts are not used"
+                : "\(name) did not list its objects: \(errorName): \(probe.objectsError ?? "")")
+            settings.logger.warning("\(name) facts are not used", metadata: ["error": "\(errorName): \(probe.objectsError ?? "")"])
+            return
+        }
+        guard let objects = probe.objects else {
+            trackers[index].phase = .failed("\(name) answered GetManagedObjects with something unexpected: \(probe.objectsError ?? "")")
+            return
+        }
+        guard probe.objectsSender == owner else {
+            // The name changed hands between the questions: ask the owner the bus named, by its
+            // unique name, so one owner's answers are never mixed with another's.
+            do { try self.probe(index, target: owner) } catch { trackers[index].phase = .failed("\(error)") }
+            return
+        }
+        switch namespaceVerdict(pid: probe.pid) {
+        case .same(let note):
+            record(index, trackers[index].service == .networkManager ? networkManager.load(objects) : modemManager.load(objects))
+            trackers[index].phase = .used(owner: owner, pid: probe.pid, note: note)
+            reconnectDelay = Self.firstReconnectDelay
+            settings.logger.debug("\(name) facts loaded", metadata: ["summary": summary(index)])
+        case .other(let detail):
+            trackers[index].phase = .otherNamespace(owner: owner, detail: detail)
+            settings.logger.info("\(name) manages another network namespace; its facts are not used", metadata: ["detail": detail])
         }
     }
 
@@ -412,7 +464,7 @@ final class SystemFactsClient {
         for (index, tracker) in trackers.enumerated() {
             let service = tracker.service
             switch tracker.phase {
-            case .askingOwner, .identifying, .loading:
+            case .probing:
                 sources.append(FactSource(service: service, state: .waiting, detail: "asked on \(settings.address); no answer yet"))
             case .notRunning:
                 sources.append(FactSource(service: service, state: .notRunning, detail: "not on the system bus"))
