@@ -32,4 +32,8 @@ public struct HostPath: Sendable, Hashable {
 
     /// Whether traffic to the host can leave now: its name resolved and a usable route leads there.
     public var isReachable: Bool { path?.isSatisfied ?? false }
+
+    /// Whether `text` can be followed: a host name (letters, digits, `-`, `.`, `_`, at most 253
+    /// bytes) or an IP literal (brackets and a `%zone` allowed).
+    public static func isValidHost(_ text: String) -> Bool { HostWatches.key(for: text) != nil }
 }
