@@ -113,4 +113,48 @@ struct HostPathIntegrationTests {
         let down = try await waitForHostPath(monitor, "10.77.1.1", "the LAN server with its link down") { !$0.isReachable }
         #expect(down.path?.unsatisfiedReason != nil)
     }
+
+    @Test("Reachability(hostname:) answers for its host, as SCNetworkReachability did for a name")
+    func facadeForAHost() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
+        let lan = Reachability(hostname: "10.77.1.1", configuration: .init(networkNamespace: net.client),
+                               callbackQueue: DispatchQueue(label: "test.lan"), notificationCenter: NotificationCenter())
+        let (events, continuation) = AsyncStream.makeStream(of: String.self)
+        lan.whenReachable = { r in continuation.yield("reachable \(r.connection.rawValue)") }
+        lan.whenUnreachable = { _ in continuation.yield("unreachable") }
+        try lan.startNotifier()
+        defer { lan.stopNotifier() }
+        // startNotifier() returns with the host's answer: no default route, and the host is reachable.
+        #expect(lan.connection == .wired)
+        #expect(lan.currentPath.primaryInterface?.name == "enp3s0")
+        let queue = EventQueue(events)
+        #expect(await queue.next(within: .seconds(5)) == "reachable wired")
+        try ip("-n \(net.client) link set enp3s0 down")
+        #expect(await queue.next(within: .seconds(5)) == "unreachable")
+        let internet = Reachability(hostname: "192.0.2.80", configuration: .init(networkNamespace: net.client),
+                                    callbackQueue: DispatchQueue(label: "test.internet"), notificationCenter: NotificationCenter())
+        try internet.startNotifier()
+        defer { internet.stopNotifier() }
+        #expect(internet.connection == .unavailable)
+    }
+
+    @Test("reachability wait --host and status on a LAN with no default route")
+    func commandLine() throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
+        let (waited, _, errors) = try runBuilt(["wait", "--netns", net.client, "--host", "10.77.1.1", "--timeout", "5"])
+        #expect(waited == 0, "\(errors)")
+        let (local, _, _) = try runBuilt(["wait", "--netns", net.client, "--host", "localhost", "--timeout", "5"])
+        #expect(local == 0)
+        let (internet, _, message) = try runBuilt(["wait", "--netns", net.client, "--host", "192.0.2.80", "--timeout", "0.2"])
+        #expect(internet == 1)
+        #expect(message.contains("waiting for a reachable path to 192.0.2.80; last path: unreachable: no route"), "\(message)")
+        // status keeps the primary path's word, and says what still works.
+        let (status, text, _) = try runBuilt(["status", "--netns", net.client])
+        #expect(status == 1)
+        #expect(text == "unreachable: no route beyond the local network (enp3s0, 10.77.1.2)\n")
+    }
 }
