@@ -20,6 +20,9 @@ struct HostTarget: Hashable, Sendable {
 /// - An IP literal needs no resolver; a name is resolved when it is first watched, again after
 ///   every change of the primary path (another network may answer with other addresses; the old
 ///   addresses are kept meanwhile), and after a failure on a back-off from 1 s doubling to 30 s.
+/// - A first lookup that has not answered within `firstAnswerTimeout` (a resolver that drops
+///   queries: glibc tries each name server for 5 s, twice) is reported as failed meanwhile, so
+///   whoever waits for the host's first answer is not left waiting in silence; the lookup goes on.
 /// - At most `maximumConcurrentResolutions` lookups run at once (each is a thread: getaddrinfo
 ///   cannot be cancelled or polled).
 /// - A name stands for at most `maximumTargets` addresses (a round-robin name with hundreds of
@@ -45,10 +48,13 @@ struct HostWatches: Sendable {
         /// A failed resolution is retried then.
         var retryAt: ContinuousClock.Instant?
         var retryDelay: Duration?
+        /// Until the first answer: when it is given up on for the time being.
+        var firstAnswerDue: ContinuousClock.Instant?
     }
 
     static let maximumTargets = 8
     static let maximumConcurrentResolutions = 4
+    static let firstAnswerTimeout = Duration.seconds(10)
     static let initialRetry = Duration.seconds(1)
     static let maximumRetry = Duration.seconds(30)
 
@@ -85,8 +91,8 @@ struct HostWatches: Sendable {
         return HostTarget(address: bytes, zone: zone)
     }
 
-    /// A subscription to `key` (from `key(for:)`); returns whether the host is new.
-    mutating func add(_ key: String) -> Bool {
+    /// A subscription to `key` (from `key(for:)`) at `now`; returns whether the host is new.
+    mutating func add(_ key: String, at now: ContinuousClock.Instant = .now) -> Bool {
         if watches[key] != nil {
             watches[key]!.subscribers += 1
             return false
@@ -94,7 +100,8 @@ struct HostWatches: Sendable {
         if let literal = Self.literal(key) {
             watches[key] = Watch(subscribers: 1, isLiteral: true, targets: [literal], resolution: .resolved, wantsResolution: false)
         } else {
-            watches[key] = Watch(subscribers: 1, isLiteral: false, targets: [], resolution: .pending, wantsResolution: true)
+            watches[key] = Watch(subscribers: 1, isLiteral: false, targets: [], resolution: .pending, wantsResolution: true,
+                                 firstAnswerDue: now + Self.firstAnswerTimeout)
         }
         return true
     }
@@ -140,6 +147,7 @@ struct HostWatches: Sendable {
     mutating func resolved(_ key: String, _ answer: Result<[[UInt8]], Syscalls.ResolveFailure>, at now: ContinuousClock.Instant) -> Bool {
         guard var watch = watches[key] else { return false }
         watch.isResolving = false
+        watch.firstAnswerDue = nil
         let before = (watch.targets, watch.resolution)
         switch answer {
         case .success(let addresses):
@@ -171,9 +179,24 @@ struct HostWatches: Sendable {
         if watch.targets.isEmpty { watch.resolution = .failed(message) }
     }
 
-    /// When the next failed resolution is due.
+    /// First lookups still unanswered at `now` past `firstAnswerTimeout`: reported as failed
+    /// (the lookup goes on); returns whether any was.
+    mutating func expireFirstAnswers(at now: ContinuousClock.Instant) -> Bool {
+        var expired = false
+        for key in watches.keys {
+            guard let due = watches[key]!.firstAnswerDue, due <= now else { continue }
+            watches[key]!.firstAnswerDue = nil
+            if watches[key]!.resolution == .pending {
+                watches[key]!.resolution = .failed("no answer from the resolver within \(Self.firstAnswerTimeout.components.seconds) s")
+                expired = true
+            }
+        }
+        return expired
+    }
+
+    /// When the next failed resolution, or a first answer, is due.
     var deadline: ContinuousClock.Instant? {
-        watches.values.compactMap { $0.isResolving ? nil : $0.retryAt }.min()
+        watches.values.flatMap { [$0.isResolving ? nil : $0.retryAt, $0.firstAnswerDue].compactMap { $0 } }.min()
     }
 
     /// Every address watched, as prefixes for the event filter and route-change tests.

@@ -610,6 +610,7 @@ final class MonitorEngine: Sendable {
                     state.isHostsDirty = true
                 }
             }
+            if state.hosts.expireFirstAnswers(at: now) { state.isHostsDirty = true }
             guard !state.isCancelled else { return ([], nil) }
             let starts = state.hosts.resolutionsToStart(at: now).map { key in
                 let resolution = ConnectivityProbe.Resolution()
