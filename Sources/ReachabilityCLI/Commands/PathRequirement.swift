@@ -15,6 +15,8 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     var allowsExpensive = true
     /// False for `--not-roaming`.
     var allowsRoaming = true
+    /// `--host`: the path is the route to this host, not the default route.
+    var host: String?
 
     /// Whether `path` qualifies. The kind compares `NetworkPath.connection`, so a VPN over wifi is wifi.
     func isMet(by path: NetworkPath) -> Bool {
@@ -34,8 +36,9 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     var description: String {
         let kind = connection == .any || connection == .internet ? "" : "\(connection.rawValue) "
         let internet = connection == .internet ? " with full internet connectivity" : ""
+        let destination = host.map { " to \(PathText.escaped($0))" } ?? ""
         let limits = [allowsExpensive ? nil : "expensive", allowsRoaming ? nil : "roaming"].compactMap { $0 }
-        return "a reachable \(kind)path\(internet)" + (limits.isEmpty ? "" : " that is not " + limits.joined(separator: " or "))
+        return "a reachable \(kind)path\(destination)\(internet)" + (limits.isEmpty ? "" : " that is not " + limits.joined(separator: " or "))
     }
 
     /// How waiting ended.
