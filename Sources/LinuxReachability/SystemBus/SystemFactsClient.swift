@@ -116,15 +116,15 @@ final class SystemFactsClient {
     static func address(for setting: PathMonitor.Configuration.SystemBus) -> Result<String, FactsUnavailable> {
         switch setting {
         case .disabled:
-            return .failure(FactsUnavailable(detail: "not asked (system bus disabled in the configuration)"))
+            return .failure(FactsUnavailable(detail: "disabled in the monitor's configuration"))
         case .address(let address):
-            return address.isEmpty ? .failure(FactsUnavailable(detail: "not asked (empty system bus address)")) : .success(address)
+            return address.isEmpty ? .failure(FactsUnavailable(detail: "an empty address in the monitor's configuration")) : .success(address)
         case .automatic:
             if let variable = getenv("DBUS_SYSTEM_BUS_ADDRESS"), variable.pointee != 0 {
                 return .success(String(cString: variable))
             }
             guard Syscalls.isSocket(defaultSocket) else {
-                return .failure(FactsUnavailable(detail: "no system bus (\(defaultSocket) absent)"))
+                return .failure(FactsUnavailable(detail: "\(defaultSocket) absent, DBUS_SYSTEM_BUS_ADDRESS unset"))
             }
             return .success("unix:path=" + defaultSocket)
         }
