@@ -132,6 +132,10 @@ struct ControlProtocolTests {
         #expect(throws: CommandFailure.self) { try AgentSettings.parse("max-concurrent=0", base: base, path: "a") }
         #expect(throws: CommandFailure.self) { try AgentSettings.parse("speed=3", base: base, path: "a") }
         #expect(throws: CommandFailure.self) { try AgentSettings.parse("no-expensive", base: base, path: "a") }
+        #expect(try AgentSettings.parse("no-roaming=true", base: base, path: "a").allowsRoaming == false)
+        #expect(try AgentSettings.parse("no-roaming = no", base: AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true,
+                                                                                 allowsRoaming: false), path: "a").allowsRoaming)
+        #expect(throws: CommandFailure.self) { try AgentSettings.parse("no-roaming=maybe", base: base, path: "a") }
     }
 
     @Test func summaryNamesEachBusyState() {
