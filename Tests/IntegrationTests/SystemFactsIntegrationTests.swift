@@ -16,6 +16,13 @@ final class SystemFactsLab: Sendable {
         for uplink in uplinks { try net.uplink(uplink.name, subnet: uplink.subnet, metric: uplink.metric) }
     }
 
+    /// python-dbusmock's NetworkManager in the client namespace with a wifi device for `wlrch0`;
+    /// returns the device's object path.
+    func networkManagerWithWifi(metered: UInt32, ipv4Connectivity: UInt32? = nil) throws -> String {
+        try bus.startNetworkManager(in: net.client)
+        return try bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: metered, ipv4Connectivity: ipv4Connectivity)
+    }
+
     /// A logger whose lines the test can read.
     var logger: Logger {
         let log = log
@@ -58,8 +65,7 @@ struct SystemFactsIntegrationTests {
     func meteredWifi() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        try lab.bus.startNetworkManager(in: lab.net.client)
-        let device = try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 4)
+        let device = try lab.networkManagerWithWifi(metered: 4)
         let monitor = try lab.monitor()
         defer { monitor.cancel() }
         let first = monitor.currentPath
@@ -123,8 +129,7 @@ struct SystemFactsIntegrationTests {
     func networkManagerRestarts() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        try lab.bus.startNetworkManager(in: lab.net.client)
-        try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 3)
+        _ = try lab.networkManagerWithWifi(metered: 3)
         let monitor = try lab.monitor()
         defer { monitor.cancel() }
         #expect(monitor.currentPath.isExpensive)
@@ -134,8 +139,7 @@ struct SystemFactsIntegrationTests {
         #expect(gone.primaryInterface?.metered == nil)
         #expect(gone.primaryInterface?.classificationReason == "name prefix 'wl' (systemd predictable name)")
 
-        try lab.bus.startNetworkManager(in: lab.net.client)
-        try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 1)
+        _ = try lab.networkManagerWithWifi(metered: 1)
         let back = try await waitForPath(monitor, "NetworkManager back, Metered=yes") { $0.isExpensive }
         #expect(back.source(.networkManager) == .used)
         #expect(back.primaryInterface?.classificationReason == "NetworkManager DeviceType=wifi")
@@ -159,8 +163,7 @@ struct SystemFactsIntegrationTests {
     func hostilePeer() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        try lab.bus.startNetworkManager(in: lab.net.client)
-        let device = try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 3, ipv4Connectivity: 0)
+        let device = try lab.networkManagerWithWifi(metered: 3, ipv4Connectivity: 0)
         let monitor = try lab.monitor()
         defer { monitor.cancel() }
         #expect(monitor.currentPath.isExpensive)
@@ -216,8 +219,7 @@ struct SystemFactsIntegrationTests {
     func overridesWin() async throws {
         let lab = try SystemFactsLab(uplinks: [("wlrch0", 1, 10), ("enrch1", 2, 20)])
         defer { lab.close() }
-        try lab.bus.startNetworkManager(in: lab.net.client)
-        try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 3)
+        _ = try lab.networkManagerWithWifi(metered: 3)
         try lab.bus.addDevice("eth1", kind: "ethernet", interface: "enrch1", metered: 2)
         let monitor = try lab.monitor(overrides: [
             try ClassificationOverride(parsing: "wlrch0=wifi", source: "--classify"),
@@ -237,8 +239,7 @@ struct SystemFactsIntegrationTests {
     func networkManagerConnectivity() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        try lab.bus.startNetworkManager(in: lab.net.client)
-        let device = try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 4, ipv4Connectivity: 2)
+        let device = try lab.networkManagerWithWifi(metered: 4, ipv4Connectivity: 2)
         let monitor = try lab.monitor()
         defer { monitor.cancel() }
         let portal = monitor.currentPath
@@ -310,8 +311,7 @@ struct GLibAgreementTests {
     func meteredAgreement() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        try lab.bus.startNetworkManager(in: lab.net.client)
-        let device = try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 4)
+        let device = try lab.networkManagerWithWifi(metered: 4)
         let monitor = try lab.monitor()
         defer { monitor.cancel() }
         let glib = try RequestReplyProcess(["/usr/bin/python3", "-u", "-c", Self.glibPeer], environment: lab.bus.environment)

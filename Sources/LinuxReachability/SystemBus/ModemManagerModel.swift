@@ -2,7 +2,7 @@
 /// data ports, their registration (home or roaming) and access technology. Loaded from one
 /// `GetManagedObjects` and kept current from signals; pure, with the same checks as
 /// `NetworkManagerModel`.
-struct ModemManagerModel: Sendable, Equatable {
+struct ModemManagerModel: SystemServiceModel, Sendable {
     static let busName = "org.freedesktop.ModemManager1"
     static let objectManagerPath = "/org/freedesktop/ModemManager1"
     static let modemInterface = "org.freedesktop.ModemManager1.Modem"
@@ -69,23 +69,11 @@ struct ModemManagerModel: Sendable, Equatable {
         accessTechnologyBits.indices.filter { bits & (1 << UInt32($0)) != 0 }.map { accessTechnologyBits[$0] }
     }
 
-    mutating func load(_ objects: SystemBusEvent.Objects) -> [SystemServiceProblem] {
-        self = ModemManagerModel()
-        var problems: [SystemServiceProblem] = []
-        for path in objects.keys.sorted() {
-            for (interface, properties) in objects[path] ?? [:] {
-                problems += update(path: path, interface: interface, properties: properties)
-            }
-        }
-        return problems
-    }
-
     mutating func update(path: String, interface: String, properties: [String: DBusValue]) -> [SystemServiceProblem] {
         guard Self.wanted[interface] != nil, path.hasPrefix(Self.objectManagerPath + "/") else { return [] }
         var problems: [SystemServiceProblem] = []
         func refuse(_ property: String, _ value: DBusValue, _ expected: String) {
-            problems.append(SystemServiceProblem(service: .modemManager, object: path, property: property,
-                                                 detail: "\(value.typedDescription) is not \(expected)"))
+            problems.append(.refused(.modemManager, path, property, value, expected))
         }
         if modems[path] == nil, modems.count >= Self.maximumModems {
             return [SystemServiceProblem(service: .modemManager, object: path, property: "",

@@ -2,7 +2,7 @@
 /// `GetManagedObjects` and kept current from `PropertiesChanged`, `InterfacesAdded` and
 /// `InterfacesRemoved`. Pure: every value is checked here once; a value of the wrong type or out
 /// of range is reported as a `SystemServiceProblem` and the last good one is kept.
-struct NetworkManagerModel: Sendable, Equatable {
+struct NetworkManagerModel: SystemServiceModel, Sendable {
     static let busName = "org.freedesktop.NetworkManager"
     /// Where NetworkManager (>= 1.12) serves org.freedesktop.DBus.ObjectManager.
     static let objectManagerPath = "/org/freedesktop"
@@ -54,24 +54,11 @@ struct NetworkManagerModel: Sendable, Equatable {
     private(set) var connectivity: Connectivity?
     private(set) var version: String?
 
-    /// Replaces everything with a `GetManagedObjects` answer.
-    mutating func load(_ objects: SystemBusEvent.Objects) -> [SystemServiceProblem] {
-        self = NetworkManagerModel()
-        var problems: [SystemServiceProblem] = []
-        for path in objects.keys.sorted() {
-            for (interface, properties) in objects[path] ?? [:] {
-                problems += update(path: path, interface: interface, properties: properties)
-            }
-        }
-        return problems
-    }
-
     /// Applies changed (or added) properties of one object's interface.
     mutating func update(path: String, interface: String, properties: [String: DBusValue]) -> [SystemServiceProblem] {
         var problems: [SystemServiceProblem] = []
         func refuse(_ property: String, _ value: DBusValue, _ expected: String) {
-            problems.append(SystemServiceProblem(service: .networkManager, object: path, property: property,
-                                                 detail: "\(value.typedDescription) is not \(expected)"))
+            problems.append(.refused(.networkManager, path, property, value, expected))
         }
         switch interface {
         case Self.managerInterface:
@@ -179,6 +166,13 @@ struct SystemServiceProblem: Sendable, Equatable, CustomStringConvertible {
     var object: String
     var property: String
     var detail: String
+
+    /// `value` for `property` of `object` is not what it must be (`expected`).
+    static func refused(_ service: FactSource.Service, _ object: String, _ property: String, _ value: DBusValue,
+                        _ expected: String) -> SystemServiceProblem {
+        SystemServiceProblem(service: service, object: object, property: property,
+                             detail: "\(value.typedDescription) is not \(expected)")
+    }
 
     var description: String {
         let what = property.isEmpty ? object : "\(property) of \(object)"

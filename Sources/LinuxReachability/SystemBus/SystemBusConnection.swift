@@ -251,9 +251,7 @@ final class SystemBusConnection: @unchecked Sendable {
                 return .string(try readString(message))
             case .uint32:
                 try expect(signature, "u")
-                var value: UInt32 = 0
-                try check(api.pointee.message_read_basic(message, Self.type("u"), &value))
-                return .uint32(value)
+                return .uint32(try readBasic(message, Self.type("u"), UInt32(0)))
             case .objects:
                 try expect(signature, "a{oa{sa{sv}}}")
                 return .objects(try readObjects(message))
@@ -391,42 +389,15 @@ final class SystemBusConnection: @unchecked Sendable {
             return .oversized(signature: signature, reason: "nested deeper than \(DBusValue.maximumDepth)")
         }
         switch kind {
-        case "b":
-            var value: Int32 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .boolean(value != 0)
-        case "y":
-            var value: UInt8 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .byte(value)
-        case "n":
-            var value: Int16 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .int16(value)
-        case "q":
-            var value: UInt16 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .uint16(value)
-        case "i":
-            var value: Int32 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .int32(value)
-        case "u":
-            var value: UInt32 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .uint32(value)
-        case "x":
-            var value: Int64 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .int64(value)
-        case "t":
-            var value: UInt64 = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .uint64(value)
-        case "d":
-            var value: Double = 0
-            try check(api.pointee.message_read_basic(message, type, &value))
-            return .double(value)
+        case "b": return .boolean(try readBasic(message, type, Int32(0)) != 0)
+        case "y": return .byte(try readBasic(message, type, UInt8(0)))
+        case "n": return .int16(try readBasic(message, type, Int16(0)))
+        case "q": return .uint16(try readBasic(message, type, UInt16(0)))
+        case "i": return .int32(try readBasic(message, type, Int32(0)))
+        case "u": return .uint32(try readBasic(message, type, UInt32(0)))
+        case "x": return .int64(try readBasic(message, type, Int64(0)))
+        case "t": return .uint64(try readBasic(message, type, UInt64(0)))
+        case "d": return .double(try readBasic(message, type, Double(0)))
         case "s", "o", "g":
             var pointer: UnsafePointer<CChar>?
             try check(api.pointee.message_read_basic(message, type, &pointer))
@@ -468,6 +439,13 @@ final class SystemBusConnection: @unchecked Sendable {
             try skip(message, signature)
             return .oversized(signature: signature, reason: "a type this reader does not take")
         }
+    }
+
+    /// One fixed-size basic value (sd_bus_message_read_basic writes it in place; `b` is an int).
+    private func readBasic<Value: BitwiseCopyable>(_ message: OpaquePointer, _ type: CChar, _ initial: Value) throws(DecodeError) -> Value {
+        var value = initial
+        try check(api.pointee.message_read_basic(message, type, &value))
+        return value
     }
 
     private func errorText(_ message: OpaquePointer) -> String {

@@ -113,6 +113,28 @@ public struct ManagerEvidence: Sendable, Hashable {
     }
 }
 
+/// A service's objects as the monitor keeps them: built by `update` one interface at a time,
+/// whether the properties come from GetManagedObjects, InterfacesAdded or PropertiesChanged.
+protocol SystemServiceModel: Equatable {
+    init()
+    mutating func update(path: String, interface: String, properties: [String: DBusValue]) -> [SystemServiceProblem]
+}
+
+extension SystemServiceModel {
+    /// Replaces everything with a `GetManagedObjects` answer (objects in path order, so a bound
+    /// on their number cuts the same ones each time).
+    mutating func load(_ objects: SystemBusEvent.Objects) -> [SystemServiceProblem] {
+        self = Self()
+        var problems: [SystemServiceProblem] = []
+        for path in objects.keys.sorted() {
+            for (interface, properties) in (objects[path] ?? [:]).sorted(by: { $0.key < $1.key }) {
+                problems += update(path: path, interface: interface, properties: properties)
+            }
+        }
+        return problems
+    }
+}
+
 /// What NetworkManager and ModemManager know, joined per kernel interface name: the input the
 /// monitor merges into interfaces and paths. Pure data, rebuilt whenever either service reports
 /// a change.
