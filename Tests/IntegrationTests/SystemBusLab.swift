@@ -30,9 +30,9 @@ final class SystemBusLab: Sendable {
     let directory: URL
     /// `unix:path=DIRECTORY/system_bus_socket`.
     let address: String
-    private let daemon: Process
+    /// The bus daemon and the driver, replaced by `restartBus()`.
+    private let processes: Mutex<(daemon: Process, driver: RequestReplyProcess)>
     private let services = Mutex<[String: Process]>([:])
-    private let driver: RequestReplyProcess
 
     static let networkManager = "org.freedesktop.NetworkManager"
     static let modemManager = "org.freedesktop.ModemManager1"
@@ -63,7 +63,13 @@ final class SystemBusLab: Sendable {
             """
         try configuration.write(to: directory.appendingPathComponent("bus.conf"), atomically: true, encoding: .utf8)
         try Self.modemManagerTemplate.write(to: directory.appendingPathComponent("mm_template.py"), atomically: true, encoding: .utf8)
-        daemon = Process()
+        address = "unix:path=" + socket
+        processes = Mutex(try Self.startBus(directory: directory, address: address))
+    }
+
+    /// Starts dbus-daemon (returning once it listens) and the driver connected to it.
+    private static func startBus(directory: URL, address: String) throws -> (daemon: Process, driver: RequestReplyProcess) {
+        let daemon = Process()
         daemon.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
         daemon.arguments = ["--config-file=\(directory.appendingPathComponent("bus.conf").path)", "--nofork", "--print-address=1"]
         let out = Pipe()
@@ -73,8 +79,18 @@ final class SystemBusLab: Sendable {
         // The daemon prints its address once it listens.
         let printed = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
         guard printed.hasPrefix("unix:") else { throw CommandFailure(description: "dbus-daemon did not start: \(printed)") }
-        address = "unix:path=" + socket
-        driver = try RequestReplyProcess(["/usr/bin/python3", "-u", "-c", Self.driverScript], environment: ["DBUS_SYSTEM_BUS_ADDRESS": address])
+        let driver = try RequestReplyProcess(["/usr/bin/python3", "-u", "-c", Self.driverScript],
+                                             environment: ["DBUS_SYSTEM_BUS_ADDRESS": address])
+        return (daemon, driver)
+    }
+
+    /// Kills the bus daemon and everything on it (as a crash or an upgrade would), then starts a
+    /// new one on the same socket with no service on it.
+    func restartBus() throws {
+        stopAll()
+        try? FileManager.default.removeItem(at: directory.appendingPathComponent("system_bus_socket"))
+        let started = try Self.startBus(directory: directory, address: address)
+        processes.withLock { $0 = started }
     }
 
     /// The environment a client of this bus needs.
@@ -203,7 +219,7 @@ final class SystemBusLab: Sendable {
     @discardableResult
     func command(_ request: [String: Any]) throws -> [String: Any] {
         let data = try JSONSerialization.data(withJSONObject: request)
-        let line = try driver.exchange(String(decoding: data, as: UTF8.self))
+        let line = try processes.withLock { $0.driver }.exchange(String(decoding: data, as: UTF8.self))
         let reply = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "driver said: \(line)")
         guard reply["ok"] as? Bool == true else {
             throw CommandFailure(description: "bus driver: \(request["op"] ?? "?"): \(reply["error"] ?? line)")
@@ -211,17 +227,22 @@ final class SystemBusLab: Sendable {
         return reply
     }
 
-    func close() {
+    private func stopAll() {
         for process in services.withLock({ services in defer { services = [:] }; return Array(services.values) })
         where process.isRunning {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
+        let (daemon, driver) = processes.withLock { $0 }
         driver.close()
         if daemon.isRunning {
             kill(daemon.processIdentifier, SIGKILL)
             daemon.waitUntilExit()
         }
+    }
+
+    func close() {
+        stopAll()
         try? FileManager.default.removeItem(at: directory)
     }
 

@@ -145,6 +145,26 @@ struct SystemFactsIntegrationTests {
         #expect(back.primaryInterface?.classificationReason == "NetworkManager DeviceType=wifi")
     }
 
+    @Test("the system bus restarting: kernel facts alone while it is gone, NetworkManager's again once it is back")
+    func busRestarts() async throws {
+        let lab = try SystemFactsLab()
+        defer { lab.close() }
+        _ = try lab.networkManagerWithWifi(metered: 3)
+        let monitor = try lab.monitor()
+        defer { monitor.cancel() }
+        #expect(monitor.currentPath.isExpensive)
+        try lab.bus.restartBus()
+        let lost = try await waitForPath(monitor, "the bus lost") { $0.source(.networkManager) != .used }
+        #expect(!lost.isExpensive && lost.primaryInterface?.metered == nil)
+        // Reconnected within the back-off (1 s, then 2 s), NetworkManager found again.
+        _ = try lab.networkManagerWithWifi(metered: 1)
+        let back = try await waitForPath(monitor, timeout: .seconds(10), "NetworkManager used again") {
+            $0.source(.networkManager) == .used && $0.isExpensive
+        }
+        #expect(back.primaryInterface?.metered == .yes)
+        #expect(lab.log.all.contains { $0.contains("system bus unavailable") })
+    }
+
     @Test("a NetworkManager running in another network namespace describes other interfaces: not used")
     func otherNamespace() async throws {
         let lab = try SystemFactsLab()
