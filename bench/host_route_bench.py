@@ -29,7 +29,10 @@ CHILDREN = []
 
 
 def sh(*args, input=None):
-    return subprocess.run(args, check=True, input=input, capture_output=True, text=True).stdout
+    done = subprocess.run(args, input=input, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed: {done.stderr.strip()[:500]}")
+    return done.stdout
 
 
 def cpu_seconds(pid):
@@ -85,7 +88,7 @@ def main():
                 print(f"| `{name}` | {cpu_seconds(process.pid) - before[name]:.2f} |")
 
         def unrelated():
-            routes = [f"172.16.{i // 250}.{i % 250 + 1}" for i in range(options.routes // 2)]
+            routes = [f"172.{16 + i // 62_500}.{i // 250 % 250}.{i % 250 + 1}" for i in range(options.routes // 2)]
             for start in range(0, len(routes), 10_000):
                 chunk = routes[start:start + 10_000]
                 batch([f"route add {r}/32 dev enp3s0" for r in chunk])
