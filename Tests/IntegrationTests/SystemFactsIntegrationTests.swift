@@ -83,8 +83,11 @@ struct SystemFactsIntegrationTests {
         try lab.bus.set(device, SystemBusLab.deviceInterface, "Metered", .uint32(3))
         // The mock sends PropertiesChanged before its reply, so the signal is out by now.
         let signalled = ContinuousClock.now
-        let metered = try await waitForPath(monitor, "expensive after Metered=guess-yes") { $0.isExpensive }
+        // The handler runs on the monitor thread right after the stream has the path, so wait for
+        // its stamp itself rather than for the stream.
+        #expect(await DownloadFixtures.wait(timeout: .seconds(5)) { publishedAt.withLock { $0 } != nil })
         let published = try #require(publishedAt.withLock { $0 })
+        let metered = monitor.currentPath
         let latency = published < signalled ? Duration.zero : published - signalled
         #expect(metered.primaryInterface?.costReason == "NetworkManager: Metered=guess-yes")
         #expect(metered.primaryInterface?.type == .wifi)
