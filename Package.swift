@@ -87,14 +87,18 @@ let package = Package(
         // The one home for file-system system calls: typed descriptors and errno, checked
         // directories, O_NOFOLLOW/O_EXCL opens (package-internal API).
         .target(name: "LinuxSystem", dependencies: ["CLinuxSystem"]),
+        // What every module needs and none owns: values parsed from text with their bounds
+        // (seconds, bytes, counts), Duration arithmetic that cannot trap, the token bucket.
+        .target(name: "ReachabilityBase", dependencies: ["LinuxSystem"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // MemberImportVisibility (SE-0444): a file sees only the extension members of modules it
         // imports itself, so a file importing FoundationEssentials cannot reach Foundation proper
         // (and link ICU into the CLI) through another file's `import Foundation`.
-        .target(name: "LinuxReachability", dependencies: ["CNetlink"],
+        .target(name: "LinuxReachability", dependencies: ["CNetlink", "ReachabilityBase", "LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"],
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"],
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // Release builds link with GNU ld and pack the ~40,000 relative relocations of a static-stdlib
         // PIE into DT_RELR (when glibc >= 2.36, see above): the dynamic loader then touches 8 KiB of relocations
@@ -105,7 +109,7 @@ let package = Package(
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"], exclude: ["linker"],
                           linkerSettings: releaseLinkerFlags.isEmpty ? []
                               : [.unsafeFlags(releaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
-        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
+        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem", "ReachabilityBase"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
         .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
@@ -120,6 +124,7 @@ let package = Package(
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
         .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
+        .testTarget(name: "ReachabilityBaseTests", dependencies: ["ReachabilityBase"]),
         // Shared by the test targets: an event log tests can wait on, a real metrics parser.
         .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
