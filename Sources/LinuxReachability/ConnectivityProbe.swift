@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import Synchronization
+import ReachabilityBase
 
 /// One connectivity check at a time, driven by the monitor thread's poll(2) loop: a
 /// non-blocking socket bound to the path's primary interface and source address, the request,
@@ -143,7 +144,7 @@ final class ConnectivityProbe {
                 var answer = "HTTP \(response.status)"
                 if let portal { answer += " (portal at \(portal))" }
                 if connectivity == .limited { answer += " (not the expected answer)" }
-                answer += " from \(address.text) via \(describe(route)) in \(milliseconds(now - started)) ms"
+                answer += " from \(address.text) via \(describe(route)) in \((now - started).milliseconds) ms"
                 return finish(connectivity, answer, portal: portal)
             }
         }
@@ -203,8 +204,7 @@ final class ConnectivityProbe {
     }
 
     private func timedOut() -> (Int, ConnectivityScheduler.Outcome) {
-        let total = milliseconds(check.timeout)
-        let seconds = total % 1000 == 0 ? "\(total / 1000)" : "\(Double(total) / 1000)"
+        let seconds = check.timeout.formattedSeconds
         let stage: String
         switch phase {
         case .resolving: stage = "resolving \(check.target.host)"
@@ -245,9 +245,5 @@ final class ConnectivityProbe {
         case .connecting(let fd, _, _), .sending(let fd, _, _, _), .receiving(let fd, _, _, _): Syscalls.close(fd)
         case .idle, .resolving: break
         }
-    }
-
-    private func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 }

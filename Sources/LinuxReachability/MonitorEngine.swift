@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import Synchronization
+import ReachabilityBase
 
 /// What to do with rtnetlink traffic around receive-buffer overflows.
 ///
@@ -50,43 +51,6 @@ struct ResyncStateMachine: Sendable, Equatable {
     }
 }
 
-/// How many evaluations may run at once before storm coalescing starts: a token bucket with
-/// `burst` tokens refilled one per `interval`.
-///
-/// A fixed "at most one per interval" held back the decisive message of a burst: a link going
-/// down right after another change had its RTM_NEWLINK wait out the rest of the millisecond (and
-/// poll(2) rounds up to whole milliseconds). A few evaluations in a row are free; a storm still
-/// costs at most one per interval in the long run.
-struct EvaluationBudget: Sendable, Equatable {
-    let interval: Duration
-    let burst: Int
-    private var tokens: Double
-    private var refilledAt: ContinuousClock.Instant?
-
-    init(interval: Duration, burst: Int = 4) {
-        self.interval = interval
-        self.burst = max(burst, 1)
-        tokens = Double(self.burst)
-    }
-
-    /// Takes a token at `now` if one is left (evaluate at once); otherwise returns when one will be.
-    mutating func take(at now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        refill(at: now)
-        if tokens >= 1 || interval <= .zero {
-            tokens -= 1
-            return nil
-        }
-        return now + interval * (1 - tokens)
-    }
-
-    private mutating func refill(at now: ContinuousClock.Instant) {
-        if let refilledAt, interval > .zero {
-            tokens = min(Double(burst), tokens + (now - refilledAt) / interval)
-        }
-        refilledAt = now
-    }
-}
-
 /// The netlink side of `PathMonitor`: two sockets and one thread that sleeps in poll(2) until the
 /// kernel speaks (no polling loop, no timer ticks).
 ///
@@ -125,7 +89,10 @@ final class MonitorEngine: Sendable {
         var interfacesGeneration = -1
         /// A change since the last evaluation that the path may depend on.
         var isDirty = false
-        var budget: EvaluationBudget
+        /// Evaluations that may run at once before storm coalescing starts: a few in a row are free
+        /// (a fixed "one per interval" held back the decisive message of a burst, such as a link
+        /// going down right after another change); a storm costs one per interval in the long run.
+        var budget: TokenBucket
         var resync = ResyncStateMachine()
         /// When to re-dump if the kernel stays quiet after an overflow.
         var quietDeadline: ContinuousClock.Instant?
@@ -148,7 +115,7 @@ final class MonitorEngine: Sendable {
     init(configuration: PathMonitor.Configuration, publish: @escaping @Sendable (NetworkPath) -> Void) throws {
         self.configuration = configuration
         self.publish = publish
-        state = Mutex(EngineState(budget: EvaluationBudget(interval: configuration.minimumEvaluationInterval),
+        state = Mutex(EngineState(budget: TokenBucket(burst: 4, interval: configuration.minimumEvaluationInterval),
                                   scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init)))
         classifier = InterfaceClassifier(overrides: configuration.classificationOverrides)
         guard let v4 = IPAddress.parse(configuration.probeIPv4), v4.count == 4,

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import LinuxReachability
+import ReachabilityBase
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,9 +20,9 @@ struct Backoff: Sendable, Hashable {
     func delay(afterFailures failures: Int, jitter: Double) -> Duration {
         guard failures > 0 else { return .zero }
         let exponent = min(failures - 1, 30)
-        let base = min(seconds(initial) * Double(1 << exponent), seconds(maximum))
+        let base = min(initial.timeInterval * Double(1 << exponent), maximum.timeInterval)
         let factor = 0.5 + 0.5 * min(max(jitter, 0), 1)
-        return .milliseconds(Int64((base * factor * 1000).rounded()))
+        return Duration(clampingTimeInterval: base * factor)
     }
 
     /// The delay for an HTTP status answer: the server's `Retry-After` when present (capped),
@@ -29,11 +30,6 @@ struct Backoff: Sendable, Hashable {
     func delay(afterFailures failures: Int, retryAfter: Duration?, jitter: Double) -> Duration {
         if let retryAfter { return min(max(retryAfter, .zero), maximumRetryAfter) }
         return delay(afterFailures: failures, jitter: jitter)
-    }
-
-    private func seconds(_ duration: Duration) -> Double {
-        let parts = duration.components
-        return Double(parts.seconds) + Double(parts.attoseconds) / 1e18
     }
 }
 
@@ -113,38 +109,6 @@ struct ServerWaitSchedule: Sendable, Hashable {
     }
 }
 
-/// A token bucket over attempt starts, so no server behaviour (a reset after every few bytes,
-/// a 200 to every range) can make one download send more than a few requests a second.
-struct AttemptRateLimiter: Sendable, Hashable {
-    /// Attempts that may start back to back.
-    var burst: Int = 4
-    /// One more attempt is allowed per `interval` (0.5 s: two a second on average).
-    var interval: Duration = .milliseconds(500)
-    private var tokens: Double?
-    private var updatedAt: ContinuousClock.Instant?
-
-    init(burst: Int = 4, interval: Duration = .milliseconds(500)) {
-        self.burst = max(1, burst)
-        self.interval = interval
-    }
-
-    /// Takes a token at `now` and returns nil, or returns the instant one will be available
-    /// (taking nothing).
-    mutating func take(at now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        var available = tokens ?? Double(burst)
-        if let updatedAt, interval > .zero {
-            available = min(Double(burst), available + (now - updatedAt) / interval)
-        }
-        updatedAt = now
-        tokens = available
-        if available >= 1 {
-            tokens = available - 1
-            return nil
-        }
-        return now + interval * (1 - available)
-    }
-}
-
 /// `Retry-After` (RFC 9110 §10.2.3): delay-seconds or an HTTP-date.
 enum RetryAfter {
     /// Parses the header relative to `now`; nil when malformed. Dates in the past give zero.
@@ -156,7 +120,7 @@ enum RetryAfter {
         }
         guard let date = HTTPDate.parse(text) else { return nil }
         let interval = date.timeIntervalSince(now)
-        return interval <= 0 ? .zero : .milliseconds(Int64((interval * 1000).rounded()))
+        return Duration(clampingTimeInterval: interval)
     }
 }
 
@@ -235,12 +199,5 @@ enum HTTPDate {
         var parts = tm()
         gmtime_r(&now, &parts)
         return Int(parts.tm_year) + 1900
-    }
-}
-
-private extension Duration {
-    /// This duration times `factor`, to the microsecond (the schedules' jitter, phase and share).
-    func scaled(by factor: Double) -> Duration {
-        .microseconds(Int64(((self / .microseconds(1)) * factor).rounded()))
     }
 }

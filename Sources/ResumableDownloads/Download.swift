@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import Synchronization
+import ReachabilityBase
 
 /// One download managed by a `DownloadAgent`: its state, progress and events.
 ///
@@ -210,7 +211,7 @@ struct RateEstimator: Sendable {
         guard bytes >= 0, bytesPerSecond >= 1, bytesPerSecond.isFinite else { return nil }
         let seconds = Double(bytes) / bytesPerSecond
         guard seconds < 1e9 else { return nil }
-        return .milliseconds(Int64(seconds * 1000))
+        return Duration(clampingTimeInterval: seconds)
     }
 
     private var last: (bytes: Int64, time: ContinuousClock.Instant)?
@@ -222,8 +223,7 @@ struct RateEstimator: Sendable {
         guard let last, bytes >= last.bytes else { return rate }
         let elapsed = time - last.time
         guard elapsed >= .milliseconds(50) else { return rate }
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        let instant = Double(bytes - last.bytes) / seconds
+        let instant = Double(bytes - last.bytes) / elapsed.timeInterval
         rate = rate == 0 ? instant : 0.7 * rate + 0.3 * instant
         return rate
     }

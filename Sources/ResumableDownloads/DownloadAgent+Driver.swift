@@ -1,5 +1,6 @@
 import FoundationEssentials
 import LinuxReachability
+import ReachabilityBase
 
 /// What a driver's mailbox carries: inputs for its machine, from the engine thread, timers, the
 /// path consumer, the probe scheduler and the public API.
@@ -40,7 +41,7 @@ extension DownloadAgent {
                              maximumRetryAfter: configuration.maximumRetryAfter),
             maximumConsecutiveFailures: configuration.maximumConsecutiveFailures, maximumRestarts: 3,
             maximumOutageWait: configuration.maximumOutageWait, restartStagger: configuration.restartStagger,
-            attemptRate: AttemptRateLimiter())
+            attemptRate: TokenBucket(burst: 4, interval: .milliseconds(500)))
     }
 
     /// The key probes are shared by: scheme, host and port.

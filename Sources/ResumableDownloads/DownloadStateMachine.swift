@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// Every recovery decision of one download, as a pure state machine: it is fed what happened
 /// (bytes arrived, a stall suspected, a race decided, an attempt ended with a classified result,
@@ -36,7 +37,7 @@ struct DownloadStateMachine: Sendable {
         /// Spacing between downloads restarting on one path update.
         var restartStagger: Duration
         /// Attempt starts per download.
-        var attemptRate: AttemptRateLimiter
+        var attemptRate: TokenBucket
     }
 
     /// What the executor knows about the partial file after a checkpoint.
@@ -251,7 +252,7 @@ struct DownloadStateMachine: Sendable {
     private var outage: Outage?
     /// The state last reported to the `Download`, so waits are announced once.
     private var shownState: DownloadState = .queued
-    private var limiter: AttemptRateLimiter
+    private var limiter: TokenBucket
     private var nextAttempt = 1
     private var nextGeneration = 1
     private var armed: [Timer.Kind: Int] = [:]
@@ -746,8 +747,7 @@ extension DownloadError {
     /// `connectivityTimeout`, saying which wait ran out.
     static func outageLimitReached(_ kind: DownloadStateMachine.WaitKind, after limit: Duration,
                                    lastError: DownloadError?) -> DownloadError {
-        let seconds = Double(limit.milliseconds) / 1000
-        let span = seconds == seconds.rounded() ? "\(Int64(seconds)) s" : "\(seconds) s"
+        let span = "\(limit.formattedSeconds) s"
         let last = lastError.map { " (last: \($0.description))" } ?? ""
         switch kind {
         case .path:

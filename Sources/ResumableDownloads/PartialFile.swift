@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import LinuxSystem
 import Synchronization
+import ReachabilityBase
 
 /// The `NAME.part` data file and its resume record, with a bounded write-behind buffer.
 ///

@@ -2,6 +2,7 @@ import FoundationEssentials
 import LinuxReachability
 import Glibc
 import Synchronization
+import ReachabilityBase
 
 /// Knobs for every request, from `DownloadAgent.Configuration`.
 struct TransferSettings: Sendable, Hashable {
@@ -265,7 +266,7 @@ final class TransferEngine: @unchecked Sendable {
             }
             guard !context.isPausedForBackpressure else { continue }
             if now - context.lastActivity > transfer.stallTimeout {
-                let seconds = Double(transfer.stallTimeout.milliseconds) / 1000
+                let seconds = transfer.stallTimeout.timeInterval
                 finish(id, forcedResult: .transport(.networkConnectionLost.with(
                     description: "the network connection was lost: no data for \(seconds) s")), failure: nil, detail: "")
                 continue
@@ -702,13 +703,5 @@ final class TransferContext {
                                           detail: detail,
                                           proxy: ProxyEnvironment.proxy(for: transfer.request.url,
                                                                         explicit: transfer.request.settings.proxy))
-    }
-}
-
-extension Duration {
-    /// Whole milliseconds, rounded down.
-    var milliseconds: Int64 {
-        let parts = components
-        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
     }
 }

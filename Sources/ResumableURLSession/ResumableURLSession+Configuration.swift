@@ -1,5 +1,6 @@
 import Foundation
 import LinuxReachability
+import ReachabilityBase
 import ResumableDownloads
 
 extension ResumableURLSession {
@@ -73,12 +74,14 @@ extension ResumableURLSession {
         var adjustAgent: (@Sendable (inout DownloadAgent.Configuration) -> Void)?
 
         func agentConfiguration(stateDirectory records: URL) -> DownloadAgent.Configuration {
-            let requestTimeout = Duration.milliseconds(Int64(max(0.001, timeoutIntervalForRequest) * 1000))
+            // TimeIntervals from the caller: NaN, negative, infinite and huge ones are held to
+            // 1 ms...100 years rather than trapping in a conversion.
+            let requestTimeout = max(.milliseconds(1), Duration(clampingTimeInterval: timeoutIntervalForRequest))
             var agent = DownloadAgent.Configuration(
                 stateDirectory: records,
                 maximumConcurrentDownloads: max(1, httpMaximumConnectionsPerHost),
                 maximumOutageWait: waitsForConnectivity
-                    ? .milliseconds(Int64(max(0.001, timeoutIntervalForResource) * 1000)) : nil,
+                    ? max(.milliseconds(1), Duration(clampingTimeInterval: timeoutIntervalForResource)) : nil,
                 stallTimeout: requestTimeout,
                 connectTimeout: requestTimeout,
                 userAgent: "reachability-urlsession/1",

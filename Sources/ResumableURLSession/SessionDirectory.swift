@@ -1,5 +1,6 @@
 import Foundation
 import LinuxSystem
+import ReachabilityBase
 import Synchronization
 
 /// A file-system failure in the session's state directory; tasks complete with
@@ -133,7 +134,8 @@ final class SessionDirectory: Sendable {
     /// returns the ids removed. Resume data for them restarts from zero afterwards.
     @discardableResult
     func removeLeftovers(olderThan age: TimeInterval, now: Date = Date()) -> [UUID] {
-        let cutoff = Int64((now.timeIntervalSince1970 - age) * 1_000_000_000)
+        // Held to 0...100 years (an infinite lifetime is the longest), so the cutoff fits.
+        let cutoff = Int64((now.timeIntervalSince1970 - Duration(clampingTimeInterval: age).timeInterval) * 1_000_000_000)
         var newest: [UUID: Int64] = [:]
         let names = ((try? downloadsDirectory.entries()) ?? []).map { ($0, downloadsDirectory) }
             + ((try? recordsDirectory.entries()) ?? []).map { ($0, recordsDirectory) }

@@ -46,6 +46,8 @@ struct TokenBucketTests {
         #expect(bucket.take(at: start) == start + .milliseconds(500))
         #expect(bucket.take(at: start + .milliseconds(250)) == start + .milliseconds(500))
         #expect(bucket.take(at: start + .milliseconds(500)) == nil)
+        // A quarter interval later, a quarter token is back: the next is due in three quarters.
+        #expect(bucket.take(at: start + .milliseconds(625)) == start + .milliseconds(1000))
         #expect(bucket.take(at: start + .seconds(10)) == nil)
         #expect(bucket.take(at: start + .seconds(10)) == nil)
         #expect(bucket.take(at: start + .seconds(10)) != nil, "refills to the burst, no more")

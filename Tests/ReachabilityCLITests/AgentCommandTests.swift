@@ -115,7 +115,7 @@ struct AgentCommandTests {
         let conf = directory.state + "/agent.conf"
         let harness = Harness(files: [conf: "max-concurrent=lots\n"])
         #expect(await harness.run(["agent", "--state-dir", directory.state]) == 78)
-        #expect(harness.standardError.text == "Error: \(conf):1: max-concurrent must be 1...64\n")
+        #expect(harness.standardError.text == "Error: \(conf):1: max-concurrent: expected a number from 1 to 64, got 'lots'\n")
         #expect(!harness.standardOutput.text.contains("listening"))
         #expect(harness.configurations.isEmpty, "no monitor was started")
     }

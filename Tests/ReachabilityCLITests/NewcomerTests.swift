@@ -76,11 +76,11 @@ struct NewcomerTests {
     }
 
     @Test func rates() {
-        #expect(DownloadCommand.parseRate("500k") == 512_000)
-        #expect(DownloadCommand.parseRate("2M") == 2 << 20)
-        #expect(DownloadCommand.parseRate("1g") == 1 << 30)
-        #expect(DownloadCommand.parseRate("1000") == 1000)
-        for bad in ["", "k", "-1k", "0", "1x", "nan", "1e30g"] { #expect(DownloadCommand.parseRate(bad) == nil, "\(bad)") }
+        #expect(TransportOptions.rate.value(from: "500k") == 512_000)
+        #expect(TransportOptions.rate.value(from: "2M") == 2 << 20)
+        #expect(TransportOptions.rate.value(from: "1g") == 1 << 30)
+        #expect(TransportOptions.rate.value(from: "1000") == 1000)
+        for bad in ["", "k", "-1k", "0", "1x", "nan", "1e30g"] { #expect(TransportOptions.rate.value(from: bad) == nil, "\(bad)") }
     }
 
     @Test func headers() {

@@ -1,4 +1,5 @@
 import Foundation
+import ReachabilityBase
 import Testing
 @testable import ResumableDownloads
 
@@ -29,7 +30,7 @@ struct DownloadStateMachineTests {
             machine = M(policy: .init(backoff: Backoff(initial: .seconds(1), maximum: .seconds(8), maximumRetryAfter: .seconds(60)),
                                       maximumConsecutiveFailures: maximumFailures, maximumRestarts: maximumRestarts,
                                       maximumOutageWait: maximumOutageWait, restartStagger: .milliseconds(2),
-                                      attemptRate: AttemptRateLimiter(burst: burst, interval: .milliseconds(500))))
+                                      attemptRate: TokenBucket(burst: burst, interval: .milliseconds(500))))
             now = start
         }
 

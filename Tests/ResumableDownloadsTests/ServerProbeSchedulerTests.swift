@@ -152,19 +152,6 @@ struct ServerProbeSchedulerTests {
 struct RecoveryPartsTests {
     let t0 = ContinuousClock.now
 
-    @Test func rateLimiterAllowsABurstThenTwoASecond() {
-        var limiter = AttemptRateLimiter(burst: 3, interval: .milliseconds(500))
-        #expect(limiter.take(at: t0) == nil)
-        #expect(limiter.take(at: t0) == nil)
-        #expect(limiter.take(at: t0) == nil)
-        #expect(limiter.take(at: t0) == t0 + .milliseconds(500))
-        #expect(limiter.take(at: t0 + .milliseconds(500)) == nil)
-        #expect(limiter.take(at: t0 + .milliseconds(750)) == t0 + .milliseconds(1000))
-        // A long quiet spell refills only up to the burst.
-        for _ in 0..<3 { #expect(limiter.take(at: t0 + .seconds(60)) == nil) }
-        #expect(limiter.take(at: t0 + .seconds(60)) != nil)
-    }
-
     @Test func stallSuspicionFollowsTheRecentPace() {
         var fast = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
         for step in 1...100 { fast.bytesArrived(at: t0 + .milliseconds(step)) }

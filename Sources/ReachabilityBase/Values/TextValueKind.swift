@@ -40,10 +40,10 @@ package struct InvalidValue: Error, Sendable, Hashable, CustomStringConvertible 
     /// `expected a number from 1 to 64`.
     package var description: String { "expected \(expectation)" }
 
-    /// `The value '0' is invalid for max-concurrent: expected a number from 1 to 64`:
-    /// swift-argument-parser's wording, for a configuration key or an environment variable.
+    /// `max-concurrent: expected a number from 1 to 64, got '0'`, for a configuration key or an
+    /// environment variable (options say it in swift-argument-parser's words instead).
     package func message(for name: String) -> String {
-        "The value '\(text)' is invalid for \(name): \(description)"
+        "\(name): \(description), got '\(text)'"
     }
 }
 

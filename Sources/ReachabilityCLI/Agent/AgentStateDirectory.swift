@@ -2,6 +2,7 @@ import FoundationEssentials
 import LinuxReachability
 import Glibc
 import LinuxSystem
+import ReachabilityBase
 
 /// Where the agent keeps its socket, lock, log, configuration and resume records.
 ///
@@ -77,6 +78,9 @@ struct AgentSettings: Sendable, Equatable {
     /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
     var downloadDirectories: [String] = []
 
+    /// `--max-concurrent` and `max-concurrent=`.
+    static let concurrency = Count(1...64)
+
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64),
     /// `no-expensive` (true/false), `download-dir` (an absolute directory; repeatable). Values
     /// present in the file override `base`.
@@ -91,18 +95,18 @@ struct AgentSettings: Sendable, Equatable {
             let parts = trimmed.split(separator: "=", maxSplits: 1).map { $0.trimmingWhitespace() }
             let location = "\(path):\(number + 1)"
             guard parts.count == 2 else { throw CommandFailure(message: "\(location): expected key=value", exitCode: .configuration) }
+            func value<Kind: TextValueKind>(_ kind: Kind) throws -> Kind.Value {
+                do {
+                    return try kind.parse(parts[1])
+                } catch {
+                    throw CommandFailure(message: "\(location): \(error.message(for: parts[0]))", exitCode: .configuration)
+                }
+            }
             switch parts[0] {
             case "max-concurrent":
-                guard let value = Int(parts[1]), (1...64).contains(value) else {
-                    throw CommandFailure(message: "\(location): max-concurrent must be 1...64", exitCode: .configuration)
-                }
-                settings.maximumConcurrentDownloads = value
+                settings.maximumConcurrentDownloads = try value(Self.concurrency)
             case "no-expensive":
-                switch parts[1].lowercased() {
-                case "true", "yes", "1": settings.allowsExpensive = false
-                case "false", "no", "0": settings.allowsExpensive = true
-                default: throw CommandFailure(message: "\(location): no-expensive must be true or false", exitCode: .configuration)
-                }
+                settings.allowsExpensive = !(try value(YesOrNo()))
             case "download-dir":
                 guard let directory = AgentDestination.normalizedAbsolutePath(parts[1]) else {
                     throw CommandFailure(message: "\(location): download-dir must be an absolute path without . or .. components",

@@ -3,6 +3,7 @@ import FoundationEssentials
 import LinuxReachability
 import Glibc
 import Synchronization
+import ReachabilityBase
 
 /// Accepts control connections on the agent's Unix socket.
 ///
@@ -105,7 +106,7 @@ final class ControlServer: Sendable {
                 return
             }
             let remaining = deadline - now
-            let milliseconds = max(1, remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000)
+            let milliseconds = max(1, remaining.milliseconds)
             try? UnixSocketSyscalls.setReceiveTimeout(connection, milliseconds: Int(milliseconds))
             let bytes: [UInt8]
             do {

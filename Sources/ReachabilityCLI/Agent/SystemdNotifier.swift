@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import ReachabilityBase
 
 /// The sd_notify(3) protocol, by hand: datagrams like `READY=1` to the socket named by
 /// `NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace). Without the variable every
@@ -14,10 +15,18 @@ struct SystemdNotifier: Sendable {
         watchdogInterval = Self.watchdogInterval(environment: environment, pid: pid)
     }
 
+    /// systemd's watchdog timeout in microseconds (at most 100 years' worth).
+    static let watchdogMicroseconds = EnvironmentValue(
+        "WATCHDOG_USEC", Count(1...Int(Duration.maximumCountable.milliseconds) * 1000))
+    /// The process the watchdog is meant for.
+    static let watchdogProcess = EnvironmentValue("WATCHDOG_PID", Count(1...Int(Int32.max)))
+
     /// `WATCHDOG_USEC / 2`, if set, positive, and `WATCHDOG_PID` (when present) is this process.
+    /// A value that is not a number in range turns the watchdog off, as sd_watchdog_enabled(3)
+    /// does.
     static func watchdogInterval(environment: [String: String], pid: Int32) -> Duration? {
-        guard let text = environment["WATCHDOG_USEC"], let microseconds = Int64(text), microseconds > 0 else { return nil }
-        if let owner = environment["WATCHDOG_PID"], Int32(owner) != pid { return nil }
+        guard let microseconds = try? watchdogMicroseconds.value(in: environment) else { return nil }
+        if environment["WATCHDOG_PID"] != nil, (try? watchdogProcess.value(in: environment)) != Int(pid) { return nil }
         return .microseconds(microseconds / 2)
     }
 

@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import LinuxSystem
+import ReachabilityBase
 import ResumableDownloads
 import Synchronization
 
@@ -18,7 +19,8 @@ struct AgentCommand: Command {
     static let noExpensive = Option.flag(
         "no-expensive", help: "Keep new downloads off expensive (cellular-like) paths: they pin to a cheaper interface or wait.")
     static let logSize = Option.value(
-        "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1048576); three old files are kept.")
+        "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1m; k, m, g, t suffixes); three old files are kept.")
+    static let logSizeValue = ByteCount(1024...(1 << 40))
     static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + TransportOptions.all
         + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
@@ -52,27 +54,20 @@ struct AgentCommand: Command {
 
     init(arguments: ParsedArguments) throws {
         stateDirectoryArgument = arguments.value(Self.stateDirectory)
-        var maximum = 4
-        if let text = arguments.value(Self.maximumConcurrent) {
-            guard let value = Int(text), (1...64).contains(value) else {
-                throw UsageError.invalidValue(text, for: Self.maximumConcurrent, "expected a number from 1 to 64")
-            }
-            maximum = value
-        }
-        settings = AgentSettings(maximumConcurrentDownloads: maximum, allowsExpensive: !arguments.isSet(Self.noExpensive))
-        logSizeLimit = 1 << 20
-        if let text = arguments.value(Self.logSize) {
-            guard let value = Int(text), value >= 1024 else {
-                throw UsageError.invalidValue(text, for: Self.logSize, "expected a number of bytes, at least 1024")
-            }
-            logSizeLimit = value
-        }
+        settings = AgentSettings(
+            maximumConcurrentDownloads: try arguments.value(Self.maximumConcurrent, as: AgentSettings.concurrency) ?? 4,
+            allowsExpensive: !arguments.isSet(Self.noExpensive))
+        logSizeLimit = Int(try arguments.value(Self.logSize, as: Self.logSizeValue) ?? 1 << 20)
         monitor = try MonitorOptions(arguments: arguments)
         metrics = try MetricsOptions(arguments: arguments)
         transport = try TransportOptions(arguments: arguments)
     }
 
+    /// Test knob (not in --help): how long a control request may take from its first byte.
+    static let requestDeadline = EnvironmentValue("REACHABILITY_CONTROL_REQUEST_DEADLINE", Seconds.positive(upTo: .seconds(86_400)))
+
     func run(in context: CommandContext) async throws -> ExitCode {
+        let deadline = try Self.requestDeadline.value(in: context) ?? .seconds(10)
         let checked = try AgentStateDirectory.prepare(
             try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
                                                                system: .current(context)))
@@ -159,11 +154,6 @@ struct AgentCommand: Command {
 
         let server: ControlServer
         do {
-            // Test knob (not in --help): REACHABILITY_CONTROL_REQUEST_DEADLINE seconds.
-            var deadline = Duration.seconds(10)
-            if let text = context.environment["REACHABILITY_CONTROL_REQUEST_DEADLINE"], let seconds = Double(text), seconds > 0 {
-                deadline = .milliseconds(Int64(seconds * 1000))
-            }
             server = try ControlServer(
                 path: AgentStateDirectory.socketPath(in: directory), requestDeadline: deadline,
                 handler: { command, id in await service.handle(command, id: id) },

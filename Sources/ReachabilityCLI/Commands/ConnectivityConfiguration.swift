@@ -1,4 +1,5 @@
 import LinuxReachability
+import ReachabilityBase
 
 /// Where the connectivity check's definition comes from, strongest first: `--connectivity-url` /
 /// `--connectivity-response`, `$XDG_CONFIG_HOME/reachability/reachability.conf`,
@@ -123,9 +124,9 @@ enum ConnectivityConfiguration {
         var settings = ConnectivitySettings(url: uri, source: "\(path) [connectivity]")
         settings.response = values["response"]?.0 ?? networkManagerDefaultResponse
         if let interval = values["interval"]?.0 {
-            guard let seconds = Int(interval), seconds >= 0 else { return nil }
+            guard let seconds = networkManagerInterval.value(from: interval) else { return nil }
             if seconds == 0 { return nil }  // NetworkManager: 0 disables the check
-            settings.interval = .seconds(seconds)
+            settings.interval = min(.seconds(seconds), longestInterval)
         }
         return settings
     }
@@ -141,11 +142,22 @@ enum ConnectivityConfiguration {
         }
     }
 
+    /// The longest interval or timeout: a year.
+    static let longestInterval = Duration.seconds(86_400 * 365)
+
+    /// `connectivity-interval=` and `connectivity-timeout=`.
+    static let secondsValue = Seconds.positive(upTo: longestInterval)
+
+    /// NetworkManager's `interval=`: whole seconds as its keyfile reader takes them (0 turns the
+    /// check off); longer than `longestInterval` is held to it.
+    static let networkManagerInterval = Count(0...Int(Int32.max))
+
     static func seconds(_ text: String, place: String, key: String) throws(ConfigurationError) -> Duration {
-        guard let value = Double(text), value.isFinite, value > 0, value <= 86_400 * 365 else {
-            throw ConfigurationError(description: "\(place): \(key) must be a number of seconds above 0, got '\(text)'")
+        do {
+            return try secondsValue.parse(text)
+        } catch {
+            throw ConfigurationError(description: "\(place): \(error.message(for: key))")
         }
-        return .milliseconds(Int64((value * 1000).rounded(.up)))
     }
 }
 

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import LinuxSystem
+import ReachabilityBase
 import ResumableDownloads
 import Synchronization
 
@@ -30,7 +31,8 @@ struct DownloadCommand: Command {
         help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
-        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx. Default: wait forever.")
+        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx (fractions allowed; 'inf', or more than 100 years, waits forever). Default: wait forever.")
+    static let maximumOutageValue = SecondsOrForever()
     static let json = Option.flag(
         "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
     static let quiet = Option.flag(
@@ -132,12 +134,7 @@ struct DownloadCommand: Command {
         if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
             throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")
         }
-        if let text = arguments.value(Self.maximumOutage) {
-            guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
-                throw UsageError.invalidValue(text, for: Self.maximumOutage, "expected a number of seconds")
-            }
-            maximumOutageWait = .milliseconds(Int64(seconds * 1000))
-        }
+        maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
         isJSON = arguments.isSet(Self.json)
         isQuiet = arguments.isSet(Self.quiet)
         headers = try arguments.values(Self.header).map { line in
@@ -193,9 +190,6 @@ struct DownloadCommand: Command {
         return name
     }
 
-    /// `500k`, `2m`, `1g`, `12345` (bytes per second; k = 1024, as curl).
-    static func parseRate(_ text: String) -> Int64? { TransportOptions.parseRate(text) }
-
     /// Where each URL goes, relative paths resolved against `workingDirectory`; `-o -` downloads
     /// into `stateRoot/stdout/` first.
     func jobs(workingDirectory: String, stateRoot: URL? = nil) throws -> [Job] {
@@ -237,6 +231,7 @@ struct DownloadCommand: Command {
             _ = try monitor.configuration(in: context)   // privilege (77) and classify.conf (78) errors first
             try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
         }
+        let tuning = try DownloadTuning(context: context)
         let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
                                                            system: .current(context))
         let jobs = try jobs(workingDirectory: context.currentDirectory, stateRoot: stateRoot)
@@ -276,7 +271,7 @@ struct DownloadCommand: Command {
             }
             configuration.verifiesCertificates = verifiesCertificates
             configuration.proxy = proxyURL
-            DownloadTuning.apply(context.environment, to: &configuration)
+            tuning.apply(to: &configuration)
             return configuration
         }
         let registry = SessionRegistry()
@@ -516,20 +511,30 @@ extension ExitCode {
 /// Test and benchmark knobs read from the environment (not in `--help`: production defaults are
 /// the right ones for people): `REACHABILITY_DOWNLOAD_STALL_TIMEOUT`, `..._CONNECT_TIMEOUT`
 /// (seconds), `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES` and `..._MAX_FAILURES` (the failure budget).
-enum DownloadTuning {
-    static func apply(_ environment: [String: String], to configuration: inout DownloadAgent.Configuration) {
-        if let text = environment["REACHABILITY_DOWNLOAD_STALL_TIMEOUT"], let seconds = Double(text), seconds > 0 {
-            configuration.stallTimeout = .milliseconds(Int64(seconds * 1000))
-        }
-        if let text = environment["REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES"], let bytes = Int64(text), bytes > 0 {
-            configuration.checkpointInterval = bytes
-        }
-        if let text = environment["REACHABILITY_DOWNLOAD_CONNECT_TIMEOUT"], let seconds = Double(text), seconds > 0 {
-            configuration.connectTimeout = .milliseconds(Int64(seconds * 1000))
-        }
-        if let text = environment["REACHABILITY_DOWNLOAD_MAX_FAILURES"], let count = Int(text), count >= 0 {
-            configuration.maximumConsecutiveFailures = count
-        }
+/// Read once, before anything starts: a bad value stops the command (exit 78) and says so.
+struct DownloadTuning: Sendable, Equatable {
+    static let stallTimeoutValue = EnvironmentValue("REACHABILITY_DOWNLOAD_STALL_TIMEOUT", Seconds.positive(upTo: .seconds(86_400)))
+    static let connectTimeoutValue = EnvironmentValue("REACHABILITY_DOWNLOAD_CONNECT_TIMEOUT", Seconds.positive(upTo: .seconds(86_400)))
+    static let checkpointBytesValue = EnvironmentValue("REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES", ByteCount(1...(1 << 40)))
+    static let maximumFailuresValue = EnvironmentValue("REACHABILITY_DOWNLOAD_MAX_FAILURES", Count(0...1_000_000))
+
+    var stallTimeout: Duration?
+    var connectTimeout: Duration?
+    var checkpointBytes: Int64?
+    var maximumFailures: Int?
+
+    init(context: CommandContext) throws {
+        stallTimeout = try Self.stallTimeoutValue.value(in: context)
+        connectTimeout = try Self.connectTimeoutValue.value(in: context)
+        checkpointBytes = try Self.checkpointBytesValue.value(in: context)
+        maximumFailures = try Self.maximumFailuresValue.value(in: context)
+    }
+
+    func apply(to configuration: inout DownloadAgent.Configuration) {
+        if let stallTimeout { configuration.stallTimeout = stallTimeout }
+        if let connectTimeout { configuration.connectTimeout = connectTimeout }
+        if let checkpointBytes { configuration.checkpointInterval = checkpointBytes }
+        if let maximumFailures { configuration.maximumConsecutiveFailures = maximumFailures }
     }
 }
 

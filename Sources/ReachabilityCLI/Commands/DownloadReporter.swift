@@ -4,6 +4,7 @@ import ResumableDownloads
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import ReachabilityBase
 #endif
 
 /// Turns download events and progress into output: NDJSON on stdout (`--json`) or text lines on
@@ -221,7 +222,7 @@ final class DownloadReporter: Sendable {
     }
 
     static func seconds(_ duration: Duration) -> String {
-        let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let value = duration.timeInterval
         return value < 1 ? "\(Int(value * 1000)) ms" : "\(TextFormat.decimal(value, fractionDigits: 1)) s"
     }
 }

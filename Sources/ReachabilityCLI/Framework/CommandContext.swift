@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import ReachabilityBase
 
 /// Where a command's paths come from: `PathMonitor` in the tool, a script in tests.
 ///
@@ -115,4 +116,16 @@ func effectiveCapabilities(fromProcStatus status: String) -> UInt64? {
         return UInt64(line.dropFirst("CapEff:".count).trimmingWhitespace(), radix: 16)
     }
     return nil
+}
+
+extension EnvironmentValue {
+    /// The value in the command's environment; a bad one stops the command (exit 78) with the
+    /// variable's name, what it expects and what it got.
+    func value(in context: CommandContext) throws(CommandFailure) -> Kind.Value? {
+        do {
+            return try value(in: context.environment)
+        } catch {
+            throw CommandFailure(message: error.message(for: name), exitCode: .configuration)
+        }
+    }
 }

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import ResumableDownloads
+import ReachabilityBase
 
 /// The one NDJSON event vocabulary of `reachability agent` (stdout and agent.log) and
 /// `reachability download --json`, described in docs/events.md.
@@ -103,7 +104,7 @@ enum EventSchema {
         case .waitingForServer(let error): return (.waitingForServer, [.init(key: "error", value: errorObject(error))])
         case .restartedFromZero(let reason): return (.restarted, [.init(key: "reason", value: .string(reason))])
         case .retrying(let delay, let error):
-            return (.retrying, [.init(key: "retryInMilliseconds", value: .integer(Int(milliseconds(delay)))),
+            return (.retrying, [.init(key: "retryInMilliseconds", value: .integer(Int(delay.milliseconds))),
                                 .init(key: "error", value: errorObject(error))])
         case .paused: return (.paused, [])
         case .completed: return (.completed, [])
@@ -138,10 +139,5 @@ enum EventSchema {
             .init(key: "connectivity", value: .string(path.connectivity.rawValue)),
             .init(key: "portalURL", value: .string(path.portalURL)),
         ])
-    }
-
-    private static func milliseconds(_ duration: Duration) -> Int64 {
-        let parts = duration.components
-        return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
     }
 }

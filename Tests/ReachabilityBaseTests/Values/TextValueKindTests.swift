@@ -132,6 +132,6 @@ struct ByteCountTests {
         #expect(try knob.value(in: ["KNOB": ""]) == nil)
         #expect(try knob.value(in: ["KNOB": "7"]) == 7)
         let error = #expect(throws: InvalidValue.self) { try knob.value(in: ["KNOB": "1e300"]) }
-        #expect(error?.message(for: "KNOB") == "The value '1e300' is invalid for KNOB: expected a number from 0 to 10")
+        #expect(error?.message(for: "KNOB") == "KNOB: expected a number from 0 to 10, got '1e300'")
     }
 }
