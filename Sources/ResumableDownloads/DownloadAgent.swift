@@ -252,9 +252,16 @@ public actor DownloadAgent {
         if entries.values.contains(where: { $0.download.destination == destination && !$0.download.state.isFinal }) {
             throw DownloadError.invalidRequest.with(description: "already downloading to \(destination.path)")
         }
+        var digest: String?
+        if let expected = options.expectedSHA256 {
+            guard let normalized = SHA256.normalizedHexDigest(expected) else {
+                throw DownloadError.invalidRequest.with(description: "the expected SHA-256 must be 64 hexadecimal digits")
+            }
+            digest = normalized
+        }
         let stateDirectory = try stateDirectory()
         var record = ResumeRecord(id: id, url: url, destination: destination,
-                                  expectedSHA256: options.expectedSHA256?.lowercased(), totalLength: state?.totalLength,
+                                  expectedSHA256: digest, totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
@@ -296,7 +303,7 @@ public actor DownloadAgent {
         activate()
         let destination = destination.standardizedFileURL
         guard var record = loadRecords().first(where: { $0.url == url && $0.destination == destination }) else { return nil }
-        if let expected = options.expectedSHA256?.lowercased(), expected != record.expectedSHA256 {
+        if let expected = options.expectedSHA256.flatMap(SHA256.normalizedHexDigest), expected != record.expectedSHA256 {
             record.expectedSHA256 = expected
         }
         if let length = options.expectedLength { record.expectedLength = length }

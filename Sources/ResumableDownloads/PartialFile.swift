@@ -458,7 +458,7 @@ final class PartialFile: Sendable {
                 throw DownloadError.lengthMismatch.with(description:
                     "file has \(size) bytes, expected \(expectedLength ?? totalLength)")
             }
-            if let expected = record.expectedSHA256?.lowercased() {
+            if let expected = record.expectedSHA256.flatMap(SHA256.normalizedHexDigest) {
                 let actual = try hashing.withLock { hasher -> String in
                     if let hasher, hasher.hashedLength <= size {
                         try hasher.catchUp(fileDescriptor: fd, to: size, path: path)

@@ -124,10 +124,8 @@ struct ResumeRecord: Codable, Sendable, Hashable {
             guard totalLength >= 0, verifiedOffset <= totalLength else { throw Invalid(description: "its offsets disagree with its length") }
         }
         if let expectedLength, expectedLength < 0 { throw Invalid(description: "its expected length is negative") }
-        if let expectedSHA256 {
-            guard expectedSHA256.utf8.count == 64, expectedSHA256.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
-                throw Invalid(description: "its SHA-256 is not 64 lowercase hex digits")
-            }
+        if let expectedSHA256, SHA256.normalizedHexDigest(expectedSHA256) == nil {
+            throw Invalid(description: "its SHA-256 is not 64 hex digits")
         }
         guard attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
         // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
@@ -150,10 +148,11 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     static func read(_ name: String, in directory: CheckedDirectory) throws -> ResumeRecord {
         let bytes: [UInt8]
         do { bytes = try directory.readOwnedFile(name, limit: maximumSize) } catch { throw DownloadError.file(error) }
-        let record = try decode(Data(bytes))
+        var record = try decode(Data(bytes))
         do { try record.validate(name: name) } catch {
             throw DownloadError.fileSystem.with(description: "invalid resume record \(directory.child(name)): \(error)")
         }
+        record.expectedSHA256 = record.expectedSHA256.flatMap(SHA256.normalizedHexDigest)
         return record
     }
 }

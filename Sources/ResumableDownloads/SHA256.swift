@@ -106,6 +106,18 @@ package final class SHA256 {
 
     // MARK: one-shot helpers
 
+    /// The one reading of a SHA-256 given as text (a command-line option, a control request,
+    /// `DownloadOptions`, a record read back): exactly 64 ASCII hexadecimal digits in either case,
+    /// returned in lowercase, the form records keep and digests are compared in; nil for anything
+    /// else (fullwidth digits too, which `Character.isHexDigit` accepts).
+    package static func normalizedHexDigest(_ text: String) -> String? {
+        let utf8 = text.utf8
+        guard utf8.count == 64, utf8.allSatisfy({ byte in
+            (48...57).contains(byte) || (65...70).contains(byte) || (97...102).contains(byte)
+        }) else { return nil }
+        return text.lowercased()
+    }
+
     /// The lowercase hex digest of `bytes`.
     package static func hex(_ bytes: some ContiguousBytes) -> String {
         let digest = SHA256()

@@ -1,5 +1,6 @@
 import DownloadTestSupport
 import Foundation
+import ResumableDownloads
 import Testing
 @testable import ReachabilityCLI
 
@@ -102,7 +103,7 @@ struct AgentTrustTests {
                 if case .handle(_, let command) = action, case .add(let url, let output, let sha256, _) = command {
                     #expect(["http", "https"].contains(url.scheme?.lowercased() ?? ""))
                     #expect(output.map { $0.hasPrefix("/") } ?? true)
-                    #expect(sha256.map(ControlCodec.isSHA256) ?? true)
+                    #expect(sha256.map { SHA256.normalizedHexDigest($0) == $0 } ?? true)
                 }
             }
         }

@@ -1,5 +1,6 @@
 import Foundation
 import ReachabilityBase
+import ResumableDownloads
 import Testing
 @testable import ReachabilityCLI
 
@@ -171,5 +172,23 @@ struct ValueInputTests {
             #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "2000000", "WATCHDOG_PID": text], pid: 7) == nil)
         }
         #expect(SystemdNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "2000000", "WATCHDOG_PID": "7"], pid: 7) == .seconds(1))
+    }
+
+    /// `download --sha256`, `queue add --sha256` and the control protocol's `sha256` agree with
+    /// the engine's one rule (`SHA256.normalizedHexDigest`): fullwidth digits are refused
+    /// everywhere, capitals are accepted everywhere and kept in lowercase.
+    @Test(arguments: [String(repeating: "aB", count: 32), String(repeating: "０", count: 64), String(repeating: "g", count: 64)])
+    func digestsAreReadOneWay(hex: String) {
+        let expected = SHA256.normalizedHexDigest(hex)
+        let download = Self.parse(DownloadCommand.self, ["--sha256", hex, "http://a/x"]).1 as? DownloadCommand
+        #expect(download?.expectedSHA256 == expected)
+        let queued = Self.parse(QueueAddCommand.self, ["--sha256", hex, "http://a/x"]).1 as? QueueAddCommand
+        #expect(queued?.expectedSHA256 == expected)
+        let line = #"{"version":1,"command":"add","url":"http://a/x","sha256":"\#(hex)"}"#
+        switch ControlCodec.decodeRequest(Array(line.utf8)) {
+        case .success((_, .add(_, _, let sha256, _))): #expect(sha256 == expected && expected != nil)
+        case .failure(let rejection): #expect(expected == nil && rejection.error.code == .invalidArgument)
+        default: Issue.record("decoded to another command")
+        }
     }
 }

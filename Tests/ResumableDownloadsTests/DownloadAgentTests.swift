@@ -34,6 +34,18 @@ struct DownloadAgentTests {
         await agent.shutdown()
     }
 
+    @Test func refusesAnExpectedDigestThatIsNotOne() async throws {
+        let directory = try TemporaryDirectory()
+        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url))
+        for bad in ["abc", String(repeating: "０", count: 64)] {
+            await #expect(throws: DownloadError.invalidRequest) {
+                _ = try await agent.download(from: URL(string: "http://127.0.0.1:9/x")!, to: directory.url.appendingPathComponent("x"),
+                                             options: .init(expectedSHA256: bad))
+            }
+        }
+        await agent.shutdown()
+    }
+
     @Test func cancelWhileWaitingDeletesResumeData() async throws {
         let directory = try TemporaryDirectory()
         let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)

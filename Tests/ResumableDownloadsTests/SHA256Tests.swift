@@ -16,6 +16,20 @@ struct SHA256Tests {
         #expect(SHA256.hex(Data(text.utf8)) == digest)
     }
 
+    /// Issue 20: the command line, the control protocol and records read back checked digests
+    /// three ways (one accepted fullwidth digits, one only lowercase). Now one rule: 64 ASCII
+    /// hex digits in either case, kept in lowercase.
+    @Test func oneHexDigestRule() {
+        let lower = String(repeating: "ab", count: 32)
+        #expect(SHA256.normalizedHexDigest(lower) == lower)
+        #expect(SHA256.normalizedHexDigest(lower.uppercased()) == lower)
+        #expect(SHA256.normalizedHexDigest("Ab" + String(lower.dropFirst(2))) == lower)
+        for bad in ["", String(lower.dropFirst()), lower + "a", String(repeating: "g", count: 64),
+                    String(repeating: "０", count: 64), " " + String(lower.dropFirst()), String(lower.dropLast()) + "\n"] {
+            #expect(SHA256.normalizedHexDigest(bad) == nil, "\(bad)")
+        }
+    }
+
     @Test func millionAsInPiecesOfOddSizes() throws {
         let hasher = SHA256()
         var remaining = 1_000_000

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import ResumableDownloads
 
 /// The agent's control protocol: one JSON object per line in each direction, over the Unix
 /// socket in the state directory.
@@ -265,10 +266,14 @@ enum ControlCodec {
             if let output = request.output, !output.hasPrefix("/") {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("'output' must be an absolute path")))
             }
-            if let sha = request.sha256, !isSHA256(sha) {
-                return .failure(ControlRejection(id: id, error: .invalidArgument("'sha256' must be 64 hex digits")))
+            var digest: String?
+            if let sha = request.sha256 {
+                guard let normalized = SHA256.normalizedHexDigest(sha) else {
+                    return .failure(ControlRejection(id: id, error: .invalidArgument("'sha256' must be 64 hex digits")))
+                }
+                digest = normalized
             }
-            return .success((id, .add(url: url, output: request.output, sha256: request.sha256?.lowercased(),
+            return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false)))
         case .list: return .success((id, .list))
         case .status: return .success((id, .status))
@@ -294,11 +299,6 @@ enum ControlCodec {
     /// Decodes a reply line (client side).
     static func decodeResponse(_ line: some Collection<UInt8>) throws -> ControlResponse {
         try JSONDecoder().decode(ControlResponse.self, from: Data(line))
-    }
-
-    /// Whether `text` is 64 hex digits.
-    static func isSHA256(_ text: String) -> Bool {
-        text.utf8.count == 64 && text.allSatisfy(\.isHexDigit)
     }
 
     private struct IDOnly: Decodable { var id: ControlRequestID? }

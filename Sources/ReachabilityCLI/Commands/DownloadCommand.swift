@@ -124,10 +124,10 @@ struct DownloadCommand: Command {
             throw UsageError.invalidValue(directory, for: Self.directory, "expected a directory")
         }
         if let hex = arguments.value(Self.sha256) {
-            guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else {
+            guard let digest = SHA256.normalizedHexDigest(hex) else {
                 throw UsageError.invalidValue(hex, for: Self.sha256, "expected 64 hexadecimal digits")
             }
-            expectedSHA256 = hex.lowercased()
+            expectedSHA256 = digest
         }
         allowsExpensive = !arguments.isSet(Self.noExpensive)
         stateDirectoryOverride = arguments.value(Self.stateDirectory)

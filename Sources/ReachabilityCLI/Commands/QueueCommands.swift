@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import ResumableDownloads
 
 /// `--state-dir` shared by the control commands, and the request round trip they all make.
 struct ControlOptions: Sendable {
@@ -100,8 +101,10 @@ struct QueueAddCommand: Command {
             outputPath = output
         }
         if let sha = arguments.value(Self.sha256) {
-            guard ControlCodec.isSHA256(sha) else { throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hex digits") }
-            expectedSHA256 = sha.lowercased()
+            guard let digest = SHA256.normalizedHexDigest(sha) else {
+                throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hexadecimal digits")
+            }
+            expectedSHA256 = digest
         }
         control = ControlOptions(arguments: arguments)
     }
