@@ -15,9 +15,10 @@ struct ResponseHead: Sendable, Hashable {
 
     subscript(name: String) -> String? { fields[name.lowercased()] }
 
-    /// The ETag when it is strong; weak ETags (`W/"..."`) cannot validate byte ranges.
+    /// The ETag when it is strong (`ResumeValidator`); weak ETags (`W/"..."`) cannot validate
+    /// byte ranges, and one that is not quoted or not header-safe would be refused when read back.
     var strongEntityTag: String? {
-        guard let tag = self["etag"]?.trimmingWhitespace(), !tag.isEmpty, !tag.hasPrefix("W/") else { return nil }
+        guard let tag = self["etag"]?.trimmingWhitespace(), ResumeValidator.isStrongEntityTag(tag) else { return nil }
         return tag
     }
 

@@ -129,8 +129,12 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         }
         guard attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
         // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
-        for validator in [entityTag, lastModified, observedEntityTag].compactMap({ $0 }) where !ResumeState.isHeaderSafe(validator) {
-            throw Invalid(description: "a validator is not a single line of visible ASCII")
+        if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) {
+            throw Invalid(description: problem)
+        }
+        // Any tag seen, weak ones too; only compared, but read back like the others.
+        if let observedEntityTag, !ResumeValidator.isHeaderSafe(observedEntityTag) {
+            throw Invalid(description: "the observed entity tag is not one line of visible ASCII")
         }
     }
 

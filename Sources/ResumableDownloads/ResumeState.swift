@@ -7,7 +7,7 @@ import Glibc
 ///
 /// The value is input like any record read back from disk: `validate()` applies the same rules
 /// before the agent trusts it (http/https URL with a host, offsets in range, validators that are
-/// single-line visible ASCII and so cannot smuggle a header into `If-Range`).
+/// `ResumeValidator`'s rules, so they cannot smuggle a header into `If-Range`).
 package struct ResumeState: Sendable, Hashable {
     /// The download's identity; it names the resume record in the state directory.
     package var id: UUID
@@ -41,9 +41,6 @@ package struct ResumeState: Sendable, Hashable {
     /// The `If-Range` value a resume would send, as in `ResumeRecord.validator`.
     package var validator: String? { entityTag ?? lastModified }
 
-    /// Longest validator accepted (nginx's ETags are ~20 bytes, Last-Modified 29).
-    package static let maximumValidatorLength = 1024
-
     /// Throws `DownloadError.invalidRequest` with the reason when the state cannot be trusted.
     package func validate() throws {
         func reject(_ reason: String) -> DownloadError {
@@ -57,21 +54,9 @@ package struct ResumeState: Sendable, Hashable {
         if let totalLength, totalLength < verifiedOffset || totalLength < 0 {
             throw reject("offset \(verifiedOffset) beyond the length \(totalLength)")
         }
-        if let entityTag {
-            // Weak ETags never validate byte ranges, so a record never holds one.
-            guard entityTag.hasPrefix("\""), entityTag.hasSuffix("\""), entityTag.utf8.count >= 2 else {
-                throw reject("the entity tag is not a strong ETag")
-            }
-            guard Self.isHeaderSafe(entityTag) else { throw reject("the entity tag is not a single line of visible ASCII") }
+        if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) {
+            throw reject(problem)
         }
-        if let lastModified, !Self.isHeaderSafe(lastModified) {
-            throw reject("Last-Modified is not a single line of visible ASCII")
-        }
-    }
-
-    /// Visible ASCII and spaces only (no CR/LF or other controls), and not too long.
-    static func isHeaderSafe(_ value: String) -> Bool {
-        !value.isEmpty && value.utf8.count <= maximumValidatorLength && value.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
     }
 }
 
