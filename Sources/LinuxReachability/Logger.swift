@@ -1,7 +1,5 @@
 import FoundationEssentials
-#if canImport(Glibc)
-import Glibc
-#endif
+import LinuxSystem
 
 /// A minimal logger shaped like swift-log: libraries accept one and never create one.
 ///
@@ -82,18 +80,9 @@ public struct Logger: Sendable {
         log(.error, message(), metadata: metadata())
     }
 
-    /// Writes the whole line to fd 2, retrying short writes and EINTR; drops it on any other error
-    /// (a logger has nowhere to report its own failure).
+    /// Writes the whole line to fd 2; drops it on an error (a logger has nowhere to report its
+    /// own failure).
     static func writeToStandardError(_ line: String) {
-        var line = line
-        line.withUTF8 { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let count = write(2, bytes.baseAddress! + offset, bytes.count - offset)
-                if count < 0 && errno == EINTR { continue }
-                if count <= 0 { return }
-                offset += count
-            }
-        }
+        try? FileDescriptor.standardError.writeAll(Array(line.utf8))
     }
 }

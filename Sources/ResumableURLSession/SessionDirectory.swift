@@ -166,26 +166,11 @@ final class SessionDirectory: Sendable {
         if let key = try readKey(in: directory) { return key }
         var generator = SystemRandomNumberGenerator()
         let key = (0..<keyLength).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        let temporary = keyName + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max, using: &generator))"
-        let file = try directory.openOwnedFile(temporary, creating: .exclusive, mode: 0o600)
-        do throws(FileTrustError) {
-            do throws(Errno) {
-                try key.withUnsafeBytes { raw in Result { () throws(Errno) in try file.descriptor.writeAll(raw) } }.get()
-                try file.descriptor.sync()
-            } catch {
-                throw .system(directory.child(temporary), "write", error)
-            }
-            file.descriptor.close()
-            do {
-                try directory.rename(temporary, to: keyName, replacing: false)
-            } catch where error.isAlreadyExisting {
-                try? directory.remove(temporary)
-            }
-            try directory.sync()
-        } catch {
-            file.descriptor.close()
-            try? directory.remove(temporary)
-            throw error
+        do {
+            try directory.writeAtomically(key, to: keyName, mode: 0o600, replacing: false,
+                                          temporaryName: CheckedDirectory.uniqueTemporaryName(for: keyName))
+        } catch where error.isAlreadyExisting {
+            // Another process won the race: its key is read below.
         }
         guard let stored = try readKey(in: directory) else {
             throw .unsafe(directory.child(keyName), "vanished while it was being created")

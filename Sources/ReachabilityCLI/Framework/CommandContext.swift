@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import LinuxSystem
 import ReachabilityBase
 
 /// Where a command's paths come from: `PathMonitor` in the tool, a script in tests.
@@ -75,21 +76,8 @@ struct CommandContext: Sendable {
             effectiveUserID: geteuid(),
             currentDirectory: FileManager.default.currentDirectoryPath,
             isTerminal: { isatty($0) == 1 },
-            writeStandardOutput: { bytes in try writeAll(to: 1, bytes) }
+            writeStandardOutput: { bytes in try FileDescriptor.standardOutput.writeAll(bytes) }
         )
-    }
-}
-
-/// write(2) until every byte is out; EINTR retried, other errors thrown.
-func writeAll(to descriptor: Int32, _ bytes: UnsafeRawBufferPointer) throws {
-    var offset = 0
-    while offset < bytes.count {
-        let written = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-        if written < 0 {
-            if errno == EINTR { continue }
-            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-        }
-        offset += written
     }
 }
 
