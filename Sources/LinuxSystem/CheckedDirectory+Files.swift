@@ -165,16 +165,17 @@ extension CheckedDirectory {
         let file = try openOwnedFile(temporary, creating: .exclusive, mode: mode).descriptor
         do throws(FileTrustError) {
             do throws(Errno) {
+                // Closed exactly once, here: a second close could close a descriptor another
+                // thread has opened under the same number meanwhile.
+                defer { file.close() }
                 try file.setPermissions(mode)
                 try file.writeAll(bytes)
                 try file.sync()
             } catch {
                 throw .system(child(temporary), "write", error)
             }
-            file.close()
             try rename(temporary, to: name, replacing: replacing)
         } catch {
-            file.close()
             try? remove(temporary)
             throw error
         }
