@@ -61,6 +61,8 @@ let package = Package(
         .executable(name: "reachability", targets: ["reachability"]),
         // URLSession's download API over the resume engine (issue 12); its own product.
         .library(name: "ResumableURLSession", targets: ["ResumableURLSession"]),
+        // The agent's typed client (and the agent itself), for programs that queue downloads in it.
+        .library(name: "ReachabilityAgent", targets: ["ReachabilityAgent"]),
     ],
     targets: [
         // The only target that touches netlink: libnl-3 / libnl-route-3 plus a shim header.
@@ -98,7 +100,14 @@ let package = Package(
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem", "ReachabilityBase"],
+        // The download agent as a library: the service, its control protocol, server and typed
+        // client (`AgentClient`, public: other programs talk to the agent with it), the one
+        // state-directory resolver, the agent's log and sd_notify; and the event lines and
+        // metrics the agent and the CLI both write.
+        .target(name: "ReachabilityAgent", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem", "ReachabilityBase"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "ReachabilityAgent", "LinuxSystem",
+                                                        "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // Release builds link with GNU ld and pack the ~40,000 relative relocations of a static-stdlib
         // PIE into DT_RELR (when glibc >= 2.36, see above): the dynamic loader then touches 8 KiB of relocations
@@ -109,7 +118,8 @@ let package = Package(
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"], exclude: ["linker"],
                           linkerSettings: releaseLinkerFlags.isEmpty ? []
                               : [.unsafeFlags(releaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
-        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem", "ReachabilityBase"]),
+        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "ReachabilityAgent", "LinuxReachability", "LinuxSystem",
+                                                            "ReachabilityBase"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
         .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
@@ -128,6 +138,7 @@ let package = Package(
         // Shared by the test targets: an event log tests can wait on, a real metrics parser.
         .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
+        .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "DownloadTestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "DownloadTestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
                                                           "ResumableURLSession"]),

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import ReachabilityAgent
 
 /// The `reachability` command-line tool: parses arguments, runs a subcommand, returns the exit status.
 public enum ReachabilityCommandLine {
@@ -164,6 +165,11 @@ public enum ReachabilityCommandLine {
         switch error {
         case let failure as CommandFailure:
             (message, code) = (failure.message, failure.exitCode)
+        case let failure as AgentFailure:
+            (message, code) = (failure.message, ExitCode(failure.kind))
+        case let failure as AgentClientError:
+            (message, code) = (failure.message, failure == .permissionDenied ? .noPermission
+                                                : failure == .noStateDirectory ? .configuration : .failure)
         case let failure as ReachabilityError:
             let status: ExitCode = switch failure {
             case .permissionDenied: .noPermission

@@ -1,5 +1,6 @@
 import Foundation
 import LinuxReachability
+import ReachabilityAgent
 import ReachabilityBase
 import ResumableDownloads
 
@@ -10,16 +11,22 @@ extension ResumableURLSession {
         /// The default configuration: `defaultStateDirectory`, Apple's defaults otherwise.
         public static var `default`: Configuration { Configuration(stateDirectory: defaultStateDirectory) }
 
-        /// `/var/lib/reachability/url-session` for root, else
-        /// `$XDG_STATE_HOME/reachability/url-session` (`~/.local/state/...` when unset).
+        /// `url-session` in the state directory every product of the package uses (the agent,
+        /// the command line): `$REACHABILITY_STATE_DIR`, else `$XDG_STATE_HOME/reachability` when
+        /// that directory is the effective user's (so `sudo -E` never puts root's files in
+        /// another user's directory), else `/var/lib/reachability` for root, else
+        /// `~/.local/state/reachability`. Where no rule applies (a relative
+        /// `$REACHABILITY_STATE_DIR`, which the command line refuses; no home directory), the
+        /// home directory Foundation reports.
         public static var defaultStateDirectory: URL {
-            if geteuid() == 0 { return URL(fileURLWithPath: "/var/lib/reachability/url-session", isDirectory: true) }
-            let environment = ProcessInfo.processInfo.environment
-            if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
-                return URL(fileURLWithPath: state, isDirectory: true).appendingPathComponent("reachability/url-session")
-            }
-            let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-            return URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(".local/state/reachability/url-session")
+            defaultStateDirectory(environment: ProcessInfo.processInfo.environment)
+        }
+
+        static func defaultStateDirectory(environment: [String: String],
+                                          system: StateDirectoryLocation.System = .current) -> URL {
+            let root = (try? StateDirectoryLocation.resolve(explicit: nil, environment: environment, system: system))
+                ?? NSHomeDirectory() + "/.local/state/reachability"
+            return URL(fileURLWithPath: root, isDirectory: true).appendingPathComponent("url-session", isDirectory: true)
         }
 
         /// Where partial downloads, finished files (until the delegate moves them) and the

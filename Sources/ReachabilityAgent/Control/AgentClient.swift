@@ -1,21 +1,107 @@
 import FoundationEssentials
 import Glibc
+import LinuxReachability
+import ReachabilityBase
 
-/// Sends one request to the agent on a state directory and reads its reply.
-struct ControlClient: Sendable {
-    /// The state directory whose `agent.sock` is used.
-    var stateDirectory: String
+/// A program's handle on the download agent of one state directory: typed requests over its
+/// control socket (`STATE_DIR/agent.sock`, one JSON line each way, `ControlProtocol`).
+///
+/// Only the agent's own user and root may use it (the agent checks the peer's credentials).
+/// Every request is one connection; the async methods run it on a thread of their own, so they
+/// never block a task's thread. Errors are `AgentClientError`.
+///
+/// ```swift
+/// let agent = try AgentClient()                       // the default state directory
+/// let download = try await agent.add(url)            // queued in STATE_DIR/files
+/// for download in try await agent.downloads() { print(download.id, download.state) }
+/// ```
+public struct AgentClient: Sendable {
+    /// The state directory whose agent this talks to (absolute).
+    public let stateDirectory: String
+    /// How long a request may wait for the agent's reply.
+    public var timeout: Duration = .seconds(30)
 
-    var socketPath: String { AgentStateDirectory.socketPath(in: stateDirectory) }
+    /// The agent on `stateDirectory` (an absolute path, as the agent's `--state-dir`).
+    public init(stateDirectory: String) {
+        self.stateDirectory = stateDirectory
+    }
 
-    /// Sends `command` and returns the agent's reply; throws `CommandFailure` with a clear message
-    /// when no agent runs there or the connection is refused.
-    func send(_ command: ControlCommand) throws -> ControlResponse {
+    /// The agent on the default state directory, resolved as the agent resolves it:
+    /// `$REACHABILITY_STATE_DIR`, else `$XDG_STATE_HOME/reachability` (when it is the caller's),
+    /// else `/var/lib/reachability` for root, else `~/.local/state/reachability`.
+    public init(environment: [String: String] = ProcessInfo.processInfo.environment) throws(AgentClientError) {
+        do {
+            stateDirectory = try StateDirectoryLocation.resolve(explicit: nil, environment: environment)
+        } catch {
+            throw AgentClientError(.noStateDirectory, error.message)
+        }
+    }
+
+    /// The control socket's path.
+    public var socketPath: String { AgentStateDirectory.socketPath(in: stateDirectory) }
+
+    /// Queues a download of `url` (http or https). The file goes to `output` (an absolute path
+    /// in one of the agent's `download-dir=` directories) or, by default, to `STATE_DIR/files`
+    /// under a name taken from the URL. An existing file is refused unless `replacing`.
+    public func add(_ url: URL, output: String? = nil, sha256: String? = nil,
+                    replacing: Bool = false) async throws(AgentClientError) -> AgentDownload {
+        try await download(.add(url: url, output: output, sha256: sha256, replace: replacing))
+    }
+
+    /// Every download the agent knows, finished ones included.
+    public func downloads() async throws(AgentClientError) -> [AgentDownload] {
+        try await request(.list).downloads ?? []
+    }
+
+    /// Pauses the download with this ID (or unique ID prefix); its resume data is kept, also
+    /// across agent restarts.
+    public func pause(_ id: String) async throws(AgentClientError) -> AgentDownload { try await download(.pause(id)) }
+
+    /// Resumes a paused (or resumably failed) download.
+    public func resume(_ id: String) async throws(AgentClientError) -> AgentDownload { try await download(.resume(id)) }
+
+    /// Cancels a download and deletes its partial file.
+    public func cancel(_ id: String) async throws(AgentClientError) -> AgentDownload { try await download(.cancel(id)) }
+
+    /// The agent itself: its path, limits and download counts.
+    public func status() async throws(AgentClientError) -> AgentStatus {
+        guard let status = try await request(.status).status else { throw AgentClientError(.noReply, "the agent sent no status") }
+        return status
+    }
+
+    /// The agent's path and download metrics as text.
+    public func metrics(format: MetricsFormat = .openMetrics) async throws(AgentClientError) -> String {
+        guard let text = try await request(.metrics(format)).metrics else {
+            throw AgentClientError(.noReply, "the agent sent no metrics (an agent older than this client?)")
+        }
+        return text
+    }
+
+    private func download(_ command: ControlCommand) async throws(AgentClientError) -> AgentDownload {
+        guard let download = try await request(command).download else {
+            throw AgentClientError(.noReply, "the agent's reply names no download")
+        }
+        return download
+    }
+
+    /// Sends `command` on a thread of its own and returns the agent's successful reply.
+    package func request(_ command: ControlCommand) async throws(AgentClientError) -> ControlResponse {
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<ControlResponse, AgentClientError>, Never>) in
+            SystemThread.detach(name: "agent-client") {
+                continuation.resume(returning: Result { () throws(AgentClientError) in try send(command) })
+            }
+        }
+        return try result.get()
+    }
+
+    /// Sends `command` and returns the agent's successful reply, blocking the calling thread
+    /// for at most `timeout` after connecting. An error reply is thrown as `.rejected`.
+    package func send(_ command: ControlCommand) throws(AgentClientError) -> ControlResponse {
         let descriptor: Int32
         do {
             descriptor = try UnixSocketSyscalls.makeSocket(SOCK_STREAM)
         } catch {
-            throw CommandFailure(message: "cannot create a socket: \(error)", exitCode: .failure)
+            throw AgentClientError(.unreachable, "cannot create a socket: \(error)")
         }
         defer { UnixSocketSyscalls.close(descriptor) }
         do {
@@ -23,15 +109,15 @@ struct ControlClient: Sendable {
         } catch {
             switch error.number {
             case ECONNREFUSED, ENOENT:
-                throw CommandFailure(message: "no agent is running on \(stateDirectory) (start one with 'reachability agent')",
-                                     exitCode: .failure)
+                throw AgentClientError(.notRunning, "no agent is running on \(stateDirectory) (start one with 'reachability agent')")
             case EACCES, EPERM:
-                throw CommandFailure(message: "permission denied connecting to the agent on \(stateDirectory): it belongs to another user (only its own user or root may control it)",
-                                     exitCode: .noPermission)
+                throw AgentClientError(.permissionDenied,
+                                       "permission denied connecting to the agent on \(stateDirectory): it belongs to another user (only its own user or root may control it)")
             default:
-                throw CommandFailure(message: "cannot connect to the agent on \(stateDirectory): \(error)", exitCode: .failure)
+                throw AgentClientError(.unreachable, "cannot connect to the agent on \(stateDirectory): \(error)")
             }
         }
+        try? UnixSocketSyscalls.setReceiveTimeout(descriptor, milliseconds: Int(max(1, timeout.millisecondsRoundedUp)))
         let request = ControlRequest(id: .number(1), command: command)
         do {
             try UnixSocketSyscalls.writeAll(descriptor, ControlCodec.encode(request) + [UInt8(ascii: "\n")])
@@ -39,18 +125,72 @@ struct ControlClient: Sendable {
             // A refusing agent may already have answered and closed; read its reply below.
         }
         var buffer: [UInt8] = []
+        var timedOut = false
         while !buffer.contains(UInt8(ascii: "\n")) {
-            let bytes = (try? UnixSocketSyscalls.read(descriptor)) ?? []
+            let bytes: [UInt8]
+            do {
+                bytes = try UnixSocketSyscalls.read(descriptor)
+            } catch {
+                timedOut = error.number == EAGAIN || error.number == EWOULDBLOCK
+                break
+            }
             if bytes.isEmpty { break }
             buffer += bytes
         }
         let line = buffer.prefix { $0 != UInt8(ascii: "\n") }
         guard !line.isEmpty, let response = try? ControlCodec.decodeResponse(line) else {
-            throw CommandFailure(message: "the agent on \(stateDirectory) closed the connection without a reply", exitCode: .failure)
+            throw timedOut
+                ? AgentClientError(.noReply, "the agent on \(stateDirectory) did not answer within \(timeout.formattedSeconds) s")
+                : AgentClientError(.noReply, "the agent on \(stateDirectory) closed the connection without a reply")
         }
-        if let error = response.error, error.code == .permissionDenied {
-            throw CommandFailure(message: "the agent refused the connection: \(error.message)", exitCode: .noPermission)
+        if let error = response.error, !response.ok || error.code == .permissionDenied {
+            if error.code == .permissionDenied {
+                throw AgentClientError(.permissionDenied, "the agent refused the connection: \(error.message)", agentCode: error.code)
+            }
+            throw AgentClientError(.rejected, error.message, agentCode: error.code)
         }
+        guard response.ok else { throw AgentClientError(.rejected, "the agent reported an error") }
         return response
     }
+}
+
+/// Why a request to the agent failed. Compare with the static members
+/// (`error == .notRunning`); `agentCode` says why the agent refused a request.
+public struct AgentClientError: Error, Sendable, Hashable, CustomStringConvertible {
+    fileprivate enum Code: Sendable, Hashable {
+        case noStateDirectory, notRunning, permissionDenied, unreachable, noReply, rejected
+    }
+
+    private let code: Code
+    /// For people: what failed and, where there is one, what to do.
+    public let message: String
+    /// For `.rejected` (and a refused `.permissionDenied`): the agent's reason.
+    public let agentCode: ControlErrorCode?
+
+    fileprivate init(_ code: Code, _ message: String, agentCode: ControlErrorCode? = nil) {
+        self.code = code
+        self.message = message
+        self.agentCode = agentCode
+    }
+
+    /// No state directory could be found (no home directory, a relative `REACHABILITY_STATE_DIR`).
+    public static let noStateDirectory = AgentClientError(.noStateDirectory, "no state directory")
+    /// No agent listens on the state directory.
+    public static let notRunning = AgentClientError(.notRunning, "no agent is running")
+    /// The agent belongs to another user.
+    public static let permissionDenied = AgentClientError(.permissionDenied, "permission denied")
+    /// The socket could not be created or connected for another reason.
+    public static let unreachable = AgentClientError(.unreachable, "the agent cannot be reached")
+    /// The agent closed the connection, or did not answer within the timeout, or answered
+    /// without what was asked for.
+    public static let noReply = AgentClientError(.noReply, "the agent did not reply")
+    /// The agent refused the request (`agentCode` says why: notFound, ambiguous, invalidArgument...).
+    public static let rejected = AgentClientError(.rejected, "the agent refused the request")
+
+    public var description: String { message }
+
+    /// Same kind of failure (the message and the agent's code are not compared).
+    public static func == (lhs: AgentClientError, rhs: AgentClientError) -> Bool { lhs.code == rhs.code }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(code) }
 }

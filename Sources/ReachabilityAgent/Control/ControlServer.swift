@@ -10,13 +10,13 @@ import ReachabilityBase
 /// One thread blocks in accept(2); each connection gets a thread that reads lines into a
 /// `ControlConnectionStateMachine` and runs the commands through `handler`. Blocking threads
 /// (not tasks) because reads block, and the cooperative pool is only as wide as the CPU count.
-final class ControlServer: Sendable {
+package final class ControlServer: Sendable {
     /// Runs one command and returns its reply; called from connection threads.
-    typealias Handler = @Sendable (ControlCommand, ControlRequestID?) async -> ControlResponse
+    package typealias Handler = @Sendable (ControlCommand, ControlRequestID?) async -> ControlResponse
     /// Told about refused peers and connection errors (for the agent's log).
-    typealias Observer = @Sendable (ControlServerEvent) -> Void
+    package typealias Observer = @Sendable (ControlServerEvent) -> Void
 
-    let path: String
+    package let path: String
     private let listener: Int32
     private let handler: Handler
     private let observer: Observer
@@ -24,13 +24,13 @@ final class ControlServer: Sendable {
     private let admission = Mutex(ControlAdmission())
     /// A request line must arrive whole within this time from its first byte (a peer dripping a
     /// byte at a time cannot hold a connection by restarting a per-read timeout).
-    let requestDeadline: Duration
+    package let requestDeadline: Duration
     /// A connection with no request in progress is closed after this long.
-    let idleTimeout: Duration
+    package let idleTimeout: Duration
 
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
-    init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
+    package init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
          handler: @escaping Handler, observer: @escaping Observer) throws {
         self.path = path
         self.requestDeadline = requestDeadline
@@ -50,7 +50,7 @@ final class ControlServer: Sendable {
     }
 
     /// Stops accepting and removes the socket file.
-    func stop() {
+    package func stop() {
         guard !isStopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
         UnixSocketSyscalls.shutdownBoth(listener)
         unlink(path)
@@ -153,14 +153,14 @@ final class ControlServer: Sendable {
 /// How many control connections each uid may hold. The agent's user cannot fill every slot:
 /// root always has `reservedForRoot` of its own (to inspect or stop a flooded agent), and no
 /// other uid may hold more than `perUser`. Pure: tested without sockets.
-struct ControlAdmission: Sendable, Equatable {
-    var perUser = 16
-    var shared = 32
-    var reservedForRoot = 4
+package struct ControlAdmission: Sendable, Equatable {
+    package var perUser = 16
+    package var shared = 32
+    package var reservedForRoot = 4
     private(set) var open: [UInt32: Int] = [:]
 
     /// Takes a slot for `uid`; false when its share is used up.
-    mutating func admit(uid: UInt32) -> Bool {
+    package mutating func admit(uid: UInt32) -> Bool {
         let held = open[uid, default: 0]
         let others = open.filter { $0.key != 0 }.values.reduce(0, +)
         if uid == 0 {
@@ -173,14 +173,14 @@ struct ControlAdmission: Sendable, Equatable {
     }
 
     /// Gives back a slot taken by `admit`.
-    mutating func release(uid: UInt32) {
+    package mutating func release(uid: UInt32) {
         guard let held = open[uid] else { return }
         open[uid] = held > 1 ? held - 1 : nil
     }
 }
 
 /// Things the control server reports to the agent's log.
-enum ControlServerEvent: Sendable {
+package enum ControlServerEvent: Sendable {
     /// A peer with another uid connected and was refused.
     case refused(UnixSocketSyscalls.PeerCredentials)
     /// A valid request from a peer.

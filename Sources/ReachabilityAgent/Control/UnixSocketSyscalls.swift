@@ -6,20 +6,20 @@ import Musl
 
 /// The one file that makes raw socket, lock and descriptor calls for the agent, its control
 /// clients and sd_notify: negative returns become `SystemCallError` here, EINTR is retried here.
-enum UnixSocketSyscalls {
+package enum UnixSocketSyscalls {
     /// Glibc's `struct ucred` (pid, uid, gid as three 32-bit fields) is only declared with
     /// _GNU_SOURCE, which Swift's Glibc module does not define; SO_PEERCRED fills this layout.
-    struct PeerCredentials: Sendable, Equatable {
-        var pid: Int32 = 0
-        var uid: UInt32 = 0
-        var gid: UInt32 = 0
+    package struct PeerCredentials: Sendable, Equatable {
+        package var pid: Int32 = 0
+        package var uid: UInt32 = 0
+        package var gid: UInt32 = 0
     }
 
     /// A failed call: the operation's name and errno.
-    struct SystemCallError: Error, Sendable, Equatable, CustomStringConvertible {
-        var operation: String
-        var number: Int32
-        var description: String { "\(operation): \(String(cString: strerror(number)))" }
+    package struct SystemCallError: Error, Sendable, Equatable, CustomStringConvertible {
+        package var operation: String
+        package var number: Int32
+        package var description: String { "\(operation): \(String(cString: strerror(number)))" }
     }
 
     /// Runs `call`, retrying on EINTR; a negative result throws with errno.
@@ -34,7 +34,7 @@ enum UnixSocketSyscalls {
     }
 
     /// Longest path a `sockaddr_un` holds, without the terminating NUL.
-    static let maximumPathLength = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
+    package static let maximumPathLength = MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1
 
     /// Fills a `sockaddr_un` for `path`; a leading `@` means the Linux abstract namespace (the
     /// name then starts with a NUL byte and is not NUL-terminated). Returns the address length.
@@ -59,13 +59,13 @@ enum UnixSocketSyscalls {
     }
 
     /// A close-on-exec Unix socket of `type` (SOCK_STREAM or SOCK_DGRAM).
-    static func makeSocket(_ type: __socket_type) throws(SystemCallError) -> Int32 {
+    package static func makeSocket(_ type: __socket_type) throws(SystemCallError) -> Int32 {
         try retrying("socket") { socket(AF_UNIX, Int32(type.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
     }
 
     /// Binds `descriptor` to `path` with the socket file created as `mode` (umask set around the
     /// bind, so there is no moment when the file has wider permissions), then listens.
-    static func bindAndListen(_ descriptor: Int32, path: String, mode: mode_t, backlog: Int32 = 64) throws(SystemCallError) {
+    package static func bindAndListen(_ descriptor: Int32, path: String, mode: mode_t, backlog: Int32 = 64) throws(SystemCallError) {
         let previous = umask(~mode & 0o777)
         defer { umask(previous) }
         let bound = try withAddress(path) { bind(descriptor, $0, $1) }
@@ -75,7 +75,7 @@ enum UnixSocketSyscalls {
     }
 
     /// Connects `descriptor` to the socket at `path`.
-    static func connect(_ descriptor: Int32, path: String) throws(SystemCallError) {
+    package static func connect(_ descriptor: Int32, path: String) throws(SystemCallError) {
         while true {
             let result = try withAddress(path) { Glibc.connect(descriptor, $0, $1) }
             if result == 0 { return }
@@ -86,14 +86,14 @@ enum UnixSocketSyscalls {
 
     /// Accepts one connection and marks it close-on-exec (accept4 is a GNU extension the Glibc
     /// module does not declare; the agent does not fork, so the window is harmless).
-    static func accept(_ descriptor: Int32) throws(SystemCallError) -> Int32 {
+    package static func accept(_ descriptor: Int32) throws(SystemCallError) -> Int32 {
         let connection = try retrying("accept") { Glibc.accept(descriptor, nil, nil) }
         _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
         return connection
     }
 
     /// The uid/gid/pid of the process at the other end of a connected Unix socket (SO_PEERCRED).
-    static func peerCredentials(_ descriptor: Int32) throws(SystemCallError) -> PeerCredentials {
+    package static func peerCredentials(_ descriptor: Int32) throws(SystemCallError) -> PeerCredentials {
         var credentials = PeerCredentials()
         var length = socklen_t(MemoryLayout<PeerCredentials>.size)
         try retrying("getsockopt SO_PEERCRED") { getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) }
@@ -102,7 +102,7 @@ enum UnixSocketSyscalls {
 
     /// Sets SO_RCVTIMEO so a silent peer cannot hold a connection thread forever (a read then
     /// fails with EAGAIN).
-    static func setReceiveTimeout(_ descriptor: Int32, milliseconds: Int) throws(SystemCallError) {
+    package static func setReceiveTimeout(_ descriptor: Int32, milliseconds: Int) throws(SystemCallError) {
         var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)
         try retrying("setsockopt SO_RCVTIMEO") {
             setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -110,14 +110,14 @@ enum UnixSocketSyscalls {
     }
 
     /// Reads up to `count` bytes; an empty array means end of input.
-    static func read(_ descriptor: Int32, count: Int = 16 << 10) throws(SystemCallError) -> [UInt8] {
+    package static func read(_ descriptor: Int32, count: Int = 16 << 10) throws(SystemCallError) -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: count)
         let received = try retrying("read") { buffer.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) } }
         return Array(buffer.prefix(received))
     }
 
     /// Writes every byte (MSG_NOSIGNAL: a vanished peer is an EPIPE error, not a SIGPIPE).
-    static func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) throws(SystemCallError) {
+    package static func writeAll(_ descriptor: Int32, _ bytes: [UInt8]) throws(SystemCallError) {
         var offset = 0
         while offset < bytes.count {
             let sent = try retrying("send") {
@@ -128,7 +128,7 @@ enum UnixSocketSyscalls {
     }
 
     /// Sends one datagram to the socket at `path` (`@name` for the abstract namespace).
-    static func sendDatagram(_ descriptor: Int32, _ bytes: [UInt8], to path: String) throws(SystemCallError) {
+    package static func sendDatagram(_ descriptor: Int32, _ bytes: [UInt8], to path: String) throws(SystemCallError) {
         while true {
             let result = try withAddress(path) { address, length in
                 bytes.withUnsafeBytes { sendto(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address, length) }
@@ -140,12 +140,12 @@ enum UnixSocketSyscalls {
     }
 
     /// Shuts both directions down; wakes a thread blocked in accept(2) on a listening socket.
-    static func shutdownBoth(_ descriptor: Int32) {
+    package static func shutdownBoth(_ descriptor: Int32) {
         _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
     }
 
     /// Closes a descriptor (errors are not actionable).
-    static func close(_ descriptor: Int32) {
+    package static func close(_ descriptor: Int32) {
         _ = Glibc.close(descriptor)
     }
 }

@@ -11,17 +11,17 @@ import ReachabilityBase
 /// (`download`, `path`, `agent`, `control`) and `event`. A download line then always carries
 /// `id`, `url`, `file`, `bytes` and `total`, followed by the fields of its event. A consumer that
 /// sees a `schema` it does not know should stop rather than guess.
-enum EventSchema {
+package enum EventSchema {
     /// Bumped when a field changes meaning or disappears; new fields and events do not bump it.
-    static let version = 1
+    package static let version = 1
 
     /// What a line is about.
-    enum Kind: String, Sendable, CaseIterable {
+    package enum Kind: String, Sendable, CaseIterable {
         case download, path, agent, control
     }
 
     /// Download event names, in one spelling for both commands.
-    enum DownloadEventName: String, Sendable, CaseIterable {
+    package enum DownloadEventName: String, Sendable, CaseIterable {
         /// The agent accepted a `queue add` (agent only).
         case queued
         /// The agent found a resume record at start or after a reload (agent only).
@@ -30,22 +30,22 @@ enum EventSchema {
 
         /// Whether nothing follows this event for the download in this run (a `paused` download
         /// is only ever paused by an interrupt or a user, and its follower ends there).
-        var isTerminal: Bool { self == .completed || self == .failed || self == .paused }
+        package var isTerminal: Bool { self == .completed || self == .failed || self == .paused }
     }
 
     /// A download's identity and progress, the part every download line shares.
-    struct DownloadFacts: Sendable {
-        var id: String?
-        var url: String
-        var file: String
-        var bytes: Int64?
-        var total: Int64?
+    package struct DownloadFacts: Sendable {
+        package var id: String?
+        package var url: String
+        package var file: String
+        package var bytes: Int64?
+        package var total: Int64?
 
-        init(id: String?, url: String, file: String, bytes: Int64?, total: Int64?) {
+        package init(id: String?, url: String, file: String, bytes: Int64?, total: Int64?) {
             (self.id, self.url, self.file, self.bytes, self.total) = (id, url, file, bytes, total)
         }
 
-        init(_ download: Download) {
+        package init(_ download: Download) {
             let progress = download.progress
             self.init(id: download.id.uuidString.lowercased(), url: download.url.absoluteString,
                       file: download.destination.path, bytes: progress.bytesReceived, total: progress.totalBytes)
@@ -53,21 +53,21 @@ enum EventSchema {
     }
 
     /// The head every line starts with.
-    static func head(_ kind: Kind, _ event: String, at time: Date) -> [JSONValue.Member] {
+    package static func head(_ kind: Kind, _ event: String, at time: Date) -> [JSONValue.Member] {
         [.init(key: "schema", value: .integer(version)),
-         .init(key: "time", value: .string(PathText.timestamp(time))),
+         .init(key: "time", value: .string(Timestamp.iso8601(time))),
          .init(key: "type", value: .string(kind.rawValue)),
          .init(key: "event", value: .string(event))]
     }
 
     /// One line of any kind.
-    static func line(_ kind: Kind, _ event: String, at time: Date, _ fields: [JSONValue.Member] = []) -> String {
+    package static func line(_ kind: Kind, _ event: String, at time: Date, _ fields: [JSONValue.Member] = []) -> String {
         JSONValue.object(head(kind, event, at: time) + fields).serialized
     }
 
     /// A download line for a library event; `path` (the current one) tells a `waiting` behind a
     /// captive portal from one without a path: `"reason":"portal"` and its `portalURL`.
-    static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date, path: NetworkPath? = nil) -> String {
+    package static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date, path: NetworkPath? = nil) -> String {
         var (name, fields) = describe(event)
         if event == .waitingForConnectivity, let portal = portal(of: path) {
             fields += [.init(key: "reason", value: .string("portal")), .init(key: "portalURL", value: .string(portal))]
@@ -77,13 +77,13 @@ enum EventSchema {
 
     /// The login URL when `path` is satisfied but behind a captive portal (the probe URL when the
     /// portal named none).
-    static func portal(of path: NetworkPath?) -> String? {
+    package static func portal(of path: NetworkPath?) -> String? {
         guard let path, path.isSatisfied, path.connectivity == .portal else { return nil }
         return path.portalURL ?? path.connectivityEvidence?.url ?? ""
     }
 
     /// A download line for an event name and its fields.
-    static func downloadLine(_ name: DownloadEventName, _ facts: DownloadFacts, at time: Date,
+    package static func downloadLine(_ name: DownloadEventName, _ facts: DownloadFacts, at time: Date,
                              _ fields: [JSONValue.Member] = []) -> String {
         let common: [JSONValue.Member] = [
             .init(key: "id", value: .string(facts.id)),
@@ -96,7 +96,7 @@ enum EventSchema {
     }
 
     /// The event's name and its own fields.
-    static func describe(_ event: DownloadEvent) -> (DownloadEventName, [JSONValue.Member]) {
+    package static func describe(_ event: DownloadEvent) -> (DownloadEventName, [JSONValue.Member]) {
         switch event {
         case .started: return (.started, [])
         case .resumed(let offset): return (.resumed, [.init(key: "offset", value: .integer(Int(offset)))])
@@ -113,7 +113,7 @@ enum EventSchema {
     }
 
     /// `{"urlErrorCode":-1005,"httpStatus":null,"resumable":true,"message":"..."}`
-    static func errorObject(_ error: DownloadError) -> JSONValue {
+    package static func errorObject(_ error: DownloadError) -> JSONValue {
         .object([
             .init(key: "urlErrorCode", value: .integer(error.errorCode)),
             .init(key: "httpStatus", value: error.httpStatusCode.map(JSONValue.integer) ?? .null),
@@ -123,12 +123,12 @@ enum EventSchema {
     }
 
     /// The `progress` event's own fields.
-    static func progressFields(_ progress: DownloadProgress) -> [JSONValue.Member] {
+    package static func progressFields(_ progress: DownloadProgress) -> [JSONValue.Member] {
         [.init(key: "bytesPerSecond", value: .integer(Int(progress.bytesPerSecond)))]
     }
 
     /// A path line: `changed` with the path's summary.
-    static func pathLine(_ path: NetworkPath, at time: Date) -> String {
+    package static func pathLine(_ path: NetworkPath, at time: Date) -> String {
         line(.path, "changed", at: time, [
             .init(key: "status", value: .string(path.status.rawValue)),
             .init(key: "reason", value: .string(path.unsatisfiedReason?.rawValue)),

@@ -1,6 +1,6 @@
 /// A JSON value that keeps object keys in the order they were written, so every line of
 /// `--json` output has the same, readable key order (time and status first).
-enum JSONValue: Sendable, Equatable {
+package enum JSONValue: Sendable, Equatable {
     case null
     case bool(Bool)
     case integer(Int)
@@ -9,23 +9,28 @@ enum JSONValue: Sendable, Equatable {
     case object([Member])
 
     /// One key/value pair of an object.
-    struct Member: Sendable, Equatable {
-        var key: String
-        var value: JSONValue
+    package struct Member: Sendable, Equatable {
+        package var key: String
+        package var value: JSONValue
+
+        package init(key: String, value: JSONValue) {
+            self.key = key
+            self.value = value
+        }
     }
 
     /// Builds an object from pairs, keeping their order.
-    static func object(_ pairs: KeyValuePairs<String, JSONValue>) -> JSONValue {
+    package static func object(_ pairs: KeyValuePairs<String, JSONValue>) -> JSONValue {
         .object(pairs.map { Member(key: $0.key, value: $0.value) })
     }
 
     /// A string, or null.
-    static func string(_ value: String?) -> JSONValue {
+    package static func string(_ value: String?) -> JSONValue {
         value.map(JSONValue.string) ?? .null
     }
 
     /// Compact text on one line (no newlines inside), suitable for NDJSON.
-    var serialized: String {
+    package var serialized: String {
         var text = ""
         write(to: &text)
         return text

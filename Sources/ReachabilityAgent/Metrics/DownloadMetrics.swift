@@ -8,51 +8,51 @@ import Synchronization
 /// Aggregates only, never a series per download: URLs can carry credentials and tokens, and
 /// metrics files are read by other users (node_exporter) and shipped off the machine; per-download
 /// detail is in `queue list`.
-final class DownloadMetrics: Sendable {
+package final class DownloadMetrics: Sendable {
     /// Counter values.
-    struct Counters: Sendable, Equatable {
+    package struct Counters: Sendable, Equatable {
         /// Bytes received by this process's transfers (bytes already on disk at restore not counted).
-        var receivedBytes: Int64 = 0
+        package var receivedBytes: Int64 = 0
         /// `retrying` events: an attempt failed and another follows.
-        var retries = 0
+        package var retries = 0
         /// `restarted` events: stored bytes were dropped and the download began again at zero.
-        var restartsFromZero = 0
-        var completed = 0
-        var failed = 0
-        var cancelled = 0
+        package var restartsFromZero = 0
+        package var completed = 0
+        package var failed = 0
+        package var cancelled = 0
         /// `waitingForServer` events: a download began waiting for a server that did not answer on
         /// a working path (one per outage, however many probes it took).
-        var serverWaits = 0
+        package var serverWaits = 0
         /// Seconds spent in server waits that have ended (`serverWaitSeconds(at:)` adds the open ones).
-        var endedServerWaitSeconds: Double = 0
+        package var endedServerWaitSeconds: Double = 0
     }
 
     private struct State {
-        var counters = Counters()
+        package var counters = Counters()
         /// The last progress offset seen per download, so only growth is counted.
-        var offsets: [UUID: Int64] = [:]
+        package var offsets: [UUID: Int64] = [:]
         /// When each download now waiting for a server began to; its next event ends the wait
         /// (`resumed` when a probe got an answer, or `retrying`, `waitingForConnectivity`,
         /// `paused`, `failed`...). The state stays `running` meanwhile, so this is the only place a
         /// fleet sees such waits.
-        var serverWaitsSince: [UUID: Date] = [:]
+        package var serverWaitsSince: [UUID: Date] = [:]
     }
 
     private let state = Mutex(State())
     /// When counting started (the agent's start).
-    let startedAt: Date
+    package let startedAt: Date
 
-    init(startedAt: Date) {
+    package init(startedAt: Date) {
         self.startedAt = startedAt
     }
 
-    var counters: Counters { state.withLock { $0.counters } }
+    package var counters: Counters { state.withLock { $0.counters } }
 
     /// Downloads waiting for a server now.
-    var waitingForServer: Int { state.withLock { $0.serverWaitsSince.count } }
+    package var waitingForServer: Int { state.withLock { $0.serverWaitsSince.count } }
 
     /// Seconds spent waiting for servers since start, the waits still open counted up to `now`.
-    func serverWaitSeconds(at now: Date) -> Double {
+    package func serverWaitSeconds(at now: Date) -> Double {
         state.withLock { Self.serverWaitSeconds(in: $0, at: now) }
     }
 
@@ -63,7 +63,7 @@ final class DownloadMetrics: Sendable {
     }
 
     /// Starts following a download whose stored bytes are `offset` (not counted as received).
-    func follow(_ id: UUID, offset: Int64) {
+    package func follow(_ id: UUID, offset: Int64) {
         state.withLock { state in
             if state.offsets[id] == nil { state.offsets[id] = offset }
         }
@@ -71,7 +71,7 @@ final class DownloadMetrics: Sendable {
 
     /// A progress offset: growth since the last one counts as received; a smaller one (a restart
     /// from zero, a resume from an earlier verified offset) only moves the baseline.
-    func progressed(_ id: UUID, to offset: Int64) {
+    package func progressed(_ id: UUID, to offset: Int64) {
         state.withLock { state in
             let previous = state.offsets[id] ?? offset
             if offset > previous { state.counters.receivedBytes += offset - previous }
@@ -80,7 +80,7 @@ final class DownloadMetrics: Sendable {
     }
 
     /// A download event, at `now`.
-    func record(_ event: DownloadEvent, for id: UUID, at now: Date = Date()) {
+    package func record(_ event: DownloadEvent, for id: UUID, at now: Date = Date()) {
         state.withLock { state in
             if case .waitingForServer = event {
                 if state.serverWaitsSince[id] == nil {
@@ -102,11 +102,11 @@ final class DownloadMetrics: Sendable {
     }
 
     /// Every state name `queue list` uses, in exposition order.
-    static let stateNames = ["queued", "running", "waitingForConnectivity", "paused", "completed", "failed"]
+    package static let stateNames = ["queued", "running", "waitingForConnectivity", "paused", "completed", "failed"]
 
     /// The download families at `now`; `counts` holds downloads per state name (as `agent status`
     /// reports).
-    func families(counts: [String: Int], at now: Date = Date()) -> [MetricFamily] {
+    package func families(counts: [String: Int], at now: Date = Date()) -> [MetricFamily] {
         // One snapshot, so a wait ending meanwhile is in both server-wait families or in neither.
         let (counters, waiting, waitSeconds) = state.withLock {
             ($0.counters, $0.serverWaitsSince.count, Self.serverWaitSeconds(in: $0, at: now))

@@ -5,25 +5,25 @@ import FoundationEssentials
 /// Only gauges and counters: OpenMetrics' `info` and `stateset` types make node_exporter's
 /// textfile collector (a Prometheus text-format parser) reject the whole file, so states are
 /// gauges with one sample per state, 1 for the current one.
-struct MetricFamily: Sendable, Equatable {
+package struct MetricFamily: Sendable, Equatable {
     /// The two types the tool exposes.
-    enum Kind: String, Sendable {
+    package enum Kind: String, Sendable {
         case gauge, counter
     }
 
     /// The family name, without `_total` for counters; ends with `_UNIT` when `unit` is set.
-    var name: String
-    var kind: Kind
+    package var name: String
+    package var kind: Kind
     /// `seconds` or `bytes`, when the value has one.
-    var unit: String?
+    package var unit: String?
     /// One sentence.
-    var help: String
-    var samples: [MetricSample]
+    package var help: String
+    package var samples: [MetricSample]
     /// For counters: when counting started (Unix seconds), OpenMetrics' `_created` sample, so a
     /// reader can tell a restart (counters back to zero) from a quiet period.
-    var created: Date?
+    package var created: Date?
 
-    init(_ name: String, _ kind: Kind, unit: String? = nil, help: String, created: Date? = nil, samples: [MetricSample]) {
+    package init(_ name: String, _ kind: Kind, unit: String? = nil, help: String, created: Date? = nil, samples: [MetricSample]) {
         self.name = name
         self.kind = kind
         self.unit = unit
@@ -33,28 +33,28 @@ struct MetricFamily: Sendable, Equatable {
     }
 
     /// A family with one unlabelled sample.
-    init(_ name: String, _ kind: Kind, unit: String? = nil, help: String, created: Date? = nil, value: Double) {
+    package init(_ name: String, _ kind: Kind, unit: String? = nil, help: String, created: Date? = nil, value: Double) {
         self.init(name, kind, unit: unit, help: help, created: created, samples: [MetricSample(value)])
     }
 }
 
 /// One sample: label pairs in order, and the value.
-struct MetricSample: Sendable, Equatable {
-    var labels: [(name: String, value: String)]
-    var value: Double
+package struct MetricSample: Sendable, Equatable {
+    package var labels: [(name: String, value: String)]
+    package var value: Double
 
-    init(_ value: Double, labels: [(name: String, value: String)] = []) {
+    package init(_ value: Double, labels: [(name: String, value: String)] = []) {
         self.labels = labels
         self.value = value
     }
 
-    static func == (lhs: MetricSample, rhs: MetricSample) -> Bool {
+    package static func == (lhs: MetricSample, rhs: MetricSample) -> Bool {
         lhs.value == rhs.value && lhs.labels.map(\.name) == rhs.labels.map(\.name) && lhs.labels.map(\.value) == rhs.labels.map(\.value)
     }
 }
 
 /// The two text expositions of the same families.
-enum MetricsFormat: String, Codable, Sendable, CaseIterable {
+public enum MetricsFormat: String, Codable, Sendable, CaseIterable {
     /// OpenMetrics 1.0 (`application/openmetrics-text; version=1.0.0`): `# TYPE`/`# UNIT`/`# HELP`,
     /// counters as `NAME_total` with `NAME_created`, `# EOF` last. What `agent metrics` prints.
     case openMetrics = "openmetrics"
@@ -65,8 +65,8 @@ enum MetricsFormat: String, Codable, Sendable, CaseIterable {
 
 /// Renders families as text. Label values are escaped (`\\`, `\"`, `\n`), so a hostile
 /// interface name cannot end a label, add a sample or break a line.
-enum MetricsText {
-    static func render(_ families: [MetricFamily], format: MetricsFormat) -> String {
+package enum MetricsText {
+    package static func render(_ families: [MetricFamily], format: MetricsFormat) -> String {
         var text = ""
         for family in families {
             switch format {
@@ -91,7 +91,7 @@ enum MetricsText {
     }
 
     /// `NAME_total` for counters, `NAME` for gauges.
-    static func sampleName(_ family: MetricFamily) -> String {
+    package static func sampleName(_ family: MetricFamily) -> String {
         family.kind == .counter ? family.name + "_total" : family.name
     }
 
@@ -105,13 +105,13 @@ enum MetricsText {
 
     /// A label value between double quotes: backslash, double quote and line feed escaped, as
     /// both text formats require (everything else is literal UTF-8).
-    static func escapeLabelValue(_ value: String) -> String {
+    package static func escapeLabelValue(_ value: String) -> String {
         escape(value, quotes: true)
     }
 
     /// HELP text: OpenMetrics escapes `\`, `"` and line feeds there; the Prometheus format only
     /// `\` and line feeds (its parser would keep `\"` as two characters).
-    static func escapeHelp(_ help: String, format: MetricsFormat) -> String {
+    package static func escapeHelp(_ help: String, format: MetricsFormat) -> String {
         escape(help, quotes: format == .openMetrics)
     }
 
@@ -134,7 +134,7 @@ enum MetricsText {
 
     /// Integers without a fraction, other values to the millisecond (seconds and timestamps
     /// need no more); `+Inf`/`-Inf`/`NaN` spelled as both formats want.
-    static func number(_ value: Double) -> String {
+    package static func number(_ value: Double) -> String {
         if value.isNaN { return "NaN" }
         if value.isInfinite { return value > 0 ? "+Inf" : "-Inf" }
         if value == value.rounded(), abs(value) < 9_007_199_254_740_992 { return String(Int64(value)) }

@@ -4,9 +4,9 @@ import Synchronization
 
 /// What `watch` and the agent count about the network path, fed one path at a time. Pure:
 /// the caller passes the time, so tests script a day of outages in microseconds.
-struct PathMetrics: Sendable {
+package struct PathMetrics: Sendable {
     /// When counting started (the process's start), the counters' `_created`.
-    let startedAt: Date
+    package let startedAt: Date
     /// The latest path, nil before the first.
     private(set) var path: NetworkPath?
     /// Paths received after the first (each differs from the one before).
@@ -20,12 +20,12 @@ struct PathMetrics: Sendable {
     /// Start of the current outage.
     private var outageStartedAt: Date?
 
-    init(startedAt: Date) {
+    package init(startedAt: Date) {
         self.startedAt = startedAt
     }
 
     /// A path from the monitor; the same path again is no change.
-    mutating func record(_ newPath: NetworkPath, at time: Date) {
+    package mutating func record(_ newPath: NetworkPath, at time: Date) {
         guard newPath != path else { return }
         if path != nil { changes += 1 }
         if newPath.isSatisfied {
@@ -43,12 +43,12 @@ struct PathMetrics: Sendable {
     }
 
     /// Seconds without a satisfied path since counting started, including the current outage.
-    func outageSeconds(at time: Date) -> Double {
+    package func outageSeconds(at time: Date) -> Double {
         endedOutageSeconds + (outageStartedAt.map { max(0, time.timeIntervalSince($0)) } ?? 0)
     }
 
     /// The path families, in exposition order.
-    func families(at time: Date) -> [MetricFamily] {
+    package func families(at time: Date) -> [MetricFamily] {
         let connections: [NetworkPath.Connection] = [.wired, .wifi, .cellular, .unavailable]
         let current = path?.connection
         var families = [
@@ -104,18 +104,18 @@ struct PathMetrics: Sendable {
 }
 
 /// `PathMetrics` shared between a command's path loop and its metrics writer.
-final class SharedPathMetrics: Sendable {
+package final class SharedPathMetrics: Sendable {
     private let metrics: Mutex<PathMetrics>
 
-    init(startedAt: Date) {
+    package init(startedAt: Date) {
         metrics = Mutex(PathMetrics(startedAt: startedAt))
     }
 
-    func record(_ path: NetworkPath, at time: Date) {
+    package func record(_ path: NetworkPath, at time: Date) {
         metrics.withLock { $0.record(path, at: time) }
     }
 
-    func families(at time: Date) -> [MetricFamily] {
+    package func families(at time: Date) -> [MetricFamily] {
         metrics.withLock { $0.families(at: time) }
     }
 }

@@ -3,11 +3,11 @@ import FoundationEssentials
 /// Where the agent may put a download. A control request names a URL and perhaps an output
 /// path; neither is trusted: file names taken from URLs are percent-decoded then sanitized, and
 /// an output path must lie in `STATE_DIR/files` or a `download-dir=` of `agent.conf`. Pure.
-enum AgentDestination {
+package enum AgentDestination {
     /// A file name from the URL's last path component: percent-decoded, then made safe: no `/`,
     /// `\` or control characters (replaced by `_`), no leading dots, at most 200 bytes;
     /// `index.html` when nothing is left.
-    static func fileName(for url: URL) -> String {
+    package static func fileName(for url: URL) -> String {
         let raw = url.path.split(separator: "/", omittingEmptySubsequences: true).last.map(String.init) ?? ""
         let decoded = percentDecoded(raw)
         var name = String(decoded.unicodeScalars.map { scalar -> Character in
@@ -25,7 +25,7 @@ enum AgentDestination {
     }
 
     /// `%XX` sequences decoded as UTF-8 (invalid sequences become U+FFFD); without Foundation.
-    static func percentDecoded(_ text: String) -> String {
+    package static func percentDecoded(_ text: String) -> String {
         var bytes: [UInt8] = []
         var utf8 = Array(text.utf8)[...]
         while let byte = utf8.popFirst() {
@@ -41,7 +41,7 @@ enum AgentDestination {
     }
 
     /// `path` when it is absolute and has no empty, `.` or `..` components (trailing `/` dropped).
-    static func normalizedAbsolutePath(_ path: String) -> String? {
+    package static func normalizedAbsolutePath(_ path: String) -> String? {
         guard path.hasPrefix("/"), !path.utf8.contains(0) else { return nil }
         var components = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         if components.last == "" { components = components.dropLast() }
@@ -51,7 +51,7 @@ enum AgentDestination {
 
     /// The destination for a request: `output` when it is inside an allowed directory, else the
     /// URL's sanitized name in `filesDirectory`.
-    static func resolve(output: String?, url: URL, filesDirectory: String, allowed: [String]) -> Result<String, ControlError> {
+    package static func resolve(output: String?, url: URL, filesDirectory: String, allowed: [String]) -> Result<String, ControlError> {
         guard let output else { return .success(filesDirectory + "/" + fileName(for: url)) }
         guard let path = normalizedAbsolutePath(output), path != "/" else {
             return .failure(.invalidArgument("'output' must be an absolute path without . or .. components"))

@@ -10,22 +10,33 @@ import ResumableDownloads
 /// The `DownloadAgent` it drives is replaced when a reload changes the concurrency limit
 /// (`DownloadAgent.Configuration` is fixed at creation): the old one is shut down, which
 /// checkpoints every transfer, and the new one restores them from their records.
-actor AgentService {
+package actor AgentService {
     /// The outside world the service reports to and builds agents with.
-    struct Environment: Sendable {
+    package struct Environment: Sendable {
         /// The state directory (for default destinations and the paused list).
-        var stateDirectory: String
+        package var stateDirectory: String
         /// Builds a download agent for the settings (paths come from the monitor).
-        var makeAgent: @Sendable (AgentSettings) throws -> DownloadAgent
+        package var makeAgent: @Sendable (AgentSettings) throws -> DownloadAgent
         /// Receives every event line (`EventSchema`), already encoded.
-        var emit: @Sendable (_ line: String) -> Void
+        package var emit: @Sendable (_ line: String) -> Void
         /// Receives the status summary whenever it changes (sd_notify STATUS=).
-        var summaryChanged: @Sendable (String) -> Void
+        package var summaryChanged: @Sendable (String) -> Void
         /// Wall clock.
-        var now: @Sendable () -> Date = { Date() }
+        package var now: @Sendable () -> Date = { Date() }
         /// At most one `progress` event per download per interval (bytes, total, rate) while it
         /// transfers, so the log shows movement without a line per callback.
-        var progressInterval: Duration = .seconds(5)
+        package var progressInterval: Duration = .seconds(5)
+
+        package init(stateDirectory: String, makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
+                     emit: @escaping @Sendable (_ line: String) -> Void, summaryChanged: @escaping @Sendable (String) -> Void,
+                     now: @escaping @Sendable () -> Date = { Date() }, progressInterval: Duration = .seconds(5)) {
+            self.stateDirectory = stateDirectory
+            self.makeAgent = makeAgent
+            self.emit = emit
+            self.summaryChanged = summaryChanged
+            self.now = now
+            self.progressInterval = progressInterval
+        }
     }
 
     private let environment: Environment
@@ -34,7 +45,7 @@ actor AgentService {
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
     /// Downloads that ended under an earlier `DownloadAgent` of this process (after a reload).
-    private var history: [DownloadSnapshot] = []
+    private var history: [AgentDownload] = []
     private var path: NetworkPath?
     private var lastSummary: String?
     /// Events reported per download, so a new subscription after `resume` of a failed download
@@ -46,7 +57,7 @@ actor AgentService {
     /// Download counters for `metrics`; they outlive the `DownloadAgent`s a reload replaces.
     private let downloadMetrics: DownloadMetrics
 
-    init(settings: AgentSettings, environment: Environment) throws {
+    package init(settings: AgentSettings, environment: Environment) throws {
         self.settings = settings
         self.environment = environment
         agent = try environment.makeAgent(settings)
@@ -58,7 +69,7 @@ actor AgentService {
     /// Resumes every unfinished download found in the records directory; the ones a user had
     /// paused stay paused. Returns how many were restored.
     @discardableResult
-    func start() async -> Int {
+    package func start() async -> Int {
         userPaused = Self.readPaused(environment.stateDirectory)
         return await restore()
     }
@@ -84,7 +95,7 @@ actor AgentService {
     }
 
     /// Applies new settings; a different concurrency limit replaces the download agent.
-    func reload(_ newSettings: AgentSettings) async {
+    package func reload(_ newSettings: AgentSettings) async {
         let old = settings
         settings = newSettings
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads {
@@ -105,10 +116,10 @@ actor AgentService {
     }
 
     /// The latest path (a `waiting` event names the portal to log in to).
-    var currentPath: NetworkPath? { path }
+    package var currentPath: NetworkPath? { path }
 
     /// Records and reports a new path.
-    func pathChanged(_ newPath: NetworkPath) {
+    package func pathChanged(_ newPath: NetworkPath) {
         path = newPath
         let time = environment.now()
         pathMetrics.record(newPath, at: time)
@@ -117,27 +128,27 @@ actor AgentService {
     }
 
     /// Every metric family: the path's, then the downloads'.
-    func metricFamilies() async -> [MetricFamily] {
+    package func metricFamilies() async -> [MetricFamily] {
         pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: await stateCounts(), at: environment.now())
     }
 
     /// The metrics as text.
-    func metricsText(_ format: MetricsFormat) async -> String {
+    package func metricsText(_ format: MetricsFormat) async -> String {
         MetricsText.render(await metricFamilies(), format: format)
     }
 
     /// Checkpoints every transfer and stops the download agent.
-    func shutdown() async {
+    package func shutdown() async {
         await agent.shutdown()
     }
 
     /// Answers the watchdog: the actor is not stuck.
-    func ping() -> Bool { true }
+    package func ping() -> Bool { true }
 
     // MARK: control commands
 
     /// Runs one control command.
-    func handle(_ command: ControlCommand, id: ControlRequestID?) async -> ControlResponse {
+    package func handle(_ command: ControlCommand, id: ControlRequestID?) async -> ControlResponse {
         switch command {
         case .add(let url, let output, let sha256, let replace):
             let destination: String
@@ -227,16 +238,16 @@ actor AgentService {
     private func stateCounts() async -> [String: Int] {
         var counts: [String: Int] = [:]
         for download in await agent.downloads { counts[Self.stateName(download.state), default: 0] += 1 }
-        for entry in history { counts[entry.state, default: 0] += 1 }
+        for entry in history { counts[entry.state.rawValue, default: 0] += 1 }
         return counts
     }
 
-    private func status() async -> AgentStatusSnapshot {
+    private func status() async -> AgentStatus {
         let downloads = await agent.downloads
         let counts = await stateCounts()
-        return AgentStatusSnapshot(
+        return AgentStatus(
             pid: getpid(), stateDirectory: environment.stateDirectory,
-            startedAt: PathText.timestamp(startedAt),
+            startedAt: Timestamp.iso8601(startedAt),
             maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
             interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
@@ -322,7 +333,7 @@ actor AgentService {
     // MARK: pure helpers
 
     /// `3 downloading, 1 waiting for network`, or `idle`.
-    static func summary(_ states: [DownloadState]) -> String {
+    package static func summary(_ states: [DownloadState]) -> String {
         var running = 0, waiting = 0, queued = 0, paused = 0
         for state in states {
             switch state {
@@ -338,25 +349,27 @@ actor AgentService {
         return parts.isEmpty ? "idle" : parts.joined(separator: ", ")
     }
 
-    static func shortID(_ id: UUID) -> String { String(id.uuidString.lowercased().prefix(8)) }
+    package static func shortID(_ id: UUID) -> String { String(id.uuidString.lowercased().prefix(8)) }
 
-    static func stateName(_ state: DownloadState) -> String {
+    package static func stateName(_ state: DownloadState) -> String { reportedState(state).rawValue }
+
+    package static func reportedState(_ state: DownloadState) -> AgentDownload.State {
         switch state {
-        case .queued: "queued"
-        case .running: "running"
-        case .waitingForConnectivity: "waitingForConnectivity"
-        case .paused: "paused"
-        case .completed: "completed"
-        case .failed: "failed"
+        case .queued: .queued
+        case .running: .running
+        case .waitingForConnectivity: .waitingForConnectivity
+        case .paused: .paused
+        case .completed: .completed
+        case .failed: .failed
         }
     }
 
-    static func snapshot(_ download: Download) -> DownloadSnapshot {
+    package static func snapshot(_ download: Download) -> AgentDownload {
         let progress = download.progress
         var error: String?
         if case .failed(let failure) = download.state { error = failure.description }
-        return DownloadSnapshot(id: download.id.uuidString.lowercased(), url: download.url.absoluteString,
-                                destination: download.destination.path, state: stateName(download.state),
+        return AgentDownload(id: download.id.uuidString.lowercased(), url: download.url.absoluteString,
+                                destination: download.destination.path, state: reportedState(download.state),
                                 bytesReceived: progress.bytesReceived, totalBytes: progress.totalBytes,
                                 bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
     }

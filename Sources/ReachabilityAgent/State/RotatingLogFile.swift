@@ -6,18 +6,18 @@ import Synchronization
 /// Appends lines to `agent.log` (0600) and rotates it at `maximumSize` bytes to `agent.log.1`,
 /// keeping `keep` old files. Thread-safe; a failed write is dropped (stdout still has the line).
 /// Every file is reached relative to the checked state directory, never through a link.
-final class RotatingLogFile: Sendable {
-    let directory: CheckedDirectory
-    let name: String
-    let maximumSize: Int
-    let keep: Int
+package final class RotatingLogFile: Sendable {
+    package let directory: CheckedDirectory
+    package let name: String
+    package let maximumSize: Int
+    package let keep: Int
     private struct State { var descriptor: FileDescriptor?; var size: Int }
     private let state: Mutex<State>
 
     /// The log's path, for messages.
-    var path: String { directory.child(name) }
+    package var path: String { directory.child(name) }
 
-    init(directory: CheckedDirectory, name: String = "agent.log", maximumSize: Int = 1 << 20, keep: Int = 3) throws {
+    package init(directory: CheckedDirectory, name: String = "agent.log", maximumSize: Int = 1 << 20, keep: Int = 3) throws {
         self.directory = directory
         self.name = name
         self.maximumSize = max(1024, maximumSize)
@@ -26,13 +26,13 @@ final class RotatingLogFile: Sendable {
         do {
             opened = try directory.openOwnedFile(name, creating: .openOrCreate, mode: 0o600, appending: true)
         } catch {
-            throw CommandFailure(message: "cannot open \(directory.child(name)): \(error)", exitCode: error.isUnsafe ? .configuration : .failure)
+            throw AgentFailure("cannot open \(directory.child(name)): \(error)", kind: error.isUnsafe ? .configuration : .unavailable)
         }
         state = Mutex(State(descriptor: opened.descriptor, size: Int(opened.status.size)))
     }
 
     /// Appends `line` and a newline in one write(2).
-    func append(_ line: String) {
+    package func append(_ line: String) {
         let bytes = Array((line + "\n").utf8)
         state.withLock { state in
             if state.size > 0, state.size + bytes.count > maximumSize { rotate(&state) }

@@ -2,33 +2,37 @@ import FoundationEssentials
 import Glibc
 import LinuxSystem
 
-/// The one resolver of the state directory for `download`, `agent`, `queue` and `agent status`,
-/// and the check every command applies before using it.
+/// The one resolver of the state directory for every product: the command line's `download`,
+/// `agent`, `queue` and `agent status`, `AgentClient`, and `ResumableURLSession`'s default
+/// configuration (its `url-session` subdirectory); and the check every one applies before using it.
 ///
 /// Order: `--state-dir`; `$REACHABILITY_STATE_DIR`; `$XDG_STATE_HOME/reachability` (only when
 /// absolute, per the XDG spec, and owned by the effective user, so `sudo -E` never puts root's
 /// state in another user's directory); `/var/lib/reachability` for root; else
 /// `$HOME/.local/state/reachability` (the passwd entry's home when `$HOME` is unset).
-enum StateDirectoryLocation {
-    static let environmentVariable = "REACHABILITY_STATE_DIR"
+package enum StateDirectoryLocation {
+    package static let environmentVariable = "REACHABILITY_STATE_DIR"
 
     /// What the resolver needs from the system, injectable for tests.
-    struct System {
-        var effectiveUserID: UInt32
-        var workingDirectory: String
+    package struct System {
+        package var effectiveUserID: UInt32
+        package var workingDirectory: String
         /// The owner of an existing path (following links), nil when it does not exist.
-        var owner: (String) -> UInt32?
+        package var owner: (String) -> UInt32?
         /// The passwd entry's home directory for the effective user.
-        var passwdHome: () -> String?
+        package var passwdHome: () -> String?
 
-        static var current: System { current(effectiveUserID: geteuid(), workingDirectory: FileManager.default.currentDirectoryPath) }
-
-        /// The real file system, with the command context's user and working directory.
-        static func current(_ context: CommandContext) -> System {
-            current(effectiveUserID: context.effectiveUserID, workingDirectory: context.currentDirectory)
+        package init(effectiveUserID: UInt32, workingDirectory: String, owner: @escaping (String) -> UInt32?,
+                     passwdHome: @escaping () -> String?) {
+            self.effectiveUserID = effectiveUserID
+            self.workingDirectory = workingDirectory
+            self.owner = owner
+            self.passwdHome = passwdHome
         }
 
-        static func current(effectiveUserID: UInt32, workingDirectory: String) -> System {
+        package static var current: System { current(effectiveUserID: geteuid(), workingDirectory: FileManager.default.currentDirectoryPath) }
+
+        package static func current(effectiveUserID: UInt32, workingDirectory: String) -> System {
             System(effectiveUserID: effectiveUserID, workingDirectory: workingDirectory,
                    owner: { path in
                        var info = stat()
@@ -42,7 +46,7 @@ enum StateDirectoryLocation {
     }
 
     /// The state directory's absolute path (not yet checked: see `open`).
-    static func resolve(explicit: String?, environment: [String: String], system: System = .current) throws -> String {
+    package static func resolve(explicit: String?, environment: [String: String], system: System = .current) throws(AgentFailure) -> String {
         func absolute(_ path: String) -> String {
             let joined = path.hasPrefix("/") ? path : system.workingDirectory + "/" + path
             return URL(fileURLWithPath: joined).standardizedFileURL.path
@@ -50,7 +54,7 @@ enum StateDirectoryLocation {
         if let explicit, !explicit.isEmpty { return absolute(explicit) }
         if let variable = environment[environmentVariable], !variable.isEmpty {
             guard variable.hasPrefix("/") else {
-                throw CommandFailure(message: "\(environmentVariable) must be an absolute path, not '\(variable)'", exitCode: .configuration)
+                throw AgentFailure("\(environmentVariable) must be an absolute path, not '\(variable)'", kind: .configuration)
             }
             return absolute(variable)
         }
@@ -64,16 +68,17 @@ enum StateDirectoryLocation {
         let home: String?
         if let value = environment["HOME"], value.hasPrefix("/") { home = value } else { home = system.passwdHome() }
         guard let home, home.hasPrefix("/") else {
-            throw CommandFailure(message: "cannot find a state directory (no home directory); use --state-dir or \(environmentVariable)",
-                                 exitCode: .configuration)
+            throw AgentFailure("cannot find a state directory (no home directory); use --state-dir or \(environmentVariable)",
+                                 kind: .configuration)
         }
         return absolute(home + "/.local/state/reachability")
     }
 
     /// Opens (creating it 0700) and checks the state directory: it must be the effective user's
     /// (or root's) and writable by nobody else, and so must its parents unless sticky. An unsafe
-    /// one is refused with the fix (exit 78); one that cannot be created exits `creationFailure`.
-    static func open(_ path: String, creationFailure: ExitCode = .cannotCreate) throws -> CheckedDirectory {
+    /// one is refused with the fix (`.configuration`); one that cannot be created fails as
+    /// `creationFailure`.
+    package static func open(_ path: String, creationFailure: AgentFailure.Kind = .cannotCreate) throws(AgentFailure) -> CheckedDirectory {
         do {
             return try CheckedDirectory.open(path, policy: .privateState, creating: true)
         } catch {
@@ -81,11 +86,11 @@ enum StateDirectoryLocation {
         }
     }
 
-    /// The command failure for a file trust error: unsafe is a configuration problem (78).
-    static func failure(_ error: FileTrustError, creationFailure: ExitCode = .cannotCreate) -> CommandFailure {
+    /// The failure for a file trust error: unsafe is a configuration problem.
+    package static func failure(_ error: FileTrustError, creationFailure: AgentFailure.Kind = .cannotCreate) -> AgentFailure {
         if error.isUnsafe {
-            return CommandFailure(message: "unsafe state directory: \(error)", exitCode: .configuration)
+            return AgentFailure("unsafe state directory: \(error)", kind: .configuration)
         }
-        return CommandFailure(message: "cannot create state directory: \(error)", exitCode: creationFailure)
+        return AgentFailure("cannot create state directory: \(error)", kind: creationFailure)
     }
 }

@@ -6,6 +6,7 @@ import LinuxSystem
 import ReachabilityBase
 import ResumableDownloads
 import Synchronization
+import ReachabilityAgent
 
 /// `reachability agent`: the long-running download agent with a control socket.
 struct AgentCommand: Command {

@@ -5,6 +5,7 @@ import Synchronization
 #if canImport(Glibc)
 import Glibc
 import ReachabilityBase
+import ReachabilityAgent
 #endif
 
 /// Turns download events and progress into output: NDJSON on stdout (`--json`) or text lines on

@@ -5,6 +5,7 @@ import ResumableDownloads
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import ReachabilityAgent
 #endif
 
 /// Where `download` keeps resume data.

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import ReachabilityAgent
 import ResumableDownloads
 
 /// `--state-dir` shared by the control commands, and the request round trip they all make.
@@ -12,15 +13,12 @@ struct ControlOptions: Sendable {
         stateDirectoryArgument = arguments.value(Self.stateDirectory)
     }
 
-    /// Sends `command` to the agent and returns the reply; an error reply becomes `CommandFailure`.
-    func send(_ command: ControlCommand, in context: CommandContext) throws -> ControlResponse {
+    /// Sends `command` to the agent and returns its successful reply; a failure is an
+    /// `AgentClientError` (77 when the agent belongs to another user, 1 otherwise).
+    func send(_ command: ControlCommand, in context: CommandContext) async throws -> ControlResponse {
         let directory = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
-                                                               system: .current(context))
-        let response = try ControlClient(stateDirectory: directory).send(command)
-        if !response.ok {
-            throw CommandFailure(message: response.error?.message ?? "the agent reported an error", exitCode: .failure)
-        }
-        return response
+                                                        system: .current(context))
+        return try await AgentClient(stateDirectory: directory).request(command)
     }
 
     static let discussion = """
@@ -31,10 +29,10 @@ struct ControlOptions: Sendable {
 
 /// One download as a text line: `1f2e3d4c  running  12.0 MiB / 48.0 MiB  https://... -> /path`.
 enum DownloadLine {
-    static func text(_ download: DownloadSnapshot) -> String {
+    static func text(_ download: AgentDownload) -> String {
         let size = download.totalBytes.map { "\(mebibytes(download.bytesReceived)) / \(mebibytes($0))" }
             ?? mebibytes(download.bytesReceived)
-        var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
+        var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.rawValue.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
         if let error = download.error { line += "  (\(error))" }
         return TerminalText.escaped(line)
     }
@@ -43,7 +41,7 @@ enum DownloadLine {
         "\(TextFormat.decimal(Double(bytes) / 1_048_576, fractionDigits: 1)) MiB"
     }
 
-    static func json(_ download: DownloadSnapshot) -> String {
+    static func json(_ download: AgentDownload) -> String {
         String(decoding: ControlCodec.encode(download), as: UTF8.self)
     }
 }
@@ -115,7 +113,7 @@ struct QueueAddCommand: Command {
             path.hasPrefix("/") ? path
                 : URL(fileURLWithPath: context.currentDirectory).appendingPathComponent(path).standardizedFileURL.path
         }
-        let response = try control.send(.add(url: url, output: output, sha256: expectedSHA256, replace: replacesExistingFile),
+        let response = try await control.send(.add(url: url, output: output, sha256: expectedSHA256, replace: replacesExistingFile),
                                         in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
@@ -141,7 +139,7 @@ struct QueueListCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(.list, in: context)
+        let response = try await control.send(.list, in: context)
         for download in response.downloads ?? [] {
             context.output.line(isJSON ? DownloadLine.json(download) : DownloadLine.text(download))
         }
@@ -167,7 +165,7 @@ extension QueueControlCommand {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(Self.command(id), in: context)
+        let response = try await control.send(Self.command(id), in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
     }
@@ -217,7 +215,7 @@ struct AgentStatusCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(.status, in: context)
+        let response = try await control.send(.status, in: context)
         guard let status = response.status else {
             throw CommandFailure(message: "the agent sent no status", exitCode: .failure)
         }

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import LinuxSystem
+import ReachabilityAgent
 import ReachabilityBase
 
 /// Where a command's paths come from: `PathMonitor` in the tool, a script in tests.
@@ -115,5 +116,12 @@ extension EnvironmentValue {
         } catch {
             throw CommandFailure(message: error.message(for: name), exitCode: .configuration)
         }
+    }
+}
+
+extension StateDirectoryLocation.System {
+    /// The real file system, with the command context's user and working directory.
+    static func current(_ context: CommandContext) -> Self {
+        current(effectiveUserID: context.effectiveUserID, workingDirectory: context.currentDirectory)
     }
 }
