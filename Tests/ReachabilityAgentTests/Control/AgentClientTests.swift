@@ -1,0 +1,128 @@
+import Foundation
+import Glibc
+import Synchronization
+import Testing
+@testable import ReachabilityAgent
+
+/// The typed client against a real control server on a Unix socket (the handler answers from
+/// a script, so no download agent runs): every request kind, the agent's refusals, and the
+/// failures a program must be able to tell apart.
+@Suite("agent client")
+struct AgentClientTests {
+    /// A short state directory (a socket path must fit in 108 bytes), removed at the end.
+    final class StateDirectory: Sendable {
+        let path: String
+        init() throws {
+            path = "/tmp/rac-\(UUID().uuidString.prefix(8))"
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false,
+                                                    attributes: [.posixPermissions: 0o700])
+        }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    static let sample = AgentDownload(id: "0f0e0d0c-0000-4000-8000-000000000001", url: "http://192.0.2.9/a.iso",
+                                      destination: "/srv/files/a.iso", state: .queued, bytesReceived: 0, totalBytes: nil,
+                                      bytesPerSecond: 0)
+
+    /// The commands a server handled.
+    final class Seen: Sendable {
+        let commands = Mutex<[ControlCommand]>([])
+    }
+
+    /// A server answering like an agent whose one download is `sample`.
+    static func server(in directory: StateDirectory, seen: Seen = Seen()) throws -> ControlServer {
+        try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id in
+            seen.commands.withLock { $0.append(command) }
+            switch command {
+            case .add(let url, _, _, _):
+                var download = sample
+                download.url = url.absoluteString
+                return .success(id: id, download: download)
+            case .list:
+                return .success(id: id, downloads: [sample])
+            case .pause(let text) where sample.id.hasPrefix(text):
+                var download = sample
+                download.state = .paused
+                return .success(id: id, download: download)
+            case .pause(let text), .resume(let text), .cancel(let text):
+                return .failure(.notFound(text), id: id)
+            case .status:
+                return .success(id: id, status: AgentStatus(
+                    pid: 7, stateDirectory: "/s", startedAt: "2026-12-01T00:00:00.000Z", maximumConcurrentDownloads: 4,
+                    allowsExpensive: true, pathStatus: "satisfied", connection: "wired", interface: "eth0", isExpensive: false,
+                    counts: ["queued": 1], summary: "1 queued"))
+            case .metrics(let format):
+                return .success(id: id, metrics: "# \(format.rawValue)\n")
+            }
+        }, observer: { _ in })
+    }
+
+    @Test func everyRequestKindRoundTrips() async throws {
+        let directory = try StateDirectory()
+        let seen = Seen()
+        let server = try Self.server(in: directory, seen: seen)
+        defer { server.stop() }
+        let client = AgentClient(stateDirectory: directory.path)
+        #expect(client.socketPath == directory.path + "/agent.sock")
+
+        let added = try await client.add(URL(string: "http://192.0.2.9/b.iso")!, sha256: String(repeating: "A", count: 64))
+        #expect(added.url == "http://192.0.2.9/b.iso" && added.state == .queued)
+        #expect(try await client.downloads() == [Self.sample])
+        #expect(try await client.pause("0f0e").state == .paused)
+        #expect(try await client.status().summary == "1 queued")
+        #expect(try await client.metrics(format: .prometheus) == "# prometheus\n")
+        #expect(seen.commands.withLock { $0 }.first == .add(url: URL(string: "http://192.0.2.9/b.iso")!, output: nil,
+                                                     sha256: String(repeating: "a", count: 64)))
+    }
+
+    @Test func refusalsCarryTheAgentsReason() async throws {
+        let directory = try StateDirectory()
+        let server = try Self.server(in: directory)
+        defer { server.stop() }
+        let error = await #expect(throws: AgentClientError.rejected) {
+            try await AgentClient(stateDirectory: directory.path).cancel("ffff")
+        }
+        #expect(error?.agentCode == .notFound)
+        #expect(error?.message == "no download with ID 'ffff'")
+        // Refused before it is sent: a digest that is not one.
+        let invalid = await #expect(throws: AgentClientError.rejected) {
+            try await AgentClient(stateDirectory: directory.path).add(URL(string: "http://192.0.2.9/x")!, sha256: "abc")
+        }
+        #expect(invalid?.agentCode == .invalidArgument)
+    }
+
+    @Test func noAgentIsNotRunning() async throws {
+        let directory = try StateDirectory()
+        let error = await #expect(throws: AgentClientError.notRunning) {
+            try await AgentClient(stateDirectory: directory.path).downloads()
+        }
+        #expect(error?.description == "no agent is running on \(directory.path) (start one with 'reachability agent')")
+    }
+
+    /// An agent that accepts and never answers cannot hold a program for ever.
+    @Test func aSilentAgentIsNoReplyWithinTheTimeout() async throws {
+        let directory = try StateDirectory()
+        let listener = try UnixSocketSyscalls.makeSocket(SOCK_STREAM)
+        defer { UnixSocketSyscalls.close(listener) }
+        try UnixSocketSyscalls.bindAndListen(listener, path: AgentStateDirectory.socketPath(in: directory.path), mode: 0o600)
+        var client = AgentClient(stateDirectory: directory.path)
+        client.timeout = .milliseconds(200)
+        let started = ContinuousClock.now
+        let error = await #expect(throws: AgentClientError.noReply) { try await client.status() }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        #expect(error?.description == "the agent on \(directory.path) did not answer within 0.2 s")
+    }
+
+    @Test func theDefaultStateDirectoryIsTheAgentsOne() throws {
+        #expect(try AgentClient(environment: ["REACHABILITY_STATE_DIR": "/srv/agent"]).stateDirectory == "/srv/agent")
+        #expect(throws: AgentClientError.noStateDirectory) {
+            try AgentClient(environment: ["REACHABILITY_STATE_DIR": "relative/dir"])
+        }
+    }
+
+    @Test func errorsCompareByKind() {
+        #expect(AgentClientError.notRunning != .noReply)
+        #expect(AgentClientError.rejected.agentCode == nil)
+        #expect(Set([AgentClientError.notRunning, .notRunning]).count == 1)
+    }
+}
