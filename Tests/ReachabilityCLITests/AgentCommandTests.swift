@@ -2,6 +2,7 @@ import DownloadTestSupport
 import Foundation
 import LinuxReachability
 import Testing
+@testable import ReachabilityAgent
 @testable import ReachabilityCLI
 
 /// `reachability agent` run whole under the harness: a scripted path source instead of netlink,

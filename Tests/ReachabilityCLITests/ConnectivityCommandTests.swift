@@ -2,6 +2,7 @@ import Foundation
 import LinuxReachability
 import Testing
 @testable import ReachabilityCLI
+import ReachabilityAgent
 
 extension Fixtures {
     static func checked(_ path: NetworkPath, _ connectivity: Connectivity, portal: String? = nil,

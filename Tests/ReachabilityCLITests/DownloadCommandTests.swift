@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ReachabilityCLI
+import ReachabilityAgent
 
 /// `reachability download`: argument validation, destinations, state directory, help and the
 /// event/progress text. Transfers themselves are tested in IntegrationTests (nginx, namespaces).
@@ -118,7 +119,7 @@ struct DownloadCommandTests {
     }
 
     @Test func aRelativeStateDirectoryVariableIsAConfigurationError() {
-        #expect(throws: CommandFailure.self) {
+        #expect(throws: AgentFailure("REACHABILITY_STATE_DIR must be an absolute path, not 'rel'", kind: .configuration)) {
             try StateDirectoryLocation.resolve(explicit: nil, environment: ["REACHABILITY_STATE_DIR": "rel"])
         }
     }

@@ -3,6 +3,7 @@ import Foundation
 import LinuxReachability
 import ResumableDownloads
 import Testing
+@testable import ReachabilityAgent
 @testable import ReachabilityCLI
 
 /// Metrics: the families, their two text formats read back by a real parser (prometheus_client),

@@ -2,6 +2,7 @@ import Foundation
 import ReachabilityBase
 import ResumableDownloads
 import Testing
+@testable import ReachabilityAgent
 @testable import ReachabilityCLI
 
 /// Every numeric option, configuration key and environment knob against the texts issue 20
@@ -121,9 +122,9 @@ struct ValueInputTests {
                 // Padding is the file's syntax: ' 5' is 5.
                 #expect(key == "no-expensive" ? text == "0" && settings.allowsExpensive
                                               : text.count == 2 && settings.maximumConcurrentDownloads == 5, "\(key)=\(text)")
-            } catch let failure as CommandFailure {
+            } catch let failure as AgentFailure {
                 let shown = text.trimmingCharacters(in: .whitespaces)
-                #expect(failure.exitCode == .configuration)
+                #expect(failure.kind == .configuration)
                 #expect(failure.message == "/s/agent.conf:1: \(key): expected \(expectation), got '\(shown)'", "\(failure.message)")
             } catch {
                 Issue.record("\(error)")

@@ -3,7 +3,8 @@ import LinuxReachability
 import ResumableDownloads
 import Synchronization
 import Testing
-@testable import ReachabilityCLI
+@testable import ReachabilityAgent
+import ReachabilityAgent
 
 /// The control protocol without sockets: decoding/validation, the connection state machine and
 /// the request handler (AgentService) against a download agent that never gets a usable path.
@@ -70,7 +71,7 @@ struct ControlProtocolTests {
 
     @Test func responsesRoundTrip() throws {
         let response = ControlResponse.success(id: .number(4), downloads: [
-            DownloadSnapshot(id: "x", url: "http://h/", destination: "/d", state: "running", bytesReceived: 5,
+            AgentDownload(id: "x", url: "http://h/", destination: "/d", state: .running, bytesReceived: 5,
                              totalBytes: nil, bytesPerSecond: 0, error: nil)])
         let line = ControlCodec.encode(response)
         #expect(try ControlCodec.decodeResponse(line) == response)
@@ -129,9 +130,9 @@ struct ControlProtocolTests {
         let parsed = try AgentSettings.parse("# comment\nmax-concurrent = 2\r\nno-expensive=yes # trailing\n\n", base: base, path: "a")
         #expect(parsed == AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: false))
         #expect(try AgentSettings.parse("", base: base, path: "a") == base)
-        #expect(throws: CommandFailure.self) { try AgentSettings.parse("max-concurrent=0", base: base, path: "a") }
-        #expect(throws: CommandFailure.self) { try AgentSettings.parse("speed=3", base: base, path: "a") }
-        #expect(throws: CommandFailure.self) { try AgentSettings.parse("no-expensive", base: base, path: "a") }
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("max-concurrent=0", base: base, path: "a") }
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("speed=3", base: base, path: "a") }
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("no-expensive", base: base, path: "a") }
     }
 
     @Test func summaryNamesEachBusyState() {
@@ -194,12 +195,12 @@ struct ControlProtocolTests {
         #expect(list.downloads?.map(\.id) == [download.id])
 
         let paused = await service.handle(.pause(String(download.id.prefix(6))), id: nil)
-        #expect(paused.download?.state == "paused")
+        #expect(paused.download?.state == .paused)
         #expect(FileManager.default.contents(atPath: directory.path + "/agent-state.json").map { String(decoding: $0, as: UTF8.self) }?
             .contains(download.id.uppercased()) == true)
 
         let resumed = await service.handle(.resume(download.id), id: nil)
-        #expect(resumed.download?.state != "paused")
+        #expect(resumed.download?.state != .paused)
 
         let unknown = await service.handle(.pause("ffffffff"), id: nil)
         #expect(unknown.error?.code == .notFound)
@@ -208,7 +209,7 @@ struct ControlProtocolTests {
         #expect(status.status?.maximumConcurrentDownloads == 2)
 
         let cancelled = await service.handle(.cancel(download.id), id: nil)
-        #expect(cancelled.download?.state == "failed")
+        #expect(cancelled.download?.state == .failed)
         let again = await service.handle(.pause(download.id), id: nil)
         #expect(again.error?.code == .invalidArgument)
         await service.shutdown()
@@ -228,8 +229,8 @@ struct ControlProtocolTests {
         let second = try Self.offlineService(directory, events: EventSink())
         #expect(await second.start() == 2)
         let states = Dictionary(uniqueKeysWithValues: (await second.handle(.list, id: nil).downloads ?? []).map { ($0.id, $0.state) })
-        #expect(states[a.id] == "paused")
-        #expect(states[b.id] != "paused")
+        #expect(states[a.id] == .paused)
+        #expect(states[b.id] != .paused)
         await second.shutdown()
     }
 }

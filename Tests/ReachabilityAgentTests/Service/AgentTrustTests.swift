@@ -2,7 +2,8 @@ import DownloadTestSupport
 import Foundation
 import ResumableDownloads
 import Testing
-@testable import ReachabilityCLI
+@testable import ReachabilityAgent
+import ReachabilityAgent
 
 /// The agent's defences that need no socket: where queued files may go, and who may hold
 /// control connections.
@@ -46,7 +47,7 @@ struct AgentTrustTests {
         let parsed = try AgentSettings.parse("download-dir=/srv/dl\ndownload-dir = /media/usb/\n", base: base, path: "agent.conf")
         #expect(parsed.downloadDirectories == ["/srv/dl", "/media/usb"])
         for line in ["download-dir=relative", "download-dir=/srv/../etc", "download-dir="] {
-            #expect(throws: CommandFailure.self, "\(line)") { try AgentSettings.parse(line, base: base, path: "agent.conf") }
+            #expect(throws: AgentFailure.self, "\(line)") { try AgentSettings.parse(line, base: base, path: "agent.conf") }
         }
     }
 

@@ -1,7 +1,8 @@
 import Foundation
 import LinuxSystem
 import Testing
-@testable import ReachabilityCLI
+@testable import ReachabilityAgent
+import ReachabilityAgent
 
 /// The agent's files without a running agent: state directory mode, the lock, log rotation.
 @Suite("Agent files")
@@ -32,7 +33,7 @@ struct AgentFilesTests {
         let checked = try AgentStateDirectory.prepare(directory)
         let held = try AgentStateDirectory.lock(checked)
         // flock(2) conflicts between open file descriptions, even within one process.
-        #expect(throws: CommandFailure(message: "another agent is already running on \(directory) (pid \(getpid()))", exitCode: .failure)) {
+        #expect(throws: AgentFailure("another agent is already running on \(directory) (pid \(getpid()))", kind: .unavailable)) {
             _ = try AgentStateDirectory.lock(checked)
         }
         held.close()
@@ -68,7 +69,7 @@ struct AgentFilesTests {
         defer { unlink(victim) }
         let checked = try AgentStateDirectory.prepare(directory)
         symlink(victim, directory + "/agent.log")
-        #expect(throws: CommandFailure.self) { _ = try RotatingLogFile(directory: checked) }
+        #expect(throws: AgentFailure.self) { _ = try RotatingLogFile(directory: checked) }
         #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8))
     }
 
@@ -80,8 +81,8 @@ struct AgentFilesTests {
         defer { unlink(victim) }
         let checked = try AgentStateDirectory.prepare(directory)
         symlink(victim, directory + "/agent.lock")
-        let error = #expect(throws: CommandFailure.self) { _ = try AgentStateDirectory.lock(checked) }
-        #expect(error?.exitCode == .configuration)
+        let error = #expect(throws: AgentFailure.self) { _ = try AgentStateDirectory.lock(checked) }
+        #expect(error?.kind == .configuration)
         #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8), "the pid was not written through the link")
     }
 }
