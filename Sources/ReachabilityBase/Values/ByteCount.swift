@@ -58,10 +58,15 @@ package struct ByteCount: TextValueKind {
 package struct Count: TextValueKind {
     /// The numbers accepted.
     package let range: ClosedRange<Int>
+    /// What is counted, for the error text (`whole seconds`); nil: `a number`.
+    package let unit: String?
 
-    package init(_ range: ClosedRange<Int>) { self.range = range }
+    package init(_ range: ClosedRange<Int>, of unit: String? = nil) {
+        self.range = range
+        self.unit = unit
+    }
 
-    package var expectation: String { "a number from \(range.lowerBound) to \(range.upperBound)" }
+    package var expectation: String { "\(unit ?? "a number") from \(range.lowerBound) to \(range.upperBound)" }
 
     package func value(from text: String) -> Int? {
         guard let number = DecimalText.integer(text), let value = Int(exactly: number), range.contains(value) else { return nil }

@@ -70,7 +70,7 @@ enum ConnectivityConfiguration {
             case "connectivity-response":
                 settings.response = value
             case "connectivity-interval":
-                settings.interval = try seconds(value, place: place, key: key)
+                settings.interval = try wholeSeconds(value, place: place, key: key)
             case "connectivity-timeout":
                 settings.timeout = try seconds(value, place: place, key: key)
             default:
@@ -124,9 +124,11 @@ enum ConnectivityConfiguration {
         var settings = ConnectivitySettings(url: uri, source: "\(path) [connectivity]")
         settings.response = values["response"]?.0 ?? networkManagerDefaultResponse
         if let interval = values["interval"]?.0 {
-            guard let seconds = networkManagerInterval.value(from: interval) else { return nil }
-            if seconds == 0 { return nil }  // NetworkManager: 0 disables the check
-            settings.interval = min(.seconds(seconds), longestInterval)
+            // As NetworkManager reads it (nm-config-data.c, nm-connectivity.c): whole seconds,
+            // anything else is its default, 0 turns the check off, at most a week.
+            let seconds = networkManagerInterval.value(from: interval) ?? networkManagerDefaultInterval
+            if seconds == 0 { return nil }
+            settings.interval = .seconds(min(seconds, maximumIntervalSeconds))
         }
         return settings
     }
@@ -142,19 +144,35 @@ enum ConnectivityConfiguration {
         }
     }
 
-    /// The longest interval or timeout: a year.
-    static let longestInterval = Duration.seconds(86_400 * 365)
+    /// NetworkManager's interval when `[connectivity]` sets none or an unreadable one.
+    static let networkManagerDefaultInterval = 300
+    /// NetworkManager's longest interval: a week.
+    static let maximumIntervalSeconds = 7 * 24 * 3600
 
-    /// `connectivity-interval=` and `connectivity-timeout=`.
-    static let secondsValue = Seconds.positive(upTo: longestInterval)
+    /// NetworkManager's `interval=` as its keyfile reader takes it: an unsigned 32-bit number of
+    /// seconds (anything else is its default).
+    static let networkManagerInterval = Count(0...Int(UInt32.max), of: "whole seconds")
 
-    /// NetworkManager's `interval=`: whole seconds as its keyfile reader takes them (0 turns the
-    /// check off); longer than `longestInterval` is held to it.
-    static let networkManagerInterval = Count(0...Int(Int32.max))
+    /// `connectivity-interval=`: whole seconds from 1 to a week, as NetworkManager takes it. A
+    /// fraction is refused rather than rounded: `0.001` would be about 550 checks a second
+    /// against someone's server.
+    static let intervalValue = Count(1...maximumIntervalSeconds, of: "whole seconds")
+
+    /// `connectivity-timeout=`: any span above 0, at most a year.
+    static let timeoutValue = Seconds.positive(upTo: .seconds(86_400 * 365))
+
+    static func wholeSeconds(_ text: String, place: String, key: String) throws(ConfigurationError) -> Duration {
+        do {
+            return .seconds(try intervalValue.parse(text))
+        } catch {
+            let hint = text == "0" ? "; to turn the check off, set connectivity-url=none" : ""
+            throw ConfigurationError(description: "\(place): \(error.message(for: key)) (a week, NetworkManager's longest)\(hint)")
+        }
+    }
 
     static func seconds(_ text: String, place: String, key: String) throws(ConfigurationError) -> Duration {
         do {
-            return try secondsValue.parse(text)
+            return try timeoutValue.parse(text)
         } catch {
             throw ConfigurationError(description: "\(place): \(error.message(for: key))")
         }
