@@ -52,9 +52,10 @@ let releaseLinkerFlags: [String] =
         : [])
     + (staticLibstdcxxAvailable ? ["-L", linkerDirectory] : [])
 
+// Linux only: the package is built on rtnetlink, libnl, Linux's file-system calls (renameat2,
+// sync_file_range, O_PATH), namespaces and sysfs, so it claims no other platform.
 let package = Package(
     name: "reachability",
-    platforms: [.macOS(.v14)],
     products: [
         .library(name: "LinuxReachability", targets: ["LinuxReachability"]),
         .library(name: "ResumableDownloads", targets: ["ResumableDownloads"]),

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import Synchronization
 import ReachabilityBase
+import LinuxSystem
 
 /// What to do with rtnetlink traffic around receive-buffer overflows.
 ///
@@ -79,7 +80,7 @@ final class MonitorEngine: Sendable {
     private let probePrefixes: [RoutePrefix]
     private let state: Mutex<EngineState>
     /// The monitored namespace, joined by the monitor thread when it must open probe sockets there.
-    private let namespaceDescriptor: Int32?
+    private let namespaceDescriptor: FileDescriptor?
 
     private struct EngineState: ~Copyable {
         var table = LinkTable()
@@ -178,10 +179,10 @@ final class MonitorEngine: Sendable {
             namespaceDescriptor = nil
         }
         do {
-            wake = WakeSignal(descriptor: try NetlinkSocket.makeWakeDescriptor())
+            wake = try WakeSignal()
         } catch {
-            if let namespaceDescriptor { close(namespaceDescriptor) }
-            throw error
+            namespaceDescriptor?.close()
+            throw ReachabilityError(.netlink, "cannot create an eventfd: \(error)")
         }
         logger.debug("netlink sockets open", metadata: ["rcvbuf": "\(events.receiveBufferSize)"])
     }
@@ -190,7 +191,7 @@ final class MonitorEngine: Sendable {
         // The thread owns the sockets while it runs; it closes them when it ends.
         if !state.withLock({ $0.isRunning }) {
             wake.close()
-            if let namespaceDescriptor { close(namespaceDescriptor) }
+            namespaceDescriptor?.close()
         }
     }
 
@@ -223,9 +224,9 @@ final class MonitorEngine: Sendable {
             // Probe sockets and the resolvers' must live in the monitored namespace; setns()
             // moves only this thread, which is the one that opens them (and starts the resolver
             // threads, which inherit it).
-            defer { close(namespaceDescriptor) }
+            defer { namespaceDescriptor.close() }
             do {
-                try NetworkNamespace.join(descriptor: namespaceDescriptor)
+                try NetworkNamespace.join(namespaceDescriptor)
             } catch {
                 configuration.logger.error("cannot enter the namespace for connectivity checks; the monitor stops",
                                            metadata: ["error": "\(error)"])
@@ -235,11 +236,8 @@ final class MonitorEngine: Sendable {
         let probe = configuration.connectivityCheck.map {
             ConnectivityProbe(check: $0, wake: wake, logger: configuration.logger)
         }
-        var descriptors = [
-            pollfd(fd: events.fileDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wake.pollDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: -1, events: 0, revents: 0),
-        ]
+        let netlinkEntry = PollEntry(events.fileDescriptor, .readable)
+        let wakeEntry = PollEntry(wake.pollDescriptor, .readable)
         while true {
             if let probe { carryOutProbeActions(probe) }
             carryOutHostWork()
@@ -254,17 +252,18 @@ final class MonitorEngine: Sendable {
                 let remaining = deadline - ContinuousClock.now
                 timeout = remaining <= .zero ? 0 : Int32(min((remaining / .milliseconds(1)).rounded(.up), 60_000))
             }
-            descriptors[2] = probe?.pollRequest ?? pollfd(fd: -1, events: 0, revents: 0)
-            descriptors[0].revents = 0
-            descriptors[1].revents = 0
-            if let error = Syscalls.poll(&descriptors, timeoutMilliseconds: timeout) {
+            let probeEntry = probe?.pollRequest
+            var entries = [netlinkEntry, wakeEntry] + (probeEntry.map { [$0] } ?? [])
+            do {
+                try Poll.wait(&entries, timeoutMilliseconds: timeout)
+            } catch {
                 configuration.logger.error("poll failed; the monitor stops", metadata: ["error": "\(error)"])
                 return
             }
             if state.withLock({ $0.isCancelled }) { return }
-            if descriptors[1].revents != 0 { wake.reset() }
-            if descriptors[0].revents != 0 { drain() }
-            if let probe, let (id, outcome) = probe.advance(events: descriptors[2].fd < 0 ? 0 : descriptors[2].revents, at: .now) {
+            if entries[1].isReady { wake.reset() }
+            if entries[0].isReady { drain() }
+            if let probe, let (id, outcome) = probe.advance(isReady: entries.count > 2 && entries[2].isReady, at: .now) {
                 record(id, outcome)
             }
             fireDueDeadlines()
@@ -571,7 +570,7 @@ final class MonitorEngine: Sendable {
             for (key, resolution) in state.resolutions {
                 guard let answer = resolution.result.withLock({ $0 }) else { continue }
                 state.resolutions[key] = nil
-                let addresses = answer.map { $0.map(\.address) }
+                let addresses = answer.map { $0.compactMap(\.ipAddress) }
                 if state.hosts.resolved(key, addresses, at: now) {
                     state.isFilterStale = true
                     state.isHostsDirty = true
@@ -607,7 +606,7 @@ final class MonitorEngine: Sendable {
         for (key, resolution) in starts {
             // A thread inherits the network namespace of the thread that creates it (this one).
             SystemThread.detach(name: "resolver") {
-                let answer = Syscalls.resolve(host: key, port: 80)
+                let answer = SocketAddress.resolve(host: key, port: 80)
                 resolution.result.withLock { $0 = answer }
                 wake.signal()
             }

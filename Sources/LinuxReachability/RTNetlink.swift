@@ -1,4 +1,5 @@
 import Glibc
+import LinuxSystem
 
 /// rtnetlink wire format: parsing kernel messages from raw bytes and building requests.
 ///
@@ -449,15 +450,6 @@ enum IPAddress {
     }
 
     static func format(_ bytes: [UInt8]) -> String? {
-        let family: Int32
-        switch bytes.count {
-        case 4: family = AF_INET
-        case 16: family = AF_INET6
-        default: return nil
-        }
-        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
-        let ok = bytes.withUnsafeBytes { raw in inet_ntop(family, raw.baseAddress, &buffer, socklen_t(buffer.count)) != nil }
-        guard ok else { return nil }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        SocketAddress.presentation(ofIPAddress: bytes)
     }
 }

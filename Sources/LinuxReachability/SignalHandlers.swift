@@ -1,12 +1,6 @@
 import Dispatch
+import LinuxSystem
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
 
 /// Signals (SIGINT, SIGTERM, SIGHUP) delivered to a closure through Dispatch, without losing one
 /// while the handler is being set up. For programs that must checkpoint before they exit, like
@@ -38,9 +32,6 @@ public final class SignalHandlers: Sendable {
         let registrationQueue = DispatchQueue(label: "LinuxReachability.signals")
         var sources: [any DispatchSourceSignal] = []
         for number in signals {
-            #if canImport(Darwin)
-            signal(number, SIG_IGN)
-            #endif
             let source = DispatchSource.makeSignalSource(signal: number, queue: registrationQueue)
             source.setEventHandler {
                 if let queue { queue.async { handler(number) } } else { handler(number) }
@@ -77,13 +68,10 @@ public final class SignalHandlers: Sendable {
             sources = []
         }
         // Dispatch's handler stays installed after cancel and would swallow later signals.
-        for number in signals { signal(number, SIG_DFL) }
+        for number in signals { CurrentProcess.restoreDefaultAction(of: number) }
     }
 
     private static func unblock(_ signals: [Int32]) {
-        var mask = sigset_t()
-        sigemptyset(&mask)
-        for number in signals { sigaddset(&mask, number) }
-        pthread_sigmask(SIG_UNBLOCK, &mask, nil)
+        CurrentProcess.unblock(signals: signals)
     }
 }

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import ReachabilityAgent
+import LinuxSystem
 
 /// The `reachability` command-line tool: parses arguments, runs a subcommand, returns the exit status.
 public enum ReachabilityCommandLine {
@@ -18,9 +19,9 @@ public enum ReachabilityCommandLine {
         InterruptSignals.unblockOnCurrentThread()
         let arguments = Array(CommandLine.arguments.dropFirst())
         Task.detached {
-            exit(await run(arguments: arguments, context: .live()))
+            CurrentProcess.exit(await run(arguments: arguments, context: .live()))
         }
-        while true { pause() }
+        CurrentProcess.parkForever()
     }
 
     /// Dispatches to a subcommand; every error is reported here, in one place, with its exit status.

@@ -172,7 +172,7 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
 
     /// A file-system error for `errno`, turning ENOSPC/EDQUOT into `diskFull`.
     static func fileSystem(_ operation: String, path: String, errno number: Int32) -> DownloadError {
-        let reason = String(cString: strerror(number))
+        let reason = Errno(number).description
         if number == ENOSPC || number == EDQUOT {
             return DownloadError(.diskFull, "\(operation) \(path): \(reason)", urlErrorCode: .cannotWriteToFile,
                                  osErrorCode: number)

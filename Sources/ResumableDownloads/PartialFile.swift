@@ -274,7 +274,7 @@ final class PartialFile: Sendable {
     // MARK: write queue
 
     private func write(_ data: Data, at offset: Int64) {
-        if let delay = limits.simulatedWriteDelay { usleep(useconds_t(delay.milliseconds * 1000)) }
+        if let delay = limits.simulatedWriteDelay { CurrentProcess.sleep(milliseconds: Int(clamping: delay.milliseconds)) }
         let skip = state.withLock { $0.writeError != nil || $0.isClosed }
         var failure: Int32 = 0
         var written = 0

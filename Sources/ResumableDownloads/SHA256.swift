@@ -6,6 +6,7 @@ import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #endif
+import LinuxSystem
 
 /// An incremental SHA-256 over bytes in order (OpenSSL EVP).
 ///
@@ -137,12 +138,10 @@ package final class SHA256 {
     /// or read. Never follows a final symlink.
     package static func hex(ofFileAt path: String) -> String? {
         guard (try? checkAvailable()) != nil else { return nil }
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return nil }
-        defer { Glibc.close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return try? hex(fileDescriptor: fd, length: .max, path: path)
+        guard let file = try? FileDescriptor.openForReading(path, followingLinks: false) else { return nil }
+        defer { file.close() }
+        guard (try? file.status())?.kind == .regular else { return nil }
+        return try? hex(fileDescriptor: file.rawValue, length: .max, path: path)
     }
 
     // MARK: private
@@ -158,10 +157,11 @@ package final class SHA256 {
         var offset = start
         while offset < end {
             let wanted = Int(min(Int64(chunkSize), end - offset))
-            let count = pread(fd, buffer.baseAddress, wanted, off_t(offset))
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw DownloadError.fileSystem("read", path: path, errno: errno)
+            let count: Int
+            do {
+                count = try FileDescriptor(rawValue: fd).read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: offset)
+            } catch {
+                throw DownloadError.fileSystem("read", path: path, errno: error.rawValue)
             }
             if count == 0 { return }
             body(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))

@@ -85,8 +85,8 @@ final class SessionDirectory: Sendable {
         guard status.kind == .regular else {
             throw ResumeDataError.unsafeFile.with("the partial file \(name) is \(status.kindDescription), not a regular file")
         }
-        guard status.ownerID == geteuid() else {
-            throw ResumeDataError.unsafeFile.with("the partial file \(name) belongs to uid \(status.ownerID), not \(geteuid())")
+        guard status.ownerID == CurrentProcess.effectiveUserID else {
+            throw ResumeDataError.unsafeFile.with("the partial file \(name) belongs to uid \(status.ownerID), not \(CurrentProcess.effectiveUserID)")
         }
         guard status.linkCount == 1 else {
             throw ResumeDataError.unsafeFile.with("the partial file \(name) has \(status.linkCount) hard links")
@@ -182,7 +182,7 @@ final class SessionDirectory: Sendable {
         guard let status = try directory.status(of: keyName) else { return nil }
         let path = directory.child(keyName)
         let fix = "remove it (resume data made with it will no longer be accepted)"
-        guard status.kind == .regular, status.ownerID == geteuid(), status.linkCount == 1 else {
+        guard status.kind == .regular, status.ownerID == CurrentProcess.effectiveUserID, status.linkCount == 1 else {
             throw .unsafe(path, "is \(status.kindDescription) owned by uid \(status.ownerID) with \(status.linkCount) links", fix: fix)
         }
         guard status.permissions & 0o077 == 0 else {

@@ -1,7 +1,7 @@
-// The one file of the package that makes raw file-system system calls (swift-system's
-// Internals/Syscalls.swift shape): each wrapper turns -1 into a thrown `Errno`, and EINTR is
-// retried here, once, for every call. Linux-specific calls (openat with O_NOFOLLOW/O_EXCL,
-// fstatat, renameat2, flock) come through here; nothing else touches Glibc for files.
+// The package's raw system calls (swift-system's Internals/Syscalls.swift shape), in this file
+// (files) and its two siblings (sockets; processes, threads, signals, namespaces): each wrapper
+// turns -1 into a thrown `Errno`, and EINTR is retried in one place, `valueOrErrno`, for every
+// call but close(2). Nothing outside LinuxSystem calls Glibc for these (a test greps for it).
 import CLinuxSystem
 #if canImport(Glibc)
 import Glibc
@@ -137,4 +137,34 @@ enum Syscall {
 
     static var effectiveUserID: UInt32 { geteuid() }
     static var effectiveGroupID: UInt32 { getegid() }
+
+    static func read(_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        try valueOrErrno { Glibc.read(descriptor, buffer.baseAddress, buffer.count) }
+    }
+
+    static func readlink(_ directory: Int32, _ path: String) throws(Errno) -> String {
+        try readlinkat(directory, path)
+    }
+
+    static func faccessat(_ directory: Int32, _ path: String) throws(Errno) {
+        try valueOrErrno { Glibc.faccessat(directory, path, F_OK, 0) }
+    }
+
+    static func statPath(_ path: String, followingSymlinks: Bool) throws(Errno) -> stat {
+        try fstatat(AT_FDCWD, path, followingSymlinks: followingSymlinks)
+    }
+
+    static func fcntlGetFlags(_ descriptor: Int32) throws(Errno) -> Int32 {
+        try valueOrErrno { clinux_fcntl_int(descriptor, F_GETFL, 0) }
+    }
+
+    static func fcntlSetFlags(_ descriptor: Int32, _ flags: Int32) throws(Errno) {
+        try valueOrErrno { clinux_fcntl_int(descriptor, F_SETFL, flags) }
+    }
+
+    static func terminalColumns(_ descriptor: Int32) throws(Errno) -> Int {
+        Int(try valueOrErrno { clinux_terminal_columns(descriptor) })
+    }
+
+    static func isTerminal(_ descriptor: Int32) -> Bool { isatty(descriptor) == 1 }
 }

@@ -1,5 +1,5 @@
 import FoundationEssentials
-import Glibc
+import LinuxSystem
 import LinuxReachability
 import ReachabilityBase
 
@@ -97,30 +97,30 @@ public struct AgentClient: Sendable {
     /// Sends `command` and returns the agent's successful reply, blocking the calling thread
     /// for at most `timeout` after connecting. An error reply is thrown as `.rejected`.
     package func send(_ command: ControlCommand) throws(AgentClientError) -> ControlResponse {
-        let descriptor: Int32
+        let socket: FileDescriptor
         do {
-            descriptor = try UnixSocketSyscalls.makeSocket(SOCK_STREAM)
+            socket = try FileDescriptor.unixSocket()
         } catch {
             throw AgentClientError(.unreachable, "cannot create a socket: \(error)")
         }
-        defer { UnixSocketSyscalls.close(descriptor) }
+        defer { socket.close() }
         do {
-            try UnixSocketSyscalls.connect(descriptor, path: socketPath)
+            try socket.connect(to: SocketAddress(unixPath: socketPath))
         } catch {
-            switch error.number {
-            case ECONNREFUSED, ENOENT:
+            switch error {
+            case .connectionRefused, .noSuchFile:
                 throw AgentClientError(.notRunning, "no agent is running on \(stateDirectory) (start one with 'reachability agent')")
-            case EACCES, EPERM:
+            case .permissionDenied, .operationNotPermitted:
                 throw AgentClientError(.permissionDenied,
                                        "permission denied connecting to the agent on \(stateDirectory): it belongs to another user (only its own user or root may control it)")
             default:
-                throw AgentClientError(.unreachable, "cannot connect to the agent on \(stateDirectory): \(error)")
+                throw AgentClientError(.unreachable, "cannot connect to the agent on \(stateDirectory): connect \(socketPath): \(error)")
             }
         }
-        try? UnixSocketSyscalls.setReceiveTimeout(descriptor, milliseconds: Int(max(1, timeout.millisecondsRoundedUp)))
+        try? socket.setReceiveTimeout(milliseconds: Int(max(1, timeout.millisecondsRoundedUp)))
         let request = ControlRequest(id: .number(1), command: command)
         do {
-            try UnixSocketSyscalls.writeAll(descriptor, ControlCodec.encode(request) + [UInt8(ascii: "\n")])
+            try socket.sendAll(ControlCodec.encode(request) + [UInt8(ascii: "\n")])
         } catch {
             // A refusing agent may already have answered and closed; read its reply below.
         }
@@ -129,9 +129,9 @@ public struct AgentClient: Sendable {
         while !buffer.contains(UInt8(ascii: "\n")) {
             let bytes: [UInt8]
             do {
-                bytes = try UnixSocketSyscalls.read(descriptor)
+                bytes = try socket.receive()
             } catch {
-                timedOut = error.number == EAGAIN || error.number == EWOULDBLOCK
+                timedOut = error == .wouldBlock
                 break
             }
             if bytes.isEmpty { break }

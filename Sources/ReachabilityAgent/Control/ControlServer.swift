@@ -1,7 +1,7 @@
 import Dispatch
 import FoundationEssentials
 import LinuxReachability
-import Glibc
+import LinuxSystem
 import Synchronization
 import ReachabilityBase
 
@@ -17,7 +17,7 @@ package final class ControlServer: Sendable {
     package typealias Observer = @Sendable (ControlServerEvent) -> Void
 
     package let path: String
-    private let listener: Int32
+    private let listener: FileDescriptor
     private let handler: Handler
     private let observer: Observer
     private let isStopped = Atomic<Bool>(false)
@@ -31,65 +31,65 @@ package final class ControlServer: Sendable {
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
     package init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
-         handler: @escaping Handler, observer: @escaping Observer) throws {
+                 handler: @escaping Handler, observer: @escaping Observer) throws(Errno) {
         self.path = path
         self.requestDeadline = requestDeadline
         self.idleTimeout = idleTimeout
         self.handler = handler
         self.observer = observer
-        unlink(path)
-        let descriptor = try UnixSocketSyscalls.makeSocket(SOCK_STREAM)
+        try FileSystem.remove(path)
+        let socket = try FileDescriptor.unixSocket()
         do {
-            try UnixSocketSyscalls.bindAndListen(descriptor, path: path, mode: 0o600)
+            try socket.bindAndListen(unixPath: path, mode: 0o600)
         } catch {
-            UnixSocketSyscalls.close(descriptor)
+            socket.close()
             throw error
         }
-        listener = descriptor
+        listener = socket
         SystemThread.detach(name: "control-accept") { [self] in acceptLoop() }
     }
 
     /// Stops accepting and removes the socket file.
     package func stop() {
         guard !isStopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        UnixSocketSyscalls.shutdownBoth(listener)
-        unlink(path)
+        listener.shutdown()
+        try? FileSystem.remove(path)
     }
 
     private func acceptLoop() {
         while !isStopped.load(ordering: .acquiring) {
-            let connection: Int32
+            let connection: FileDescriptor
             do {
-                connection = try UnixSocketSyscalls.accept(listener)
+                connection = try listener.accept()
             } catch {
                 if isStopped.load(ordering: .acquiring) { break }
-                if error.number == EMFILE || error.number == ENFILE || error.number == ENOBUFS || error.number == ENOMEM {
+                if [.tooManyOpenFiles, .tooManyOpenFilesInSystem, .noBufferSpace, .outOfMemory].contains(error) {
                     observer(.error("accept: \(error)"))
-                    usleep(50_000)   // out of descriptors: back off instead of spinning on accept
+                    CurrentProcess.sleep(milliseconds: 50)   // out of descriptors: back off instead of spinning on accept
                 }
                 continue
             }
             SystemThread.detach(name: "control-conn") { [self] in serve(connection) }
         }
-        UnixSocketSyscalls.close(listener)
+        listener.close()
     }
 
-    private func serve(_ connection: Int32) {
-        defer { UnixSocketSyscalls.close(connection) }
-        func send(_ response: ControlResponse) -> Bool {
-            (try? UnixSocketSyscalls.writeAll(connection, ControlCodec.encode(response) + [UInt8(ascii: "\n")])) != nil
+    private func serve(_ connection: FileDescriptor) {
+        defer { connection.close() }
+        func reply(_ response: ControlResponse) -> Bool {
+            (try? connection.sendAll(ControlCodec.encode(response) + [UInt8(ascii: "\n")])) != nil
         }
         // Only the agent's own user and root may talk to it; the 0700 directory already keeps
         // others out, this holds even if someone loosens the permissions.
-        guard let credentials = try? UnixSocketSyscalls.peerCredentials(connection) else { return }
-        let ownUID = geteuid()
+        guard let credentials = try? connection.peerCredentials() else { return }
+        let ownUID = CurrentProcess.effectiveUserID
         guard credentials.uid == ownUID || credentials.uid == 0 else {
             observer(.refused(credentials))
-            _ = send(.failure(.refused(uid: credentials.uid), id: nil))
+            _ = reply(.failure(.refused(uid: credentials.uid), id: nil))
             return
         }
         guard admission.withLock({ $0.admit(uid: credentials.uid) }) else {
-            _ = send(.failure(.failed("too many control connections from uid \(credentials.uid)"), id: nil))
+            _ = reply(.failure(.failed("too many control connections from uid \(credentials.uid)"), id: nil))
             return
         }
         defer { admission.withLock { $0.release(uid: credentials.uid) } }
@@ -101,17 +101,17 @@ package final class ControlServer: Sendable {
             let deadline = requestStarted.map { $0 + requestDeadline } ?? idleSince + idleTimeout
             guard deadline > now else {
                 if requestStarted != nil {
-                    _ = send(.failure(.failed("request not completed within \(requestDeadline) of its first byte"), id: nil))
+                    _ = reply(.failure(.failed("request not completed within \(requestDeadline) of its first byte"), id: nil))
                 }
                 return
             }
             let remaining = deadline - now
             let milliseconds = max(1, remaining.milliseconds)
-            try? UnixSocketSyscalls.setReceiveTimeout(connection, milliseconds: Int(milliseconds))
+            try? connection.setReceiveTimeout(milliseconds: Int(milliseconds))
             let bytes: [UInt8]
             do {
-                bytes = try UnixSocketSyscalls.read(connection)
-            } catch where error.number == EAGAIN || error.number == EWOULDBLOCK {
+                bytes = try connection.receive()
+            } catch where error == .wouldBlock {
                 continue   // the deadline check above answers and closes
             } catch {
                 bytes = []
@@ -125,10 +125,10 @@ package final class ControlServer: Sendable {
                 switch action {
                 case .handle(let id, let command):
                     observer(.request(command, credentials))
-                    guard send(wait { await self.handler(command, id) }) else { return }
+                    guard reply(wait { await self.handler(command, id) }) else { return }
                 case .reply(let response):
                     observer(.rejected(response.error ?? .failed("rejected"), credentials))
-                    guard send(response) else { return }
+                    guard reply(response) else { return }
                 case .close:
                     return
                 }
@@ -182,11 +182,11 @@ package struct ControlAdmission: Sendable, Equatable {
 /// Things the control server reports to the agent's log.
 package enum ControlServerEvent: Sendable {
     /// A peer with another uid connected and was refused.
-    case refused(UnixSocketSyscalls.PeerCredentials)
+    case refused(PeerCredentials)
     /// A valid request from a peer.
-    case request(ControlCommand, UnixSocketSyscalls.PeerCredentials)
+    case request(ControlCommand, PeerCredentials)
     /// A request answered with an error without being handled (malformed, too large).
-    case rejected(ControlError, UnixSocketSyscalls.PeerCredentials)
+    case rejected(ControlError, PeerCredentials)
     /// Something went wrong with the socket itself.
     case error(String)
 }

@@ -158,8 +158,7 @@ package actor AgentService {
             case .success(let path): destination = path
             case .failure(let error): return .failure(error, id: id)
             }
-            var existing = stat()
-            if !replace, lstat(destination, &existing) == 0 {
+            if !replace, (try? FileSystem.status(ofPath: destination, followingLinks: false)) ?? nil != nil {
                 return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
             }
             do {
@@ -246,7 +245,7 @@ package actor AgentService {
         let downloads = await agent.downloads
         let counts = await stateCounts()
         return AgentStatus(
-            pid: getpid(), stateDirectory: environment.stateDirectory,
+            pid: CurrentProcess.id, stateDirectory: environment.stateDirectory,
             startedAt: Timestamp.iso8601(startedAt),
             maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import ReachabilityBase
+import LinuxSystem
 
 /// The sd_notify(3) protocol, by hand: datagrams like `READY=1` to the socket named by
 /// `NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace). Without the variable every
@@ -10,7 +11,7 @@ package struct SystemdNotifier: Sendable {
     /// Half of `WATCHDOG_USEC` (systemd's advice), when the watchdog is on for this process.
     package let watchdogInterval: Duration?
 
-    package init(environment: [String: String], pid: Int32 = getpid()) {
+    package init(environment: [String: String], pid: Int32 = CurrentProcess.id) {
         socketPath = environment["NOTIFY_SOCKET"].flatMap { $0.isEmpty ? nil : $0 }
         watchdogInterval = Self.watchdogInterval(environment: environment, pid: pid)
     }
@@ -38,8 +39,9 @@ package struct SystemdNotifier: Sendable {
     @discardableResult
     package func notify(_ state: String) -> Bool {
         guard let socketPath else { return false }
-        guard let descriptor = try? UnixSocketSyscalls.makeSocket(SOCK_DGRAM) else { return false }
-        defer { UnixSocketSyscalls.close(descriptor) }
-        return (try? UnixSocketSyscalls.sendDatagram(descriptor, Array(state.utf8), to: socketPath)) != nil
+        guard let socket = try? FileDescriptor.unixSocket(datagrams: true) else { return false }
+        defer { socket.close() }
+        guard let address = try? SocketAddress(unixPath: socketPath) else { return false }
+        return (try? socket.send(Array(state.utf8), to: address)) != nil
     }
 }

@@ -62,7 +62,7 @@ package enum AgentStateDirectory {
             throw AgentFailure("another agent is already running on \(directory.path)\(who)", kind: .unavailable)
         }
         try? descriptor.truncate(to: 0)
-        let pid = Array("\(getpid())\n".utf8)
+        let pid = Array("\(CurrentProcess.id)\n".utf8)
         _ = pid.withUnsafeBytes { descriptor.writeAll($0, at: 0) }
         return descriptor
     }

@@ -30,18 +30,12 @@ package enum StateDirectoryLocation {
             self.passwdHome = passwdHome
         }
 
-        package static var current: System { current(effectiveUserID: geteuid(), workingDirectory: FileManager.default.currentDirectoryPath) }
+        package static var current: System { current(effectiveUserID: CurrentProcess.effectiveUserID, workingDirectory: FileManager.default.currentDirectoryPath) }
 
         package static func current(effectiveUserID: UInt32, workingDirectory: String) -> System {
             System(effectiveUserID: effectiveUserID, workingDirectory: workingDirectory,
-                   owner: { path in
-                       var info = stat()
-                       return stat(path, &info) == 0 ? info.st_uid : nil
-                   },
-                   passwdHome: {
-                       guard let entry = getpwuid(geteuid()), let home = entry.pointee.pw_dir else { return nil }
-                       return String(cString: home)
-                   })
+                   owner: { path in (try? FileSystem.status(ofPath: path, followingLinks: true))??.ownerID },
+                   passwdHome: { CurrentProcess.passwordHomeDirectory })
         }
     }
 

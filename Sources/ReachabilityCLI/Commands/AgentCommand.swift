@@ -120,7 +120,7 @@ struct AgentCommand: Command {
             summaryChanged: { summary in notifier.notify("STATUS=\(summary)") },
             now: now))
 
-        emit(.agent, "started", [.init(key: "pid", value: .integer(Int(getpid()))),
+        emit(.agent, "started", [.init(key: "pid", value: .integer(Int(CurrentProcess.id))),
                        .init(key: "stateDirectory", value: .string(directory)),
                        .init(key: "maxConcurrent", value: .integer(initialSettings.maximumConcurrentDownloads)),
                        .init(key: "allowsExpensive", value: .bool(initialSettings.allowsExpensive))])

@@ -378,8 +378,8 @@ struct DownloadCommand: Command {
             for job in jobs {
                 do {
                     try Self.copyToStandardOutput(job.destination, context: context)
-                    unlink(job.destination.path)
-                    rmdir(job.destination.deletingLastPathComponent().path)
+                    try? FileSystem.remove(job.destination.path)
+                    FileSystem.removeDirectory(job.destination.deletingLastPathComponent().path)
                 } catch {
                     failures.append(JobFailure(job: job, message: "cannot write to stdout: \(TextFormat.reason(error)); the file is kept for the next run", exitCode: .ioError))
                 }
@@ -414,17 +414,12 @@ struct DownloadCommand: Command {
 
     /// Copies a finished file to stdout in 1 MiB reads.
     static func copyToStandardOutput(_ file: URL, context: CommandContext) throws {
-        let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        defer { close(descriptor) }
+        let descriptor = try FileDescriptor.openForReading(file.path, followingLinks: false)
+        defer { descriptor.close() }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         while true {
-            let count = read(descriptor, buffer.baseAddress, buffer.count)
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-            }
+            let count = try descriptor.read(into: buffer)
             if count == 0 { return }
             try context.writeStandardOutput(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
         }

@@ -2,10 +2,11 @@ import FoundationEssentials
 import LinuxReachability
 import ResumableDownloads
 import Synchronization
-#if canImport(Glibc)
-import Glibc
 import ReachabilityBase
 import ReachabilityAgent
+import LinuxSystem
+#if canImport(Glibc)
+import Glibc
 #endif
 
 /// Turns download events and progress into output: NDJSON on stdout (`--json`) or text lines on
@@ -200,9 +201,7 @@ final class DownloadReporter: Sendable {
     }
 
     static func terminalColumns() -> Int {
-        var size = winsize()
-        guard ioctl(2, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return 80 }
-        return Int(size.ws_col)
+        FileDescriptor.standardError.terminalColumns ?? 80
     }
 
     /// 1024-based units, one decimal: `12.0 MiB`.

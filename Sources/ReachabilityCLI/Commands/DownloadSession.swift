@@ -3,9 +3,9 @@ import LinuxReachability
 import LinuxSystem
 import ResumableDownloads
 import Synchronization
+import ReachabilityAgent
 #if canImport(Glibc)
 import Glibc
-import ReachabilityAgent
 #endif
 
 /// Where `download` keeps resume data.
@@ -142,8 +142,8 @@ final class DownloadSession: Sendable {
 
     /// Removes the lock file and the directory, which succeeds only when nothing else is in it.
     static func removeIfEmpty(_ directory: URL) {
-        unlink(directory.appendingPathComponent("lock").path)
-        rmdir(directory.path)
+        try? FileSystem.remove(directory.appendingPathComponent("lock").path)
+        FileSystem.removeDirectory(directory.path)
     }
 }
 

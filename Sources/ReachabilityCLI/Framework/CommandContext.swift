@@ -76,9 +76,9 @@ struct CommandContext: Sendable {
             canEnterNetworkNamespace: hasSystemAdministratorCapability,
             onSignals: { signals, handler in await InterruptSignals.installReportingNumber(for: signals, handler) },
             sleep: { try await Task.sleep(for: $0) },
-            effectiveUserID: geteuid(),
+            effectiveUserID: CurrentProcess.effectiveUserID,
             currentDirectory: FileManager.default.currentDirectoryPath,
-            isTerminal: { isatty($0) == 1 },
+            isTerminal: { FileDescriptor(rawValue: $0).isTerminal },
             writeStandardOutput: { bytes in try FileDescriptor.standardOutput.writeAll(bytes) }
         )
     }

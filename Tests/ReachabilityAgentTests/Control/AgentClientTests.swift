@@ -1,5 +1,5 @@
 import Foundation
-import Glibc
+import LinuxSystem
 import Synchronization
 import Testing
 @testable import ReachabilityAgent
@@ -102,9 +102,9 @@ struct AgentClientTests {
     /// An agent that accepts and never answers cannot hold a program for ever.
     @Test func aSilentAgentIsNoReplyWithinTheTimeout() async throws {
         let directory = try StateDirectory()
-        let listener = try UnixSocketSyscalls.makeSocket(SOCK_STREAM)
-        defer { UnixSocketSyscalls.close(listener) }
-        try UnixSocketSyscalls.bindAndListen(listener, path: AgentStateDirectory.socketPath(in: directory.path), mode: 0o600)
+        let listener = try FileDescriptor.unixSocket()
+        defer { listener.close() }
+        try listener.bindAndListen(unixPath: AgentStateDirectory.socketPath(in: directory.path), mode: 0o600)
         var client = AgentClient(stateDirectory: directory.path)
         client.timeout = .milliseconds(200)
         let started = ContinuousClock.now
