@@ -68,7 +68,6 @@ final class PartialFile: Sendable {
     let path: String
     /// The record's path, for messages.
     let recordPath: String
-    private let fd: Int32
     private let file: FileDescriptor
     /// The partial file as opened (to recognise it before removing or after renaming).
     private let fileStatus: FileStatus
@@ -106,7 +105,6 @@ final class PartialFile: Sendable {
             throw DownloadError.file(error)
         }
         file = opened.descriptor
-        fd = opened.descriptor.rawValue
         fileStatus = opened.status
         var record = record
         var blockJournal: BlockJournal?
@@ -338,7 +336,7 @@ final class PartialFile: Sendable {
         hashing.withLock { hasher in
             guard let current = hasher else { return }
             if current.hashedLength < offset {
-                do { try current.catchUp(fileDescriptor: fd, to: offset, path: path) } catch { hasher = nil; return }
+                do { try current.catchUp(file: file, to: offset, path: path) } catch { hasher = nil; return }
             }
             guard current.hashedLength == offset else { hasher = nil; return }   // completion reads back instead
             data.withUnsafeBytes { current.update($0) }
@@ -461,10 +459,10 @@ final class PartialFile: Sendable {
             if let expected = record.expectedSHA256.flatMap(SHA256.normalizedHexDigest) {
                 let actual = try hashing.withLock { hasher -> String in
                     if let hasher, hasher.hashedLength <= size {
-                        try hasher.catchUp(fileDescriptor: fd, to: size, path: path)
+                        try hasher.catchUp(file: file, to: size, path: path)
                         if hasher.hashedLength == size { return hasher.finalize() }
                     }
-                    return try SHA256.hex(fileDescriptor: fd, length: size, path: path)
+                    return try SHA256.hex(file: file, length: size, path: path)
                 }
                 if actual != expected {
                     throw DownloadError.checksumMismatch.with(description: "SHA-256 is \(actual), expected \(expected)")

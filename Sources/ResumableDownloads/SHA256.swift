@@ -76,9 +76,9 @@ package final class SHA256 {
     /// Hashes a file's bytes from `hashedLength` up to `length`, read with pread so the
     /// descriptor's offset is untouched (catch-up after a resume, or a gap in what was fed).
     /// Stops early at the end of the file; compare `hashedLength` with `length` afterwards.
-    package func catchUp(fileDescriptor fd: Int32, to length: Int64, path: String) throws {
+    package func catchUp(file: FileDescriptor, to length: Int64, path: String) throws {
         guard !isFinished else { throw DownloadError.fileSystem.with(description: "SHA-256 already finalised") }
-        try Self.readChunks(fileDescriptor: fd, from: hashedLength, to: length, path: path) { update($0) }
+        try Self.readChunks(file: file, from: hashedLength, to: length, path: path) { update($0) }
     }
 
     /// The lowercase hex digest of everything hashed; the digest cannot be fed afterwards.
@@ -128,9 +128,9 @@ package final class SHA256 {
 
     /// The lowercase hex digest of the first `length` bytes of an open file (pread: the
     /// descriptor's offset is untouched). A file shorter than `length` hashes what it has.
-    package static func hex(fileDescriptor fd: Int32, length: Int64, path: String) throws -> String {
+    package static func hex(file: FileDescriptor, length: Int64, path: String) throws -> String {
         let digest = SHA256()
-        try digest.catchUp(fileDescriptor: fd, to: length, path: path)
+        try digest.catchUp(file: file, to: length, path: path)
         return digest.finalize()
     }
 
@@ -141,7 +141,7 @@ package final class SHA256 {
         guard let file = try? FileDescriptor.openForReading(path, followingLinks: false) else { return nil }
         defer { file.close() }
         guard (try? file.status())?.kind == .regular else { return nil }
-        return try? hex(fileDescriptor: file.rawValue, length: .max, path: path)
+        return try? hex(file: file, length: .max, path: path)
     }
 
     // MARK: private
@@ -149,7 +149,7 @@ package final class SHA256 {
     private static let chunkSize = 1 << 20
 
     /// Calls `body` with successive chunks of the file in [start, end), stopping early at EOF.
-    private static func readChunks(fileDescriptor fd: Int32, from start: Int64, to end: Int64, path: String,
+    private static func readChunks(file: FileDescriptor, from start: Int64, to end: Int64, path: String,
                                    _ body: (UnsafeRawBufferPointer) -> Void) throws {
         guard start < end else { return }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
@@ -159,7 +159,7 @@ package final class SHA256 {
             let wanted = Int(min(Int64(chunkSize), end - offset))
             let count: Int
             do {
-                count = try FileDescriptor(rawValue: fd).read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: offset)
+                count = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<wanted]), at: offset)
             } catch {
                 throw DownloadError.fileSystem("read", path: path, errno: error.rawValue)
             }

@@ -1,4 +1,5 @@
 import Foundation
+import LinuxSystem
 import Testing
 @testable import ResumableDownloads
 
@@ -73,13 +74,13 @@ struct SHA256Tests {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         #expect(fd >= 0)
         defer { close(fd) }
-        #expect(try SHA256.hex(fileDescriptor: fd, length: Int64(bytes.count), path: path) == expected)
-        #expect(try SHA256.hex(fileDescriptor: fd, length: 3, path: path) == SHA256.hex(Array(bytes[0..<3])))
+        #expect(try SHA256.hex(file: FileDescriptor(rawValue: fd), length: Int64(bytes.count), path: path) == expected)
+        #expect(try SHA256.hex(file: FileDescriptor(rawValue: fd), length: 3, path: path) == SHA256.hex(Array(bytes[0..<3])))
 
         // Fed bytes, then the rest from the file.
         let hasher = SHA256()
         hasher.update(Array(bytes[0..<1000]))
-        try hasher.catchUp(fileDescriptor: fd, to: Int64(bytes.count) + 50, path: path)   // stops at EOF
+        try hasher.catchUp(file: FileDescriptor(rawValue: fd), to: Int64(bytes.count) + 50, path: path)   // stops at EOF
         #expect(hasher.hashedLength == Int64(bytes.count))
         #expect(hasher.finalize() == expected)
     }
