@@ -90,8 +90,10 @@ let package = Package(
         // The one home for file-system system calls: typed descriptors and errno, checked
         // directories, O_NOFOLLOW/O_EXCL opens (package-internal API).
         .target(name: "LinuxSystem", dependencies: ["CLinuxSystem"]),
-        // What every module needs and none owns: values parsed from text with their bounds
-        // (seconds, bytes, counts), Duration arithmetic that cannot trap, the token bucket.
+        // What every module needs and none owns: the logger, threads and signal handlers, time
+        // (timestamps, Duration arithmetic that cannot trap, the token bucket), and values
+        // parsed from text with their bounds (seconds, bytes, counts). LinuxReachability
+        // re-exports it, so `import LinuxReachability` still brings `Logger`.
         .target(name: "ReachabilityBase", dependencies: ["LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // MemberImportVisibility (SE-0444): a file sees only the extension members of modules it
