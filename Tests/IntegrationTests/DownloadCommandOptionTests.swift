@@ -50,7 +50,9 @@ struct DownloadCommandOptionTests {
         let server = try DownloadTestHTTPServer { request, _ in .honest(request, content: content, etag: "\"v20\"") }
         defer { server.stop() }
         let directory = try F.Directory()
-        for (index, limit) in ["1e16", "9e18", "9223372036854775807", "1e300", "inf", "3e9", "0"].enumerated() {
+        // (0 is parsed in ValueInputTests: here it would fail any run that waits a moment for
+        // its first path.)
+        for (index, limit) in ["1e16", "9e18", "9223372036854775807", "1e300", "inf", "3e9"].enumerated() {
             let run = try CLIProcess(["download", "--max-outage", limit, "--state-dir", directory.file("state").path,
                                       "-o", "out/\(index).bin", server.url().absoluteString], directory: directory.url)
             #expect(await run.waitForExit() == 0, "--max-outage \(limit): \(run.transcript)")
