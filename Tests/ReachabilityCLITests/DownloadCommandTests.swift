@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import ReachabilityCLI
 import ReachabilityAgent
+@testable import ResumableDownloads
 
 /// `reachability download`: argument validation, destinations, state directory, help and the
 /// event/progress text. Transfers themselves are tested in IntegrationTests (nginx, namespaces).
@@ -171,5 +172,47 @@ struct TextFormatTests {
         } catch {
             #expect(TextFormat.reason(error) == "No such file or directory")
         }
+    }
+}
+
+/// How a run ends, decided without downloads (`DownloadSettlement`).
+@Suite("download settlement")
+struct DownloadSettlementTests {
+    static let jobs = ["a", "b", "c"].map {
+        DownloadCommand.Job(url: URL(string: "http://192.0.2.9/\($0)")!, destination: URL(fileURLWithPath: "/d/\($0)"))
+    }
+
+    @Test func completedRunsAreComplete() {
+        let ends = Self.jobs.map { DownloadSettlement.End(job: $0, state: .completed, storedBytes: 10) }
+        let settlement = DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(settlement == DownloadSettlement(cancelled: [], failures: [], isUnfinished: false, isComplete: true))
+    }
+
+    @Test func failuresKeepWhatTheirVerdictKeepsAndComeInCommandLineOrder() {
+        let ends = [
+            DownloadSettlement.End(job: Self.jobs[2], state: .failed(.httpStatus(404)), storedBytes: 10),
+            DownloadSettlement.End(job: Self.jobs[1], state: .failed(.connectivityTimeout), storedBytes: 10),
+        ]
+        let opening = DownloadCommand.JobFailure(job: Self.jobs[0], message: "exists", exitCode: .cannotCreate)
+        let settlement = DownloadSettlement.decide(ends, openingFailures: [opening], interruption: 0, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(settlement.cancelled == [Self.jobs[2]], "a 404 keeps nothing; an outage keeps the resume data")
+        #expect(settlement.failures.map(\.job) == Self.jobs)
+        #expect(settlement.failures.map(\.exitCode) == [.cannotCreate, .temporaryFailure, .failure])
+        #expect(!settlement.isComplete && !settlement.isUnfinished)
+    }
+
+    @Test func anInterruptionLeavesRunningDownloadsPausedNotFailed() {
+        let ends = [DownloadSettlement.End(job: Self.jobs[0], state: .completed, storedBytes: 10),
+                    DownloadSettlement.End(job: Self.jobs[1], state: .paused, storedBytes: 10)]
+        let settlement = DownloadSettlement.decide(ends, openingFailures: [], interruption: SIGINT, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(settlement.failures.isEmpty && settlement.isUnfinished && !settlement.isComplete)
+        let uninterrupted = DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(uninterrupted.failures.map(\.message) == ["did not finish (paused)"])
+    }
+
+    @Test func filesAlreadyThereCountTowardsComplete() {
+        let ends = [DownloadSettlement.End(job: Self.jobs[0], state: .completed, storedBytes: 10)]
+        #expect(DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 2, jobs: Self.jobs).isComplete)
+        #expect(!DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 1, jobs: Self.jobs).isComplete)
     }
 }
