@@ -123,7 +123,7 @@ let package = Package(
                               : [.unsafeFlags(releaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
         .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "ReachabilityAgent", "LinuxReachability", "LinuxSystem",
                                                             "ReachabilityBase"]),
-        .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
+        .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession", "TestSupport"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
         .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
                           path: "Tests/URLSessionProbe"),
@@ -135,15 +135,16 @@ let package = Package(
         .executableTarget(name: "HalfTunesURLSession", dependencies: ["ResumableURLSession", "LinuxReachability"],
                           path: "Samples/HalfTunesURLSession"),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
-        .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
-        .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
-        .testTarget(name: "ReachabilityBaseTests", dependencies: ["ReachabilityBase"]),
-        // Shared by the test targets: an event log tests can wait on, a real metrics parser.
-        .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
-        .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
-        .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "DownloadTestSupport"]),
-        .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "DownloadTestSupport"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
+        .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability", "TestSupport"]),
+        .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem", "TestSupport"]),
+        .testTarget(name: "ReachabilityBaseTests", dependencies: ["ReachabilityBase", "TestSupport"]),
+        // The one support module of the test targets: built products, child processes, scratch
+        // directories, waiting with a deadline, an event log, a real metrics parser.
+        .target(name: "TestSupport", dependencies: ["ResumableDownloads"], path: "Tests/TestSupport"),
+        .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "TestSupport"]),
+        .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "TestSupport"]),
+        .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "TestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["TestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
                                                           "ResumableURLSession"]),
     ],
     swiftLanguageModes: [.v6]

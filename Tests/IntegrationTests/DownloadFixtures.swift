@@ -1,4 +1,4 @@
-import DownloadTestSupport
+import TestSupport
 import Foundation
 import LinuxReachability
 import Synchronization
@@ -11,15 +11,7 @@ enum DownloadFixtures {
     static var isRoot: Bool { geteuid() == 0 }
 
     /// A temporary directory removed on deinit.
-    final class Directory: Sendable {
-        let url: URL
-        init(_ label: String = "download") throws {
-            url = FileManager.default.temporaryDirectory.appendingPathComponent("\(label)-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-        }
-        func file(_ name: String) -> URL { url.appendingPathComponent(name) }
-        deinit { try? FileManager.default.removeItem(at: url) }
-    }
+    typealias Directory = ScratchDirectory
 
     /// Deterministic pseudo-random bytes (fast enough for tens of MiB).
     static func randomData(count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> Data {
@@ -113,7 +105,7 @@ enum DownloadFixtures {
     }
 
     /// Collects a download's events for deadline-based waits.
-    typealias EventLog = DownloadTestSupport.EventLog
+    typealias EventLog = TestSupport.EventLog
 
     /// Runs `finished()` with a deadline so a hung download fails the test instead of CI; with
     /// `log`, also waits until the log has recorded the outcome, so it can be inspected.
@@ -433,4 +425,9 @@ final class DownloadTestHTTPServer: Sendable {
 
 fileprivate extension Array where Element == UInt8 {
     func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
+}
+
+extension ScratchDirectory {
+    /// `name` inside the directory (a download's destination, its state directory).
+    func file(_ name: String) -> URL { url(name) }
 }

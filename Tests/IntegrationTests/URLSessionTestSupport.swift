@@ -4,6 +4,7 @@ import ResumableDownloads
 import Synchronization
 import Testing
 @testable import ResumableURLSession
+import TestSupport
 
 /// A delegate that records every call (with the time and the queue it ran on), moves finished
 /// files to `finishedFiles/`, and lets tests wait for a call with a deadline.

@@ -2,17 +2,14 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LinuxSystem
+import TestSupport
 
-/// A temporary directory (under /tmp: root-owned and sticky) removed when the test ends.
-final class Scratch: Sendable {
-    let path: String
-    init() throws {
-        path = FileManager.default.temporaryDirectory.appendingPathComponent("ls-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false,
-                                                attributes: [.posixPermissions: 0o700])
-    }
-    func at(_ name: String) -> String { path + "/" + name }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+/// A private scratch directory (under /tmp: root-owned and sticky).
+typealias Scratch = ScratchDirectory
+
+extension ScratchDirectory {
+    convenience init() throws { try self.init("ls", permissions: 0o700) }
+    func at(_ name: String) -> String { path(name) }
 }
 
 /// Another user's uid for ownership tests (nobody); only root can give files to it.

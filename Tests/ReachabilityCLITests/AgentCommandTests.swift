@@ -1,4 +1,4 @@
-import DownloadTestSupport
+import TestSupport
 import Foundation
 import LinuxReachability
 import Testing
@@ -11,17 +11,7 @@ import Testing
 /// a second process would.
 @Suite("agent command under the harness", .serialized)
 struct AgentCommandTests {
-    /// A temporary state directory (short: a socket path must fit in 108 bytes).
-    final class Directory: Sendable {
-        let path: String
-        init() throws {
-            path = "/tmp/ah-\(UUID().uuidString.prefix(8))"
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-            chmod(path, 0o755)
-        }
-        var state: String { path + "/state" }
-        deinit { try? FileManager.default.removeItem(atPath: path) }
-    }
+    typealias Directory = ScratchDirectory
 
     /// A running agent, its harness, and the task that returns its exit status.
     struct Running {
@@ -237,4 +227,10 @@ struct AgentShutdownBoundTests {
     @Test func saysSoWhenTheWorkEnds() async {
         #expect(await AgentCommand.finishes(within: .seconds(30)) {})
     }
+}
+
+extension ScratchDirectory {
+    convenience init() throws { try self.init("ah") }
+    /// The agent's state directory inside it.
+    var state: String { path("state") }
 }

@@ -3,6 +3,7 @@ import Testing
 @testable import ReachabilityCLI
 import ReachabilityAgent
 @testable import ResumableDownloads
+import TestSupport
 
 /// `reachability download`: argument validation, destinations, state directory, help and the
 /// event/progress text. Transfers themselves are tested in IntegrationTests (nginx, namespaces).
@@ -126,8 +127,8 @@ struct DownloadCommandTests {
     }
 
     @Test func stateDirectoryIsPrivateAndJobDirectoriesAreStable() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("dl-state-\(UUID().uuidString)/a/b")
-        defer { try? FileManager.default.removeItem(at: root.deletingLastPathComponent().deletingLastPathComponent()) }
+        let scratch = try ScratchDirectory("dl")
+        let root = scratch.url("a/b")
         try DownloadStateDirectory.create(root)
         let mode = try FileManager.default.attributesOfItem(atPath: root.path)[.posixPermissions] as? Int
         #expect(mode == 0o700)

@@ -1,4 +1,4 @@
-import DownloadTestSupport
+import TestSupport
 import Foundation
 import LinuxReachability
 import ResumableDownloads
@@ -231,16 +231,13 @@ struct MetricsTests {
 
     // MARK: the file
 
-    static func directory(mode: mode_t = 0o755) throws -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("metrics-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-        chmod(path, mode)
-        return path
+    static func directory(mode: mode_t = 0o755) throws -> ScratchDirectory {
+        try ScratchDirectory("mf", permissions: Int(mode))
     }
 
     @Test func writesAtomicallyWithMode0644AndLeavesNoTemporaryFile() throws {
-        let directory = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.directory()
+        let directory = directoryScratch.path
         let file = try MetricsFile(path: directory + "/r.prom", effectiveUserID: geteuid())
         #expect(file.warnings.isEmpty)
         let old = umask(0o077)
@@ -255,8 +252,8 @@ struct MetricsTests {
 
     /// A link at the file's name is replaced, never written through.
     @Test func aPlantedSymlinkIsReplacedNotFollowed() throws {
-        let directory = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.directory()
+        let directory = directoryScratch.path
         let victim = directory + "/victim"
         try "precious\n".write(toFile: victim, atomically: false, encoding: .utf8)
         symlink(victim, directory + "/r.prom")
@@ -270,12 +267,12 @@ struct MetricsTests {
 
     /// The directory is pinned at start: moving another one into its place later changes nothing.
     @Test func writesStayInTheDirectoryCheckedAtStart() throws {
-        let directory = try Self.directory()
-        let elsewhere = try Self.directory()
+        let directoryScratch = try Self.directory()
+        let directory = directoryScratch.path
+        let elsewhereScratch = try Self.directory()
+        let elsewhere = elsewhereScratch.path
         defer {
             try? FileManager.default.removeItem(atPath: directory + ".moved")
-            try? FileManager.default.removeItem(atPath: directory)
-            try? FileManager.default.removeItem(atPath: elsewhere)
         }
         let file = try MetricsFile(path: directory + "/r.prom", effectiveUserID: geteuid())
         try FileManager.default.moveItem(atPath: directory, toPath: directory + ".moved")
@@ -289,12 +286,10 @@ struct MetricsTests {
     /// write wherever that user points it).
     @Test(.enabled(if: geteuid() == 0, "lchown to another user needs root (CI runs as root)"))
     func aForeignSymlinkOnTheWayIsRefused() throws {
-        let directory = try Self.directory()
-        let target = try Self.directory()
-        defer {
-            try? FileManager.default.removeItem(atPath: directory)
-            try? FileManager.default.removeItem(atPath: target)
-        }
+        let directoryScratch = try Self.directory()
+        let directory = directoryScratch.path
+        let targetScratch = try Self.directory()
+        let target = targetScratch.path
         symlink(target, directory + "/link")
         lchown(directory + "/link", 12345, 12345)
         do {
@@ -311,8 +306,8 @@ struct MetricsTests {
         (mode_t(0o1777), "is writable by every user"),
     ])
     func refusesAWorldWritableDirectory(mode: mode_t, fragment: String) throws {
-        let directory = try Self.directory(mode: mode)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.directory(mode: mode)
+        let directory = directoryScratch.path
         do {
             _ = try MetricsFile(path: directory + "/r.prom", effectiveUserID: geteuid())
             Issue.record("accepted a directory with mode \(String(mode, radix: 8))")
@@ -324,8 +319,8 @@ struct MetricsTests {
     }
 
     @Test func refusesAnotherUsersDirectoryAndBadNames() throws {
-        let directory = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.directory()
+        let directory = directoryScratch.path
         // Owned by root (uid 0) or by the user running the test: as uid 12345 it is someone else's
         // only when root does not own it.
         if geteuid() != 0 {
@@ -360,8 +355,8 @@ struct MetricsTests {
     /// `watch --metrics-file` under the harness: the file holds the path before the first line is
     /// printed, and the last path (with the outage) when the watch ends.
     @Test func watchKeepsTheFile() async throws {
-        let directory = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.directory()
+        let directory = directoryScratch.path
         let source = ScriptedPathSource(current: Fixtures.satisfiedWifi, script: [Fixtures.noRoute], staysOpen: true)
         let harness = Harness(source: source, currentDirectory: directory)
         let task = Task { await harness.run(["watch", "--metrics-file", "r.prom"]) }
@@ -379,8 +374,8 @@ struct MetricsTests {
     }
 
     @Test func watchRefusesTmpBeforeWatching() async throws {
-        let directory = try Self.directory(mode: 0o1777)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.directory(mode: 0o1777)
+        let directory = directoryScratch.path
         let harness = Harness()
         #expect(await harness.run(["watch", "--metrics-file", directory + "/r.prom"]) == 73)
         #expect(harness.standardError.text.hasPrefix("Error: refusing --metrics-file \(directory)/r.prom: \(directory) is writable by every user (mode 1777)"))

@@ -3,15 +3,13 @@ import LinuxSystem
 import Synchronization
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// A temporary directory removed when the test ends.
-final class TemporaryDirectory: Sendable {
-    let url: URL
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("rd-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
+typealias TemporaryDirectory = ScratchDirectory
+
+extension ScratchDirectory {
+    convenience init() throws { try self.init("rd") }
     /// The checked state directory `state/` inside it.
     func state() throws -> CheckedDirectory {
         try CheckedDirectory.open(path("state"), policy: .privateState, creating: true)
@@ -26,7 +24,6 @@ final class TemporaryDirectory: Sendable {
     var hasRecord: Bool {
         ((try? FileManager.default.contentsOfDirectory(atPath: path("state"))) ?? []).contains { $0.hasSuffix(".json") }
     }
-    deinit { try? FileManager.default.removeItem(at: url) }
 }
 
 @Suite("Partial file")

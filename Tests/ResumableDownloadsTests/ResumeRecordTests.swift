@@ -1,6 +1,7 @@
 import Foundation
 import LinuxSystem
 import Testing
+import TestSupport
 @testable import ResumableDownloads
 
 @Suite("Resume record")
@@ -19,9 +20,11 @@ struct ResumeRecordTests {
         return record
     }
 
-    func state() throws -> (CheckedDirectory, URL) {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("rr-\(UUID().uuidString)")
-        return (try CheckedDirectory.open(url.path, policy: .privateState, creating: true), url)
+    /// A checked state directory in a scratch directory, which the caller keeps alive.
+    func state() throws -> (CheckedDirectory, URL, ScratchDirectory) {
+        let scratch = try ScratchDirectory("rr")
+        let url = scratch.url("state")
+        return (try CheckedDirectory.open(url.path, policy: .privateState, creating: true), url, scratch)
     }
 
     @Test func roundTripsThroughJSON() throws {
@@ -82,8 +85,8 @@ struct ResumeRecordTests {
     }
 
     @Test func atomicWriteReplacesAndLeavesNoTemporary() throws {
-        let (state, url) = try state()
-        defer { try? FileManager.default.removeItem(at: url) }
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
         var record = sample()
         try record.write(to: state)
         record.verifiedOffset = 900
@@ -93,8 +96,8 @@ struct ResumeRecordTests {
     }
 
     @Test func atomicWriteFailureKeepsTheOldRecord() throws {
-        let (state, url) = try state()
-        defer { try? FileManager.default.removeItem(at: url) }
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
         let record = sample()
         let name = ResumeRecord.fileName(for: record.id)
         try record.write(to: state)
@@ -107,8 +110,8 @@ struct ResumeRecordTests {
     }
 
     @Test func aPlantedLinkIsNeverReadAsARecord() throws {
-        let (state, url) = try state()
-        defer { try? FileManager.default.removeItem(at: url) }
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
         let record = sample()
         let name = ResumeRecord.fileName(for: record.id)
         let elsewhere = url.path + "-elsewhere.json"

@@ -2,6 +2,7 @@ import Foundation
 import LinuxSystem
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// The project's one SHA-256 (libcrypto): FIPS 180-4 vectors, incremental feeding, files.
 @Suite("SHA-256")
@@ -55,9 +56,8 @@ struct SHA256Tests {
     }
 
     @Test func filesAndCatchUp() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sha-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let scratch = try ScratchDirectory("sha")
+        let directory = scratch.url
         let path = directory.appendingPathComponent("f").path
         let bytes = (0..<(3 << 20) + 123).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         try Data(bytes).write(to: URL(fileURLWithPath: path))

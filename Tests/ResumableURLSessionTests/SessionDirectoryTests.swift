@@ -3,16 +3,13 @@ import Synchronization
 import Testing
 import ReachabilityAgent
 @testable import ResumableURLSession
+import TestSupport
 
 /// A temporary directory removed on deinit.
-final class TemporaryDirectory: Sendable {
-    let url: URL
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("urlsession-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
-    deinit { try? FileManager.default.removeItem(at: url) }
+typealias TemporaryDirectory = ScratchDirectory
+
+extension ScratchDirectory {
+    convenience init() throws { try self.init("us") }
 }
 
 @Suite("Session state directory")

@@ -62,27 +62,10 @@ public enum MetricsParser {
         guard FileManager.default.isExecutableFile(atPath: python) else {
             throw Failure(description: "\(python) is missing: run ./scripts/setup.sh (it installs python3 and python3-prometheus-client)")
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = ["-c", script, format.rawValue]
-        let input = Pipe(), output = Pipe(), error = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = error
-        try process.run()
-        let writer = Thread {
-            input.fileHandleForWriting.write(Data(text.utf8))
-            try? input.fileHandleForWriting.close()
-        }
-        writer.start()
-        let errorText = LockedData()
-        let reader = Thread { errorText.set(error.fileHandleForReading.readDataToEndOfFile()) }
-        reader.start()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        while !reader.isFinished || !writer.isFinished { usleep(1000) }
-        let message = String(decoding: errorText.get(), as: UTF8.self)
-        switch process.terminationStatus {
+        let result = try ChildProcess.run(python, ["-c", script, format.rawValue], environment: nil, input: Data(text.utf8))
+        let data = Data(result.standardOutput.utf8)
+        let message = result.standardError
+        switch result.status {
         case 0:
             return try JSONDecoder().decode([Family].self, from: data)
         case 3:

@@ -3,22 +3,13 @@ import LinuxSystem
 import Synchronization
 import Testing
 @testable import ReachabilityAgent
+import TestSupport
 
 /// The typed client against a real control server on a Unix socket (the handler answers from
 /// a script, so no download agent runs): every request kind, the agent's refusals, and the
 /// failures a program must be able to tell apart.
 @Suite("agent client")
 struct AgentClientTests {
-    /// A short state directory (a socket path must fit in 108 bytes), removed at the end.
-    final class StateDirectory: Sendable {
-        let path: String
-        init() throws {
-            path = "/tmp/rac-\(UUID().uuidString.prefix(8))"
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false,
-                                                    attributes: [.posixPermissions: 0o700])
-        }
-        deinit { try? FileManager.default.removeItem(atPath: path) }
-    }
 
     static let sample = AgentDownload(id: "0f0e0d0c-0000-4000-8000-000000000001", url: "http://192.0.2.9/a.iso",
                                       destination: "/srv/files/a.iso", state: .queued, bytesReceived: 0, totalBytes: nil,
@@ -30,7 +21,7 @@ struct AgentClientTests {
     }
 
     /// A server answering like an agent whose one download is `sample`.
-    static func server(in directory: StateDirectory, seen: Seen = Seen()) throws -> ControlServer {
+    static func server(in directory: ScratchDirectory, seen: Seen = Seen()) throws -> ControlServer {
         try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id in
             seen.commands.withLock { $0.append(command) }
             switch command {
@@ -58,7 +49,7 @@ struct AgentClientTests {
     }
 
     @Test func everyRequestKindRoundTrips() async throws {
-        let directory = try StateDirectory()
+        let directory = try ScratchDirectory("ac", permissions: 0o700)
         let seen = Seen()
         let server = try Self.server(in: directory, seen: seen)
         defer { server.stop() }
@@ -76,7 +67,7 @@ struct AgentClientTests {
     }
 
     @Test func refusalsCarryTheAgentsReason() async throws {
-        let directory = try StateDirectory()
+        let directory = try ScratchDirectory("ac", permissions: 0o700)
         let server = try Self.server(in: directory)
         defer { server.stop() }
         let error = await #expect(throws: AgentClientError.rejected) {
@@ -92,7 +83,7 @@ struct AgentClientTests {
     }
 
     @Test func noAgentIsNotRunning() async throws {
-        let directory = try StateDirectory()
+        let directory = try ScratchDirectory("ac", permissions: 0o700)
         let error = await #expect(throws: AgentClientError.notRunning) {
             try await AgentClient(stateDirectory: directory.path).downloads()
         }
@@ -101,7 +92,7 @@ struct AgentClientTests {
 
     /// An agent that accepts and never answers cannot hold a program for ever.
     @Test func aSilentAgentIsNoReplyWithinTheTimeout() async throws {
-        let directory = try StateDirectory()
+        let directory = try ScratchDirectory("ac", permissions: 0o700)
         let listener = try FileDescriptor.unixSocket()
         defer { listener.close() }
         try listener.bindAndListen(unixPath: AgentStateDirectory.socketPath(in: directory.path), mode: 0o600)

@@ -5,6 +5,7 @@ import Synchronization
 import Testing
 @testable import ReachabilityAgent
 import ReachabilityAgent
+import TestSupport
 
 /// The control protocol without sockets: decoding/validation, the connection state machine and
 /// the request handler (AgentService) against a download agent that never gets a usable path.
@@ -180,8 +181,8 @@ struct ControlProtocolTests {
     }
 
     @Test func handlerAddsListsPausesResumesAndCancels() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("agent-unit-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let scratch = try ScratchDirectory("au")
+        let directory = scratch.url
         let events = EventSink()
         let service = try Self.offlineService(directory, events: events)
         #expect(await service.start() == 0)
@@ -217,8 +218,8 @@ struct ControlProtocolTests {
     }
 
     @Test func userPausesSurviveARestart() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("agent-unit-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: directory) }
+        let scratch = try ScratchDirectory("au")
+        let directory = scratch.url
         let first = try Self.offlineService(directory, events: EventSink())
         await first.start()
         let a = try #require(await first.handle(.add(url: URL(string: "http://192.0.2.9/a")!, output: nil, sha256: nil), id: nil).download)

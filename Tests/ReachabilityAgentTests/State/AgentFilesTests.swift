@@ -1,21 +1,20 @@
 import Foundation
 import LinuxSystem
 import Testing
+import TestSupport
 @testable import ReachabilityAgent
 import ReachabilityAgent
 
 /// The agent's files without a running agent: state directory mode, the lock, log rotation.
 @Suite("Agent files")
 struct AgentFilesTests {
-    static func scratch() throws -> String {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("agent-files-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        return path
+    static func scratch() throws -> ScratchDirectory {
+        try ScratchDirectory("af")
     }
 
     @Test func stateDirectoryIsPrivateAndTightened() throws {
-        let base = try Self.scratch()
-        defer { try? FileManager.default.removeItem(atPath: base) }
+        let baseScratch = try Self.scratch()
+        let base = baseScratch.path
         let directory = base + "/a/b/state"
         try AgentStateDirectory.prepare(directory)
         var info = stat()
@@ -28,8 +27,8 @@ struct AgentFilesTests {
     }
 
     @Test func secondLockIsRefusedWithTheHoldersPid() throws {
-        let directory = try Self.scratch()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.scratch()
+        let directory = directoryScratch.path
         let checked = try AgentStateDirectory.prepare(directory)
         let held = try AgentStateDirectory.lock(checked)
         // flock(2) conflicts between open file descriptions, even within one process.
@@ -42,8 +41,8 @@ struct AgentFilesTests {
     }
 
     @Test func logRotatesAndKeepsThreeFiles() throws {
-        let directory = try Self.scratch()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.scratch()
+        let directory = directoryScratch.path
         let log = try RotatingLogFile(directory: try CheckedDirectory.open(directory, policy: .privateState),
                                       maximumSize: 1024, keep: 3)
         let line = String(repeating: "x", count: 299)   // 300 bytes with the newline: 3 per file
@@ -62,8 +61,8 @@ struct AgentFilesTests {
     }
 
     @Test func aPlantedLogLinkIsNeverFollowed() throws {
-        let directory = try Self.scratch()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.scratch()
+        let directory = directoryScratch.path
         let victim = directory + "-victim"
         FileManager.default.createFile(atPath: victim, contents: Data("keep".utf8))
         defer { unlink(victim) }
@@ -74,8 +73,8 @@ struct AgentFilesTests {
     }
 
     @Test func aPlantedLockLinkIsNeverFollowed() throws {
-        let directory = try Self.scratch()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let directoryScratch = try Self.scratch()
+        let directory = directoryScratch.path
         let victim = directory + "-victim"
         FileManager.default.createFile(atPath: victim, contents: Data("keep".utf8))
         defer { unlink(victim) }
