@@ -93,4 +93,93 @@ static inline int clinux_terminal_columns(int descriptor) {
     return size.ws_col;
 }
 
+/* posix_spawn(3) of a program the caller does not wait on through Foundation: the download
+ * agent started on demand by a background session, and the programs the agent launches for
+ * background events. In the child: a new session (POSIX_SPAWN_SETSID, _GNU_SOURCE in glibc)
+ * when asked, so a terminal hang-up or the parent's process group signal does not reach it;
+ * every descriptor above 2 closed (posix_spawn_file_actions_addclosefrom_np, glibc 2.34, also
+ * _GNU_SOURCE), so it cannot hold the parent's pipes, sockets or locks open for its whole life;
+ * stdin, stdout and stderr from the given descriptors (-1: /dev/null); an empty signal mask and
+ * default dispositions, because Swift threads block signals and the mask is inherited.
+ * `search_path` looks `path` up in the PATH of `envp` (posix_spawnp reads the caller's
+ * environment instead, so the lookup is done here against the child's own PATH). Returns 0 and
+ * sets *pid, or the error number. */
+#include <spawn.h>
+#include <signal.h>
+#include <string.h>
+#include <stdlib.h>
+#include <limits.h>
+extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *, int);
+#ifndef POSIX_SPAWN_SETSID
+#define POSIX_SPAWN_SETSID 0x80
+#endif
+static inline int clinux_spawn_at(const char *file, char *const argv[], char *const envp[], int new_session,
+                                  int in, int out, int err, pid_t *pid) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int result = posix_spawn_file_actions_init(&actions);
+    if (result != 0) return result;
+    result = posix_spawnattr_init(&attributes);
+    if (result != 0) { posix_spawn_file_actions_destroy(&actions); return result; }
+    int descriptors[3] = { in, out, err };
+    for (int target = 0; target < 3 && result == 0; target++) {
+        if (descriptors[target] >= 0) {
+            result = posix_spawn_file_actions_adddup2(&actions, descriptors[target], target);
+        } else {
+            result = posix_spawn_file_actions_addopen(&actions, target, "/dev/null", target == 0 ? O_RDONLY : O_WRONLY, 0);
+        }
+    }
+    if (result == 0) result = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | (new_session ? POSIX_SPAWN_SETSID : 0);
+    if (result == 0) result = posix_spawnattr_setsigmask(&attributes, &none);
+    if (result == 0) result = posix_spawnattr_setsigdefault(&attributes, &all);
+    if (result == 0) result = posix_spawnattr_setflags(&attributes, flags);
+    if (result == 0) result = posix_spawn(pid, file, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return result;
+}
+
+static inline int clinux_spawn(const char *path, char *const argv[], char *const envp[], int search_path,
+                               int new_session, int in, int out, int err, pid_t *pid) {
+    if (!search_path || strchr(path, '/') != NULL) {
+        return clinux_spawn_at(path, argv, envp, new_session, in, out, err, pid);
+    }
+    const char *search = NULL;
+    for (char *const *entry = envp; *entry != NULL; entry++) {
+        if (strncmp(*entry, "PATH=", 5) == 0) { search = *entry + 5; break; }
+    }
+    if (search == NULL) search = "/usr/local/bin:/usr/bin:/bin";
+    int last = ENOENT;
+    while (*search != '\0') {
+        const char *end = strchr(search, ':');
+        size_t length = end ? (size_t)(end - search) : strlen(search);
+        char candidate[PATH_MAX];
+        if (length > 0 && length + 1 + strlen(path) < sizeof candidate) {
+            memcpy(candidate, search, length);
+            candidate[length] = '/';
+            strcpy(candidate + length + 1, path);
+            if (access(candidate, X_OK) == 0) {
+                return clinux_spawn_at(candidate, argv, envp, new_session, in, out, err, pid);
+            }
+            if (errno == EACCES) last = EACCES;
+        }
+        if (end == NULL) break;
+        search = end + 1;
+    }
+    return last;
+}
+
+/* Free bytes for an unprivileged writer on the file system of `descriptor` (fstatvfs(3):
+ * f_bavail * f_frsize), or -1 with errno. */
+#include <sys/statvfs.h>
+static inline long long clinux_available_bytes(int descriptor) {
+    struct statvfs info;
+    if (fstatvfs(descriptor, &info) != 0) return -1;
+    return (long long)info.f_bavail * (long long)info.f_frsize;
+}
+
 #endif

@@ -139,6 +139,20 @@ extension CheckedDirectory {
         }
     }
 
+    /// Makes `to` a second hard link to the file `from` in this directory (linkat(2), never
+    /// following a symbolic link `from`); an existing `to` is an `isAlreadyExisting` error.
+    package func link(_ from: String, to: String) throws(FileTrustError) {
+        try Self.checkName(from, in: path)
+        try Self.checkName(to, in: path)
+        do { try Syscall.linkat(descriptor.rawValue, from, descriptor.rawValue, to) }
+        catch { throw .system(child(to), "link \(from) to", error) }
+    }
+
+    /// Bytes an unprivileged writer may still use on this directory's file system (statvfs).
+    package func availableBytes() throws(FileTrustError) -> Int64 {
+        do { return try Syscall.availableBytes(descriptor.rawValue) } catch { throw .system(path, "statvfs", error) }
+    }
+
     /// Makes renames and removals in this directory durable.
     package func sync() throws(FileTrustError) {
         do { try descriptor.sync() } catch { throw .system(path, "fsync", error) }

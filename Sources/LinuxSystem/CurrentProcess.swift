@@ -58,6 +58,60 @@ package enum CurrentProcess {
 
     /// Blocks the calling thread, which must be one of ours (never a task's: `Task.sleep` there).
     package static func sleep(milliseconds: Int) { Syscall.sleep(microseconds: UInt32(clamping: milliseconds * 1000)) }
+
+    /// Starts `program` as a child and returns its pid without waiting for it. The child gets
+    /// exactly `environment`, a new session when `newSession` (a terminal hang-up or a signal to
+    /// the caller's process group does not reach it), the given standard descriptors (nil:
+    /// /dev/null), no other descriptor of this process, an empty signal mask and default signal
+    /// actions. With `searchingPath`, a `program` without a slash is looked up in
+    /// `environment["PATH"]`. The caller must reap it (`waitForExit(of:)`), or it stays a zombie
+    /// until this process ends.
+    package static func spawn(_ program: String, arguments: [String], environment: [String: String],
+                              searchingPath: Bool = true, newSession: Bool = true,
+                              standardInput: FileDescriptor? = nil, standardOutput: FileDescriptor? = nil,
+                              standardError: FileDescriptor? = nil) throws(Errno) -> Int32 {
+        try Syscall.spawn(program, arguments, environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" },
+                          searchingPath: searchingPath, newSession: newSession,
+                          input: standardInput?.rawValue ?? -1, output: standardOutput?.rawValue ?? -1,
+                          error: standardError?.rawValue ?? -1)
+    }
+
+    /// Blocks the calling thread (one of ours, never a task's) until child `process` ends, and
+    /// reaps it; nil when it is not our child (already reaped).
+    package static func waitForExit(of process: Int32) -> ExitStatus? {
+        guard let status = try? Syscall.wait(for: process, blocking: true) else { return nil }
+        return ExitStatus(rawStatus: status)
+    }
+
+    /// The child's exit status if it has ended (reaping it), nil while it runs or when it is not ours.
+    package static func exitStatusIfEnded(of process: Int32) -> ExitStatus? {
+        guard let status = try? Syscall.wait(for: process, blocking: false) else { return nil }
+        return ExitStatus(rawStatus: status)
+    }
+
+    /// How a child ended.
+    package enum ExitStatus: Sendable, Hashable, CustomStringConvertible {
+        /// exit(2) with this status.
+        case exited(Int32)
+        /// Killed by this signal.
+        case signalled(Int32)
+
+        /// From waitpid's status word (WIFEXITED and friends are macros Swift cannot import).
+        init(rawStatus: Int32) {
+            self = rawStatus & 0x7f == 0 ? .exited((rawStatus >> 8) & 0xff) : .signalled(rawStatus & 0x7f)
+        }
+
+        /// Exited with status 0.
+        package var isSuccess: Bool { self == .exited(0) }
+
+        /// `exited with status 1`, `killed by signal 9`.
+        package var description: String {
+            switch self {
+            case .exited(let status): "exited with status \(status)"
+            case .signalled(let signal): "killed by signal \(signal)"
+            }
+        }
+    }
 }
 
 /// What a new thread runs, retained across pthread_create (its C entry point takes one pointer).

@@ -70,4 +70,29 @@ extension Syscall {
     static func kill(_ process: Int32, _ signal: Int32) throws(Errno) {
         try valueOrErrno { Glibc.kill(process, signal) }
     }
+    /// posix_spawn(3) through `clinux_spawn` (new session, descriptors above 2 closed, clean
+    /// signal state; see the shim). Returns the child's pid.
+    static func spawn(_ program: String, _ arguments: [String], _ environment: [String], searchingPath: Bool,
+                      newSession: Bool, input: Int32, output: Int32, error: Int32) throws(Errno) -> Int32 {
+        func cStrings(_ strings: [String]) -> [UnsafeMutablePointer<CChar>?] { strings.map { strdup($0) } + [nil] }
+        let argv = cStrings(arguments), envp = cStrings(environment)
+        defer { for pointer in argv + envp { free(pointer) } }
+        var pid: pid_t = 0
+        let result = clinux_spawn(program, argv, envp, searchingPath ? 1 : 0, newSession ? 1 : 0, input, output, error, &pid)
+        if result != 0 { throw Errno(result) }
+        return pid
+    }
+
+    /// waitpid(2) for one child: blocks until it ends (EINTR retried), or with `blocking` false
+    /// returns nil while it runs. The raw status word.
+    static func wait(for process: Int32, blocking: Bool) throws(Errno) -> Int32? {
+        var status: Int32 = 0
+        let result = try valueOrErrno { waitpid(process, &status, blocking ? 0 : WNOHANG) }
+        return result == 0 ? nil : status
+    }
+
+    /// Bytes an unprivileged writer may still use on the file system of `descriptor`.
+    static func availableBytes(_ descriptor: Int32) throws(Errno) -> Int64 {
+        Int64(try valueOrErrno { clinux_available_bytes(descriptor) })
+    }
 }
