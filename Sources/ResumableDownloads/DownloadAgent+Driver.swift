@@ -205,6 +205,12 @@ extension DownloadAgent {
         let record = file.record
         let offset = file.writtenEnd
         var settings = self.settings
+        let options = driver.download.options
+        settings.additionalHeaders += options.requestHeaders
+        if let timeout = options.requestTimeout {
+            settings.connectTimeout = min(settings.connectTimeout, timeout)
+            settings.stallTimeout = min(settings.stallTimeout, timeout)
+        }
         if let timeout = plan.connectTimeout ?? (plan.isRecovery ? probes.connectTimeout(for: driver.host) : nil) {
             settings.connectTimeout = min(settings.connectTimeout, timeout)
         }
@@ -270,7 +276,7 @@ extension DownloadAgent {
                 // resume() arrived while the pause was being carried out.
                 entries[id]?.intent = .run
                 driver.download.update(state: .queued)
-                scheduler.enqueue(id)
+                scheduler.enqueue(id, priority: driver.download.options.priority)
             } else {
                 driver.download.update(state: .paused, event: .paused)
             }

@@ -273,6 +273,11 @@ public actor DownloadAgent {
         if entries.values.contains(where: { $0.download.destination == destination && !$0.download.state.isFinal }) {
             throw DownloadError.invalidRequest.with(description: "already downloading to \(destination.path)")
         }
+        for line in options.requestHeaders {
+            if let problem = HeaderValidation.problem(with: line) {
+                throw DownloadError.invalidRequest.with(description: "request header \(line.prefix(while: { $0 != ":" })): \(problem)")
+            }
+        }
         var digest: String?
         if let expected = options.expectedSHA256 {
             guard let normalized = SHA256.normalizedHexDigest(expected) else {
@@ -299,7 +304,7 @@ public actor DownloadAgent {
         prepare(download)
         entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
         creationOrder.append(id)
-        scheduler.enqueue(id)
+        scheduler.enqueue(id, priority: options.priority)
         configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": url.absoluteString])
         schedule()
         return download
@@ -310,10 +315,36 @@ public actor DownloadAgent {
     /// to `NAME.bad` with one warning, and never acted on.
     @discardableResult
     public func restoreDownloads() -> [Download] {
+        restoreDownloads(where: { _ in true })
+    }
+
+    /// `restoreDownloads()` for the records `isIncluded` accepts (package-level: the agent keeps
+    /// background sessions' downloads for their own restore, which brings their options back).
+    @discardableResult
+    package func restoreDownloads(where isIncluded: (UUID) -> Bool) -> [Download] {
         activate()
-        let restored = loadRecords().compactMap(restore)
+        let restored = loadRecords().filter { isIncluded($0.id) }.compactMap { restore($0) }
         schedule()
         return restored
+    }
+
+    /// Restores download `id` from its record with `options` (its SHA-256, expected length and
+    /// replace rule stay the record's), if the state directory holds one and the agent does
+    /// not already; nil otherwise.
+    package func restoreDownload(id: UUID, options: DownloadOptions) -> Download? {
+        activate()
+        guard entries[id] == nil, let state = try? stateDirectory(),
+              let record = try? ResumeRecord.read(ResumeRecord.fileName(for: id), in: state) else { return nil }
+        var merged = options
+        merged.expectedSHA256 = record.expectedSHA256
+        merged.expectedLength = record.expectedLength
+        merged.replacesExistingFile = record.replacesExistingFile ?? false
+        var updated = record
+        updated.allowsExpensive = options.allowsExpensive
+        if updated != record { try? updated.write(to: state) }
+        let download = restore(updated, options: merged)
+        schedule()
+        return download
     }
 
     /// Restores only the download from `url` to `destination`, if the state directory holds its
@@ -353,17 +384,17 @@ public actor DownloadAgent {
         return records
     }
 
-    private func restore(_ record: ResumeRecord) -> Download? {
+    private func restore(_ record: ResumeRecord, options given: DownloadOptions? = nil) -> Download? {
         guard entries[record.id] == nil else { return nil }
-        let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
-                                      allowsExpensive: record.allowsExpensive,
-                                      replacesExistingFile: record.replacesExistingFile ?? false)
+        let options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
+                                               allowsExpensive: record.allowsExpensive,
+                                               replacesExistingFile: record.replacesExistingFile ?? false)
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
                                 progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
         entries[record.id] = Entry(download: download, record: record, host: gateHost(for: record.url))
         creationOrder.append(record.id)
-        scheduler.enqueue(record.id)
+        scheduler.enqueue(record.id, priority: options.priority)
         configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
                                                                   "offset": "\(record.verifiedOffset)"])
         return download
@@ -424,7 +455,7 @@ public actor DownloadAgent {
         entries[download.id] = entry
         if entry.driver == nil {
             download.update(state: .queued)
-            scheduler.enqueue(download.id)
+            scheduler.enqueue(download.id, priority: download.options.priority)
             schedule()
         }
     }

@@ -14,14 +14,28 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// completes. By default it never does: the download fails with `destinationExists` and
     /// keeps the verified bytes in `NAME.part`.
     public var replacesExistingFile: Bool = false
+    /// Where the download waits for a transfer slot: 0...1, higher first, equal ones in the order
+    /// they were queued (URLSessionTask.priority's range; 0.5 by default).
+    public var priority: Float = 0.5
+    /// Request headers (`Name: value`) of this download only, sent after the agent's
+    /// `additionalHeaders`; checked like them (`HeaderValidation`). Kept in memory, never in the
+    /// resume record: a restored download gets them again from whoever restores it.
+    public var requestHeaders: [String] = []
+    /// This download's own limit for connecting and for going without data (a URLRequest's
+    /// `timeoutInterval`), when shorter than the agent's.
+    public var requestTimeout: Duration?
 
     /// Creates options.
     public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,
-                replacesExistingFile: Bool = false) {
+                replacesExistingFile: Bool = false, priority: Float = 0.5, requestHeaders: [String] = [],
+                requestTimeout: Duration? = nil) {
         self.expectedSHA256 = expectedSHA256
         self.expectedLength = expectedLength
         self.allowsExpensive = allowsExpensive
         self.replacesExistingFile = replacesExistingFile
+        self.priority = priority.isNaN ? 0.5 : min(1, max(0, priority))
+        self.requestHeaders = requestHeaders
+        self.requestTimeout = requestTimeout
     }
 }
 

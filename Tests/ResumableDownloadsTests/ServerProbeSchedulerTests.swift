@@ -199,6 +199,26 @@ struct RecoveryPartsTests {
         #expect(DownloadScheduler(limit: 0).limit == 1)
     }
 
+    /// URLSessionTask.priority: higher first, first come among equals; a download given back
+    /// its place (requeued) goes behind its peers of the same priority.
+    @Test func schedulerServesHigherPriorityFirst() {
+        let ids = (0..<5).map { _ in UUID() }
+        var scheduler = DownloadScheduler(limit: 1)
+        scheduler.enqueue(ids[0])                    // 0.5
+        scheduler.enqueue(ids[1], priority: 0.25)
+        scheduler.enqueue(ids[2], priority: 1)
+        scheduler.enqueue(ids[3])                    // 0.5, behind ids[0]
+        scheduler.enqueue(ids[4], priority: 1)       // behind ids[2]
+        #expect(scheduler.queue == [ids[2], ids[4], ids[0], ids[3], ids[1]])
+        #expect(scheduler.admit { _ in true } == [ids[2]])
+        scheduler.release(ids[2])
+        scheduler.enqueue(ids[2], priority: 1)
+        #expect(scheduler.queue == [ids[4], ids[2], ids[0], ids[3], ids[1]])
+        scheduler.dequeue(ids[4])
+        scheduler.enqueue(ids[4])                    // back at the default priority
+        #expect(scheduler.queue == [ids[2], ids[0], ids[3], ids[4], ids[1]])
+    }
+
     static func path(_ name: String, _ index: Int32, _ type: InterfaceType, _ address: String,
                      satisfied: Bool = true) -> NetworkPath {
         let interface = NetworkInterface(name: name, index: index, type: type, classificationReason: "scripted", isUp: true,
