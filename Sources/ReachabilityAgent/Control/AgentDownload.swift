@@ -43,10 +43,21 @@ public struct AgentDownload: Codable, Sendable, Hashable {
     public var bytesPerSecond: Int64
     /// Why it failed, for failed downloads.
     public var error: String?
+    /// The background session whose tasks it carries (`ResumableURLSession`'s identifier); nil
+    /// for downloads queued with `queue add`.
+    public var session: String?
+    /// The session's task identifiers riding on it (several when duplicate requests were joined).
+    public var taskIdentifiers: [Int]?
+    /// Why it does not transfer yet (a background task not before a date, or waiting for disk space).
+    public var waitingReason: String?
 
     /// A download report (the agent makes these; tests and other agents may too).
     public init(id: String, url: String, destination: String, state: State, bytesReceived: Int64, totalBytes: Int64?,
-                bytesPerSecond: Int64, error: String? = nil) {
+                bytesPerSecond: Int64, error: String? = nil, session: String? = nil, taskIdentifiers: [Int]? = nil,
+                waitingReason: String? = nil) {
+        self.session = session
+        self.taskIdentifiers = taskIdentifiers
+        self.waitingReason = waitingReason
         self.id = id
         self.url = url
         self.destination = destination

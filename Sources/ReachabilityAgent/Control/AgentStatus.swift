@@ -22,6 +22,8 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     public var counts: [String: Int]
     /// The sd_notify STATUS text, e.g. `3 downloading, 1 waiting for network`.
     public var summary: String
+    /// Background sessions (of the asking user; root sees every user's); nil from older agents.
+    public var backgroundSessions: [BackgroundSessionStatus]?
 
     /// A status report (the agent makes these).
     public init(pid: Int32, stateDirectory: String, startedAt: String, maximumConcurrentDownloads: Int, allowsExpensive: Bool,
@@ -38,5 +40,45 @@ public struct AgentStatus: Codable, Sendable, Hashable {
         self.isExpensive = isExpensive
         self.counts = counts
         self.summary = summary
+    }
+}
+
+/// A background session as `agent status` shows it: who it is, whether a process holds it, what
+/// waits, and whether its launcher is failing.
+public struct BackgroundSessionStatus: Codable, Sendable, Hashable {
+    /// The session's identifier.
+    public var identifier: String
+    /// The user it belongs to.
+    public var uid: UInt32
+    /// The attached process, if any.
+    public var attachedPID: Int32?
+    /// Tasks that have not completed.
+    public var tasks: Int
+    /// Events waiting for the session's program.
+    public var pendingEvents: Int
+    /// `unit NAME` or `command ARGV0`, when the session sends launch events.
+    public var launcher: String?
+    /// Launches made by this agent.
+    public var launches: Int
+    /// Launches that failed in a row (0: fine).
+    public var consecutiveLaunchFailures: Int
+    /// Why the last launch failed.
+    public var lastLaunchFailure: String?
+    /// When the next launch is due (ISO 8601), while waiting to launch.
+    public var nextLaunch: String?
+
+    /// A session report (the agent makes these).
+    public init(identifier: String, uid: UInt32, attachedPID: Int32?, tasks: Int, pendingEvents: Int, launcher: String?,
+                launches: Int, consecutiveLaunchFailures: Int, lastLaunchFailure: String?, nextLaunch: String?) {
+        self.identifier = identifier
+        self.uid = uid
+        self.attachedPID = attachedPID
+        self.tasks = tasks
+        self.pendingEvents = pendingEvents
+        self.launcher = launcher
+        self.launches = launches
+        self.consecutiveLaunchFailures = consecutiveLaunchFailures
+        self.lastLaunchFailure = lastLaunchFailure
+        self.nextLaunch = nextLaunch
     }
 }

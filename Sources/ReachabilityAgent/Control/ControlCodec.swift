@@ -55,6 +55,8 @@ package enum ControlCodec {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("'format' must be \(names)")))
             }
             return .success((id, .metrics(format)))
+        case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
+            return decodeBackground(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .pause, .resume, .cancel:
             guard let download = request.download, !download.isEmpty else {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("\(request.command.rawValue) needs a 'download' ID")))
@@ -65,6 +67,42 @@ package enum ControlCodec {
             default: .cancel(download)
             }
             return .success((id, command))
+        }
+    }
+
+    /// A background session's command, its fields present and well formed (their content is
+    /// checked by the registry, which knows the session).
+    private static func decodeBackground(_ request: ControlRequest) -> Result<ControlCommand, ControlError> {
+        guard let session = request.session else {
+            return .failure(.invalidArgument("\(request.command.rawValue) needs a 'session' identifier"))
+        }
+        if let problem = BackgroundSessionKey.problem(with: session) { return .failure(.invalidArgument(problem)) }
+        func missing(_ field: String) -> Result<ControlCommand, ControlError> {
+            .failure(.invalidArgument("\(request.command.rawValue) needs '\(field)'"))
+        }
+        switch request.command {
+        case .attach:
+            guard let settings = request.settings else { return missing("settings") }
+            return .success(.attach(session: session, settings: settings))
+        case .createTask:
+            guard let task = request.task else { return missing("task") }
+            return .success(.createTask(session: session, task))
+        case .updateTask:
+            guard let identifier = request.taskIdentifier else { return missing("taskIdentifier") }
+            guard let changes = request.changes else { return missing("changes") }
+            return .success(.updateTask(session: session, taskIdentifier: identifier, changes))
+        case .taskAction:
+            guard let identifier = request.taskIdentifier else { return missing("taskIdentifier") }
+            guard let name = request.action, let action = BackgroundTaskAction(rawValue: name) else {
+                let names = BackgroundTaskAction.allCases.map(\.rawValue).joined(separator: ", ")
+                return .failure(.invalidArgument("taskAction needs an 'action' (\(names))"))
+            }
+            return .success(.taskAction(session: session, taskIdentifier: identifier, action))
+        case .acknowledge:
+            guard let sequence = request.sequence else { return missing("sequence") }
+            return .success(.acknowledge(session: session, sequence: sequence))
+        default:
+            return .success(.invalidate(session: session))
         }
     }
 

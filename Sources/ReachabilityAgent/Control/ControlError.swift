@@ -18,6 +18,9 @@ public enum ControlErrorCode: String, Codable, Sendable, CaseIterable {
     case ambiguous
     /// The caller may not control this agent (only its own user and root may).
     case permissionDenied
+    /// The background session is attached by another process, or the download is being resumed
+    /// by another task.
+    case sessionInUse
     /// The agent could not do it (the message says why).
     case failed
 
@@ -53,6 +56,7 @@ package struct ControlError: Error, Codable, Sendable, Equatable, CustomStringCo
         ControlError(code: .permissionDenied, message: "uid \(uid) may not control this agent (only its own user or root)")
     }
     package static func failed(_ detail: String) -> ControlError { ControlError(code: .failed, message: detail) }
+    package static func sessionInUse(_ detail: String) -> ControlError { ControlError(code: .sessionInUse, message: detail) }
 }
 
 /// A request that gets an error reply instead of being handled.

@@ -28,6 +28,8 @@ package enum ControlRequestID: Codable, Sendable, Hashable {
 /// The commands of the protocol, as spelled on the wire.
 package enum ControlCommandName: String, Codable, Sendable, CaseIterable {
     case add, list, pause, resume, cancel, status, metrics
+    /// Background sessions (issue 17): attach a session to this connection, then work with its tasks.
+    case attach, createTask, updateTask, taskAction, acknowledge, invalidate
 }
 
 /// One request line as it travels.
@@ -43,6 +45,20 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
+    /// Background sessions: the session's identifier (every background command).
+    package var session: String?
+    /// `attach`: the session's settings.
+    package var settings: BackgroundSessionSettings?
+    /// `createTask`.
+    package var task: BackgroundTaskSpec?
+    /// `updateTask`, `taskAction`.
+    package var taskIdentifier: Int?
+    /// `updateTask`.
+    package var changes: BackgroundTaskChanges?
+    /// `taskAction`: resume, suspend, cancel, cancelProducingResumeData.
+    package var action: String?
+    /// `acknowledge`: the event handled.
+    package var sequence: UInt64?
 
     package init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -60,11 +76,31 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             self.format = format.rawValue
         case .list, .status:
             break
+        case .attach(let session, let settings):
+            self.session = session
+            self.settings = settings
+        case .createTask(let session, let task):
+            self.session = session
+            self.task = task
+        case .updateTask(let session, let taskIdentifier, let changes):
+            self.session = session
+            self.taskIdentifier = taskIdentifier
+            self.changes = changes
+        case .taskAction(let session, let taskIdentifier, let action):
+            self.session = session
+            self.taskIdentifier = taskIdentifier
+            self.action = action.rawValue
+        case .acknowledge(let session, let sequence):
+            self.session = session
+            self.sequence = sequence
+        case .invalidate(let session):
+            self.session = session
         }
     }
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, download, format
+        case session, settings, task, taskIdentifier, changes, action, sequence
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -84,6 +120,13 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         replace = try container.decodeIfPresent(Bool.self, forKey: .replace)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
+        session = try container.decodeIfPresent(String.self, forKey: .session)
+        settings = try container.decodeIfPresent(BackgroundSessionSettings.self, forKey: .settings)
+        task = try container.decodeIfPresent(BackgroundTaskSpec.self, forKey: .task)
+        taskIdentifier = try container.decodeIfPresent(Int.self, forKey: .taskIdentifier)
+        changes = try container.decodeIfPresent(BackgroundTaskChanges.self, forKey: .changes)
+        action = try container.decodeIfPresent(String.self, forKey: .action)
+        sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence)
     }
 }
 
@@ -104,6 +147,18 @@ package enum ControlCommand: Sendable, Equatable {
     case status
     /// The agent's metrics as text in this format.
     case metrics(MetricsFormat)
+    /// Attach background session `session` (this connection then receives its events).
+    case attach(session: String, settings: BackgroundSessionSettings)
+    /// Create a task in the attached session.
+    case createTask(session: String, BackgroundTaskSpec)
+    /// Change a task's description, date, expected size or priority.
+    case updateTask(session: String, taskIdentifier: Int, BackgroundTaskChanges)
+    /// Resume, suspend or cancel a task.
+    case taskAction(session: String, taskIdentifier: Int, BackgroundTaskAction)
+    /// The event `sequence` was handled.
+    case acknowledge(session: String, sequence: UInt64)
+    /// `invalidateAndCancel()`.
+    case invalidate(session: String)
 
     /// The name on the wire.
     package var name: ControlCommandName {
@@ -115,6 +170,12 @@ package enum ControlCommand: Sendable, Equatable {
         case .cancel: .cancel
         case .status: .status
         case .metrics: .metrics
+        case .attach: .attach
+        case .createTask: .createTask
+        case .updateTask: .updateTask
+        case .taskAction: .taskAction
+        case .acknowledge: .acknowledge
+        case .invalidate: .invalidate
         }
     }
 }

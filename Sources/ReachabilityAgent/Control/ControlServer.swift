@@ -11,17 +11,22 @@ import ReachabilityBase
 /// `ControlConnectionStateMachine` and runs the commands through `handler`. Blocking threads
 /// (not tasks) because reads block, and the cooperative pool is only as wide as the CPU count.
 package final class ControlServer: Sendable {
-    /// Runs one command and returns its reply; called from connection threads.
-    package typealias Handler = @Sendable (ControlCommand, ControlRequestID?) async -> ControlResponse
+    /// Runs one command from `peer` and returns its reply, or nil when it has sent it itself
+    /// (an attach, whose reply must precede the events it pushes); called from connection threads.
+    package typealias Handler = @Sendable (ControlCommand, ControlRequestID?, ControlPeer) async -> ControlResponse?
+    /// Told when a connection ends (an attached session is then detached).
+    package typealias Closed = @Sendable (ControlPeer) async -> Void
     /// Told about refused peers and connection errors (for the agent's log).
     package typealias Observer = @Sendable (ControlServerEvent) -> Void
 
     package let path: String
     private let listener: FileDescriptor
     private let handler: Handler
+    private let closed: Closed
     private let observer: Observer
+    private let nextPeerID = Atomic<UInt64>(0)
     private let isStopped = Atomic<Bool>(false)
-    private let admission = Mutex(ControlAdmission())
+    private let admission = AdmissionBox()
     /// A request line must arrive whole within this time from its first byte (a peer dripping a
     /// byte at a time cannot hold a connection by restarting a per-read timeout).
     package let requestDeadline: Duration
@@ -31,11 +36,12 @@ package final class ControlServer: Sendable {
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
     package init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
-                 handler: @escaping Handler, observer: @escaping Observer) throws(Errno) {
+                 handler: @escaping Handler, closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
         self.path = path
         self.requestDeadline = requestDeadline
         self.idleTimeout = idleTimeout
         self.handler = handler
+        self.closed = closed
         self.observer = observer
         try FileSystem.remove(path)
         let socket = try FileDescriptor.unixSocket()
@@ -75,13 +81,13 @@ package final class ControlServer: Sendable {
     }
 
     private func serve(_ connection: FileDescriptor) {
-        defer { connection.close() }
-        func reply(_ response: ControlResponse) -> Bool {
-            (try? connection.sendAll(ControlCodec.encode(response) + [UInt8(ascii: "\n")])) != nil
-        }
         // Only the agent's own user and root may talk to it; the 0700 directory already keeps
         // others out, this holds even if someone loosens the permissions.
-        guard let credentials = try? connection.peerCredentials() else { return }
+        guard let credentials = try? connection.peerCredentials() else { connection.close(); return }
+        let peer = ControlPeer(id: nextPeerID.add(1, ordering: .relaxed).newValue, credentials: credentials, socket: connection,
+                               promote: { [admission] in admission.withLock { $0.promote(uid: credentials.uid) } })
+        defer { peer.finish() }
+        func reply(_ response: ControlResponse) -> Bool { peer.send(response) }
         let ownUID = CurrentProcess.effectiveUserID
         guard credentials.uid == ownUID || credentials.uid == 0 else {
             observer(.refused(credentials))
@@ -92,12 +98,17 @@ package final class ControlServer: Sendable {
             _ = reply(.failure(.failed("too many control connections from uid \(credentials.uid)"), id: nil))
             return
         }
-        defer { admission.withLock { $0.release(uid: credentials.uid) } }
+        defer {
+            admission.withLock { $0.release(uid: credentials.uid, attached: peer.isStreaming) }
+            wait { await self.closed(peer); return nil }
+        }
         var machine = ControlConnectionStateMachine()
         var requestStarted: ContinuousClock.Instant?
         var idleSince = ContinuousClock.now
         while true {
             let now = ContinuousClock.now
+            // An attached session's connection is idle by design between its requests.
+            if peer.isStreaming, requestStarted == nil { idleSince = now }
             let deadline = requestStarted.map { $0 + requestDeadline } ?? idleSince + idleTimeout
             guard deadline > now else {
                 if requestStarted != nil {
@@ -125,7 +136,9 @@ package final class ControlServer: Sendable {
                 switch action {
                 case .handle(let id, let command):
                     observer(.request(command, credentials))
-                    guard reply(wait { await self.handler(command, id) }) else { return }
+                    if let response = wait({ await self.handler(command, id, peer) }) {
+                        guard reply(response) else { return }
+                    }
                 case .reply(let response):
                     observer(.rejected(response.error ?? .failed("rejected"), credentials))
                     guard reply(response) else { return }
@@ -137,7 +150,7 @@ package final class ControlServer: Sendable {
     }
 
     /// Runs async work from a plain thread and blocks that thread (never a pool thread) for it.
-    private func wait(_ work: @escaping @Sendable () async -> ControlResponse) -> ControlResponse {
+    private func wait(_ work: @escaping @Sendable () async -> ControlResponse?) -> ControlResponse? {
         let semaphore = DispatchSemaphore(value: 0)
         let result = Mutex<ControlResponse?>(nil)
         Task {
@@ -146,8 +159,14 @@ package final class ControlServer: Sendable {
             semaphore.signal()
         }
         semaphore.wait()
-        return result.withLock { $0 } ?? .failure(.failed("no reply"), id: nil)
+        return result.withLock { $0 }
     }
+}
+
+/// The server's admission, shared with its peers' promotions.
+private final class AdmissionBox: Sendable {
+    private let admission = Mutex(ControlAdmission())
+    func withLock<Result>(_ body: (inout ControlAdmission) -> Result) -> Result { admission.withLock { body(&$0) } }
 }
 
 /// How many control connections each uid may hold. The agent's user cannot fill every slot:
@@ -157,7 +176,11 @@ package struct ControlAdmission: Sendable, Equatable {
     package var perUser = 16
     package var shared = 32
     package var reservedForRoot = 4
+    /// Attached background sessions per uid: long-lived by design, so they leave the request
+    /// slots above (a program with a session still gets `queue list` answered) for their own.
+    package var attachedPerUser = 256
     private(set) var open: [UInt32: Int] = [:]
+    private(set) var attached: [UInt32: Int] = [:]
 
     /// Takes a slot for `uid`; false when its share is used up.
     package mutating func admit(uid: UInt32) -> Bool {
@@ -172,10 +195,24 @@ package struct ControlAdmission: Sendable, Equatable {
         return true
     }
 
-    /// Gives back a slot taken by `admit`.
-    package mutating func release(uid: UInt32) {
+    /// Gives back a slot taken by `admit`, or (`attached`) by `promote`.
+    package mutating func release(uid: UInt32, attached isAttached: Bool = false) {
+        if isAttached {
+            guard let held = attached[uid] else { return }
+            attached[uid] = held > 1 ? held - 1 : nil
+            return
+        }
         guard let held = open[uid] else { return }
         open[uid] = held > 1 ? held - 1 : nil
+    }
+
+    /// Moves one of `uid`'s connections from a request slot to an attached-session slot; false
+    /// when it holds `attachedPerUser` already.
+    package mutating func promote(uid: UInt32) -> Bool {
+        guard attached[uid, default: 0] < attachedPerUser else { return false }
+        release(uid: uid)
+        attached[uid, default: 0] += 1
+        return true
     }
 }
 

@@ -18,6 +18,8 @@ package enum EventSchema {
     /// What a line is about.
     package enum Kind: String, Sendable, CaseIterable {
         case download, path, agent, control
+        /// Background sessions: attached, detached, launches (issue 17).
+        case background
     }
 
     /// Download event names, in one spelling for both commands.

@@ -26,6 +26,10 @@ package actor AgentService {
         /// At most one `progress` event per download per interval (bytes, total, rate) while it
         /// transfers, so the log shows movement without a line per callback.
         package var progressInterval: Duration = .seconds(5)
+        /// The environment programs launched for background sessions inherit.
+        package var launchEnvironment: [String: String] = ProcessInfo.processInfo.environment
+        /// How long the partial file behind background resume data nobody used is kept.
+        package var resumeDataLifetime: TimeInterval = 7 * 24 * 3600
 
         package init(stateDirectory: String, makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
                      emit: @escaping @Sendable (_ line: String) -> Void, summaryChanged: @escaping @Sendable (String) -> Void,
@@ -39,9 +43,9 @@ package actor AgentService {
         }
     }
 
-    private let environment: Environment
+    let environment: Environment
     private var settings: AgentSettings
-    private var agent: DownloadAgent
+    private(set) var agent: DownloadAgent
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
     /// Downloads that ended under an earlier `DownloadAgent` of this process (after a reload).
@@ -57,10 +61,22 @@ package actor AgentService {
     /// Download counters for `metrics`; they outlive the `DownloadAgent`s a reload replaces.
     private let downloadMetrics: DownloadMetrics
 
+    // Background sessions (issue 17; AgentService+Background.swift): the registry deciding, the
+    // engine downloads carrying their transfers, the attached connections, their files, and the
+    // one timer for dates, deadlines and launches.
+    var background = BackgroundRegistry()
+    var backgroundDownloads: [UUID: Download] = [:]
+    var backgroundPeers: [UInt64: ControlPeer] = [:]
+    var backgroundStore: BackgroundStore?
+    var backgroundRecords: CheckedDirectory?
+    var backgroundWake: (at: Date, task: Task<Void, Never>)?
+    var launcher: ProgramLauncher
+
     package init(settings: AgentSettings, environment: Environment) throws {
         self.settings = settings
         self.environment = environment
         agent = try environment.makeAgent(settings)
+        launcher = ProgramLauncher(environment: environment.launchEnvironment)
         startedAt = environment.now()
         pathMetrics = PathMetrics(startedAt: startedAt)
         downloadMetrics = DownloadMetrics(startedAt: startedAt)
@@ -71,11 +87,16 @@ package actor AgentService {
     @discardableResult
     package func start() async -> Int {
         userPaused = Self.readPaused(environment.stateDirectory)
-        return await restore()
+        let actions = openBackgroundSessions()
+        let count = await restore()
+        await applyBackground(actions)
+        return count
     }
 
     private func restore() async -> Int {
-        let restored = await agent.restoreDownloads()
+        // Background sessions' downloads are restored with their own options (headers, priority).
+        let owned = background.ownedTransferIDs
+        let restored = await agent.restoreDownloads(where: { !owned.contains($0) })
         for download in restored {
             observe(download)
             emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
@@ -90,8 +111,9 @@ package actor AgentService {
             userPaused.formIntersection(restoredIDs)
             savePaused()
         }
+        let background = await restoreBackgroundTransfers()
         refreshSummary()
-        return restored.count
+        return restored.count + background
     }
 
     /// Applies new settings; a different concurrency limit replaces the download agent.
@@ -100,8 +122,9 @@ package actor AgentService {
         settings = newSettings
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads {
             let finished = await agent.downloads.filter { $0.state.isFinal }
-            history += finished.map(Self.snapshot)
+            history += finished.filter { backgroundDownloads[$0.id] == nil }.map(Self.snapshot)
             await agent.shutdown()
+            backgroundEngineReplaced()
             do {
                 agent = try environment.makeAgent(newSettings)
             } catch {
@@ -127,9 +150,10 @@ package actor AgentService {
         refreshSummary()
     }
 
-    /// Every metric family: the path's, then the downloads'.
+    /// Every metric family: the path's, the downloads', then the background sessions'.
     package func metricFamilies() async -> [MetricFamily] {
         pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: await stateCounts(), at: environment.now())
+            + backgroundMetricFamilies()
     }
 
     /// The metrics as text.
@@ -139,6 +163,7 @@ package actor AgentService {
 
     /// Checkpoints every transfer and stops the download agent.
     package func shutdown() async {
+        backgroundWake?.task.cancel()
         await agent.shutdown()
     }
 
@@ -147,9 +172,18 @@ package actor AgentService {
 
     // MARK: control commands
 
-    /// Runs one control command.
+    /// Runs one control command from a caller without a connection (tests): as the agent's own user.
     package func handle(_ command: ControlCommand, id: ControlRequestID?) async -> ControlResponse {
+        await handle(command, id: id, peer: nil) ?? .failure(.failed("no reply"), id: id)
+    }
+
+    /// Runs one control command from `peer` (nil: the agent's own user, without a connection);
+    /// nil when the reply was sent already (an attach).
+    package func handle(_ command: ControlCommand, id: ControlRequestID?, peer: ControlPeer?) async -> ControlResponse? {
+        let uid = peer?.credentials.uid ?? CurrentProcess.effectiveUserID
         switch command {
+        case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
+            return await handleBackground(command, id: id, peer: peer)
         case .add(let url, let output, let sha256, let replace):
             let destination: String
             switch AgentDestination.resolve(output: output, url: url,
@@ -174,22 +208,27 @@ package actor AgentService {
                 return .failure(.failed("\(error)"), id: id)
             }
         case .list:
-            let live = await agent.downloads.map(Self.snapshot)
-            return .success(id: id, downloads: history + live)
+            let live = await agent.downloads.filter { backgroundDownloads[$0.id] !== $0 }.map(Self.snapshot)
+            return .success(id: id, downloads: history + live + backgroundRows(visibleTo: uid))
         case .status:
-            return .success(id: id, status: await status())
+            var status = await status()
+            status.backgroundSessions = backgroundStatuses(visibleTo: uid)
+            return .success(id: id, status: status)
         case .metrics(let format):
             return .success(id: id, metrics: await metricsText(format))
         case .pause(let text), .resume(let text), .cancel(let text):
-            let downloads = await agent.downloads
-            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id)) {
+            let downloads = await agent.downloads.filter { backgroundDownloads[$0.id] !== $0 }
+            let backgroundIDs = backgroundTransferIDs(visibleTo: uid)
+            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id) + backgroundIDs) {
             case .failure(let error):
                 if history.contains(where: { $0.id.lowercased().hasPrefix(text.lowercased()) }) {
                     return .failure(.invalidArgument("download '\(text)' has already finished"), id: id)
                 }
                 return .failure(error, id: id)
             case .success(let uuid):
-                let download = downloads.first { $0.id == uuid }!
+                guard let download = downloads.first(where: { $0.id == uuid }) else {
+                    return await controlBackground(command, transfer: uuid, id: id, uid: uid)
+                }
                 return await control(command, download, id: id)
             }
         }
@@ -226,7 +265,7 @@ package actor AgentService {
 
     /// Waits (bounded, 2 s) until the download reaches the state a command asked for, so the
     /// reply shows `paused` rather than the `running` it had while the transfer was stopping.
-    private func settle(_ download: Download, until predicate: @Sendable (DownloadState) -> Bool) async {
+    func settle(_ download: Download, until predicate: @Sendable (DownloadState) -> Bool) async {
         let deadline = ContinuousClock.now + .seconds(2)
         while !predicate(download.state), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))
@@ -258,16 +297,17 @@ package actor AgentService {
     /// Reports the download's events in order. `events` replays what happened before the
     /// subscription (restoreDownloads() starts transfers before it returns, so a closure set
     /// afterwards could miss the first `resumed`); `skipping` drops a replay already reported.
-    private nonisolated func observe(_ download: Download, skipping: Int = 0) {
+    nonisolated func observe(_ download: Download, skipping: Int = 0, isBackground: Bool = false) {
         let interval = environment.progressInterval
         let emit = environment.emit
         let now = environment.now
         let metrics = downloadMetrics
         metrics.follow(download.id, offset: download.progress.bytesReceived)
-        Task {
+        Task { [weak self] in
             var last = ContinuousClock.now
             for await progress in download.progressUpdates {
                 metrics.progressed(download.id, to: progress.bytesReceived)
+                if isBackground { await self?.backgroundProgressed(download, progress) }
                 guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
                 last = ContinuousClock.now
                 var facts = EventSchema.DownloadFacts(download)
@@ -290,6 +330,7 @@ package actor AgentService {
 
     private func downloadEventArrived(_ download: Download, _ event: DownloadEvent) async {
         reportedEvents[download.id, default: 0] += 1
+        if backgroundDownloads[download.id] === download { await backgroundTransferEvent(download, event) }
         switch event {
         case .completed, .failed:
             if userPaused.remove(download.id) != nil { savePaused() }
@@ -300,7 +341,7 @@ package actor AgentService {
         refreshSummary()
     }
 
-    private func refreshSummary() {
+    func refreshSummary() {
         Task { await self.publishSummary() }
     }
 
@@ -373,12 +414,12 @@ package actor AgentService {
                                 bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
     }
 
-    private func emitDownload(_ name: EventSchema.DownloadEventName, _ download: Download,
+    func emitDownload(_ name: EventSchema.DownloadEventName, _ download: Download,
                               _ fields: [JSONValue.Member] = []) {
         environment.emit(EventSchema.downloadLine(name, EventSchema.DownloadFacts(download), at: environment.now(), fields))
     }
 
-    private func emitAgent(_ event: String, _ fields: [JSONValue.Member]) {
+    func emitAgent(_ event: String, _ fields: [JSONValue.Member]) {
         environment.emit(EventSchema.line(.agent, event, at: environment.now(), fields))
     }
 }

@@ -142,7 +142,8 @@ final class AgentRun: Sendable {
         do {
             return try ControlServer(
                 path: socket, requestDeadline: plan.requestDeadline,
-                handler: { command, id in await service.handle(command, id: id) },
+                handler: { command, id, peer in await service.handle(command, id: id, peer: peer) },
+                closed: { peer in await service.connectionClosed(peer) },
                 observer: { [self] event in
                     let (name, fields) = AgentCommand.describe(event)
                     emit(.control, name, fields)

@@ -33,6 +33,11 @@ enum DownloadLine {
         let size = download.totalBytes.map { "\(mebibytes(download.bytesReceived)) / \(mebibytes($0))" }
             ?? mebibytes(download.bytesReceived)
         var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.rawValue.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
+        if let session = download.session {
+            let tasks = (download.taskIdentifiers ?? []).map(String.init).joined(separator: ",")
+            line += "  [background session '\(session)'\(tasks.isEmpty ? "" : ", task \(tasks)")]"
+        }
+        if let reason = download.waitingReason { line += "  (\(reason))" }
         if let error = download.error { line += "  (\(error))" }
         return TerminalText.escaped(line)
     }
@@ -234,6 +239,24 @@ struct AgentStatusCommand: Command {
         context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
         context.output.line(TerminalText.escaped("path: \(path)"))
         context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths"))")
+        for session in status.backgroundSessions ?? [] {
+            context.output.line(TerminalText.escaped(Self.describe(session)))
+        }
         return .success
+    }
+
+    /// `background session 'ID' (uid 1000): 3 tasks, 1 event pending, attached by pid 42; launcher command /usr/bin/app failing (3 in a row: ...), next at T`.
+    static func describe(_ session: BackgroundSessionStatus) -> String {
+        var line = "background session '\(session.identifier)' (uid \(session.uid)): \(session.tasks) task\(session.tasks == 1 ? "" : "s")"
+        line += ", \(session.pendingEvents) event\(session.pendingEvents == 1 ? "" : "s") pending"
+        line += session.attachedPID.map { ", attached by pid \($0)" } ?? ", not attached"
+        if let launcher = session.launcher {
+            line += "; launcher \(launcher)"
+            if session.consecutiveLaunchFailures > 0 {
+                line += " failing (\(session.consecutiveLaunchFailures) in a row: \(session.lastLaunchFailure ?? "?"))"
+            }
+            if let next = session.nextLaunch { line += ", next launch at \(next)" }
+        }
+        return line
     }
 }

@@ -22,7 +22,7 @@ struct AgentClientTests {
 
     /// A server answering like an agent whose one download is `sample`.
     static func server(in directory: ScratchDirectory, seen: Seen = Seen()) throws -> ControlServer {
-        try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id in
+        try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id, _ in
             seen.commands.withLock { $0.append(command) }
             switch command {
             case .add(let url, _, _, _):
@@ -44,6 +44,8 @@ struct AgentClientTests {
                     counts: ["queued": 1], summary: "1 queued"))
             case .metrics(let format):
                 return .success(id: id, metrics: "# \(format.rawValue)\n")
+            case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
+                return .failure(.unknownCommand(command.name.rawValue), id: id)
             }
         }, observer: { _ in })
     }
