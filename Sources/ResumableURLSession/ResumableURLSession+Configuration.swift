@@ -24,16 +24,14 @@ extension ResumableURLSession {
 
         static func defaultStateDirectory(environment: [String: String],
                                           system: StateDirectoryLocation.System = .current) -> URL {
-            let root = (try? StateDirectoryLocation.resolve(explicit: nil, environment: environment, system: system))
-                ?? NSHomeDirectory() + "/.local/state/reachability"
-            return URL(fileURLWithPath: root, isDirectory: true).appendingPathComponent("url-session", isDirectory: true)
+            defaultAgentDirectory(environment: environment, system: system).appendingPathComponent("url-session", isDirectory: true)
         }
 
         /// Where partial downloads, finished files (until the delegate moves them) and the
         /// resume-data key live; created 0700 and refused if another user owns it or can write to it.
         /// Resume data is accepted only by sessions using the same directory.
         public var stateDirectory: URL
-        /// Off by default, as on Apple platforms: a task with no usable path fails at once
+        /// Off by default, as on Apple platforms (always on in background sessions): a task with no usable path fails at once
         /// (`notConnectedToInternet`), and one whose path drops fails with `networkConnectionLost`
         /// and resume data. On: the task waits for a usable path instead (the delegate hears
         /// `taskIsWaitingForConnectivity` once) and continues from its stored bytes, for drops in
@@ -77,6 +75,72 @@ extension ResumableURLSession {
             self.stateDirectory = stateDirectory
         }
 
+        // MARK: background sessions
+
+        /// A background session's configuration (URLSessionConfiguration's): its tasks belong to
+        /// the user's download agent, not to this process. They go on when the process exits, is
+        /// killed or loses its terminal; a session made later with the same identifier, in any
+        /// process of this user, gets them back (`allTasks`) and hears what happened meanwhile.
+        /// `stateDirectory` names the agent's state directory (by default the agent's own:
+        /// `$REACHABILITY_STATE_DIR`, else `$XDG_STATE_HOME/reachability`, else
+        /// `~/.local/state/reachability`, `/var/lib/reachability` for root); an agent is started
+        /// there when none runs (see docs/url-session.md, "Background sessions").
+        /// `waitsForConnectivity` is always on.
+        public static func background(withIdentifier identifier: String) -> Configuration {
+            var configuration = Configuration(stateDirectory: defaultAgentDirectory(environment: ProcessInfo.processInfo.environment))
+            configuration.identifier = identifier
+            return configuration
+        }
+
+        /// The background session's identifier; nil for other sessions.
+        public private(set) var identifier: String?
+        /// Background sessions: when a task finishes or fails for good while no process has the
+        /// session, the agent starts the program (`launchUnit`, else `launchCommand`) with the
+        /// identifier in `REACHABILITY_BACKGROUND_SESSION`; true by default, as on Apple platforms.
+        public var sessionSendsLaunchEvents = true
+        /// Background sessions: tasks wait for a path that is not expensive (Apple's
+        /// `isDiscretionary` lets the system pick a good time; here, a good network).
+        public var isDiscretionary = false
+        /// Background sessions: the program the agent runs for launch events (argv, no shell;
+        /// `launchCommand[0]` is looked up on the agent's PATH unless it is a path).
+        public var launchCommand: [String]?
+        /// Background sessions: a systemd user unit the agent starts for launch events instead
+        /// (`NAME.service`, or a template `NAME@.service`, started as `NAME@IDENTIFIER.service`
+        /// with the identifier escaped as systemd-escape does).
+        public var launchUnit: String?
+        /// Background sessions: the agent binary started when none runs; nil is `reachability`
+        /// found on `PATH`.
+        public var agentExecutable: URL?
+
+        /// Whether this is a background session's configuration.
+        var isBackground: Bool { identifier != nil }
+
+        /// `waitsForConnectivity` as tasks apply it: always on for background sessions.
+        var effectiveWaitsForConnectivity: Bool { isBackground || waitsForConnectivity }
+
+        /// The agent's own default state directory (the one resolver's).
+        static func defaultAgentDirectory(environment: [String: String], system: StateDirectoryLocation.System = .current) -> URL {
+            let root = (try? StateDirectoryLocation.resolve(explicit: nil, environment: environment, system: system))
+                ?? NSHomeDirectory() + "/.local/state/reachability"
+            return URL(fileURLWithPath: root, isDirectory: true)
+        }
+
+        /// What the agent keeps of this background configuration.
+        var backgroundSettings: BackgroundSessionSettings {
+            var settings = BackgroundSessionSettings()
+            settings.sendsLaunchEvents = sessionSendsLaunchEvents
+            settings.isDiscretionary = isDiscretionary
+            settings.allowsExpensiveNetworkAccess = allowsExpensiveNetworkAccess && allowsCellularAccess
+            settings.launchCommand = launchCommand
+            settings.launchUnit = launchUnit
+            settings.timeoutIntervalForResource = timeoutIntervalForResource.isFinite && timeoutIntervalForResource > 0
+                ? min(timeoutIntervalForResource, 100 * 365 * 86_400) : 7 * 24 * 3600
+            settings.timeoutIntervalForRequest = timeoutIntervalForRequest.isFinite && timeoutIntervalForRequest > 0
+                ? min(timeoutIntervalForRequest, 86_400) : 60
+            settings.additionalHeaders = headerLines
+            return settings
+        }
+
         /// Test hook: adjusts the engine's configuration (shorter backoffs, say).
         var adjustAgent: (@Sendable (inout DownloadAgent.Configuration) -> Void)?
 
@@ -110,6 +174,10 @@ extension ResumableURLSession {
                 if let problem = HeaderValidation.problem(with: line) {
                     return "httpAdditionalHeaders: \(line.prefix(while: { $0 != ":" })): \(problem)"
                 }
+            }
+            if let identifier {
+                if let problem = BackgroundSessionKey.problem(with: identifier) { return problem }
+                if let problem = backgroundSettings.problem { return problem }
             }
             return nil
         }

@@ -54,8 +54,9 @@ final class SessionDirectory: Sendable {
     static let keyLength = 32
 
     /// Creates (0700) or opens `root` and its subdirectories, checks them, and loads or creates
-    /// the key.
-    init(root: URL) throws(SessionStorageError) {
+    /// the key. A background session's directory (`STATE/background`, the agent's) has no
+    /// `records/`: the agent keeps its engine's records in its own.
+    init(root: URL, hasRecords: Bool = true) throws(SessionStorageError) {
         let root = root.standardizedFileURL
         self.root = root
         downloads = root.appendingPathComponent("downloads", isDirectory: true)
@@ -63,7 +64,7 @@ final class SessionDirectory: Sendable {
         do throws(FileTrustError) {
             let directory = try CheckedDirectory.open(root.path, policy: .privateState, creating: true)
             downloadsDirectory = try directory.subdirectory("downloads", creating: true)
-            recordsDirectory = try directory.subdirectory("records", creating: true)
+            recordsDirectory = hasRecords ? try directory.subdirectory("records", creating: true) : downloadsDirectory
             key = try Self.loadOrCreateKey(in: directory)
         } catch {
             throw SessionStorageError("the state directory cannot be used: \(error)")

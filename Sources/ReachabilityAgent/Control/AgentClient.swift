@@ -97,26 +97,8 @@ public struct AgentClient: Sendable {
     /// Sends `command` and returns the agent's successful reply, blocking the calling thread
     /// for at most `timeout` after connecting. An error reply is thrown as `.rejected`.
     package func send(_ command: ControlCommand) throws(AgentClientError) -> ControlResponse {
-        let socket: FileDescriptor
-        do {
-            socket = try FileDescriptor.unixSocket()
-        } catch {
-            throw AgentClientError(.unreachable, "cannot create a socket: \(error)")
-        }
+        let socket = try connectedSocket()
         defer { socket.close() }
-        do {
-            try socket.connect(to: SocketAddress(unixPath: socketPath))
-        } catch {
-            switch error {
-            case .connectionRefused, .noSuchFile:
-                throw AgentClientError(.notRunning, "no agent is running on \(stateDirectory) (start one with 'reachability agent')")
-            case .permissionDenied, .operationNotPermitted:
-                throw AgentClientError(.permissionDenied,
-                                       "permission denied connecting to the agent on \(stateDirectory): it belongs to another user (only its own user or root may control it)")
-            default:
-                throw AgentClientError(.unreachable, "cannot connect to the agent on \(stateDirectory): connect \(socketPath): \(error)")
-            }
-        }
         try? socket.setReceiveTimeout(milliseconds: Int(max(1, timeout.millisecondsRoundedUp)))
         let request = ControlRequest(id: .number(1), command: command)
         do {
@@ -154,10 +136,37 @@ public struct AgentClient: Sendable {
     }
 }
 
+extension AgentClient {
+    /// A socket connected to the agent's control socket, or why there is none.
+    package func connectedSocket() throws(AgentClientError) -> FileDescriptor {
+        let socket: FileDescriptor
+        do {
+            socket = try FileDescriptor.unixSocket()
+        } catch {
+            throw AgentClientError(.unreachable, "cannot create a socket: \(error)")
+        }
+        do {
+            try socket.connect(to: SocketAddress(unixPath: socketPath))
+        } catch {
+            socket.close()
+            switch error {
+            case .connectionRefused, .noSuchFile:
+                throw AgentClientError(.notRunning, "no agent is running on \(stateDirectory) (start one with 'reachability agent')")
+            case .permissionDenied, .operationNotPermitted:
+                throw AgentClientError(.permissionDenied,
+                                       "permission denied connecting to the agent on \(stateDirectory): it belongs to another user (only its own user or root may control it)")
+            default:
+                throw AgentClientError(.unreachable, "cannot connect to the agent on \(stateDirectory): connect \(socketPath): \(error)")
+            }
+        }
+        return socket
+    }
+}
+
 /// Why a request to the agent failed. Compare with the static members
 /// (`error == .notRunning`); `agentCode` says why the agent refused a request.
 public struct AgentClientError: Error, Sendable, Hashable, CustomStringConvertible {
-    fileprivate enum Code: Sendable, Hashable {
+    package enum Code: Sendable, Hashable {
         case noStateDirectory, notRunning, permissionDenied, unreachable, noReply, rejected
     }
 
@@ -167,7 +176,7 @@ public struct AgentClientError: Error, Sendable, Hashable, CustomStringConvertib
     /// For `.rejected` (and a refused `.permissionDenied`): the agent's reason.
     public let agentCode: ControlErrorCode?
 
-    fileprivate init(_ code: Code, _ message: String, agentCode: ControlErrorCode? = nil) {
+    package init(_ code: Code, _ message: String, agentCode: ControlErrorCode? = nil) {
         self.code = code
         self.message = message
         self.agentCode = agentCode
