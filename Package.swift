@@ -127,6 +127,10 @@ let package = Package(
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
         .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
                           path: "Tests/URLSessionProbe"),
+        // A program with a background ResumableURLSession, for IntegrationTests/BackgroundSession*
+        // and bench/background_bench.py (also the command the agent launches for its events).
+        .executableTarget(name: "background-probe", dependencies: ["ResumableURLSession", "ResumableDownloads"],
+                          path: "Tests/BackgroundProbe"),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
         // Samples: real programs built by `swift build`, smoke-tested in IntegrationTests.

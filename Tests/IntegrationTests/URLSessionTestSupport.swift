@@ -198,10 +198,11 @@ final class LineProcess: Sendable {
     private let input = Pipe()
     private let collected = Collected()
 
-    init(_ product: String, _ arguments: [String], namespace: String? = nil) throws {
+    /// `prefix` runs it through another program (`setpriv` to run it as another user).
+    init(_ product: String, _ arguments: [String], namespace: String? = nil, prefix: [String] = []) throws {
         let binary = try BuiltProducts.url(product).path
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + [binary] + arguments
+        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + prefix + [binary] + arguments
         process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
         let out = Pipe(), err = Pipe()
         process.standardOutput = out

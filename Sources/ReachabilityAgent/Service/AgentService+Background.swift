@@ -37,6 +37,7 @@ extension AgentService {
             if let download = await agent.restoreDownload(id: start.id, options: Self.options(start)) {
                 background.adopt(start)
                 backgroundDownloads[start.id] = download
+                backgroundEngineIDs.insert(start.id)
                 observe(download, isBackground: true)
                 emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived))),
                                                    .init(key: "session", value: .string(start.session.identifier))])
@@ -252,6 +253,7 @@ extension AgentService {
             await applyBackground(background.transferFailed(start.id, failure, now: environment.now()))
             return
         }
+        backgroundEngineIDs.insert(start.id)
         guard background.wants(start.id) else {
             // Cancelled while it was being created.
             await agent.cancel(download)

@@ -66,6 +66,9 @@ package actor AgentService {
     // one timer for dates, deadlines and launches.
     var background = BackgroundRegistry()
     var backgroundDownloads: [UUID: Download] = [:]
+    /// Every engine download ever made for a background session: not `queue add` downloads,
+    /// whatever their state (a finished one stays in the engine's list).
+    var backgroundEngineIDs: Set<UUID> = []
     var backgroundPeers: [UInt64: ControlPeer] = [:]
     var backgroundStore: BackgroundStore?
     var backgroundRecords: CheckedDirectory?
@@ -122,7 +125,7 @@ package actor AgentService {
         settings = newSettings
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads {
             let finished = await agent.downloads.filter { $0.state.isFinal }
-            history += finished.filter { backgroundDownloads[$0.id] == nil }.map(Self.snapshot)
+            history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
             await agent.shutdown()
             backgroundEngineReplaced()
             do {
@@ -208,7 +211,7 @@ package actor AgentService {
                 return .failure(.failed("\(error)"), id: id)
             }
         case .list:
-            let live = await agent.downloads.filter { backgroundDownloads[$0.id] !== $0 }.map(Self.snapshot)
+            let live = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
             return .success(id: id, downloads: history + live + backgroundRows(visibleTo: uid))
         case .status:
             var status = await status()
@@ -217,7 +220,7 @@ package actor AgentService {
         case .metrics(let format):
             return .success(id: id, metrics: await metricsText(format))
         case .pause(let text), .resume(let text), .cancel(let text):
-            let downloads = await agent.downloads.filter { backgroundDownloads[$0.id] !== $0 }
+            let downloads = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }
             let backgroundIDs = backgroundTransferIDs(visibleTo: uid)
             switch DownloadIDResolver.resolve(text, among: downloads.map(\.id) + backgroundIDs) {
             case .failure(let error):
