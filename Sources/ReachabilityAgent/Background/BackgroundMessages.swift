@@ -30,6 +30,28 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
 
     package init() {}
 
+    private enum CodingKeys: String, CodingKey {
+        case sendsLaunchEvents, isDiscretionary, allowsExpensiveNetworkAccess, launchCommand, launchUnit
+        case timeoutIntervalForResource, timeoutIntervalForRequest, additionalHeaders
+    }
+
+    /// Absent fields take their defaults (a client of another version may not send them all).
+    package init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let defaults = BackgroundSessionSettings()
+        sendsLaunchEvents = try container.decodeIfPresent(Bool.self, forKey: .sendsLaunchEvents) ?? defaults.sendsLaunchEvents
+        isDiscretionary = try container.decodeIfPresent(Bool.self, forKey: .isDiscretionary) ?? defaults.isDiscretionary
+        allowsExpensiveNetworkAccess = try container.decodeIfPresent(Bool.self, forKey: .allowsExpensiveNetworkAccess)
+            ?? defaults.allowsExpensiveNetworkAccess
+        launchCommand = try container.decodeIfPresent([String].self, forKey: .launchCommand)
+        launchUnit = try container.decodeIfPresent(String.self, forKey: .launchUnit)
+        timeoutIntervalForResource = try container.decodeIfPresent(Double.self, forKey: .timeoutIntervalForResource)
+            ?? defaults.timeoutIntervalForResource
+        timeoutIntervalForRequest = try container.decodeIfPresent(Double.self, forKey: .timeoutIntervalForRequest)
+            ?? defaults.timeoutIntervalForRequest
+        additionalHeaders = try container.decodeIfPresent([String].self, forKey: .additionalHeaders) ?? []
+    }
+
     /// Bounds on what an attach may ask for.
     package static let maximumArguments = 64
     package static let maximumArgumentLength = 4096
@@ -80,6 +102,24 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
     package init(taskIdentifier: Int, url: String) {
         self.taskIdentifier = taskIdentifier
         self.url = url
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case taskIdentifier, url, headers, timeout, taskDescription, earliestBeginDate, expectedBytes, priority, resumeState
+    }
+
+    /// `taskIdentifier` and `url` are required; the rest take their defaults when absent.
+    package init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        taskIdentifier = try container.decode(Int.self, forKey: .taskIdentifier)
+        url = try container.decode(String.self, forKey: .url)
+        headers = try container.decodeIfPresent([String].self, forKey: .headers) ?? []
+        timeout = try container.decodeIfPresent(Double.self, forKey: .timeout)
+        taskDescription = try container.decodeIfPresent(String.self, forKey: .taskDescription)
+        earliestBeginDate = try container.decodeIfPresent(Double.self, forKey: .earliestBeginDate)
+        expectedBytes = try container.decodeIfPresent(Int64.self, forKey: .expectedBytes) ?? -1
+        priority = try container.decodeIfPresent(Float.self, forKey: .priority) ?? 0.5
+        resumeState = try container.decodeIfPresent(BackgroundResumeState.self, forKey: .resumeState)
     }
 
     package static let maximumURLLength = 8 << 10

@@ -43,12 +43,65 @@ struct ControlProtocolTests {
         (#"{"version":1,"command":"pause"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"metrics","format":"json"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"metrics","format":7}"#, ControlErrorCode.malformed),
+        (#"{"version":1,"command":"attach","settings":{}}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"attach","session":"s"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"attach","session":"","settings":{}}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"attach","session":"a\u0000b","settings":{}}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"taskAction","session":"s","taskIdentifier":1,"action":"explode"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"taskAction","session":"s","action":"resume"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"acknowledge","session":"s"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"acknowledge","session":"s","sequence":-1}"#, ControlErrorCode.malformed),
+        (#"{"version":1,"command":"createTask","session":"s","task":{"taskIdentifier":"one"}}"#, ControlErrorCode.malformed),
     ])
     func rejectsBadRequests(line: String, code: ControlErrorCode) {
         switch ControlCodec.decodeRequest(Self.bytes(line)) {
         case .success(let value): Issue.record("accepted \(value)")
         case .failure(let rejection): #expect(rejection.error.code == code)
         }
+    }
+
+    /// Background session commands round-trip through the codec with their fields.
+    @Test func backgroundCommandsRoundTrip() throws {
+        var settings = BackgroundSessionSettings()
+        settings.launchCommand = ["/usr/bin/app", "--events"]
+        settings.isDiscretionary = true
+        var spec = BackgroundTaskSpec(taskIdentifier: 3, url: "http://192.0.2.1/a.bin")
+        spec.headers = ["Authorization: Bearer t"]
+        spec.earliestBeginDate = 1_800_000_000
+        let commands: [ControlCommand] = [
+            .attach(session: "com.example", settings: settings),
+            .createTask(session: "com.example", spec),
+            .updateTask(session: "com.example", taskIdentifier: 3,
+                        BackgroundTaskChanges(taskDescription: "song", earliestBeginDate: nil, expectedBytes: 5, priority: 1)),
+            .taskAction(session: "com.example", taskIdentifier: 3, .cancelProducingResumeData),
+            .acknowledge(session: "com.example", sequence: 7),
+            .invalidate(session: "com.example"),
+        ]
+        for command in commands {
+            let line = ControlCodec.encode(ControlRequest(id: .number(1), command: command))
+            let (_, decoded) = try ControlCodec.decodeRequest(line).get()
+            #expect(decoded == command)
+        }
+    }
+
+    /// Attached sessions leave the request slots: a program holding sessions still gets its
+    /// `queue list` answered, and one uid cannot hold more than its share of either.
+    @Test func attachedConnectionsHaveSlotsOfTheirOwn() {
+        var admission = ControlAdmission()
+        admission.attachedPerUser = 2
+        var admitted = (0..<16).map { _ in admission.admit(uid: 1000) }
+        #expect(admitted.allSatisfy { $0 })
+        let seventeenth = admission.admit(uid: 1000)
+        #expect(!seventeenth)
+        let promoted = [admission.promote(uid: 1000), admission.promote(uid: 1000)]
+        #expect(promoted == [true, true])
+        admitted = [admission.admit(uid: 1000), admission.admit(uid: 1000)]
+        #expect(admitted == [true, true], "promoted connections gave their request slots back")
+        let third = admission.promote(uid: 1000)
+        #expect(!third, "at most attachedPerUser")
+        admission.release(uid: 1000, attached: true)
+        let again = admission.promote(uid: 1000)
+        #expect(again)
     }
 
     @Test func errorRepliesKeepTheRequestID() {
