@@ -144,7 +144,7 @@ let package = Package(
         .testTarget(name: "ReachabilityBaseTests", dependencies: ["ReachabilityBase", "TestSupport"]),
         // The one support module of the test targets: built products, child processes, scratch
         // directories, waiting with a deadline, an event log, a real metrics parser.
-        .target(name: "TestSupport", dependencies: ["ResumableDownloads"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Tests/TestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "TestSupport"]),
         .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "TestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "TestSupport"]),

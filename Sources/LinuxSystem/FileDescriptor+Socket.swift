@@ -70,11 +70,15 @@ extension FileDescriptor {
         if let error { throw error }
     }
 
-    /// Sends one datagram to `address`.
-    package func send(_ bytes: [UInt8], to address: SocketAddress) throws(Errno) {
+    /// Sends one datagram to `address`. `nonBlocking`: a receiver whose queue is full (a Unix
+    /// datagram socket holds only `net.unix.max_dgram_qlen`, 10 by default) makes it fail with
+    /// `.wouldBlock` instead of waiting until that receiver reads.
+    package func send(_ bytes: [UInt8], to address: SocketAddress, nonBlocking: Bool = false) throws(Errno) {
         _ = try bytes.withUnsafeBytes { raw in
             Result { () throws(Errno) in
-                try address.withPointer { pointer, length throws(Errno) in try Syscall.sendto(rawValue, raw, pointer, length) }
+                try address.withPointer { pointer, length throws(Errno) in
+                    try Syscall.sendto(rawValue, raw, pointer, length, nonBlocking: nonBlocking)
+                }
             }
         }.get()
     }

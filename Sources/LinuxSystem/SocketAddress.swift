@@ -22,30 +22,30 @@ package struct SocketAddress: Sendable {
 
     /// From 4 or 16 address bytes and a port; nil for another count.
     package init?(ipAddress bytes: [UInt8], port: UInt16) {
-        var storage = sockaddr_storage()
+        guard bytes.count == 4 || bytes.count == 16, let presentation = Self.presentation(ofIPAddress: bytes) else { return nil }
         ipAddress = bytes
         if bytes.count == 4 {
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
             address.sin_port = port.bigEndian
             withUnsafeMutableBytes(of: &address.sin_addr) { $0.copyBytes(from: bytes) }
-            withUnsafeMutableBytes(of: &storage) { raw in withUnsafeBytes(of: address) { raw.copyMemory(from: $0) } }
-            length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            family = .ipv4
-            text = "\(Self.presentation(ofIPAddress: bytes) ?? "?"):\(port)"
-        } else if bytes.count == 16 {
+            (storage, length) = Self.stored(address)
+            (family, text) = (.ipv4, "\(presentation):\(port)")
+        } else {
             var address = sockaddr_in6()
             address.sin6_family = sa_family_t(AF_INET6)
             address.sin6_port = port.bigEndian
             withUnsafeMutableBytes(of: &address.sin6_addr) { $0.copyBytes(from: bytes) }
-            withUnsafeMutableBytes(of: &storage) { raw in withUnsafeBytes(of: address) { raw.copyMemory(from: $0) } }
-            length = socklen_t(MemoryLayout<sockaddr_in6>.size)
-            family = .ipv6
-            text = "[\(Self.presentation(ofIPAddress: bytes) ?? "?")]:\(port)"
-        } else {
-            return nil
+            (storage, length) = Self.stored(address)
+            (family, text) = (.ipv6, "[\(presentation)]:\(port)")
         }
-        self.storage = storage
+    }
+
+    /// A concrete `sockaddr_*` in the generic storage, with its length.
+    private static func stored<Address>(_ address: Address) -> (sockaddr_storage, socklen_t) {
+        var storage = sockaddr_storage()
+        withUnsafeMutableBytes(of: &storage) { raw in withUnsafeBytes(of: address) { raw.copyMemory(from: $0) } }
+        return (storage, socklen_t(MemoryLayout<Address>.size))
     }
 
     /// Longest path a `sockaddr_un` holds, without the terminating NUL.
@@ -63,12 +63,10 @@ package struct SocketAddress: Sendable {
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             for (index, byte) in bytes.enumerated() { raw[index] = byte }
         }
-        var storage = sockaddr_storage()
-        withUnsafeMutableBytes(of: &storage) { raw in withUnsafeBytes(of: address) { raw.copyMemory(from: $0) } }
         let pathOffset = MemoryLayout<sockaddr_un>.offset(of: \.sun_path)!
         // Abstract names are exactly `bytes.count` long; file-system paths include their NUL.
+        storage = Self.stored(address).0
         length = socklen_t(pathOffset + bytes.count + (isAbstract ? 0 : 1))
-        self.storage = storage
         family = .unix
         text = path
         ipAddress = nil

@@ -34,8 +34,9 @@ extension Syscall {
     }
 
     static func sendto(_ descriptor: Int32, _ buffer: UnsafeRawBufferPointer, _ address: UnsafePointer<sockaddr>,
-                       _ length: socklen_t) throws(Errno) -> Int {
-        try valueOrErrno { Glibc.sendto(descriptor, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL), address, length) }
+                       _ length: socklen_t, nonBlocking: Bool) throws(Errno) -> Int {
+        let flags = Int32(MSG_NOSIGNAL) | (nonBlocking ? Int32(MSG_DONTWAIT) : 0)
+        return try valueOrErrno { Glibc.sendto(descriptor, buffer.baseAddress, buffer.count, flags, address, length) }
     }
 
     static func recv(_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer, flags: Int32) throws(Errno) -> Int {

@@ -94,30 +94,47 @@ public struct AgentClient: Sendable {
         return try result.get()
     }
 
+    /// Longest reply read (a list of every download, the metrics text); a peer that sends more,
+    /// or never ends its line, cannot make a program hold it all.
+    static let maximumReplySize = 32 << 20
+
+    /// Reads until the reply line ends, the peer closes, the whole `timeout` has passed (a peer
+    /// dripping a byte at a time cannot restart it), or the line is too long.
+    private func readReply(_ socket: FileDescriptor) -> (bytes: [UInt8], timedOut: Bool) {
+        let deadline = ContinuousClock.now + timeout
+        var buffer: [UInt8] = []
+        var isLineComplete = false
+        while !isLineComplete, buffer.count <= Self.maximumReplySize {
+            let remaining = deadline - .now
+            guard remaining > .zero else { return (buffer, true) }
+            try? socket.setReceiveTimeout(milliseconds: Int(max(1, remaining.millisecondsRoundedUp)))
+            let bytes: [UInt8]
+            do {
+                bytes = try socket.receive(maximum: 64 << 10)
+            } catch {
+                return (buffer, error == .wouldBlock)
+            }
+            if bytes.isEmpty { break }
+            isLineComplete = bytes.contains(UInt8(ascii: "\n"))   // the new bytes only: never quadratic
+            buffer += bytes
+        }
+        return (buffer, false)
+    }
+
     /// Sends `command` and returns the agent's successful reply, blocking the calling thread
     /// for at most `timeout` after connecting. An error reply is thrown as `.rejected`.
     package func send(_ command: ControlCommand) throws(AgentClientError) -> ControlResponse {
         let socket = try connectedSocket()
         defer { socket.close() }
-        try? socket.setReceiveTimeout(milliseconds: Int(max(1, timeout.millisecondsRoundedUp)))
         let request = ControlRequest(id: .number(1), command: command)
         do {
             try socket.sendAll(ControlCodec.encode(request) + [UInt8(ascii: "\n")])
         } catch {
             // A refusing agent may already have answered and closed; read its reply below.
         }
-        var buffer: [UInt8] = []
-        var timedOut = false
-        while !buffer.contains(UInt8(ascii: "\n")) {
-            let bytes: [UInt8]
-            do {
-                bytes = try socket.receive()
-            } catch {
-                timedOut = error == .wouldBlock
-                break
-            }
-            if bytes.isEmpty { break }
-            buffer += bytes
+        let (buffer, timedOut) = readReply(socket)
+        if buffer.count > Self.maximumReplySize {
+            throw AgentClientError(.noReply, "the agent on \(stateDirectory) sent a reply longer than \(Self.maximumReplySize) bytes")
         }
         let line = buffer.prefix { $0 != UInt8(ascii: "\n") }
         guard !line.isEmpty, let response = try? ControlCodec.decodeResponse(line) else {

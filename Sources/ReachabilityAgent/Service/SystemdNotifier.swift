@@ -35,13 +35,16 @@ package struct SystemdNotifier: Sendable {
     package var isEnabled: Bool { socketPath != nil }
 
     /// Sends `state` (newline-separated `KEY=value` assignments). Errors are ignored, as
-    /// sd_notify's callers do: systemd may not be listening any more.
+    /// sd_notify's callers do: systemd may not be listening any more. Never waits: a receiver
+    /// that stops reading fills its queue (ten datagrams by default), and a blocking send would
+    /// then hold the agent, its watchdog and its stop path until it reads (a test that was slow
+    /// to read once kept the agent from handling SIGTERM); a notification is dropped instead.
     @discardableResult
     package func notify(_ state: String) -> Bool {
         guard let socketPath else { return false }
         guard let socket = try? FileDescriptor.unixSocket(datagrams: true) else { return false }
         defer { socket.close() }
         guard let address = try? SocketAddress(unixPath: socketPath) else { return false }
-        return (try? socket.send(Array(state.utf8), to: address)) != nil
+        return (try? socket.send(Array(state.utf8), to: address, nonBlocking: true)) != nil
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LinuxSystem
+import ReachabilityBase
 import Synchronization
 import Testing
 @testable import ReachabilityAgent
@@ -104,6 +105,47 @@ struct AgentClientTests {
         let error = await #expect(throws: AgentClientError.noReply) { try await client.status() }
         #expect(ContinuousClock.now - started < .seconds(10))
         #expect(error?.description == "the agent on \(directory.path) did not answer within 0.2 s")
+    }
+
+    /// A fake agent that accepts one connection and hands it to `behave` on a thread.
+    static func fakeAgent(in directory: ScratchDirectory, _ behave: @escaping @Sendable (FileDescriptor) -> Void) throws -> FileDescriptor {
+        let listener = try FileDescriptor.unixSocket()
+        try listener.bindAndListen(unixPath: AgentStateDirectory.socketPath(in: directory.path), mode: 0o600)
+        SystemThread.detach(name: "fake-agent") {
+            guard let connection = try? listener.accept() else { return }
+            behave(connection)
+            connection.close()
+        }
+        return listener
+    }
+
+    /// A peer dripping a byte at a time cannot hold a program past the timeout (it is one
+    /// deadline, not one per read), and one that never ends its line cannot make it hold more
+    /// than the largest reply.
+    @Test func aDrippingOrEndlessReplyIsNoReply() async throws {
+        let directory = try ScratchDirectory("ad", permissions: 0o700)
+        let dripping = try Self.fakeAgent(in: directory) { connection in
+            // 20 s of dripping: a deadline restarted per read would wait for all of it.
+            for _ in 0..<1000 {
+                guard (try? connection.sendAll([UInt8(ascii: "{")])) != nil else { return }
+                CurrentProcess.sleep(milliseconds: 20)
+            }
+        }
+        var client = AgentClient(stateDirectory: directory.path)
+        client.timeout = .milliseconds(300)
+        let started = ContinuousClock.now
+        await #expect(throws: AgentClientError.noReply) { try await client.status() }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        dripping.close()
+
+        let other = try ScratchDirectory("ae", permissions: 0o700)
+        let endless = try Self.fakeAgent(in: other) { connection in
+            let chunk = [UInt8](repeating: UInt8(ascii: "x"), count: 1 << 20)
+            for _ in 0..<40 { guard (try? connection.sendAll(chunk)) != nil else { return } }
+        }
+        defer { endless.close() }
+        let error = await #expect(throws: AgentClientError.noReply) { try await AgentClient(stateDirectory: other.path).downloads() }
+        #expect(error?.description.contains("longer than") == true, "\(String(describing: error))")
     }
 
     @Test func theDefaultStateDirectoryIsTheAgentsOne() throws {

@@ -72,6 +72,26 @@ struct AgentTrustTests {
         #expect(admitted)
     }
 
+    /// Attached sessions leave the request slots: a program holding sessions still gets its
+    /// `queue list` answered, and one uid cannot hold more than its share of either.
+    @Test func attachedConnectionsHaveSlotsOfTheirOwn() {
+        var admission = ControlAdmission()
+        admission.attachedPerUser = 2
+        var admitted = (0..<16).map { _ in admission.admit(uid: 1000) }
+        #expect(admitted.allSatisfy { $0 })
+        let seventeenth = admission.admit(uid: 1000)
+        #expect(!seventeenth)
+        let promoted = [admission.promote(uid: 1000), admission.promote(uid: 1000)]
+        #expect(promoted == [true, true])
+        admitted = [admission.admit(uid: 1000), admission.admit(uid: 1000)]
+        #expect(admitted == [true, true], "promoted connections gave their request slots back")
+        let third = admission.promote(uid: 1000)
+        #expect(!third, "at most attachedPerUser")
+        admission.release(uid: 1000, attached: true)
+        let again = admission.promote(uid: 1000)
+        #expect(again)
+    }
+
     @Test func theConnectionMachineKnowsWhenARequestIsUnderway() {
         var machine = ControlConnectionStateMachine()
         #expect(!machine.isInsideRequest)
