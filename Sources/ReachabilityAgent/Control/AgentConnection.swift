@@ -81,15 +81,16 @@ package final class AgentConnection: Sendable {
 
     private func readLoop() {
         var buffer: [UInt8] = []
+        var scanned = 0   // bytes of `buffer` known to hold no newline: never rescanned
         var reason = AgentClientError(.noReply, "the agent on \(stateDirectory) closed the connection")
         reading: while true {
             let bytes: [UInt8]
             do { bytes = try socket.receive(maximum: 64 << 10) } catch { break }
             if bytes.isEmpty { break }
             buffer += bytes
-            while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+            while let newline = buffer[scanned...].firstIndex(of: UInt8(ascii: "\n")) {
                 let line = buffer[..<newline]
-                defer { buffer.removeSubrange(...newline) }
+                defer { buffer.removeSubrange(...newline); scanned = 0 }
                 guard let response = try? ControlCodec.decodeResponse(line) else { continue }
                 if !handle(response) {
                     reason = AgentClientError(.permissionDenied, "the agent refused the connection: \(response.error?.message ?? "no reason given")",
@@ -97,6 +98,7 @@ package final class AgentConnection: Sendable {
                     break reading
                 }
             }
+            scanned = buffer.count
             if buffer.count > Self.maximumLineLength {
                 reason = AgentClientError(.noReply, "the agent sent a line longer than \(Self.maximumLineLength) bytes")
                 break
