@@ -138,6 +138,9 @@ let package = Package(
         .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
         .executableTarget(name: "HalfTunesURLSession", dependencies: ["ResumableURLSession", "LinuxReachability"],
                           path: "Samples/HalfTunesURLSession"),
+        // The WWDC background-tasks sample: a timer run hands its request to a background session.
+        .executableTarget(name: "StormWatch", dependencies: ["ResumableURLSession"], path: "Samples/StormWatch",
+                          exclude: ["README.md"]),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
         .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability", "TestSupport"]),
         .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem", "TestSupport"]),

@@ -30,6 +30,8 @@ final class BackgroundSessionLink: Sendable {
         /// Tasks of this process that have not completed.
         var tasks: [Int: ResumableDownloadTask] = [:]
         var nextIdentifier = 1
+        /// The first attach has an answer: attached (and its replay handed to the delegate
+        /// queue), or failed for good.
         var hasFirstOutcome = false
         /// Events received (handed to the delegate queue) and handled (the delegate returned).
         var received: Set<UInt64> = []
@@ -42,7 +44,8 @@ final class BackgroundSessionLink: Sendable {
     let identifier: String
     let configuration: ResumableURLSession.Configuration
     private let state: Mutex<State>
-    /// Left once when the first attach has an outcome; tasks wait for it to get their identifiers.
+    /// Left once when the first attach has an outcome; tasks wait for it to get their
+    /// identifiers, and `allTasks` so that a track whose file was replayed is not started again.
     private let firstOutcome = DispatchGroup()
 
     init(session: ResumableURLSession, identifier: String) {
@@ -131,8 +134,10 @@ final class BackgroundSessionLink: Sendable {
             state.reconnectDelay = .milliseconds(50)
             state.nextIdentifier = max(state.nextIdentifier, attachment.nextTaskIdentifier)
             if state.directory == nil { state.directory = directory }
-            defer { state.hasFirstOutcome = true }
-            return (state.session, state.tasks, !state.hasFirstOutcome)
+            // With events to replay, the first outcome waits for their end (`finishedEvents`).
+            let isFirst = !state.hasFirstOutcome && attachment.pendingEvents == 0
+            if isFirst { state.hasFirstOutcome = true }
+            return (state.session, state.tasks, isFirst)
         }
         guard let session else { return }
         // The agent's tasks: the ones this process knows are brought up to date, the others
@@ -293,6 +298,11 @@ final class BackgroundSessionLink: Sendable {
         guard let session else { return }
         if event.kind == .finishedEvents {
             session.enqueue { [session] in session.delegate?.urlSessionDidFinishEvents(forBackgroundURLSession: session) }
+            let isFirst = state.withLock { state -> Bool in
+                defer { state.hasFirstOutcome = true }
+                return !state.hasFirstOutcome
+            }
+            if isFirst { firstOutcome.leave() }
             return
         }
         guard let snapshot = event.task else { return }

@@ -8,7 +8,9 @@ extension ResumableURLSession {
     /// directory, not the session's) and the response. Cancelling the calling task throws
     /// `URLError(.cancelled)` whose `downloadTaskResumeData` continues it when the stored bytes
     /// can be (pass it to `download(resumeFrom:)` or `downloadTask(withResumeData:)`), so the
-    /// WWDC `withTaskCancellationHandler` pattern ports unchanged.
+    /// WWDC `withTaskCancellationHandler` pattern ports unchanged. In a background session, a
+    /// download task made for the same request in that pattern's `onCancel` takes the transfer
+    /// over where it is (then the error carries no resume data: the bytes are that task's).
     public func download(from url: URL) async throws -> (URL, URLResponse) {
         try await download(for: URLRequest(url: url))
     }
@@ -47,10 +49,25 @@ extension ResumableURLSession {
                 task.resume()
                 if running.started(task) { task.cancel(byProducingResumeData: { _ in }) }
             }
-        } onCancel: {
-            running.cancel()?.cancel(byProducingResumeData: { _ in })
+        } onCancel: { [isBackground = configuration.isBackground] in
+            guard let task = running.cancel() else { return }
+            guard isBackground else { return task.cancel(byProducingResumeData: { _ in }) }
+            // After the caller's own cancellation handlers, not before. This one is the inner
+            // handler and runs first; the WWDC pattern's `onCancel` (the outer one, on the same
+            // thread right after) makes a download task for the same request, which joins this
+            // transfer in the agent (duplicate in-flight requests are removed) only if it gets
+            // there before this cancel. A handler slower than this delay costs a new transfer,
+            // never a lost one.
+            Task {
+                try? await Task.sleep(for: ResumableURLSession.backgroundCancelDelay)
+                task.cancel(byProducingResumeData: { _ in })
+            }
         }
     }
+
+    /// How long a background session's awaited download waits, once its Swift task is cancelled,
+    /// before it cancels its task in the agent (see `awaitDownload`).
+    static let backgroundCancelDelay = Duration.milliseconds(250)
 
     /// Moves (or, across file systems, copies) a delivered file to a new name in the temporary directory.
     static func keep(_ location: URL) throws -> URL {
