@@ -28,9 +28,10 @@ final class BackgroundLab: Sendable {
     func sha256(_ name: String) -> String { DownloadFixtures.sha256(content[name] ?? Data()) }
 
     /// `background-probe` in the client namespace on the lab's agent.
-    func probe(_ session: String, _ arguments: [String] = [], prefix: [String] = []) throws -> ProbeProcess {
+    func probe(_ session: String, _ arguments: [String] = [], prefix: [String] = [],
+               environment: [String: String] = [:]) throws -> ProbeProcess {
         try ProbeProcess(["--state-dir", state.path, "--session", session, "--agent", try BuiltProducts.url("reachability").path]
-                         + arguments, namespace: net.client, product: "background-probe", prefix: prefix)
+                         + arguments, namespace: net.client, product: "background-probe", prefix: prefix, environment: environment)
     }
 
     /// The probe's arguments that make it the command the agent launches, writing to `output`.

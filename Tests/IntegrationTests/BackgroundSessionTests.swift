@@ -124,7 +124,7 @@ struct BackgroundSessionTests {
     /// The failing launcher shows in agent status and the metrics; a process that attaches and
     /// takes the events clears it.
     @Test func aFailingLauncherBacksOff() async throws {
-        let lab = try BackgroundLab(rate: "10m", files: ["a.bin": 64 << 10], seed: 1705)
+        let lab = try BackgroundLab(files: ["a.bin": 512 << 10], seed: 1705)
         defer { lab.close() }
         let log = lab.net.directory.file("launches.log")
         let script = lab.net.directory.file("fails.sh")
@@ -151,6 +151,56 @@ struct BackgroundSessionTests {
         #expect(await taker.waitForExit(timeout: .seconds(20)) == 0, "\(taker.transcript)")
         #expect(taker.calls("finished").first?.object["sha256"]?.string == lab.sha256("a.bin"))
         #expect(await lab.waitForSession("flaky") { ($0["consecutiveLaunchFailures"] as? Int) == 0 && ($0["pendingEvents"] as? Int) == 0 })
+    }
+
+    /// launchUnit, with a `systemctl` that plays the user manager (first on the PATH the agent
+    /// inherits): a template unit is started with the escaped identifier as its instance, and
+    /// the program it runs takes the events; a plain unit gets the identifier through the
+    /// manager's environment around its start. (A real user manager is not available here;
+    /// SystemdUnitNameTests has the escaping of identifiers systemd would unescape for %I.)
+    @Test func launchUnitsAreStartedThroughSystemctl() async throws {
+        // Half a second to download: the program is killed before it ends, so its event waits.
+        let lab = try BackgroundLab(files: ["a.bin": 512 << 10], seed: 1711)
+        defer { lab.close() }
+        let bin = lab.net.directory.file("fakebin")
+        try FileManager.default.createDirectory(at: bin, withIntermediateDirectories: true)
+        let calls = lab.net.directory.file("systemctl.log")
+        let output = lab.net.directory.file("unit.ndjson")
+        let probe = try BuiltProducts.url("background-probe").path
+        let agent = try BuiltProducts.url("reachability").path
+        // systemctl --user start NAME@INSTANCE.service runs the probe as that unit would, with
+        // REACHABILITY_BACKGROUND_SESSION from the instance (%I); a plain unit's comes from set-environment.
+        let script = """
+            #!/bin/sh
+            echo "$*" >> \(calls.path)
+            case "$2" in
+              set-environment) echo "${3#*=}" > \(bin.path)/session ;;
+              start)
+                case "$3" in
+                  *@*) instance="${3#*@}"; session="${instance%.service}" ;;
+                  *) session="$(cat \(bin.path)/session)" ;;
+                esac
+                REACHABILITY_BACKGROUND_SESSION="$session" \(probe) --state-dir \(lab.state.path) --agent \(agent) --output \(output.path) --exit-after-events ;;
+            esac
+            """
+        try script.write(to: bin.appendingPathComponent("systemctl"), atomically: true, encoding: .utf8)
+        chmod(bin.appendingPathComponent("systemctl").path, 0o755)
+        let environment = ["PATH": bin.path + ":/usr/sbin:/usr/bin:/sbin:/bin"]
+        for (session, unit) in [("com.example.unittest", "events@.service"), ("plain", "plain-events.service")] {
+            let first = try lab.probe(session, ["--launch-unit", unit, "--url", lab.url("a.bin")], environment: environment)
+            #expect(await first.waitForCall("created") != nil, "\(first.transcript)")
+            first.kill()
+            #expect(await DownloadFixtures.wait(timeout: .seconds(30)) {
+                LineFile(url: output).calls("didFinishEvents").contains { _ in true }
+                    && LineFile(url: output).calls("launched").contains { $0["environment"]?.string == session }
+            }, "\(LineFile(url: output).objects)\n\((try? String(contentsOf: calls, encoding: .utf8)) ?? "")")
+            #expect(await lab.waitForSession(session) { ($0["pendingEvents"] as? Int) == 0 && ($0["launches"] as? Int) == 1 })
+            try? FileManager.default.removeItem(at: output)
+        }
+        let log = ((try? String(contentsOf: calls, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        #expect(log == ["--user start events@com.example.unittest.service",
+                        "--user set-environment REACHABILITY_BACKGROUND_SESSION=plain", "--user start plain-events.service",
+                        "--user unset-environment REACHABILITY_BACKGROUND_SESSION"], "\(log)")
     }
 
     /// Another user can neither start nor reach the agent's sessions: refused clearly.

@@ -19,8 +19,9 @@ final class ProbeProcess: Sendable {
 
     private let child: LineProcess
 
-    init(_ arguments: [String], namespace: String?, product: String = "urlsession-probe", prefix: [String] = []) throws {
-        child = try LineProcess(product, arguments, namespace: namespace, prefix: prefix)
+    init(_ arguments: [String], namespace: String?, product: String = "urlsession-probe", prefix: [String] = [],
+         environment: [String: String] = [:]) throws {
+        child = try LineProcess(product, arguments, namespace: namespace, prefix: prefix, environment: environment)
     }
 
     static func parse(_ text: String) -> [String: SendableJSON]? {

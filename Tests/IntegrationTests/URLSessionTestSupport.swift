@@ -199,11 +199,13 @@ final class LineProcess: Sendable {
     private let collected = Collected()
 
     /// `prefix` runs it through another program (`setpriv` to run it as another user).
-    init(_ product: String, _ arguments: [String], namespace: String? = nil, prefix: [String] = []) throws {
+    /// `environment` adds to (or overrides) the quiet one.
+    init(_ product: String, _ arguments: [String], namespace: String? = nil, prefix: [String] = [],
+         environment: [String: String] = [:]) throws {
         let binary = try BuiltProducts.url(product).path
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + prefix + [binary] + arguments
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
+        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"].merging(environment) { $1 }
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err

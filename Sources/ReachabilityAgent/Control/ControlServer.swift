@@ -136,12 +136,15 @@ package final class ControlServer: Sendable {
                 switch action {
                 case .handle(let id, let command):
                     observer(.request(command, credentials))
+                    // An attached session's requests that arrived are carried out even when their
+                    // reply cannot be written: a program that resumes a task and exits at once
+                    // (or is killed) meant it, and the agent owns the task from then on.
                     if let response = wait({ await self.handler(command, id, peer) }) {
-                        guard reply(response) else { return }
+                        guard reply(response) || peer.isStreaming else { return }
                     }
                 case .reply(let response):
                     observer(.rejected(response.error ?? .failed("rejected"), credentials))
-                    guard reply(response) else { return }
+                    guard reply(response) || peer.isStreaming else { return }
                 case .close:
                     return
                 }
