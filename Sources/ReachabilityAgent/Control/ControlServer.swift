@@ -100,7 +100,7 @@ package final class ControlServer: Sendable {
         }
         defer {
             admission.withLock { $0.release(uid: credentials.uid, attached: peer.isStreaming) }
-            wait { await self.closed(peer); return nil }
+            _ = wait { await self.closed(peer); return nil }
         }
         var machine = ControlConnectionStateMachine()
         var requestStarted: ContinuousClock.Instant?
