@@ -440,7 +440,7 @@ extension AgentService {
                          value: Double(sessions.reduce(0) { $0 + $1.record.pending.count })),
             MetricFamily("reachability_background_launches", .counter,
                          help: "Programs started for background sessions' events since start, and how many of those launches failed.",
-                         samples: [MetricSample(Double(sessions.reduce(0) { $0 + $1.launch.launches }), labels: [("result", "started")]),
+                         created: startedAt, samples: [MetricSample(Double(sessions.reduce(0) { $0 + $1.launch.launches }), labels: [("result", "started")]),
                                    MetricSample(Double(sessions.reduce(0) { $0 + $1.launch.failures }), labels: [("result", "failed")])]),
             MetricFamily("reachability_background_launchers_failing", .gauge,
                          help: "Background sessions whose last launch failed (agent status says why).",

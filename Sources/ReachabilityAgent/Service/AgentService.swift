@@ -55,7 +55,7 @@ package actor AgentService {
     /// Events reported per download, so a new subscription after `resume` of a failed download
     /// (whose event stream had ended) skips the replay.
     private var reportedEvents: [UUID: Int] = [:]
-    private let startedAt: Date
+    let startedAt: Date
     /// Path status, changes and outage time for `metrics`.
     private var pathMetrics: PathMetrics
     /// Download counters for `metrics`; they outlive the `DownloadAgent`s a reload replaces.
