@@ -125,11 +125,14 @@ let package = Package(
                                                             "ReachabilityBase"]),
         .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession", "TestSupport"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
-        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
+        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability",
+                                                                  "ProbeSupport"],
                           path: "Tests/URLSessionProbe"),
+        // The delegate-call lines both probes print.
+        .target(name: "ProbeSupport", dependencies: ["ResumableURLSession"], path: "Tests/ProbeSupport"),
         // A program with a background ResumableURLSession, for IntegrationTests/BackgroundSession*
         // and bench/background_bench.py (also the command the agent launches for its events).
-        .executableTarget(name: "background-probe", dependencies: ["ResumableURLSession", "ResumableDownloads"],
+        .executableTarget(name: "background-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "ProbeSupport"],
                           path: "Tests/BackgroundProbe"),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),

@@ -16,6 +16,7 @@
 
 import Foundation
 import FoundationNetworking
+import ProbeSupport
 import ResumableDownloads
 import ResumableURLSession
 import Synchronization
@@ -23,13 +24,7 @@ import Synchronization
 let output = Mutex<FileHandle?>(nil)
 
 func emit(_ object: [String: Any]) {
-    var line = object
-    line["ms"] = Int(ProcessInfo.processInfo.systemUptime * 1000)
-    line["pid"] = Int(getpid())
-    let data = (try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys])) ?? Data("{}".utf8)
-    output.withLock { handle in
-        (handle ?? FileHandle.standardOutput).write(data + Data("\n".utf8))
-    }
+    output.withLock { handle in (handle ?? FileHandle.standardOutput).write(ProbeLines.encoded(object)) }
 }
 
 func fail(_ message: String) -> Never {
@@ -118,30 +113,21 @@ final class Probe: ResumableURLSessionDownloadDelegate {
 
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didWriteData bytesWritten: Int64,
                     totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-        emit(["call": "wrote", "task": downloadTask.taskIdentifier, "bytes": bytesWritten, "total": totalBytesWritten,
-              "expected": totalBytesExpectedToWrite])
+        emit(ProbeLines.wrote(downloadTask, bytesWritten, total: totalBytesWritten, expected: totalBytesExpectedToWrite))
     }
 
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didResumeAtOffset fileOffset: Int64,
                     expectedTotalBytes: Int64) {
-        emit(["call": "resumed", "task": downloadTask.taskIdentifier, "offset": fileOffset, "expected": expectedTotalBytes])
+        emit(ProbeLines.resumed(downloadTask, offset: fileOffset, expected: expectedTotalBytes))
     }
 
     func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {
-        emit(["call": "waiting", "task": task.taskIdentifier])
+        emit(ProbeLines.waiting(task))
     }
 
     func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {
-        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
-        if let error = error as? URLError {
-            line["code"] = error.code.rawValue
-            line["message"] = error.localizedDescription
-            if let data = error.downloadTaskResumeData {
-                resumeData.withLock { $0 = data }
-                line["resumeData"] = data.count
-            }
-        }
-        emit(line)
+        if let data = (error as? URLError)?.downloadTaskResumeData { resumeData.withLock { $0 = data } }
+        emit(ProbeLines.completed(task, error))
     }
 
     func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession) {
@@ -158,7 +144,7 @@ final class Probe: ResumableURLSessionDownloadDelegate {
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 if let file = options.outputFile {
-    if !FileManager.default.fileExists(atPath: file) { FileManager.default.createFile(atPath: file, contents: nil) }
+    if !FileManager.default.fileExists(atPath: file) { _ = FileManager.default.createFile(atPath: file, contents: nil) }
     let handle = FileHandle(forWritingAtPath: file)
     handle?.seekToEndOfFile()
     output.withLock { $0 = handle }
