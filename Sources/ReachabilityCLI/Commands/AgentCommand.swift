@@ -39,6 +39,11 @@ struct AgentCommand: Command {
         an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
 
+        The agent also runs ResumableURLSession's background sessions: their transfers go on when the \
+        program that started them exits, their events wait in STATE_DIR/background until a process of the \
+        session attaches, and the agent can start the session's program for them (a command, or a systemd \
+        user unit). 'queue list' and 'agent status' show them with their session identifier.
+
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
         the state directory, socket or monitor failure); 66 when --cacert cannot be read; 73 when the \
         --metrics-file directory cannot be used; 78 for a bad agent.conf line or an unsafe state directory (another user's, or \
