@@ -53,6 +53,7 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
     }
 
     /// Bounds on what an attach may ask for.
+    package static let maximumSeconds: Double = 100 * 365 * 86_400
     package static let maximumArguments = 64
     package static let maximumArgumentLength = 4096
     package static let maximumHeaders = 64
@@ -69,11 +70,11 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
             if launchCommand[0].isEmpty { return "launchCommand's program is empty" }
         }
         if let launchUnit, let problem = SystemdUnitName.problem(launchUnit) { return "launchUnit: \(problem)" }
-        if !timeoutIntervalForResource.isFinite || timeoutIntervalForResource <= 0 {
-            return "timeoutIntervalForResource must be a positive number of seconds"
+        if !timeoutIntervalForResource.isFinite || timeoutIntervalForResource <= 0 || timeoutIntervalForResource > Self.maximumSeconds {
+            return "timeoutIntervalForResource must be a positive number of seconds, at most 100 years"
         }
-        if !timeoutIntervalForRequest.isFinite || timeoutIntervalForRequest <= 0 {
-            return "timeoutIntervalForRequest must be a positive number of seconds"
+        if !timeoutIntervalForRequest.isFinite || timeoutIntervalForRequest <= 0 || timeoutIntervalForRequest > Self.maximumSeconds {
+            return "timeoutIntervalForRequest must be a positive number of seconds, at most 100 years"
         }
         return BackgroundTaskSpec.headerProblem(additionalHeaders, label: "httpAdditionalHeaders")
     }
@@ -124,6 +125,12 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
 
     package static let maximumURLLength = 8 << 10
     package static let maximumDescriptionLength = 4096
+    /// Task identifiers are below this (sums and the next identifier can never overflow).
+    package static let maximumTaskIdentifier = Int(Int32.max)
+    /// `countOfBytesClientExpectsToReceive` at most (1 EiB): sums over every task stay far from Int64's end.
+    package static let maximumExpectedBytes: Int64 = 1 << 60
+    /// `earliestBeginDate` between 1970 and the year 5000.
+    package static let latestDate: Double = 95_617_584_000
 
     /// The URL when it is http or https with a host.
     package var checkedURL: URL? {
@@ -134,14 +141,22 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
 
     /// Why this task cannot be created, or nil.
     package var problem: String? {
-        guard taskIdentifier >= 0 else { return "taskIdentifier must not be negative" }
+        guard taskIdentifier >= 0, taskIdentifier < Self.maximumTaskIdentifier else {
+            return "taskIdentifier must be between 0 and \(Self.maximumTaskIdentifier - 1)"
+        }
         guard let url = checkedURL else { return "the task's URL must be an http or https URL with a host (at most \(Self.maximumURLLength) bytes)" }
         if let description = taskDescription, description.utf8.count > Self.maximumDescriptionLength {
             return "taskDescription is longer than \(Self.maximumDescriptionLength) bytes"
         }
-        if let timeout, !timeout.isFinite || timeout <= 0 { return "the request's timeoutInterval must be a positive number of seconds" }
-        if let date = earliestBeginDate, !date.isFinite { return "earliestBeginDate is not a date" }
-        if expectedBytes < -1 { return "countOfBytesClientExpectsToReceive must be -1 (unknown) or more" }
+        if let timeout, !timeout.isFinite || timeout <= 0 || timeout > BackgroundSessionSettings.maximumSeconds {
+            return "the request's timeoutInterval must be a positive number of seconds, at most 100 years"
+        }
+        if let date = earliestBeginDate, !date.isFinite || date < 0 || date > Self.latestDate {
+            return "earliestBeginDate must be a date between 1970 and 5000"
+        }
+        if expectedBytes < -1 || expectedBytes > Self.maximumExpectedBytes {
+            return "countOfBytesClientExpectsToReceive must be -1 (unknown) or 0 to \(Self.maximumExpectedBytes)"
+        }
         if priority.isNaN || priority < 0 || priority > 1 { return "priority must be between 0 and 1" }
         if let state = resumeState {
             guard state.url == self.url else { return "the resume data is for another URL" }

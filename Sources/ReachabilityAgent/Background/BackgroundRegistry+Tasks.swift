@@ -36,7 +36,7 @@ extension BackgroundRegistry {
             session.record.tasks.append(BackgroundTaskRecord(spec: spec, transfer: id))
             session.record.nextTaskIdentifier = max(session.record.nextTaskIdentifier, spec.taskIdentifier + 1)
         }
-        return .success([.persist(key)])
+        return .success([.persistSoon(key)])
     }
 
     /// Changes a task's description, date, expected size or priority; a date or size that now
@@ -55,7 +55,7 @@ extension BackgroundRegistry {
         spec.priority = changes.priority
         if let problem = spec.problem { return .failure(.invalidArgument(problem)) }
         update(key) { $0.record.tasks[position].spec = spec }
-        var actions: [Action] = [.persist(key)]
+        var actions: [Action] = [.persistSoon(key)]
         if sessions[key]?.waiting[identifier] != nil {
             actions += schedule(identifier, in: key, now: now, availableBytes: availableBytes) + nextWake(now: now)
         }
@@ -138,8 +138,12 @@ extension BackgroundRegistry {
             let promised = sessions.values.flatMap { other in
                 other.record.tasks.filter { $0.phase == .running && other.waiting[$0.spec.taskIdentifier] == nil
                     && !($0.spec.taskIdentifier == identifier && other.record.key == key) }
-            }.reduce(Int64(0)) { $0 + max(0, $1.spec.expectedBytes - $1.bytesReceived) }
-            if let available = availableBytes(), needed + promised > available {
+            }.reduce(Int64(0)) { sum, task in
+                // Saturating: each term is at most 2^60, but a million of them are not.
+                let (total, overflow) = sum.addingReportingOverflow(max(0, task.spec.expectedBytes - task.bytesReceived))
+                return overflow ? .max : total
+            }
+            if let available = availableBytes(), promised > available || needed > available - promised {
                 update(key) { $0.waiting[identifier] = .diskSpace(needed: needed, available: max(0, available - promised)) }
                 return []
             }

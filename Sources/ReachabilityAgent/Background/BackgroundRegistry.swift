@@ -66,8 +66,12 @@ package struct BackgroundRegistry: Sendable {
 
     /// What the agent does, in order.
     package enum Action: Sendable, Hashable {
-        /// Write the session's record.
+        /// Write the session's record now, before the actions that follow (an event is on disk
+        /// before it is sent; a transfer's session before the transfer exists).
         case persist(BackgroundSessionKey)
+        /// Write it soon (coalesced): what a crash may lose without harm (an acknowledgement,
+        /// whose event is then delivered again; a task not resumed yet, or its description).
+        case persistSoon(BackgroundSessionKey)
         /// Remove the session's record (invalidated, every event acknowledged).
         case removeSession(BackgroundSessionKey)
         /// Push a live event to a connection.
@@ -273,7 +277,7 @@ package struct BackgroundRegistry: Sendable {
             sessions[key] = nil
             actions.append(.removeSession(key))
         } else {
-            actions.append(.persist(key))
+            actions.append(.persistSoon(key))
         }
         return .success(actions)
     }

@@ -33,6 +33,9 @@ package struct BackgroundSessionRecord: Codable, Sendable, Hashable {
         if let problem = BackgroundSessionKey.problem(with: key.identifier) { return problem }
         if let problem = settings.problem { return problem }
         if tasks.count > Self.maximumTasks || pending.count > Self.maximumPending { return "too many tasks or events" }
+        guard (1...BackgroundTaskSpec.maximumTaskIdentifier).contains(nextTaskIdentifier), (1...(UInt64(1) << 62)).contains(nextSequence) else {
+            return "nextTaskIdentifier or nextSequence is out of range"
+        }
         var identifiers = Set<Int>()
         for task in tasks {
             guard identifiers.insert(task.spec.taskIdentifier).inserted else { return "task \(task.spec.taskIdentifier) appears twice" }

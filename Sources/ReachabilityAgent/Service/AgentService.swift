@@ -73,6 +73,9 @@ package actor AgentService {
     var backgroundStore: BackgroundStore?
     var backgroundRecords: CheckedDirectory?
     var backgroundWake: (at: Date, task: Task<Void, Never>)?
+    /// Sessions to write soon, and the task that will.
+    var backgroundDirty: Set<BackgroundSessionKey> = []
+    var backgroundFlush: Task<Void, Never>?
     var launcher: ProgramLauncher
 
     package init(settings: AgentSettings, environment: Environment) throws {
@@ -167,6 +170,7 @@ package actor AgentService {
     /// Checkpoints every transfer and stops the download agent.
     package func shutdown() async {
         backgroundWake?.task.cancel()
+        flushBackgroundSessions()
         await agent.shutdown()
     }
 

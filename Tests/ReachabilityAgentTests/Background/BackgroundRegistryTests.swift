@@ -258,6 +258,34 @@ struct BackgroundRegistryTests {
         #expect((BackgroundSessionKey.problem(with: identifier) == nil) == isValid)
     }
 
+    /// Values that would overflow or trap later are refused at the door (an Int.max identifier
+    /// crashed the agent when the next identifier was computed).
+    @Test func hostileNumbersAreRefused() throws {
+        var (registry, _) = try Self.attached()
+        for spec in [Self.spec(Int.max), Self.spec(Int(Int32.max))] {
+            #expect((try? registry.createTask(spec, in: Self.key, connection: 1, transfer: UUID()).get()) == nil)
+        }
+        var late = Self.spec(1)
+        late.earliestBeginDate = 1e300
+        #expect(late.problem != nil)
+        var huge = Self.spec(1)
+        huge.expectedBytes = .max
+        #expect(huge.problem != nil)
+        var settings = Self.settings()
+        settings.timeoutIntervalForResource = 1e300
+        #expect(settings.problem != nil)
+        // Many tasks expecting the most allowed: the sum saturates instead of trapping.
+        for identifier in 1...20 {
+            var big = Self.spec(identifier, "http://192.0.2.1/\(identifier)")
+            big.expectedBytes = BackgroundTaskSpec.maximumExpectedBytes
+            _ = try registry.createTask(big, in: Self.key, connection: 1, transfer: UUID()).get()
+            _ = try registry.perform(.resume, on: identifier, in: Self.key, connection: 1, now: Self.now, availableBytes: { .max }).get()
+        }
+        var record = try #require(registry.sessions[Self.key]?.record)
+        record.nextSequence = .max
+        #expect(record.problem != nil)
+    }
+
     @Test func taskSpecsAreChecked() {
         var spec = Self.spec(1, "ftp://h/x")
         #expect(spec.problem != nil)
