@@ -108,6 +108,13 @@ extension FileDescriptor {
         try setOption(level: SOL_SOCKET, name: SO_RCVTIMEO, value: &timeout)
     }
 
+    /// SO_SNDTIMEO: a send, and the connect(2) of a Unix stream socket to a listener whose
+    /// backlog is full, wait at most this long, then fail with `.wouldBlock`.
+    package func setSendTimeout(milliseconds: Int) throws(Errno) {
+        var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)
+        try setOption(level: SOL_SOCKET, name: SO_SNDTIMEO, value: &timeout)
+    }
+
     /// SO_BINDTODEVICE: the socket sends and receives through `interface` only.
     package func bindToDevice(_ interface: String) throws(Errno) {
         let name = Array(interface.utf8.prefix(15)) + [0]
