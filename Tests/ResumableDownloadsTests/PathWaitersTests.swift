@@ -1,4 +1,3 @@
-import DownloadTestSupport
 import Foundation
 import LinuxReachability
 import Synchronization
