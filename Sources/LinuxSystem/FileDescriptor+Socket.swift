@@ -108,7 +108,8 @@ extension FileDescriptor {
         try setOption(level: SOL_SOCKET, name: SO_RCVTIMEO, value: &timeout)
     }
 
-    /// SO_SNDTIMEO: a send that cannot proceed waits at most this long, then fails with `.wouldBlock`.
+    /// SO_SNDTIMEO: a send, and the connect(2) of a Unix stream socket to a listener whose
+    /// backlog is full, wait at most this long, then fail with `.wouldBlock`.
     package func setSendTimeout(milliseconds: Int) throws(Errno) {
         var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)
         try setOption(level: SOL_SOCKET, name: SO_SNDTIMEO, value: &timeout)

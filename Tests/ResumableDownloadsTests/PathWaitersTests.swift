@@ -1,8 +1,8 @@
-import TestSupport
 import Foundation
 import LinuxReachability
 import Synchronization
 import Testing
+import TestSupport
 @testable import ResumableDownloads
 
 @Suite("Downloads gated by the route to their own host")

@@ -162,6 +162,8 @@ extension AgentClient {
         } catch {
             throw AgentClientError(.unreachable, "cannot create a socket: \(error)")
         }
+        // A wedged agent whose backlog is full cannot hold the connect, nor a send, past the timeout.
+        try? socket.setSendTimeout(milliseconds: Int(max(1, timeout.millisecondsRoundedUp)))
         do {
             try socket.connect(to: SocketAddress(unixPath: socketPath))
         } catch {
@@ -169,6 +171,8 @@ extension AgentClient {
             switch error {
             case .connectionRefused, .noSuchFile:
                 throw AgentClientError(.notRunning, "no agent is running on \(stateDirectory) (start one with 'reachability agent')")
+            case .wouldBlock:
+                throw AgentClientError(.noReply, "the agent on \(stateDirectory) did not accept the connection within \(timeout.formattedSeconds) s")
             case .permissionDenied, .operationNotPermitted:
                 throw AgentClientError(.permissionDenied,
                                        "permission denied connecting to the agent on \(stateDirectory): it belongs to another user (only its own user or root may control it)")

@@ -148,6 +148,27 @@ struct AgentClientTests {
         #expect(error?.description.contains("longer than") == true, "\(String(describing: error))")
     }
 
+    /// An agent that stopped accepting (its backlog full) cannot hold the connect past the timeout.
+    @Test(.timeLimit(.minutes(1))) func aWedgedAgentCannotHoldTheConnect() async throws {
+        let directory = try ScratchDirectory("aw", permissions: 0o700)
+        let path = AgentStateDirectory.socketPath(in: directory.path)
+        let listener = try FileDescriptor.unixSocket()
+        defer { listener.close() }
+        try listener.bindAndListen(unixPath: path, mode: 0o600, backlog: 0)
+        var fillers: [FileDescriptor] = []
+        defer { for filler in fillers { filler.close() } }
+        for _ in 0..<8 {
+            let filler = try FileDescriptor.unixSocket()
+            try filler.setSendTimeout(milliseconds: 50)
+            fillers.append(filler)
+            if (try? filler.connect(to: SocketAddress(unixPath: path))) == nil { break }
+        }
+        var client = AgentClient(stateDirectory: directory.path)
+        client.timeout = .milliseconds(200)
+        let error = await #expect(throws: AgentClientError.noReply) { try await client.status() }
+        #expect(error?.description == "the agent on \(directory.path) did not accept the connection within 0.2 s")
+    }
+
     @Test func theDefaultStateDirectoryIsTheAgentsOne() throws {
         #expect(try AgentClient(environment: ["REACHABILITY_STATE_DIR": "/srv/agent"]).stateDirectory == "/srv/agent")
         #expect(throws: AgentClientError.noStateDirectory) {
