@@ -102,19 +102,22 @@ static inline int clinux_terminal_columns(int descriptor) {
  * stdin, stdout and stderr from the given descriptors (-1: /dev/null); an empty signal mask and
  * default dispositions, because Swift threads block signals and the mask is inherited.
  * `search_path` looks `path` up in the PATH of `envp` (posix_spawnp reads the caller's
- * environment instead, so the lookup is done here against the child's own PATH). Returns 0 and
- * sets *pid, or the error number. */
+ * environment instead, so the lookup is done here against the child's own PATH). `directory`,
+ * when not NULL, is the child's working directory (posix_spawn_file_actions_addchdir_np, glibc
+ * 2.29): a long-lived child in "/" does not hold the caller's directory (a mount point) busy.
+ * Returns 0 and sets *pid, or the error number. */
 #include <spawn.h>
 #include <signal.h>
 #include <string.h>
 #include <stdlib.h>
 #include <limits.h>
 extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *, int);
+extern int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *, const char *);
 #ifndef POSIX_SPAWN_SETSID
 #define POSIX_SPAWN_SETSID 0x80
 #endif
 static inline int clinux_spawn_at(const char *file, char *const argv[], char *const envp[], int new_session,
-                                  int in, int out, int err, pid_t *pid) {
+                                  const char *directory, int in, int out, int err, pid_t *pid) {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
     int result = posix_spawn_file_actions_init(&actions);
@@ -130,6 +133,7 @@ static inline int clinux_spawn_at(const char *file, char *const argv[], char *co
         }
     }
     if (result == 0) result = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    if (result == 0 && directory != NULL) result = posix_spawn_file_actions_addchdir_np(&actions, directory);
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
@@ -144,9 +148,9 @@ static inline int clinux_spawn_at(const char *file, char *const argv[], char *co
 }
 
 static inline int clinux_spawn(const char *path, char *const argv[], char *const envp[], int search_path,
-                               int new_session, int in, int out, int err, pid_t *pid) {
+                               int new_session, const char *directory, int in, int out, int err, pid_t *pid) {
     if (!search_path || strchr(path, '/') != NULL) {
-        return clinux_spawn_at(path, argv, envp, new_session, in, out, err, pid);
+        return clinux_spawn_at(path, argv, envp, new_session, directory, in, out, err, pid);
     }
     const char *search = NULL;
     for (char *const *entry = envp; *entry != NULL; entry++) {
@@ -163,7 +167,7 @@ static inline int clinux_spawn(const char *path, char *const argv[], char *const
             candidate[length] = '/';
             strcpy(candidate + length + 1, path);
             if (access(candidate, X_OK) == 0) {
-                return clinux_spawn_at(candidate, argv, envp, new_session, in, out, err, pid);
+                return clinux_spawn_at(candidate, argv, envp, new_session, directory, in, out, err, pid);
             }
             if (errno == EACCES) last = EACCES;
         }

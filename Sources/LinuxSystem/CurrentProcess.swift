@@ -64,14 +64,14 @@ package enum CurrentProcess {
     /// the caller's process group does not reach it), the given standard descriptors (nil:
     /// /dev/null), no other descriptor of this process, an empty signal mask and default signal
     /// actions. With `searchingPath`, a `program` without a slash is looked up in
-    /// `environment["PATH"]`. The caller must reap it (`waitForExit(of:)`), or it stays a zombie
-    /// until this process ends.
+    /// `environment["PATH"]`. `directory` is its working directory (nil: this process's). The
+    /// caller must reap it (`waitForExit(of:)`), or it stays a zombie until this process ends.
     package static func spawn(_ program: String, arguments: [String], environment: [String: String],
-                              searchingPath: Bool = true, newSession: Bool = true,
+                              searchingPath: Bool = true, newSession: Bool = true, directory: String? = nil,
                               standardInput: FileDescriptor? = nil, standardOutput: FileDescriptor? = nil,
                               standardError: FileDescriptor? = nil) throws(Errno) -> Int32 {
         try Syscall.spawn(program, arguments, environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" },
-                          searchingPath: searchingPath, newSession: newSession,
+                          searchingPath: searchingPath, newSession: newSession, directory: directory,
                           input: standardInput?.rawValue ?? -1, output: standardOutput?.rawValue ?? -1,
                           error: standardError?.rawValue ?? -1)
     }

@@ -53,6 +53,20 @@ struct ProcessSpawnTests {
         #expect(!lines.contains { $0.hasPrefix("HOME=") })
     }
 
+    @Test func theChildRunsInTheDirectoryGiven() throws {
+        let scratch = try ScratchDirectory("spawn", permissions: 0o700)
+        let directory = try CheckedDirectory.open(scratch.path, policy: .privateState)
+        let file = try directory.openOwnedFile("out", creating: .exclusive, mode: 0o600)
+        defer { file.descriptor.close() }
+        let pid = try CurrentProcess.spawn("sh", arguments: ["sh", "-c", "pwd"], environment: Self.environment, directory: "/",
+                                           standardOutput: file.descriptor)
+        #expect(CurrentProcess.waitForExit(of: pid) == .exited(0))
+        #expect(try String(contentsOfFile: scratch.path("out"), encoding: .utf8) == "/\n")
+        #expect(throws: Errno.self) {
+            _ = try CurrentProcess.spawn("sh", arguments: ["sh"], environment: Self.environment, directory: scratch.path("missing"))
+        }
+    }
+
     @Test func availableBytesAndHardLinks() throws {
         let scratch = try ScratchDirectory("spawn", permissions: 0o700)
         let directory = try CheckedDirectory.open(scratch.path, policy: .privateState)

@@ -73,12 +73,14 @@ extension Syscall {
     /// posix_spawn(3) through `clinux_spawn` (new session, descriptors above 2 closed, clean
     /// signal state; see the shim). Returns the child's pid.
     static func spawn(_ program: String, _ arguments: [String], _ environment: [String], searchingPath: Bool,
-                      newSession: Bool, input: Int32, output: Int32, error: Int32) throws(Errno) -> Int32 {
+                      newSession: Bool, directory: String?, input: Int32, output: Int32, error: Int32) throws(Errno) -> Int32 {
         func cStrings(_ strings: [String]) -> [UnsafeMutablePointer<CChar>?] { strings.map { strdup($0) } + [nil] }
         let argv = cStrings(arguments), envp = cStrings(environment)
         defer { for pointer in argv + envp { free(pointer) } }
         var pid: pid_t = 0
-        let result = clinux_spawn(program, argv, envp, searchingPath ? 1 : 0, newSession ? 1 : 0, input, output, error, &pid)
+        let result = directory.withOptionalCString { directory in
+            clinux_spawn(program, argv, envp, searchingPath ? 1 : 0, newSession ? 1 : 0, directory, input, output, error, &pid)
+        }
         if result != 0 { throw Errno(result) }
         return pid
     }
@@ -94,5 +96,13 @@ extension Syscall {
     /// Bytes an unprivileged writer may still use on the file system of `descriptor`.
     static func availableBytes(_ descriptor: Int32) throws(Errno) -> Int64 {
         Int64(try valueOrErrno { clinux_available_bytes(descriptor) })
+    }
+}
+
+extension Optional where Wrapped == String {
+    /// The C string, or NULL for nil, for the duration of `body`.
+    fileprivate func withOptionalCString<Result>(_ body: (UnsafePointer<CChar>?) -> Result) -> Result {
+        guard let self else { return body(nil) }
+        return self.withCString { body($0) }
     }
 }

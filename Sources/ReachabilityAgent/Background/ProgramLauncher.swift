@@ -68,8 +68,9 @@ package struct ProgramLauncher: Sendable {
         }
         let pid: Int32
         do {
+            // In "/", as systemd starts a unit without WorkingDirectory=.
             pid = try CurrentProcess.spawn(program, arguments: command, environment: environment, searchingPath: true,
-                                           newSession: true, standardOutput: standardError, standardError: standardError)
+                                           newSession: true, directory: "/", standardOutput: standardError, standardError: standardError)
         } catch {
             ended("cannot start \(program): \(error)")
             return false

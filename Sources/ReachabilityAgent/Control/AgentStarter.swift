@@ -8,7 +8,7 @@ import ReachabilityBase
 ///   (`packaging/user/reachability-agent.socket`, enabled by the Debian package), the socket is
 ///   always there: connecting starts the agent, and nothing here runs.
 /// - Otherwise, with no agent on the state directory, `EXECUTABLE agent --state-dir DIR` is
-///   started detached: a session of its own (a terminal hang-up does not reach it), no
+///   started detached: a session of its own (a terminal hang-up does not reach it), in `/`, no
 ///   descriptor of the caller's, stdin and stdout on /dev/null, stderr to `STATE_DIR/agent.err`
 ///   (so a start that fails can be explained). It outlives the caller. Under a systemd service
 ///   it is in that service's cgroup and is stopped with it: use the socket unit there.
@@ -75,8 +75,9 @@ package enum AgentStarter {
         var environment = environment
         for name in unitVariables { environment[name] = nil }
         do {
+            // In "/": a daemon must not hold the program's working directory (a mount point) busy.
             return try CurrentProcess.spawn(program, arguments: [program, "agent", "--state-dir", stateDirectory],
-                                            environment: environment, searchingPath: true, newSession: true,
+                                            environment: environment, searchingPath: true, newSession: true, directory: "/",
                                             standardError: errors.descriptor)
         } catch {
             let hint = program.contains("/") ? "" : " (not found on PATH? install reachability, or name the binary in the configuration's agentExecutable)"
