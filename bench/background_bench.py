@@ -25,61 +25,17 @@ import shutil
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from benchnet import Network
+from benchnet import Network, Probe
+
+QUIET = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"}
 
 PREFIX = f"rchB{os.getpid()}"
 SERVER = "10.89.0.1"
 SUBNET = "10.89.0"
-
-
-class Probe:
-    """A probe in the client namespace; NDJSON stdout lines kept with their arrival time."""
-
-    def __init__(self, network, arguments):
-        self.lines = []
-        self.lock = threading.Lock()
-        self.process = subprocess.Popen(["ip", "netns", "exec", network.client] + arguments, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"})
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for text in self.process.stdout:
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue
-            with self.lock:
-                self.lines.append(line)
-
-    def calls(self, name):
-        with self.lock:
-            return [line for line in self.lines if line.get("call") == name]
-
-    def wait_for(self, predicate, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                for line in self.lines:
-                    if predicate(line):
-                        return line
-            time.sleep(0.002)
-        return None
-
-    def send(self, command):
-        self.process.stdin.write(command + "\n")
-        self.process.stdin.flush()
-
-    def kill(self):
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
 
 
 class Agent:
@@ -160,24 +116,24 @@ def killed_mid_download(args, content):
             half = len(content) // 2
             if name.startswith("foreground"):
                 common = [f"{args.build}/urlsession-probe", "--state-dir", f"{workdir}/session", "--exit-when-done"]
-                first = Probe(network, common + ["--url", url])
-                first.wait_for(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= half, 60)
-                first.kill()
+                first = Probe(network, env=QUIET, arguments=common + ["--url", url])
+                first.wait_line(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= half, 60)
+                first.close()
                 # No resume data survives a killed process: the file is fetched again.
-                second = Probe(network, common + ["--url", url])
-                done = second.wait_for(lambda l: l.get("call") == "completed", 120)
-                second.kill()
+                second = Probe(network, env=QUIET, arguments=common + ["--url", url])
+                done = second.wait_line(lambda l: l.get("call") == "completed", 120)
+                second.close()
                 ok = done is not None and "code" not in done
                 sent = network.bytes_after(2)
             else:
                 common = [f"{args.build}/background-probe", "--state-dir", agent.state, "--session", "bench",
                           "--agent", f"{args.build}/reachability"]
-                first = Probe(network, common + ["--url", url])
-                first.wait_for(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= half, 60)
-                first.kill()
+                first = Probe(network, env=QUIET, arguments=common + ["--url", url])
+                first.wait_line(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= half, 60)
+                first.close()
                 agent.wait_session("bench", lambda s: s["pendingEvents"] == 1)
-                second = Probe(network, common + ["--exit-after-events"])
-                done = second.wait_for(lambda l: l.get("call") == "finished", 60)
+                second = Probe(network, env=QUIET, arguments=common + ["--exit-after-events"])
+                done = second.wait_line(lambda l: l.get("call") == "finished", 60)
                 second.process.wait(timeout=30)
                 ok = done is not None
                 sent = network.bytes_after(1)
@@ -203,12 +159,12 @@ def replay_latency(args):
         urls = ["--not-before", "1"] + [arg for index in range(count) for arg in ("--url", f"http://{SERVER}/f{index}.bin")]
         results = []
         for _ in range(args.replays):
-            first = Probe(network, common + urls)
-            first.wait_for(lambda l: l.get("call") == "created" and len(first.calls("created")) >= count, 60)
-            first.kill()
+            first = Probe(network, env=QUIET, arguments=common + urls)
+            first.wait_line(lambda l: l.get("call") == "created" and len(first.calls("created")) >= count, 60)
+            first.close()
             agent.wait_session("replay", lambda s: s["pendingEvents"] == count)
-            second = Probe(network, common + ["--exit-after-events"])
-            done = second.wait_for(lambda l: l.get("call") == "didFinishEvents", 60)
+            second = Probe(network, env=QUIET, arguments=common + ["--exit-after-events"])
+            done = second.wait_line(lambda l: l.get("call") == "didFinishEvents", 60)
             second.process.wait(timeout=30)
             launched = second.calls("launched")[0]
             finished = second.calls("finished")
@@ -230,9 +186,9 @@ def many_sessions(args):
         network.serve("x.bin", b"x" * 1024)
         build = args.build
         # The agent alone (started by one probe that then leaves).
-        starter = Probe(network, [f"{build}/background-probe", "--state-dir", agent.state, "--session", "starter",
+        starter = Probe(network, env=QUIET, arguments=[f"{build}/background-probe", "--state-dir", agent.state, "--session", "starter",
                                   "--agent", f"{build}/reachability"])
-        starter.wait_for(lambda l: l.get("call") == "attached", 30)
+        starter.wait_line(lambda l: l.get("call") == "attached", 30)
         starter.send("invalidate")
         starter.process.wait(timeout=30)
         before = agent.usage()
@@ -242,16 +198,16 @@ def many_sessions(args):
         urls = [arg for _ in range(args.tasks) for arg in ("--url", f"http://{SERVER}/x.bin")]
         started = time.monotonic()
         for index in range(args.sessions):
-            probe = Probe(network, [f"{build}/background-probe", "--state-dir", agent.state, "--session", f"s{index}",
+            probe = Probe(network, env=QUIET, arguments=[f"{build}/background-probe", "--state-dir", agent.state, "--session", f"s{index}",
                                     "--agent", f"{build}/reachability", "--not-before", "3600", "--no-launch-events"] + urls)
-            probe.wait_for(lambda l: l.get("call") == "created" and l.get("task") == args.tasks, 60)
+            probe.wait_line(lambda l: l.get("call") == "created" and l.get("task") == args.tasks, 60)
             probes.append(probe)
         created = time.monotonic() - started
         usage = agent.usage()
         rows.append((f"{args.sessions} programs attached, {args.sessions * args.tasks} tasks",
                      (usage[0], usage[1] - cpu_start, usage[2]), agent.latency("status"), agent.latency("list")))
         for probe in probes:
-            probe.kill()
+            probe.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             reply, _ = agent.request("status")
@@ -268,7 +224,7 @@ def many_sessions(args):
         return rows, created, idle
     finally:
         for probe in probes:
-            probe.kill()
+            probe.close()
         agent.kill()
         network.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -3,8 +3,10 @@ namespace with nginx (bench/urlsession_outage_bench.py, bench/background_bench.p
 layout as Tests/IntegrationTests/DownloadOutageTests.swift (an onlink default route, the server
 on a bridge kept up by a second veth pair, nginx logging each request's status and body bytes).
 """
+import json
 import os
 import subprocess
+import threading
 import time
 
 
@@ -112,3 +114,51 @@ http {{
             self.nginx.wait()
         for ns in (self.client, self.server):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+class Probe:
+    """A probe program in the client namespace; its NDJSON stdout lines kept with their arrival
+    time (`urlsession-probe`, `background-probe`: Tests/ProbeSupport's lines)."""
+
+    def __init__(self, network, arguments, env=None):
+        self.lines = []
+        self.lock = threading.Lock()
+        self.process = subprocess.Popen(["ip", "netns", "exec", network.client] + arguments, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for text in self.process.stdout:
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            with self.lock:
+                self.lines.append((time.monotonic(), line))
+
+    def calls(self, name):
+        with self.lock:
+            return [line for _, line in self.lines if line.get("call") == name]
+
+    def wait_for(self, predicate, timeout):
+        """(arrival, line) of the first line `predicate` accepts, or (None, None) at the deadline."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                for arrival, line in self.lines:
+                    if predicate(line):
+                        return arrival, line
+            time.sleep(0.002)
+        return None, None
+
+    def wait_line(self, predicate, timeout):
+        return self.wait_for(predicate, timeout)[1]
+
+    def send(self, command):
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()

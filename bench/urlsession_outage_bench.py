@@ -18,54 +18,16 @@ Usage: bench/urlsession_outage_bench.py [--probe .build/debug/urlsession-probe] 
 """
 import argparse
 import hashlib
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-from benchnet import Network
+from benchnet import Network, Probe
 
 PREFIX = f"rchU{os.getpid()}"
 SERVER = "10.88.0.1"
-
-
-class Probe:
-    """urlsession-probe in the client namespace; stdout lines parsed with their arrival time."""
-
-    def __init__(self, network, probe, arguments):
-        self.lines = []
-        self.lock = threading.Lock()
-        self.process = subprocess.Popen(["ip", "netns", "exec", network.client, probe] + arguments,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for text in self.process.stdout:
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue
-            with self.lock:
-                self.lines.append((time.monotonic(), line))
-
-    def wait_for(self, predicate, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                for arrival, line in self.lines:
-                    if predicate(line):
-                        return arrival, line
-            time.sleep(0.002)
-        return None, None
-
-    def close(self):
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
 
 
 def measure(name, foundation, args, content, digest, workdir):
@@ -74,7 +36,7 @@ def measure(name, foundation, args, content, digest, workdir):
         network.serve("file.bin", content)
         saved = f"{workdir}/resume.data"
         common = ["--state-dir", f"{workdir}/session", "--exit-when-done"]
-        first = Probe(network, args.probe, common + ["--url", f"http://{SERVER}/file.bin", "--save-resume-data", saved]
+        first = Probe(network, [args.probe] + common + ["--url", f"http://{SERVER}/file.bin", "--save-resume-data", saved]
                       + (["--foundation"] if foundation else []))
         quarter = len(content) // 4
         _, reached = first.wait_for(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= quarter, 60)
@@ -93,7 +55,7 @@ def measure(name, foundation, args, content, digest, workdir):
         network.restore()
         if completed is not None and completed.get("resumeData") and os.path.exists(saved):
             before = network.bytes_sent()
-            second = Probe(network, args.probe, common + ["--resume-data", saved])
+            second = Probe(network, [args.probe] + common + ["--resume-data", saved])
             _, done = second.wait_for(lambda l: l.get("call") == "completed", 120)
             _, finished = second.wait_for(lambda l: l.get("call") == "finished", 1)
             _, resumed = second.wait_for(lambda l: l.get("call") == "resumed", 1)
