@@ -74,11 +74,8 @@ struct CurlRequestOptions {
     var userAgent: String
     var certificateAuthorityFile: String?
     var additionalHeaders: [String] = []
-    var maximumBytesPerSecond: Int64?
     var verifiesCertificates = true
     var proxy: String?
-    /// Only connect (TCP, the proxy, TLS), send no request: the handle ends once connected.
-    var connectsOnly = false
 }
 
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
@@ -115,15 +112,11 @@ final class CurlEasy {
             setLong(CURLOPT_FRESH_CONNECT, 1)
             setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
         }
-        if options.connectsOnly { setLong(CURLOPT_CONNECT_ONLY, 1) }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
         if let authorities = options.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
         if !options.verifiesCertificates {
             setLong(CURLOPT_SSL_VERIFYPEER, 0)
             setLong(CURLOPT_SSL_VERIFYHOST, 0)
-        }
-        if let rate = options.maximumBytesPerSecond, rate > 0 {
-            _ = ccurl_easy_setopt_off_t(api, handle, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(rate))
         }
         if let proxy = options.proxy { setString(CURLOPT_PROXY, proxy) }
         if options.sendsRange { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }

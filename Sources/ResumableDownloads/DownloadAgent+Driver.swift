@@ -30,7 +30,9 @@ final class DriverResources {
         self.mailbox = mailbox
     }
 
-    var facts: DownloadStateMachine.FileFacts { .init(storedBytes: file.writtenEnd) }
+    var facts: DownloadStateMachine.FileFacts {
+        .init(storedBytes: file.writtenEnd, hasExpectedDigest: file.record.expectedSHA256 != nil)
+    }
 }
 
 extension DownloadAgent {
@@ -95,7 +97,8 @@ extension DownloadAgent {
                 actions = machine.handle(.responseStarted(attempt: attempt), now: now)
             case .attemptEnded(let attempt, let outcome):
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
-                actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts),
+                actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts,
+                                                       received: outcome.bytesReceived),
                                          now: .now, random: .random(in: 0...1))
             }
         }
@@ -131,6 +134,11 @@ extension DownloadAgent {
                 configuration.logger.debug("aborting attempt", metadata: ["id": id.uuidString, "reason": "\(reason)"])
                 engine.abort(transfer.id, reason: reason)
             }
+        case .requestRace(let attempt):
+            let mailbox = driver.mailbox
+            probes.requestRace(id, attempt: attempt, host: driver.host) { mailbox.yield(.machine($0)) }
+        case .finishRace(let reachable):
+            probes.finishRace(id, reachable: reachable)
         case .race:
             if let transfer = entries[id]?.transfer {
                 let timeout = probes.connectTimeout(for: driver.host)
@@ -206,16 +214,21 @@ extension DownloadAgent {
         }
         // Every resume re-fetches the bytes just before the offset and compares them with the
         // disk before appending (issue 7): a server that ignores If-Range or gives no validator
-        // cannot splice two versions.
-        let request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
-                                      entityTag: record.entityTag, knownTotalLength: record.totalLength,
-                                      lastModified: record.lastModified, observedEntityTag: record.observedEntityTag,
-                                      overlap: min(offset, ResponseStateMachine.resumeOverlap),
+        // cannot splice two versions. Validators are left out once the machine found them
+        // varying per response with a digest to prove the result.
+        let validators = plan.usesValidators
+        let request = TransferRequest(url: record.url, offset: offset,
+                                      ifRange: offset > 0 && validators ? record.validator : nil,
+                                      entityTag: validators ? record.entityTag : nil, knownTotalLength: record.totalLength,
+                                      lastModified: validators ? record.lastModified : nil,
+                                      observedEntityTag: validators ? record.observedEntityTag : nil,
+                                      overlap: min(offset, plan.overlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",
-                                                         "probe": "\(plan.isProbe)",
+                                                         "probe": "\(plan.isProbe)", "overlap": "\(request.overlap)",
+                                                         "validators": "\(validators)",
                                                          "connectTimeout": "\(settings.connectTimeout)"])
         let transferID = engine.makeTransferID()
         let attempt = plan.id
@@ -236,6 +249,8 @@ extension DownloadAgent {
                 mailbox.yield(.machine(.restartedFromZero(attempt: attempt, reason: reason)))
             case .stallSuspected:
                 mailbox.yield(.machine(.stallSuspected(attempt: attempt)))
+            case .entityTagChanged:
+                mailbox.yield(.machine(.entityTagChanged(attempt: attempt)))
             case .raceEnded(let outcome):
                 mailbox.yield(.machine(.raceEnded(attempt: attempt, outcome)))
             }
@@ -281,6 +296,7 @@ extension DownloadAgent {
         for timer in driver.timers.values { timer.cancel() }
         driver.timers = [:]
         probes.leave(driver.id)
+        probes.finishRace(driver.id, reachable: nil)
         driver.mailbox.finish()
         entries[driver.id]?.mailbox = nil
         entries[driver.id]?.transfer = nil

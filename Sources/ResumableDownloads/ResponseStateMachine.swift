@@ -145,9 +145,6 @@ enum AttemptResult: Sendable, Hashable {
 /// zero with this body; 416 `bytes */T` is "complete" only when T == N == the recorded total.
 /// Conflicting Content-Lengths and a Content-Encoding we did not ask for are errors.
 struct ResponseStateMachine: Sendable {
-    /// Bytes before a resume point fetched again and compared with the disk.
-    static let resumeOverlap: Int64 = 64 << 10
-
     struct Request: Sendable, Hashable {
         /// Where the stored bytes end (the resume point); zero means no Range header.
         var offset: Int64
@@ -228,6 +225,23 @@ struct ResponseStateMachine: Sendable {
         if case .receiving(let acceptance, _) = state { return acceptance }
         return nil
     }
+
+    /// Whether `head` carries another ETag (weak or strong) than the one recorded, for an entity
+    /// of the recorded length: a server whose ETags vary per response, not per version (or a
+    /// file replaced by one of the same length).
+    func showsChangedEntityTag(_ head: ResponseHead) -> Bool {
+        guard let recorded = request.observedEntityTag ?? request.entityTag, let received = head.anyEntityTag,
+              recorded != received, let known = request.knownTotalLength else { return false }
+        let total: Int64? = switch head.statusCode {
+        case 200: head.contentLength
+        case 206: head["content-range"].flatMap(ContentRange.init)?.totalLength
+        default: nil
+        }
+        return total == known
+    }
+
+    /// Whether no final response head has been decided on yet.
+    var isAwaitingHead: Bool { state == .awaitingHead }
 
     /// The offset the next body byte would be written at, once receiving.
     var nextOffset: Int64? {

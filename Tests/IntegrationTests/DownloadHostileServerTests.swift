@@ -42,7 +42,7 @@ struct DownloadHostileServerTests {
         expectIntact(directory)
         #expect(server.requests.count == 2)
         // The resume re-fetches 64 KiB before the offset and compares them with the disk.
-        #expect(server.requests[1].rangeStart == Int64(Self.half) - ResponseStateMachine.resumeOverlap)
+        #expect(server.requests[1].rangeStart == Int64(Self.half) - ResumeOverlap.maximum)
         #expect(server.requests[1].ifRange == Self.etag)
         #expect(server.requests[1].headers["accept-encoding"] == "identity")
         #expect(log.resumedOffsets == [Int64(Self.half)])
@@ -175,7 +175,7 @@ struct DownloadHostileServerTests {
         let server = try Server { request, index in
             if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
             if let start = request.rangeStart {
-                return Reply(status: 416, headers: [("Content-Range", "bytes */\(start + ResponseStateMachine.resumeOverlap)")])
+                return Reply(status: 416, headers: [("Content-Range", "bytes */\(start + ResumeOverlap.maximum)")])
             }
             return .honest(request, content: Self.content, etag: Self.etag)
         }
