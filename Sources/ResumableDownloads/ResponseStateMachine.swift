@@ -45,19 +45,28 @@ struct ResponseHead: Sendable, Hashable {
         return length
     }
 
-    /// Whether the response carries Content-Length fields that disagree (or are not numbers).
-    var hasConflictingContentLength: Bool {
-        if case .conflicting? = contentLengthField { return true }
-        return false
+    /// What is wrong with the response's Content-Length, when something is: fields that
+    /// disagree, or a value that is not a length (not digits, or more than any file can hold).
+    var contentLengthProblem: String? {
+        switch contentLengthField {
+        case .conflicting?: "the server sent conflicting Content-Length headers (\(self["content-length"] ?? ""))"
+        case .invalid(let text)?:
+            text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 })
+                ? "the server sent an impossible Content-Length (\(text): more than any file can hold)"
+                : "the server sent an invalid Content-Length (\(text))"
+        case .value?, nil: nil
+        }
     }
 
-    private enum ContentLengthField { case value(Int64), conflicting }
+    private enum ContentLengthField { case value(Int64), conflicting, invalid(String) }
 
     private var contentLengthField: ContentLengthField? {
         guard let text = self["content-length"] else { return nil }
-        let values = text.split(separator: ",").map { $0.trimmingWhitespace() }
-        guard let first = values.first, !first.isEmpty, values.allSatisfy({ $0 == first }),
-              first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int64(first) else { return .conflicting }
+        let values = text.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingWhitespace() }
+        guard let first = values.first, values.allSatisfy({ $0 == first }) else { return .conflicting }
+        guard !first.isEmpty, first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int64(first) else {
+            return .invalid(String(first.prefix(40)))
+        }
         return .value(length)
     }
 
@@ -321,9 +330,8 @@ struct ResponseStateMachine: Sendable {
     private func decide(_ head: ResponseHead) -> Action {
         let status = head.statusCode
         if status == 200 || status == 206 {
-            if head.hasConflictingContentLength {
-                return .abort(.failed(.badServerResponse.with(description:
-                    "the server sent conflicting Content-Length headers (\(head["content-length"] ?? ""))")))
+            if let problem = head.contentLengthProblem {
+                return .abort(.failed(.badServerResponse.with(description: problem)))
             }
             if let encoding = head.unrequestedContentEncoding {
                 return .abort(.failed(.badServerResponse.with(description:

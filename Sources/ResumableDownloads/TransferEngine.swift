@@ -251,7 +251,8 @@ final class TransferEngine: @unchecked Sendable {
             multi.perform()
             while let done = multi.nextCompleted() {
                 guard let context = handles[done.handle] else { continue }
-                ended(context, failure: done.failure, detail: done.detail)
+                // libcurl's own words when it wrote some, else the name of its code.
+                ended(context, failure: done.failure, detail: context.easy?.errorText ?? done.detail)
             }
             settleRaces()
             let wake = watchStalls()

@@ -296,6 +296,8 @@ final class DownloadTestHTTPServer: Sendable {
         var headDelay: Duration?
         /// Send nothing at all (a tarpit): hold the connection until the client leaves.
         var neverAnswers = false
+        /// Send exactly these bytes as the whole answer (a broken reply), then close.
+        var raw: Data?
         /// Send the head one byte at a time, this far apart (a server dripping its headers).
         var headByteInterval: Duration?
         /// Send the body in bursts of this many bytes, `burstInterval` apart (a per-second rate
@@ -409,6 +411,10 @@ final class DownloadTestHTTPServer: Sendable {
 
         if reply.neverAnswers {
             holdUntilTheClientLeaves(client)
+            return
+        }
+        if let raw = reply.raw {
+            _ = sendAll(client, raw)
             return
         }
         if let delay = reply.headDelay { usleep(useconds_t(delay.milliseconds * 1000)) }

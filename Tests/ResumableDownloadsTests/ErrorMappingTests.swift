@@ -90,4 +90,20 @@ struct ErrorMappingTests {
         #expect(!DownloadError.unsupportedURL.isResumable)
         #expect(!DownloadError.tooManyRedirects.isResumable)
     }
+
+    /// libcurl's error buffer tells a broken reply from a lost connection, a bad URL or a full
+    /// machine; a disallowed redirect stays an unsupported URL.
+    @Test func repliesLibcurlCannotReadAreBadServerResponses() {
+        func map(_ failure: TransferFailure, _ detail: String, connected: Bool = true) -> DownloadError {
+            TransferErrorMapping.error(for: failure, osErrno: 0, didConnect: connected, detail: detail)
+        }
+        let chunk = map(.receiveError, "Illegal or missing hexadecimal sequence in chunked-encoding")
+        #expect(chunk == .badServerResponse && chunk.description.contains("malformed chunked body"))
+        #expect(map(.unsupportedProtocol, "Unsupported response code in HTTP response") == .badServerResponse)
+        #expect(map(.unsupportedProtocol, "Received HTTP/0.9 when not allowed") == .badServerResponse)
+        #expect(map(.unsupportedProtocol, "Protocol \"ftp\" not supported or disabled in libcurl") == .unsupportedURL)
+        #expect(map(.outOfMemory, "").description.contains("response headers are too large"))
+        #expect(map(.outOfMemory, "", connected: false) != .badServerResponse)
+        #expect(map(.receiveError, "Connection reset by peer") == .networkConnectionLost)
+    }
 }
