@@ -107,3 +107,20 @@ struct ErrorMappingTests {
         #expect(map(.receiveError, "Connection reset by peer") == .networkConnectionLost)
     }
 }
+
+/// URLs as shown to people (issue 21): userinfo masked, nothing else changed.
+@Suite struct URLRedactionTests {
+    @Test(arguments: [
+        ("http://user:secret@host/a?b#c", "http://user:***@host/a?b#c"),
+        ("https://TOKEN@host:8443/x", "https://***@host:8443/x"),
+        ("http://host/path@not-userinfo", "http://host/path@not-userinfo"),
+        ("http://a:b@c:d@host/", "http://a:***@host/"),
+        ("http://host/", "http://host/"),
+        ("socks5h://u:p@proxy:1080", "socks5h://u:***@proxy:1080"),
+        ("not a url", "not a url"),
+        ("http://user:pw@host", "http://user:***@host"),
+    ])
+    func userinfoIsMasked(_ text: String, _ shown: String) {
+        #expect(URLRedaction.redacted(text) == shown)
+    }
+}
