@@ -339,6 +339,15 @@ final class ServerProbeCoordinator: Sendable {
         run { $0.scheduler.raceTimerFired(host: host, generation: generation, now: .now) }
     }
 
+    /// A task that calls `fire` at `deadline` unless it is cancelled first.
+    private static func timer(at deadline: ContinuousClock.Instant, _ fire: @escaping @Sendable () -> Void) -> Task<Void, Never> {
+        Task {
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            guard !Task.isCancelled else { return }
+            fire()
+        }
+    }
+
     /// Applies the scheduler's actions under the lock; tells the downloads after releasing it.
     private func run(_ body: (inout State) -> [ServerProbeScheduler.Action]) {
         let deliveries = state.withLock { state -> [(Deliver, DownloadStateMachine.Input)] in
@@ -353,11 +362,7 @@ final class ServerProbeCoordinator: Sendable {
                     }
                 case .arm(let host, let generation, let deadline):
                     state.timers[host]?.cancel()
-                    state.timers[host] = Task { [weak self] in
-                        try? await Task.sleep(until: deadline, clock: .continuous)
-                        guard !Task.isCancelled else { return }
-                        self?.timerFired(host: host, generation: generation)
-                    }
+                    state.timers[host] = Self.timer(at: deadline) { [weak self] in self?.timerFired(host: host, generation: generation) }
                 case .grantRace(let id, let attempt):
                     if let deliver = state.raceDeliver[id] { deliveries.append((deliver, .raceGranted(attempt: attempt))) }
                 case .refuseRace(let id, let attempt):
@@ -366,9 +371,7 @@ final class ServerProbeCoordinator: Sendable {
                     }
                 case .armRace(let host, let generation, let deadline):
                     state.raceTimers[host]?.cancel()
-                    state.raceTimers[host] = Task { [weak self] in
-                        try? await Task.sleep(until: deadline, clock: .continuous)
-                        guard !Task.isCancelled else { return }
+                    state.raceTimers[host] = Self.timer(at: deadline) { [weak self] in
                         self?.raceTimerFired(host: host, generation: generation)
                     }
                 }
