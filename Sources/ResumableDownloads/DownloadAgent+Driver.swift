@@ -7,7 +7,7 @@ enum DriverInput: Sendable {
     /// An input for the machine as it is.
     case machine(DownloadStateMachine.Input)
     /// The attempt got its first response line (the connect time sizes probe timeouts).
-    case responseStarted(attempt: Int, connectTime: Duration?)
+    case responseStarted(attempt: Int, connectTime: Duration?, waited: Duration?)
     /// An attempt ended: checkpoint first, then tell the machine.
     case attemptEnded(attempt: Int, TransferOutcome)
 }
@@ -92,8 +92,9 @@ extension DownloadAgent {
             switch input {
             case .machine(let input):
                 actions = machine.handle(input, now: now, random: .random(in: 0...1))
-            case .responseStarted(let attempt, let connectTime):
+            case .responseStarted(let attempt, let connectTime, let waited):
                 if let connectTime { probes.recordConnectTime(connectTime, host: driver.host) }
+                if let waited { probes.recordAnswerTime(waited, host: driver.host) }
                 actions = machine.handle(.responseStarted(attempt: attempt), now: now)
             case .attemptEnded(let attempt, let outcome):
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
@@ -212,6 +213,7 @@ extension DownloadAgent {
         if let timeout = plan.connectTimeout ?? (plan.isRecovery ? probes.connectTimeout(for: driver.host) : nil) {
             settings.connectTimeout = min(settings.connectTimeout, timeout)
         }
+        settings.answerSuspicion = min(settings.stallTimeout, probes.answerSuspicion(for: driver.host, minimum: settings.stallSuspicion))
         // Every resume re-fetches the bytes just before the offset and compares them with the
         // disk before appending (issue 7): a server that ignores If-Range or gives no validator
         // cannot splice two versions. Validators are left out once the machine found them
@@ -243,8 +245,8 @@ extension DownloadAgent {
             mailbox.yield(.machine(.bytesArrived(attempt: attempt)))
         }, events: { event in
             switch event {
-            case .responseStarted(let connectTime):
-                mailbox.yield(.responseStarted(attempt: attempt, connectTime: connectTime))
+            case .responseStarted(let connectTime, let waited):
+                mailbox.yield(.responseStarted(attempt: attempt, connectTime: connectTime, waited: waited))
             case .restartedFromZero(let reason):
                 mailbox.yield(.machine(.restartedFromZero(attempt: attempt, reason: reason)))
             case .stallSuspected:

@@ -506,7 +506,8 @@ public actor DownloadAgent {
                          additionalHeaders: configuration.additionalHeaders,
                          maximumBytesPerSecond: configuration.maximumBytesPerSecond,
                          verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy,
-                         stallSuspicion: configuration.minimumStallSuspicion)
+                         stallSuspicion: configuration.minimumStallSuspicion,
+                         answerSuspicion: configuration.minimumStallSuspicion)
     }
 
     /// Opens (creating it 0700) and checks the state directory once; everything in it is then

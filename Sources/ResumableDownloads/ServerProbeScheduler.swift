@@ -68,6 +68,8 @@ struct ServerProbeScheduler: Sendable {
     private var raceHostOf: [UUID: String] = [:]
     /// Smoothed connect time per host (kept across waits: it sizes probe timeouts).
     private var connectTimes: [String: Duration] = [:]
+    /// Smoothed time per host from a request to its answer (it sizes the answer suspicion).
+    private var answerTimes: [String: Duration] = [:]
     private var nextGeneration = 1
 
     init(schedule: ServerWaitSchedule) { self.schedule = schedule }
@@ -93,12 +95,24 @@ struct ServerProbeScheduler: Sendable {
 
     /// Records how long a successful connection to `host` took.
     mutating func recordConnectTime(_ duration: Duration, host: String) {
+        Self.smooth(&connectTimes, duration, host: host)
+    }
+
+    /// Records how long `host` took to answer a request.
+    mutating func recordAnswerTime(_ duration: Duration, host: String) {
+        Self.smooth(&answerTimes, duration, host: host)
+    }
+
+    /// How long a request to `host` may go unanswered before it is raced: `minimum`, or four
+    /// times the host's usual answer time (a server that takes seconds to start a response,
+    /// generating it, is not raced on every request, only until its pace is known).
+    func answerSuspicion(for host: String, minimum: Duration) -> Duration {
+        max(minimum, (answerTimes[host] ?? .zero) * 4)
+    }
+
+    private static func smooth(_ table: inout [String: Duration], _ duration: Duration, host: String) {
         guard duration > .zero else { return }
-        if let previous = connectTimes[host] {
-            connectTimes[host] = previous * 0.75 + duration * 0.25
-        } else {
-            connectTimes[host] = duration
-        }
+        table[host] = table[host].map { $0 * 0.75 + duration * 0.25 } ?? duration
     }
 
     /// `id` starts waiting for `host`; `justProbed` when its failed attempt (just now) counts as
@@ -329,6 +343,16 @@ final class ServerProbeCoordinator: Sendable {
     /// See `ServerProbeScheduler.recordConnectTime(_:host:)`.
     func recordConnectTime(_ duration: Duration, host: String) {
         state.withLock { $0.scheduler.recordConnectTime(duration, host: host) }
+    }
+
+    /// See `ServerProbeScheduler.recordAnswerTime(_:host:)`.
+    func recordAnswerTime(_ duration: Duration, host: String) {
+        state.withLock { $0.scheduler.recordAnswerTime(duration, host: host) }
+    }
+
+    /// See `ServerProbeScheduler.answerSuspicion(for:minimum:)`.
+    func answerSuspicion(for host: String, minimum: Duration) -> Duration {
+        state.withLock { $0.scheduler.answerSuspicion(for: host, minimum: minimum) }
     }
 
     private func timerFired(host: String, generation: Int) {

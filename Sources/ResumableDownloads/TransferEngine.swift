@@ -24,6 +24,9 @@ struct TransferSettings: Sendable, Hashable {
     var proxy: String? = nil
     /// The shortest silence after which a receiving transfer is suspected of stalling.
     var stallSuspicion: Duration = .seconds(1)
+    /// How long a request may go unanswered before it is suspected (raced): `stallSuspicion`, or
+    /// longer for a host known to be slow to answer (`ServerProbeScheduler.answerSuspicion`).
+    var answerSuspicion: Duration = .seconds(1)
 }
 
 /// One HTTP attempt for a download.
@@ -58,8 +61,9 @@ struct TransferOutcome: Sendable {
 /// What the engine reports while an attempt runs, besides progress.
 enum TransferEvent: Sendable, Hashable {
     /// The first response line arrived (the server answers); `connectTime` is how long the
-    /// connection took to set up, when libcurl knows.
-    case responseStarted(connectTime: Duration?)
+    /// connection took to set up and `waited` how long the answer took once the request could be
+    /// sent, when libcurl knows.
+    case responseStarted(connectTime: Duration?, waited: Duration?)
     /// The response rewound the partial file to zero (a 200 to a range: the entity changed or
     /// the server ignores ranges).
     case restartedFromZero(reason: String)
@@ -268,7 +272,8 @@ final class TransferEngine: @unchecked Sendable {
     /// transfer whose body has started but which received nothing for its `StallDetector`
     /// interval, and one whose response has not started (no head, or a head that does not end:
     /// a tarpit that accepts and never answers, headers dripped a byte a second) within the
-    /// shortest suspicion (`stallSuspicion`, about a second) after the request could be sent.
+    /// answer suspicion (`answerSuspicion`: about a second, longer for a host known to be slow to
+    /// answer) after the request could be sent.
     /// Each silence is reported once, so the owner can race it; a transfer is aborted after
     /// `stallTimeout` without a header line or body byte (time paused by our own backpressure or
     /// rate limit does not count). LOW_SPEED stays as the backstop for the connect phase.
@@ -301,7 +306,7 @@ final class TransferEngine: @unchecked Sendable {
                 deadline = transfer.stall.deadline
             } else {
                 guard let sendable = context.easy?.requestSendableAfter else { continue }
-                deadline = transfer.startedAt + sendable + transfer.request.settings.stallSuspicion
+                deadline = transfer.startedAt + sendable + transfer.request.settings.answerSuspicion
             }
             if now >= deadline {
                 transfer.isSuspected = true
@@ -596,6 +601,8 @@ final class TransferContext {
 
     unowned let transfer: Transfer
     var role: Role
+    /// When the handle was made (libcurl's timings count from about then).
+    let createdAt = ContinuousClock.now
     var machine: ResponseStateMachine
     var headers = HeaderAccumulator()
     var easy: CurlEasy?
@@ -639,7 +646,8 @@ final class TransferContext {
         if !transfer.hasReportedResponse {
             // The server answers (on whichever connection asked).
             transfer.hasReportedResponse = true
-            transfer.callbacks.events(.responseStarted(connectTime: easy?.connectTime))
+            let waited = easy?.requestSendableAfter.map { ContinuousClock.now - (createdAt + $0) }
+            transfer.callbacks.events(.responseStarted(connectTime: easy?.connectTime, waited: waited))
         }
         hasResponse = true
         lastActivity = .now

@@ -88,6 +88,9 @@ struct DownloadRaceTests {
         try #require(requests.count == 2, "one race: \(requests.map(\.headers))")
         #expect(requests[1].rangeStart == requests[0].rangeStart, "the same request again")
         #expect(!log.all.contains { if case .waitingForServer = $0 { true } else { false } }, "\(log.all)")
+        // The host's answer time is known now: the next download waits for it instead of racing.
+        _ = try await fetch(from: server)
+        #expect(server.requests.count == 3, "no race once the pace is known: \(server.requests.count)")
     }
 
     /// A tarpit (accepts, never answers) and a server dripping its head a byte at a time hold

@@ -237,6 +237,16 @@ struct RecoveryPartsTests {
 
     static let host = "http://server:80"
 
+    @Test func aHostSlowToAnswerIsSuspectedLater() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        #expect(scheduler.answerSuspicion(for: Self.host, minimum: .seconds(1)) == .seconds(1))
+        scheduler.recordAnswerTime(.milliseconds(1500), host: Self.host)
+        #expect(scheduler.answerSuspicion(for: Self.host, minimum: .seconds(1)) == .seconds(6))
+        #expect(scheduler.answerSuspicion(for: "http://other:80", minimum: .seconds(1)) == .seconds(1))
+        scheduler.recordAnswerTime(.milliseconds(10), host: "http://fast:80")
+        #expect(scheduler.answerSuspicion(for: "http://fast:80", minimum: .seconds(1)) == .seconds(1), "never below the minimum")
+    }
+
     @Test func racesToOneHostTakeTurnsAtMostTwoASecond() {
         var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
         let (a, b, c) = (UUID(), UUID(), UUID())
