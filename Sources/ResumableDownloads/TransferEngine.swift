@@ -480,14 +480,16 @@ final class TransferEngine: @unchecked Sendable {
         if context.isDiscarded {
             drop(context)
         } else if context === transfer.primary {
-            if failure != nil, context.machine.isAwaitingHead, let replica = transfer.racer, replica.role == .replica {
+            if failure != nil, context.machine.isAwaitingHead, let replica = transfer.racer, replica.role == .replica,
+               transfer.raceDecision == nil {
                 // The old connection died before its body while a replica asks again: the replica
                 // carries on alone.
                 promote(replica, of: transfer)
                 return
             }
             finish(transfer.id, forcedResult: nil, failure: failure, detail: detail)
-        } else if context === transfer.racer, context.role == .replica, !context.machine.isAwaitingHead, !transfer.primary.isReceivingBody {
+        } else if context === transfer.racer, context.role == .replica, !context.machine.isAwaitingHead,
+                  transfer.primary.machine.isAwaitingHead {
             // The replica got an answer that ends it (an error status, a completion) while the old
             // connection still has none: that answer is the attempt's.
             promote(context, of: transfer)
@@ -708,10 +710,12 @@ final class TransferContext {
             // nothing since the race began (a replica: the primary's body has not started).
             let primaryIsStill = switch role {
             case .racer(let offset): transfer.primary.machine.nextOffset == offset
-            case .replica: !transfer.primary.isReceivingBody
+            case .replica: transfer.primary.machine.isAwaitingHead
             case .primary: false
             }
             guard transfer.raceDecision == nil, primaryIsStill, pendingAcceptance != nil else {
+                // The old connection answered first (a replica's primary has its head): it carries on.
+                if transfer.raceDecision == nil { transfer.raceDecision = .originalWon }
                 isDiscarded = true
                 return .abort
             }
