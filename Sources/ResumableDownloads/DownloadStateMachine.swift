@@ -355,8 +355,9 @@ struct DownloadStateMachine: Sendable {
             return actions
 
         case .stallSuspected(let id):
-            // Before the response started, the engine's race is a connection check (a request
-            // sent into a server that went away would otherwise wait for the stall timeout).
+            // Before the response started, the engine's racer sends the request again (a request
+            // sent into a server that went away, or a tarpit, would otherwise wait for the stall
+            // timeout). Either way the host's turn comes first.
             guard case .transferring(var attempt) = phase, attempt.id == id, attempt.stop == nil,
                   attempt.race == .idle, path.isUsable else { return [] }
             attempt.race = .requested
