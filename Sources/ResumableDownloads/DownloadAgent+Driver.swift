@@ -140,8 +140,8 @@ extension DownloadAgent {
         case .requestRace(let attempt):
             let mailbox = driver.mailbox
             probes.requestRace(id, attempt: attempt, host: driver.host) { mailbox.yield(.machine($0)) }
-        case .finishRace(let reachable):
-            probes.finishRace(id, reachable: reachable)
+        case .finishRace(let attempt, let reachable):
+            probes.finishRace(id, attempt: attempt, reachable: reachable)
         case .race:
             if let transfer = entries[id]?.transfer {
                 let timeout = probes.connectTimeout(for: driver.host)

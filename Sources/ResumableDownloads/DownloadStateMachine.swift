@@ -173,9 +173,9 @@ struct DownloadStateMachine: Sendable {
         case requestRace(attempt: Int)
         /// Race the running transfer with a fresh connection.
         case race
-        /// The host's race turn is over: what it learned about the server (`nil`: nothing; the
-        /// attempt ended or the turn was not used).
-        case finishRace(reachable: Bool?)
+        /// The host's race turn of this attempt is over: what it learned about the server (`nil`:
+        /// nothing; the attempt ended or the turn was not used).
+        case finishRace(attempt: Int, reachable: Bool?)
         case armTimer(Timer, at: Instant)
         case cancelTimer(Timer.Kind)
         /// Wait for the server with the other downloads of its host (probes are granted).
@@ -369,7 +369,7 @@ struct DownloadStateMachine: Sendable {
                   attempt.stop == nil else {
                 // Too late (the attempt ended or stops): hand the turn back unused. A finished
                 // driver has already given up every turn.
-                return isFinished ? [] : [.finishRace(reachable: nil)]
+                return isFinished ? [] : [.finishRace(attempt: id, reachable: nil)]
             }
             attempt.race = .running
             phase = .transferring(attempt)
@@ -592,16 +592,16 @@ struct DownloadStateMachine: Sendable {
         switch outcome {
         case .racerWon, .originalWon:
             attempt.race = .idle
-            actions.append(.finishRace(reachable: true))
+            actions.append(.finishRace(attempt: id, reachable: true))
         case .notPossible:
             attempt.race = .unavailable
-            actions.append(.finishRace(reachable: nil))
+            actions.append(.finishRace(attempt: id, reachable: nil))
         case .racerFailed(let result):
             // Do not race this attempt again either way.
             attempt.race = .unavailable
             if case .transport(let error) = result, RetryClass(error.urlCode) == .connectionLevel {
                 // A fresh connection cannot reach the server either: the old one is dead too.
-                actions.append(.finishRace(reachable: false))
+                actions.append(.finishRace(attempt: id, reachable: false))
                 if attempt.stop == nil {
                     attempt.stop = .stalled(error, racerProbed: true)
                     phase = .transferring(attempt)
@@ -610,7 +610,7 @@ struct DownloadStateMachine: Sendable {
             } else {
                 // The server answers, but not with the rest (busy, ignoring ranges, ...): let the
                 // old connection carry on until the stall timeout.
-                actions.append(.finishRace(reachable: true))
+                actions.append(.finishRace(attempt: id, reachable: true))
             }
         }
         phase = .transferring(attempt)
@@ -637,7 +637,7 @@ struct DownloadStateMachine: Sendable {
         }
         var actions: [Action] = []
         // A race turn asked for or held ends with the attempt.
-        if attempt.race == .requested || attempt.race == .running { actions.append(.finishRace(reachable: nil)) }
+        if attempt.race == .requested || attempt.race == .running { actions.append(.finishRace(attempt: attempt.id, reachable: nil)) }
         // A probe that ended without an answer leaves its host's queue, unless it simply failed
         // to connect (then it waits for the next probe like the others).
         var isRegistered = false

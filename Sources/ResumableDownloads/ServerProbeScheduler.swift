@@ -196,10 +196,18 @@ struct ServerProbeScheduler: Sendable {
     }
 
     /// `id`'s race turn (held or waited for) is over; `reachable` is what its racer learned
-    /// (false refuses every race waiting for the host: its server is gone).
-    mutating func finishRace(_ id: UUID, reachable: Bool?, now: Instant) -> [Action] {
-        guard let host = raceHostOf.removeValue(forKey: id), var turns = races[host] else { return [] }
-        if turns.holder?.id == id { turns.holder = nil } else { turns.queue.removeAll { $0.id == id } }
+    /// (false refuses every race waiting for the host: its server is gone). With `attempt`, only
+    /// that attempt's claim ends (a late answer about an earlier attempt leaves a newer claim).
+    mutating func finishRace(_ id: UUID, attempt: Int? = nil, reachable: Bool?, now: Instant) -> [Action] {
+        guard let host = raceHostOf[id], var turns = races[host] else { return [] }
+        if let holder = turns.holder, holder.id == id, attempt == nil || holder.attempt == attempt {
+            turns.holder = nil
+        } else if let index = turns.queue.firstIndex(where: { $0.id == id && (attempt == nil || $0.attempt == attempt) }) {
+            turns.queue.remove(at: index)
+        } else {
+            return []
+        }
+        raceHostOf[id] = nil
         races[host] = turns
         let refused = reachable == false ? refuseWaitingRaces(host) : []
         return refused + grantNextRace(host, now: now)
@@ -322,11 +330,13 @@ final class ServerProbeCoordinator: Sendable {
         }
     }
 
-    /// `id`'s race turn is over (a no-op when it has none); see `ServerProbeScheduler.finishRace`.
-    func finishRace(_ id: UUID, reachable: Bool?) {
+    /// `id`'s race turn is over (a no-op when it has none; with `attempt`, only that attempt's);
+    /// see `ServerProbeScheduler.finishRace`.
+    func finishRace(_ id: UUID, attempt: Int? = nil, reachable: Bool?) {
         run { state in
-            state.raceDeliver[id] = nil
-            return state.scheduler.finishRace(id, reachable: reachable, now: .now)
+            let actions = state.scheduler.finishRace(id, attempt: attempt, reachable: reachable, now: .now)
+            if !state.scheduler.isRacing(id) { state.raceDeliver[id] = nil }
+            return actions
         }
     }
 

@@ -486,7 +486,7 @@ struct DownloadStateMachineTests {
         #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one race at a time")
         #expect(h.send(.raceGranted(attempt: 1)) == [.race])
         #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut))))
-                == [.finishRace(reachable: false), .abortAttempt(.recovery)])
+                == [.finishRace(attempt: 1, reachable: false), .abortAttempt(.recovery)])
         // The transfer ends; it made progress, but the racer already showed the server is gone
         // (its connection attempt counts as the wait's first probe).
         let ended = h.end(.aborted(.recovery), file: .init(storedBytes: 900))
@@ -509,15 +509,15 @@ struct DownloadStateMachineTests {
         var h = Situation.awaitingRaceTurn.make()
         // Bytes came meanwhile and the attempt ended (the next one runs): the turn is released, not used.
         let ended = h.end(.incomplete(offset: 950), file: .init(storedBytes: 950))
-        #expect(ended.first == .finishRace(reachable: nil), "\(ended)")
+        #expect(ended.first == .finishRace(attempt: 1, reachable: nil), "\(ended)")
         #expect(h.machine.runningAttempt == 2)
-        #expect(h.send(.raceGranted(attempt: 1)) == [.finishRace(reachable: nil)])
+        #expect(h.send(.raceGranted(attempt: 1)) == [.finishRace(attempt: 1, reachable: nil)])
         var done = Situation.awaitingRaceTurn.make()
         done.end(.completed(totalLength: 1000), file: .init(storedBytes: 1000))
         #expect(done.send(.raceGranted(attempt: 1)).isEmpty, "a finished driver gave every turn back")
         var paused = Situation.awaitingRaceTurn.make()
         #expect(paused.send(.pause) == [.abortAttempt(.paused)])
-        #expect(paused.send(.raceGranted(attempt: 1)) == [.finishRace(reachable: nil)], "stopping: no race")
+        #expect(paused.send(.raceGranted(attempt: 1)) == [.finishRace(attempt: 1, reachable: nil)], "stopping: no race")
         #expect(paused.send(.raceRefused(attempt: 1)).isEmpty, "the pause stays in charge")
     }
 
@@ -531,7 +531,7 @@ struct DownloadStateMachineTests {
         #expect(h.send(.raceGranted(attempt: 1)) == [.race])
         #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one race at a time")
         #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.cannotConnectToHost))))
-                == [.finishRace(reachable: false), .abortAttempt(.recovery)])
+                == [.finishRace(attempt: 1, reachable: false), .abortAttempt(.recovery)])
         let ended = h.end(.aborted(.recovery))
         #expect(ended == [.update(.running, .waitingForServer(.cannotConnectToHost)), .joinServerWait(justProbed: true)])
         #expect(h.machine.consecutiveFailures == 0, "waiting for a server spends no budget")
@@ -541,7 +541,7 @@ struct DownloadStateMachineTests {
         slow.send(.start(Self.half, Self.usable))
         slow.send(.stallSuspected(attempt: 1))
         #expect(slow.send(.raceGranted(attempt: 1)) == [.race])
-        #expect(slow.send(.raceEnded(attempt: 1, .originalWon)) == [.finishRace(reachable: true)])
+        #expect(slow.send(.raceEnded(attempt: 1, .originalWon)) == [.finishRace(attempt: 1, reachable: true)])
         slow.send(.responseStarted(attempt: 1))
         #expect(slow.send(.stallSuspected(attempt: 1)) == [.requestRace(attempt: 1)])
     }
@@ -549,14 +549,14 @@ struct DownloadStateMachineTests {
     @Test func raceOutcomesThatKeepTheTransfer() {
         for outcome in [M.RaceOutcome.racerWon, .originalWon] {
             var h = Situation.racing.make()
-            #expect(h.send(.raceEnded(attempt: 1, outcome)) == [.finishRace(reachable: true)])
+            #expect(h.send(.raceEnded(attempt: 1, outcome)) == [.finishRace(attempt: 1, reachable: true)])
             #expect(h.send(.stallSuspected(attempt: 1)) == [.requestRace(attempt: 1)], "may race again after \(outcome)")
         }
         for (outcome, reachable) in [(M.RaceOutcome.notPossible, Bool?.none),
                                      (.racerFailed(.serverBusy(status: 503, retryAfter: nil)), true),
                                      (.racerFailed(.restartFromZero(reason: "200")), true)] {
             var h = Situation.racing.make()
-            #expect(h.send(.raceEnded(attempt: 1, outcome)) == [.finishRace(reachable: reachable)])
+            #expect(h.send(.raceEnded(attempt: 1, outcome)) == [.finishRace(attempt: 1, reachable: reachable)])
             #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "no second race after \(outcome)")
         }
     }
@@ -665,7 +665,7 @@ struct DownloadStateMachineTests {
     @Test func pauseDuringARaceAbortsBothAndPauses() {
         var h = Situation.racing.make()
         #expect(h.send(.pause) == [.abortAttempt(.paused)])
-        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut)))) == [.finishRace(reachable: false)],
+        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut)))) == [.finishRace(attempt: 1, reachable: false)],
                 "the pause stays in charge (the host's waiting racers learn the server is gone)")
         #expect(Self.exits(h.end(.aborted(.paused))) == [.paused])
     }

@@ -299,6 +299,17 @@ struct RecoveryPartsTests {
         #expect(scheduler.isRacing(racer) && !scheduler.isRacing(waiting))
     }
 
+    @Test func aLateAnswerAboutAnEarlierAttemptLeavesTheNewerClaim() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        let (a, b) = (UUID(), UUID())
+        _ = scheduler.requestRace(a, attempt: 1, host: Self.host, now: t0)
+        _ = scheduler.requestRace(b, attempt: 2, host: Self.host, now: t0)
+        // b's attempt 1 turn (long gone) is handed back: attempt 2 keeps waiting.
+        #expect(scheduler.finishRace(b, attempt: 1, reachable: nil, now: t0).isEmpty)
+        #expect(scheduler.isRacing(b))
+        #expect(scheduler.finishRace(a, attempt: 1, reachable: true, now: t0) == [.grantRace(b, attempt: 2)])
+    }
+
     @Test func aNewRequestReplacesTheOldClaim() {
         var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
         let (a, b) = (UUID(), UUID())
