@@ -18,7 +18,10 @@ client did to it: connections, requests, body bytes sent. Scenarios:
 
 Peer flags (their best for this job, as in bench/outage_bench.py: retry forever, no waits, a
 3-second stall detector since they cannot know better); reachability runs with its defaults:
-  curl   -C - --retry 1000 --retry-all-errors --retry-delay 0 --speed-limit 1 --speed-time 3
+  curl   -C - --retry 1000 --retry-all-errors --retry-delay 1 --speed-limit 1 --speed-time 3
+         (a fixed 1 s: --retry-delay 0 is curl's doubling backoff; with -C - curl resumes every retry
+         from the offset it had at launch, so against short connections it never finishes: one
+         run, stopped at the scenario's time limit)
   wget   -c --tries=0 --retry-connrefused --waitretry=0 --read-timeout=3
   wget*  -c --tries=0 (its defaults otherwise: waitretry up to 10 s, read-timeout 900 s)
   aria2c -c --max-tries=0 --retry-wait=0 --timeout=3 -x1 -s1 --file-allocation=none
@@ -175,7 +178,7 @@ def command(tool, binary, url, output, workdir, rate=None):
         arguments = [binary, "download", "-q", "--state-dir", os.path.join(workdir, "state"), "-o", output, url]
         return arguments + (["--limit-rate", rate] if rate else [])
     if tool == "curl":
-        arguments = ["curl", "-sS", "-o", output, "-C", "-", "--retry", "1000", "--retry-all-errors", "--retry-delay", "0",
+        arguments = ["curl", "-sS", "-o", output, "-C", "-", "--retry", "1000", "--retry-all-errors", "--retry-delay", "1",
                      "--speed-limit", "1", "--speed-time", "3", url]
         return arguments + (["--limit-rate", rate] if rate else [])
     if tool == "wget":
@@ -313,12 +316,12 @@ def main():
         return summarise(rows)
 
     if "short" in scenarios:
-        print("\n## Short connections: every connection closed after N body bytes; time to finish\n")
+        print("\n## Short connections: every connection closed after N body bytes; time to finish (30 s at most)\n")
         print("| N | tool | ok | seconds | connections | body bytes sent | bytes on disk at the end |")
         print("|---|---|---|---|---|---|---|")
         for cut in (16, 32, 64):
             for tool in tools + (["wget*"] if "wget" in tools else []):
-                row = runs(tool, cut_after(cut << 10))
+                row = runs(tool, cut_after(cut << 10), count=1 if tool in ("curl", "wget*") else None, timeout=30)
                 print(f"| {cut} KiB | {tool} | {row['ok']} | {fmt(row['seconds'])} | {fmt(row['connections'], 0)} | {fmt(row['sent'], 0)} | {fmt(row['have'], 0)} |",
                       flush=True)
 
