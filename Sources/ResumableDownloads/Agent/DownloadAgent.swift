@@ -19,6 +19,10 @@ import LinuxSystem
 /// server on the local network, on a link-local address or on this host is downloaded from
 /// without any default route, and a path change that does not move that route leaves the
 /// transfer alone.
+//
+// Longer than 400 lines on purpose: the public API of the engine (HalfTunes' shape) over one
+// actor's private registry of downloads; the per-download work is the driver's
+// (DownloadAgent+Driver.swift) and the decisions the state machine's.
 public actor DownloadAgent {
     /// Limits, timeouts and places.
     public struct Configuration: Sendable {

@@ -22,6 +22,10 @@ import ReachabilityBase
 /// file of ours with one link, and locked (`flock`) for as long as it is open, so one process
 /// writes a destination at a time. The record lives in the checked state directory, and the
 /// finished file is renamed into place without replacing anything that appeared meanwhile.
+//
+// Longer than 400 lines on purpose: one file's life (open and trust checks, the write queue and
+// its backpressure, checkpoints, completion) under one lock whose state stays private here; the
+// journal, checksums and write-back window are their own types.
 final class PartialFile: Sendable {
     struct Limits: Sendable {
         var highWater: Int
