@@ -79,7 +79,7 @@ let package = Package(
             name: "CCurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
-        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift);
+        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/Storage/SHA256.swift);
         // loaded on first use like libcurl.
         .systemLibrary(
             name: "CCrypto",

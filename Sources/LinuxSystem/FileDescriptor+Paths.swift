@@ -9,10 +9,12 @@ import Musl
 extension FileDescriptor {
     /// Opens `path` read-only and close-on-exec; relative paths resolve against `directory`
     /// (the working directory when nil). Without `followingLinks`, a final symbolic link is
-    /// refused (ELOOP).
+    /// refused (ELOOP); `nonBlocking` never waits for a FIFO's writer or a device.
     package static func openForReading(_ path: String, relativeTo directory: FileDescriptor? = nil,
-                                       followingLinks: Bool = true, isDirectory: Bool = false) throws(Errno) -> FileDescriptor {
+                                       followingLinks: Bool = true, isDirectory: Bool = false,
+                                       nonBlocking: Bool = false) throws(Errno) -> FileDescriptor {
         let flags = O_RDONLY | O_CLOEXEC | (followingLinks ? 0 : O_NOFOLLOW) | (isDirectory ? O_DIRECTORY : 0)
+            | (nonBlocking ? O_NONBLOCK : 0)
         return FileDescriptor(rawValue: try Syscall.openat(directory?.rawValue ?? AT_FDCWD, path, flags, 0))
     }
 

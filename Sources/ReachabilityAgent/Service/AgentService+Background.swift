@@ -34,7 +34,8 @@ extension AgentService {
         var restored = 0
         var actions: [BackgroundRegistry.Action] = []
         for (start, isPaused) in background.restorePlan() {
-            if let download = await agent.restoreDownload(id: start.id, options: Self.options(start)) {
+            if let download = await agent.restoreDownload(id: start.id, options: Self.options(start),
+                                                          destination: store.destination(of: start.id)) {
                 background.adopt(start)
                 backgroundDownloads[start.id] = download
                 backgroundEngineIDs.insert(start.id)

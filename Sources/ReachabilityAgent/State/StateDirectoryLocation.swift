@@ -85,6 +85,7 @@ package enum StateDirectoryLocation {
         if error.isUnsafe {
             return AgentFailure("unsafe state directory: \(error)", kind: .configuration)
         }
-        return AgentFailure("cannot create state directory: \(error)", kind: creationFailure)
+        return AgentFailure("cannot create state directory: \(error); use --state-dir DIR or set \(environmentVariable) to a directory you can write",
+                            kind: creationFailure)
     }
 }

@@ -32,4 +32,9 @@ package struct TokenBucket: Sendable, Hashable {
         }
         return now + interval * (1 - tokens)
     }
+
+    /// Gives one token back (an attempt that turned out to make progress), never beyond `burst`.
+    package mutating func refund() {
+        tokens = min(Double(burst), tokens + 1)
+    }
 }

@@ -154,7 +154,7 @@ struct DownloadCommand: Command {
         }
         if explicitOutput == nil || explicitOutput == "-" {
             for url in urls where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
-                throw UsageError("Cannot name a file after '\(url.absoluteString)' (no file name in its path); use '\(Self.output.synopsis)'")
+                throw UsageError("Cannot name a file after '\(URLRedaction.redacted(url))' (no file name in its path); use '\(Self.output.synopsis)'")
             }
         }
     }
@@ -163,10 +163,10 @@ struct DownloadCommand: Command {
     static func parseURL(_ text: String) throws -> URL {
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
               let host = url.host, !host.isEmpty else {
-            throw UsageError("The value '\(text)' is invalid for '<url>': expected an http or https URL")
+            throw UsageError("The value '\(URLRedaction.redacted(text))' is invalid for '<url>': expected an http or https URL")
         }
         guard scheme == "http" || scheme == "https" else {
-            throw UsageError("The value '\(text)' is invalid for '<url>': only http and https URLs are supported, not '\(scheme)'")
+            throw UsageError("The value '\(URLRedaction.redacted(text))' is invalid for '<url>': only http and https URLs are supported, not '\(scheme)'")
         }
         return url
     }

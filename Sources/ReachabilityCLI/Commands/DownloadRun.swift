@@ -78,7 +78,9 @@ struct DownloadSettlement: Sendable, Equatable {
                 }
             }
         }
-        settlement.isUnfinished = interruption != 0 && ends.contains { $0.state != .completed }
+        // Interrupted before every job was done (running, or not even opened yet).
+        settlement.isUnfinished = interruption != 0 && (ends.contains { $0.state != .completed }
+                                                        || ends.count + alreadyComplete < jobs.count)
         settlement.isComplete = settlement.failures.isEmpty && !settlement.isUnfinished && ends.count + alreadyComplete == jobs.count
         settlement.failures = inCommandLineOrder(settlement.failures, jobs: jobs)
         return settlement
@@ -111,7 +113,8 @@ final class DownloadRun: Sendable {
         defer { source.cancel() }
         let reporter = DownloadReporter(context: context, isJSON: command.isJSON, drawsProgress: context.isTerminal(2),
                                         usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true,
-                                        isQuiet: command.isQuiet, currentPath: { source.currentPath })
+                                        isQuiet: command.isQuiet, writesToStandardOutput: command.writesToStandardOutput,
+                                        currentPath: { source.currentPath })
         let removeHandler = await installSignalHandlers()
         control.start { [self] in await runJobs(source: source, reporter: reporter) }
         let outcome = await control.result()
@@ -186,6 +189,8 @@ final class DownloadRun: Sendable {
             reporter.reportAlreadyComplete(job, reason: complete.reason)
             return nil
         } catch {
+            // Interrupted while opening (hashing an existing file): not a failure of its own.
+            if registry.isInterrupted || error is CancellationError { return nil }
             return .init(job: job, message: "\(error)", exitCode: .failure)
         }
         if !registry.add(session) {
@@ -252,7 +257,7 @@ final class DownloadRun: Sendable {
             return ExitCode(rawValue: 128 + control.interruption)
         }
         for failure in settlement.failures {
-            context.errorOutput.line(TerminalText.escaped("Error: \(failure.job.url.absoluteString): \(failure.message)"))
+            context.errorOutput.line(TerminalText.escaped("Error: \(URLRedaction.redacted(failure.job.url)): \(failure.message)"))
         }
         return DownloadFailureVerdict.combinedExitCode(settlement.failures.map(\.exitCode))
     }

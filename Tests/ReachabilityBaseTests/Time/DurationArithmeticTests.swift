@@ -53,6 +53,19 @@ struct TokenBucketTests {
         #expect(bucket.take(at: start + .seconds(10)) != nil, "refills to the burst, no more")
     }
 
+    @Test func aRefundGivesOneTokenBackNoMoreThanTheBurst() {
+        var bucket = TokenBucket(burst: 2, interval: .seconds(10))
+        let now = ContinuousClock.now
+        #expect(bucket.take(at: now) == nil && bucket.take(at: now) == nil)
+        #expect(bucket.take(at: now) != nil)
+        bucket.refund()
+        #expect(bucket.take(at: now) == nil, "the refunded token")
+        bucket.refund()
+        bucket.refund()
+        bucket.refund()
+        #expect(bucket.take(at: now) == nil && bucket.take(at: now) == nil && bucket.take(at: now) != nil, "refunds stop at the burst")
+    }
+
     @Test func noIntervalIsNoLimit() {
         var bucket = TokenBucket(burst: 1, interval: .zero)
         let now = ContinuousClock.now

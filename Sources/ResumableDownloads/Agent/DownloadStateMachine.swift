@@ -20,170 +20,25 @@ import ReachabilityBase
 ///   bounded by `maximumRestarts` and backed off; every attempt start goes through a token
 ///   bucket, so no server behaviour causes a request storm.
 /// - A transfer suspected of stalling (the engine saw no byte for a while, or no answer to its
-///   request) is raced by a fresh connection (before an answer, one that only connects); when
-///   the racer cannot even connect, the server is gone: the transfer is ended and the server
-///   waited for.
+///   request) is raced by a fresh connection (before an answer, one that sends the request
+///   again), when its host's turn comes: races to one host take turns, at most two a second,
+///   and none while the host is waited for. When the racer cannot even connect, the server is
+///   gone: the transfer is ended and the server waited for, and so are the host's other
+///   transfers waiting for their turn to race.
+//
+// Longer than 400 lines on purpose: every decision reads and writes the same private state
+// (phase, attempt, outage, budget), which would otherwise have to be widened to the module. Its
+// vocabulary (inputs, actions, facts, policy) lives in DownloadStateMachine+Vocabulary.swift.
 struct DownloadStateMachine: Sendable {
     typealias Instant = ContinuousClock.Instant
-
-    struct Policy: Sendable, Hashable {
-        var backoff: Backoff
-        /// Consecutive counted failures without progress before giving up.
-        var maximumConsecutiveFailures: Int
-        /// Restarts from zero before giving up.
-        var maximumRestarts: Int
-        /// Bound on any one outage (path, server or server errors); nil waits forever.
-        var maximumOutageWait: Duration?
-        /// Spacing between downloads restarting on one path update.
-        var restartStagger: Duration
-        /// Attempt starts per download.
-        var attemptRate: TokenBucket
-    }
-
-    /// What the executor knows about the partial file after a checkpoint.
-    struct FileFacts: Sendable, Hashable {
-        /// Contiguous bytes of the entity on disk.
-        var storedBytes: Int64
-    }
-
-    /// What the path means for this download now (computed by the executor from `PathPolicy`).
-    /// The place for more facts about the path, such as whether it really reaches the Internet.
-    struct PathFacts: Sendable, Hashable {
-        var usability: PathUsability
-        /// Whether the running transfer was started under a path this one replaces (another
-        /// interface or source address, or none): its socket is dead or leaves the wrong way.
-        var invalidatesTransfer: Bool
-        /// Whether the path itself changed (satisfied, interface, source address): a server
-        /// that did not answer on the old path may answer on this one.
-        var isNewPath: Bool
-
-        init(usability: PathUsability, invalidatesTransfer: Bool = false, isNewPath: Bool = false) {
-            self.usability = usability
-            self.invalidatesTransfer = invalidatesTransfer
-            self.isNewPath = isNewPath
-        }
-
-        var isUsable: Bool { if case .usable = usability { true } else { false } }
-    }
-
-    /// How a race between a stalled transfer and a fresh connection ended.
-    enum RaceOutcome: Sendable, Hashable {
-        /// The fresh connection delivered the next byte first; it carries on, the old one is closed.
-        case racerWon
-        /// The old connection delivered the next byte first; the racer is closed.
-        case originalWon
-        /// The racer failed (could not connect, or answered something unusable); the old
-        /// connection is still open.
-        case racerFailed(AttemptResult)
-        /// The transfer cannot be raced (no validator to ask for the rest safely).
-        case notPossible
-    }
-
-    struct Timer: Sendable, Hashable {
-        enum Kind: Sendable, Hashable {
-            /// The end of a backoff, a stagger or a rate-limit delay.
-            case retry
-            /// `maximumOutageWait` since the outage began.
-            case outage
-        }
-
-        var kind: Kind
-        /// Only the latest timer of a kind counts; older ones that still fire are ignored.
-        var generation: Int
-    }
-
-    enum Input: Sendable, Hashable {
-        /// The scheduler gave the download a slot.
-        case start(FileFacts, PathFacts)
-        /// The path (or what it means for this download) changed; `rank` orders the downloads
-        /// woken by one update, for staggering.
-        case pathChanged(PathFacts, rank: Int)
-        /// The attempt got a response head: the server answers.
-        case responseStarted(attempt: Int)
-        /// Body bytes arrived.
-        case bytesArrived(attempt: Int)
-        /// The response made the partial file start over (a 200 to a range, another entity).
-        case restartedFromZero(attempt: Int, reason: String)
-        /// No byte for longer than this transfer's recent pace explains.
-        case stallSuspected(attempt: Int)
-        /// A race ended.
-        case raceEnded(attempt: Int, RaceOutcome)
-        /// The attempt ended with this result; `file` is what is on disk after the checkpoint.
-        case attemptEnded(attempt: Int, AttemptResult, file: FileFacts)
-        /// This download's attempt is the next probe of its waited-for server.
-        case probeGranted(connectTimeout: Duration)
-        /// Another attempt to the waited-for server got an answer: try at once.
-        case serverReachable
-        case timerFired(Timer)
-        case pause
-        case resume
-        case cancel
-        case shutdown
-    }
-
-    struct AttemptPlan: Sendable, Hashable {
-        var id: Int
-        /// Open a new connection (and resolve the name again) rather than reuse one.
-        var freshConnection: Bool
-        /// This attempt is its host's probe.
-        var isProbe: Bool
-        /// A connect timeout shorter than the configured one (probes), or nil.
-        var connectTimeout: Duration?
-        /// A retry right after the connection died: connect with the host's probe timeout (the
-        /// server may be gone, and the configured timeout is for first contact).
-        var isRecovery = false
-    }
-
-    /// How the driver ends.
-    enum Exit: Sendable, Hashable {
-        /// Paused (or shut down): checkpoint, close, keep the resume data.
-        case paused
-        /// Paused, but resumed meanwhile: checkpoint, close, and queue again.
-        case requeued
-        /// Cancelled: delete the partial file and record.
-        case cancelled
-        /// Failed; the resume data is kept when the error is resumable.
-        case failed(DownloadError)
-    }
-
-    enum Action: Sendable, Hashable {
-        case startAttempt(AttemptPlan)
-        /// Abort the running attempt (it then ends with `.aborted(reason)`).
-        case abortAttempt(AbortReason)
-        /// Race the running transfer with a fresh connection.
-        case race
-        case armTimer(Timer, at: Instant)
-        case cancelTimer(Timer.Kind)
-        /// Wait for the server with the other downloads of its host (probes are granted).
-        /// `justProbed`: the attempt that failed was itself a retry of a dropped connection, so
-        /// it counts as the first probe (the ramp's quick first probe would only repeat it).
-        case joinServerWait(justProbed: Bool)
-        /// No longer waiting for the server (paused, path changed, gave up, probe abandoned).
-        case leaveServerWait
-        /// Tell the host's waiters what this attempt learned about the server.
-        case reportServer(reachable: Bool)
-        /// Drop the stored bytes before the next attempt.
-        case restartFromZero(reason: String)
-        /// Move the download to a state, with its event.
-        case update(DownloadState, DownloadEvent?)
-        /// An event that does not change the state.
-        case emit(DownloadEvent)
-        /// Every byte is in: verify and move into place (the driver ends).
-        case complete(totalLength: Int64)
-        case exit(Exit)
-    }
-
-    /// The kinds of waiting `maximumOutageWait` bounds.
-    enum WaitKind: Sendable, Hashable {
-        case path, server, serverError
-    }
 
     private enum Stop: Sendable, Hashable {
         case pause, pauseThenRequeue, cancel, shutdown
         /// The path under the transfer went away or changed.
         case pathChanged
-        /// The transfer stalled and a fresh connection could not reach the server.
-        case stalled(DownloadError)
+        /// The transfer stalled and the server did not answer a fresh connection (`racerProbed`:
+        /// this attempt's racer was that connection, a probe of the server just now).
+        case stalled(DownloadError, racerProbed: Bool)
         /// A limit was reached during the attempt.
         case gaveUp(DownloadError)
 
@@ -196,7 +51,7 @@ struct DownloadStateMachine: Sendable {
         }
     }
 
-    private enum RaceState: Sendable, Hashable { case idle, running, unavailable }
+    private enum RaceState: Sendable, Hashable { case idle, requested, running, unavailable }
 
     private struct Attempt: Sendable, Hashable {
         var id: Int
@@ -253,6 +108,11 @@ struct DownloadStateMachine: Sendable {
     /// The state last reported to the `Download`, so waits are announced once.
     private var shownState: DownloadState = .queued
     private var limiter: TokenBucket
+    private var overlap = ResumeOverlap()
+    /// Responses whose ETag differed from the recorded one for an entity of the same length.
+    private(set) var entityTagChanges = 0
+    /// Set once ETags vary and an expected digest proves the result: resumes stop using validators.
+    private(set) var ignoresValidators = false
     private var nextAttempt = 1
     private var nextGeneration = 1
     private var armed: [Timer.Kind: Int] = [:]
@@ -288,89 +148,133 @@ struct DownloadStateMachine: Sendable {
     /// Feeds one input. `random` in 0...1 drives jitter (tests pass a fixed value).
     mutating func handle(_ input: Input, now: Instant, random: Double = 0.5) -> [Action] {
         switch input {
-        case .start(let facts, let pathFacts):
-            guard phase == .idle else { return [] }
-            file = facts
-            highWater = max(highWater, facts.storedBytes)
-            path = pathFacts
-            return proceed(now: now, freshConnection: false)
-
-        case .pathChanged(let facts, let rank):
-            return pathChanged(facts, rank: rank, now: now)
-
-        case .responseStarted(let id):
-            guard case .transferring(var attempt) = phase, attempt.id == id, !attempt.sawResponse else { return [] }
-            attempt.sawResponse = true
-            phase = .transferring(attempt)
-            var actions: [Action] = [.reportServer(reachable: true)]
-            if attempt.isProbe { actions.append(announceAttempt()) }
-            return actions
-
-        case .bytesArrived(let id):
-            guard case .transferring(let attempt) = phase, attempt.id == id, outage != nil else { return [] }
-            // Bytes flow again: the outage is over, whatever it was.
-            outage = nil
-            return disarm(.outage)
-
-        case .restartedFromZero(let id, let reason):
-            guard case .transferring(var attempt) = phase, attempt.id == id else { return [] }
-            file.storedBytes = 0
-            restarts += 1
-            var actions: [Action] = [.emit(.restartedFromZero(reason: reason))]
-            if restarts > policy.maximumRestarts, attempt.stop == nil {
-                attempt.stop = .gaveUp(restartLimitError(reason))
-                phase = .transferring(attempt)
-                actions.append(.abortAttempt(.recovery))
+        case .start(let facts, let pathFacts): started(facts, pathFacts, now: now)
+        case .pathChanged(let facts, let rank): pathChanged(facts, rank: rank, now: now)
+        case .responseStarted(let id): responseStarted(id)
+        case .bytesArrived(let id): bytesArrived(id)
+        case .restartedFromZero(let id, let reason): restartedFromZero(id, reason)
+        case .stallSuspected(let id): stallSuspected(id)
+        case .raceGranted(let id): raceGranted(id)
+        case .raceRefused(let id): raceRefused(id)
+        case .raceEnded(let id, let outcome): raceEnded(id, outcome)
+        case .attemptEnded(let id, let result, let facts, let received):
+            if case .transferring(let attempt) = phase, attempt.id == id {
+                attemptEnded(attempt, result, facts, received: received, now: now, random: random)
+            } else {
+                []
             }
-            return actions
-
-        case .stallSuspected(let id):
-            // Before the response started, the engine's race is a connection check (a request
-            // sent into a server that went away would otherwise wait for the stall timeout).
-            guard case .transferring(var attempt) = phase, attempt.id == id, attempt.stop == nil,
-                  attempt.race == .idle, path.isUsable else { return [] }
-            attempt.race = .running
-            phase = .transferring(attempt)
-            return [.race]
-
-        case .raceEnded(let id, let outcome):
-            return raceEnded(id, outcome)
-
-        case .attemptEnded(let id, let result, let facts):
-            guard case .transferring(let attempt) = phase, attempt.id == id else { return [] }
-            return attemptEnded(attempt, result, facts, now: now, random: random)
-
+        case .entityTagChanged(let id): entityTagChanged(id)
         case .probeGranted(let connectTimeout):
-            guard phase == .waitingForServer else { return [] }
-            return startAttempt(now: now, freshConnection: true, probeConnectTimeout: connectTimeout)
-
+            phase == .waitingForServer ? startAttempt(now: now, freshConnection: true, probeConnectTimeout: connectTimeout) : []
         case .serverReachable:
-            guard phase == .waitingForServer else { return [] }
-            return startAttempt(now: now, freshConnection: true)
-
-        case .timerFired(let timer):
-            guard armed[timer.kind] == timer.generation else { return [] }
-            armed[timer.kind] = nil
-            switch timer.kind {
-            case .retry:
-                guard case .retryScheduled = phase else { return [] }
-                return proceed(now: now, freshConnection: true)
-            case .outage:
-                return outageLimitReached(now: now)
-            }
-
-        case .pause:
-            return stop(.pause, exit: .paused)
-        case .shutdown:
-            return stop(.shutdown, exit: .paused)
-        case .cancel:
-            return stop(.cancel, exit: .cancelled)
-        case .resume:
-            guard case .transferring(var attempt) = phase, attempt.stop == .pause else { return [] }
-            attempt.stop = .pauseThenRequeue
-            phase = .transferring(attempt)
-            return []
+            phase == .waitingForServer ? startAttempt(now: now, freshConnection: true) : []
+        case .timerFired(let timer): timerFired(timer, now: now)
+        case .pause: stop(.pause, exit: .paused)
+        case .shutdown: stop(.shutdown, exit: .paused)
+        case .cancel: stop(.cancel, exit: .cancelled)
+        case .resume: resumed()
         }
+    }
+
+    // MARK: inputs
+
+    private mutating func started(_ facts: FileFacts, _ pathFacts: PathFacts, now: Instant) -> [Action] {
+        guard phase == .idle else { return [] }
+        file = facts
+        highWater = max(highWater, facts.storedBytes)
+        path = pathFacts
+        return proceed(now: now, freshConnection: false)
+    }
+
+    private mutating func responseStarted(_ id: Int) -> [Action] {
+        guard case .transferring(var attempt) = phase, attempt.id == id, !attempt.sawResponse else { return [] }
+        attempt.sawResponse = true
+        phase = .transferring(attempt)
+        var actions: [Action] = [.reportServer(reachable: true)]
+        if attempt.isProbe { actions.append(announceAttempt()) }
+        return actions
+    }
+
+    private mutating func bytesArrived(_ id: Int) -> [Action] {
+        guard case .transferring(let attempt) = phase, attempt.id == id, outage != nil else { return [] }
+        // Bytes flow again: the outage is over, whatever it was.
+        outage = nil
+        return disarm(.outage)
+    }
+
+    private mutating func restartedFromZero(_ id: Int, _ reason: String) -> [Action] {
+        guard case .transferring(var attempt) = phase, attempt.id == id else { return [] }
+        file.storedBytes = 0
+        restarts += 1
+        var actions: [Action] = [.emit(.restartedFromZero(reason: reason))]
+        if restarts > policy.maximumRestarts, attempt.stop == nil {
+            attempt.stop = .gaveUp(restartLimitError(reason))
+            phase = .transferring(attempt)
+            actions.append(.abortAttempt(.recovery))
+        }
+        return actions
+    }
+
+    /// Before the response started, the engine's racer sends the request again (a request sent
+    /// into a server that went away, or a tarpit, would otherwise wait for the stall timeout).
+    /// Either way the host's turn comes first.
+    private mutating func stallSuspected(_ id: Int) -> [Action] {
+        guard case .transferring(var attempt) = phase, attempt.id == id, attempt.stop == nil,
+              attempt.race == .idle, path.isUsable else { return [] }
+        attempt.race = .requested
+        phase = .transferring(attempt)
+        return [.requestRace(attempt: id)]
+    }
+
+    private mutating func raceGranted(_ id: Int) -> [Action] {
+        guard case .transferring(var attempt) = phase, attempt.id == id, attempt.race == .requested,
+              attempt.stop == nil else {
+            // Too late (the attempt ended or stops): hand the turn back unused. A finished
+            // driver has already given up every turn.
+            return isFinished ? [] : [.finishRace(attempt: id, reachable: nil)]
+        }
+        attempt.race = .running
+        phase = .transferring(attempt)
+        return [.race]
+    }
+
+    private mutating func raceRefused(_ id: Int) -> [Action] {
+        guard case .transferring(var attempt) = phase, attempt.id == id, attempt.race == .requested,
+              attempt.stop == nil else { return [] }
+        attempt.race = .unavailable
+        attempt.stop = .stalled(DownloadError.networkConnectionLost.with(
+            description: "the connection stalled and the server does not answer other connections either"),
+            racerProbed: false)
+        phase = .transferring(attempt)
+        return [.abortAttempt(.recovery)]
+    }
+
+    /// With a digest to prove the result, a server whose ETags vary per response (not per
+    /// version) can still be resumed: the next requests carry no validator.
+    private mutating func entityTagChanged(_ id: Int) -> [Action] {
+        guard case .transferring(let attempt) = phase, attempt.id == id else { return [] }
+        entityTagChanges += 1
+        if file.hasExpectedDigest { ignoresValidators = true }
+        return []
+    }
+
+    private mutating func timerFired(_ timer: Timer, now: Instant) -> [Action] {
+        guard armed[timer.kind] == timer.generation else { return [] }
+        armed[timer.kind] = nil
+        switch timer.kind {
+        case .retry:
+            guard case .retryScheduled = phase else { return [] }
+            return proceed(now: now, freshConnection: true)
+        case .outage:
+            return outageLimitReached(now: now)
+        }
+    }
+
+    private mutating func resumed() -> [Action] {
+        guard case .transferring(var attempt) = phase, attempt.stop == .pause else { return [] }
+        attempt.stop = .pauseThenRequeue
+        phase = .transferring(attempt)
+        return []
     }
 
     // MARK: starting attempts
@@ -401,7 +305,8 @@ struct DownloadStateMachine: Sendable {
         if !isProbe { actions.append(announceAttempt()) }
         actions.append(.startAttempt(AttemptPlan(id: attempt.id, freshConnection: freshConnection || isProbe,
                                                  isProbe: isProbe, connectTimeout: probeConnectTimeout,
-                                                 isRecovery: isRecovery)))
+                                                 isRecovery: isRecovery, overlap: overlap.bytes,
+                                                 usesValidators: !ignoresValidators)))
         return actions
     }
 
@@ -527,41 +432,70 @@ struct DownloadStateMachine: Sendable {
 
     private mutating func raceEnded(_ id: Int, _ outcome: RaceOutcome) -> [Action] {
         guard case .transferring(var attempt) = phase, attempt.id == id, attempt.race == .running else { return [] }
+        var actions: [Action] = []
         switch outcome {
         case .racerWon, .originalWon:
             attempt.race = .idle
+            actions.append(.finishRace(attempt: id, reachable: true))
         case .notPossible:
             attempt.race = .unavailable
+            actions.append(.finishRace(attempt: id, reachable: nil))
         case .racerFailed(let result):
+            // Do not race this attempt again either way.
+            attempt.race = .unavailable
             if case .transport(let error) = result, RetryClass(error.urlCode) == .connectionLevel {
                 // A fresh connection cannot reach the server either: the old one is dead too.
-                attempt.race = .unavailable
+                actions.append(.finishRace(attempt: id, reachable: false))
                 if attempt.stop == nil {
-                    attempt.stop = .stalled(error)
+                    attempt.stop = .stalled(error, racerProbed: true)
                     phase = .transferring(attempt)
-                    return [.abortAttempt(.recovery)]
+                    return actions + [.abortAttempt(.recovery)]
                 }
             } else {
                 // The server answers, but not with the rest (busy, ignoring ranges, ...): let the
-                // old connection carry on until the stall timeout, and do not race it again.
-                attempt.race = .unavailable
+                // old connection carry on until the stall timeout.
+                actions.append(.finishRace(attempt: id, reachable: true))
             }
         }
         phase = .transferring(attempt)
-        return []
+        return actions
     }
 
     // MARK: attempt results
 
     private mutating func attemptEnded(_ attempt: Attempt, _ result: AttemptResult, _ facts: FileFacts,
-                                       now: Instant, random: Double) -> [Action] {
+                                       received: Int64, now: Instant, random: Double) -> [Action] {
+        let (actions, madeProgress, isRegistered) = recordEnd(of: attempt, result, facts, received: received)
+        if let stop = attempt.stop {
+            return actions + next(afterStop: stop, result, now: now)
+        }
+        return actions + next(after: result, of: attempt, madeProgress: madeProgress, isRegistered: isRegistered,
+                              now: now, random: random)
+    }
+
+    /// What an ended attempt leaves behind whatever comes next: the file's facts, progress
+    /// (which refunds the attempt's token and resets the failure count), the resume overlap, the
+    /// race turn it held, and its place in the host's server wait. `isRegistered`: a probe that
+    /// could not connect was reported and waits for the next probe with the others.
+    private mutating func recordEnd(of attempt: Attempt, _ result: AttemptResult, _ facts: FileFacts,
+                                    received: Int64) -> (actions: [Action], madeProgress: Bool, isRegistered: Bool) {
         file = facts
         let madeProgress = facts.storedBytes > highWater
         if madeProgress {
+            if facts.storedBytes - highWater >= ResumeOverlap.minimum {
+                // The budget limits attempts that get nowhere; a server that ends every
+                // connection after some KiB is followed at its own pace.
+                limiter.refund()
+            }
             highWater = facts.storedBytes
             consecutiveFailures = 0
         }
+        if attempt.sawResponse, attempt.stop == nil {
+            overlap.connectionEnded(delivered: received, cutShort: Self.isCutShort(result))
+        }
         var actions: [Action] = []
+        // A race turn asked for or held ends with the attempt.
+        if attempt.race == .requested || attempt.race == .running { actions.append(.finishRace(attempt: attempt.id, reachable: nil)) }
         // A probe that ended without an answer leaves its host's queue, unless it simply failed
         // to connect (then it waits for the next probe like the others).
         var isRegistered = false
@@ -574,94 +508,103 @@ struct DownloadStateMachine: Sendable {
                 actions.append(.leaveServerWait)
             }
         }
+        return (actions, madeProgress, isRegistered)
+    }
 
-        if let stop = attempt.stop {
-            if case .aborted(.writeFailed(let error)) = result, !stop.isByRequest {
-                return actions + exit(.failed(error))
-            }
-            if case .completed(let total) = result, stop != .cancel {
-                phase = .completing
-                return actions + [.complete(totalLength: total)]
-            }
-            switch stop {
-            case .pause, .shutdown: return actions + exit(.paused)
-            case .pauseThenRequeue: return actions + exit(.requeued)
-            case .cancel: return actions + exit(.cancelled)
-            case .gaveUp(let error): return actions + exit(.failed(error))
-            case .pathChanged:
-                phase = .retryScheduled(.stagger)
-                return actions + (path.isUsable ? startAttempt(now: now, freshConnection: true) : waitForPath(now: now))
-            case .stalled(let error):
-                guard path.isUsable else { return actions + waitForPath(now: now) }
-                return actions + waitForServer(error, now: now, isRegistered: false)
-            }
+    /// After an attempt this machine stopped on purpose (pause, cancel, a path change, a stall,
+    /// giving up): what the stop asked for, unless the attempt completed or could not write.
+    private mutating func next(afterStop stop: Stop, _ result: AttemptResult, now: Instant) -> [Action] {
+        if case .aborted(.writeFailed(let error)) = result, !stop.isByRequest {
+            return exit(.failed(error))
         }
+        if case .completed(let total) = result, stop != .cancel {
+            phase = .completing
+            return [.complete(totalLength: total)]
+        }
+        switch stop {
+        case .pause, .shutdown: return exit(.paused)
+        case .pauseThenRequeue: return exit(.requeued)
+        case .cancel: return exit(.cancelled)
+        case .gaveUp(let error): return exit(.failed(error))
+        case .pathChanged:
+            phase = .retryScheduled(.stagger)
+            return path.isUsable ? startAttempt(now: now, freshConnection: true) : waitForPath(now: now)
+        case .stalled(let error, let racerProbed):
+            guard path.isUsable else { return waitForPath(now: now) }
+            return waitForServer(error, now: now, isRegistered: false, justProbed: racerProbed)
+        }
+    }
 
+    /// After an attempt that ended by itself: complete, retry (at once, after a backoff, or
+    /// after a restart from zero), wait for the path or the server, or fail.
+    private mutating func next(after result: AttemptResult, of attempt: Attempt, madeProgress: Bool, isRegistered: Bool,
+                               now: Instant, random: Double) -> [Action] {
         switch result {
         case .completed(let total):
             phase = .completing
-            return actions + [.complete(totalLength: total)]
+            return [.complete(totalLength: total)]
 
         case .incomplete:
-            if madeProgress { return actions + startAttempt(now: now, freshConnection: false) }
+            if madeProgress { return startAttempt(now: now, freshConnection: false) }
             let error = DownloadError.badServerResponse.with(description: "the server keeps ending the body early")
-            return actions + countedRetry(error, kind: .serverError, reason: .serverBackoff, retryAfter: nil,
-                                          now: now, random: random)
+            return countedRetry(error, kind: .serverError, reason: .serverBackoff, retryAfter: nil, now: now, random: random)
 
         case .restartFromZero(let reason):
             restarts += 1
-            if restarts > policy.maximumRestarts { return actions + exit(.failed(restartLimitError(reason))) }
+            if restarts > policy.maximumRestarts { return exit(.failed(restartLimitError(reason))) }
             file.storedBytes = 0
-            actions.append(.restartFromZero(reason: reason))
-            if restarts == 1 { return actions + startAttempt(now: now, freshConnection: false) }
+            let restart = Action.restartFromZero(reason: reason)
+            if restarts == 1 { return [restart] + startAttempt(now: now, freshConnection: false) }
             // Repeated restarts: back off, as after failures.
             phase = .retryScheduled(.serverBackoff)
-            return actions + arm(.retry, at: now + policy.backoff.delay(afterFailures: restarts - 1, jitter: random))
+            return [restart] + arm(.retry, at: now + policy.backoff.delay(afterFailures: restarts - 1, jitter: random))
 
         case .serverBusy(let status, let retryAfter):
-            return actions + countedRetry(.httpStatus(status), kind: .serverError, reason: .serverBackoff,
-                                          retryAfter: retryAfter, now: now, random: random)
+            return countedRetry(.httpStatus(status), kind: .serverError, reason: .serverBackoff,
+                                retryAfter: retryAfter, now: now, random: random)
 
-        case .failed(let error):
-            return actions + exit(.failed(error))
+        case .failed(let error), .aborted(.writeFailed(let error)):
+            return exit(.failed(error))
 
         case .transport(let error):
-            switch RetryClass(error.urlCode) {
-            case .permanent:
-                return actions + exit(.failed(error))
-            case .counted:
-                return actions + countedRetry(error, kind: .server, reason: .transportBackoff, retryAfter: nil,
-                                              now: now, random: random)
-            case .connectionLevel:
-                guard path.isUsable else { return actions + waitForPath(now: now) }
-                if madeProgress {
-                    // A connection that was delivering died: usually a blip, so ask again at once
-                    // (the rate limit still holds).
-                    actions.append(.emit(.retrying(after: .zero, error: error)))
-                    return actions + startAttempt(now: now, freshConnection: true, isRecovery: true)
-                }
-                if attempt.sawResponse {
-                    // The server answered and then dropped the connection before any new byte:
-                    // it is there but misbehaving, so this spends the budget and backs off.
-                    return actions + countedRetry(error, kind: .server, reason: .transportBackoff, retryAfter: nil,
-                                                  now: now, random: random)
-                }
-                return actions + waitForServer(error, now: now, isRegistered: isRegistered, justProbed: attempt.isRecovery)
-            }
+            return next(afterTransport: error, of: attempt, madeProgress: madeProgress, isRegistered: isRegistered,
+                        now: now, random: random)
 
         case .aborted(.pathChanged):
             phase = .retryScheduled(.stagger)
-            return actions + (path.isUsable ? startAttempt(now: now, freshConnection: true) : waitForPath(now: now))
-
-        case .aborted(.writeFailed(let error)):
-            return actions + exit(.failed(error))
+            return path.isUsable ? startAttempt(now: now, freshConnection: true) : waitForPath(now: now)
 
         case .aborted(.paused), .aborted(.shutdown), .aborted(.recovery):
             // The engine stopped (shut down) without our asking: keep everything.
-            return actions + exit(.paused)
+            return exit(.paused)
 
         case .aborted(.cancelled):
-            return actions + exit(.cancelled)
+            return exit(.cancelled)
+        }
+    }
+
+    /// After a transport failure, by its class: fail, spend the budget, or (a connection-level
+    /// failure) retry at once after progress, back off after an answer, else wait for the server.
+    private mutating func next(afterTransport error: DownloadError, of attempt: Attempt, madeProgress: Bool,
+                               isRegistered: Bool, now: Instant, random: Double) -> [Action] {
+        switch RetryClass(error.urlCode) {
+        case .permanent:
+            return exit(.failed(error))
+        case .counted:
+            return countedRetry(error, kind: .server, reason: .transportBackoff, retryAfter: nil, now: now, random: random)
+        case .connectionLevel:
+            guard path.isUsable else { return waitForPath(now: now) }
+            if madeProgress {
+                // A connection that was delivering died: usually a blip, so ask again at once
+                // (the rate limit still holds).
+                return [.emit(.retrying(after: .zero, error: error))] + startAttempt(now: now, freshConnection: true, isRecovery: true)
+            }
+            if attempt.sawResponse {
+                // The server answered and then dropped the connection before any new byte:
+                // it is there but misbehaving, so this spends the budget and backs off.
+                return countedRetry(error, kind: .server, reason: .transportBackoff, retryAfter: nil, now: now, random: random)
+            }
+            return waitForServer(error, now: now, isRegistered: isRegistered, justProbed: attempt.isRecovery)
         }
     }
 
@@ -688,7 +631,25 @@ struct DownloadStateMachine: Sendable {
     }
 
     private func restartLimitError(_ reason: String) -> DownloadError {
-        .badServerResponse.with(description: "\(reason) (restarted from zero \(restarts) times)")
+        if entityTagChanges >= 2, !file.hasExpectedDigest {
+            return .badServerResponse.with(description: """
+                the server sent another ETag with each response for a file of the same length (\(entityTagChanges + 1) \
+                different ones), as load-balanced servers whose machines make their own ETags do (Apache's \
+                inode-based FileETag), so a resumed file cannot be proven to be one version; give the file's \
+                SHA-256 (--sha256) and the download resumes with the digest as proof \
+                (restarted from zero \(restarts) times)
+                """)
+        }
+        return .badServerResponse.with(description: "\(reason) (restarted from zero \(restarts) times)")
+    }
+
+    /// Whether the server ended the connection before the end of the entity.
+    private static func isCutShort(_ result: AttemptResult) -> Bool {
+        switch result {
+        case .incomplete: true
+        case .transport(let error): RetryClass(error.urlCode) == .connectionLevel
+        default: false
+        }
     }
 
     // MARK: pause, cancel, shutdown
@@ -740,24 +701,5 @@ struct DownloadStateMachine: Sendable {
     private mutating func disarm(_ kind: Timer.Kind) -> [Action] {
         guard armed.removeValue(forKey: kind) != nil else { return [] }
         return [.cancelTimer(kind)]
-    }
-}
-
-extension DownloadError {
-    /// `connectivityTimeout`, saying which wait ran out.
-    static func outageLimitReached(_ kind: DownloadStateMachine.WaitKind, after limit: Duration,
-                                   lastError: DownloadError?) -> DownloadError {
-        let span = "\(limit.formattedSeconds) s"
-        let last = lastError.map { " (last: \($0.description))" } ?? ""
-        switch kind {
-        case .path:
-            return DownloadError.connectivityTimeout.with(description: "no usable network path for \(span), the outage limit")
-        case .server:
-            return DownloadError(.connectivityTimeout, "the server could not be reached for \(span), the outage limit\(last)",
-                                 urlErrorCode: .cannotConnectToHost)
-        case .serverError:
-            return DownloadError(.connectivityTimeout, "the server kept failing for \(span), the outage limit\(last)",
-                                 urlErrorCode: .badServerResponse, httpStatusCode: lastError?.httpStatusCode)
-        }
     }
 }

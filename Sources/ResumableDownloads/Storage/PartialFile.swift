@@ -22,6 +22,10 @@ import ReachabilityBase
 /// file of ours with one link, and locked (`flock`) for as long as it is open, so one process
 /// writes a destination at a time. The record lives in the checked state directory, and the
 /// finished file is renamed into place without replacing anything that appeared meanwhile.
+//
+// Longer than 400 lines on purpose: one file's life (open and trust checks, the write queue and
+// its backpressure, checkpoints, completion) under one lock whose state stays private here; the
+// journal, checksums and write-back window are their own types.
 final class PartialFile: Sendable {
     struct Limits: Sendable {
         var highWater: Int
@@ -167,6 +171,9 @@ final class PartialFile: Sendable {
 
     /// Buffer statistics so far.
     var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// Bytes written since the last checkpoint (not yet made durable by one).
+    var unsyncedBytes: Int64 { state.withLock { $0.bytesSinceCheckpoint } }
 
     /// The first write error, which ends the transfer.
     var writeError: DownloadError? { state.withLock { $0.writeError } }

@@ -19,6 +19,10 @@ import LinuxSystem
 /// server on the local network, on a link-local address or on this host is downloaded from
 /// without any default route, and a path change that does not move that route leaves the
 /// transfer alone.
+//
+// Longer than 400 lines on purpose: the public API of the engine (HalfTunes' shape) over one
+// actor's private registry of downloads; the per-download work is the driver's
+// (DownloadAgent+Driver.swift) and the decisions the state machine's.
 public actor DownloadAgent {
     /// Limits, timeouts and places.
     public struct Configuration: Sendable {
@@ -305,36 +309,52 @@ public actor DownloadAgent {
         entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
         creationOrder.append(id)
         scheduler.enqueue(id, priority: options.priority)
-        configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": url.absoluteString])
+        configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": URLRedaction.redacted(url)])
         schedule()
         return download
     }
 
     /// Restores every unfinished download whose resume record is in the state directory (resume on
     /// launch) and queues them. A record that cannot be read or fails validation is moved aside
-    /// to `NAME.bad` with one warning, and never acted on.
+    /// to `NAME.bad` with one warning, and never acted on; so is one whose destination
+    /// `isAllowed` refuses (records are input: an edited one must not make the agent write where
+    /// new downloads may not), and its partial file is left alone.
     @discardableResult
-    public func restoreDownloads() -> [Download] {
-        restoreDownloads(where: { _ in true })
+    public func restoreDownloads(allowingDestination isAllowed: (URL) -> Bool = { _ in true }) -> [Download] {
+        restoreDownloads(where: { _ in true }, allowingDestination: isAllowed)
     }
 
-    /// `restoreDownloads()` for the records `isIncluded` accepts (package-level: the agent keeps
-    /// background sessions' downloads for their own restore, which brings their options back).
+    /// `restoreDownloads(allowingDestination:)` for the records `isIncluded` accepts; the others
+    /// are left alone (package-level: the agent keeps background sessions' downloads for their
+    /// own restore, which brings their options back).
     @discardableResult
-    package func restoreDownloads(where isIncluded: (UUID) -> Bool) -> [Download] {
+    package func restoreDownloads(where isIncluded: (UUID) -> Bool,
+                                  allowingDestination isAllowed: (URL) -> Bool = { _ in true }) -> [Download] {
         activate()
-        let restored = loadRecords().filter { isIncluded($0.id) }.compactMap { restore($0) }
+        var restored: [Download] = []
+        for record in loadRecords() where isIncluded(record.id) {
+            guard isAllowed(record.destination) else {
+                moveAside(ResumeRecord.fileName(for: record.id), reason: "its destination \(record.destination.path) is outside the allowed download directories")
+                continue
+            }
+            if let download = restore(record) { restored.append(download) }
+        }
         schedule()
         return restored
     }
 
     /// Restores download `id` from its record with `options` (its SHA-256, expected length and
-    /// replace rule stay the record's), if the state directory holds one and the agent does
-    /// not already; nil otherwise.
-    package func restoreDownload(id: UUID, options: DownloadOptions) -> Download? {
+    /// replace rule stay the record's), if the state directory holds one whose destination is
+    /// `destination` and the agent does not hold it already; nil otherwise.
+    package func restoreDownload(id: UUID, options: DownloadOptions, destination: URL) -> Download? {
         activate()
         guard entries[id] == nil, let state = try? stateDirectory(),
               let record = try? ResumeRecord.read(ResumeRecord.fileName(for: id), in: state) else { return nil }
+        // Records are input: one edited to write elsewhere is set aside, not followed.
+        guard record.destination == destination.standardizedFileURL else {
+            moveAside(ResumeRecord.fileName(for: id), reason: "its destination \(record.destination.path) is not \(destination.path)")
+            return nil
+        }
         var merged = options
         merged.expectedSHA256 = record.expectedSHA256
         merged.expectedLength = record.expectedLength
@@ -375,13 +395,19 @@ public actor DownloadAgent {
             do {
                 records.append(try ResumeRecord.read(name, in: state))
             } catch {
-                // Not followed, not retried forever: set aside for a person to look at.
-                let moved = (try? state.rename(name, to: name + ".bad", replacing: true)) != nil
-                configuration.logger.warning(moved ? "moved an invalid resume record aside" : "cannot move an invalid resume record aside",
-                                             metadata: ["path": state.child(name), "error": "\(error)"])
+                moveAside(name, reason: "\(error)")
             }
         }
         return records
+    }
+
+    /// Sets a record that must not be acted on aside as `NAME.bad` (not followed, not retried
+    /// forever: for a person to look at), with one warning.
+    private func moveAside(_ name: String, reason: String) {
+        guard let state = try? stateDirectory() else { return }
+        let moved = (try? state.rename(name, to: name + ".bad", replacing: true)) != nil
+        configuration.logger.warning(moved ? "moved an invalid resume record aside" : "cannot move an invalid resume record aside",
+                                     metadata: ["path": state.child(name), "error": reason])
     }
 
     private func restore(_ record: ResumeRecord, options given: DownloadOptions? = nil) -> Download? {
@@ -389,14 +415,19 @@ public actor DownloadAgent {
         let options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                                allowsExpensive: record.allowsExpensive,
                                                replacesExistingFile: record.replacesExistingFile ?? false)
+        // What the block journal vouches for past the last checkpoint (after a crash, nearly
+        // everything written), as the transfer will find it: not the fsynced checkpoint alone.
+        let recovered = (try? stateDirectory()).map { BlockJournal.recoverableEnd(record: record, stateDirectory: $0) }
+            ?? record.verifiedOffset
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
-                                progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
+                                progress: DownloadProgress(bytesReceived: recovered, totalBytes: record.totalLength))
         entries[record.id] = Entry(download: download, record: record, host: gateHost(for: record.url))
         creationOrder.append(record.id)
         scheduler.enqueue(record.id, priority: options.priority)
         configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
-                                                                  "offset": "\(record.verifiedOffset)"])
+                                                                  "checkpoint": "\(record.verifiedOffset)",
+                                                                  "offset": "\(recovered)"])
         return download
     }
 
@@ -614,7 +645,8 @@ public actor DownloadAgent {
                          additionalHeaders: configuration.additionalHeaders,
                          maximumBytesPerSecond: configuration.maximumBytesPerSecond,
                          verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy,
-                         stallSuspicion: configuration.minimumStallSuspicion)
+                         stallSuspicion: configuration.minimumStallSuspicion,
+                         answerSuspicion: configuration.minimumStallSuspicion)
     }
 
     /// Opens (creating it 0700) and checks the state directory once; everything in it is then

@@ -2,103 +2,6 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 
-/// The final header block of one HTTP response.
-struct ResponseHead: Sendable, Hashable {
-    var statusCode: Int
-    /// Field values by lowercased name; repeated fields are joined with ", ".
-    var fields: [String: String]
-
-    init(statusCode: Int, fields: [String: String] = [:]) {
-        self.statusCode = statusCode
-        self.fields = Dictionary(uniqueKeysWithValues: fields.map { ($0.key.lowercased(), $0.value) })
-    }
-
-    subscript(name: String) -> String? { fields[name.lowercased()] }
-
-    /// The ETag when it is strong (`ResumeValidator`); weak ETags (`W/"..."`) cannot validate
-    /// byte ranges, and one that is not quoted or not header-safe would be refused when read back.
-    var strongEntityTag: String? {
-        guard let tag = self["etag"]?.trimmingWhitespace(), ResumeValidator.isStrongEntityTag(tag) else { return nil }
-        return tag
-    }
-
-    /// The ETag as sent, weak or strong (to notice any change).
-    var anyEntityTag: String? {
-        guard let tag = self["etag"]?.trimmingWhitespace(), !tag.isEmpty else { return nil }
-        return tag
-    }
-
-    var lastModified: String? { self["last-modified"]?.trimmingWhitespace() }
-
-    /// Last-Modified when it is a strong validator (RFC 9110 8.8.2.2): the response's Date is at
-    /// least one second later, so the resource cannot have changed twice within that second
-    /// unnoticed. Without a parseable Date it is weak.
-    var strongLastModified: String? {
-        guard let text = lastModified, let modified = HTTPDate.parse(text),
-              let dateText = self["date"], let date = HTTPDate.parse(dateText),
-              date.timeIntervalSince(modified) >= 1 else { return nil }
-        return text
-    }
-
-    /// Repeated Content-Length fields arrive joined with ", "; identical repeats are one value.
-    var contentLength: Int64? {
-        guard case .value(let length)? = contentLengthField else { return nil }
-        return length
-    }
-
-    /// Whether the response carries Content-Length fields that disagree (or are not numbers).
-    var hasConflictingContentLength: Bool {
-        if case .conflicting? = contentLengthField { return true }
-        return false
-    }
-
-    private enum ContentLengthField { case value(Int64), conflicting }
-
-    private var contentLengthField: ContentLengthField? {
-        guard let text = self["content-length"] else { return nil }
-        let values = text.split(separator: ",").map { $0.trimmingWhitespace() }
-        guard let first = values.first, !first.isEmpty, values.allSatisfy({ $0 == first }),
-              first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int64(first) else { return .conflicting }
-        return .value(length)
-    }
-
-    /// A Content-Encoding other than identity: we ask for identity and store bytes as sent, so
-    /// an encoded body would be stored encoded.
-    var unrequestedContentEncoding: String? {
-        guard let text = self["content-encoding"]?.trimmingWhitespace(), !text.isEmpty,
-              text.lowercased() != "identity" else { return nil }
-        return text
-    }
-}
-
-/// Collects header lines as libcurl's header callback delivers them (every response, including
-/// interim 1xx and followed redirects, starts with its status line).
-struct HeaderAccumulator: Sendable {
-    private var statusCode: Int?
-    private var fields: [String: String] = [:]
-
-    /// Feeds one raw line (with or without CRLF); returns the head when the blank line ends it.
-    mutating func feed(_ rawLine: String) -> ResponseHead? {
-        let line = rawLine.trimmingWhitespace()
-        if line.isEmpty {
-            defer { statusCode = nil; fields = [:] }
-            guard let statusCode else { return nil }
-            return ResponseHead(statusCode: statusCode, fields: fields)
-        }
-        if line.hasPrefix("HTTP/") {
-            let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-            statusCode = parts.count >= 2 ? Int(parts[1]) : nil
-            fields = [:]
-            return nil
-        }
-        guard statusCode != nil, let colon = line.firstIndex(of: ":") else { return nil }
-        let name = line[..<colon].lowercased()
-        let value = line[line.index(after: colon)...].trimmingWhitespace()
-        if let existing = fields[name] { fields[name] = existing + ", " + value } else { fields[name] = value }
-        return nil
-    }
-}
-
 /// Why we stopped a transfer ourselves.
 enum AbortReason: Sendable, Hashable {
     /// The network path changed or went away; restart on the new path.
@@ -146,9 +49,6 @@ enum AttemptResult: Sendable, Hashable {
 /// zero with this body; 416 `bytes */T` is "complete" only when T == N == the recorded total.
 /// Conflicting Content-Lengths and a Content-Encoding we did not ask for are errors.
 struct ResponseStateMachine: Sendable {
-    /// Bytes before a resume point fetched again and compared with the disk.
-    static let resumeOverlap: Int64 = 64 << 10
-
     struct Request: Sendable, Hashable {
         /// Where the stored bytes end (the resume point); zero means no Range header.
         var offset: Int64
@@ -230,6 +130,23 @@ struct ResponseStateMachine: Sendable {
         return nil
     }
 
+    /// Whether `head` carries another ETag (weak or strong) than the one recorded, for an entity
+    /// of the recorded length: a server whose ETags vary per response, not per version (or a
+    /// file replaced by one of the same length).
+    func showsChangedEntityTag(_ head: ResponseHead) -> Bool {
+        guard let recorded = request.observedEntityTag ?? request.entityTag, let received = head.anyEntityTag,
+              recorded != received, let known = request.knownTotalLength else { return false }
+        let total: Int64? = switch head.statusCode {
+        case 200: head.contentLength
+        case 206: head["content-range"].flatMap(ContentRange.init)?.totalLength
+        default: nil
+        }
+        return total == known
+    }
+
+    /// Whether no final response head has been decided on yet.
+    var isAwaitingHead: Bool { state == .awaitingHead }
+
     /// The offset the next body byte would be written at, once receiving.
     var nextOffset: Int64? {
         if case .receiving(_, let next) = state { return next }
@@ -308,9 +225,8 @@ struct ResponseStateMachine: Sendable {
     private func decide(_ head: ResponseHead) -> Action {
         let status = head.statusCode
         if status == 200 || status == 206 {
-            if head.hasConflictingContentLength {
-                return .abort(.failed(.badServerResponse.with(description:
-                    "the server sent conflicting Content-Length headers (\(head["content-length"] ?? ""))")))
+            if let problem = head.contentLengthProblem {
+                return .abort(.failed(.badServerResponse.with(description: problem)))
             }
             if let encoding = head.unrequestedContentEncoding {
                 return .abort(.failed(.badServerResponse.with(description:
