@@ -7,7 +7,7 @@
 //                    [--launch ARG]... [--launch-unit UNIT] [--no-launch-events] [--discretionary]
 //                    [--resource-timeout S] [--not-before S] [--expects BYTES] [--priority P]
 //                    [--description TEXT] [--header 'Name: value'] [--output FILE]
-//                    [--exit-after-events] [--die-in-delegate] [--keep-files DIR]
+//                    [--exit-after-events] [--die-in-delegate] [--keep-files DIR] [--lifetime S]
 //   stdin: tasks | resume N | suspend N | cancel N | cancel-with-data N | invalidate | quit
 //          | download URL | download-cancel URL MS | resume-data-download
 //
@@ -51,6 +51,9 @@ struct Options: Sendable {
     var exitAfterEvents = false
     var dieInDelegate = false
     var keepFiles: String?
+    /// Exits after this many seconds whatever happens (a launched probe whose events never come
+    /// must not outlive its test).
+    var lifetime: Double?
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -80,6 +83,7 @@ struct Options: Sendable {
             case "--exit-after-events": options.exitAfterEvents = true
             case "--die-in-delegate": options.dieInDelegate = true
             case "--keep-files": options.keepFiles = value()
+            case "--lifetime": options.lifetime = Double(value())
             default: fail("unknown argument \(argument)")
             }
         }
@@ -148,6 +152,12 @@ if let file = options.outputFile {
     let handle = FileHandle(forWritingAtPath: file)
     handle?.seekToEndOfFile()
     output.withLock { $0 = handle }
+}
+if let lifetime = options.lifetime {
+    DispatchQueue.global().asyncAfter(deadline: .now() + lifetime) {
+        emit(["call": "lifetimeOver"])
+        exit(3)
+    }
 }
 emit(["call": "launched", "session": options.session,
       "environment": ProcessInfo.processInfo.environment["REACHABILITY_BACKGROUND_SESSION"] ?? NSNull()])

@@ -38,7 +38,7 @@ final class BackgroundLab: Sendable {
     func launchArguments(output: URL) throws -> [String] {
         let probe = try BuiltProducts.url("background-probe").path
         let agent = try BuiltProducts.url("reachability").path
-        return [probe, "--state-dir", state.path, "--output", output.path, "--exit-after-events", "--agent", agent]
+        return [probe, "--state-dir", state.path, "--output", output.path, "--exit-after-events", "--lifetime", "60", "--agent", agent]
             .flatMap { ["--launch", $0] }
     }
 

@@ -180,7 +180,7 @@ struct BackgroundSessionTests {
                   *@*) instance="${3#*@}"; session="${instance%.service}" ;;
                   *) session="$(cat \(bin.path)/session)" ;;
                 esac
-                REACHABILITY_BACKGROUND_SESSION="$session" \(probe) --state-dir \(lab.state.path) --agent \(agent) --output \(output.path) --exit-after-events ;;
+                REACHABILITY_BACKGROUND_SESSION="$session" \(probe) --state-dir \(lab.state.path) --agent \(agent) --output \(output.path) --exit-after-events --lifetime 60 ;;
             esac
             """
         try script.write(to: bin.appendingPathComponent("systemctl"), atomically: true, encoding: .utf8)
