@@ -3,6 +3,7 @@
 // (`SystemBusEvent`). C types stay in here.
 import CSystemdBus
 import Glibc
+import LinuxSystem
 
 /// libsystemd, loaded on first use (see CSystemdBus/shim.h).
 enum SystemdBusLibrary {
@@ -137,12 +138,12 @@ final class SystemBusConnection: @unchecked Sendable {
     }
 
     /// The descriptor and events to poll for, nil once closed.
-    var pollRequest: pollfd? {
+    var pollRequest: PollEntry? {
         guard let bus else { return nil }
         let fd = api.pointee.bus_get_fd(bus)
         let events = api.pointee.bus_get_events(bus)
         guard fd >= 0, events >= 0 else { return nil }
-        return pollfd(fd: fd, events: Int16(truncatingIfNeeded: events), revents: 0)
+        return PollEntry(FileDescriptor(rawValue: fd), events & Int32(POLLOUT) != 0 ? .readableOrWritable : .readable)
     }
 
     /// When sd-bus needs `process()` called even without traffic (a reply's timeout), if ever.

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import LinuxSystem
 
 /// The monitor's D-Bus side: one system-bus connection that follows NetworkManager and
 /// ModemManager (their arrival and departure, their objects, their property signals) and
@@ -13,7 +14,7 @@ final class SystemFactsClient {
     struct Settings: Sendable {
         var address: String
         /// The monitored namespace's identity, to compare with the services' (nil if unknown).
-        var monitoredNamespace: Syscalls.NamespaceIdentity?
+        var monitoredNamespace: FileStatus?
         /// Whether the monitor watches its own namespace (no `networkNamespace`): then a service
         /// whose namespace cannot be read (an unprivileged user looking at root's NetworkManager)
         /// is taken to manage this one, the usual desktop case.
@@ -123,7 +124,7 @@ final class SystemFactsClient {
             if let variable = getenv("DBUS_SYSTEM_BUS_ADDRESS"), variable.pointee != 0 {
                 return .success(String(cString: variable))
             }
-            guard Syscalls.isSocket(defaultSocket) else {
+            guard (try? FileSystem.status(ofPath: defaultSocket, followingLinks: true))??.kind == .socket else {
                 return .failure(FactsUnavailable(detail: "\(defaultSocket) absent, DBUS_SYSTEM_BUS_ADDRESS unset"))
             }
             return .success("unix:path=" + defaultSocket)
@@ -149,21 +150,21 @@ final class SystemFactsClient {
     func waitForFirstAnswers(timeout: Duration = SystemFactsClient.firstAnswerWait) {
         let deadline = ContinuousClock.now + timeout
         while connection != nil, !trackers.allSatisfy(\.isSettled) {
-            _ = process(readiness: 0)
+            _ = process()
             if connection == nil || trackers.allSatisfy(\.isSettled) { break }
             if hasMore { continue }
             let until = [deadline, connection?.deadline].compactMap { $0 }.min() ?? deadline
             let remaining = until - ContinuousClock.now
             guard ContinuousClock.now < deadline, let request = connection?.pollRequest else { break }
-            var descriptors = [request]
+            var entries = [request]
             let milliseconds = remaining <= .zero ? 0 : Int32((remaining / .milliseconds(1)).rounded(.up))
-            _ = Syscalls.poll(&descriptors, timeoutMilliseconds: milliseconds)
+            try? Poll.wait(&entries, timeoutMilliseconds: milliseconds)
         }
         rebuild()
     }
 
     /// What to poll for, nil without a connection.
-    var pollRequest: pollfd? { connection?.pollRequest }
+    var pollRequest: PollEntry? { connection?.pollRequest }
 
     /// When `process` must run even without traffic: more queued messages, a reply timeout, a
     /// reconnect.
@@ -172,9 +173,9 @@ final class SystemFactsClient {
         return [connection?.deadline, reconnectAt].compactMap { $0 }.min()
     }
 
-    /// Reads what arrived (the descriptor was `readiness`-ready, or a deadline passed) and returns
-    /// the new facts when they changed.
-    func process(readiness: Int16) -> SystemFacts? {
+    /// Reads what arrived (the descriptor was ready, or a deadline passed) and returns the new
+    /// facts when they changed.
+    func process() -> SystemFacts? {
         if connection == nil {
             guard let reconnectAt, reconnectAt <= .now else { return nil }
             self.reconnectAt = nil
@@ -418,6 +419,18 @@ final class SystemFactsClient {
         case other(String)
     }
 
+    /// A network namespace's identity (its nsfs file's device and inode: equal for every path
+    /// naming the same namespace, /proc/PID/ns/net or /run/netns/NAME). EACCES for another
+    /// user's process without CAP_SYS_PTRACE.
+    static func namespaceIdentity(at path: String) -> Result<FileStatus, Errno> {
+        do {
+            guard let status = try FileSystem.status(ofPath: path, followingLinks: true) else { return .failure(.noSuchFile) }
+            return .success(status)
+        } catch {
+            return .failure(error)
+        }
+    }
+
     /// Whether the service (process `pid`) runs in the monitored network namespace: its devices
     /// are interfaces of that namespace only then. Unreadable: assumed so for the monitor's own
     /// namespace, refused for another one.
@@ -426,10 +439,10 @@ final class SystemFactsClient {
             return settings.isOwnNamespace ? .same(note: "process unknown; namespace not compared")
                 : .other("the bus does not say which process it is, so its namespace cannot be compared with --netns")
         }
-        let theirs = Syscalls.namespaceIdentity(at: "/proc/\(pid)/ns/net")
+        let theirs = Self.namespaceIdentity(at: "/proc/\(pid)/ns/net")
         switch (theirs, settings.monitoredNamespace) {
         case (.success(let identity), .some(let monitored)):
-            return identity == monitored ? .same(note: nil) : .other("pid \(pid) runs in another network namespace")
+            return identity.isSameFile(as: monitored) ? .same(note: nil) : .other("pid \(pid) runs in another network namespace")
         case (.failure(let error), _):
             return settings.isOwnNamespace ? .same(note: "namespace not compared: /proc/\(pid)/ns/net: \(error)")
                 : .other("cannot read /proc/\(pid)/ns/net (\(error)) to compare with the monitored namespace")

@@ -2,6 +2,9 @@ import FoundationEssentials
 import LinuxReachability
 import ResumableDownloads
 import Synchronization
+import ReachabilityBase
+import ReachabilityAgent
+import LinuxSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,13 +31,17 @@ final class DownloadReporter: Sendable {
     private let usesColor: Bool
     /// `--quiet`: no event lines and no bars; errors are still printed by the command.
     private let isQuiet: Bool
+    /// `-o -`: the file waits in the state directory and goes to stdout once complete, so its
+    /// path there is no place to look for it.
+    private let writesToStandardOutput: Bool
     private let state = Mutex(State())
 
     /// The monitor's current path: a `waiting` download behind a captive portal says where to log in.
     private let currentPath: @Sendable () -> NetworkPath?
 
     init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool, isQuiet: Bool = false,
-         currentPath: @escaping @Sendable () -> NetworkPath? = { nil }) {
+         writesToStandardOutput: Bool = false, currentPath: @escaping @Sendable () -> NetworkPath? = { nil }) {
+        self.writesToStandardOutput = writesToStandardOutput
         self.currentPath = currentPath
         self.context = context
         self.isJSON = isJSON
@@ -118,6 +125,7 @@ final class DownloadReporter: Sendable {
         if event == .waitingForConnectivity, let portal = EventSchema.portal(of: currentPath()) {
             words = portal.isEmpty ? "waiting for login (NetworkManager found a captive portal)" : "waiting for login at \(PathText.escaped(portal))"
         }
+        if case .completed = event, writesToStandardOutput { words = "completed and verified; writing it to stdout" }
         let line = TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(words)")
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
@@ -130,7 +138,7 @@ final class DownloadReporter: Sendable {
     func reportAlreadyComplete(_ job: DownloadCommand.Job, reason: String) {
         if isJSON {
             let size = (try? FileManager.default.attributesOfItem(atPath: job.destination.path)[.size] as? Int).map(Int64.init)
-            let facts = EventSchema.DownloadFacts(id: nil, url: job.url.absoluteString, file: job.destination.path,
+            let facts = EventSchema.DownloadFacts(id: nil, url: URLRedaction.redacted(job.url), file: job.destination.path,
                                                   bytes: size, total: size)
             context.output.line(EventSchema.downloadLine(.completed, facts, at: context.now(),
                                                          [.init(key: "reason", value: .string(reason))]))
@@ -198,9 +206,7 @@ final class DownloadReporter: Sendable {
     }
 
     static func terminalColumns() -> Int {
-        var size = winsize()
-        guard ioctl(2, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return 80 }
-        return Int(size.ws_col)
+        FileDescriptor.standardError.terminalColumns ?? 80
     }
 
     /// 1024-based units, one decimal: `12.0 MiB`.
@@ -221,7 +227,7 @@ final class DownloadReporter: Sendable {
     }
 
     static func seconds(_ duration: Duration) -> String {
-        let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let value = duration.timeInterval
         return value < 1 ? "\(Int(value * 1000)) ms" : "\(TextFormat.decimal(value, fractionDigits: 1)) s"
     }
 }

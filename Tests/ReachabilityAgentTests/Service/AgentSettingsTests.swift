@@ -1,0 +1,25 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Synchronization
+import Testing
+@testable import ReachabilityAgent
+import TestSupport
+
+/// `agent.conf` over the command line's settings.
+@Suite("agent.conf")
+struct AgentSettingsTests {
+    @Test func parsesAgentConf() throws {
+        let base = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true)
+        let parsed = try AgentSettings.parse("# comment\nmax-concurrent = 2\r\nno-expensive=yes # trailing\n\n", base: base, path: "a")
+        #expect(parsed == AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: false))
+        #expect(try AgentSettings.parse("", base: base, path: "a") == base)
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("max-concurrent=0", base: base, path: "a") }
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("speed=3", base: base, path: "a") }
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("no-expensive", base: base, path: "a") }
+        #expect(try AgentSettings.parse("no-roaming=true", base: base, path: "a").allowsRoaming == false)
+        #expect(try AgentSettings.parse("no-roaming = no", base: AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true,
+                                                                                 allowsRoaming: false), path: "a").allowsRoaming)
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("no-roaming=maybe", base: base, path: "a") }
+    }
+}
