@@ -137,6 +137,7 @@ final class SystemBusLab: Sendable {
     /// A D-Bus value for the driver: its signature and value.
     enum Value {
         case uint32(UInt32)
+        case boolean(Bool)
         case string(String)
         case objectPath(String)
         /// A string of `count` copies of `character`.
@@ -147,6 +148,7 @@ final class SystemBusLab: Sendable {
         var json: [String: Any] {
             switch self {
             case .uint32(let value): return ["type": "u", "value": value]
+            case .boolean(let value): return ["type": "b", "value": value]
             case .string(let value): return ["type": "s", "value": value]
             case .objectPath(let value): return ["type": "o", "value": value]
             case .longString(let character, let count): return ["type": "s", "value": String(character), "count": count]
@@ -266,6 +268,7 @@ final class SystemBusLab: Sendable {
         def value(spec):
             kind = spec['type']
             if kind == 'u': return dbus.UInt32(spec['value'], variant_level=1)
+            if kind == 'b': return dbus.Boolean(spec['value'], variant_level=1)
             if kind == 'o': return dbus.ObjectPath(spec['value'], variant_level=1)
             if kind == 's': return dbus.String(spec['value'] * spec.get('count', 1), variant_level=1)
             if kind == 'au': return dbus.Array([dbus.UInt32(i) for i in range(spec['count'])], signature='u', variant_level=1)

@@ -258,7 +258,7 @@ struct SystemFactsIntegrationTests {
         #expect(!path.isExpensive)
     }
 
-    @Test("NetworkManager's connectivity is the source when no check of ours is configured")
+    @Test("NetworkManager's connectivity is the source when no check of ours is configured, unless its own check is off")
     func networkManagerConnectivity() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
@@ -271,7 +271,18 @@ struct SystemFactsIntegrationTests {
         #expect(portal.connectivityEvidence?.answer == "NetworkManager: Ip4Connectivity=portal on wlrch0")
         try lab.bus.set(device, SystemBusLab.deviceInterface, "Ip4Connectivity", .uint32(4))
         _ = try await waitForPath(monitor, "full") { $0.connectivity == .full }
-        // NetworkManager's check off (unknown): no answer, as without any check.
+        // NetworkManager's check turned off: its `full` is then a guess from the default route
+        // (nm-device.c's fake result), not a verdict, and is not used; back on, it is again.
+        let manager = SystemBusLab.managerPath, managerInterface = SystemBusLab.managerInterface
+        try lab.bus.addProperty(manager, managerInterface, "ConnectivityCheckEnabled", .boolean(true))
+        try lab.bus.set(manager, managerInterface, "ConnectivityCheckEnabled", .boolean(false))
+        let guess = try await waitForPath(monitor, "NetworkManager's guess not used") { $0.connectivityEvidence == nil }
+        #expect(guess.connectivity == .unknown)
+        #expect(guess.factSources.first { $0.service == .networkManager }?.detail.contains("(guessed: its check is off, not used)") == true,
+                "\(guess.factSources)")
+        try lab.bus.set(manager, managerInterface, "ConnectivityCheckEnabled", .boolean(true))
+        _ = try await waitForPath(monitor, "full again") { $0.connectivity == .full }
+        // No check has run (unknown): no answer, as without any check.
         try lab.bus.set(device, SystemBusLab.deviceInterface, "Ip4Connectivity", .uint32(0))
         try lab.bus.set(SystemBusLab.managerPath, SystemBusLab.managerInterface, "Connectivity", .uint32(0))
         let unknown = try await waitForPath(monitor, "no answer") { $0.connectivityEvidence == nil }

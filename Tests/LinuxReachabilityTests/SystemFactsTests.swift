@@ -175,12 +175,17 @@ struct SystemFactsTests {
         #expect(decision.reason == reason)
     }
 
-    @Test func connectivityComesFromThePrimaryDeviceThenTheGlobalAnswer() {
+    /// Satisfied over wlp2s0 (IPv4), NetworkManager's device in `nmObjects`.
+    static let wifiPath: NetworkPath = {
         let wifi = NetworkInterface(name: "wlp2s0", index: 3, type: .wifi, classificationReason: "t", isUp: true, hasCarrier: true,
                                     addresses: ["192.0.2.20"])
-        let path = NetworkPath(status: .satisfied, unsatisfiedReason: nil, primaryInterface: wifi,
-                               routes: [PathRoute(family: .ipv4, interfaceName: "wlp2s0", interfaceIndex: 3, gateway: nil, sourceAddress: nil)],
-                               interfaces: [wifi])
+        return NetworkPath(status: .satisfied, unsatisfiedReason: nil, primaryInterface: wifi,
+                           routes: [PathRoute(family: .ipv4, interfaceName: "wlp2s0", interfaceIndex: 3, gateway: nil, sourceAddress: nil)],
+                           interfaces: [wifi])
+    }()
+
+    @Test func connectivityComesFromThePrimaryDeviceThenTheGlobalAnswer() {
+        let path = Self.wifiPath
         var facts = SystemFacts(interfaces: ["wlp2s0": .init(devicePath: Self.device, ipv4Connectivity: .portal)], connectivity: .full)
         #expect(facts.connectivity(for: path)?.connectivity == .portal)
         #expect(facts.connectivity(for: path)?.answer == "NetworkManager: Ip4Connectivity=portal on wlp2s0")
@@ -195,6 +200,30 @@ struct SystemFactsTests {
             .apply(to: path, receivedAt: .init(timeIntervalSince1970: 0))
         #expect(applied.connectivity == .limited && applied.connectivityEvidence?.source == .networkManager)
         #expect(applied.factSources == Self.used)
+    }
+
+    /// Without a check of its own (no URI configured, Debian's default, or turned off),
+    /// NetworkManager still reports `full` for a device with a default route and `limited`
+    /// without one: a guess, not a verdict, so it is not the path's connectivity.
+    @Test func networkManagersGuessWhileItsCheckIsOffIsNotUsed() {
+        var model = NetworkManagerModel()
+        _ = model.load(Self.nmObjects())
+        #expect(model.checksConnectivity, "absent properties (NetworkManager < 1.10, the mock): its values are verdicts")
+        #expect(SystemFacts(networkManager: model, modemManager: nil, sources: Self.used).connectivity(for: Self.wifiPath)?.connectivity == .portal)
+        let manager = NetworkManagerModel.managerPath, interface = NetworkManagerModel.managerInterface
+        #expect(model.update(path: manager, interface: interface, properties: ["ConnectivityCheckEnabled": .variant(.boolean(false))]).isEmpty)
+        var facts = SystemFacts(networkManager: model, modemManager: nil, sources: Self.used)
+        #expect(facts.connectivity(for: Self.wifiPath) == nil)
+        #expect(facts.apply(to: Self.wifiPath, receivedAt: .init(timeIntervalSince1970: 0)).connectivityEvidence == nil)
+        #expect(model.summary == "version 1.42.4, 1 device, Metered=guess-yes, Connectivity=full (guessed: its check is off, not used)")
+        _ = model.update(path: manager, interface: interface, properties: ["ConnectivityCheckEnabled": .variant(.boolean(true)),
+                                                                           "ConnectivityCheckAvailable": .variant(.boolean(false))])
+        facts = SystemFacts(networkManager: model, modemManager: nil, sources: Self.used)
+        #expect(facts.connectivity(for: Self.wifiPath) == nil, "no URI configured: the same guess")
+        let problems = model.update(path: manager, interface: interface, properties: ["ConnectivityCheckAvailable": .variant(.string("yes"))])
+        #expect(problems.count == 1 && !model.checksConnectivity, "a wrong type is refused and the last good value kept")
+        _ = model.update(path: manager, interface: interface, properties: ["ConnectivityCheckAvailable": .variant(.boolean(true))])
+        #expect(SystemFacts(networkManager: model, modemManager: nil, sources: Self.used).connectivity(for: Self.wifiPath)?.connectivity == .portal)
     }
 
     @Test func valuesAreDescribedShortlyForLogs() {

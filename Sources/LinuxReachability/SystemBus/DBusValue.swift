@@ -44,6 +44,14 @@ indirect enum DBusValue: Sendable, Hashable {
         }
     }
 
+    var boolean: Bool? {
+        switch self {
+        case .boolean(let value): return value
+        case .variant(let inner): return inner.boolean
+        default: return nil
+        }
+    }
+
     var string: String? {
         switch self {
         case .string(let value): return value

@@ -13,7 +13,7 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
 
     /// What is decoded from NetworkManager's messages; everything else is skipped unread.
     static let wanted: [String: Set<String>] = [
-        managerInterface: ["Metered", "Connectivity", "Version"],
+        managerInterface: ["Metered", "Connectivity", "ConnectivityCheckAvailable", "ConnectivityCheckEnabled", "Version"],
         deviceInterface: ["Interface", "IpInterface", "DeviceType", "Metered", "Ip4Connectivity", "Ip6Connectivity",
                           "Dhcp4Config"],
         dhcp4Interface: ["Options"],
@@ -52,7 +52,16 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
     private(set) var androidMeteredLeases: Set<String> = []
     private(set) var metered: Metered?
     private(set) var connectivity: Connectivity?
+    /// Whether NetworkManager's connectivity check is configured (a URI; NetworkManager >= 1.10)
+    /// and turned on. Without it NetworkManager still reports a connectivity, a guess from the
+    /// default route (`full` with one, `limited` without: nm-device.c's "fake" result), which is
+    /// no verdict. Absent (older versions): assumed on.
+    private(set) var isCheckAvailable: Bool?
+    private(set) var isCheckEnabled: Bool?
     private(set) var version: String?
+
+    /// Whether NetworkManager's connectivity values are its check's verdicts.
+    var checksConnectivity: Bool { (isCheckAvailable ?? true) && (isCheckEnabled ?? true) }
 
     /// Applies changed (or added) properties of one object's interface.
     mutating func update(path: String, interface: String, properties: [String: DBusValue]) -> [SystemServiceProblem] {
@@ -69,6 +78,10 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
                     if let metered = value.uint32.flatMap(Metered.init(networkManagerValue:)) { self.metered = metered } else { refuse(name, value, "a Metered value (u, 0-4)") }
                 case "Connectivity":
                     if let connectivity = value.uint32.flatMap(Self.connectivity) { self.connectivity = connectivity } else { refuse(name, value, "a Connectivity value (u, 0-4)") }
+                case "ConnectivityCheckAvailable":
+                    if let flag = value.boolean { isCheckAvailable = flag } else { refuse(name, value, "a boolean (b)") }
+                case "ConnectivityCheckEnabled":
+                    if let flag = value.boolean { isCheckEnabled = flag } else { refuse(name, value, "a boolean (b)") }
                 case "Version":
                     if let version = value.string, version.utf8.count <= 64 { self.version = version } else { refuse(name, value, "a version string") }
                 default:
@@ -154,7 +167,9 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
         var parts = ["\(devices.count) device\(devices.count == 1 ? "" : "s")"]
         if let version { parts.insert("version \(version)", at: 0) }
         if let metered { parts.append("Metered=\(metered.rawValue)") }
-        if let connectivity { parts.append("Connectivity=\(connectivity.rawValue)") }
+        if let connectivity {
+            parts.append("Connectivity=\(connectivity.rawValue)\(checksConnectivity ? "" : " (guessed: its check is off, not used)")")
+        }
         return parts.joined(separator: ", ")
     }
 }

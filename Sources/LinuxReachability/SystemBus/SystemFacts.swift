@@ -162,6 +162,9 @@ struct SystemFacts: Sendable, Equatable {
     var globalMetered: Metered?
     /// NetworkManager's global connectivity.
     var connectivity: Connectivity?
+    /// Whether NetworkManager's connectivity values are its check's verdicts (see
+    /// `NetworkManagerModel.checksConnectivity`); false: they are not used.
+    var networkManagerChecks = true
     /// One line per service, for `status --explain`.
     var sources: [FactSource] = []
 
@@ -179,6 +182,7 @@ extension SystemFacts {
         if let networkManager {
             globalMetered = networkManager.metered
             connectivity = networkManager.connectivity
+            networkManagerChecks = networkManager.checksConnectivity
             // Sorted by object path so two devices claiming one name resolve the same way each time.
             for path in networkManager.devices.keys.sorted() {
                 guard let device = networkManager.devices[path], let name = device.kernelName else { continue }
@@ -215,11 +219,13 @@ extension SystemFacts {
     /// NetworkManager's connectivity for `path` and how it was read, when no check of the
     /// monitor's own is configured: the primary interface's per-device answer for the primary
     /// route's family (NetworkManager >= 1.16), else the global one if that interface is one of
-    /// NetworkManager's devices. `unknown` and `none` are no answer (NetworkManager's check is off,
-    /// or it does not route through this interface): the path then carries no evidence, as
-    /// without a check.
+    /// NetworkManager's devices. `unknown` and `none` are no answer (no check has run yet, or
+    /// NetworkManager does not route through this interface): the path then carries no evidence, as
+    /// without a check. Nor is anything NetworkManager says while its own check is not configured
+    /// or turned off (`ConnectivityCheckAvailable`/`ConnectivityCheckEnabled` false, Debian's
+    /// default): its `full` and `limited` then only say whether the device has a default route.
     func connectivity(for path: NetworkPath) -> (connectivity: Connectivity, answer: String)? {
-        guard path.isSatisfied, let primary = path.primaryInterface, let device = interfaces[primary.name],
+        guard networkManagerChecks, path.isSatisfied, let primary = path.primaryInterface, let device = interfaces[primary.name],
               device.devicePath != nil else { return nil }
         let family = path.primaryRoute?.family ?? .ipv4
         let perDevice = family == .ipv4 ? device.ipv4Connectivity : device.ipv6Connectivity
