@@ -27,54 +27,18 @@ indirect enum DBusValue: Sendable, Hashable {
     static let maximumElements = 256
     static let maximumDepth = 8
 
-    /// The unsigned 32-bit value, looking through one variant.
-    var uint32: UInt32? {
-        switch self {
-        case .uint32(let value): return value
-        case .variant(let inner): return inner.uint32
-        default: return nil
-        }
+    /// The value inside any variants.
+    var unwrapped: DBusValue {
+        if case .variant(let inner) = self { return inner.unwrapped }
+        return self
     }
 
-    var int32: Int32? {
-        switch self {
-        case .int32(let value): return value
-        case .variant(let inner): return inner.int32
-        default: return nil
-        }
-    }
-
-    var boolean: Bool? {
-        switch self {
-        case .boolean(let value): return value
-        case .variant(let inner): return inner.boolean
-        default: return nil
-        }
-    }
-
-    var string: String? {
-        switch self {
-        case .string(let value): return value
-        case .variant(let inner): return inner.string
-        default: return nil
-        }
-    }
-
-    var objectPath: String? {
-        switch self {
-        case .objectPath(let value): return value
-        case .variant(let inner): return inner.objectPath
-        default: return nil
-        }
-    }
-
-    var elements: [DBusValue]? {
-        switch self {
-        case .array(let values): return values
-        case .variant(let inner): return inner.elements
-        default: return nil
-        }
-    }
+    // Typed views, looking through variants; nil for a value of another type.
+    var uint32: UInt32? { if case .uint32(let value) = unwrapped { value } else { nil } }
+    var boolean: Bool? { if case .boolean(let value) = unwrapped { value } else { nil } }
+    var string: String? { if case .string(let value) = unwrapped { value } else { nil } }
+    var objectPath: String? { if case .objectPath(let value) = unwrapped { value } else { nil } }
+    var elements: [DBusValue]? { if case .array(let values) = unwrapped { values } else { nil } }
 
     /// The D-Bus type of the value, for log lines (`u`, `s`, `a(su)`, ...).
     var signature: String {
