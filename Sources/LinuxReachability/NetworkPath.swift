@@ -45,6 +45,12 @@ public struct NetworkInterface: Sendable, Hashable, Codable {
     /// Whether the modem behind it is registered on a visited network (ModemManager).
     public var isRoaming: Bool { cellular?.isRoaming ?? false }
 
+    /// Whether the user asked to save data on it: NetworkManager's `Metered=yes`, set on the
+    /// connection (GNOME's "Metered connection: has data limits"), Linux's nearest to Apple's Low
+    /// Data Mode, which `NWPath.isConstrained` reports. A classification override that says the
+    /// interface is not expensive clears it, as it does the cost.
+    public var isConstrained: Bool { metered == .yes && isExpensive }
+
     /// Creates an interface description; without `isExpensive`, cellular interfaces are the
     /// expensive ones.
     public init(name: String, index: Int32, type: InterfaceType, classificationReason: String,
@@ -208,6 +214,13 @@ public struct NetworkPath: Sendable, Hashable, Codable {
     public var isRoaming: Bool {
         guard isSatisfied else { return false }
         return carrier?.isRoaming == true || routeInterfaces.contains(where: \.isRoaming)
+    }
+
+    /// Whether the path leaves through an interface the user asked to save data on
+    /// (`NetworkInterface.isConstrained`), as `NWPath.isConstrained` says of Low Data Mode.
+    public var isConstrained: Bool {
+        guard isSatisfied else { return false }
+        return carrier?.isConstrained == true || routeInterfaces.contains(where: \.isConstrained)
     }
 
     /// The primary interface's type; for a tunnel, the type of the physical link likely carrying it

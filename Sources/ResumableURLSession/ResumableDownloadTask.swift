@@ -428,6 +428,7 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         }
         do {
             let options = DownloadOptions(allowsExpensive: session.allowsExpensive, allowsRoaming: session.allowsRoaming,
+                                          allowsConstrained: session.allowsConstrained,
                                           priority: priority, requestHeaders: requestHeaders, requestTimeout: requestTimeout)
             let download = try await agent.makeDownload(from: url, to: directory.destination(for: id), options: options,
                                                         resuming: resumeState) { download in

@@ -52,6 +52,12 @@ extension ResumableURLSession {
         /// used; on by default. Not in Apple's API, whose platforms leave data roaming to a system
         /// setting; off acts like `allowsCellularAccess` for roaming paths only.
         public var allowsRoaming = true
+        /// Whether links the user asked to save data on may be used: NetworkManager's
+        /// `Metered=yes`, set on the connection, Linux's nearest to Apple's Low Data Mode
+        /// (`NetworkPath.isConstrained`); on by default, as on Apple platforms. Off: such a link
+        /// is avoided as `allowsExpensiveNetworkAccess` avoids expensive ones
+        /// (`networkUnavailableReason == .constrained`).
+        public var allowsConstrainedNetworkAccess = true
         /// Off by default, as on Apple platforms. On: the tasks are background work that waits for
         /// good conditions, here a path that is neither expensive nor roaming (Apple also waits
         /// for power; BITS and Android's `setRequiredNetworkType(UNMETERED)` do the same). For
@@ -142,6 +148,7 @@ extension ResumableURLSession {
             settings.isDiscretionary = isDiscretionary
             settings.allowsExpensiveNetworkAccess = allowsExpensiveNetworkAccess && allowsCellularAccess
             settings.allowsRoaming = allowsRoaming
+            settings.allowsConstrainedNetworkAccess = allowsConstrainedNetworkAccess
             settings.launchCommand = launchCommand
             settings.launchUnit = launchUnit
             settings.timeoutIntervalForResource = timeoutIntervalForResource.isFinite && timeoutIntervalForResource > 0

@@ -279,12 +279,16 @@ public final class ResumableURLSession: Sendable {
     /// Whether tasks may use a roaming modem.
     var allowsRoaming: Bool { configuration.allowsRoaming && !configuration.isDiscretionary }
 
+    /// Whether tasks may use a link the user asked to save data on (NetworkManager `Metered=yes`).
+    var allowsConstrained: Bool { configuration.allowsConstrainedNetworkAccess && !configuration.isDiscretionary }
+
     /// Why the current path is unusable because of the configuration's access rules, if it is.
     func networkUnavailableReason() -> URLError.NetworkUnavailableReason? {
         guard let path = latestPath.latest, path.isSatisfied else { return nil }
         if !configuration.allowsCellularAccess, path.connection == .cellular { return .cellular }
         if !allowsRoaming, path.isRoaming { return .cellular }
         if !allowsExpensive, path.isExpensive { return .expensive }
+        if !allowsConstrained, path.isConstrained { return .constrained }
         return nil
     }
 

@@ -29,6 +29,7 @@ struct SystemFactsCommandTests {
         let object = try #require(json.events.first)
         #expect(object["isExpensive"] as? Bool == true)
         #expect(object["isRoaming"] as? Bool == false)
+        #expect(object["isConstrained"] as? Bool == false, "guess-yes is expensive, not constrained")
         let interfaces = try #require(object["interfaces"] as? [[String: Any]])
         #expect(interfaces.first?["metered"] as? String == "guess-yes")
         #expect(interfaces.first?["costReason"] as? String == "NetworkManager: Metered=guess-yes")

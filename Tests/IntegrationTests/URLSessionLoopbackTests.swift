@@ -223,13 +223,16 @@ struct URLSessionLoopbackTests {
         await client.shutDown()
     }
 
-    @Test("isDiscretionary keeps tasks off a wifi NetworkManager reports metered, and allowsRoaming off a roaming modem")
+    @Test("isDiscretionary keeps tasks off a wifi NetworkManager reports metered, allowsRoaming off a roaming modem, allowsConstrainedNetworkAccess off a connection marked metered")
     func discretionaryAndRoaming() async throws {
         let fixture = try Fixture()
         try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 30), at: "f.bin")
         let hotspot = NetworkInterface(name: "wlan0", index: 4, type: .wifi, classificationReason: "test", isUp: true,
                                        hasCarrier: true, addresses: ["10.0.0.2"], isExpensive: true,
                                        costReason: "NetworkManager: Metered=guess-yes", metered: .guessYes)
+        let marked = NetworkInterface(name: "wlan0", index: 4, type: .wifi, classificationReason: "test", isUp: true,
+                                      hasCarrier: true, addresses: ["10.0.0.2"], isExpensive: true,
+                                      costReason: "NetworkManager: Metered=yes (set on the connection)", metered: .yes)
         let roaming = NetworkInterface(name: "wwan0", index: 3, type: .cellular, classificationReason: "test", isUp: true,
                                        hasCarrier: true, addresses: ["10.0.0.2"],
                                        cellular: CellularStatus(isRoaming: true, registration: "roaming", accessTechnologies: ["lte"]))
@@ -238,6 +241,9 @@ struct URLSessionLoopbackTests {
              URLError.NetworkUnavailableReason.expensive),
             (ScriptedPaths.online(via: roaming), { (c: inout ResumableURLSession.Configuration) in c.allowsRoaming = false },
              .cellular),
+            (ScriptedPaths.online(via: marked),
+             { (c: inout ResumableURLSession.Configuration) in c.allowsConstrainedNetworkAccess = false },
+             .constrained),
         ] {
             let client = fixture.session(initialPath: path, edit: edit)
             let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))

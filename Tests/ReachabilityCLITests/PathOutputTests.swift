@@ -69,7 +69,7 @@ struct PathOutputTests {
     @Test func jsonForSatisfiedWifiWithGateway() throws {
         let line = PathJSON.line(Fixtures.satisfiedWifi, at: Fixtures.time)
         #expect(!line.contains("\n"))
-        #expect(line.hasPrefix(#"{"time":"2026-11-30T06:00:00.125Z","status":"satisfied","reason":null,"connection":"wifi","interface":"wlp2s0","index":3,"sourceAddress":"192.0.2.20","isExpensive":false,"isRoaming":false,"supportsIPv4":true,"supportsIPv6":false,"gateways":["192.0.2.1"],"routes":[{"family":"ipv4","interface":"wlp2s0","index":3,"gateway":"192.0.2.1","sourceAddress":"192.0.2.20"}],"interfaces":[{"name":"eth0","index":2,"type":"wired","reason":"ARPHRD_ETHER","isUp":true,"hasCarrier":false,"addresses":[],"isExpensive":false,"costReason":"not cellular-like","metered":null,"cellular":null},"#))
+        #expect(line.hasPrefix(#"{"time":"2026-11-30T06:00:00.125Z","status":"satisfied","reason":null,"connection":"wifi","interface":"wlp2s0","index":3,"sourceAddress":"192.0.2.20","isExpensive":false,"isRoaming":false,"isConstrained":false,"supportsIPv4":true,"supportsIPv6":false,"gateways":["192.0.2.1"],"routes":[{"family":"ipv4","interface":"wlp2s0","index":3,"gateway":"192.0.2.1","sourceAddress":"192.0.2.20"}],"interfaces":[{"name":"eth0","index":2,"type":"wired","reason":"ARPHRD_ETHER","isUp":true,"hasCarrier":false,"addresses":[],"isExpensive":false,"costReason":"not cellular-like","metered":null,"cellular":null},"#))
         let object = try decode(line)
         let interfaces = try #require(object["interfaces"] as? [[String: Any]])
         #expect(interfaces.map { $0["name"] as? String } == ["eth0", "wlp2s0"])
@@ -102,7 +102,7 @@ struct PathOutputTests {
 
     @Test func jsonKeyOrderIsStable() {
         let keys = ["time", "status", "reason", "connection", "interface", "index", "sourceAddress", "isExpensive",
-                    "isRoaming", "supportsIPv4", "supportsIPv6", "gateways", "routes", "interfaces", "connectivity",
+                    "isRoaming", "isConstrained", "supportsIPv4", "supportsIPv6", "gateways", "routes", "interfaces", "connectivity",
                     "portalURL", "connectivityCheck", "sources"]
         for path in [Fixtures.satisfiedWifi, Fixtures.noRoute, Fixtures.cellular] {
             guard case .object(let members) = PathJSON.object(path, at: Fixtures.time) else {

@@ -19,6 +19,8 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
     package var allowsExpensiveNetworkAccess: Bool = true
     /// Whether tasks may use a roaming modem (ModemManager).
     package var allowsRoaming: Bool = true
+    /// Whether tasks may use a link the user asked to save data on (NetworkManager `Metered=yes`).
+    package var allowsConstrainedNetworkAccess: Bool = true
     /// argv the agent runs (no shell) for launch events.
     package var launchCommand: [String]?
     /// A systemd user unit the agent starts for launch events (`name.service`, or a template
@@ -34,7 +36,8 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
     package init() {}
 
     private enum CodingKeys: String, CodingKey {
-        case sendsLaunchEvents, isDiscretionary, allowsExpensiveNetworkAccess, allowsRoaming, launchCommand, launchUnit
+        case sendsLaunchEvents, isDiscretionary, allowsExpensiveNetworkAccess, allowsRoaming, allowsConstrainedNetworkAccess
+        case launchCommand, launchUnit
         case timeoutIntervalForResource, timeoutIntervalForRequest, additionalHeaders
     }
 
@@ -47,6 +50,8 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
         allowsExpensiveNetworkAccess = try container.decodeIfPresent(Bool.self, forKey: .allowsExpensiveNetworkAccess)
             ?? defaults.allowsExpensiveNetworkAccess
         allowsRoaming = try container.decodeIfPresent(Bool.self, forKey: .allowsRoaming) ?? defaults.allowsRoaming
+        allowsConstrainedNetworkAccess = try container.decodeIfPresent(Bool.self, forKey: .allowsConstrainedNetworkAccess)
+            ?? defaults.allowsConstrainedNetworkAccess
         launchCommand = try container.decodeIfPresent([String].self, forKey: .launchCommand)
         launchUnit = try container.decodeIfPresent(String.self, forKey: .launchUnit)
         timeoutIntervalForResource = try container.decodeIfPresent(Double.self, forKey: .timeoutIntervalForResource)

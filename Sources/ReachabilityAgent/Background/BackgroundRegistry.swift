@@ -108,6 +108,7 @@ package struct BackgroundRegistry: Sendable {
         package var priority: Float
         package var allowsExpensive: Bool
         package var allowsRoaming: Bool
+        package var allowsConstrained: Bool = true
         package var resumeState: BackgroundResumeState?
     }
 
@@ -431,6 +432,7 @@ package struct BackgroundRegistry: Sendable {
                              timeout: task.spec.timeout ?? settings.timeoutIntervalForRequest, priority: task.spec.priority,
                              allowsExpensive: settings.allowsExpensiveNetworkAccess && !settings.isDiscretionary,
                              allowsRoaming: settings.allowsRoaming && !settings.isDiscretionary,
+                             allowsConstrained: settings.allowsConstrainedNetworkAccess && !settings.isDiscretionary,
                              resumeState: task.spec.resumeState)
     }
 }

@@ -324,7 +324,8 @@ extension AgentService {
     /// own (`--no-expensive`, `--no-roaming`, agent.conf) as for queued downloads.
     func options(_ start: BackgroundRegistry.TransferStart) -> DownloadOptions {
         DownloadOptions(allowsExpensive: start.allowsExpensive && settings.allowsExpensive,
-                        allowsRoaming: start.allowsRoaming && settings.allowsRoaming, priority: start.priority,
+                        allowsRoaming: start.allowsRoaming && settings.allowsRoaming, allowsConstrained: start.allowsConstrained,
+                        priority: start.priority,
                         requestHeaders: start.headers, requestTimeout: Duration(clampingTimeInterval: start.timeout))
     }
 

@@ -17,6 +17,7 @@ enum PathJSON {
             "sourceAddress": .string(path.primaryRoute?.sourceAddress),
             "isExpensive": .bool(path.isExpensive),
             "isRoaming": .bool(path.isRoaming),
+            "isConstrained": .bool(path.isConstrained),
             "supportsIPv4": .bool(path.supportsIPv4),
             "supportsIPv6": .bool(path.supportsIPv6),
             "gateways": .array(path.gateways.map(JSONValue.string)),

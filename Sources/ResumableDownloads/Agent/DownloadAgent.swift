@@ -294,6 +294,7 @@ public actor DownloadAgent {
                                   expectedSHA256: digest, totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
         record.allowsRoaming = options.allowsRoaming ? nil : false
+        record.allowsConstrained = options.allowsConstrained ? nil : false
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -382,6 +383,7 @@ public actor DownloadAgent {
         if let length = options.expectedLength { record.expectedLength = length }
         record.allowsExpensive = options.allowsExpensive
         record.allowsRoaming = options.allowsRoaming ? nil : false
+        record.allowsConstrained = options.allowsConstrained ? nil : false
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -417,7 +419,8 @@ public actor DownloadAgent {
         let options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                                allowsExpensive: record.allowsExpensive,
                                                replacesExistingFile: record.replacesExistingFile ?? false,
-                                               allowsRoaming: record.allowsRoaming ?? true)
+                                               allowsRoaming: record.allowsRoaming ?? true,
+                                               allowsConstrained: record.allowsConstrained ?? true)
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableEnd(record: record, stateDirectory: $0) }

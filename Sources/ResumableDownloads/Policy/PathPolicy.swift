@@ -18,28 +18,33 @@ struct PathKey: Sendable, Hashable {
     }
 }
 
-/// Which paths a download may use: `DownloadOptions.allowsExpensive` and `allowsRoaming`.
+/// Which paths a download may use: `DownloadOptions.allowsExpensive`, `allowsRoaming` and
+/// `allowsConstrained`.
 struct PathAccess: Sendable, Hashable {
     var allowsExpensive: Bool
     var allowsRoaming: Bool
+    var allowsConstrained: Bool
 
-    init(allowsExpensive: Bool = true, allowsRoaming: Bool = true) {
+    init(allowsExpensive: Bool = true, allowsRoaming: Bool = true, allowsConstrained: Bool = true) {
         self.allowsExpensive = allowsExpensive
         self.allowsRoaming = allowsRoaming
+        self.allowsConstrained = allowsConstrained
     }
 
     init(_ options: DownloadOptions) {
-        self.init(allowsExpensive: options.allowsExpensive, allowsRoaming: options.allowsRoaming)
+        self.init(allowsExpensive: options.allowsExpensive, allowsRoaming: options.allowsRoaming,
+                  allowsConstrained: options.allowsConstrained)
     }
 
     /// Whether traffic may leave through `path` as routed.
     func permits(_ path: NetworkPath) -> Bool {
-        (allowsExpensive || !path.isExpensive) && (allowsRoaming || !path.isRoaming)
+        (allowsExpensive || !path.isExpensive) && (allowsRoaming || !path.isRoaming) && (allowsConstrained || !path.isConstrained)
     }
 
     /// Whether a transfer may be pinned to `interface`.
     func permits(_ interface: NetworkInterface) -> Bool {
         (allowsExpensive || !interface.isExpensive) && (allowsRoaming || !interface.isRoaming)
+            && (allowsConstrained || !interface.isConstrained)
     }
 }
 

@@ -79,7 +79,7 @@ struct BackgroundRegistryTests {
         #expect(start.headers == ["X-App: 1", "Authorization: Bearer x"])
         #expect(start.priority == 0.9)
         #expect(!start.allowsExpensive, "isDiscretionary waits for a path that is not expensive")
-        #expect(!start.allowsRoaming, "nor roaming")
+        #expect(!start.allowsRoaming && !start.allowsConstrained, "nor roaming, nor constrained")
         #expect(performed.actions.contains(.wake(at: Self.now.addingTimeInterval(7 * 24 * 3600))), "the resource deadline")
     }
 
@@ -95,7 +95,7 @@ struct BackgroundRegistryTests {
         let start = try #require(Self.starts(performed.actions).first)
         #expect(!start.allowsRoaming && start.allowsExpensive)
         let old = try JSONDecoder().decode(BackgroundSessionSettings.self, from: Data(#"{"isDiscretionary":false}"#.utf8))
-        #expect(old.allowsRoaming && old.allowsExpensiveNetworkAccess)
+        #expect(old.allowsRoaming && old.allowsExpensiveNetworkAccess && old.allowsConstrainedNetworkAccess)
         let sent = try JSONDecoder().decode(BackgroundSessionSettings.self, from: JSONEncoder().encode(settings))
         #expect(!sent.allowsRoaming)
     }

@@ -91,6 +91,31 @@ struct CostPathPolicyTests {
                                      access: PathAccess(allowsRoaming: false),
                                      newPath: Paths.satisfied(via: Self.roamingModem.renamed("wwan0", 4))))
     }
+
+    /// A wifi the user marked metered on the connection (Metered=yes): constrained, as Apple's Low
+    /// Data Mode is; a hotspot NetworkManager guessed (guess-yes) is expensive only; an override
+    /// saying the interface is not expensive clears both.
+    @Test func aConnectionMarkedMeteredIsConstrained() {
+        let marked = NetworkInterface(name: "wlan0", index: 3, type: .wifi, classificationReason: "test", isUp: true,
+                                      hasCarrier: true, addresses: ["192.168.1.20"], isExpensive: true,
+                                      costReason: "NetworkManager: Metered=yes (set on the connection)", metered: .yes)
+        let path = Paths.satisfied(via: marked)
+        #expect(path.isConstrained && path.isExpensive)
+        #expect(!Paths.satisfied(via: Self.meteredWifi).isConstrained)
+        var overridden = marked
+        overridden.isExpensive = false
+        #expect(!Paths.satisfied(via: overridden).isConstrained)
+        #expect(PathPolicy.usability(of: path, hasPathSource: true, access: PathAccess()) == .usable(pinnedInterface: nil))
+        #expect(PathPolicy.usability(of: path, hasPathSource: true, access: PathAccess(allowsConstrained: false)) == .unusable)
+        #expect(PathPolicy.usability(of: Paths.satisfied(via: Self.meteredWifi), hasPathSource: true,
+                                     access: PathAccess(allowsConstrained: false)) == .usable(pinnedInterface: nil),
+                "a guessed hotspot is not constrained")
+        #expect(PathPolicy.usability(of: Paths.satisfied(via: marked, also: [Paths.cellular]), hasPathSource: true,
+                                     access: PathAccess(allowsConstrained: false)) == .usable(pinnedInterface: "wwan0"),
+                "refusing constrained links alone leaves expensive ones usable")
+        #expect(PathPolicy.mustAbort(startedUnder: PathKey(Paths.satisfied(via: Paths.wifi)), pinnedInterface: nil,
+                                     access: PathAccess(allowsConstrained: false), newPath: path))
+    }
 }
 
 extension NetworkInterface {
