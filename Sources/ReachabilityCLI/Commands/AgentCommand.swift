@@ -73,10 +73,14 @@ struct AgentCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let checked = try AgentStateDirectory.prepare(
-            try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
-                                                               system: .current(context)))
+        let requested = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
+                                                        system: .current(context))
+        let checked = try AgentStateDirectory.prepare(requested)
         let directory = checked.path
+        // The spelling the agent was given stays valid for `queue add -o` when links lead from it
+        // (systemd's DynamicUser= link /var/lib/reachability -> private/reachability): the
+        // control commands name the state directory as their user knows it.
+        let aliases = AgentDestination.normalizedAbsolutePath(requested).flatMap { $0 == directory ? nil : [$0: directory] } ?? [:]
         let lock = try AgentStateDirectory.lock(checked)
         _ = lock   // held until the process exits; flock is released by the kernel even after SIGKILL
 
@@ -112,6 +116,7 @@ struct AgentCommand: Command {
             ? Logger(label: "agent", minimumLevel: .debug, sink: { context.errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
         let service = try AgentService(settings: initialSettings, environment: .init(
             stateDirectory: directory,
+            directoryAliases: aliases,
             makeAgent: { [transport] settings in
                 var configuration = DownloadAgent.Configuration(stateDirectory: records,
                                                                 maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
