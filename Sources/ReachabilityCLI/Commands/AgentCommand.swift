@@ -96,6 +96,11 @@ struct AgentCommand: Command {
             throw CommandFailure(message: "cannot read --cacert \(authorities.path)", exitCode: .noInput)
         }
         let metricsFile = try metrics.open(in: context)
+        // A socket systemd passed (a .socket unit) is served instead of binding agent.sock.
+        let activation = SocketActivation.take(environment: context.environment)
+        if case .unusable(let message) = activation {
+            throw CommandFailure(message: message, exitCode: .configuration)
+        }
 
         let log = try RotatingLogFile(directory: checked, maximumSize: logSizeLimit)
         let output = context.output
@@ -169,13 +174,19 @@ struct AgentCommand: Command {
             if let text = context.environment["REACHABILITY_CONTROL_REQUEST_DEADLINE"], let seconds = Double(text), seconds > 0 {
                 deadline = .milliseconds(Int64(seconds * 1000))
             }
-            server = try ControlServer(
-                path: AgentStateDirectory.socketPath(in: directory), requestDeadline: deadline,
-                handler: { command, id in await service.handle(command, id: id) },
-                observer: { event in
-                    let (name, fields) = Self.describe(event)
-                    emit(.control, name, fields)
-                })
+            let handler: ControlServer.Handler = { command, id in await service.handle(command, id: id) }
+            let observer: ControlServer.Observer = { event in
+                let (name, fields) = Self.describe(event)
+                emit(.control, name, fields)
+            }
+            switch activation {
+            case .listener(let descriptor, let path):
+                server = ControlServer(listener: descriptor, path: path, isInherited: true, requestDeadline: deadline,
+                                       handler: handler, observer: observer)
+            case .none, .unusable:
+                server = try ControlServer(path: AgentStateDirectory.socketPath(in: directory), requestDeadline: deadline,
+                                           handler: handler, observer: observer)
+            }
         } catch {
             await service.shutdown()
             throw CommandFailure(message: "cannot listen on \(AgentStateDirectory.socketPath(in: directory)): \(error)", exitCode: .failure)
@@ -190,7 +201,8 @@ struct AgentCommand: Command {
             signalContinuation.yield(number == SIGHUP ? .reload : .terminate)
         }
         defer { removeHandlers() }
-        emit(.agent, "listening", [.init(key: "socket", value: .string(server.path))])
+        emit(.agent, "listening", [.init(key: "socket", value: .string(server.path)),
+                                   .init(key: "activated", value: .bool(server.isInherited))])
         notifier.notify("READY=1")
 
         let watchdog = notifier.watchdogInterval.map { interval in
