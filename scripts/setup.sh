@@ -16,7 +16,7 @@ packages=(
 for option in "$@"; do
   case "$option" in
     --bench) packages+=(curl wget aria2 time valgrind) ;;  # peers measured by bench/; callgrind for bench/hot_text.py
-    --package) packages+=(dpkg-dev debhelper lintian) ;;    # scripts/build-deb.sh and its checks
+    --package) packages+=(dpkg-dev debhelper lintian debootstrap systemd-container) ;;  # scripts/build-deb.sh, scripts/test-deb.sh
     *) echo "setup: unknown option '$option' (--bench, --package)" >&2; exit 64 ;;
   esac
 done
