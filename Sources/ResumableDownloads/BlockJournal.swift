@@ -110,12 +110,43 @@ final class BlockJournal {
         let verified = min(record.verifiedOffset, dataSize)
         binding = Self.binding(for: record)
         guard let file else { return verified }
-        guard headerMatches(file) else {
+        guard Self.headerMatches(file, binding: binding, blockShift: blockShift) else {
             reset()
             return verified
         }
-        let journalSize = (try? file.status().size) ?? 0
-        let entries = max(0, (journalSize - Int64(Self.headerSize)) / Int64(Self.entrySize))
+        let kept = Self.keptEnd(journal: file, data: data, dataSize: dataSize, from: verified, seed: seed, blockShift: blockShift)
+        truncateEntries(from: kept >> Int64(blockShift))
+        fedEnd = kept
+        block = nil
+        return kept
+    }
+
+    /// What `recover` would keep for `record`, changing nothing (no file is created, cut or
+    /// emptied): how far a restored download's partial file can be trusted, to report before
+    /// its transfer opens it. Reads the blocks past the checkpoint that have entries.
+    static func recoverableEnd(record: ResumeRecord, stateDirectory: CheckedDirectory,
+                               blockShift: Int = BlockJournal.defaultBlockShift) -> Int64 {
+        guard let folder = try? CheckedDirectory.open(record.destination.deletingLastPathComponent().path, policy: .shared),
+              let partial = try? folder.openOwnedFile(record.partialName, creating: .existing, writable: false) else { return 0 }
+        defer { partial.descriptor.close() }
+        let dataSize = partial.status.size
+        let verified = min(record.verifiedOffset, dataSize)
+        guard let opened = try? stateDirectory.openOwnedFile(fileName(for: record.id), creating: .existing, writable: false) else {
+            return verified
+        }
+        defer { opened.descriptor.close() }
+        let binding = binding(for: record)
+        guard headerMatches(opened.descriptor, binding: binding, blockShift: blockShift) else { return verified }
+        return keptEnd(journal: opened.descriptor, data: partial.descriptor, dataSize: dataSize, from: verified,
+                       seed: seed(binding), blockShift: blockShift)
+    }
+
+    /// `from`, extended block by block while each block of `data` matches its journal entry.
+    private static func keptEnd(journal: FileDescriptor, data: FileDescriptor, dataSize: Int64, from verified: Int64,
+                                seed: UInt64, blockShift: Int) -> Int64 {
+        let blockSize = Int64(1) << Int64(blockShift)
+        let journalSize = (try? journal.status().size) ?? 0
+        let entries = max(0, (journalSize - Int64(headerSize)) / Int64(entrySize))
         var kept = verified
         var index = verified >> Int64(blockShift)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(blockSize), alignment: 16)
@@ -123,24 +154,21 @@ final class BlockJournal {
         while index < entries, (index + 1) << Int64(blockShift) <= dataSize {
             let start = index << Int64(blockShift)
             guard let count = try? data.readFully(into: buffer, at: start), count == Int(blockSize),
-                  let entry = readEntry(index, from: file),
-                  Self.checksum(seed: seed, index: index, UnsafeRawBufferPointer(buffer)) == entry else { break }
+                  let entry = readEntry(index, from: journal),
+                  checksum(seed: seed, index: index, UnsafeRawBufferPointer(buffer)) == entry else { break }
             kept = max(kept, start + blockSize)
             index += 1
         }
-        truncateEntries(from: kept >> Int64(blockShift))
-        fedEnd = kept
-        block = nil
         return kept
     }
 
-    private func headerMatches(_ file: FileDescriptor) -> Bool {
-        var header = [UInt8](repeating: 0, count: Self.headerSize)
+    private static func headerMatches(_ file: FileDescriptor, binding: [UInt8], blockShift: Int) -> Bool {
+        var header = [UInt8](repeating: 0, count: headerSize)
         let count = header.withUnsafeMutableBytes { (try? file.readFully(into: $0, at: 0)) ?? 0 }
-        return count == Self.headerSize && header == Self.header(binding: binding, blockShift: blockShift)
+        return count == headerSize && header == Self.header(binding: binding, blockShift: blockShift)
     }
 
-    private func readEntry(_ index: Int64, from file: FileDescriptor) -> UInt64? {
+    private static func readEntry(_ index: Int64, from file: FileDescriptor) -> UInt64? {
         let offset = Int64(Self.headerSize) + index * Int64(Self.entrySize)
         var entry: UInt64 = 0
         let count = withUnsafeMutableBytes(of: &entry) { (try? file.readFully(into: $0, at: offset)) ?? 0 }

@@ -7,7 +7,7 @@ enum DriverInput: Sendable {
     /// An input for the machine as it is.
     case machine(DownloadStateMachine.Input)
     /// The attempt got its first response line (the connect time sizes probe timeouts).
-    case responseStarted(attempt: Int, connectTime: Duration?)
+    case responseStarted(attempt: Int, connectTime: Duration?, waited: Duration?)
     /// An attempt ended: checkpoint first, then tell the machine.
     case attemptEnded(attempt: Int, TransferOutcome)
 }
@@ -30,7 +30,9 @@ final class DriverResources {
         self.mailbox = mailbox
     }
 
-    var facts: DownloadStateMachine.FileFacts { .init(storedBytes: file.writtenEnd) }
+    var facts: DownloadStateMachine.FileFacts {
+        .init(storedBytes: file.writtenEnd, hasExpectedDigest: file.record.expectedSHA256 != nil)
+    }
 }
 
 extension DownloadAgent {
@@ -49,6 +51,9 @@ extension DownloadAgent {
         let port = url.port ?? (scheme == "https" ? 443 : 80)
         return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
     }
+
+    /// Unsynced bytes after which even an attempt that ended early is checkpointed.
+    static let lightCheckpointLimit: Int64 = 1 << 20
 
     /// Gives `id` its driver and mailbox.
     func startDriver(_ id: UUID) {
@@ -92,12 +97,14 @@ extension DownloadAgent {
             switch input {
             case .machine(let input):
                 actions = machine.handle(input, now: now, random: .random(in: 0...1))
-            case .responseStarted(let attempt, let connectTime):
+            case .responseStarted(let attempt, let connectTime, let waited):
                 if let connectTime { probes.recordConnectTime(connectTime, host: driver.host) }
+                if let waited { probes.recordAnswerTime(waited, host: driver.host) }
                 actions = machine.handle(.responseStarted(attempt: attempt), now: now)
             case .attemptEnded(let attempt, let outcome):
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
-                actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts),
+                actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts,
+                                                       received: outcome.bytesReceived),
                                          now: .now, random: .random(in: 0...1))
             }
         }
@@ -108,8 +115,23 @@ extension DownloadAgent {
     private func checkpoint(after outcome: TransferOutcome, attempt: Int, _ driver: DriverResources) async -> AttemptResult {
         if entries[driver.id]?.transfer?.attempt == attempt { entries[driver.id]?.transfer = nil }
         var result = outcome.result
+        // A connection that ended early is usually followed at once by the next attempt: with a
+        // server that cuts every connection after a few KiB, an fsync per attempt was most of
+        // the time (a second per MiB). Below 1 MiB unsynced, the queued writes are only awaited;
+        // the block journal covers a crash meanwhile, and the next checkpoint (periodic, pause,
+        // shutdown, failure, completion) makes them durable.
+        let isLight = switch result {
+        case .transport, .incomplete: true
+        default: false
+        }
         do {
-            try await driver.file.checkpoint()
+            if isLight {
+                await driver.file.settled()
+                if let error = driver.file.writeError { throw error }
+            }
+            if !isLight || driver.file.unsyncedBytes >= Self.lightCheckpointLimit {
+                try await driver.file.checkpoint()
+            }
         } catch {
             switch result {
             case .aborted(.paused), .aborted(.cancelled), .aborted(.shutdown), .aborted(.writeFailed): break
@@ -133,6 +155,11 @@ extension DownloadAgent {
                 configuration.logger.debug("aborting attempt", metadata: ["id": id.uuidString, "reason": "\(reason)"])
                 engine.abort(transfer.id, reason: reason)
             }
+        case .requestRace(let attempt):
+            let mailbox = driver.mailbox
+            probes.requestRace(id, attempt: attempt, host: driver.host) { mailbox.yield(.machine($0)) }
+        case .finishRace(let attempt, let reachable):
+            probes.finishRace(id, attempt: attempt, reachable: reachable)
         case .race:
             if let transfer = entries[id]?.transfer {
                 let timeout = probes.connectTimeout(for: driver.host)
@@ -207,18 +234,24 @@ extension DownloadAgent {
         if let timeout = plan.connectTimeout ?? (plan.isRecovery ? probes.connectTimeout(for: driver.host) : nil) {
             settings.connectTimeout = min(settings.connectTimeout, timeout)
         }
+        settings.answerSuspicion = min(settings.stallTimeout, probes.answerSuspicion(for: driver.host, minimum: settings.stallSuspicion))
         // Every resume re-fetches the bytes just before the offset and compares them with the
         // disk before appending (issue 7): a server that ignores If-Range or gives no validator
-        // cannot splice two versions.
-        let request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
-                                      entityTag: record.entityTag, knownTotalLength: record.totalLength,
-                                      lastModified: record.lastModified, observedEntityTag: record.observedEntityTag,
-                                      overlap: min(offset, ResponseStateMachine.resumeOverlap),
+        // cannot splice two versions. Validators are left out once the machine found them
+        // varying per response with a digest to prove the result.
+        let validators = plan.usesValidators
+        let request = TransferRequest(url: record.url, offset: offset,
+                                      ifRange: offset > 0 && validators ? record.validator : nil,
+                                      entityTag: validators ? record.entityTag : nil, knownTotalLength: record.totalLength,
+                                      lastModified: validators ? record.lastModified : nil,
+                                      observedEntityTag: validators ? record.observedEntityTag : nil,
+                                      overlap: min(offset, plan.overlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",
-                                                         "probe": "\(plan.isProbe)",
+                                                         "probe": "\(plan.isProbe)", "overlap": "\(request.overlap)",
+                                                         "validators": "\(validators)",
                                                          "connectTimeout": "\(settings.connectTimeout)"])
         let transferID = engine.makeTransferID()
         let attempt = plan.id
@@ -234,12 +267,14 @@ extension DownloadAgent {
             mailbox.yield(.machine(.bytesArrived(attempt: attempt)))
         }, events: { event in
             switch event {
-            case .responseStarted(let connectTime):
-                mailbox.yield(.responseStarted(attempt: attempt, connectTime: connectTime))
+            case .responseStarted(let connectTime, let waited):
+                mailbox.yield(.responseStarted(attempt: attempt, connectTime: connectTime, waited: waited))
             case .restartedFromZero(let reason):
                 mailbox.yield(.machine(.restartedFromZero(attempt: attempt, reason: reason)))
             case .stallSuspected:
                 mailbox.yield(.machine(.stallSuspected(attempt: attempt)))
+            case .entityTagChanged:
+                mailbox.yield(.machine(.entityTagChanged(attempt: attempt)))
             case .raceEnded(let outcome):
                 mailbox.yield(.machine(.raceEnded(attempt: attempt, outcome)))
             }
@@ -285,6 +320,7 @@ extension DownloadAgent {
         for timer in driver.timers.values { timer.cancel() }
         driver.timers = [:]
         probes.leave(driver.id)
+        probes.finishRace(driver.id, reachable: nil)
         driver.mailbox.finish()
         stopFollowingHost(of: driver.id)
         entries[driver.id]?.mailbox = nil

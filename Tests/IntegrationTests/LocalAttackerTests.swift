@@ -170,7 +170,7 @@ struct LocalAttackerTests {
         #expect(again == 0, "\(rerun.transcript)")
         #expect(F.sha256(fileAt: destination) == F.sha256(Self.content))
         // The rerun fetched only the overlap it compares before completing.
-        #expect(server.requests.last?.rangeStart == Int64(Self.content.count) - ResponseStateMachine.resumeOverlap)
+        #expect(server.requests.last?.rangeStart == Int64(Self.content.count) - ResumeOverlap.maximum)
     }
 
     @Test func twoProcessesNeverWriteOneDestination() async throws {
