@@ -15,6 +15,9 @@ actor AgentService {
     struct Environment: Sendable {
         /// The state directory (for default destinations and the paused list).
         var stateDirectory: String
+        /// Other spellings of directories the agent writes to, mapped to the real path: the state
+        /// directory as it was given, when links lead from there (`AgentDestination.resolve`).
+        var directoryAliases: [String: String] = [:]
         /// Builds a download agent for the settings (paths come from the monitor).
         var makeAgent: @Sendable (AgentSettings) throws -> DownloadAgent
         /// Receives every event line (`EventSchema`), already encoded.
@@ -148,7 +151,7 @@ actor AgentService {
             let destination: String
             switch AgentDestination.resolve(output: output, url: url,
                                             filesDirectory: AgentStateDirectory.filesDirectory(in: environment.stateDirectory),
-                                            allowed: settings.downloadDirectories) {
+                                            allowed: settings.downloadDirectories, aliases: environment.directoryAliases) {
             case .success(let path): destination = path
             case .failure(let error): return .failure(error, id: id)
             }

@@ -5,6 +5,9 @@ import Glibc
 struct ControlClient: Sendable {
     /// The state directory whose `agent.sock` is used.
     var stateDirectory: String
+    /// How long to wait for the reply. A socket-activated agent starts when the request
+    /// arrives; one that cannot start leaves the connection unanswered in systemd's queue.
+    var replyTimeout: Duration = .seconds(30)
 
     var socketPath: String { AgentStateDirectory.socketPath(in: stateDirectory) }
 
@@ -38,9 +41,25 @@ struct ControlClient: Sendable {
         } catch {
             // A refusing agent may already have answered and closed; read its reply below.
         }
+        let deadline = ContinuousClock.now + replyTimeout
         var buffer: [UInt8] = []
         while !buffer.contains(UInt8(ascii: "\n")) {
-            let bytes = (try? UnixSocketSyscalls.read(descriptor)) ?? []
+            let remaining = deadline - ContinuousClock.now
+            let milliseconds = remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000
+            var bytes: [UInt8] = []
+            var timedOut = milliseconds <= 0
+            if !timedOut {
+                do {
+                    try UnixSocketSyscalls.setReceiveTimeout(descriptor, milliseconds: Int(milliseconds))
+                    bytes = try UnixSocketSyscalls.read(descriptor)
+                } catch {
+                    timedOut = error.number == EAGAIN || error.number == EWOULDBLOCK
+                }
+            }
+            if timedOut {
+                throw CommandFailure(message: "the agent on \(stateDirectory) did not answer within \(replyTimeout); if systemd starts it from a socket unit, see 'systemctl --user status reachability-agent' (or 'systemctl status' for the system one)",
+                                     exitCode: .failure)
+            }
             if bytes.isEmpty { break }
             buffer += bytes
         }

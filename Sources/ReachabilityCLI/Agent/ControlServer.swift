@@ -17,6 +17,9 @@ final class ControlServer: Sendable {
 
     let path: String
     private let listener: Int32
+    /// Whether systemd passed the listening socket (socket activation): it owns the socket and
+    /// its file, so stopping leaves both alone.
+    let isInherited: Bool
     private let handler: Handler
     private let observer: Observer
     private let isStopped = Atomic<Bool>(false)
@@ -29,13 +32,8 @@ final class ControlServer: Sendable {
 
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
-    init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
-         handler: @escaping Handler, observer: @escaping Observer) throws {
-        self.path = path
-        self.requestDeadline = requestDeadline
-        self.idleTimeout = idleTimeout
-        self.handler = handler
-        self.observer = observer
+    convenience init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
+                     handler: @escaping Handler, observer: @escaping Observer) throws {
         unlink(path)
         let descriptor = try UnixSocketSyscalls.makeSocket(SOCK_STREAM)
         do {
@@ -44,13 +42,31 @@ final class ControlServer: Sendable {
             UnixSocketSyscalls.close(descriptor)
             throw error
         }
-        listener = descriptor
+        self.init(listener: descriptor, path: path, isInherited: false, requestDeadline: requestDeadline,
+                  idleTimeout: idleTimeout, handler: handler, observer: observer)
+    }
+
+    /// Serves a listening socket bound at `path`: one systemd passed (`isInherited`), or one
+    /// this process bound.
+    init(listener: Int32, path: String, isInherited: Bool, requestDeadline: Duration = .seconds(10),
+         idleTimeout: Duration = .seconds(60), handler: @escaping Handler, observer: @escaping Observer) {
+        self.path = path
+        self.listener = listener
+        self.isInherited = isInherited
+        self.requestDeadline = requestDeadline
+        self.idleTimeout = idleTimeout
+        self.handler = handler
+        self.observer = observer
         SystemThread.detach(name: "control-accept") { [self] in acceptLoop() }
     }
 
-    /// Stops accepting and removes the socket file.
+    /// Stops accepting and removes the socket file. An inherited socket is neither shut down
+    /// (that would break it for systemd too, which holds the same socket and starts the agent
+    /// again on the next connection) nor removed; the accept thread ends with the process, and
+    /// closes what it accepts from now on, so those clients are told at once.
     func stop() {
         guard !isStopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard !isInherited else { return }
         UnixSocketSyscalls.shutdownBoth(listener)
         unlink(path)
     }
@@ -67,6 +83,10 @@ final class ControlServer: Sendable {
                     usleep(50_000)   // out of descriptors: back off instead of spinning on accept
                 }
                 continue
+            }
+            guard !isStopped.load(ordering: .acquiring) else {
+                UnixSocketSyscalls.close(connection)
+                break
             }
             SystemThread.detach(name: "control-conn") { [self] in serve(connection) }
         }

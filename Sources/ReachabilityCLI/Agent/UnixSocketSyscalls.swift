@@ -139,6 +139,41 @@ enum UnixSocketSyscalls {
         }
     }
 
+    /// The path a listening `AF_UNIX` `SOCK_STREAM` socket is bound to; nil for any other kind
+    /// of descriptor (another family or type, not listening, unbound or abstract).
+    static func listeningStreamSocketPath(_ descriptor: Int32) -> Result<String?, SystemCallError> {
+        func option(_ name: Int32) throws(SystemCallError) -> Int32 {
+            var value: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            try retrying("getsockopt") { getsockopt(descriptor, SOL_SOCKET, name, &value, &length) }
+            return value
+        }
+        do {
+            guard try option(SO_DOMAIN) == AF_UNIX, try option(SO_TYPE) == Int32(SOCK_STREAM.rawValue),
+                  try option(SO_ACCEPTCONN) == 1 else { return .success(nil) }
+            var address = sockaddr_un()
+            var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+            _ = try withUnsafeMutablePointer(to: &address) { pointer throws(SystemCallError) in
+                try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw throws(SystemCallError) in
+                    try retrying("getsockname") { getsockname(descriptor, raw, &length) }
+                }
+            }
+            let pathOffset = MemoryLayout<sockaddr_un>.offset(of: \.sun_path)!
+            let bytes = withUnsafeBytes(of: &address.sun_path) { raw in
+                Array(raw.prefix(max(0, Int(length) - pathOffset)).prefix { $0 != 0 })
+            }
+            // An abstract name starts with NUL, which leaves no bytes here: not a file clients can find.
+            return .success(bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// Marks a descriptor close-on-exec (one passed in by systemd is not).
+    static func setCloseOnExec(_ descriptor: Int32) {
+        _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC)
+    }
+
     /// Shuts both directions down; wakes a thread blocked in accept(2) on a listening socket.
     static func shutdownBoth(_ descriptor: Int32) {
         _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))

@@ -34,7 +34,8 @@ struct AgentCommand: Command {
         override the command line; no-expensive applies to downloads queued afterwards). Queued files go \
         to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
         an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
-        sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
+        sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC); started by a systemd .socket unit \
+        (LISTEN_FDS) it serves the socket systemd passes instead of binding agent.sock.
 
         Exit status: 0 after SIGTERM/SIGINT; 1 when the agent cannot start (another agent holds \
         the state directory, socket or monitor failure); 66 when --cacert cannot be read; 73 when the \
@@ -73,10 +74,14 @@ struct AgentCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let checked = try AgentStateDirectory.prepare(
-            try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
-                                                               system: .current(context)))
+        let requested = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
+                                                        system: .current(context))
+        let checked = try AgentStateDirectory.prepare(requested)
         let directory = checked.path
+        // The spelling the agent was given stays valid for `queue add -o` when links lead from it
+        // (systemd's DynamicUser= link /var/lib/reachability -> private/reachability): the
+        // control commands name the state directory as their user knows it.
+        let aliases = AgentDestination.normalizedAbsolutePath(requested).flatMap { $0 == directory ? nil : [$0: directory] } ?? [:]
         let lock = try AgentStateDirectory.lock(checked)
         _ = lock   // held until the process exits; flock is released by the kernel even after SIGKILL
 
@@ -92,6 +97,11 @@ struct AgentCommand: Command {
             throw CommandFailure(message: "cannot read --cacert \(authorities.path)", exitCode: .noInput)
         }
         let metricsFile = try metrics.open(in: context)
+        // A socket systemd passed (a .socket unit) is served instead of binding agent.sock.
+        let activation = SocketActivation.take(environment: context.environment)
+        if case .unusable(let message) = activation {
+            throw CommandFailure(message: message, exitCode: .configuration)
+        }
 
         let log = try RotatingLogFile(directory: checked, maximumSize: logSizeLimit)
         let output = context.output
@@ -112,6 +122,7 @@ struct AgentCommand: Command {
             ? Logger(label: "agent", minimumLevel: .debug, sink: { context.errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
         let service = try AgentService(settings: initialSettings, environment: .init(
             stateDirectory: directory,
+            directoryAliases: aliases,
             makeAgent: { [transport] settings in
                 var configuration = DownloadAgent.Configuration(stateDirectory: records,
                                                                 maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
@@ -165,13 +176,19 @@ struct AgentCommand: Command {
             if let text = context.environment["REACHABILITY_CONTROL_REQUEST_DEADLINE"], let seconds = Double(text), seconds > 0 {
                 deadline = .milliseconds(Int64(seconds * 1000))
             }
-            server = try ControlServer(
-                path: AgentStateDirectory.socketPath(in: directory), requestDeadline: deadline,
-                handler: { command, id in await service.handle(command, id: id) },
-                observer: { event in
-                    let (name, fields) = Self.describe(event)
-                    emit(.control, name, fields)
-                })
+            let handler: ControlServer.Handler = { command, id in await service.handle(command, id: id) }
+            let observer: ControlServer.Observer = { event in
+                let (name, fields) = Self.describe(event)
+                emit(.control, name, fields)
+            }
+            switch activation {
+            case .listener(let descriptor, let path):
+                server = ControlServer(listener: descriptor, path: path, isInherited: true, requestDeadline: deadline,
+                                       handler: handler, observer: observer)
+            case .none, .unusable:
+                server = try ControlServer(path: AgentStateDirectory.socketPath(in: directory), requestDeadline: deadline,
+                                           handler: handler, observer: observer)
+            }
         } catch {
             await service.shutdown()
             throw CommandFailure(message: "cannot listen on \(AgentStateDirectory.socketPath(in: directory)): \(error)", exitCode: .failure)
@@ -186,7 +203,8 @@ struct AgentCommand: Command {
             signalContinuation.yield(number == SIGHUP ? .reload : .terminate)
         }
         defer { removeHandlers() }
-        emit(.agent, "listening", [.init(key: "socket", value: .string(server.path))])
+        emit(.agent, "listening", [.init(key: "socket", value: .string(server.path)),
+                                   .init(key: "activated", value: .bool(server.isInherited))])
         notifier.notify("READY=1")
 
         let watchdog = notifier.watchdogInterval.map { interval in
