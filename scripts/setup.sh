@@ -14,10 +14,15 @@ packages=(
   libsystemd-dev                         # CSystemdBus (sd-bus headers; libsystemd0 is loaded at run time)
   dbus-daemon python3-dbusmock python3-dbus  # a private system bus with mocked NetworkManager/ModemManager
   python3-gi gir1.2-glib-2.0             # GLib's Gio.NetworkMonitor, the peer the NetworkManager tests agree with
+  systemd                                # systemd-socket-activate (the agent's socket activation test)
 )
-if [ "${1:-}" = "--bench" ]; then
-  packages+=(curl wget aria2 time valgrind)  # peers measured by bench/; callgrind for bench/hot_text.py
-fi
+for option in "$@"; do
+  case "$option" in
+    --bench) packages+=(curl wget aria2 time valgrind) ;;  # peers measured by bench/; callgrind for bench/hot_text.py
+    --package) packages+=(dpkg-dev debhelper lintian debootstrap systemd-container) ;;  # scripts/build-deb.sh, scripts/test-deb.sh
+    *) echo "setup: unknown option '$option' (--bench, --package)" >&2; exit 64 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
