@@ -142,6 +142,7 @@ package enum EventSchema {
             .init(key: "sourceAddress", value: .string(path.primaryRoute?.sourceAddress)),
             .init(key: "isExpensive", value: .bool(path.isExpensive)),
             .init(key: "isRoaming", value: .bool(path.isRoaming)),
+            .init(key: "isConstrained", value: .bool(path.isConstrained)),
             .init(key: "connectivity", value: .string(path.connectivity.rawValue)),
             .init(key: "portalURL", value: .string(path.portalURL)),
         ])
