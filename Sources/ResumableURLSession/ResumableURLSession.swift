@@ -20,6 +20,10 @@ import Synchronization
 /// authenticated with a key kept in the state directory, so data that was altered, or made with
 /// another state directory, is refused with a clear error (`ResumeDataError`), and it never names
 /// a path: the partial file lives in the session's own directory under the download's id.
+//
+// Longer than 400 lines on purpose: URLSession's public surface reads in one place, in Apple's
+// order, over one lock; the configuration, the async forms, tasks and the background link are
+// their own files.
 public final class ResumableURLSession: Sendable {
     /// The configuration the session was created with (a copy).
     public let configuration: Configuration

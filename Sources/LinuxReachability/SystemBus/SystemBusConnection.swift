@@ -1,6 +1,10 @@
 // The only file in LinuxReachability that imports CSystemdBus: one sd-bus connection to the
 // system bus, its requests and signal matches, and the decoding of what arrives into Swift values
 // (`SystemBusEvent`). C types stay in here.
+//
+// Longer than 400 lines on purpose: the decoders run inside sd_bus_process on the owner's thread
+// and read the connection's private state (requests in flight, the properties wanted), and keeping
+// them here keeps every C type in one file.
 import CSystemdBus
 import Glibc
 import LinuxSystem

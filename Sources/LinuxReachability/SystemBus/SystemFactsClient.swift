@@ -9,6 +9,10 @@ import LinuxSystem
 /// answers except when a service (re)appears.
 ///
 /// Used by one thread at a time (see `SystemBusConnection`); the engine keeps it in a `Mutex`.
+//
+// Longer than 400 lines on purpose: one state machine over one connection (two services' trackers,
+// requests in flight, reconnects) whose state stays private here; what the services say is
+// modelled in NetworkManagerModel and ModemManagerModel.
 final class SystemFactsClient {
     /// Where the bus is and which namespace the monitor watches.
     struct Settings: Sendable {

@@ -11,6 +11,10 @@ import ReachabilityBase
 /// requests). A transfer starts when its first task is resumed and may run (not before
 /// `earliestBeginDate`, not while `countOfBytesClientExpectsToReceive` does not fit the disk), is
 /// paused when no task on it is running, and is cancelled when its last task is.
+//
+// Longer than 400 lines on purpose: one pure state machine whose inputs all read and write the same
+// sessions, tasks and transfers; its task operations are in BackgroundRegistry+Tasks.swift, and the
+// messages, records and launch policy are their own types.
 package struct BackgroundRegistry: Sendable {
     /// A control connection of the agent (the server numbers them).
     package typealias ConnectionID = UInt64

@@ -10,6 +10,9 @@ import ResumableDownloads
 /// The `DownloadAgent` it drives is replaced when a reload changes the concurrency limit
 /// (`DownloadAgent.Configuration` is fixed at creation): the old one is shut down, which
 /// checkpoints every transfer, and the new one restores them from their records.
+//
+// Longer than 400 lines on purpose: the actor's stored state must be declared here, beside the
+// commands that change it; background sessions are in AgentService+Background.swift.
 package actor AgentService {
     /// The outside world the service reports to and builds agents with.
     package struct Environment: Sendable {
