@@ -169,7 +169,7 @@ do {
     let state = URL(fileURLWithPath: stateDirectory ?? directory + "/.halftunes")
     do {
         try monitor.start()
-        agent = try DownloadAgent(configuration: .init(stateDirectory: state), paths: monitor.paths)
+        agent = try DownloadAgent(configuration: .init(stateDirectory: state), monitor: monitor)
     } catch let error as ReachabilityError {
         // No netlink (a locked-down container): downloads still work, just without path awareness.
         FileHandle.standardError.write(Data("warning: not watching the network (\(error)); a drop is noticed by the transfer itself\n".utf8))

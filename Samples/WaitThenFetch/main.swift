@@ -108,7 +108,7 @@ func fetch(_ options: Options, monitor: PathMonitor) async -> Outcome {
 
     let agent: DownloadAgent
     do {
-        agent = try DownloadAgent(configuration: .init(stateDirectory: options.stateDirectory), paths: monitor.paths)
+        agent = try DownloadAgent(configuration: .init(stateDirectory: options.stateDirectory), monitor: monitor)
     } catch {
         return .failed("\(error)")
     }

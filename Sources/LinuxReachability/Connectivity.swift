@@ -47,12 +47,21 @@ public struct ConnectivityCheck: Sendable, Hashable {
     /// The parsed URL.
     let target: ProbeURL
 
+    /// The shortest `interval`: NetworkManager takes whole seconds, and a shorter one turns the
+    /// check into a flood against its server.
+    public static let minimumInterval = Duration.seconds(1)
+
     /// Creates a check; throws `ReachabilityError` (`.invalidConfiguration`) for a URL that is
-    /// not plain `http://`, or for an interval or timeout that is not positive.
+    /// not plain `http://`, for an interval under `minimumInterval`, or for a timeout or back-off
+    /// that is not positive.
     public init(url: String, expectedResponse: String? = nil, interval: Duration = .seconds(300),
                 timeout: Duration = .seconds(5), initialBackoff: Duration = .seconds(1),
                 maximumBackoff: Duration = .seconds(30)) throws(ReachabilityError) {
         target = try ProbeURL(parsing: url)
+        guard interval >= Self.minimumInterval else {
+            throw ReachabilityError(.invalidConfiguration,
+                                    "connectivity check: the interval must be at least 1 second (NetworkManager takes whole seconds), got \(interval)")
+        }
         guard interval > .zero, timeout > .zero, initialBackoff > .zero, maximumBackoff >= initialBackoff else {
             throw ReachabilityError(.invalidConfiguration,
                                     "connectivity check: interval, timeout and back-off must be positive")

@@ -141,8 +141,9 @@ final class ConnectivityProbe {
                 let (connectivity, portal) = ConnectivityClassifier.classify(
                     response, expected: check.expectedBody, probe: check.target, url: check.url)
                 var answer = "HTTP \(response.status)"
+                if response.isMarkedOnline { answer += " with X-NetworkManager-Status: online" }
                 if let portal { answer += " (portal at \(portal))" }
-                if connectivity == .limited { answer += " (not the expected answer)" }
+                if connectivity == .limited { answer += " (an error status: the check server failed, not the network)" }
                 answer += " from \(address.text) via \(describe(route)) in \(milliseconds(now - started)) ms"
                 return finish(connectivity, answer, portal: portal)
             }
@@ -152,6 +153,13 @@ final class ConnectivityProbe {
     // MARK: Steps
 
     private func connect(to addresses: [Syscalls.SocketAddress]) -> (Int, ConnectivityScheduler.Outcome)? {
+        // A check server on this host (a local proxy, a test) is reached over loopback: bound to
+        // the primary interface and its address, the connection could never be made, and the
+        // check would only ever say "no answer".
+        if let address = addresses.first(where: { IPAddress.isLoopback($0.address) }) {
+            let loopback = PathRoute(family: address.family, interfaceName: "lo", interfaceIndex: 0, gateway: nil, sourceAddress: nil)
+            return connect(to: address, over: loopback, binding: false)
+        }
         // The first address of a family the path routes, in the resolver's order.
         guard let (address, route) = addresses.lazy.compactMap({ address in
             self.target.routes.first { $0.family == address.family }.map { (address, $0) }
@@ -161,16 +169,23 @@ final class ConnectivityProbe {
                           ? "\(check.target.host) has no addresses"
                           : "no route for \(check.target.host)'s addresses (\(families))")
         }
+        return connect(to: address, over: route, binding: true)
+    }
+
+    /// Opens the socket and connects; with `binding`, to the route's interface and source address
+    /// so the check tests the path that was just reported.
+    private func connect(to address: Syscalls.SocketAddress, over route: PathRoute,
+                         binding: Bool) -> (Int, ConnectivityScheduler.Outcome)? {
         let fd: Int32
         switch Syscalls.openStreamSocket(address.family) {
         case .success(let opened): fd = opened
         case .failure(let error): return finish(.limited, "cannot open a socket: \(error)")
         }
-        if let error = Syscalls.bindToDevice(fd, interface: route.interfaceName) {
+        if binding, let error = Syscalls.bindToDevice(fd, interface: route.interfaceName) {
             // Unprivileged before Linux 5.7: the source address below still picks the path.
             logger.debug("connectivity check not bound to its interface", metadata: ["interface": route.interfaceName, "error": "\(error)"])
         }
-        if let source = route.sourceAddress.flatMap(IPAddress.parse), let local = Syscalls.SocketAddress(address: source, port: 0),
+        if binding, let source = route.sourceAddress.flatMap(IPAddress.parse), let local = Syscalls.SocketAddress(address: source, port: 0),
            let error = Syscalls.bind(fd, to: local) {
             Syscalls.close(fd)
             return finish(.limited, "cannot bind to \(route.sourceAddress ?? "?") on \(route.interfaceName): \(error)")

@@ -11,6 +11,9 @@
 /// accepted, and the engine applies the same test again in user space, so a kernel that laid
 /// out a message differently costs only the saving, never a change.
 ///
+/// The destinations are the primary path's two lookup addresses and the addresses of every host
+/// watched with `PathMonitor.paths(to:)`; the program is replaced when that set changes.
+///
 /// rtnetlink notifications are one message per datagram, so the filter sees each whole. The
 /// kernel writes RTA_TABLE first and RTA_DST right after it (`fib_dump_info`, `rt6_fill_node`);
 /// the filter checks that the attribute at that offset is RTA_DST before trusting it.
@@ -56,11 +59,21 @@ enum EventFilter {
     static let secondAttributeTypeOffset: UInt32 = 16 + 12 + 8 + 2
     static let destinationOffset: UInt32 = 16 + 12 + 8 + 4
 
-    /// The program for these lookup destinations (one IPv4, one IPv6, as the engine uses).
+    /// Destinations per family the program compares one by one; with more, every route message
+    /// of that family is accepted (the saving is lost, never a change). 32 IPv6 comparisons are
+    /// about 2,500 instructions, within the kernel's 4,096.
+    static let maximumDestinationsPerFamily = 32
+
+    /// The program for these lookup destinations: the primary path's two probes, plus the
+    /// addresses of the hosts being watched.
     static func program(destinations: [RoutePrefix]) -> [Instruction] {
         var assembler = Assembler()
-        let ipv4 = destinations.first { $0.family == .ipv4 }
-        let ipv6 = destinations.first { $0.family == .ipv6 }
+        var ipv4: [RoutePrefix] = []
+        var ipv6: [RoutePrefix] = []
+        for destination in destinations {
+            if destination.family == .ipv4, !ipv4.contains(destination) { ipv4.append(destination) }
+            if destination.family == .ipv6, !ipv6.contains(destination) { ipv6.append(destination) }
+        }
 
         assembler.emit(loadHalfAbsolute, typeOffset)
         for type in [RTNetlink.newRoute, RTNetlink.delRoute] { assembler.jump(jumpEqual, hostOrder(type), ifTrue: "route") }
@@ -69,57 +82,80 @@ enum EventFilter {
 
         assembler.label("address")
         assembler.emit(loadLength, 0)
-        assembler.jump(jumpGreaterOrEqual, addressScopeOffset + 1, ifFalse: "accept")
+        assembler.jump(jumpGreaterOrEqual, addressScopeOffset + 1, ifFalse: "addressAccept")
         assembler.emit(loadByteAbsolute, addressScopeOffset)
-        assembler.jump(jumpGreaterOrEqual, UInt32(RTNetlink.scopeLink), ifTrue: "drop")
+        assembler.jump(jumpGreaterOrEqual, UInt32(RTNetlink.scopeLink), ifTrue: "addressDrop")
+        assembler.label("addressAccept")
         assembler.emit(returnConstant, accept)
+        assembler.label("addressDrop")
+        assembler.emit(returnConstant, drop)
 
         assembler.label("route")
         assembler.emit(loadLength, 0)
-        assembler.jump(jumpGreaterOrEqual, destinationOffset + 4, ifFalse: "accept")
+        assembler.jump(jumpGreaterOrEqual, destinationOffset + 4, ifFalse: "routeAccept")
         assembler.emit(loadByteAbsolute, routeLengthOffset)
-        assembler.jump(jumpEqual, 0, ifTrue: "accept")  // a default route covers everything
+        assembler.jump(jumpEqual, 0, ifTrue: "routeAccept")  // a default route covers everything
         assembler.emit(loadHalfAbsolute, secondAttributeTypeOffset)
-        assembler.jump(jumpEqual, hostOrder(RTNetlink.rtaDst), ifFalse: "accept")
+        assembler.jump(jumpEqual, hostOrder(RTNetlink.rtaDst), ifFalse: "routeAccept")
         assembler.emit(loadByteAbsolute, routeFamilyOffset)
-        assembler.jump(jumpEqual, UInt32(RTNetlink.afInet), ifTrue: "ipv4")
-        assembler.jump(jumpEqual, UInt32(RTNetlink.afInet6), ifTrue: "ipv6")
+        assembler.jump(jumpEqual, UInt32(RTNetlink.afInet), ifTrue: "toIPv4")
+        assembler.jump(jumpEqual, UInt32(RTNetlink.afInet6), ifTrue: "toIPv6")
+        assembler.label("routeAccept")
         assembler.emit(returnConstant, accept)
+        // The family sections can be longer than a conditional jump reaches (255): BPF_JA, whose
+        // offset is 32 bits, carries the jump the rest of the way.
+        assembler.label("toIPv4")
+        assembler.jumpAlways(to: "ipv4")
+        assembler.label("toIPv6")
+        assembler.jumpAlways(to: "ipv6")
 
         assembler.label("ipv4")
-        if let ipv4 {
-            assembler.emit(loadByteAbsolute, routeLengthOffset)
-            assembler.jump(jumpGreater, 32, ifTrue: "accept")
-            compareWord(0, of: ipv4, in: &assembler)
+        if ipv4.count > maximumDestinationsPerFamily {
             assembler.emit(returnConstant, accept)
         } else {
-            assembler.emit(returnConstant, drop)
+            assembler.emit(loadByteAbsolute, routeLengthOffset)
+            assembler.jump(jumpGreater, 32, ifFalse: "ipv4Compare")
+            assembler.emit(returnConstant, accept)
+            assembler.label("ipv4Compare")
+            compareEach(ipv4, words: 1, in: &assembler)
         }
 
         assembler.label("ipv6")
-        if let ipv6 {
-            assembler.emit(loadLength, 0)
-            assembler.jump(jumpGreaterOrEqual, destinationOffset + 16, ifFalse: "accept")
-            for word in 0..<4 { compareWord(word, of: ipv6, in: &assembler) }
+        if ipv6.count > maximumDestinationsPerFamily {
             assembler.emit(returnConstant, accept)
         } else {
-            assembler.emit(returnConstant, drop)
+            assembler.emit(loadLength, 0)
+            assembler.jump(jumpGreaterOrEqual, destinationOffset + 16, ifTrue: "ipv6Compare")
+            assembler.emit(returnConstant, accept)
+            assembler.label("ipv6Compare")
+            compareEach(ipv6, words: 4, in: &assembler)
         }
-
-        assembler.label("accept")
-        assembler.emit(returnConstant, accept)
-        assembler.label("drop")
-        assembler.emit(returnConstant, drop)
         return assembler.assemble()
     }
 
-    /// Drops the datagram unless 32-bit word `word` of the route's destination, masked to the
-    /// prefix bits that fall in it, equals the same bits of `destination`. Accepts once the
-    /// prefix has no bits left (every earlier word matched).
-    private static func compareWord(_ word: Int, of destination: RoutePrefix, in assembler: inout Assembler) {
+    /// Accepts when the route's prefix covers any of `destinations`, else drops. Each destination
+    /// is a block that falls through to the next one on a mismatch, so every conditional jump
+    /// stays inside one block.
+    private static func compareEach(_ destinations: [RoutePrefix], words: Int, in assembler: inout Assembler) {
+        for destination in destinations {
+            let next = assembler.uniqueLabel()
+            let match = assembler.uniqueLabel()
+            for word in 0..<words { compareWord(word, of: destination, match: match, mismatch: next, in: &assembler) }
+            assembler.label(match)
+            assembler.emit(returnConstant, accept)
+            assembler.label(next)
+        }
+        assembler.emit(returnConstant, drop)
+    }
+
+    /// Jumps to `mismatch` unless 32-bit word `word` of the route's destination, masked to the
+    /// prefix bits that fall in it, equals the same bits of `destination`; jumps to `match` once
+    /// the prefix has no bits left (every earlier word matched).
+    private static func compareWord(_ word: Int, of destination: RoutePrefix, match: String, mismatch: String,
+                                    in assembler: inout Assembler) {
         let first = UInt32(word * 32)
         assembler.emit(loadByteAbsolute, routeLengthOffset)
-        assembler.jump(jumpGreater, first, ifFalse: "accept")
+        assembler.jump(jumpGreater, first, ifFalse: match)
         assembler.emit(subtract, first)
         let skip = assembler.uniqueLabel()
         assembler.jump(jumpGreater, 32, ifFalse: skip)
@@ -139,7 +175,7 @@ enum EventFilter {
         assembler.emit(andX, 0)
         assembler.emit(moveToX, 0)
         assembler.emit(loadScratch, 0)
-        assembler.jump(jumpEqualX, 0, ifFalse: "drop")
+        assembler.jump(jumpEqualX, 0, ifFalse: mismatch)
     }
 
     /// Word `word` (0-3) of an address in network order, as BPF_ABS loads read it.
@@ -165,6 +201,11 @@ enum EventFilter {
             instructions.append((Instruction(code: code, jumpIfTrue: 0, jumpIfFalse: 0, constant: constant), ifTrue, ifFalse))
         }
 
+        /// BPF_JA to `label`: its offset is the 32-bit constant, for targets a conditional jump cannot reach.
+        mutating func jumpAlways(to label: String) {
+            instructions.append((Instruction(code: EventFilter.jumpAlways, jumpIfTrue: 0, jumpIfFalse: 0, constant: 0), label, nil))
+        }
+
         mutating func label(_ name: String) { labels[name] = instructions.count }
 
         mutating func uniqueLabel() -> String {
@@ -175,12 +216,21 @@ enum EventFilter {
         func assemble() -> [Instruction] {
             instructions.enumerated().map { position, entry in
                 var instruction = entry.0
+                func distance(_ label: String) -> Int {
+                    guard let target = labels[label], target > position else {
+                        preconditionFailure("BPF jump to \(label) from \(position) goes backwards or nowhere")
+                    }
+                    return target - position - 1
+                }
+                if instruction.code == EventFilter.jumpAlways, let label = entry.ifTrue {
+                    instruction.constant = UInt32(distance(label))
+                    return instruction
+                }
                 func offset(_ label: String?) -> UInt8 {
                     guard let label else { return 0 }
-                    guard let target = labels[label], target > position, target - position - 1 <= 255 else {
-                        preconditionFailure("BPF jump to \(label) from \(position) cannot be encoded")
-                    }
-                    return UInt8(target - position - 1)
+                    let jump = distance(label)
+                    precondition(jump <= 255, "BPF jump to \(label) from \(position) cannot be encoded")
+                    return UInt8(jump)
                 }
                 instruction.jumpIfTrue = offset(entry.ifTrue)
                 instruction.jumpIfFalse = offset(entry.ifFalse)

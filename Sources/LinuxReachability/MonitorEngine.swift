@@ -102,6 +102,7 @@ struct EvaluationBudget: Sendable, Equatable {
 final class MonitorEngine: Sendable {
     private let configuration: PathMonitor.Configuration
     private let publish: @Sendable (NetworkPath) -> Void
+    private let publishHost: @Sendable (String, HostPath) -> Void
     /// An eventfd that `cancel()` (and a finished lookup, a check to start) writes to, waking
     /// the thread out of poll(2).
     private let wake: WakeSignal
@@ -140,14 +141,33 @@ final class MonitorEngine: Sendable {
         var lastPath: NetworkPath?
         /// Probe starts and cancels for the monitor thread to carry out.
         var probeActions: [ConnectivityScheduler.Action] = []
+        /// Hosts whose routes are followed (`PathMonitor.paths(to:)`).
+        var hosts = HostWatches()
+        /// Their addresses as prefixes, to test route changes against; the event filter's extra
+        /// destinations, replaced by the monitor thread when `isFilterStale`.
+        var hostPrefixes: [RoutePrefix] = []
+        var isFilterStale = false
+        /// A change only the hosts' routes may depend on (a route covering one of their addresses,
+        /// a new host, a resolver's answer).
+        var isHostsDirty = false
+        /// Resolver threads' answers, by host key.
+        var resolutions: [String: ConnectivityProbe.Resolution] = [:]
+        /// Each host's route path before connectivity is merged in, and what was last published.
+        var hostPaths: [String: NetworkPath] = [:]
+        var publishedHosts: [String: HostPath] = [:]
+        /// Classifications of links a host path leaves by that are not listed (loopback, a link
+        /// without a usable address), with the facts they were made from.
+        var unlistedClassifications: [Int32: (link: LinkInfo, classification: Classification)] = [:]
     }
 
     /// Datagrams read per drain before resolving the path and checking deadlines.
     private static let datagramsPerBatch = 512
 
-    init(configuration: PathMonitor.Configuration, publish: @escaping @Sendable (NetworkPath) -> Void) throws {
+    init(configuration: PathMonitor.Configuration, publish: @escaping @Sendable (NetworkPath) -> Void,
+         publishHost: @escaping @Sendable (String, HostPath) -> Void = { _, _ in }) throws {
         self.configuration = configuration
         self.publish = publish
+        self.publishHost = publishHost
         state = Mutex(EngineState(budget: EvaluationBudget(interval: configuration.minimumEvaluationInterval),
                                   scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init)))
         classifier = InterfaceClassifier(overrides: configuration.classificationOverrides)
@@ -184,7 +204,8 @@ final class MonitorEngine: Sendable {
             // Only a saving is lost: the same test runs in user space on every message.
             logger.warning("receiving every notification", metadata: ["error": "\(error)"])
         }
-        if let namespace = configuration.networkNamespace, configuration.connectivityCheck != nil {
+        if let namespace = configuration.networkNamespace {
+            // The monitor thread joins it: probe sockets and host name lookups belong there.
             namespaceDescriptor = try NetworkNamespace.openDescriptor(namespace)
         } else {
             namespaceDescriptor = nil
@@ -232,8 +253,9 @@ final class MonitorEngine: Sendable {
             wake.close()
         }
         if let namespaceDescriptor {
-            // Probe sockets and the resolver's must live in the monitored namespace; setns()
-            // moves only this thread, which is the one that opens them.
+            // Probe sockets and the resolvers' must live in the monitored namespace; setns()
+            // moves only this thread, which is the one that opens them (and starts the resolver
+            // threads, which inherit it).
             defer { close(namespaceDescriptor) }
             do {
                 try NetworkNamespace.join(descriptor: namespaceDescriptor)
@@ -253,8 +275,10 @@ final class MonitorEngine: Sendable {
         ]
         while true {
             if let probe { carryOutProbeActions(probe) }
+            carryOutHostWork()
             let (cancelled, due) = state.withLock { state in
-                (state.isCancelled, [state.quietDeadline, state.evaluationDeadline, state.scheduler?.deadline].compactMap { $0 }.min())
+                (state.isCancelled, [state.quietDeadline, state.evaluationDeadline, state.scheduler?.deadline,
+                                     state.hosts.deadline].compactMap { $0 }.min())
             }
             if cancelled { return }
             let deadline = [due, probe?.deadline].compactMap { $0 }.min()
@@ -309,6 +333,8 @@ final class MonitorEngine: Sendable {
         }
         configuration.logger.debug("connectivity checked", metadata: ["result": outcome.connectivity.rawValue, "answer": outcome.answer])
         if let path { publish(path) }
+        let hosts = state.withLock { state in state.isCancelled ? [] : changedHosts(&state) }
+        for (key, host) in hosts { publishHost(key, host) }
     }
 
     private func fireDueDeadlines() {
@@ -322,7 +348,7 @@ final class MonitorEngine: Sendable {
             return (quiet, evaluate && state.resync.isLive)
         }
         if quiet { quietTimerFired() }
-        if evaluate { evaluateAndPublish() }
+        if evaluate { evaluateAndPublish(primary: false) }
     }
 
     // MARK: Event handling (on the monitor thread)
@@ -343,7 +369,11 @@ final class MonitorEngine: Sendable {
                             state.statistics.messages += 1
                             switch parsed.message {
                             case .routingChanged(let change):
-                                if probes.contains(where: change.affects) { state.isDirty = true }
+                                if probes.contains(where: change.affects) {
+                                    state.isDirty = true
+                                } else if state.hostPrefixes.contains(where: change.affects) {
+                                    state.isHostsDirty = true
+                                }
                             default:
                                 let change = state.table.apply(parsed.message)
                                 if change == .path || (includesAll && change == .detail) { state.isDirty = true }
@@ -380,12 +410,12 @@ final class MonitorEngine: Sendable {
     private func evaluateSoon() {
         let now = ContinuousClock.now
         let evaluateNow = state.withLock { state -> Bool in
-            guard state.isDirty, state.resync.isLive, state.evaluationDeadline == nil else { return false }
+            guard state.isDirty || state.isHostsDirty, state.resync.isLive, state.evaluationDeadline == nil else { return false }
             guard let due = state.budget.take(at: now) else { return true }
             state.evaluationDeadline = due
             return false
         }
-        if evaluateNow { evaluateAndPublish() }
+        if evaluateNow { evaluateAndPublish(primary: false) }
     }
 
     private func armQuietTimer() {
@@ -446,29 +476,177 @@ final class MonitorEngine: Sendable {
         evaluateAndPublish()
     }
 
-    private func evaluateAndPublish() {
+    /// Resolves the primary path (after a change it may depend on, or a re-dump) and the path to
+    /// every watched host, and publishes what changed. A change that only hosts' routes depend on
+    /// costs their lookups alone.
+    private func evaluateAndPublish(primary: Bool = true) {
+        let (evaluatesPrimary, targets) = state.withLock { state -> (Bool, [String: [HostTarget]]) in
+            (primary || state.isDirty || state.lastPath == nil, state.hosts.watches.mapValues(\.targets))
+        }
         // Lookups first, outside the lock; the table read afterwards is at least as new.
         var lookups: [(AddressFamily, LookupResult)] = []
-        for (family, destination) in probes {
-            lookups.append((family, lookup(destination)))
+        if evaluatesPrimary {
+            for (family, destination) in probes {
+                lookups.append((family, lookup(destination)))
+            }
         }
-        let (path, cancelled) = state.withLock { state -> (NetworkPath, Bool) in
+        var hostLookups: [String: [PathEvaluator.HostLookup]] = [:]
+        var answers: [HostTarget: LookupResult] = [:]
+        for (key, targets) in targets {
+            hostLookups[key] = targets.map { target in
+                if let known = answers[target] { return PathEvaluator.HostLookup(target: target, result: known) }
+                let result = lookup(target)
+                answers[target] = result
+                return PathEvaluator.HostLookup(target: target, result: result)
+            }
+        }
+        let (path, hostUpdates, cancelled) = state.withLock { state -> (NetworkPath?, [(String, HostPath)], Bool) in
             // Evaluated in place: a copy of the table taken here would make the next change
             // copy every link (copy-on-write), an O(links) cost per evaluation.
             let interfaces = currentInterfaces(&state)
-            var path = PathEvaluator.evaluate(table: state.table, interfaces: interfaces, lookups: lookups)
-            state.lastPath = path
-            if let actions = state.scheduler?.pathChanged(path, at: Date()) {
-                // The path is published first; the check's answer is a second update.
-                state.probeActions += actions
-                if !actions.isEmpty, state.isRunning { wake.signal() }
+            var published: NetworkPath?
+            if evaluatesPrimary {
+                var path = PathEvaluator.evaluate(table: state.table, interfaces: interfaces, lookups: lookups)
+                if let last = state.lastPath, last.status != path.status || last.routes != path.routes {
+                    // Another network may resolve names to other addresses.
+                    state.hosts.primaryPathChanged()
+                }
+                state.lastPath = path
+                if let actions = state.scheduler?.pathChanged(path, at: Date()) {
+                    // The path is published first; the check's answer is a second update.
+                    state.probeActions += actions
+                    if !actions.isEmpty, state.isRunning { wake.signal() }
+                }
+                path = state.scheduler?.apply(to: path) ?? path
+                state.statistics.evaluations += 1
+                state.isDirty = false
+                published = path
             }
-            path = state.scheduler?.apply(to: path) ?? path
-            state.statistics.evaluations += 1
-            state.isDirty = false
-            return (path, state.isCancelled)
+            for (key, lookups) in hostLookups where state.hosts.watches[key] != nil {
+                state.hostPaths[key] = lookups.isEmpty ? nil : PathEvaluator.hostPath(
+                    lookups: lookups, table: state.table, interfaces: interfaces,
+                    interface: { link in hostInterface(link, &state) })
+            }
+            state.isHostsDirty = false
+            return (published, changedHosts(&state), state.isCancelled)
         }
-        if !cancelled { publish(path) }
+        if cancelled { return }
+        if let path { publish(path) }
+        for (key, host) in hostUpdates { publishHost(key, host) }
+    }
+
+    /// The watched hosts whose published path differs from what it should now be, recorded as published.
+    private func changedHosts(_ state: inout EngineState) -> [(String, HostPath)] {
+        let primary = state.lastPath.map { state.scheduler?.apply(to: $0) ?? $0 }
+        var updates: [(String, HostPath)] = []
+        for key in state.hosts.watches.keys.sorted() {
+            guard let watch = state.hosts.watches[key] else { continue }
+            var failure: String?
+            if case .failed(let message) = watch.resolution { failure = message }
+            // Nothing until the name has an answer: the first one is the first update.
+            if watch.resolution == .pending { continue }
+            let path = state.hostPaths[key].map { host in primary.map { PathEvaluator.withConnectivity(host, from: $0) } ?? host }
+            let host = HostPath(host: key, addresses: watch.targets.map(\.presentation), resolutionFailure: failure, path: path)
+            guard state.publishedHosts[key] != host else { continue }
+            state.publishedHosts[key] = host
+            updates.append((key, host))
+        }
+        return updates
+    }
+
+    /// The interface a host's route leaves by: listed, or classified now (loopback, a link whose
+    /// only addresses are link-local) and kept while its facts stay the same.
+    private func hostInterface(_ link: LinkInfo, _ state: inout EngineState) -> NetworkInterface {
+        if let listed = state.interfaces.first(where: { $0.index == link.index }) { return listed }
+        let classification: Classification
+        if let known = state.unlistedClassifications[link.index], known.link.name == link.name,
+           known.link.kind == link.kind, known.link.hardwareType == link.hardwareType {
+            classification = known.classification
+        } else {
+            let facts = sysfs?.facts(for: link)
+                ?? InterfaceFacts(name: link.name, hardwareType: link.hardwareType, linkKind: link.kind, isLoopback: link.isLoopback)
+            classification = classifier.classify(facts)
+            state.unlistedClassifications[link.index] = (link, classification)
+        }
+        return PathEvaluator.interface(link, table: state.table, classification: classification)
+    }
+
+    // MARK: Hosts
+
+    /// Follows the route to `key` (a `HostWatches.key(for:)`); the first answer is published.
+    func watch(host key: String) {
+        let running = state.withLock { state -> Bool in
+            guard !state.isCancelled else { return false }
+            if state.hosts.add(key) {
+                state.isFilterStale = true
+                state.isHostsDirty = true
+            }
+            return state.isRunning
+        }
+        if running { wake.signal() }
+    }
+
+    /// One subscription to `key` ended.
+    func unwatch(host key: String) {
+        state.withLock { state in
+            guard state.hosts.remove(key) else { return }
+            state.hostPaths[key] = nil
+            state.publishedHosts[key] = nil
+            state.isFilterStale = true
+        }
+    }
+
+    /// On the monitor thread: takes resolvers' answers, starts due resolutions, replaces the event
+    /// filter when the watched addresses changed, and evaluates what that changed.
+    private func carryOutHostWork() {
+        let now = ContinuousClock.now
+        let (starts, filter) = state.withLock { state -> ([(String, ConnectivityProbe.Resolution)], [RoutePrefix]?) in
+            for (key, resolution) in state.resolutions {
+                guard let answer = resolution.result.withLock({ $0 }) else { continue }
+                state.resolutions[key] = nil
+                let addresses = answer.map { $0.map(\.address) }
+                if state.hosts.resolved(key, addresses, at: now) {
+                    state.isFilterStale = true
+                    state.isHostsDirty = true
+                }
+            }
+            if state.hosts.expireFirstAnswers(at: now) { state.isHostsDirty = true }
+            guard !state.isCancelled else { return ([], nil) }
+            let starts = state.hosts.resolutionsToStart(at: now).map { key in
+                let resolution = ConnectivityProbe.Resolution()
+                state.resolutions[key] = resolution
+                return (key, resolution)
+            }
+            var filter: [RoutePrefix]?
+            if state.isFilterStale {
+                state.isFilterStale = false
+                let prefixes = state.hosts.prefixes
+                if prefixes != state.hostPrefixes {
+                    state.hostPrefixes = prefixes
+                    filter = prefixes
+                }
+            }
+            return (starts, filter)
+        }
+        if let filter {
+            // Before any lookup: a route change after the lookup is then never filtered away.
+            do {
+                try events.attachFilter(EventFilter.program(destinations: probePrefixes + filter))
+            } catch {
+                configuration.logger.warning("receiving every notification", metadata: ["error": "\(error)"])
+            }
+        }
+        let wake = self.wake
+        for (key, resolution) in starts {
+            // A thread inherits the network namespace of the thread that creates it (this one).
+            SystemThread.detach(name: "resolver") {
+                let answer = Syscalls.resolve(host: key, port: 80)
+                resolution.result.withLock { $0 = answer }
+                wake.signal()
+            }
+        }
+        let hasWork = state.withLock { $0.isHostsDirty }
+        if hasWork { evaluateSoon() }
     }
 
     /// The listed interfaces, rebuilt only when what they show changed, classifying only links
@@ -498,10 +676,23 @@ final class MonitorEngine: Sendable {
         return state.interfaces
     }
 
-    private func lookup(_ destination: [UInt8]) -> LookupResult {
+    /// The kernel's route to one of a host's addresses; a zone names the link it is scoped to.
+    private func lookup(_ target: HostTarget) -> LookupResult {
+        var interface: Int32?
+        if let zone = target.zone {
+            guard let index = state.withLock({ $0.table.links.values.first { $0.name == zone }?.index }) else {
+                return .failed(-ENODEV)
+            }
+            interface = index
+        }
+        return lookup(target.address, outputInterface: interface)
+    }
+
+    private func lookup(_ destination: [UInt8], outputInterface: Int32? = nil) -> LookupResult {
         let sequence = query.nextSequence()
         do {
-            let replies = try query.exchange(RTNetlink.routeLookup(destination: destination, sequence: sequence),
+            let replies = try query.exchange(RTNetlink.routeLookup(destination: destination, outputInterface: outputInterface,
+                                                                   sequence: sequence),
                                              sequence: sequence, isDump: false, routeReplies: true)
             for reply in replies {
                 switch reply.message {

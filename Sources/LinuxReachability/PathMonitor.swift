@@ -8,6 +8,10 @@ import Synchronization
 /// `start()` returns once the first path is known, so `currentPath` is valid right after it.
 /// Updates arrive through `paths` (an `AsyncStream` that yields the current path first) and
 /// through `pathUpdateHandler`. An update is published only when the path really changed.
+///
+/// `paths` is the primary path: the default route's. `paths(to:)` follows the route to one host,
+/// which a server on the local network, a link-local address or this host can have without any
+/// default route.
 public final class PathMonitor: Sendable {
     /// What to watch and how to classify it.
     public struct Configuration: Sendable {
@@ -64,6 +68,9 @@ public final class PathMonitor: Sendable {
         var continuations: [UUID: AsyncStream<NetworkPath>.Continuation] = [:]
         var engine: MonitorEngine?
         var isCancelled = false
+        /// Streams of `paths(to:)` by host key, and the last path published for each host.
+        var hostContinuations: [String: [UUID: AsyncStream<HostPath>.Continuation]] = [:]
+        var hostPaths: [String: HostPath] = [:]
     }
 
     /// Creates a monitor; nothing happens until `start()`.
@@ -104,26 +111,98 @@ public final class PathMonitor: Sendable {
     public func start() throws {
         let alreadyStarted = state.withLock { $0.engine != nil || $0.isCancelled }
         guard !alreadyStarted else { return }
-        let engine = try MonitorEngine(configuration: configuration) { [weak self] path in
+        let engine = try MonitorEngine(configuration: configuration, publish: { [weak self] path in
             self?.publish(path)
-        }
+        }, publishHost: { [weak self] key, host in
+            self?.publish(host, for: key)
+        })
         try engine.start()
         let cancelled = state.withLock { state -> Bool in
-            if !state.isCancelled { state.engine = engine }
+            if !state.isCancelled {
+                state.engine = engine
+                // Hosts asked for before the start: one subscription per stream, as unwatch counts.
+                for (key, streams) in state.hostContinuations {
+                    for _ in streams { engine.watch(host: key) }
+                }
+            }
             return state.isCancelled
         }
         if cancelled { engine.cancel() }
     }
 
+    /// The path to `host` (a name, or an IP literal such as `10.77.0.1` or `fe80::1%eth0`), as
+    /// `SCNetworkReachabilityCreateWithName` reported it: the kernel's route to the host's address
+    /// (`RTM_GETROUTE`, what `ip route get` prints), over whatever interface that is, with or
+    /// without a default route.
+    ///
+    /// Yields the latest answer first when the host is already followed, then every change: the
+    /// route to one of its addresses, the addresses a name resolves to (again after each change
+    /// of the primary path; a failed lookup is retried from 1 s to every 30 s), the interface's
+    /// state, the connectivity check's answer where it speaks for the host. A name yields nothing
+    /// until its first answer; text that is neither a name nor an IP literal yields one path with
+    /// `resolutionFailure` set. A change elsewhere (the default route moving while the host is on
+    /// the local network) is not an update. Ends on `cancel()`.
+    ///
+    /// Cost: one route lookup per address (at most 8 per host) after each routing, link or address
+    /// change that can matter, nothing per packet; the monitor's kernel-side filter passes route
+    /// changes that cover a followed address, and drops the rest as before.
+    public func paths(to host: String) -> AsyncStream<HostPath> {
+        let (stream, continuation) = AsyncStream.makeStream(of: HostPath.self, bufferingPolicy: .bufferingNewest(16))
+        guard let key = HostWatches.key(for: host) else {
+            continuation.yield(HostPath(host: host, addresses: [], resolutionFailure: "not a host name or an IP address", path: nil))
+            continuation.finish()
+            return stream
+        }
+        let id = UUID()
+        let finished = state.withLock { state -> Bool in
+            if state.isCancelled { return true }
+            if let current = state.hostPaths[key] { continuation.yield(current) }
+            state.hostContinuations[key, default: [:]][id] = continuation
+            // Under the lock, so start() registers it exactly once either way.
+            state.engine?.watch(host: key)
+            return false
+        }
+        if finished { continuation.finish(); return stream }
+        continuation.onTermination = { [weak self] _ in
+            self?.state.withLock { state in
+                guard state.hostContinuations[key]?.removeValue(forKey: id) != nil else { return }
+                if state.hostContinuations[key]?.isEmpty == true {
+                    state.hostContinuations[key] = nil
+                    state.hostPaths[key] = nil
+                }
+                state.engine?.unwatch(host: key)
+            }
+        }
+        return stream
+    }
+
+    /// The latest path to `host` while a `paths(to:)` stream follows it; nil otherwise, or before
+    /// its first answer.
+    public func currentPath(to host: String) -> HostPath? {
+        guard let key = HostWatches.key(for: host) else { return nil }
+        return state.withLock { $0.hostPaths[key] }
+    }
+
     /// Stops listening and finishes every stream.
     public func cancel() {
-        let (engine, continuations) = state.withLock { state in
+        let (engine, continuations, hostContinuations) = state.withLock { state in
             state.isCancelled = true
-            defer { state.continuations = [:]; state.engine = nil }
-            return (state.engine, Array(state.continuations.values))
+            defer { state.continuations = [:]; state.engine = nil; state.hostContinuations = [:] }
+            return (state.engine, Array(state.continuations.values), state.hostContinuations.values.flatMap(\.values))
         }
         engine?.cancel()
         for continuation in continuations { continuation.finish() }
+        for continuation in hostContinuations { continuation.finish() }
+    }
+
+    func publish(_ host: HostPath, for key: String) {
+        let continuations = state.withLock { state -> [AsyncStream<HostPath>.Continuation] in
+            guard !state.isCancelled, let streams = state.hostContinuations[key] else { return [] }
+            guard state.hostPaths[key] != host else { return [] }
+            state.hostPaths[key] = host
+            return Array(streams.values)
+        }
+        for continuation in continuations { continuation.yield(host) }
     }
 
     func publish(_ path: NetworkPath) {

@@ -17,6 +17,9 @@ struct ProbeResponseParser: Sendable {
         var bodyPrefix: [UInt8]
         /// Whether `bodyPrefix` is the whole body.
         var isBodyComplete: Bool
+        /// Whether a header line was exactly `X-NetworkManager-Status: online` (any case, CRLF):
+        /// NetworkManager's own servers say "online" this way, whatever the status and body.
+        var isMarkedOnline = false
     }
 
     enum Progress: Equatable, Sendable {
@@ -48,6 +51,8 @@ struct ProbeResponseParser: Sendable {
     /// Decides from everything received so far; `isEnd` when no more bytes will come.
     static func interpret(_ bytes: [UInt8], isEnd: Bool, bodyLimit: Int) -> Progress {
         var start = 0
+        // NetworkManager reads the header in every head libcurl hands it, interim ones included.
+        var markedOnline = false
         while true {
             guard let (headerEnd, bodyStart) = endOfHeaders(bytes, from: start) else {
                 if bytes.count - start > maximumHeaderBytes { return .malformed("header section longer than \(maximumHeaderBytes / 1024) KiB") }
@@ -57,11 +62,13 @@ struct ProbeResponseParser: Sendable {
                 return .needMore
             }
             if headerEnd - start > maximumHeaderBytes { return .malformed("header section longer than \(maximumHeaderBytes / 1024) KiB") }
-            let head: Head
+            var head: Head
             switch parseHead(bytes[start..<headerEnd]) {
             case .success(let parsed): head = parsed
             case .failure(let problem): return .malformed(problem.reason)
             }
+            markedOnline = markedOnline || head.isMarkedOnline
+            head.isMarkedOnline = markedOnline
             if (100...199).contains(head.status) {
                 start = bodyStart  // interim response (100 Continue): the real one follows
                 continue
@@ -77,7 +84,12 @@ struct ProbeResponseParser: Sendable {
         var location: String?
         var contentLength: Int?
         var isChunked = false
+        var isMarkedOnline = false
     }
+
+    /// NetworkManager's status header line, compared as it does: the whole line, any case, with
+    /// its CRLF (`HEADER_STATUS_ONLINE` and `g_ascii_strncasecmp` in nm-connectivity.c).
+    static let onlineHeaderLine = Array("x-networkmanager-status: online\r".utf8)
 
     /// End of the header block (index of the blank line) and start of the body; bare LF accepted.
     static func endOfHeaders(_ bytes: [UInt8], from start: Int) -> (Int, Int)? {
@@ -93,7 +105,11 @@ struct ProbeResponseParser: Sendable {
     }
 
     static func parseHead(_ block: ArraySlice<UInt8>) -> Result<Head, Problem> {
-        var lines = block.split(separator: 0x0A, omittingEmptySubsequences: false).map { line -> ArraySlice<UInt8> in
+        let rawLines = block.split(separator: 0x0A, omittingEmptySubsequences: false)
+        let isMarkedOnline = rawLines.dropFirst().contains { line in
+            line.count == onlineHeaderLine.count && zip(line, onlineHeaderLine).allSatisfy { asciiLowercase($0) == $1 }
+        }
+        var lines = rawLines.map { line -> ArraySlice<UInt8> in
             line.last == 0x0D ? line.dropLast() : line
         }
         while lines.last?.isEmpty == true { lines.removeLast() }
@@ -109,7 +125,7 @@ struct ProbeResponseParser: Sendable {
               statusLine.count == 12 || statusLine[statusLine.startIndex + 12] == 0x20 else {
             return .failure(Problem(reason: "invalid status code"))
         }
-        var head = Head(status: digits.reduce(0) { $0 * 10 + Int($1 - 0x30) })
+        var head = Head(status: digits.reduce(0) { $0 * 10 + Int($1 - 0x30) }, isMarkedOnline: isMarkedOnline)
         for line in lines.dropFirst() {
             guard let first = line.first else { continue }
             if first == 0x20 || first == 0x09 { return .failure(Problem(reason: "folded header line")) }
@@ -144,9 +160,12 @@ struct ProbeResponseParser: Sendable {
     static func body(_ bytes: [UInt8], from start: Int, head: Head, isEnd: Bool, bodyLimit: Int) -> Progress {
         func done(_ prefix: ArraySlice<UInt8>, whole: Bool) -> Progress {
             .complete(Response(status: head.status, location: head.location,
-                               bodyPrefix: Array(prefix.prefix(bodyLimit)), isBodyComplete: whole && prefix.count <= bodyLimit))
+                               bodyPrefix: Array(prefix.prefix(bodyLimit)), isBodyComplete: whole && prefix.count <= bodyLimit,
+                               isMarkedOnline: head.isMarkedOnline))
         }
         let available = bytes[start...]
+        // The status header decides alone: no body byte can change the answer.
+        if head.isMarkedOnline { return done([], whole: false) }
         if head.status == 204 || head.status == 304 { return done([], whole: true) }
         if head.isChunked {
             return chunked(available, isEnd: isEnd, bodyLimit: bodyLimit, head: head)
@@ -165,7 +184,7 @@ struct ProbeResponseParser: Sendable {
         var index = data.startIndex
         func result(whole: Bool) -> Progress {
             .complete(Response(status: head.status, location: head.location, bodyPrefix: Array(body.prefix(bodyLimit)),
-                               isBodyComplete: whole && body.count <= bodyLimit))
+                               isBodyComplete: whole && body.count <= bodyLimit, isMarkedOnline: head.isMarkedOnline))
         }
         while true {
             if body.count >= bodyLimit { return result(whole: false) }
@@ -204,6 +223,8 @@ struct ProbeResponseParser: Sendable {
         }
     }
 
+    static func asciiLowercase(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte + 0x20 : byte }
+
     static func trimmed(_ value: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
         var value = value
         while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
@@ -221,28 +242,40 @@ private extension Substring {
     }
 }
 
-/// Turns a probe's answer into connectivity, NetworkManager's way. Pure.
+/// Turns a probe's answer into connectivity by NetworkManager's rules (`nm-connectivity.c`:
+/// `easy_header_cb`, `easy_write_cb`, `_con_curl_check_connectivity`). Pure.
+///
+/// - A header line `X-NetworkManager-Status: online` is `full`, whatever the status and body
+///   (Ubuntu's and GNOME's servers answer `204` with it, and no body to match).
+/// - With an expected text, a body that starts with it is `full`, whatever the status (Fedora's
+///   `hotspot.txt` answers `200` with `OK`).
+/// - With none (`response=` empty), `204` (with any body) or a `200` with an empty body is `full`.
+/// - Anything else that answers is a captive portal, as for NetworkManager: a redirect (never
+///   followed; the portal is at its `Location` when that is an http(s) URL or a path), `511`, a
+///   page that is not the expected one, a body that stops short of it.
+/// - One deliberate difference: an HTTP error status (`4xx`, `5xx`, except `511`) without the
+///   expected answer is `limited`, where NetworkManager says `portal`. An error is not a login
+///   page, and `portal` would stop every download until a login that does not exist (a check
+///   server in trouble is not the user's network in trouble).
+/// Transport failures (timeout, refused, reset, DNS, a malformed reply) are `limited` in the
+/// probe, before classification, as curl errors are for NetworkManager.
 enum ConnectivityClassifier {
-    /// - the expected answer (204 when no body is expected; 200 whose body starts with the expected
-    ///   text, or an empty 200 when none is) is `full`;
-    /// - a redirect, `511 Network Authentication Required`, or a 200 with another body is `portal`,
-    ///   at the `Location` when it is an http(s) URL or path, else at the probe URL;
-    /// - any other status is `limited`.
     static func classify(_ response: ProbeResponseParser.Response, expected: [UInt8],
                          probe: ProbeURL, url: String) -> (Connectivity, portalURL: String?) {
-        let portal = { (response.location.flatMap(probe.resolve(location:))) ?? url }
+        if response.isMarkedOnline { return (.full, nil) }
+        if expected.isEmpty {
+            if response.status == 204 { return (.full, nil) }
+            if response.status == 200, response.bodyPrefix.isEmpty, response.isBodyComplete { return (.full, nil) }
+        } else if response.bodyPrefix.starts(with: expected) {
+            return (.full, nil)
+        }
         switch response.status {
-        case 204:
-            return expected.isEmpty ? (.full, nil) : (.limited, nil)
-        case 200:
-            if expected.isEmpty {
-                return response.bodyPrefix.isEmpty && response.isBodyComplete ? (.full, nil) : (.portal, url)
-            }
-            return response.bodyPrefix.starts(with: expected) ? (.full, nil) : (.portal, url)
         case 300...399, 511:
-            return (.portal, portal())
-        default:
+            return (.portal, response.location.flatMap(probe.resolve(location:)) ?? url)
+        case 400...599:
             return (.limited, nil)
+        default:
+            return (.portal, url)
         }
     }
 }

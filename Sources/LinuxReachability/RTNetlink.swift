@@ -63,6 +63,8 @@ enum RTNetlink {
     static let rtaTable: UInt16 = 15
     static let rtaVia: UInt16 = 18
     static let rtnUnicast: UInt8 = 1
+    /// A destination on this host (127.0.0.0/8, ::1, our own addresses): delivered over loopback.
+    static let rtnLocal: UInt8 = 2
     static let rtnhFLinkdown: UInt32 = 16
     static let rtmFLookupTable: UInt32 = 0x1000
 
@@ -370,10 +372,14 @@ extension RTNetlink {
         return message
     }
 
-    /// An RTM_GETROUTE lookup for `destination`, exactly what `ip route get` sends.
-    static func routeLookup(destination: [UInt8], sequence: UInt32) -> [UInt8] {
+    /// An RTM_GETROUTE lookup for `destination`, exactly what `ip route get` sends; with
+    /// `outputInterface`, what `ip route get ADDRESS oif DEV` sends (a link-local address's zone).
+    static func routeLookup(destination: [UInt8], outputInterface: Int32? = nil, sequence: UInt32) -> [UInt8] {
         let family = destination.count == 4 ? afInet : afInet6
-        let attribute = attributeBytes(type: rtaDst, value: destination)
+        var attribute = attributeBytes(type: rtaDst, value: destination)
+        if let outputInterface {
+            attribute += attributeBytes(type: rtaOif, value: withUnsafeBytes(of: outputInterface.littleEndian, Array.init))
+        }
         var message = header(length: headerSize + 12 + attribute.count, type: getRoute, flags: flagRequest, sequence: sequence)
         // rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags(u32)
         message += [family, UInt8(destination.count * 8), 0, 0, 0, 0, 0, 0]
@@ -421,6 +427,25 @@ enum IPAddress {
         var v6 = in6_addr()
         if inet_pton(AF_INET6, text, &v6) == 1 { return withUnsafeBytes(of: &v6, Array.init) }
         return nil
+    }
+
+    /// 127.0.0.0/8, `::1`, and IPv4-mapped 127.x: traffic that never leaves the host.
+    static func isLoopback(_ bytes: [UInt8]) -> Bool {
+        if bytes.count == 4 { return bytes[0] == 127 }
+        guard bytes.count == 16 else { return false }
+        if bytes[0..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }
+        return isIPv4Mapped(bytes) && bytes[12] == 127
+    }
+
+    /// 169.254.0.0/16 and fe80::/10: addresses that only mean something on one link.
+    static func isLinkLocal(_ bytes: [UInt8]) -> Bool {
+        if bytes.count == 4 { return bytes[0] == 169 && bytes[1] == 254 }
+        guard bytes.count == 16 else { return false }
+        return bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80
+    }
+
+    static func isIPv4Mapped(_ bytes: [UInt8]) -> Bool {
+        bytes.count == 16 && bytes[0..<10].allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF
     }
 
     static func format(_ bytes: [UInt8]) -> String? {

@@ -21,6 +21,11 @@ extension Notification.Name {
 /// ```
 /// Closures run on `callbackQueue` (the main queue by default, like on iOS: a command-line
 /// program must then run `dispatchMain()` or a run loop).
+///
+/// `Reachability(hostname:)` answers for one host, as Reachability.swift's did through
+/// `SCNetworkReachabilityCreateWithName`: reachable when the kernel has a usable route to the
+/// host's address (`PathMonitor.paths(to:)`), with or without a default route, so a server on the
+/// local network or this host is reachable on a LAN with no Internet.
 public final class Reachability: Sendable {
     /// Called with the facade when the network becomes (or stays, on another interface) reachable.
     public typealias NetworkReachable = @Sendable (Reachability) -> Void
@@ -34,9 +39,14 @@ public final class Reachability: Sendable {
         var whenUnreachable: NetworkUnreachable?
         var allowsCellularConnection = true
         var lastNotified: (Connection, String?)?
+        /// With a host name: its latest path, and the task that follows it.
+        var hostPath: HostPath?
+        var hostRelay: Task<Void, Never>?
     }
 
     private let monitor: PathMonitor
+    /// The host this facade answers for; nil for the primary path.
+    public let hostname: String?
     private let callbacks = Mutex(Callbacks())
     /// Queue on which the closures run and the notification is posted.
     public let callbackQueue: DispatchQueue
@@ -57,10 +67,22 @@ public final class Reachability: Sendable {
         }
     }
 
+    /// Creates a facade that answers for `hostname` (a name or an IP address), as
+    /// Reachability.swift's `init(hostname:)`; nothing is watched until `startNotifier()`.
+    @_alwaysEmitIntoClient
+    public convenience init(hostname: String, configuration: PathMonitor.Configuration = .init(),
+                            callbackQueue: DispatchQueue = .main, notificationCenter: NotificationCenter = .default) {
+        self.init(configuration: configuration, hostname: hostname, callbackQueue: callbackQueue,
+                  notificationCenter: notificationCenter) {
+            notificationCenter.post(name: .reachabilityChanged, object: $0)
+        }
+    }
+
     @usableFromInline
-    init(configuration: PathMonitor.Configuration, callbackQueue: DispatchQueue,
+    init(configuration: PathMonitor.Configuration, hostname: String? = nil, callbackQueue: DispatchQueue,
          notificationCenter: any AnyObject & Sendable, post: @escaping @Sendable (Reachability) -> Void) {
         monitor = PathMonitor(configuration: configuration)
+        self.hostname = hostname
         self.callbackQueue = callbackQueue
         notificationCenterObject = notificationCenter
         postChange = post
@@ -84,31 +106,68 @@ public final class Reachability: Sendable {
         set { callbacks.withLock { $0.allowsCellularConnection = newValue } }
     }
 
-    /// The full path behind the summary.
-    public var currentPath: NetworkPath { monitor.currentPath }
+    /// The full path behind the summary: the primary path, or with a host name the path to the
+    /// host (unsatisfied with `noRoute` while its name has not resolved or does not).
+    public var currentPath: NetworkPath {
+        guard hostname != nil else { return monitor.currentPath }
+        return callbacks.withLock { $0.hostPath?.path } ?? .unsatisfied(.noRoute)
+    }
+
+    /// The latest answer for the host name, with its addresses or why it did not resolve.
+    public var currentHostPath: HostPath? { callbacks.withLock { $0.hostPath } }
 
     /// The current connection.
     public var connection: Connection {
-        let connection = monitor.currentPath.connection
+        let connection = currentPath.connection
         return connection == .cellular && !allowsCellularConnection ? .unavailable : connection
     }
 
+    /// How long `startNotifier()` waits for a host name's first answer.
+    public static let hostResolutionWait = Duration.seconds(5)
+
     /// Starts watching; the matching closure runs once for the current state, then on changes.
+    /// With a host name, returns once the name has its first answer (an address literal at
+    /// once; a name within `hostResolutionWait`), so `connection` is meaningful right after.
     public func startNotifier() throws {
-        monitor.pathUpdateHandler = { [weak self] _ in self?.pathChanged() }
-        try monitor.start()
+        guard let hostname else {
+            monitor.pathUpdateHandler = { [weak self] _ in self?.pathChanged() }
+            try monitor.start()
+            pathChanged()
+            return
+        }
+        let stream = monitor.paths(to: hostname)
+        let answered = DispatchSemaphore(value: 0)
+        let relay = Task { [weak self] in
+            for await hostPath in stream {
+                guard let self else { return }
+                self.callbacks.withLock { $0.hostPath = hostPath }
+                answered.signal()
+                // A repeat of what startNotifier() reports is dropped by pathChanged().
+                self.pathChanged()
+            }
+        }
+        callbacks.withLock { $0.hostRelay = relay }
+        do {
+            try monitor.start()
+        } catch {
+            relay.cancel()
+            throw error
+        }
+        let nanoseconds = Self.hostResolutionWait.components.seconds * 1_000_000_000
+        _ = answered.wait(timeout: .now() + .nanoseconds(Int(nanoseconds)))
         pathChanged()
     }
 
     /// Stops watching; no closure runs afterwards.
     public func stopNotifier() {
         monitor.pathUpdateHandler = nil
+        callbacks.withLock { $0.hostRelay }?.cancel()
         monitor.cancel()
     }
 
     private func pathChanged() {
         let connection = self.connection
-        let interface = monitor.currentPath.primaryInterface?.name
+        let interface = currentPath.primaryInterface?.name
         let (changed, action) = callbacks.withLock { state -> (Bool, (@Sendable (Reachability) -> Void)?) in
             if let last = state.lastNotified, last.0 == connection, last.1 == interface { return (false, nil) }
             state.lastNotified = (connection, interface)
@@ -121,5 +180,8 @@ public final class Reachability: Sendable {
         }
     }
 
-    deinit { monitor.cancel() }
+    deinit {
+        callbacks.withLock { $0.hostRelay }?.cancel()
+        monitor.cancel()
+    }
 }

@@ -20,12 +20,15 @@ enum Syscalls {
         var family: AddressFamily
         /// `10.77.9.1:80` or `[2001:db8::1]:80`.
         var text: String
+        /// The 4 or 16 address bytes.
+        var address: [UInt8]
         fileprivate var storage: sockaddr_storage
         fileprivate var length: socklen_t
 
         /// From 4 or 16 address bytes and a port.
         init?(address bytes: [UInt8], port: UInt16) {
             guard let presentation = IPAddress.format(bytes) else { return nil }
+            address = bytes
             var storage = sockaddr_storage()
             if bytes.count == 4 {
                 var sin = sockaddr_in()

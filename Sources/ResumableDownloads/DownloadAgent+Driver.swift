@@ -54,6 +54,7 @@ extension DownloadAgent {
     func startDriver(_ id: UUID) {
         let (inputs, mailbox) = AsyncStream.makeStream(of: DriverInput.self)
         entries[id]?.mailbox = mailbox
+        followHost(of: id)
         entries[id]?.driver = Task { await self.drive(id, inputs: inputs, mailbox: mailbox) }
     }
 
@@ -80,7 +81,8 @@ extension DownloadAgent {
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
                                      mailbox: mailbox)
         var machine = DownloadStateMachine(policy: machinePolicy)
-        let start = pathWaiters.facts(allowsExpensive: download.options.allowsExpensive)
+        let start = pathWaiters.facts(allowsExpensive: download.options.allowsExpensive,
+                                      host: entries[id]?.followsHost == true ? entry.host : nil)
         var actions = machine.handle(.start(driver.facts, start), now: .now, random: .random(in: 0...1))
         var iterator = inputs.makeAsyncIterator()
         while true {
@@ -195,7 +197,8 @@ extension DownloadAgent {
     private func startAttempt(_ plan: DownloadStateMachine.AttemptPlan, _ driver: DriverResources) {
         let id = driver.id
         let file = driver.file
-        let usability = pathWaiters.usability(allowsExpensive: driver.download.options.allowsExpensive)
+        let host = entries[id]?.followsHost == true ? entries[id]?.host : nil
+        let usability = pathWaiters.usability(allowsExpensive: driver.download.options.allowsExpensive, host: host)
         let pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
         file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
         let record = file.record
@@ -223,7 +226,8 @@ extension DownloadAgent {
         let download = driver.download
         // Registered and queued in one actor turn: a path update handled after this sees the
         // transfer, and its abort is queued behind the start.
-        entries[id]?.transfer = ActiveTransfer(id: transferID, attempt: attempt, pathKey: PathKey(pathWaiters.path),
+        entries[id]?.transfer = ActiveTransfer(id: transferID, attempt: attempt,
+                                               pathKey: PathKey(pathWaiters.gatingPath(host: host)),
                                                pinnedInterface: pinnedInterface)
         let started = engine.start(transferID, request, into: file, progress: { [weak download] offset in
             download?.report(bytesReceived: offset, totalBytes: file.record.totalLength)
@@ -282,6 +286,7 @@ extension DownloadAgent {
         driver.timers = [:]
         probes.leave(driver.id)
         driver.mailbox.finish()
+        stopFollowingHost(of: driver.id)
         entries[driver.id]?.mailbox = nil
         entries[driver.id]?.transfer = nil
         entries[driver.id]?.driver = nil
@@ -307,6 +312,7 @@ extension DownloadAgent {
         entries[id]?.driver = nil
         entries[id]?.mailbox?.finish()
         entries[id]?.mailbox = nil
+        stopFollowingHost(of: id)
         scheduler.release(id)
         configuration.logger.warning("download failed", metadata: ["id": id.uuidString, "error": failure.description])
         entry.download.update(state: .failed(failure), event: .failed(failure))

@@ -13,7 +13,12 @@ import LinuxSystem
 /// without spending their retry budget.
 ///
 /// Path updates come from any `AsyncSequence` of `NetworkPath` (a `PathMonitor`'s `paths`, or a
-/// scripted stream in tests). Without one, the agent assumes it is connected.
+/// scripted stream in tests). Without one, the agent assumes it is connected. With paths to hosts
+/// (`PathMonitor.paths(to:)`, which `init(configuration:monitor:)` wires in), each download is
+/// gated by the kernel's route to its own server (or proxy) rather than the default route: a
+/// server on the local network, on a link-local address or on this host is downloaded from
+/// without any default route, and a path change that does not move that route leaves the
+/// transfer alone.
 public actor DownloadAgent {
     /// Limits, timeouts and places.
     public struct Configuration: Sendable {
@@ -135,6 +140,10 @@ public actor DownloadAgent {
         /// Where the driver takes its inputs from.
         var mailbox: AsyncStream<DriverInput>.Continuation?
         var transfer: ActiveTransfer?
+        /// Where its traffic goes first: the server, or the proxy that reaches it.
+        var host: String?
+        /// Whether its driver follows `host`'s path (released once when the driver ends).
+        var followsHost = false
     }
 
     /// The configuration in use.
@@ -143,6 +152,11 @@ public actor DownloadAgent {
     private let pathRelay: AsyncStream<NetworkPath>?
     private let pathForwarder: Task<Void, Never>?
     private var pathConsumer: Task<Void, Never>?
+    /// Paths to one host (`PathMonitor.paths(to:)`), nil when downloads follow the primary path only.
+    private let hostPathSource: (@Sendable (String) -> AsyncStream<HostPath>)?
+    /// Hosts followed for running downloads: how many drivers follow each, and the task that
+    /// relays its paths to this actor.
+    private var hostFollowers: [String: (count: Int, relay: Task<Void, Never>)] = [:]
     /// The path and what it means for each download.
     var pathWaiters: PathWaiters
     /// Who holds a transfer slot, who waits for one.
@@ -164,15 +178,20 @@ public actor DownloadAgent {
         probes = .shared(ServerWaitSchedule(interval: configuration.serverProbeInterval))
         pathRelay = nil
         pathForwarder = nil
+        hostPathSource = nil
     }
 
     /// An agent driven by `paths` (for example `PathMonitor.paths`, or a scripted stream in tests).
-    /// Until the first path arrives, downloads wait quietly.
-    public init<Paths: AsyncSequence & Sendable>(configuration: Configuration, paths: Paths) throws
+    /// Until the first path arrives, downloads wait quietly. With `hostPaths` (for example
+    /// `PathMonitor.paths(to:)`), each download is gated by the path to its server or proxy once
+    /// that has answered; a stream that ends hands the download back to `paths`.
+    public init<Paths: AsyncSequence & Sendable>(configuration: Configuration, paths: Paths,
+                                                 hostPaths: (@Sendable (String) -> AsyncStream<HostPath>)? = nil) throws
     where Paths.Element == NetworkPath {
         self.configuration = configuration
         engine = try TransferEngine()
-        self.pathWaiters = PathWaiters(hasPathSource: true)
+        self.pathWaiters = PathWaiters(hasPathSource: true, followsHosts: hostPaths != nil)
+        hostPathSource = hostPaths
         scheduler = DownloadScheduler(limit: configuration.maximumConcurrentDownloads)
         probes = .shared(ServerWaitSchedule(interval: configuration.serverProbeInterval))
         // The init cannot start an actor-isolated consumer, so a detached task relays the generic
@@ -187,15 +206,17 @@ public actor DownloadAgent {
         }
     }
 
-    /// An agent driven by a started `PathMonitor`.
+    /// An agent driven by a started `PathMonitor`: its primary path, and the route to each
+    /// download's server (`paths(to:)`).
     public init(configuration: Configuration, monitor: PathMonitor) throws {
-        try self.init(configuration: configuration, paths: monitor.paths)
+        try self.init(configuration: configuration, paths: monitor.paths, hostPaths: { monitor.paths(to: $0) })
     }
 
     deinit {
         engine.shutdown()
         pathForwarder?.cancel()
         pathConsumer?.cancel()
+        for follower in hostFollowers.values { follower.relay.cancel() }
     }
 
     /// The latest path the agent acts on; nil before the first update or without a path source.
@@ -269,7 +290,7 @@ public actor DownloadAgent {
                                 state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
                                                                            totalBytes: record.totalLength))
         prepare(download)
-        entries[id] = Entry(download: download, record: record)
+        entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
         creationOrder.append(id)
         scheduler.enqueue(id)
         configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": url.absoluteString])
@@ -333,7 +354,7 @@ public actor DownloadAgent {
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
                                 progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
-        entries[record.id] = Entry(download: download, record: record)
+        entries[record.id] = Entry(download: download, record: record, host: gateHost(for: record.url))
         creationOrder.append(record.id)
         scheduler.enqueue(record.id)
         configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
@@ -435,6 +456,8 @@ public actor DownloadAgent {
         engine.shutdown()
         pathForwarder?.cancel()
         pathConsumer?.cancel()
+        for follower in hostFollowers.values { follower.relay.cancel() }
+        hostFollowers = [:]
     }
 
     // MARK: path
@@ -456,14 +479,81 @@ public actor DownloadAgent {
                 "status": newPath.status.rawValue, "interface": newPath.primaryInterface?.name ?? "-",
                 "source": newPath.primaryRoute?.sourceAddress ?? "-"])
         }
-        let listeners = creationOrder.compactMap { id -> PathWaiters.Listener? in
+        post(pathWaiters.update(newPath, listeners: listeners()))
+    }
+
+    /// The downloads whose drivers hear about paths, in creation order.
+    private func listeners() -> [PathWaiters.Listener] {
+        creationOrder.compactMap { id -> PathWaiters.Listener? in
             guard let entry = entries[id], entry.mailbox != nil else { return nil }
             return PathWaiters.Listener(id: id, allowsExpensive: entry.download.options.allowsExpensive,
+                                        host: entry.followsHost ? entry.host : nil,
                                         transfer: entry.transfer.map { ($0.pathKey, $0.pinnedInterface) })
         }
-        for notice in pathWaiters.update(newPath, listeners: listeners) {
+    }
+
+    private func post(_ notices: [PathWaiters.Notice]) {
+        for notice in notices {
             entries[notice.id]?.mailbox?.yield(.machine(.pathChanged(notice.facts, rank: notice.rank)))
         }
+    }
+
+    /// Where a download's traffic goes first: the proxy libcurl will use for it, else its server.
+    private func gateHost(for url: URL) -> String? {
+        guard hostPathSource != nil else { return nil }
+        if let proxy = ProxyEnvironment.proxy(for: url, explicit: configuration.proxy) {
+            return URL(string: proxy.contains("://") ? proxy : "http://" + proxy)?.host
+        }
+        return url.host
+    }
+
+    /// A driver for a download to `host` starts: its path is followed while any driver needs it.
+    func followHost(of id: UUID) {
+        guard let source = hostPathSource, let host = entries[id]?.host, entries[id]?.followsHost == false else { return }
+        entries[id]?.followsHost = true
+        if let follower = hostFollowers[host] {
+            hostFollowers[host] = (follower.count + 1, follower.relay)
+            return
+        }
+        let stream = source(host)
+        let relay = Task { [weak self] in
+            for await hostPath in stream {
+                guard let self else { return }
+                await self.apply(hostPath, for: host)
+            }
+            guard !Task.isCancelled else { return }
+            await self?.hostPathsEnded(host)
+        }
+        hostFollowers[host] = (1, relay)
+    }
+
+    /// A driver ended: the last one for a host stops following it.
+    func stopFollowingHost(of id: UUID) {
+        guard let host = entries[id]?.host, entries[id]?.followsHost == true else { return }
+        entries[id]?.followsHost = false
+        guard let follower = hostFollowers[host] else { return }
+        if follower.count > 1 {
+            hostFollowers[host] = (follower.count - 1, follower.relay)
+        } else {
+            follower.relay.cancel()
+            hostFollowers[host] = nil
+            pathWaiters.forget(host)
+        }
+    }
+
+    private func apply(_ hostPath: HostPath, for host: String) {
+        guard hostFollowers[host] != nil else { return }
+        if pathWaiters.hostPaths[host]?.path.map(PathKey.init) != hostPath.path.map(PathKey.init) {
+            configuration.logger.info("path to host changed", metadata: [
+                "host": host, "status": hostPath.path?.status.rawValue ?? "unresolved",
+                "interface": hostPath.path?.primaryInterface?.name ?? "-", "addresses": hostPath.addresses.joined(separator: " ")])
+        }
+        post(pathWaiters.update(hostPath, for: host, listeners: listeners()))
+    }
+
+    private func hostPathsEnded(_ host: String) {
+        guard hostFollowers[host] != nil else { return }
+        post(pathWaiters.unfollow(host, listeners: listeners()))
     }
 
     // MARK: scheduling
@@ -510,6 +600,16 @@ public func withDownloadAgent<Result: Sendable>(
     _ body: (DownloadAgent) async throws -> Result
 ) async throws -> Result {
     try await runThenShutDown(try DownloadAgent(configuration: configuration), body)
+}
+
+/// Runs `body` with an agent driven by a started `PathMonitor` (its primary path and the route to
+/// each download's server) and shuts it down afterwards, whatever happens.
+public func withDownloadAgent<Result: Sendable>(
+    configuration: DownloadAgent.Configuration,
+    monitor: PathMonitor,
+    _ body: (DownloadAgent) async throws -> Result
+) async throws -> Result {
+    try await runThenShutDown(try DownloadAgent(configuration: configuration, monitor: monitor), body)
 }
 
 /// Runs `body` with an agent driven by `paths` (e.g. `PathMonitor.paths`) and shuts it down

@@ -295,7 +295,8 @@ public final class ResumableURLSession: Sendable {
                 }
                 let recorded = monitor.paths.map { latestPath.record($0) }
                 return .success(Engine(directory: directory,
-                                       agent: try DownloadAgent(configuration: agentConfiguration, paths: recorded),
+                                       agent: try DownloadAgent(configuration: agentConfiguration, paths: recorded,
+                                                                hostPaths: { monitor.paths(to: $0) }),
                                        monitor: monitor))
             }
         } catch let error as DownloadError {

@@ -6,7 +6,9 @@ import Testing
 /// An HTTP probe server in the router namespace at 10.77.9.1:80 whose answer the test switches:
 /// `full` (204), `online` (200 with NetworkManager's text), `redirect` (302 to a login page),
 /// `login` (200 with a login page), `flood` (200 with an endless body), `silent` (accepts, never
-/// answers). Every request is counted on the server.
+/// answers), `ubuntu` (204 with `X-NetworkManager-Status: online`, as connectivity-check.ubuntu.com
+/// answers), `fedora` (200 `OK`, as fedoraproject.org/static/hotspot.txt), `error` (503 with a
+/// page). Every request is counted on the server.
 struct ProbeServer {
     static let address = "10.77.9.1"
     static let url = "http://10.77.9.1/check"
@@ -34,6 +36,9 @@ struct ProbeServer {
                 mode = open(os.path.join(directory, "mode")).read().strip()
                 if self.path == "/file" and mode in ("full", "online"): self.reply(200, bytes(range(256)) * 1024)
                 elif mode == "full": self.reply(204)
+                elif mode == "ubuntu": self.reply(204, headers=[("X-NetworkManager-Status", "online")])
+                elif mode == "fedora": self.reply(200, b"OK\\n")
+                elif mode == "error": self.reply(503, b"<html>Service Unavailable</html>")
                 elif mode == "online": self.reply(200, b"NetworkManager is online\\n")
                 elif mode == "redirect": self.reply(302, headers=[("Location", "http://10.77.9.1/login?from=check")])
                 elif mode == "login": self.reply(200, b"<html><form action=/login>Log in</form></html>")
@@ -211,20 +216,8 @@ struct ConnectivityIntegrationTests {
 
 @Suite("reachability status / watch / wait with a connectivity check", .serialized, .enabled(if: isRoot, rootReason))
 struct ConnectivityCommandLineTests {
-    /// Runs the built binary with `environment` added to this process's.
     func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
-        let process = Process()
-        process.executableURL = try builtBinary()
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+        try runBuilt(arguments, environment: environment)
     }
 
     @Test("NetworkManager's [connectivity] is honoured; status waits for the answer; wait --require internet")

@@ -301,13 +301,7 @@ struct ReachabilityFacadeIntegrationTests {
 
     /// The next event, or nil after a 5 s deadline.
     private func next(_ events: EventQueue) async -> String? {
-        await withTaskGroup(of: String?.self) { group in
-            group.addTask { await events.next() }
-            group.addTask { await deadline(.seconds(5)); return nil }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
+        await events.next(within: .seconds(5))
     }
 }
 
@@ -320,5 +314,16 @@ actor EventQueue {
         let value = await copy.next(isolation: self)
         iterator = copy
         return value
+    }
+
+    /// The next event, or nil once `timeout` has passed.
+    nonisolated func next(within timeout: Duration) async -> String? {
+        await withTaskGroup(of: String?.self) { group in
+            group.addTask { await self.next() }
+            group.addTask { await deadline(timeout); return nil }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
     }
 }

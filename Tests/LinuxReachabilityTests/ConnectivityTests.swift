@@ -123,7 +123,51 @@ struct ConnectivityClassifierTests {
     @Test func errorsAreLimited() {
         #expect(classify(404).0 == .limited)
         #expect(classify(503).0 == .limited)
-        #expect(classify(204, expected: "online").0 == .limited)
+        #expect(classify(500, body: "<html>oops", expected: "OK").0 == .limited)
+    }
+
+    func classify(_ text: String, expected: String) -> (Connectivity, String?) {
+        guard let response = response(parse(text, bodyLimit: expected.utf8.count)) else { return (.unknown, "malformed") }
+        let result = ConnectivityClassifier.classify(response, expected: Array(expected.utf8), probe: probe, url: url)
+        return (result.0, result.portalURL)
+    }
+
+    @Test("NetworkManager's rules, from nm-connectivity.c")
+    func networkManagerRules() {
+        let nmDefault = "NetworkManager is online"
+        // Ubuntu's connectivity-check.ubuntu.com: 204 and the status header, checked with NM's
+        // default response text: the header decides, whatever the status and body.
+        #expect(classify("HTTP/1.1 204 No Content\r\nX-NetworkManager-Status: online\r\n\r\n", expected: nmDefault) == (.full, nil))
+        #expect(classify("HTTP/1.1 200 OK\r\nx-networkmanager-status: ONLINE\r\nContent-Length: 6\r\n\r\n<html>", expected: nmDefault) == (.full, nil))
+        #expect(classify("HTTP/1.1 302 Found\r\nLocation: /x\r\nX-NetworkManager-Status: online\r\n\r\n", expected: "") == (.full, nil))
+        // Only that exact line: another value, spacing or a bare LF is not the header.
+        #expect(classify("HTTP/1.1 204 No Content\r\nX-NetworkManager-Status: offline\r\n\r\n", expected: nmDefault) == (.portal, url))
+        #expect(classify("HTTP/1.1 204 No Content\r\nX-NetworkManager-Status:online\r\n\r\n", expected: nmDefault) == (.portal, url))
+        #expect(classify("HTTP/1.1 204 No Content\nX-NetworkManager-Status: online\n\n", expected: nmDefault) == (.portal, url))
+        #expect(classify("HTTP/1.1 204 No Content\r\nX-NetworkManager-Status: online-ish\r\n\r\n", expected: nmDefault) == (.portal, url))
+        // Fedora's hotspot.txt: 200 "OK" (with a newline after it).
+        #expect(classify("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nOK\n", expected: "OK") == (.full, nil))
+        // An empty response= accepts 204 (with any body) and an empty 200; a 200 with content is a portal.
+        #expect(classify("HTTP/1.1 204 No Content\r\n\r\n", expected: "") == (.full, nil))
+        #expect(classify("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", expected: "") == (.full, nil))
+        #expect(classify("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nlogin", expected: "") == (.portal, url))
+        // A 204 where a text is expected, or a body that stops short of it: portal, as for NM.
+        #expect(classify("HTTP/1.1 204 No Content\r\n\r\n", expected: nmDefault) == (.portal, url))
+        #expect(classify("HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\nNetwork", expected: nmDefault) == (.portal, url))
+        // The expected text decides whatever the status.
+        #expect(classify("HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nOK", expected: "OK") == (.full, nil))
+        // Redirects are never followed: the portal is where they point.
+        #expect(classify("HTTP/1.1 302 Found\r\nLocation: http://portal.example/\r\nContent-Length: 0\r\n\r\n", expected: "OK")
+                == (.portal, "http://portal.example/"))
+    }
+
+    @Test func theStatusHeaderDecidesWithoutTheBody() throws {
+        var parser = ProbeResponseParser(bodyLimit: 24)
+        let progress = parser.consume(Array("HTTP/1.1 200 OK\r\nX-NetworkManager-Status: online\r\nContent-Length: 99999\r\n\r\n".utf8))
+        #expect(try #require(response(progress)).isMarkedOnline)
+        // In an interim head too, as libcurl hands NetworkManager every header line.
+        let interim = try #require(response(parse("HTTP/1.1 100 Continue\r\nX-NetworkManager-Status: online\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n")))
+        #expect(interim.isMarkedOnline)
     }
 
     @Test("probe URLs: plain http only, nothing that could reach the request line", arguments: [

@@ -113,4 +113,60 @@ struct EventFilterTests {
         body += RTNetlink.attributeBytes(type: RTNetlink.rtaTable, value: [254, 0, 0, 0])
         #expect(runFilter(program, on: RTNetlink.header(length: 16 + body.count, type: RTNetlink.newRoute, flags: 0, sequence: 0) + body) != 0)
     }
+
+    @Test("with the watched hosts' addresses: a route is kept exactly when user space would keep it",
+          arguments: [1, 8, EventFilter.maximumDestinationsPerFamily])
+    func manyDestinations(count: Int) {
+        var generator = SeededGenerator(state: UInt64(count))
+        var destinations = [RoutePrefix(address: [8, 8, 8, 8])!, RoutePrefix(address: IPAddress.parse("2001:4860:4860::8888")!)!]
+        for _ in 1..<count {
+            destinations.append(RoutePrefix(address: [10, UInt8.random(in: 0...255, using: &generator), UInt8.random(in: 0...255, using: &generator), 1])!)
+            destinations.append(RoutePrefix(address: [0xfd, 0x00] + (0..<14).map { _ in UInt8.random(in: 0...255, using: &generator) })!)
+        }
+        let program = EventFilter.program(destinations: destinations)
+        #expect(program.count < 4096)
+        var kept = 0
+        for _ in 0..<3000 {
+            // Prefixes near the destinations (so some cover them) and far from them.
+            let base = destinations.randomElement(using: &generator)!
+            let isIPv4 = base.family == .ipv4
+            var address = (try? #require(RoutePrefix(address: isIPv4 ? [0, 0, 0, 0] : [UInt8](repeating: 0, count: 16))))!
+            address.high = Bool.random(using: &generator) ? base.high : UInt64.random(in: 0...UInt64.max, using: &generator)
+            address.low = Bool.random(using: &generator) ? base.low : UInt64.random(in: 0...UInt64.max, using: &generator)
+            if isIPv4 { address.high &= 0xFFFF_FFFF_0000_0000; address.low = 0 }
+            let length = UInt8.random(in: 1...(isIPv4 ? 32 : 128), using: &generator)
+            var bytes = [UInt8](repeating: 0, count: isIPv4 ? 4 : 16)
+            for index in bytes.indices {
+                let word = index < 8 ? address.high : address.low
+                bytes[index] = UInt8(truncatingIfNeeded: word >> (56 - 8 * UInt64(index % 8)))
+            }
+            let packet = routeNotification(IPAddress.format(bytes)!, length)
+            guard case .routingChanged(let change) = RTNetlink.parse(packet).first?.message else {
+                Issue.record("not parsed")
+                return
+            }
+            let expected = destinations.contains(where: change.affects)
+            if expected { kept += 1 }
+            #expect((runFilter(program, on: packet) != 0) == expected, "\(IPAddress.format(bytes)!)/\(length)")
+        }
+        // Both outcomes were drawn many times.
+        #expect(kept > 300 && kept < 2700, "\(kept) of 3000 kept")
+    }
+
+    @Test func beyondTheLimitEveryRouteOfThatFamilyIsKept() {
+        let many = (0...EventFilter.maximumDestinationsPerFamily).map { RoutePrefix(address: [10, 0, UInt8($0), 1])! }
+        let program = EventFilter.program(destinations: many + [RoutePrefix(address: IPAddress.parse("2001:4860:4860::8888")!)!])
+        #expect(runFilter(program, on: routeNotification("172.16.0.0", 16)) != 0)
+        #expect(runFilter(program, on: routeNotification("fd00::", 16)) == 0)
+    }
+}
+
+
+/// Knuth's MMIX linear congruential generator: the cases are drawn, and replay, from a seed.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+        return state ^ (state >> 29)
+    }
 }

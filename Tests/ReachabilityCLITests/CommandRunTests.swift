@@ -73,7 +73,7 @@ struct CommandRunTests {
             script: [Fixtures.satisfiedWifi, Fixtures.noRoute, Fixtures.noRoute, Fixtures.dualStackWifi])
         #expect(harness.standardOutput.lines == [
             "2026-11-30T06:00:00.125Z reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)",
-            "2026-11-30T06:00:00.125Z unreachable: no route",
+            "2026-11-30T06:00:00.125Z unreachable: no route beyond the local network (wlp2s0, 192.0.2.20)",
             "2026-11-30T06:00:00.125Z reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1; 2001:db8::20, gw fe80::1)",
         ])
         #expect(harness.standardError.text.isEmpty)

@@ -38,6 +38,30 @@ struct ConnectivityCommandTests {
         }
     }
 
+    @Test("connectivity-interval is whole seconds from 1 s to a week, as NetworkManager's",
+          arguments: ["0.001", "0.5", "1.5", "1e3", "0", "-1", "604801", "99999999999999999999", "300s", "", "+1"])
+    func intervalBound(value: String) {
+        do {
+            _ = try ConnectivityConfiguration.parseReachabilityConf("connectivity-interval=\(value)", path: "/x.conf")
+            Issue.record("accepted connectivity-interval=\(value)")
+        } catch {
+            #expect(error.description.hasPrefix("/x.conf:1: connectivity-interval must be whole seconds from 1 to 604800 (a week), as NetworkManager's interval"))
+            #expect(error.description.contains("connectivity-url=none") == (value == "0"))
+        }
+    }
+
+    @Test func intervalBoundsAccepted() throws {
+        #expect(try ConnectivityConfiguration.parseReachabilityConf("connectivity-interval=1", path: "/x").interval == .seconds(1))
+        #expect(try ConnectivityConfiguration.parseReachabilityConf("connectivity-interval=604800", path: "/x").interval == .seconds(604_800))
+        // The library refuses a sub-second interval too.
+        #expect(throws: ReachabilityError.self) { try ConnectivityCheck(url: "http://192.0.2.9/", interval: .milliseconds(1)) }
+        // NetworkManager's own reading: junk is its default 300 s, more than a week is a week.
+        #expect(ConnectivityConfiguration.parseNetworkManager([("/a", "[connectivity]\nuri=http://x/\ninterval=0.001\n")])?.interval == .seconds(300))
+        #expect(ConnectivityConfiguration.parseNetworkManager([("/a", "[connectivity]\nuri=http://x/\ninterval=9999999\n")])?.interval == .seconds(604_800))
+        // An empty response= expects 204 (or an empty 200), as NetworkManager does.
+        #expect(ConnectivityConfiguration.parseNetworkManager([("/a", "[connectivity]\nuri=http://x/\nresponse=\n")])?.response == "")
+    }
+
     @Test("NetworkManager: later files win, /etc hides the same name elsewhere, disabled means off")
     func networkManager() {
         let files = [

@@ -7,7 +7,8 @@ import Testing
 struct PathOutputTests {
     @Test(arguments: [
         (Fixtures.satisfiedWifi, "reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)"),
-        (Fixtures.noRoute, "unreachable: no route"),
+        (Fixtures.noRoute, "unreachable: no route beyond the local network (wlp2s0, 192.0.2.20)"),
+        (NetworkPath.unsatisfied(.noRoute), "unreachable: no route"),
         (NetworkPath.unsatisfied(.noCarrier), "unreachable: no carrier"),
         (Fixtures.ipv6OnlyWired, "reachable via wired (eth0, 2001:db8::7, gw fe80::1)"),
         (Fixtures.dualStackWifi, "reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1; 2001:db8::20, gw fe80::1)"),
@@ -38,7 +39,7 @@ struct PathOutputTests {
     @Test func watchLineStartsWithISO8601Milliseconds() {
         #expect(PathText.line(Fixtures.satisfiedWifi, at: Fixtures.time)
                 == "2026-11-30T06:00:00.125Z reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)")
-        #expect(PathText.line(Fixtures.noRoute, at: Fixtures.time) == "2026-11-30T06:00:00.125Z unreachable: no route")
+        #expect(PathText.line(Fixtures.noRoute, at: Fixtures.time) == "2026-11-30T06:00:00.125Z unreachable: no route beyond the local network (wlp2s0, 192.0.2.20)")
     }
 
     @Test func explanationShowsEvidenceStateAddressesAndRoutes() {

@@ -87,9 +87,40 @@ struct WaitTests {
         #expect(harness.standardOutput.text.isEmpty)
         #expect(harness.standardError.text == """
             reachability wait: timed out after 2.5s waiting for a reachable path that is not expensive; \
-            last path: unreachable: no route
+            last path: unreachable: no route beyond the local network (wlp2s0, 192.0.2.20)
 
             """)
+    }
+
+    @Test("wait --host follows the route to the host, not the default route")
+    func waitForHost() async {
+        let lan = HostPath(host: "10.77.0.1", addresses: ["10.77.0.1"], resolutionFailure: nil, path: Fixtures.wiredOnLink)
+        let unreachable = HostPath(host: "10.77.0.1", addresses: ["10.77.0.1"], resolutionFailure: nil, path: .unsatisfied(.noCarrier))
+        // No default route at all, and the host is reachable: exit 0.
+        let source = ScriptedPathSource(current: Fixtures.noRoute, hostScript: [unreachable, lan], staysOpen: true)
+        let harness = Harness(source: source)
+        #expect(await harness.run(["wait", "--host", "10.77.0.1", "--timeout", "10"]) == 0)
+        #expect(harness.standardError.text.isEmpty)
+        // A satisfied default route does not help an unreachable host; the diagnostic names it.
+        // (The script ends, so the outcome comes after every answer was seen, whatever the timing.)
+        let unresolved = HostPath(host: "lan.example", addresses: [], resolutionFailure: "Name or service not known", path: nil)
+        let ended = Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, hostScript: [unresolved]))
+        #expect(await ended.run(["wait", "--host", "lan.example", "--timeout", "inf"]) == 1)
+        #expect(ended.standardError.text == """
+            reachability wait: the monitor stopped before finding a reachable path to lan.example; \
+            last path: cannot resolve lan.example: Name or service not known
+
+            """)
+        // --timeout 0 checks the host's first answer.
+        let once = Harness(source: ScriptedPathSource(current: Fixtures.noRoute, hostScript: [lan], staysOpen: true))
+        #expect(await once.run(["wait", "--host", "10.77.0.1", "--timeout", "0"]) == 0)
+    }
+
+    @Test(arguments: [["--host", "bad host"], ["--host", "a/b"], ["--host", "x.example", "--require", "internet"]])
+    func waitForHostUsage(arguments: [String]) async {
+        let harness = Harness()
+        #expect(await harness.run(["wait"] + arguments) == 64)
+        #expect(harness.standardError.text.contains("--host"))
     }
 
     @Test func waitCommandExitsOneWhenTheMonitorStops() async {
@@ -98,7 +129,7 @@ struct WaitTests {
         #expect(await harness.run(["wait", "--require", "wifi", "--timeout", "inf"]) == 1)
         #expect(harness.standardError.text == """
             reachability wait: the monitor stopped before finding a reachable wifi path; \
-            last path: unreachable: no route
+            last path: unreachable: no route beyond the local network (wlp2s0, 192.0.2.20)
 
             """)
     }

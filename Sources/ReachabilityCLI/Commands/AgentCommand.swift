@@ -117,7 +117,8 @@ struct AgentCommand: Command {
                                                                 maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
                                                                 logger: logger)
                 transport.apply(to: &configuration, workingDirectory: context.currentDirectory)
-                return try DownloadAgent(configuration: configuration, paths: source.paths)
+                return try DownloadAgent(configuration: configuration, paths: source.paths,
+                                         hostPaths: { source.paths(to: $0) })
             },
             emit: emitLine,
             summaryChanged: { summary in notifier.notify("STATUS=\(summary)") },

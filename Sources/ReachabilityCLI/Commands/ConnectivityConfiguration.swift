@@ -69,7 +69,7 @@ enum ConnectivityConfiguration {
             case "connectivity-response":
                 settings.response = value
             case "connectivity-interval":
-                settings.interval = try seconds(value, place: place, key: key)
+                settings.interval = try wholeSeconds(value, place: place, key: key)
             case "connectivity-timeout":
                 settings.timeout = try seconds(value, place: place, key: key)
             default:
@@ -123,9 +123,11 @@ enum ConnectivityConfiguration {
         var settings = ConnectivitySettings(url: uri, source: "\(path) [connectivity]")
         settings.response = values["response"]?.0 ?? networkManagerDefaultResponse
         if let interval = values["interval"]?.0 {
-            guard let seconds = Int(interval), seconds >= 0 else { return nil }
-            if seconds == 0 { return nil }  // NetworkManager: 0 disables the check
-            settings.interval = .seconds(seconds)
+            // As NetworkManager reads it (nm-config-data.c, nm-connectivity.c): whole seconds,
+            // anything else is its default, 0 turns the check off, at most a week.
+            let seconds = UInt32(interval).map(Int.init) ?? networkManagerDefaultInterval
+            if seconds == 0 { return nil }
+            settings.interval = .seconds(min(seconds, maximumIntervalSeconds))
         }
         return settings
     }
@@ -139,6 +141,22 @@ enum ConnectivityConfiguration {
         } catch {
             throw ConfigurationError(description: "\(settings.source ?? "connectivity check"): \(error.description)")
         }
+    }
+
+    /// NetworkManager's interval when `[connectivity]` sets none or an unreadable one.
+    static let networkManagerDefaultInterval = 300
+    /// NetworkManager's longest interval: a week.
+    static let maximumIntervalSeconds = 7 * 24 * 3600
+
+    /// The interval between checks while full: whole seconds from 1 to a week, as NetworkManager
+    /// takes it. A fraction is refused rather than rounded: `0.001` would be about 550 checks a
+    /// second against someone's server.
+    static func wholeSeconds(_ text: String, place: String, key: String) throws(ConfigurationError) -> Duration {
+        guard text.count <= 7, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text), (1...maximumIntervalSeconds).contains(value) else {
+            let hint = text == "0" ? "; to turn the check off, set connectivity-url=none" : ""
+            throw ConfigurationError(description: "\(place): \(key) must be whole seconds from 1 to \(maximumIntervalSeconds) (a week), as NetworkManager's interval, got '\(text)'\(hint)")
+        }
+        return .seconds(value)
     }
 
     static func seconds(_ text: String, place: String, key: String) throws(ConfigurationError) -> Duration {

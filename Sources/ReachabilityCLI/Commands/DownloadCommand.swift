@@ -289,6 +289,7 @@ struct DownloadCommand: Command {
             do {
                 // A stream per agent: an AsyncStream hands each element to one consumer only.
                 session = try await DownloadSession.open(job, stateRoot: stateRoot, paths: source.paths,
+                                                         hostPaths: { source.paths(to: $0) },
                                                          configuration: makeConfiguration, options: options)
             } catch let failure as CommandFailure {
                 return JobFailure(job: job, message: failure.message, exitCode: failure.exitCode)

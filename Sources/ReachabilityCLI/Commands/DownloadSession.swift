@@ -65,6 +65,7 @@ final class DownloadSession: Sendable {
     /// Restores the job's resume record if there is one, else starts a new download.
     /// Throws `CommandFailure` when the destination exists, the job is locked, or the agent fails.
     static func open(_ job: DownloadCommand.Job, stateRoot: URL, paths: AsyncStream<NetworkPath>,
+                     hostPaths: @escaping @Sendable (String) -> AsyncStream<HostPath>,
                      configuration: (URL) -> DownloadAgent.Configuration,
                      options: DownloadOptions) async throws -> DownloadSession {
         let directory = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
@@ -102,7 +103,7 @@ final class DownloadSession: Sendable {
             }
             let agent: DownloadAgent
             do {
-                agent = try DownloadAgent(configuration: configuration(directory), paths: paths)
+                agent = try DownloadAgent(configuration: configuration(directory), paths: paths, hostPaths: hostPaths)
             } catch {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
             }

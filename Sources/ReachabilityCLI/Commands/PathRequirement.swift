@@ -13,6 +13,8 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     var connection: Connection = .any
     /// False for `--not-expensive`.
     var allowsExpensive = true
+    /// `--host`: the path is the route to this host, not the default route.
+    var host: String?
 
     /// Whether `path` qualifies. The kind compares `NetworkPath.connection`, so a VPN over wifi is wifi.
     func isMet(by path: NetworkPath) -> Bool {
@@ -31,7 +33,8 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     var description: String {
         let kind = connection == .any || connection == .internet ? "" : "\(connection.rawValue) "
         let internet = connection == .internet ? " with full internet connectivity" : ""
-        return "a reachable \(kind)path\(internet)" + (allowsExpensive ? "" : " that is not expensive")
+        let destination = host.map { " to \(PathText.escaped($0))" } ?? ""
+        return "a reachable \(kind)path\(destination)\(internet)" + (allowsExpensive ? "" : " that is not expensive")
     }
 
     /// How waiting ended.

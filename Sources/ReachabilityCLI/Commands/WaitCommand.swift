@@ -11,7 +11,10 @@ struct WaitCommand: Command {
         "require", valueName: "kind",
         help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any; 'internet' needs the connectivity check to read full. Default: any.")
     static let notExpensive = Option.flag("not-expensive", help: "Only a path that is not expensive (cellular) qualifies.")
-    static let options = [timeout, require, notExpensive] + MonitorOptions.all
+    static let host = Option.value(
+        "host", valueName: "name",
+        help: "Wait for the route to this host (a name or an IP address) instead of the default route, as SCNetworkReachability did for a name: a server on the local network, a link-local address or this host needs no default route.")
+    static let options = [timeout, require, notExpensive, host] + MonitorOptions.all
     static let discussion: String? = """
         EXIT STATUS: 0 as soon as the path qualifies, 1 on timeout or when the monitor stops, \
         64 for a usage error, 66 when --netns names no namespace, 77 when --netns lacks privilege, \
@@ -35,6 +38,16 @@ struct WaitCommand: Command {
             requirement.connection = connection
         }
         requirement.allowsExpensive = !arguments.isSet(Self.notExpensive)
+        if let host = arguments.value(Self.host) {
+            guard HostPath.isValidHost(host) else {
+                throw UsageError.invalidValue(host, for: Self.host, "expected a host name or an IP address")
+            }
+            guard requirement.connection != .internet else {
+                throw UsageError.invalidValue(host, for: Self.host,
+                                              "--require internet asks about the default route's Internet; with --host, require wired, wifi, cellular or any")
+            }
+            requirement.host = host
+        }
         timeoutDuration = Self.defaultTimeout
         if let text = arguments.value(Self.timeout) {
             guard let seconds = Double(text), !seconds.isNaN, seconds >= 0 else {
@@ -62,19 +75,32 @@ struct WaitCommand: Command {
             // "Check once" includes the one connectivity check that runs at start.
             timeout = check.timeout + .seconds(1)
         }
-        let outcome = await requirement.firstQualifyingPath(
-            current: source.currentPath, updates: source.paths, timeout: timeout, sleep: context.sleep)
+        let outcome: PathRequirement.Outcome
+        let lastPath: @Sendable () -> String
+        if let host = requirement.host {
+            let follower = HostFollower(source.paths(to: host))
+            defer { follower.stop() }
+            // "Check once" waits for the host's first answer (a name must resolve first).
+            if timeout == .zero { timeout = HostFollower.firstAnswerWait }
+            outcome = await requirement.firstQualifyingPath(current: .unsatisfied(.noRoute), updates: follower.paths,
+                                                            timeout: timeout, sleep: context.sleep)
+            lastPath = { follower.lastDescription }
+        } else {
+            outcome = await requirement.firstQualifyingPath(
+                current: source.currentPath, updates: source.paths, timeout: timeout, sleep: context.sleep)
+            lastPath = { PathText.summary(source.currentPath) }
+        }
         switch outcome {
         case .qualified:
             return .success
         case .timedOut:
             let waited = timeoutDuration.map { " after \($0.formattedSeconds)s" } ?? ""
             context.errorOutput.line(
-                "\(Self.commandPath): timed out\(waited) waiting for \(requirement); last path: \(PathText.summary(source.currentPath))")
+                "\(Self.commandPath): timed out\(waited) waiting for \(requirement); last path: \(lastPath())")
             return .failure
         case .ended:
             context.errorOutput.line(
-                "\(Self.commandPath): the monitor stopped before finding \(requirement); last path: \(PathText.summary(source.currentPath))")
+                "\(Self.commandPath): the monitor stopped before finding \(requirement); last path: \(lastPath())")
             return .failure
         }
     }

@@ -12,6 +12,8 @@ protocol PathSource: AnyObject, Sendable {
     var currentPath: NetworkPath { get }
     /// Yields the current path first, then every change; finishes on `cancel()`.
     var paths: AsyncStream<NetworkPath> { get }
+    /// The path to one host (the kernel's route to its address); finishes on `cancel()`.
+    func paths(to host: String) -> AsyncStream<HostPath>
     /// Stops watching and finishes every stream.
     func cancel()
 }

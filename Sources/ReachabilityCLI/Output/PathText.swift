@@ -4,14 +4,20 @@ import LinuxReachability
 
 /// Human-readable renderings of a `NetworkPath`.
 enum PathText {
-    /// `reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)` or `unreachable: no route`.
+    /// `reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)` or `unreachable: no carrier`.
+    ///
+    /// Unreachable is the primary path's word (no default route), so with a usable interface it
+    /// says what still works: `unreachable: no route beyond the local network (enp3s0, 10.77.0.2)`:
+    /// hosts on that network, and this host, are reached without a default route.
     ///
     /// Each route is listed as `[interface, ]source[, gw gateway]`, IPv4 first; the interface is
     /// repeated only when a later route leaves through a different one. Dual-stack therefore reads
     /// `(wlp2s0, 192.0.2.20, gw 192.0.2.1; 2001:db8::20, gw fe80::1)`, so losing IPv6 changes the line.
     static func summary(_ path: NetworkPath) -> String {
         guard path.isSatisfied else {
-            return "unreachable: \(path.unsatisfiedReason?.rawValue ?? "unknown reason")"
+            var text = "unreachable: \(path.unsatisfiedReason?.rawValue ?? "unknown reason")"
+            if let local = localNetworks(path) { text += " beyond the local network (\(local))" }
+            return text
         }
         let routes = orderedRoutes(path)
         let firstInterface = routes.first?.interfaceName ?? path.primaryInterface?.name
@@ -30,6 +36,16 @@ enum PathText {
         if path.isExpensive { text += " expensive" }
         if path.isConnectivityChecked { text += ", " + internet(path) }
         return text
+    }
+
+    /// `enp3s0, 10.77.0.2; wlan0, 192.168.1.5`: the usable interfaces of a path without a default
+    /// route, nil when there are none or the path is missing something more basic.
+    static func localNetworks(_ path: NetworkPath) -> String? {
+        guard path.unsatisfiedReason == .noRoute else { return nil }
+        let usable = path.availableInterfaces.filter { $0.type != .loopback }
+        guard !usable.isEmpty else { return nil }
+        return TerminalText.escaped(usable.map { ([escaped($0.name)] + $0.addresses.prefix(1)).joined(separator: ", ") }
+            .joined(separator: "; "))
     }
 
     /// `internet: full`, `internet: portal, log in at URL`, `internet: checking`.
@@ -63,6 +79,9 @@ enum PathText {
             lines.append("  last answer: \(escaped(evidence.answer))\(when)")
         } else {
             lines.append("  not checked (no --connectivity-url, reachability.conf or NetworkManager [connectivity])")
+        }
+        if localNetworks(path) != nil {
+            lines.append("  local network: hosts on it and this host are reachable without a default route ('wait --host NAME' and downloads follow the route to their own server)")
         }
         lines.append("routes:")
         for family in [AddressFamily.ipv4, .ipv6] {

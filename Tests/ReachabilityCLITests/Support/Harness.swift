@@ -24,13 +24,17 @@ final class ScriptedPathSource: PathSource {
 
     let current: NetworkPath
     let script: [NetworkPath]
+    /// What `paths(to:)` yields for any host.
+    let hostScript: [HostPath]
     let staysOpen: Bool
     let startError: (any Error)?
     let state = Mutex(State())
 
-    init(current: NetworkPath, script: [NetworkPath] = [], staysOpen: Bool = false, startError: (any Error)? = nil) {
+    init(current: NetworkPath, script: [NetworkPath] = [], hostScript: [HostPath] = [], staysOpen: Bool = false,
+         startError: (any Error)? = nil) {
         self.current = current
         self.script = script
+        self.hostScript = hostScript
         self.staysOpen = staysOpen
         self.startError = startError
     }
@@ -53,6 +57,14 @@ final class ScriptedPathSource: PathSource {
         }
         if cancelled || !staysOpen { continuation.finish() }
         return stream
+    }
+
+    /// `hostScript`, then the end (downloads then follow `paths`) unless `staysOpen` with a script.
+    func paths(to host: String) -> AsyncStream<HostPath> {
+        AsyncStream { continuation in
+            for path in hostScript { continuation.yield(path) }
+            if hostScript.isEmpty || !staysOpen { continuation.finish() }
+        }
     }
 
     func cancel() {

@@ -1,0 +1,121 @@
+import Foundation
+import LinuxReachability
+import Testing
+
+/// A server on the local network and no default route (issue 21): an air-gapped LAN, a robot or
+/// kiosk on its segment, a lab. The client keeps its /32 address and gets the LAN's subnet route
+/// instead of the default route, so the server at 10.88.0.1 is on-link and nothing else is
+/// routed; `curl` fetches from it at once.
+extension OutageLab {
+    static func localNetworkOnly(rate: String = "1m") throws -> OutageLab {
+        let net = try OutageLab(rate: rate)
+        try ip("-n \(net.client) route del default")
+        try ip("-n \(net.client) route add 10.88.0.0/24 dev eth1 src 10.88.0.2")
+        return net
+    }
+}
+
+/// An HTTP server on 127.0.0.1 inside a namespace (python3's http.server), serving `directory`;
+/// `ready` answers once it listens. Stopped with the lab.
+func loopbackServer(in namespace: String, lab: NetworkLab, serving directory: URL) async throws -> UInt16 {
+    let script = """
+    import functools, http.server, os, sys
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
+    handler.func.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    open(sys.argv[1] + "/.port.tmp", "w").write(str(server.server_address[1]))
+    os.rename(sys.argv[1] + "/.port.tmp", sys.argv[1] + "/.port")
+    server.serve_forever()
+    """
+    _ = try lab.spawn(["ip", "netns", "exec", namespace, "python3", "-c", script, directory.path])
+    let portFile = directory.appendingPathComponent(".port")
+    guard await DownloadFixtures.wait(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile.path) }),
+          let port = UInt16(try String(contentsOf: portFile, encoding: .utf8)) else {
+        throw CommandFailure(description: "loopback server did not start in \(namespace)")
+    }
+    return port
+}
+
+@Suite("Downloads from the local network without a default route", .serialized, .enabled(if: isRoot, rootReason),
+       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct DownloadLocalNetworkTests {
+    typealias F = DownloadFixtures
+
+    @Test("download from a LAN server with no default route finishes at once; the default route coming and going does not disturb it")
+    func lanServer() async throws {
+        let net = try OutageLab.localNetworkOnly(rate: "2m")
+        defer { net.close() }
+        let content = F.randomData(count: 8 << 20, seed: 2101)
+        try net.serve(content, at: "file.bin")
+        let cli = try net.download("file.bin", ["--max-outage", "30"])
+        #expect(await cli.waitForBytes(1 << 20, timeout: .seconds(15)), "\(cli.transcript)")
+        // A default route appears over a second uplink, then goes: the primary path changes
+        // twice; the route to the server (the LAN's) never does.
+        try net.uplink("eth2", address: "10.88.0.3")
+        let monitor = try startMonitor(in: net.client)
+        defer { monitor.cancel() }
+        _ = try await waitForPath(monitor, "the default route over eth2") { $0.primaryInterface?.name == "eth2" }
+        try ip("-n \(net.client) route del default")
+        _ = try await waitForPath(monitor, "no default route again") { !$0.isSatisfied }
+        // The changes came mid-transfer (2 MiB/s: seconds are left), so the test means something.
+        #expect(cli.bytesSeen < content.count, "the transfer ended before the route changes")
+        #expect(await cli.waitForExit(timeout: .seconds(30)) == 0, "\(cli.transcript)")
+        #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
+        #expect(!cli.eventNames.contains("waiting"), "\(cli.eventNames)")
+        #expect(cli.count("resumed") == 0, "\(cli.eventNames)")
+        // One request, the whole body: the transfer was never restarted.
+        _ = await net.bytesSentWhenIdle()
+        #expect(net.requests.map(\.status) == [200], "\(net.requests)")
+    }
+
+    @Test("download from 127.0.0.1 with no default route at all")
+    func loopbackServerWithoutRoutes() async throws {
+        let lab = NetworkLab()
+        defer { lab.close() }
+        let client = try lab.namespace("c")
+        let directory = try F.Directory("loopback")
+        try FileManager.default.createDirectory(at: directory.file("www"), withIntermediateDirectories: true)
+        let content = F.randomData(count: 1 << 20, seed: 2102)
+        try content.write(to: directory.file("www/f.bin"))
+        let port = try await loopbackServer(in: client, lab: lab, serving: directory.file("www"))
+        let cli = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "--max-outage", "20",
+                                  "-o", directory.file("out.bin").path, "http://127.0.0.1:\(port)/f.bin"],
+                                 namespace: client, directory: directory.url)
+        #expect(await cli.waitForExit(timeout: .seconds(20)) == 0, "\(cli.transcript)")
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(content))
+        #expect(!cli.eventNames.contains("waiting"), "\(cli.eventNames)")
+    }
+
+    @Test("the agent downloads from a LAN server with no default route")
+    func agentFromLAN() async throws {
+        let net = try OutageLab.localNetworkOnly(rate: "8m")
+        defer { net.close() }
+        let content = F.randomData(count: 2 << 20, seed: 2103)
+        try net.serve(content, at: "file.bin")
+        let directory = try F.Directory("agent-lan")
+        try AgentTests.allowDownloads(into: directory)
+        let agent = try AgentProcess(stateDirectory: directory.file("state"),
+                                     prefix: ["ip", "netns", "exec", net.client])
+        defer { agent.stop() }
+        let added = try agent.control(["queue", "add", "\(net.url)/file.bin", "-o", directory.file("file.bin").path])
+        #expect(added.status == 0, "\(added)")
+        let completed = agent.waitForLine(timeout: .seconds(30)) { $0.contains(#""event":"completed""#) }
+        #expect(completed != nil, "\(agent.output.joined(separator: "\n"))\n\(agent.standardError)")
+        #expect(F.sha256(fileAt: directory.file("file.bin")) == F.sha256(content))
+        #expect(!agent.output.contains { $0.contains(#""event":"waiting""#) })
+    }
+
+    @Test("a ResumableURLSession task from a LAN server with no default route completes, not -1009")
+    func urlSessionFromLAN() async throws {
+        let net = try OutageLab.localNetworkOnly(rate: "8m")
+        defer { net.close() }
+        let content = F.randomData(count: 2 << 20, seed: 2104)
+        try net.serve(content, at: "file.bin")
+        let probe = try ProbeProcess(["--state-dir", net.directory.file("session").path, "--url", "\(net.url)/file.bin"],
+                                     namespace: net.client)
+        let completed = try #require(await probe.waitForCall("completed", task: 1, timeout: .seconds(30)), "\(probe.transcript)")
+        #expect(completed.object["code"] == nil || completed.object["code"] == .null, "\(probe.transcript)")
+        let finished = probe.calls("finished").first { $0.object["task"]?.int == 1 }
+        #expect(finished?.object["sha256"]?.string == F.sha256(content), "\(probe.transcript)")
+    }
+}

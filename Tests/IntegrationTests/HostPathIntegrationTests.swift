@@ -1,0 +1,160 @@
+import Foundation
+import LinuxReachability
+import Synchronization
+import Testing
+
+/// Waits until `monitor` publishes a path to `host` satisfying `predicate`, or fails after `timeout`.
+func waitForHostPath(_ monitor: PathMonitor, _ host: String, timeout: Duration = .seconds(5),
+                     sourceLocation: SourceLocation = #_sourceLocation, _ description: String,
+                     _ predicate: @escaping @Sendable (HostPath) -> Bool) async throws -> HostPath {
+    let seen = HostPathLog()
+    let found: HostPath? = await withTaskGroup(of: HostPath?.self) { group in
+        group.addTask {
+            for await path in monitor.paths(to: host) {
+                seen.append(path)
+                if predicate(path) { return path }
+            }
+            return nil
+        }
+        group.addTask {
+            await deadline(timeout)
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+    guard let found else {
+        let history = seen.all.map { "\($0.addresses) \($0.resolutionFailure ?? "") \($0.path.map(describe) ?? "no path")" }
+        Issue.record("timed out after \(timeout) waiting for \(description) to \(host); seen:\n  \(history.joined(separator: "\n  "))",
+                     sourceLocation: sourceLocation)
+        throw CommandFailure(description: "timed out waiting for \(description)")
+    }
+    return found
+}
+
+/// Paths to one host, in the order seen.
+final class HostPathLog: Sendable {
+    private let paths = Mutex<[HostPath]>([])
+    func append(_ path: HostPath) { paths.withLock { $0.append(path) } }
+    var all: [HostPath] { paths.withLock { $0 } }
+}
+
+/// Collects every path to one host while it runs.
+final class HostPathRecorder: Sendable {
+    private let log = HostPathLog()
+    private let task: Task<Void, Never>
+
+    init(_ monitor: PathMonitor, _ host: String) {
+        let stream = monitor.paths(to: host)
+        task = Task { [log] in for await path in stream { log.append(path) } }
+    }
+
+    var all: [HostPath] { log.all }
+    func stop() { task.cancel() }
+}
+
+@Suite("Paths to one host: the kernel's route to its address", .serialized, .enabled(if: isRoot, rootReason))
+struct HostPathIntegrationTests {
+    @Test("a LAN with no default route: its hosts and loopback are reachable, the Internet is not")
+    func lanWithoutDefaultRoute() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
+        let monitor = try startMonitor(in: net.client)
+        defer { monitor.cancel() }
+        #expect(monitor.currentPath.unsatisfiedReason == .noRoute)
+
+        let server = try await waitForHostPath(monitor, "10.77.1.1", "the LAN server") { $0.path != nil }
+        #expect(server.isReachable)
+        #expect(server.addresses == ["10.77.1.1"])
+        #expect(server.path?.primaryInterface?.name == "enp3s0")
+        #expect(server.path?.routes == [PathRoute(family: .ipv4, interfaceName: "enp3s0", interfaceIndex: server.path!.routes[0].interfaceIndex,
+                                                  gateway: nil, sourceAddress: "10.77.1.2")])
+        let internet = try await waitForHostPath(monitor, "192.0.2.80", "an Internet address") { $0.path != nil }
+        #expect(!internet.isReachable && internet.path?.unsatisfiedReason == .noRoute)
+        let loopback = try await waitForHostPath(monitor, "127.0.0.1", "loopback") { $0.path != nil }
+        #expect(loopback.isReachable && loopback.path?.primaryInterface?.type == .loopback)
+        let ownAddress = try await waitForHostPath(monitor, "10.77.1.2", "this host's own address") { $0.path != nil }
+        #expect(ownAddress.isReachable && ownAddress.path?.primaryInterface?.name == "lo")
+        let localhost = try await waitForHostPath(monitor, "localhost", "localhost by name") { $0.path != nil }
+        #expect(localhost.isReachable, "\(localhost)")
+        let invalid = try await waitForHostPath(monitor, "bad host", "an invalid name") { _ in true }
+        #expect(invalid.resolutionFailure != nil && invalid.path == nil)
+    }
+
+    @Test("a route added for a host's network reaches it; the default route coming and going does not disturb a LAN host")
+    func routeChanges() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
+        try ip("-n \(net.router) addr add 10.78.0.5/32 dev lo")
+        let monitor = try startMonitor(in: net.client)
+        defer { monitor.cancel() }
+        let far = try await waitForHostPath(monitor, "10.78.0.5", "a host behind the router") { $0.path != nil }
+        #expect(!far.isReachable)
+        let lan = HostPathRecorder(monitor, "10.77.1.1")
+        defer { lan.stop() }
+        // Only the new route's prefix covers the host: the kernel-side filter must let it through.
+        try ip("-n \(net.client) route add 10.78.0.0/16 via 10.77.1.1")
+        let routed = try await waitForHostPath(monitor, "10.78.0.5", "the host once its network is routed") { $0.isReachable }
+        #expect(routed.path?.gateways == ["10.77.1.1"])
+        _ = try await waitForHostPath(monitor, "10.77.1.1", "the LAN server") { $0.isReachable }
+        // The default route comes and goes: the primary path changes twice, the LAN host's not at all.
+        try ip("-n \(net.client) route add default via 10.77.1.1")
+        _ = try await waitForPath(monitor, "the default route") { $0.isSatisfied }
+        try ip("-n \(net.client) route del default")
+        _ = try await waitForPath(monitor, "no default route") { !$0.isSatisfied }
+        try ip("-n \(net.client) route del 10.78.0.0/16")
+        _ = try await waitForHostPath(monitor, "10.78.0.5", "the host once its route is gone") { !$0.isReachable }
+        #expect(lan.all.count == 1, "\(lan.all.map { $0.path.map(describe) ?? "-" })")
+        // The link going down is a change for the LAN host.
+        try ip("-n \(net.client) link set enp3s0 down")
+        let down = try await waitForHostPath(monitor, "10.77.1.1", "the LAN server with its link down") { !$0.isReachable }
+        #expect(down.path?.unsatisfiedReason != nil)
+    }
+
+    @Test("Reachability(hostname:) answers for its host, as SCNetworkReachability did for a name")
+    func facadeForAHost() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
+        let lan = Reachability(hostname: "10.77.1.1", configuration: .init(networkNamespace: net.client),
+                               callbackQueue: DispatchQueue(label: "test.lan"), notificationCenter: NotificationCenter())
+        let (events, continuation) = AsyncStream.makeStream(of: String.self)
+        lan.whenReachable = { r in continuation.yield("reachable \(r.connection.rawValue)") }
+        lan.whenUnreachable = { _ in continuation.yield("unreachable") }
+        try lan.startNotifier()
+        defer { lan.stopNotifier() }
+        // startNotifier() returns with the host's answer: no default route, and the host is reachable.
+        #expect(lan.connection == .wired)
+        #expect(lan.currentPath.primaryInterface?.name == "enp3s0")
+        let queue = EventQueue(events)
+        #expect(await queue.next(within: .seconds(5)) == "reachable wired")
+        try ip("-n \(net.client) link set enp3s0 down")
+        #expect(await queue.next(within: .seconds(5)) == "unreachable")
+        let internet = Reachability(hostname: "192.0.2.80", configuration: .init(networkNamespace: net.client),
+                                    callbackQueue: DispatchQueue(label: "test.internet"), notificationCenter: NotificationCenter())
+        try internet.startNotifier()
+        defer { internet.stopNotifier() }
+        #expect(internet.connection == .unavailable)
+    }
+
+    @Test("reachability wait --host and status on a LAN with no default route")
+    func commandLine() throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
+        let (waited, _, errors) = try runBuilt(["wait", "--netns", net.client, "--host", "10.77.1.1", "--timeout", "5"])
+        #expect(waited == 0, "\(errors)")
+        let (local, _, _) = try runBuilt(["wait", "--netns", net.client, "--host", "localhost", "--timeout", "5"])
+        #expect(local == 0)
+        let (internet, _, message) = try runBuilt(["wait", "--netns", net.client, "--host", "192.0.2.80", "--timeout", "0.2"])
+        #expect(internet == 1)
+        #expect(message.contains("waiting for a reachable path to 192.0.2.80; last path: unreachable: no route"), "\(message)")
+        // status keeps the primary path's word, and says what still works.
+        let (status, text, _) = try runBuilt(["status", "--netns", net.client])
+        #expect(status == 1)
+        #expect(text == "unreachable: no route beyond the local network (enp3s0, 10.77.1.2)\n")
+    }
+}
