@@ -491,19 +491,23 @@ def measure_cut(args):
                 if not ok:
                     print(f"# cut {tool}: exit {proc.returncode}: {proc.stderr.read().decode(errors='replace')[-500:]}",
                           file=sys.stderr)
-                # Largest gap between increases of the total received (both uplinks), from the cut
-                # until the download ended; and when the first uplink next carried 64 KiB in 100 ms.
-                gap, previous, total_before = 0.0, cut, None
+                # Largest gap between data arriving (both uplinks), from the cut until the download
+                # ended: a sample counts once the counters grew by a full-sized packet since the
+                # last one that counted (ARP, ACKs and router advertisements alone do not); and
+                # when the first uplink next carried 64 KiB within 100 ms.
+                gap, previous, counted = 0.0, cut, None
                 back = None
                 window = []
                 for stamp, values in rows:
                     if stamp < cut or stamp > finished:
                         continue
                     total = sum(v for v in values if v >= 0)
-                    if total_before is not None and total > total_before:
+                    if counted is None:
+                        counted = total
+                    elif total - counted >= 1400:
                         gap = max(gap, stamp - previous)
                         previous = stamp
-                    total_before = total
+                        counted = total
                     if stamp >= restored and back is None and values[0] >= 0:
                         window.append((stamp, values[0]))
                         while window and stamp - window[0][0] > 0.1:
