@@ -21,6 +21,8 @@ final class DriverResources {
     let host: String
     let mailbox: AsyncStream<DriverInput>.Continuation
     var timers: [DownloadStateMachine.Timer.Kind: Task<Void, Never>] = [:]
+    /// The server answered ranges inconsistently in this run: one connection from now on.
+    var segmentsDisabled = false
 
     init(id: UUID, download: Download, file: PartialFile, host: String, mailbox: AsyncStream<DriverInput>.Continuation) {
         self.id = id
@@ -30,7 +32,7 @@ final class DriverResources {
         self.mailbox = mailbox
     }
 
-    var facts: DownloadStateMachine.FileFacts { .init(storedBytes: file.writtenEnd) }
+    var facts: DownloadStateMachine.FileFacts { .init(storedBytes: file.writtenBytes) }
 }
 
 extension DownloadAgent {
@@ -77,7 +79,7 @@ extension DownloadAgent {
             endDriver(id, failure: failure)
             return
         }
-        download.report(bytesReceived: file.writtenEnd, totalBytes: file.record.totalLength, resetRate: true)
+        download.report(bytesReceived: file.writtenBytes, totalBytes: file.record.totalLength, resetRate: true)
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
                                      mailbox: mailbox)
         var machine = DownloadStateMachine(policy: machinePolicy)
@@ -96,6 +98,12 @@ extension DownloadAgent {
                 if let connectTime { probes.recordConnectTime(connectTime, host: driver.host) }
                 actions = machine.handle(.responseStarted(attempt: attempt), now: now)
             case .attemptEnded(let attempt, let outcome):
+                if outcome.disablesSegments, !driver.segmentsDisabled {
+                    driver.segmentsDisabled = true
+                    configuration.logger.info("segments off: the server answers ranges inconsistently",
+                                              metadata: ["id": driver.id.uuidString])
+                }
+                driver.download.report(connections: DownloadConnections())
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
                 actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts),
                                          now: .now, random: .random(in: 0...1))
@@ -116,7 +124,7 @@ extension DownloadAgent {
             default: result = .aborted(.writeFailed(error as? DownloadError ?? .fileSystem))
             }
         }
-        driver.download.report(bytesReceived: driver.file.writtenEnd, totalBytes: driver.file.record.totalLength)
+        driver.download.report(bytesReceived: driver.file.writtenBytes, totalBytes: driver.file.record.totalLength)
         configuration.logger.debug("attempt ended", metadata: ["id": driver.id.uuidString, "result": "\(result)",
                                                                "bytes": "\(outcome.bytesReceived)"])
         return result
@@ -210,12 +218,15 @@ extension DownloadAgent {
         // Every resume re-fetches the bytes just before the offset and compares them with the
         // disk before appending (issue 7): a server that ignores If-Range or gives no validator
         // cannot splice two versions.
-        let request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
+        var request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
                                       entityTag: record.entityTag, knownTotalLength: record.totalLength,
                                       lastModified: record.lastModified, observedEntityTag: record.observedEntityTag,
                                       overlap: min(offset, ResponseStateMachine.resumeOverlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
+        let segmentation = self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host)
+        request.segmentation = segmentation
+        let multipath = segmentation.flatMap { $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil }
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",
                                                          "probe": "\(plan.isProbe)",
@@ -228,7 +239,7 @@ extension DownloadAgent {
         // transfer, and its abort is queued behind the start.
         entries[id]?.transfer = ActiveTransfer(id: transferID, attempt: attempt,
                                                pathKey: PathKey(pathWaiters.gatingPath(host: host)),
-                                               pinnedInterface: pinnedInterface)
+                                               pinnedInterface: pinnedInterface, multipath: multipath)
         let started = engine.start(transferID, request, into: file, progress: { [weak download] offset in
             download?.report(bytesReceived: offset, totalBytes: file.record.totalLength)
             mailbox.yield(.machine(.bytesArrived(attempt: attempt)))
@@ -242,6 +253,10 @@ extension DownloadAgent {
                 mailbox.yield(.machine(.stallSuspected(attempt: attempt)))
             case .raceEnded(let outcome):
                 mailbox.yield(.machine(.raceEnded(attempt: attempt, outcome)))
+            case .connectionsChanged(let connections):
+                download.report(connections: DownloadConnections(count: connections.count, paths: connections.paths.map {
+                    DownloadConnections.Path(interface: $0.interface, connections: $0.connections)
+                }))
             }
         }, completion: { outcome in
             mailbox.yield(.attemptEnded(attempt: attempt, outcome))
@@ -249,6 +264,31 @@ extension DownloadAgent {
         if !started {
             mailbox.yield(.attemptEnded(attempt: attempt, TransferOutcome(result: .aborted(.shutdown), bytesReceived: 0)))
         }
+    }
+
+    /// Whether and how this attempt may use several connections and paths: not with a receive
+    /// limit (`--limit-rate` caps the download, not each connection), not after the server
+    /// answered ranges inconsistently in this run; otherwise within the per-host bound and the
+    /// download's own, over the paths `MultipathPolicy` finds. A download whose stored bytes are
+    /// not one prefix (resume data of a segmented one) always goes through the planner, which
+    /// fetches only the gaps.
+    private func segmentation(for driver: DriverResources, pinnedInterface: String?, host: String?) -> Segmentation? {
+        let options = driver.download.options
+        let record = driver.file.record
+        let stored = driver.file.written
+        let isPrefix = stored.ranges.count <= 1 && (stored.ranges.first?.lowerBound ?? 0) == 0
+        let bound = max(1, min(configuration.maximumConnectionsPerHost, options.maximumConnections ?? Int.max))
+        let canSplit = !driver.segmentsDisabled && configuration.maximumBytesPerSecond == nil
+        let paths = MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: pinnedInterface,
+                                          allowsExpensive: options.allowsExpensive, interfaces: options.interfaces)
+        guard isPrefix == false || canSplit && (bound > 1 || paths.count > 1) else { return nil }
+        var planner = SegmentPlanner.Configuration(maximumConnections: canSplit ? bound : 1)
+        planner.expensiveUse = options.usesExpensivePathsOnlyAsFallback ? .fallbackOnly : .whenUseful
+        let hasDigest = record.expectedSHA256 != nil
+        let known = record.totalLength != nil && (record.validator != nil || hasDigest) && !stored.isEmpty
+        return Segmentation(configuration: planner, stored: stored, seams: record.seamSet,
+                            allowsSegments: known ? true : nil, hasExpectedDigest: hasDigest,
+                            paths: paths.isEmpty ? [SegmentPlanner.Path(interface: pinnedInterface)] : paths)
     }
 
     // MARK: endings

@@ -157,6 +157,9 @@ struct SegmentPlanner: Sendable {
         case pathsChanged([Path])
         /// The disk fell behind (the writer paused a transfer): more connections would not help.
         case backpressure
+        /// How many connections this download may hold now: its share of the per-host bound,
+        /// which other downloads to the same server take from. Connections over it are closed.
+        case allowance(Int)
         case tick
     }
 
@@ -243,6 +246,13 @@ struct SegmentPlanner: Sendable {
     /// The connections the server last served before it said it was busy: growth past it goes
     /// one connection a round.
     private var serverLimit: Int?
+    /// Failed checks per seam.
+    private var seamCheckFailures: [Int64: Int] = [:]
+    /// This download's share of the per-host bound (`allowance`).
+    private(set) var allowance = Int.max
+
+    /// Most connections now: the configured maximum within the allowance.
+    var maximumConnections: Int { max(1, min(configuration.maximumConnections, allowance)) }
     /// How many times over the next round multiplies a path's connections: 2, or 4 after a round
     /// whose connections each added nearly a whole average connection (a per-connection cap).
     private var growthFactor = 2
@@ -352,6 +362,10 @@ struct SegmentPlanner: Sendable {
             lastBackpressure = now
             return []
 
+        case .allowance(let count):
+            allowance = max(1, count)
+            return shed(now: now)
+
         case .tick:
             return tick(now: now)
         }
@@ -383,7 +397,7 @@ struct SegmentPlanner: Sendable {
         let seamsBefore = seams
         var opens: [Request] = []
         for path in preferredPaths {
-            while count(on: path) < (targets[path] ?? 0), connectionCount < configuration.maximumConnections,
+            while count(on: path) < (targets[path] ?? 0), connectionCount < maximumConnections,
                   let request = nextRequest(on: path, now: now) {
                 opens.append(request)
             }
@@ -486,13 +500,17 @@ struct SegmentPlanner: Sendable {
         guard let connection = connections.removeValue(forKey: id) else { return [] }
         if ending != .finished { changedAt = now }
         if let seam = connection.seam {
-            // A seam check. One that failed leaves its seam; with nothing else running the
-            // attempt ends with its result (the download's machine decides what next).
-            if ending == .finished || ending == .closed || connections.count > 0 {
-                if ending == .finished { seams.remove(seam) }
-                return finishIfDone(now: now)
+            // A seam check. One that failed leaves its seam and is tried again, twice; then (or
+            // with nothing else running) the attempt ends with its result, and the download's
+            // machine decides what next.
+            if ending == .finished { seams.remove(seam) }
+            if ending != .finished, ending != .closed {
+                seamCheckFailures[seam, default: 0] += 1
+                if seamCheckFailures[seam, default: 0] > 2 || connections.isEmpty {
+                    return closeAll() + [.endAttempt(connection: id)]
+                }
             }
-            return [.endAttempt(connection: id)]
+            return finishIfDone(now: now)
         }
         if ending == .finished { stored.insert(contentsOf: connection.start..<connection.end) }
         if connection.position > connection.start, connection.position < connection.end {
@@ -559,9 +577,26 @@ struct SegmentPlanner: Sendable {
         let checking = Set(connections.values.compactMap(\.seam))
         guard let path = preferredPaths.first else { return [] }
         var actions: [Action] = []
-        for seam in pending where !checking.contains(seam) && connections.count < configuration.maximumConnections {
+        for seam in pending where !checking.contains(seam) && connections.count < maximumConnections {
             let range = max(0, seam - configuration.seamOverlap)..<min(total, seam + configuration.seamOverlap)
             actions.append(.verifySeam(open(path: path, range: range, now: now, seam: seam), at: seam))
+        }
+        return actions
+    }
+
+    /// Closes the newest connections over the maximum (their ranges go to whoever reaches them).
+    private mutating func shed(now: Instant) -> [Action] {
+        var actions: [Action] = []
+        let running = connections.values.filter { !$0.isSeamCheck }.sorted { $0.id > $1.id }
+        for connection in running.prefix(max(0, running.count - maximumConnections)) {
+            connections.removeValue(forKey: connection.id)
+            if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
+            targets[connection.path] = max(0, (targets[connection.path] ?? 1) - 1)
+            actions.append(.close(connection: connection.id))
+        }
+        if !actions.isEmpty {
+            changedAt = now
+            if connectionCount == 0, let path = preferredPaths.first { targets[path] = 1 }
         }
         return actions
     }
@@ -645,7 +680,7 @@ struct SegmentPlanner: Sendable {
 
     /// Starts a round on the next path that may still gain.
     private mutating func grow(now: Instant) -> [Action] {
-        guard let total, connectionCount < configuration.maximumConnections else { return [] }
+        guard let total, connectionCount < maximumConnections else { return [] }
         let rate = bytesPerSecond(at: now)
         guard rate > 0 else { return [] }
         let seconds = Double(total - storedBytes) / rate
@@ -654,7 +689,7 @@ struct SegmentPlanner: Sendable {
         // Until a range answer has come back, one extra connection tests the server.
         guard capability == .shown || connectionCount == 1, let path = nextGrowthPath() else { return [] }
         let onPath = count(on: path)
-        var add = min(max(1, onPath * (growthFactor - 1)), configuration.maximumConnections - connectionCount,
+        var add = min(max(1, onPath * (growthFactor - 1)), maximumConnections - connectionCount,
                       capability == .shown ? Int.max : 1)
         if let serverLimit, connectionCount + add > serverLimit { add = 1 }
         let pathRate = pathMeters[path]?.bytesPerSecond(over: configuration.evaluationWindow, at: now) ?? 0

@@ -24,6 +24,9 @@ struct TransferSettings: Sendable, Hashable {
     var proxy: String? = nil
     /// The shortest silence after which a receiving transfer is suspected of stalling.
     var stallSuspicion: Duration = .seconds(1)
+    /// Most connections to one server at once, over every transfer of the engine
+    /// (segmented attempts share what the others leave).
+    var maximumConnectionsPerHost = 6
 }
 
 /// One HTTP attempt for a download.
@@ -46,6 +49,32 @@ struct TransferRequest: Sendable {
     /// Open a new connection instead of reusing one from before a path change.
     var freshConnection: Bool
     var settings: TransferSettings
+    /// When set, the attempt may fetch ranges over several connections and paths
+    /// (`SegmentGroup`); the request above is then the template of every connection.
+    var segmentation: Segmentation? = nil
+    /// One past the last byte asked for (a segment's range with its seam overlap); nil asks for
+    /// everything from the offset on.
+    var rangeEnd: Int64? = nil
+    /// A segment beside others: only a 206 for exactly the bytes asked will do.
+    var isSegment = false
+    /// With `isSegment`: the 206 must carry the recorded strong validator.
+    var requiresValidator = false
+}
+
+/// What an attempt that may use several connections starts from (`TransferEngine`'s segment
+/// groups, planned by `SegmentPlanner`).
+struct Segmentation: Sendable {
+    var configuration: SegmentPlanner.Configuration
+    /// Bytes already stored, and the unverified seams kept with them.
+    var stored: RangeSet<Int64>
+    var seams: Set<Int64>
+    /// Whether splitting is allowed, when the resume data already says (a validator or an
+    /// expected SHA-256, and a length); nil lets the first answer decide.
+    var allowsSegments: Bool?
+    /// Whether an expected SHA-256 guards the file (then a range needs no validator of its own).
+    var hasExpectedDigest: Bool
+    /// The usable paths, best first.
+    var paths: [SegmentPlanner.Path]
 }
 
 /// What the engine reports when an attempt ends.
@@ -53,6 +82,9 @@ struct TransferOutcome: Sendable {
     var result: AttemptResult
     /// Body bytes accepted during this attempt.
     var bytesReceived: Int64
+    /// The server answered ranges inconsistently (another entity on another connection, or a
+    /// seam that does not match): later attempts use one connection.
+    var disablesSegments = false
 }
 
 /// What the engine reports while an attempt runs, besides progress.
@@ -67,6 +99,21 @@ enum TransferEvent: Sendable, Hashable {
     case stallSuspected
     /// A race started by `race(_:connectTimeout:)` ended.
     case raceEnded(DownloadStateMachine.RaceOutcome)
+    /// The connections of a segmented attempt changed (count or paths).
+    case connectionsChanged(TransferConnections)
+}
+
+/// The connections an attempt holds, for events and metrics.
+struct TransferConnections: Sendable, Hashable {
+    /// Connections fetching bytes now.
+    var count: Int
+    /// Connections per path (interface name, or nil for the routing table's choice), best first.
+    var paths: [PathShare]
+
+    struct PathShare: Sendable, Hashable {
+        var interface: String?
+        var connections: Int
+    }
 }
 
 /// When a transfer that stops receiving is suspected dead: after a silence several times longer
@@ -136,20 +183,23 @@ struct StallDetector: Sendable, Hashable {
 /// threads only append to `commands` (a Mutex) and call `curl_multi_wakeup`, which libcurl
 /// documents as thread-safe.
 final class TransferEngine: @unchecked Sendable {
-    private enum Command {
+    enum Command {
         case start(UInt64, TransferRequest, PartialFile, TransferCallbacks)
         case abort(UInt64, AbortReason)
         case race(UInt64, connectTimeout: Duration)
         case unpause(UInt64)
+        case paths(UInt64, [SegmentPlanner.Path])
         case shutdown
     }
 
-    private let multi: CurlMulti
+    let multi: CurlMulti
     private let commands = Mutex<(queue: [Command], isShutDown: Bool)>(([], false))
     private let nextID = Atomic<UInt64>(1)
     /// Engine thread only.
-    private var transfers: [UInt64: Transfer] = [:]
-    private var handles: [UnsafeMutableRawPointer: TransferContext] = [:]
+    var transfers: [UInt64: Transfer] = [:]
+    var handles: [UnsafeMutableRawPointer: TransferContext] = [:]
+    /// Attempts fetched over several connections, by the owner's id (`SegmentGroup`).
+    var groups: [UInt64: SegmentGroup] = [:]
 
     /// Starts the engine thread; throws when libcurl cannot be initialised.
     init() throws {
@@ -181,8 +231,11 @@ final class TransferEngine: @unchecked Sendable {
     /// Stops the thread; running attempts end with `.aborted(.shutdown)`.
     func shutdown() { submit(.shutdown) }
 
+    /// The usable paths changed for a segmented attempt (ignored for others).
+    func updatePaths(_ id: UInt64, _ paths: [SegmentPlanner.Path]) { submit(.paths(id, paths)) }
+
     @discardableResult
-    private func submit(_ command: Command) -> Bool {
+    func submit(_ command: Command) -> Bool {
         let accepted = commands.withLock { state -> Bool in
             guard !state.isShutDown else { return false }
             if case .shutdown = command { state.isShutDown = true }
@@ -205,13 +258,29 @@ final class TransferEngine: @unchecked Sendable {
             for command in pending {
                 switch command {
                 case .start(let id, let request, let file, let callbacks):
-                    start(id: id, request: request, file: file, callbacks: callbacks)
+                    if let segmentation = request.segmentation {
+                        startGroup(id: id, request: request, segmentation: segmentation, file: file, callbacks: callbacks)
+                    } else {
+                        start(id: id, request: request, file: file, callbacks: callbacks)
+                    }
                 case .abort(let id, let reason):
-                    finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
+                    if groups[id] != nil {
+                        abortGroup(id, reason: reason)
+                    } else {
+                        finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
+                    }
                 case .race(let id, let connectTimeout):
-                    startRace(id, connectTimeout: connectTimeout)
+                    if let group = groups[id] {
+                        raceGroup(group, connectTimeout: connectTimeout)
+                    } else {
+                        startRace(id, connectTimeout: connectTimeout)
+                    }
+                case .paths(let id, let paths):
+                    groups[id].map { pathsChanged($0, paths) }
                 case .unpause(let id):
-                    if let transfer = transfers[id] {
+                    if let group = groups[id] {
+                        unpauseGroup(group)
+                    } else if let transfer = transfers[id] {
                         let context = transfer.primary
                         context.isPausedForBackpressure = false
                         context.lastActivity = .now
@@ -229,10 +298,11 @@ final class TransferEngine: @unchecked Sendable {
                 ended(context, failure: done.failure, detail: done.detail)
             }
             settleRaces()
-            let wake = watchStalls()
+            let wake = min(watchStalls(), tickGroups())
             // Short enough for the watchdog's granularity; wakeups cut it anyway.
             multi.poll(milliseconds: wake)
         }
+        for id in Array(groups.keys) { abortGroup(id, reason: .shutdown) }
         for id in Array(transfers.keys) { finish(id, forcedResult: .aborted(.shutdown), failure: nil, detail: "") }
         multi.cleanup()
     }
@@ -282,16 +352,26 @@ final class TransferEngine: @unchecked Sendable {
         return max(1, Int(sleep.milliseconds) + 1)
     }
 
-    private func start(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks) {
+    /// Starts a transfer (an attempt, or a member of a segment group); false when libcurl refused
+    /// it (`completion` was called). A group's member gets backpressure releases through the group.
+    @discardableResult
+    func start(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks,
+               group: SegmentGroup? = nil, member: Int = 0, segmentEnd: Int64 = .max) -> Bool {
         let machine = ResponseStateMachine(request: .init(offset: request.offset, entityTag: request.entityTag,
                                                           knownTotalLength: request.knownTotalLength,
                                                           lastModified: request.lastModified,
                                                           observedEntityTag: request.observedEntityTag,
-                                                          overlap: request.overlap))
+                                                          overlap: request.overlap, end: request.rangeEnd,
+                                                          isSegment: request.isSegment,
+                                                          requiresValidator: request.requiresValidator))
         let now = ContinuousClock.now
         let transfer = Transfer(id: id, request: request, file: file, callbacks: callbacks,
                                 stall: StallDetector(minimum: request.settings.stallSuspicion,
                                                      maximum: request.settings.stallTimeout, now: now))
+        transfer.group = group
+        transfer.member = member
+        transfer.segmentEnd = segmentEnd
+        transfer.seamLimit = request.rangeEnd ?? Int64.max
         let context = TransferContext(transfer: transfer, role: .primary, machine: machine)
         transfer.primary = context
         guard let easy = makeEasy(request, rangeStart: request.offset - request.overlap, sendsRange: request.offset > 0,
@@ -299,20 +379,24 @@ final class TransferEngine: @unchecked Sendable {
                                   freshConnection: request.freshConnection, context: context) else {
             callbacks.completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "libcurl refused the transfer")),
                                                  bytesReceived: 0))
-            return
+            return false
         }
         context.easy = easy
-        file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) }
+        // A group's members share the handler the group set once: setting it again would also
+        // forget that a member is paused, and nothing would unpause it.
+        if group == nil { file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) } }
         transfers[id] = transfer
         handles[easy.handle] = context
+        return true
     }
 
-    private func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
+    func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
                           connectTimeout: Duration, freshConnection: Bool, connectsOnly: Bool = false,
                           context: TransferContext) -> CurlEasy? {
         let settings = request.settings
         let options = CurlRequestOptions(
-            url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange, ifRange: ifRange,
+            url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange,
+            rangeEnd: sendsRange ? request.rangeEnd : nil, ifRange: ifRange,
             interface: request.interfaceName.map { "if!\($0)" }, freshConnection: freshConnection,
             connectTimeoutMilliseconds: max(1, Int(connectTimeout.milliseconds)),
             lowSpeedLimitBytesPerSecond: settings.stallBytesPerSecond,
@@ -336,7 +420,7 @@ final class TransferEngine: @unchecked Sendable {
     /// Opens the racer: the rest from the offset the transfer reached, If-Range its validator.
     /// Before the primary has an answer there is nothing to continue: the racer then only
     /// connects, to tell whether the server is still there.
-    private func startRace(_ id: UInt64, connectTimeout: Duration) {
+    func startRace(_ id: UInt64, connectTimeout: Duration) {
         guard let transfer = transfers[id], transfer.racer == nil else { return }
         let primary = transfer.primary
         if !primary.hasResponse {
@@ -365,7 +449,8 @@ final class TransferEngine: @unchecked Sendable {
         let machine = ResponseStateMachine(request: .init(offset: offset, entityTag: acceptance.entityTag,
                                                           knownTotalLength: acceptance.totalLength,
                                                           lastModified: acceptance.lastModified,
-                                                          observedEntityTag: acceptance.observedEntityTag))
+                                                          observedEntityTag: acceptance.observedEntityTag,
+                                                          end: transfer.request.rangeEnd))
         let racer = TransferContext(transfer: transfer, role: .racer(startOffset: offset), machine: machine)
         guard let easy = makeEasy(transfer.request, rangeStart: offset, sendsRange: true, ifRange: validator,
                                   connectTimeout: connectTimeout, freshConnection: true, context: racer) else {
@@ -443,7 +528,7 @@ final class TransferEngine: @unchecked Sendable {
     }
 
     /// Removes and frees one handle.
-    private func drop(_ context: TransferContext) {
+    func drop(_ context: TransferContext) {
         guard let easy = context.easy else { return }
         handles.removeValue(forKey: easy.handle)
         multi.remove(easy)
@@ -453,7 +538,7 @@ final class TransferEngine: @unchecked Sendable {
 
     /// Ends a transfer: removes and frees its handles, then reports. `forcedResult` (our abort)
     /// wins over whatever libcurl would have said.
-    private func finish(_ id: UInt64, forcedResult: AttemptResult?, failure: TransferFailure?, detail: String) {
+    func finish(_ id: UInt64, forcedResult: AttemptResult?, failure: TransferFailure?, detail: String) {
         guard let transfer = transfers.removeValue(forKey: id) else { return }
         if let racer = transfer.racer { drop(racer) }
         transfer.racer = nil
@@ -461,13 +546,18 @@ final class TransferEngine: @unchecked Sendable {
         let info = context.easy?.info()
         drop(context)
         context.flushChunk()
-        transfer.file.setDrainHandler(nil)
+        // A group's members share the group's handler (cleared when the group finishes).
+        if transfer.group == nil { transfer.file.setDrainHandler(nil) }
 
         let result: AttemptResult
         if let forcedResult {
             result = forcedResult
         } else {
             result = context.result(failure: failure, detail: detail, info: info)
+        }
+        if transfer.group != nil {
+            memberEnded(transfer, result: result)
+            return
         }
         transfer.callbacks.completion(TransferOutcome(result: result, bytesReceived: transfer.bytesReceived))
     }
@@ -504,6 +594,21 @@ final class Transfer {
     let startedAt = ContinuousClock.now
     /// Body bytes accepted during this attempt, over every connection.
     var bytesReceived: Int64 = 0
+    /// The segment group this transfer is a member of, and its id there (`SegmentGroup`).
+    weak var group: SegmentGroup?
+    var member = 0
+    /// A member stores bytes up to here (the planner moves it) ...
+    var segmentEnd = Int64.max
+    /// ... and compares the bytes after it with the disk up to here (its request's end).
+    var seamLimit = Int64.max
+    /// Whether the member stored its whole range (and compared past it where it could).
+    var finishedRange = false
+    /// Whether the seam at the start (a resume overlap) was reported verified.
+    var reportedStartSeam = false
+    /// One past the last byte a member stored.
+    var storedUpTo: Int64 = 0
+    /// Whether part of the bytes past a member's end could not be compared (not on disk yet).
+    var seamUnchecked = false
     var stallTimeout: Duration { request.settings.stallTimeout }
 
     init(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks, stall: StallDetector) {
@@ -591,7 +696,15 @@ final class TransferContext {
                 pendingAcceptance = acceptance
                 return true
             }
+            if transfer.group != nil, acceptance.restartsFromZero {
+                // An attempt of several connections never rewinds the file under the others: it
+                // ends, and the download's machine restarts it (over one connection).
+                rejection = .restartFromZero(reason:
+                    "the server sent the whole resource instead of the range: it changed, or it ignores ranges")
+                return false
+            }
             begin(acceptance)
+            transfer.group?.accepted(transfer, acceptance)
             return true
         case .abort:
             return false   // the machine remembers the result; libcurl ends with a write error
@@ -639,6 +752,7 @@ final class TransferContext {
         lastActivity = now
         if file.shouldPause(adding: chunk.count + bytes.count) {
             isPausedForBackpressure = true
+            if let group = transfer.group { _ = group.planner.handle(.backpressure, now: now) }
             return .pause
         }
         var bytes = bytes
@@ -658,12 +772,8 @@ final class TransferContext {
         }
         switch action {
         case .write(let offset):
-            if chunk.isEmpty {
-                chunkOffset = offset
-                chunk.reserveCapacity(Self.chunkSize)
-            }
-            chunk.append(bytes.bindMemory(to: UInt8.self))
-            if chunk.count >= Self.chunkSize { flushChunk() }
+            if transfer.group != nil { return segmentWrite(bytes, at: offset, now: now) }
+            gather(bytes, at: offset)
             transfer.bytesReceived += Int64(bytes.count)
             transfer.stall.bytesArrived(at: now)
             transfer.isSuspected = false
@@ -677,6 +787,17 @@ final class TransferContext {
         case .ignore, .begin, .compare:
             return .consumed
         }
+    }
+
+    /// Adds body bytes to the gather buffer (handed to the file when full).
+    func gather(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+        if !chunk.isEmpty, chunkOffset + Int64(chunk.count) != offset { flushChunk() }
+        if chunk.isEmpty {
+            chunkOffset = offset
+            chunk.reserveCapacity(Self.chunkSize)
+        }
+        chunk.append(bytes.bindMemory(to: UInt8.self))
+        if chunk.count >= Self.chunkSize { flushChunk() }
     }
 
     /// Hands the gathered bytes to the partial file (also when the attempt ends).
