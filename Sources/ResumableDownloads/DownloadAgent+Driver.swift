@@ -23,6 +23,8 @@ final class DriverResources {
     var timers: [DownloadStateMachine.Timer.Kind: Task<Void, Never>] = [:]
     /// The server answered ranges inconsistently in this run: one connection from now on.
     var segmentsDisabled = false
+    /// The last attempt failed: the next one adds connections only after a while.
+    var lastAttemptFailed = false
 
     init(id: UUID, download: Download, file: PartialFile, host: String, mailbox: AsyncStream<DriverInput>.Continuation) {
         self.id = id
@@ -104,6 +106,10 @@ extension DownloadAgent {
                                               metadata: ["id": driver.id.uuidString])
                 }
                 driver.download.report(connections: DownloadConnections())
+                driver.lastAttemptFailed = switch outcome.result {
+                case .completed, .aborted: false
+                default: true
+                }
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
                 actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts),
                                          now: .now, random: .random(in: 0...1))
@@ -278,12 +284,18 @@ extension DownloadAgent {
         let stored = driver.file.written
         let isPrefix = stored.ranges.count <= 1 && (stored.ranges.first?.lowerBound ?? 0) == 0
         let bound = max(1, min(configuration.maximumConnectionsPerHost, options.maximumConnections ?? Int.max))
-        let canSplit = !driver.segmentsDisabled && configuration.maximumBytesPerSecond == nil
-        let paths = MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: pinnedInterface,
-                                          allowsExpensive: options.allowsExpensive, interfaces: options.interfaces)
-        guard isPrefix == false || canSplit && (bound > 1 || paths.count > 1) else { return nil }
+        let canSplit = !driver.segmentsDisabled && configuration.maximumBytesPerSecond == nil && bound > 1
+        // One connection allowed: the transfer is the plain one it always was (paths included:
+        // a path change restarts it), unless resume data of a segmented run has gaps to fill.
+        guard !isPrefix || canSplit else { return nil }
+        let paths = canSplit
+            ? MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: pinnedInterface,
+                                    allowsExpensive: options.allowsExpensive, interfaces: options.interfaces)
+            : [SegmentPlanner.Path(interface: pinnedInterface)]
         var planner = SegmentPlanner.Configuration(maximumConnections: canSplit ? bound : 1)
         planner.expensiveUse = options.usesExpensivePathsOnlyAsFallback ? .fallbackOnly : .whenUseful
+        // A server that just failed an attempt has not shown it serves more connections.
+        if driver.lastAttemptFailed { planner.growthDelay = .seconds(5) }
         let hasDigest = record.expectedSHA256 != nil
         let known = record.totalLength != nil && (record.validator != nil || hasDigest) && !stored.isEmpty
         return Segmentation(configuration: planner, stored: stored, seams: record.seamSet,

@@ -66,6 +66,8 @@ final class SegmentGroup {
     /// `perform()` (handles cannot be added or removed from inside a callback).
     var deferred: [SegmentPlanner.Action] = []
     var deferredInputs: [SegmentPlanner.Input] = []
+    /// The member whose stall went to the owner (raced when the owner asks).
+    var suspect: Int?
 
     init(id: UInt64, template: TransferRequest, file: PartialFile, callbacks: TransferCallbacks,
          segmentation: Segmentation, now: Instant) {

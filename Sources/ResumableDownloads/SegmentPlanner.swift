@@ -92,6 +92,9 @@ struct SegmentPlanner: Sendable {
         var firstByteTimeout: Duration = .seconds(2)
         /// A full path (or a dropped expensive one) is tried again after this.
         var reprobeInterval: Duration = .seconds(10)
+        /// No connection is added before the attempt has run this long (after a failed attempt:
+        /// a server that just dropped a connection has not shown it serves more).
+        var growthDelay: Duration = .zero
         var expensiveUse: ExpensiveUse = .whenUseful
 
         init(maximumConnections: Int) {
@@ -157,6 +160,9 @@ struct SegmentPlanner: Sendable {
         case pathsChanged([Path])
         /// The disk fell behind (the writer paused a transfer): more connections would not help.
         case backpressure
+        /// The only connection's answer was the whole entity (a 200 to a resume): everything
+        /// stored is being replaced by its body, from zero.
+        case restartedInPlace(connection: Int, total: Int64?, allowsSegments: Bool)
         /// How many connections this download may hold now: its share of the per-host bound,
         /// which other downloads to the same server take from. Connections over it are closed.
         case allowance(Int)
@@ -240,6 +246,7 @@ struct SegmentPlanner: Sendable {
     private var lastBackpressure: Instant?
     private var nextID = 1
     private var isStarted = false
+    private var startedAt: Instant?
     private(set) var isComplete = false
     /// Shrinks decided while choosing ranges, emitted before the requests that take the bytes.
     private var shrinks: [Action] = []
@@ -321,6 +328,7 @@ struct SegmentPlanner: Sendable {
             self.total = total
             self.allowsSegments = allowsSegments.map { $0 && total != nil }
             self.paths = paths
+            startedAt = now
             meter.mark(at: now)
             if let first = preferredPaths.first { targets = [first: 1] }
             return fill(now: now)
@@ -361,6 +369,22 @@ struct SegmentPlanner: Sendable {
         case .backpressure:
             lastBackpressure = now
             return []
+
+        case .restartedInPlace(let id, let total, let allows):
+            guard var connection = connections[id], connectionCount == 1 else { return [] }
+            self.total = total
+            allowsSegments = allows && total != nil
+            capability = .untested
+            stored = RangeSet()
+            seams = []
+            connection.start = 0
+            connection.position = 0
+            connection.end = total ?? Int64.max
+            connection.coveredEnd = connection.end
+            connections = [id: connection]
+            round = nil
+            changedAt = now
+            return [.seamsChanged([])]
 
         case .allowance(let count):
             allowance = max(1, count)
@@ -604,9 +628,14 @@ struct SegmentPlanner: Sendable {
     // MARK: stalls and paths
 
     private mutating func stallSuspected(_ id: Int, now: Instant) -> [Action] {
-        // With others running, a silent connection's range moves to a fresh connection at once
-        // (on another path when there is one); alone, the engine's race decides.
-        guard let connection = connections[id], !connection.isSeamCheck, connectionCount > 1, isSegmenting else { return [] }
+        // While other connections deliver, a silent one's range moves to a fresh connection at
+        // once (on another path when there is one). When none delivers, the server or the path
+        // is the problem, not this connection: the engine's race (and the download's wait for
+        // the server) decides.
+        guard let connection = connections[id], !connection.isSeamCheck, connectionCount > 1, isSegmenting,
+              connections.values.contains(where: { other in
+                  other.id != id && !other.isSeamCheck && other.meter.bytesPerSecond(over: .seconds(1), at: now) > 0
+              }) else { return [] }
         connections.removeValue(forKey: id)
         if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
         changedAt = now
@@ -681,6 +710,7 @@ struct SegmentPlanner: Sendable {
     /// Starts a round on the next path that may still gain.
     private mutating func grow(now: Instant) -> [Action] {
         guard let total, connectionCount < maximumConnections else { return [] }
+        if let startedAt, now - startedAt < configuration.growthDelay { return [] }
         let rate = bytesPerSecond(at: now)
         guard rate > 0 else { return [] }
         let seconds = Double(total - storedBytes) / rate

@@ -97,13 +97,17 @@ extension TransferEngine {
         case .stallSuspected:
             let actions = group.planner.handle(.stallSuspected(connection: memberID), now: .now)
             if actions.isEmpty {
+                // Nothing else delivers: the owner races this connection (and waits for the
+                // server if the race cannot connect), as for a transfer of one connection.
+                group.suspect = memberID
                 group.callbacks.events(event)
             } else {
                 group.deferred.append(contentsOf: actions)
             }
-        case .raceEnded:
+        case .raceEnded, .restartedFromZero:
+            // A race of one connection, or its in-place restart (`restartsInPlace`).
             group.callbacks.events(event)
-        case .restartedFromZero, .connectionsChanged:
+        case .connectionsChanged:
             break
         }
     }
@@ -111,6 +115,8 @@ extension TransferEngine {
     /// A member's transfer ended (its handle is already gone; its bytes handed to the file).
     func memberEnded(_ transfer: Transfer, result: AttemptResult) {
         if traceSegments { FileHandle.standardError.write(Data("SEG member \(transfer.member) ended \(result) finished=\(transfer.finishedRange) stored=\(transfer.storedUpTo) end=\(transfer.segmentEnd) refusal=\(String(describing: transfer.primary.machine.refusal))\n".utf8)) }
+        // What the callbacks learned first (a seam verified by this member's last bytes).
+        if let group = transfer.group { settleInputs(group) }
         guard let group = transfer.group, !group.isFinishing,
               let memberID = group.memberOfTransfer.removeValue(forKey: transfer.id) else { return }
         group.bytesReceived += transfer.bytesReceived
@@ -155,6 +161,14 @@ extension TransferEngine {
         }
     }
 
+    /// Feeds the planner what callbacks queued for it.
+    func settleInputs(_ group: SegmentGroup) {
+        while !group.deferredInputs.isEmpty, !group.isFinishing {
+            let input = group.deferredInputs.removeFirst()
+            apply(group.planner.handle(input, now: .now), to: group)
+        }
+    }
+
     /// What a member's result means for the planner.
     private func ending(of transfer: Transfer, result: AttemptResult, in group: SegmentGroup) -> SegmentPlanner.Ending {
         if transfer.finishedRange || transfer.storedUpTo >= transfer.segmentEnd { return .finished }
@@ -184,7 +198,11 @@ extension TransferEngine {
     /// the owner is told.
     func finishGroup(_ group: SegmentGroup, _ result: AttemptResult, disablesSegments: Bool = false) {
         guard !group.isFinishing else { return }
+        // Seams verified in the last callbacks are not kept as unverified.
+        for case .seamVerified(let seam) in group.deferredInputs { _ = group.planner.handle(.seamVerified(at: seam), now: .now) }
+        group.deferredInputs = []
         group.isFinishing = true
+        group.file.setSeams(group.planner.seams)
         groups[group.id] = nil
         for member in group.members.values {
             if let transfer = transfers[member.engineID] { group.bytesReceived += transfer.bytesReceived }
@@ -205,8 +223,9 @@ extension TransferEngine {
     /// the planner already moved the range, so there is nothing to race.
     func raceGroup(_ group: SegmentGroup, connectTimeout: Duration) {
         let data = group.members.values.filter { $0.seam == nil }
-        if data.count == 1, let member = data.first {
-            startRace(member.engineID, connectTimeout: connectTimeout)
+        let suspect = group.suspect.flatMap { group.members[$0] } ?? (data.count == 1 ? data.first : nil)
+        if let suspect, transfers[suspect.engineID] != nil {
+            startRace(suspect.engineID, connectTimeout: connectTimeout)
         } else {
             group.callbacks.events(.raceEnded(.originalWon))
         }
@@ -253,10 +272,7 @@ extension TransferEngine {
                 group.deferred = []
                 apply(actions, to: group)
             }
-            while !group.deferredInputs.isEmpty, !group.isFinishing {
-                let input = group.deferredInputs.removeFirst()
-                apply(group.planner.handle(input, now: now), to: group)
-            }
+            settleInputs(group)
             if !group.pendingChecks.isEmpty, !group.isFinishing {
                 let waiting = group.pendingChecks
                 group.pendingChecks = []
@@ -374,6 +390,21 @@ extension SegmentGroup {
             }
         }
         return transfer.segmentEnd > before
+    }
+
+    /// The only connection's answer to its resume is the whole entity: like a transfer of one
+    /// connection, the file starts over with this body (the owner hears `restartedFromZero`).
+    /// False when other connections run (then the attempt ends instead).
+    func restartsInPlace(_ transfer: Transfer, _ acceptance: ResponseStateMachine.Acceptance) -> Bool {
+        guard members.count == 1, members[transfer.member] != nil, !transfer.request.isSegment else { return false }
+        let hasValidator = acceptance.entityTag != nil || acceptance.lastModified != nil
+        let allows = (hasValidator || segmentation.hasExpectedDigest) && acceptance.totalLength != nil && !acceptance.refusesRanges
+        deferred += planner.handle(.restartedInPlace(connection: transfer.member, total: acceptance.totalLength,
+                                                     allowsSegments: allows), now: .now)
+        transfer.segmentEnd = acceptance.totalLength ?? Int64.max
+        transfer.seamLimit = transfer.segmentEnd
+        transfer.reportedStartSeam = true
+        return true
     }
 
     /// A member's response was accepted.

@@ -696,7 +696,7 @@ final class TransferContext {
                 pendingAcceptance = acceptance
                 return true
             }
-            if transfer.group != nil, acceptance.restartsFromZero {
+            if let group = transfer.group, acceptance.restartsFromZero, !group.restartsInPlace(transfer, acceptance) {
                 // An attempt of several connections never rewinds the file under the others: it
                 // ends, and the download's machine restarts it (over one connection).
                 rejection = .restartFromZero(reason:
