@@ -213,7 +213,15 @@ extension DownloadAgent {
         let file = driver.file
         let host = entries[id]?.followsHost == true ? entries[id]?.host : nil
         let usability = pathWaiters.usability(allowsExpensive: driver.download.options.allowsExpensive, host: host)
-        let pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
+        var pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
+        let options = driver.download.options
+        if pinnedInterface == nil, !options.interfaces.isEmpty {
+            // `--interface`: the first named interface that is usable (all of them when several
+            // connections are allowed, see `segmentation`).
+            pinnedInterface = MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: nil,
+                                                    allowsExpensive: options.allowsExpensive, interfaces: options.interfaces)
+                .first?.interface ?? options.interfaces.first
+        }
         file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
         let record = file.record
         let offset = file.writtenEnd

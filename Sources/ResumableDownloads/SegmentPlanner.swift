@@ -202,6 +202,7 @@ struct SegmentPlanner: Sendable {
         var coveredEnd: Int64
         var openedAt: Instant
         var firstByteAt: Instant?
+        var lastByteAt: Instant?
         var meter = ThroughputWindow()
         /// A seam check: compares, stores nothing. `seam` is the boundary it checks.
         var seam: Int64?
@@ -253,6 +254,11 @@ struct SegmentPlanner: Sendable {
     /// The connections the server last served before it said it was busy: growth past it goes
     /// one connection a round.
     private var serverLimit: Int?
+    /// Connections lost while delivering, waiting to be replaced (`transport` endings).
+    private var lost: [(path: Path, at: Instant)] = []
+    /// How long a lost connection waits for evidence that the others still get through.
+    static let replacementDelay: Duration = .milliseconds(150)
+
     /// Failed checks per seam.
     private var seamCheckFailures: [Int64: Int] = [:]
     /// This download's share of the per-host bound (`allowance`).
@@ -310,6 +316,7 @@ struct SegmentPlanner: Sendable {
         }
         stored.insert(contentsOf: connection.position..<position)
         connection.position = position
+        connection.lastByteAt = now
         connection.meter.add(count, at: now)
         connections[id] = connection
         meter.add(count, at: now)
@@ -556,7 +563,17 @@ struct SegmentPlanner: Sendable {
             serverLimit = connectionCount
             lowerTargets(to: connectionCount, now: now)
         case .transport(let delivered):
-            if !delivered { lowerTargets(to: connectionCount, now: now) }
+            // A connection that never delivered is not replaced (the server wants fewer, or the
+            // path does not carry it). One that was delivering is replaced only once another
+            // connection delivers after it was lost (`replacementDelay` later): when the server or
+            // the path failed, the others fail too, and the download's machine decides (a wait
+            // for the server, a backoff) instead of a burst of new connections.
+            if delivered {
+                targets[connection.path] = max(0, (targets[connection.path] ?? 1) - 1)
+                lost.append((connection.path, now))
+            } else {
+                lowerTargets(to: connectionCount, now: now)
+            }
         case .fatal:
             return closeAll() + [.endAttempt(connection: id)]
         }
@@ -685,6 +702,14 @@ struct SegmentPlanner: Sendable {
         var actions: [Action] = []
         if let round { actions += judge(round, now: now) }
         for (path, since) in fullPaths where now - since >= configuration.reprobeInterval { fullPaths[path] = nil }
+        lost = lost.filter { entry in
+            guard now - entry.at >= Self.replacementDelay else { return true }
+            if connections.values.contains(where: { ($0.lastByteAt ?? entry.at) > entry.at && !$0.isSeamCheck }),
+               preferredPaths.contains(entry.path) {
+                targets[entry.path, default: 0] += 1
+            }
+            return false
+        }
         actions += dropUselessExpensive(now: now)
         if round == nil, isSegmenting, settled(now: now) { actions += grow(now: now) }
         return actions + fill(now: now)

@@ -252,14 +252,13 @@ extension TransferEngine {
     func tickGroups() -> Int {
         guard !groups.isEmpty else { return 250 }
         let now = ContinuousClock.now
-        // The per-host bound: every open handle counts, the groups share what is left.
-        var open: [String: Int] = [:]
+        // The per-host bound: every open connection of the process counts, the groups of this
+        // engine share what is left.
         var sharing: [String: Int] = [:]
-        for context in handles.values { open[SegmentGroup.hostKey(context.transfer.request.url), default: 0] += 1 }
         for group in groups.values { sharing[group.host, default: 0] += 1 }
         for group in Array(groups.values) where !group.isFinishing {
             let own = group.members.count
-            let free = max(0, group.template.settings.maximumConnectionsPerHost - (open[group.host] ?? 0))
+            let free = max(0, group.template.settings.maximumConnectionsPerHost - HostConnections.shared.count(group.host))
             let allowance = own + free / max(1, sharing[group.host] ?? 1)
             if allowance != group.allowance {
                 group.allowance = allowance

@@ -412,6 +412,7 @@ final class TransferEngine: @unchecked Sendable {
             easy.cleanup()
             return nil
         }
+        HostConnections.shared.opened(SegmentGroup.hostKey(request.url))
         return easy
     }
 
@@ -530,6 +531,7 @@ final class TransferEngine: @unchecked Sendable {
     /// Removes and frees one handle.
     func drop(_ context: TransferContext) {
         guard let easy = context.easy else { return }
+        HostConnections.shared.closed(SegmentGroup.hostKey(context.transfer.request.url))
         handles.removeValue(forKey: easy.handle)
         multi.remove(easy)
         easy.cleanup()
@@ -832,4 +834,24 @@ extension Duration {
         let parts = components
         return parts.seconds * 1000 + parts.attoseconds / 1_000_000_000_000_000
     }
+}
+
+/// Connections open to each server from this process, over every engine (every agent): the
+/// per-host bound of segmented downloads counts them all, so two agents (the CLI's downloads each
+/// have one) to one server share it.
+final class HostConnections: Sendable {
+    static let shared = HostConnections()
+    private let open = Mutex<[String: Int]>([:])
+
+    func opened(_ host: String) { open.withLock { $0[host, default: 0] += 1 } }
+
+    func closed(_ host: String) {
+        open.withLock { open in
+            let count = (open[host] ?? 1) - 1
+            open[host] = count > 0 ? count : nil
+        }
+    }
+
+    /// Open connections to `host`.
+    func count(_ host: String) -> Int { open.withLock { $0[host] ?? 0 } }
 }

@@ -25,6 +25,15 @@ struct DownloadCommand: Command {
         help: "The SHA-256 (64 hex digits) the file must have; with several URLs it applies to each.")
     static let noExpensive = Option.flag(
         "no-expensive", help: "Never use an expensive (cellular-like) path; wait for another one.")
+    static let connections = Option.value(
+        "connections", valueName: "n",
+        help: "Open at most this many connections to one server at once (1-\(DownloadAgent.maximumConnectionsPerHostLimit), default \(DownloadAgent.defaultConnectionsPerHost), as a web browser). More than one only when the server answers ranges with a validator (or --sha256 is given), and only while each added connection makes the download faster.")
+    static let interface = Option.repeating(
+        "interface", valueName: "name",
+        help: "Download over this interface only (repeatable: the connections are spread over all those named). Default: every usable uplink when there are several, else the routing table's choice.")
+    static let expensiveAsFallback = Option.flag(
+        "expensive-as-fallback",
+        help: "Use an expensive path only while no other path is usable (by default it is also used beside them, while it adds throughput).")
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
         help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
@@ -45,8 +54,8 @@ struct DownloadCommand: Command {
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
     static let proxy = TransportOptions.proxy
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
-    static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json, quiet,
-                          header, limitRate, certificateAuthorities, insecure, proxy]
+    static let options = [output, directory, sha256, noExpensive, connections, interface, expensiveAsFallback, stateDirectory,
+                          maximumOutage, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -89,6 +98,11 @@ struct DownloadCommand: Command {
     var directory: String?
     var expectedSHA256: String?
     var allowsExpensive: Bool
+    /// `--connections`: nil keeps the agent's default.
+    var maximumConnections: Int?
+    /// `--interface`, in the order given.
+    var interfaces: [String]
+    var usesExpensivePathsOnlyAsFallback: Bool
     var stateDirectoryOverride: String?
     var maximumOutageWait: Duration?
     var isJSON: Bool
@@ -128,6 +142,25 @@ struct DownloadCommand: Command {
             expectedSHA256 = hex.lowercased()
         }
         allowsExpensive = !arguments.isSet(Self.noExpensive)
+        if let text = arguments.value(Self.connections) {
+            let limit = DownloadAgent.maximumConnectionsPerHostLimit
+            guard text.utf8.allSatisfy({ (48...57).contains($0) }), let count = Int(text), (1...limit).contains(count) else {
+                throw UsageError.invalidValue(text, for: Self.connections, "expected a whole number from 1 to \(limit)")
+            }
+            maximumConnections = count
+        }
+        interfaces = try arguments.values(Self.interface).map { name in
+            // IFNAMSIZ is 16 with the terminating NUL; the kernel refuses '/', whitespace and ':' aliases.
+            guard (1...15).contains(name.utf8.count), name != ".", name != "..",
+                  name.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: ":") }) else {
+                throw UsageError.invalidValue(name, for: Self.interface, "expected an interface name (1-15 visible characters, no '/' or ':')")
+            }
+            return name
+        }
+        usesExpensivePathsOnlyAsFallback = arguments.isSet(Self.expensiveAsFallback)
+        if usesExpensivePathsOnlyAsFallback && !allowsExpensive {
+            throw UsageError("'\(Self.expensiveAsFallback.synopsis)' and '\(Self.noExpensive.synopsis)' contradict each other; use one")
+        }
         stateDirectoryOverride = arguments.value(Self.stateDirectory)
         if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
             throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")
@@ -265,7 +298,9 @@ struct DownloadCommand: Command {
         let logger = monitor.isVerbose
             ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) })
             : .silent
-        let options = DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive)
+        let options = DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive,
+                                      maximumConnections: maximumConnections, interfaces: interfaces,
+                                      usesExpensivePathsOnlyAsFallback: usesExpensivePathsOnlyAsFallback)
         let makeConfiguration: @Sendable (URL) -> DownloadAgent.Configuration = { [self] state in
             var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait,
                                                             logger: logger)
@@ -276,6 +311,7 @@ struct DownloadCommand: Command {
             }
             configuration.verifiesCertificates = verifiesCertificates
             configuration.proxy = proxyURL
+            if let maximumConnections { configuration.maximumConnectionsPerHost = maximumConnections }
             DownloadTuning.apply(context.environment, to: &configuration)
             return configuration
         }
