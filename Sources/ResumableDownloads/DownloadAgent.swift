@@ -297,6 +297,8 @@ public actor DownloadAgent {
             record.entityTag = state.entityTag
             record.lastModified = state.lastModified
             record.verifiedOffset = state.verifiedOffset
+            record.ranges = state.ranges
+            record.seams = state.seams
         }
         try record.validate(name: ResumeRecord.fileName(for: id))
         try record.write(to: stateDirectory)

@@ -155,23 +155,7 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         if let totalLength {
             guard totalLength >= 0, verifiedOffset <= totalLength else { throw Invalid(description: "its offsets disagree with its length") }
         }
-        if let ranges {
-            guard let totalLength, ranges.count <= Self.maximumRanges else {
-                throw Invalid(description: "its ranges need a length and are at most \(Self.maximumRanges)")
-            }
-            var previousEnd = verifiedOffset
-            for pair in ranges {
-                guard pair.count == 2, pair[0] > previousEnd, pair[0] < pair[1], pair[1] <= totalLength else {
-                    throw Invalid(description: "its ranges are not sorted, disjoint [start, end) pairs past the verified offset within the length")
-                }
-                previousEnd = pair[1]
-            }
-        }
-        if let seams {
-            guard let totalLength, seams.count <= Self.maximumRanges, seams.allSatisfy({ $0 > 0 && $0 < totalLength }) else {
-                throw Invalid(description: "its seams are not offsets inside the length")
-            }
-        }
+        try Self.validate(ranges: ranges, seams: seams, verifiedOffset: verifiedOffset, totalLength: totalLength)
         if let expectedLength, expectedLength < 0 { throw Invalid(description: "its expected length is negative") }
         if let expectedSHA256 {
             guard expectedSHA256.utf8.count == 64, expectedSHA256.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
@@ -182,6 +166,29 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
         for validator in [entityTag, lastModified, observedEntityTag].compactMap({ $0 }) where !ResumeState.isHeaderSafe(validator) {
             throw Invalid(description: "a validator is not a single line of visible ASCII")
+        }
+    }
+
+    /// The rules for stored ranges and seams (records, and resume data made from them): ranges
+    /// need a length, are sorted, disjoint `[start, end)` pairs past and apart from the verified
+    /// prefix, within the length, at most `maximumRanges`; seams lie inside the length.
+    static func validate(ranges: [[Int64]]?, seams: [Int64]?, verifiedOffset: Int64, totalLength: Int64?) throws(Invalid) {
+        if let ranges {
+            guard let totalLength, ranges.count <= maximumRanges else {
+                throw Invalid(description: "its ranges need a length and are at most \(maximumRanges)")
+            }
+            var previousEnd = verifiedOffset
+            for pair in ranges {
+                guard pair.count == 2, pair[0] > previousEnd, pair[0] < pair[1], pair[1] <= totalLength else {
+                    throw Invalid(description: "its ranges are not sorted, disjoint [start, end) pairs past the verified offset within the length")
+                }
+                previousEnd = pair[1]
+            }
+        }
+        if let seams {
+            guard let totalLength, seams.count <= maximumRanges, seams.allSatisfy({ $0 > 0 && $0 < totalLength }) else {
+                throw Invalid(description: "its seams are not offsets inside the length")
+            }
         }
     }
 

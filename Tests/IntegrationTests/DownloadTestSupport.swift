@@ -261,10 +261,15 @@ final class DownloadTestHTTPServer: Sendable {
     struct Request: Sendable {
         var path: String
         var headers: [String: String]
-        /// N from `Range: bytes=N-`.
+        /// N from `Range: bytes=N-` or `bytes=N-M`.
         var rangeStart: Int64? {
-            guard let value = headers["range"], value.hasPrefix("bytes="), value.hasSuffix("-") else { return nil }
-            return Int64(value.dropFirst(6).dropLast())
+            guard let value = headers["range"], value.hasPrefix("bytes="), let dash = value.firstIndex(of: "-") else { return nil }
+            return Int64(value[value.index(value.startIndex, offsetBy: 6)..<dash])
+        }
+        /// M from `Range: bytes=N-M` (the last byte asked for), nil for `bytes=N-`.
+        var rangeLast: Int64? {
+            guard let value = headers["range"], let dash = value.firstIndex(of: "-") else { return nil }
+            return Int64(value[value.index(after: dash)...])
         }
         var ifRange: String? { headers["if-range"] }
     }
@@ -303,9 +308,10 @@ final class DownloadTestHTTPServer: Sendable {
                 if start >= content.count {
                     return Reply(status: 416, headers: [("Content-Range", "bytes */\(content.count)")])
                 }
+                let last = min(Int64(content.count - 1), request.rangeLast ?? Int64(content.count - 1))
                 return Reply(status: 206, headers: [("ETag", etag),
-                                                    ("Content-Range", "bytes \(start)-\(content.count - 1)/\(content.count)")],
-                             body: content.subdata(in: Int(start)..<content.count), closeAfter: closeAfter)
+                                                    ("Content-Range", "bytes \(start)-\(last)/\(content.count)")],
+                             body: content.subdata(in: Int(start)..<Int(last + 1)), closeAfter: closeAfter)
             }
             return Reply(status: 200, headers: [("ETag", etag)], body: content, closeAfter: closeAfter)
         }
