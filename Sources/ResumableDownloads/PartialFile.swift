@@ -62,6 +62,8 @@ final class PartialFile: Sendable {
         var statistics = Statistics()
         /// Write-back pacing (applied on the write queue); nil once the file system refused it.
         var writeBack: WriteBackWindow?
+        /// How many times `highWater` may wait (`setWriters`).
+        var writers = 1
     }
 
     /// The partial file's path, for messages.
@@ -218,6 +220,15 @@ final class PartialFile: Sendable {
     /// Edits the record in memory (persisted by the next checkpoint).
     func updateRecord(_ edit: (inout ResumeRecord) -> Void) { state.withLock { edit(&$0.record) } }
 
+    /// How many connections write at once (a segmented download): each hands over gathered
+    /// chunks of its own, so the queue may hold more before the transfers are paused: twice the
+    /// limit for two or three writers, up to four times for eight or more. Without it, a few
+    /// connections at a modest rate filled one connection's queue and paused each other although
+    /// the disk kept up.
+    func setWriters(_ count: Int) {
+        state.withLock { $0.writers = min(4, max(1, count / 2)) }
+    }
+
     /// Sets the closure called (on the write queue) when a paused transfer may continue.
     func setDrainHandler(_ handler: (@Sendable () -> Void)?) {
         state.withLock { $0.onDrained = handler; $0.isPausedForBackpressure = false }
@@ -230,7 +241,7 @@ final class PartialFile: Sendable {
     func shouldPause(adding count: Int) -> Bool {
         state.withLock { state in
             guard state.writeError == nil, state.pendingBytes > 0,
-                  state.pendingBytes + count > limits.highWater else { return false }
+                  state.pendingBytes + count > limits.highWater * state.writers else { return false }
             state.isPausedForBackpressure = true
             state.statistics.backpressurePauses += 1
             return true
@@ -339,7 +350,7 @@ final class PartialFile: Sendable {
                 state.writeError = DownloadError.fileSystem("write", path: path, errno: failure)
             }
             var drained: (@Sendable () -> Void)?
-            if state.isPausedForBackpressure, state.pendingBytes <= limits.lowWater || state.writeError != nil {
+            if state.isPausedForBackpressure, state.pendingBytes <= limits.lowWater * state.writers || state.writeError != nil {
                 state.isPausedForBackpressure = false
                 drained = state.onDrained
             }

@@ -11,6 +11,8 @@ let traceSegments = getenv("REACHABILITY_SEGMENT_TRACE") != nil
 extension TransferEngine {
     /// How often a group's planner is ticked (growth rounds, stalls, seam checks waiting).
     static let groupTick: Duration = .milliseconds(50)
+    /// A pause for backpressure this long means the disk is behind.
+    static let diskBehind: Duration = .milliseconds(25)
 
     func startGroup(id: UInt64, request: TransferRequest, segmentation: Segmentation, file: PartialFile,
                     callbacks: TransferCallbacks) {
@@ -26,7 +28,7 @@ extension TransferEngine {
 
     /// Carries out the planner's actions.
     func apply(_ actions: [SegmentPlanner.Action], to group: SegmentGroup) {
-        if traceSegments, !actions.isEmpty { FileHandle.standardError.write(Data("SEG \(actions) stored=\(group.planner.stored.ranges.map { $0 }) seams=\(group.planner.seams.sorted())\n".utf8)) }
+        if traceSegments, !actions.isEmpty { FileHandle.standardError.write(Data("SEG t=\(ContinuousClock.now) \(actions) stored=\(group.planner.stored.ranges.map { $0 }) seams=\(group.planner.seams.sorted())\n".utf8)) }
         for action in actions {
             guard !group.isFinishing else { return }
             switch action {
@@ -233,9 +235,16 @@ extension TransferEngine {
 
     /// The disk caught up: every member paused for it continues.
     func unpauseGroup(_ group: SegmentGroup) {
+        let now = ContinuousClock.now
         for member in group.members.values {
             guard let transfer = transfers[member.engineID], transfer.primary.isPausedForBackpressure else { continue }
             let context = transfer.primary
+            // A pause that lasted is the disk falling behind: more connections would not help.
+            // (A short one is only the queue's shape.)
+            if let pausedAt = context.pausedAt, now - pausedAt >= Self.diskBehind {
+                _ = group.planner.handle(.backpressure, now: now)
+            }
+            context.pausedAt = nil
             context.isPausedForBackpressure = false
             context.lastActivity = .now
             transfer.stall.restart(at: .now)
@@ -291,10 +300,11 @@ extension TransferEngine {
         return Int(Self.groupTick.milliseconds)
     }
 
-    /// Tells the owner when the connections (count or paths) changed.
+    /// Tells the owner when the connections (count or paths) changed, and the file how many write.
     private func reportConnections(_ group: SegmentGroup) {
         guard !group.isFinishing else { return }
         let now = group.connections
+        if now.count != group.lastReported?.count { group.file.setWriters(max(1, now.count)) }
         guard now != group.lastReported else { return }
         group.lastReported = now
         group.callbacks.events(.connectionsChanged(now))

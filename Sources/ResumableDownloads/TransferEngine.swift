@@ -650,8 +650,9 @@ final class TransferContext {
     var hasResponse = false
     /// Whether the final response's body is being received.
     var isReceivingBody = false
-    /// Whether the write callback paused the transfer because the disk is behind.
+    /// Whether the write callback paused the transfer because the disk is behind, and since when.
     var isPausedForBackpressure = false
+    var pausedAt: ContinuousClock.Instant?
     /// A racer's accepted response, applied to the file when it wins.
     private var pendingAcceptance: ResponseStateMachine.Acceptance?
     /// Why a racer refused its response (it is not the rest of this entity).
@@ -754,7 +755,7 @@ final class TransferContext {
         lastActivity = now
         if file.shouldPause(adding: chunk.count + bytes.count) {
             isPausedForBackpressure = true
-            if let group = transfer.group { _ = group.planner.handle(.backpressure, now: now) }
+            pausedAt = now
             return .pause
         }
         var bytes = bytes
@@ -841,17 +842,25 @@ extension Duration {
 /// have one) to one server share it.
 final class HostConnections: Sendable {
     static let shared = HostConnections()
-    private let open = Mutex<[String: Int]>([:])
+    private let open = Mutex<(now: [String: Int], most: [String: Int])>(([:], [:]))
 
-    func opened(_ host: String) { open.withLock { $0[host, default: 0] += 1 } }
+    func opened(_ host: String) {
+        open.withLock { open in
+            open.now[host, default: 0] += 1
+            open.most[host] = max(open.most[host] ?? 0, open.now[host] ?? 0)
+        }
+    }
 
     func closed(_ host: String) {
         open.withLock { open in
-            let count = (open[host] ?? 1) - 1
-            open[host] = count > 0 ? count : nil
+            let count = (open.now[host] ?? 1) - 1
+            open.now[host] = count > 0 ? count : nil
         }
     }
 
     /// Open connections to `host`.
-    func count(_ host: String) -> Int { open.withLock { $0[host] ?? 0 } }
+    func count(_ host: String) -> Int { open.withLock { $0.now[host] ?? 0 } }
+
+    /// The most connections to `host` that were open at once (for tests).
+    func most(_ host: String) -> Int { open.withLock { $0.most[host] ?? 0 } }
 }

@@ -291,6 +291,8 @@ final class DownloadTestHTTPServer: Sendable {
         var pause: Duration = .zero
         /// Wait this long before sending the head.
         var headDelay: Duration?
+        /// Send the body at about this rate (a server capping each connection).
+        var bytesPerSecond: Int?
 
         init(status: Int, headers: [(String, String)] = [], body: Data = Data(), closeAfter: Int? = nil,
              stallAfter: Int? = nil, sendsContentLength: Bool = true) {
@@ -322,6 +324,8 @@ final class DownloadTestHTTPServer: Sendable {
     private let log = Mutex<[Request]>([])
     private let isStopped = Atomic<Bool>(false)
     private let accepted = Atomic<Int>(0)
+    /// Requests being answered now, and the most at once.
+    private let answering = Mutex<(now: Int, most: Int)>((0, 0))
 
     /// `handler` gets each request and its zero-based index.
     init(handler: @escaping @Sendable (Request, Int) -> Reply) throws {
@@ -348,6 +352,9 @@ final class DownloadTestHTTPServer: Sendable {
     var requests: [Request] { log.withLock { $0 } }
     /// Connections accepted, with or without a request.
     var connections: Int { accepted.load(ordering: .relaxed) }
+
+    /// The most requests answered at once.
+    var mostAtOnce: Int { answering.withLock { $0.most } }
 
     func url(_ path: String = "file") -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
 
@@ -390,6 +397,8 @@ final class DownloadTestHTTPServer: Sendable {
             headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
         let request = Request(path: requestLine.count > 1 ? String(requestLine[1]) : "/", headers: headers)
+        answering.withLock { $0.now += 1; $0.most = max($0.most, $0.now) }
+        defer { answering.withLock { $0.now -= 1 } }
         let index = log.withLock { log -> Int in log.append(request); return log.count - 1 }
         let reply = handler(request, index)
 
@@ -405,6 +414,18 @@ final class DownloadTestHTTPServer: Sendable {
             guard sendAll(client, reply.body.prefix(pauseAfter)) else { return }
             usleep(useconds_t(reply.pause.milliseconds * 1000))
             guard sendAll(client, reply.body.subdata(in: pauseAfter..<limit)) else { return }
+        } else if let rate = reply.bytesPerSecond, rate > 0 {
+            // 16 KiB at a time, each after its share of time since the start.
+            let started = ContinuousClock.now
+            var sent = 0
+            while sent < limit {
+                let count = min(16 << 10, limit - sent)
+                guard sendAll(client, reply.body.subdata(in: sent..<sent + count)) else { return }
+                sent += count
+                let due = started + .milliseconds(Int64(sent) * 1000 / Int64(rate))
+                let now = ContinuousClock.now
+                if due > now { usleep(useconds_t((due - now).milliseconds * 1000)) }
+            }
         } else {
             guard sendAll(client, reply.body.prefix(limit)) else { return }
         }
