@@ -260,7 +260,7 @@ final class MonitorEngine: Sendable {
             do {
                 try NetworkNamespace.join(descriptor: namespaceDescriptor)
             } catch {
-                configuration.logger.error("cannot enter the namespace for connectivity checks; the monitor stops",
+                configuration.logger.error("cannot enter the namespace for host lookups and connectivity checks; the monitor stops",
                                            metadata: ["error": "\(error)"])
                 return
             }

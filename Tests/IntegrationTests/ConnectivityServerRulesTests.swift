@@ -84,26 +84,9 @@ struct ConnectivityServerRulesTests {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(net.lab.prefix)-loopback")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        let script = """
-        import http.server, os, sys
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            def log_message(self, *args): pass
-            def do_GET(self):
-                self.send_response(204); self.send_header("Content-Length", "0"); self.end_headers()
-        server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        open(os.path.join(sys.argv[1], "port.tmp"), "w").write(str(server.server_address[1]))
-        os.rename(os.path.join(sys.argv[1], "port.tmp"), os.path.join(sys.argv[1], "port"))
-        server.serve_forever()
-        """
-        _ = try net.lab.spawn(["ip", "netns", "exec", net.client, "python3", "-c", script, directory.path])
-        let portFile = directory.appendingPathComponent("port")
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !FileManager.default.fileExists(atPath: portFile.path) {
-            guard ContinuousClock.now < deadline else { throw CommandFailure(description: "loopback server did not start") }
-            try await Task.sleep(for: .milliseconds(10))  // bounded poll for a process start-up
-        }
-        let port = try String(contentsOf: portFile, encoding: .utf8)
+        // An empty 200 is the expected answer when no text is expected.
+        try Data().write(to: directory.appendingPathComponent("check"))
+        let port = try await loopbackServer(in: net.client, lab: net.lab, serving: directory)
         let monitor = try startCheckedMonitor(in: net.client, url: "http://127.0.0.1:\(port)/check", timeout: .seconds(2))
         defer { monitor.cancel() }
         let full = try await waitForPath(monitor, timeout: .seconds(5), "full over loopback") { $0.connectivity == .full }

@@ -7,11 +7,14 @@ import Testing
 /// instead of the default route, so the server at 10.88.0.1 is on-link and nothing else is
 /// routed; `curl` fetches from it at once.
 extension OutageLab {
-    static func localNetworkOnly(rate: String = "1m") throws -> OutageLab {
+    /// The lab serving `size` random bytes at /file.bin, and those bytes.
+    static func localNetworkOnly(rate: String, size: Int, seed: UInt64) throws -> (OutageLab, Data) {
         let net = try OutageLab(rate: rate)
         try ip("-n \(net.client) route del default")
         try ip("-n \(net.client) route add 10.88.0.0/24 dev eth1 src 10.88.0.2")
-        return net
+        let content = DownloadFixtures.randomData(count: size, seed: seed)
+        try net.serve(content, at: "file.bin")
+        return (net, content)
     }
 }
 
@@ -43,10 +46,8 @@ struct DownloadLocalNetworkTests {
 
     @Test("download from a LAN server with no default route finishes at once; the default route coming and going does not disturb it")
     func lanServer() async throws {
-        let net = try OutageLab.localNetworkOnly(rate: "2m")
+        let (net, content) = try OutageLab.localNetworkOnly(rate: "2m", size: 8 << 20, seed: 2101)
         defer { net.close() }
-        let content = F.randomData(count: 8 << 20, seed: 2101)
-        try net.serve(content, at: "file.bin")
         // One connection: the claim is that this one request is never restarted.
         let cli = try net.download("file.bin", ["--max-outage", "30", "--connections", "1"])
         #expect(await cli.waitForBytes(1 << 20, timeout: .seconds(15)), "\(cli.transcript)")
@@ -89,10 +90,8 @@ struct DownloadLocalNetworkTests {
 
     @Test("the agent downloads from a LAN server with no default route")
     func agentFromLAN() async throws {
-        let net = try OutageLab.localNetworkOnly(rate: "8m")
+        let (net, content) = try OutageLab.localNetworkOnly(rate: "8m", size: 2 << 20, seed: 2103)
         defer { net.close() }
-        let content = F.randomData(count: 2 << 20, seed: 2103)
-        try net.serve(content, at: "file.bin")
         let directory = try F.Directory("agent-lan")
         try AgentTests.allowDownloads(into: directory)
         let agent = try AgentProcess(stateDirectory: directory.file("state"),
@@ -108,10 +107,8 @@ struct DownloadLocalNetworkTests {
 
     @Test("a ResumableURLSession task from a LAN server with no default route completes, not -1009")
     func urlSessionFromLAN() async throws {
-        let net = try OutageLab.localNetworkOnly(rate: "8m")
+        let (net, content) = try OutageLab.localNetworkOnly(rate: "8m", size: 2 << 20, seed: 2104)
         defer { net.close() }
-        let content = F.randomData(count: 2 << 20, seed: 2104)
-        try net.serve(content, at: "file.bin")
         let probe = try ProbeProcess(["--state-dir", net.directory.file("session").path, "--url", "\(net.url)/file.bin"],
                                      namespace: net.client)
         let completed = try #require(await probe.waitForCall("completed", task: 1, timeout: .seconds(30)), "\(probe.transcript)")

@@ -7,42 +7,15 @@ import Testing
 func waitForHostPath(_ monitor: PathMonitor, _ host: String, timeout: Duration = .seconds(5),
                      sourceLocation: SourceLocation = #_sourceLocation, _ description: String,
                      _ predicate: @escaping @Sendable (HostPath) -> Bool) async throws -> HostPath {
-    let seen = HostPathLog()
-    let found: HostPath? = await withTaskGroup(of: HostPath?.self) { group in
-        group.addTask {
-            for await path in monitor.paths(to: host) {
-                seen.append(path)
-                if predicate(path) { return path }
-            }
-            return nil
-        }
-        group.addTask {
-            await deadline(timeout)
-            return nil
-        }
-        let first = await group.next() ?? nil
-        group.cancelAll()
-        return first
-    }
-    guard let found else {
-        let history = seen.all.map { "\($0.addresses) \($0.resolutionFailure ?? "") \($0.path.map(describe) ?? "no path")" }
-        Issue.record("timed out after \(timeout) waiting for \(description) to \(host); seen:\n  \(history.joined(separator: "\n  "))",
-                     sourceLocation: sourceLocation)
-        throw CommandFailure(description: "timed out waiting for \(description)")
-    }
-    return found
-}
-
-/// Paths to one host, in the order seen.
-final class HostPathLog: Sendable {
-    private let paths = Mutex<[HostPath]>([])
-    func append(_ path: HostPath) { paths.withLock { $0.append(path) } }
-    var all: [HostPath] { paths.withLock { $0 } }
+    try await firstElement(of: monitor.paths(to: host), timeout: timeout, sourceLocation: sourceLocation,
+                           "\(description) (\(host))", describe: { host in
+        "\(host.addresses) \(host.resolutionFailure ?? "") \(host.path.map(describe) ?? "no path")"
+    }, predicate)
 }
 
 /// Collects every path to one host while it runs.
 final class HostPathRecorder: Sendable {
-    private let log = HostPathLog()
+    private let log = SeenLog<HostPath>()
     private let task: Task<Void, Never>
 
     init(_ monitor: PathMonitor, _ host: String) {
@@ -156,5 +129,27 @@ struct HostPathIntegrationTests {
         let (status, text, _) = try runBuilt(["status", "--netns", net.client])
         #expect(status == 1)
         #expect(text == "unreachable: no route beyond the local network (enp3s0, 10.77.1.2)\n")
+    }
+
+    @Test("link-local servers (IPv4 169.254/16, IPv6 fe80:: with its zone) need no route beyond the link")
+    func linkLocal() async throws {
+        let net = try Topology()
+        defer { net.close() }
+        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
+        try ip("-n \(net.client) addr add 169.254.7.2/16 dev enp3s0")
+        try ip("-n \(net.router) addr add 169.254.7.1/16 dev up1")
+        try ip("-6 -n \(net.client) addr add fe80::77:2/64 dev enp3s0 nodad")
+        try ip("-6 -n \(net.router) addr add fe80::77:1/64 dev up1 nodad")
+        let monitor = try startMonitor(in: net.client)
+        defer { monitor.cancel() }
+        let v4 = try await waitForHostPath(monitor, "169.254.7.1", "an IPv4 link-local server") { $0.path != nil }
+        #expect(v4.isReachable && v4.path?.primaryInterface?.name == "enp3s0", "\(v4)")
+        let v6 = try await waitForHostPath(monitor, "fe80::77:1%enp3s0", "an IPv6 link-local server") { $0.path != nil }
+        #expect(v6.isReachable && v6.path?.routes.first?.interfaceName == "enp3s0", "\(v6)")
+        // A zone that names no interface is no route, not a guess.
+        let nowhere = try await waitForHostPath(monitor, "fe80::77:1%nosuch0", "a zone naming no interface") { $0.path != nil }
+        #expect(!nowhere.isReachable)
+        let (waited, _, errors) = try runBuilt(["wait", "--netns", net.client, "--host", "fe80::77:1%enp3s0", "--timeout", "5"])
+        #expect(waited == 0, "\(errors)")
     }
 }

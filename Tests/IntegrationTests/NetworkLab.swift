@@ -128,12 +128,22 @@ final class NetworkLab: Sendable {
 func waitForPath(_ monitor: PathMonitor, timeout: Duration = .seconds(5),
                  sourceLocation: SourceLocation = #_sourceLocation,
                  _ description: String, _ predicate: @escaping @Sendable (NetworkPath) -> Bool) async throws -> NetworkPath {
-    let seen = PathLog()
-    let found: NetworkPath? = await withTaskGroup(of: NetworkPath?.self) { group in
+    try await firstElement(of: monitor.paths, timeout: timeout, sourceLocation: sourceLocation, description,
+                           describe: describe, predicate)
+}
+
+/// The first element of `stream` satisfying `predicate`; records an issue listing what was seen
+/// and throws after `timeout` (a bound, not a pause).
+func firstElement<Element: Sendable>(of stream: AsyncStream<Element>, timeout: Duration,
+                                     sourceLocation: SourceLocation, _ description: String,
+                                     describe: @escaping @Sendable (Element) -> String,
+                                     _ predicate: @escaping @Sendable (Element) -> Bool) async throws -> Element {
+    let seen = SeenLog<Element>()
+    let found: Element? = await withTaskGroup(of: Element?.self) { group in
         group.addTask {
-            for await path in monitor.paths {
-                seen.append(path)
-                if predicate(path) { return path }
+            for await element in stream {
+                seen.append(element)
+                if predicate(element) { return element }
             }
             return nil
         }
@@ -147,18 +157,18 @@ func waitForPath(_ monitor: PathMonitor, timeout: Duration = .seconds(5),
     }
     guard let found else {
         let history = seen.all.map(describe).joined(separator: "\n  ")
-        Issue.record("timed out after \(timeout) waiting for \(description); paths seen:\n  \(history)",
+        Issue.record("timed out after \(timeout) waiting for \(description); seen:\n  \(history)",
                      sourceLocation: sourceLocation)
         throw CommandFailure(description: "timed out waiting for \(description)")
     }
     return found
 }
 
-/// Paths observed while waiting, for failure messages.
-final class PathLog: Sendable {
-    private let paths = Mutex<[NetworkPath]>([])
-    func append(_ path: NetworkPath) { paths.withLock { $0.append(path) } }
-    var all: [NetworkPath] { paths.withLock { $0 } }
+/// What a stream delivered while waiting, for failure messages.
+final class SeenLog<Element: Sendable>: Sendable {
+    private let elements = Mutex<[Element]>([])
+    func append(_ element: Element) { elements.withLock { $0.append(element) } }
+    var all: [Element] { elements.withLock { $0 } }
 }
 
 /// Suspends until `timeout` has passed or the task is cancelled.

@@ -1,5 +1,7 @@
-import FoundationEssentials
+import DownloadTestSupport
+import Foundation
 import LinuxReachability
+import Synchronization
 import Testing
 @testable import ResumableDownloads
 
@@ -49,4 +51,31 @@ struct PathWaitersTests {
         #expect(plain.usability(allowsExpensive: true, host: "10.77.0.1") == .unknown)
         #expect(plain.followsPrimaryPath(host: "10.77.0.1"))
     }
+
+    @Test("the agent follows the route to the download's proxy when one applies, else to its server")
+    func gateHostIsTheProxy() async throws {
+        let directory = try TemporaryDirectory()
+        let asked = Mutex<[String]>([])
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(Paths.offline)
+        var configuration = DownloadAgent.Configuration(stateDirectory: directory.url.appendingPathComponent("state"))
+        configuration.proxy = "http://proxy.example:3128"
+        let agent = try DownloadAgent(configuration: configuration, paths: paths, hostPaths: { host in
+            asked.withLock { $0.append(host) }
+            return AsyncStream { _ in }
+        })
+        _ = try await agent.download(from: URL(string: "http://10.77.0.1/f")!, to: directory.url.appendingPathComponent("f"))
+        #expect(await Polling.wait(timeout: .seconds(5)) { asked.withLock { $0 } == ["proxy.example"] })
+        await agent.shutdown()
+        var direct = DownloadAgent.Configuration(stateDirectory: directory.url.appendingPathComponent("state2"))
+        direct.proxy = ""
+        let plain = try DownloadAgent(configuration: direct, paths: paths, hostPaths: { host in
+            asked.withLock { $0.append(host) }
+            return AsyncStream { _ in }
+        })
+        _ = try await plain.download(from: URL(string: "http://10.77.0.1/f")!, to: directory.url.appendingPathComponent("g"))
+        #expect(await Polling.wait(timeout: .seconds(5)) { asked.withLock { $0 } == ["proxy.example", "10.77.0.1"] })
+        await plain.shutdown()
+    }
 }
+
