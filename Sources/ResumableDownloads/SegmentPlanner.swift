@@ -254,6 +254,11 @@ struct SegmentPlanner: Sendable {
     /// The connections the server last served before it said it was busy: growth past it goes
     /// one connection a round.
     private var serverLimit: Int?
+    /// Paths whose connection went silent while others delivered (a path that fails without the
+    /// kernel knowing): tried again after `stalledReprobe`, not `reprobeInterval`.
+    private var stalledPaths = Set<Path>()
+    static let stalledReprobe: Duration = .seconds(1)
+
     /// Connections lost while delivering, waiting to be replaced (`transport` endings).
     private var lost: [(path: Path, at: Instant)] = []
     /// How long a lost connection waits for evidence that the others still get through.
@@ -660,6 +665,7 @@ struct SegmentPlanner: Sendable {
             targets[connection.path] = max(0, (targets[connection.path] ?? 1) - 1)
             targets[other, default: 0] += 1
             fullPaths[connection.path] = now
+            stalledPaths.insert(connection.path)
         }
         return [.close(connection: id)] + fill(now: now)
     }
@@ -701,7 +707,10 @@ struct SegmentPlanner: Sendable {
         guard isStarted, !isComplete else { return [] }
         var actions: [Action] = []
         if let round { actions += judge(round, now: now) }
-        for (path, since) in fullPaths where now - since >= configuration.reprobeInterval { fullPaths[path] = nil }
+        for (path, since) in fullPaths where now - since >= (stalledPaths.contains(path) ? Self.stalledReprobe : configuration.reprobeInterval) {
+            fullPaths[path] = nil
+            stalledPaths.remove(path)
+        }
         lost = lost.filter { entry in
             guard now - entry.at >= Self.replacementDelay else { return true }
             if connections.values.contains(where: { ($0.lastByteAt ?? entry.at) > entry.at && !$0.isSeamCheck }),
@@ -794,6 +803,8 @@ struct SegmentPlanner: Sendable {
         // Not worth it: the path is full; what the round added is closed (its ranges go to
         // whoever reaches them first).
         fullPaths[round.path] = now
+        // A path whose new connection never delivered is not full but failing: tried again soon.
+        if round.measuredFrom == nil { stalledPaths.insert(round.path) }
         targets[round.path] = max(0, count(on: round.path) - added.count)
         var actions: [Action] = []
         for id in added {
@@ -802,7 +813,8 @@ struct SegmentPlanner: Sendable {
             actions.append(.close(connection: id))
         }
         if connectionCount == 0, let path = preferredPaths.first { targets[path] = max(1, targets[path] ?? 0) }
-        changedAt = now
+        // The count is back to what was measured before the round: the next path may be tried at once.
+        changedAt = now - window
         return actions
     }
 
