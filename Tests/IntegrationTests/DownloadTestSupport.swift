@@ -356,6 +356,10 @@ final class DownloadTestHTTPServer: Sendable {
     /// The most requests answered at once.
     var mostAtOnce: Int { answering.withLock { $0.most } }
 
+    /// Body and head bytes handed to the kernel so far (bytes a killed client never read included).
+    var bytesSent: Int { sent.load(ordering: .relaxed) }
+    private let sent = Atomic<Int>(0)
+
     func url(_ path: String = "file") -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
 
     func stop() {
@@ -452,6 +456,7 @@ final class DownloadTestHTTPServer: Sendable {
                 let result = send(fd, bytes.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL))
                 if result < 0 { if errno == EINTR { continue }; return false }
                 sent += result
+                self.sent.add(result, ordering: .relaxed)
             }
             return true
         }
