@@ -548,7 +548,15 @@ struct SegmentPlanner: Sendable {
             }
             return finishIfDone(now: now)
         }
-        if ending == .finished { stored.insert(contentsOf: connection.start..<connection.end) }
+        if ending == .finished {
+            if total == nil {
+                // A response of unknown length that ended cleanly: its end is the entity's.
+                stored.insert(contentsOf: connection.start..<connection.position)
+                total = connection.position
+            } else {
+                stored.insert(contentsOf: connection.start..<connection.end)
+            }
+        }
         if connection.position > connection.start, connection.position < connection.end {
             // Whoever continues from here starts a new response: a seam (its overlap verifies it).
             seams.insert(connection.position)

@@ -1,13 +1,9 @@
 import FoundationEssentials
-import Foundation
-import Glibc
 
 /// The engine's side of segment groups (`SegmentGroup`): starting members for the planner's
 /// requests, mapping their endings, and finishing the group as one attempt. Engine thread only;
 /// nothing here adds or removes an easy handle from inside a libcurl callback (inputs that can
 /// open or close members are queued by the callbacks and settled after `perform()`).
-let traceSegments = getenv("REACHABILITY_SEGMENT_TRACE") != nil
-
 extension TransferEngine {
     /// How often a group's planner is ticked (growth rounds, stalls, seam checks waiting).
     static let groupTick: Duration = .milliseconds(50)
@@ -28,7 +24,6 @@ extension TransferEngine {
 
     /// Carries out the planner's actions.
     func apply(_ actions: [SegmentPlanner.Action], to group: SegmentGroup) {
-        if traceSegments, !actions.isEmpty { FileHandle.standardError.write(Data("SEG t=\(ContinuousClock.now) \(actions) stored=\(group.planner.stored.ranges.map { $0 }) seams=\(group.planner.seams.sorted())\n".utf8)) }
         for action in actions {
             guard !group.isFinishing else { return }
             switch action {
@@ -116,7 +111,6 @@ extension TransferEngine {
 
     /// A member's transfer ended (its handle is already gone; its bytes handed to the file).
     func memberEnded(_ transfer: Transfer, result: AttemptResult) {
-        if traceSegments { FileHandle.standardError.write(Data("SEG member \(transfer.member) ended \(result) finished=\(transfer.finishedRange) stored=\(transfer.storedUpTo) end=\(transfer.segmentEnd) refusal=\(String(describing: transfer.primary.machine.refusal))\n".utf8)) }
         // What the callbacks learned first (a seam verified by this member's last bytes).
         if let group = transfer.group { settleInputs(group) }
         guard let group = transfer.group, !group.isFinishing,

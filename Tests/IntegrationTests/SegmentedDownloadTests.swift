@@ -211,6 +211,22 @@ struct SegmentedDownloadTests {
         }
     }
 
+    /// A body without a length (close-delimited) ends the download where it ends; nothing is split.
+    @Test func aBodyOfUnknownLengthCompletesWhereItEnds() async throws {
+        let server = try Server { _, _ in
+            var reply = Reply(status: 200, headers: [("ETag", Self.etag)], body: Self.content)
+            reply.sendsContentLength = false
+            reply.bytesPerSecond = 8 * Self.rate
+            return reply
+        }
+        defer { server.stop() }
+        let directory = try F.Directory()
+        let (result, destination, _) = try await fetch(server, in: directory)
+        _ = try result.get()
+        #expect(F.sha256(fileAt: destination) == F.sha256(Self.content))
+        #expect(server.requests.count == 1)
+    }
+
     /// Progress shows the connections while they run.
     @Test func progressShowsTheConnections() async throws {
         let server = try Server { request, _ in Self.capped(request) }

@@ -233,6 +233,17 @@ struct SegmentPlannerTests {
         #expect(simulation.actions == [.open(.init(connection: 1, path: .routingTable, range: 0..<Int64.max))])
     }
 
+    @Test func aResponseOfUnknownLengthCompletesWhenItEnds() {
+        var planner = P(configuration: .init(maximumConnections: 6))
+        let now = ContinuousClock.now
+        #expect(planner.handle(.start(stored: RangeSet(), seams: [], total: nil, allowsSegments: nil, paths: [.routingTable]), now: now)
+                == [.open(.init(connection: 1, path: .routingTable, range: 0..<Int64.max))])
+        _ = planner.handle(.accepted(connection: 1, total: nil, isRange: false, allowsSegments: false), now: now)
+        planner.record(position: 5000, of: 1, at: now)
+        #expect(planner.handle(.ended(connection: 1, .finished), now: now) == [.complete])
+        #expect(planner.total == 5000)
+    }
+
     @Test func aServerWithoutPerConnectionCapKeepsOneConnection() {
         // 100 MB/s shared by every connection: a second one gains nothing.
         var simulation = Simulation(total: 256 * Self.mib, capacity: [.routingTable: 100e6])
