@@ -133,6 +133,11 @@ public enum ReachabilityCommandLine {
         }
         let topic = topic.filter { $0 != "--help" && $0 != "-h" }
         do throws(UsageError) {
+            if topic.first == "help" {
+                if topic.count > 1 { throw UsageError("Unexpected argument '\(topic[1])'") }
+                context.output.text(HelpFormatter.helpCommandHelp())
+                return ExitCode.success.rawValue
+            }
             guard let (command, rest) = try lookUp(topic) else {
                 let members = CommandRegistry.commands.filter { $0.name.split(separator: " ").map(String.init).starts(with: topic) }
                 context.output.text(HelpFormatter.groupHelp(topic.joined(separator: " "), members: members))

@@ -143,6 +143,11 @@ struct AttemptRateLimiter: Sendable, Hashable {
         }
         return now + interval * (1 - available)
     }
+
+    /// Gives one token back (an attempt that turned out to make progress).
+    mutating func refund() {
+        tokens = min(Double(burst), (tokens ?? Double(burst)) + 1)
+    }
 }
 
 /// `Retry-After` (RFC 9110 §10.2.3): delay-seconds or an HTTP-date.

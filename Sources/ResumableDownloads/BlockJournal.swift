@@ -117,44 +117,74 @@ final class BlockJournal {
         binding = Self.binding(for: record)
         running = [:]
         guard let file else { return kept }
-        guard headerMatches(file) else {
+        guard Self.headerMatches(file, binding: binding, blockShift: blockShift) else {
             reset()
             return kept
         }
-        let journalSize = (try? file.status().size) ?? 0
-        let entries = Int(min(max(0, (journalSize - Int64(Self.headerSize)) / Int64(Self.entrySize)), dataSize >> Int64(blockShift)))
+        return Self.kept(journal: file, data: data, dataSize: dataSize, durable: kept, seed: seed, blockShift: blockShift) { index in
+            _ = writeEntry(index, 0)
+        }
+    }
+
+    /// How many bytes `recover` would keep for `record`, changing nothing (no file is created,
+    /// cut or emptied): what a restored download's partial file holds that can be trusted, to
+    /// report before its transfer opens it. Reads the blocks outside the durable bytes that have
+    /// entries.
+    static func recoverableBytes(record: ResumeRecord, stateDirectory: CheckedDirectory,
+                                 blockShift: Int = BlockJournal.defaultBlockShift) -> Int64 {
+        guard let folder = try? CheckedDirectory.open(record.destination.deletingLastPathComponent().path, policy: .shared),
+              let partial = try? folder.openOwnedFile(record.partialName, creating: .existing, writable: false) else { return 0 }
+        defer { partial.descriptor.close() }
+        let dataSize = partial.status.size
+        var durable = record.durable
+        durable.formIntersection(RangeSet(0..<max(0, dataSize)))
+        guard let opened = try? stateDirectory.openOwnedFile(fileName(for: record.id), creating: .existing, writable: false) else {
+            return count(durable)
+        }
+        defer { opened.descriptor.close() }
+        let binding = binding(for: record)
+        guard headerMatches(opened.descriptor, binding: binding, blockShift: blockShift) else { return count(durable) }
+        return count(kept(journal: opened.descriptor, data: partial.descriptor, dataSize: dataSize, durable: durable,
+                          seed: seed(binding), blockShift: blockShift) { _ in })
+    }
+
+    private static func count(_ set: RangeSet<Int64>) -> Int64 {
+        set.ranges.reduce(0) { $0 + ($1.upperBound - $1.lowerBound) }
+    }
+
+    /// `durable` plus every whole block of `data` that matches its journal entry; `mismatch` is
+    /// told each block whose entry does not match.
+    private static func kept(journal: FileDescriptor, data: FileDescriptor, dataSize: Int64, durable: RangeSet<Int64>,
+                             seed: UInt64, blockShift: Int, mismatch: (Int64) -> Void) -> RangeSet<Int64> {
+        var kept = durable
+        let blockSize = Int64(1) << Int64(blockShift)
+        let journalSize = (try? journal.status().size) ?? 0
+        let entries = Int(min(max(0, (journalSize - Int64(headerSize)) / Int64(entrySize)), dataSize >> Int64(blockShift)))
         guard entries > 0 else { return kept }
         var table = [UInt64](repeating: 0, count: entries)
-        let count = table.withUnsafeMutableBytes { (try? file.readFully(into: $0, at: Int64(Self.headerSize))) ?? 0 }
+        let count = table.withUnsafeMutableBytes { (try? journal.readFully(into: $0, at: Int64(headerSize))) ?? 0 }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(blockSize), alignment: 16)
         defer { buffer.deallocate() }
-        for index in 0..<min(entries, count / Self.entrySize) {
+        for index in 0..<min(entries, count / entrySize) {
             let entry = UInt64(littleEndian: table[index])
             guard entry != 0 else { continue }
             let start = Int64(index) << Int64(blockShift)
             let block = start..<start + blockSize
             guard !kept.isSuperset(of: RangeSet(block)) else { continue }
             if let read = try? data.readFully(into: buffer, at: start), read == Int(blockSize),
-               Self.checksum(seed: seed, index: Int64(index), UnsafeRawBufferPointer(buffer)) == entry {
+               checksum(seed: seed, index: Int64(index), UnsafeRawBufferPointer(buffer)) == entry {
                 kept.insert(contentsOf: block)
             } else {
-                _ = writeEntry(Int64(index), 0)
+                mismatch(Int64(index))
             }
         }
         return kept
     }
 
-    private func headerMatches(_ file: FileDescriptor) -> Bool {
-        var header = [UInt8](repeating: 0, count: Self.headerSize)
+    private static func headerMatches(_ file: FileDescriptor, binding: [UInt8], blockShift: Int) -> Bool {
+        var header = [UInt8](repeating: 0, count: headerSize)
         let count = header.withUnsafeMutableBytes { (try? file.readFully(into: $0, at: 0)) ?? 0 }
-        return count == Self.headerSize && header == Self.header(binding: binding, blockShift: blockShift)
-    }
-
-    private func readEntry(_ index: Int64, from file: FileDescriptor) -> UInt64? {
-        let offset = Int64(Self.headerSize) + index * Int64(Self.entrySize)
-        var entry: UInt64 = 0
-        let count = withUnsafeMutableBytes(of: &entry) { (try? file.readFully(into: $0, at: offset)) ?? 0 }
-        return count == Self.entrySize ? UInt64(littleEndian: entry) : nil
+        return count == headerSize && header == Self.header(binding: binding, blockShift: blockShift)
     }
 
     static func header(binding: [UInt8], blockShift: Int) -> [UInt8] {

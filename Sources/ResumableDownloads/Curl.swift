@@ -77,11 +77,8 @@ struct CurlRequestOptions {
     var userAgent: String
     var certificateAuthorityFile: String?
     var additionalHeaders: [String] = []
-    var maximumBytesPerSecond: Int64?
     var verifiesCertificates = true
     var proxy: String?
-    /// Only connect (TCP, the proxy, TLS), send no request: the handle ends once connected.
-    var connectsOnly = false
 }
 
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
@@ -89,6 +86,10 @@ final class CurlEasy {
     let handle: UnsafeMutableRawPointer
     private let api: UnsafeMutablePointer<ccurl_api>
     private var headerList: UnsafeMutablePointer<curl_slist>?
+    /// CURLOPT_ERRORBUFFER: libcurl's own account of a failure ("Illegal or missing hexadecimal
+    /// sequence in chunked-encoding"), where curl_easy_strerror only names the code ("Failure when
+    /// receiving data from the peer"). Freed in `cleanup()`.
+    private let errorBuffer: UnsafeMutablePointer<CChar>
 
     /// Creates and configures a handle; `context` is passed back to the callbacks unretained (the
     /// engine keeps the context alive until after `cleanup()`).
@@ -96,9 +97,12 @@ final class CurlEasy {
         guard let api = try? Curl.api().table, let handle = api.pointee.easy_init() else { return nil }
         self.handle = handle
         self.api = api
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         let userdata = context.toOpaque()
 
         setLong(CURLOPT_NOSIGNAL, 1)   // we run on our own thread; no SIGALRM for DNS timeouts
+        setPointer(CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
         setString(CURLOPT_URL, options.url)
         setString(CURLOPT_PROTOCOLS_STR, "http,https")
         setLong(CURLOPT_FOLLOWLOCATION, 1)
@@ -118,15 +122,11 @@ final class CurlEasy {
             setLong(CURLOPT_FRESH_CONNECT, 1)
             setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
         }
-        if options.connectsOnly { setLong(CURLOPT_CONNECT_ONLY, 1) }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
         if let authorities = options.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
         if !options.verifiesCertificates {
             setLong(CURLOPT_SSL_VERIFYPEER, 0)
             setLong(CURLOPT_SSL_VERIFYHOST, 0)
-        }
-        if let rate = options.maximumBytesPerSecond, rate > 0 {
-            _ = ccurl_easy_setopt_off_t(api, handle, CURLOPT_MAX_RECV_SPEED_LARGE, curl_off_t(rate))
         }
         if let proxy = options.proxy { setString(CURLOPT_PROXY, proxy) }
         if options.sendsRange {
@@ -205,11 +205,20 @@ final class CurlEasy {
     /// Resumes a transfer paused by `BodyDisposition.pause`; may call the write callback at once.
     func unpause() { _ = api.pointee.easy_pause(handle, CCURL_PAUSE_CONT) }
 
-    /// Frees the handle and header list; the handle must already be removed from its multi.
+    /// libcurl's message about the failure of this handle, when it wrote one.
+    var errorText: String? {
+        var text = String(cString: errorBuffer)
+        while text.last?.isWhitespace == true { text.removeLast() }
+        return text.isEmpty ? nil : text
+    }
+
+    /// Frees the handle, header list and error buffer; the handle must already be removed from
+    /// its multi. Called exactly once.
     func cleanup() {
         api.pointee.easy_cleanup(handle)
         api.pointee.slist_free_all(headerList)
         headerList = nil
+        errorBuffer.deallocate()
     }
 
     private func setLong(_ option: CURLoption, _ value: Int) { _ = ccurl_easy_setopt_long(api, handle, option, value) }

@@ -130,7 +130,7 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     public func cancel() async { await agent?.cancel(self) }
 
     /// A short description with the id prefix, URL and destination.
-    public var description: String { "Download(\(id.uuidString.prefix(8)) \(url.absoluteString) -> \(destination.path))" }
+    public var description: String { "Download(\(id.uuidString.prefix(8)) \(URLRedaction.redacted(url)) -> \(destination.path))" }
 
     /// Identity: two handles are equal only when they are the same object.
     public static func == (lhs: Download, rhs: Download) -> Bool { lhs === rhs }

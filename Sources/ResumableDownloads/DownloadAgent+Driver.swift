@@ -7,7 +7,7 @@ enum DriverInput: Sendable {
     /// An input for the machine as it is.
     case machine(DownloadStateMachine.Input)
     /// The attempt got its first response line (the connect time sizes probe timeouts).
-    case responseStarted(attempt: Int, connectTime: Duration?)
+    case responseStarted(attempt: Int, connectTime: Duration?, waited: Duration?)
     /// An attempt ended: checkpoint first, then tell the machine.
     case attemptEnded(attempt: Int, TransferOutcome)
 }
@@ -34,7 +34,9 @@ final class DriverResources {
         self.mailbox = mailbox
     }
 
-    var facts: DownloadStateMachine.FileFacts { .init(storedBytes: file.writtenBytes) }
+    var facts: DownloadStateMachine.FileFacts {
+        .init(storedBytes: file.writtenBytes, hasExpectedDigest: file.record.expectedSHA256 != nil)
+    }
 }
 
 extension DownloadAgent {
@@ -53,6 +55,9 @@ extension DownloadAgent {
         let port = url.port ?? (scheme == "https" ? 443 : 80)
         return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
     }
+
+    /// Unsynced bytes after which even an attempt that ended early is checkpointed.
+    static let lightCheckpointLimit: Int64 = 1 << 20
 
     /// Gives `id` its driver and mailbox.
     func startDriver(_ id: UUID) {
@@ -96,8 +101,9 @@ extension DownloadAgent {
             switch input {
             case .machine(let input):
                 actions = machine.handle(input, now: now, random: .random(in: 0...1))
-            case .responseStarted(let attempt, let connectTime):
+            case .responseStarted(let attempt, let connectTime, let waited):
                 if let connectTime { probes.recordConnectTime(connectTime, host: driver.host) }
+                if let waited { probes.recordAnswerTime(waited, host: driver.host) }
                 actions = machine.handle(.responseStarted(attempt: attempt), now: now)
             case .attemptEnded(let attempt, let outcome):
                 if outcome.disablesSegments, !driver.segmentsDisabled {
@@ -111,7 +117,8 @@ extension DownloadAgent {
                 default: true
                 }
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
-                actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts),
+                actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts,
+                                                       received: outcome.bytesReceived),
                                          now: .now, random: .random(in: 0...1))
             }
         }
@@ -122,8 +129,23 @@ extension DownloadAgent {
     private func checkpoint(after outcome: TransferOutcome, attempt: Int, _ driver: DriverResources) async -> AttemptResult {
         if entries[driver.id]?.transfer?.attempt == attempt { entries[driver.id]?.transfer = nil }
         var result = outcome.result
+        // A connection that ended early is usually followed at once by the next attempt: with a
+        // server that cuts every connection after a few KiB, an fsync per attempt was most of
+        // the time (a second per MiB). Below 1 MiB unsynced, the queued writes are only awaited;
+        // the block journal covers a crash meanwhile, and the next checkpoint (periodic, pause,
+        // shutdown, failure, completion) makes them durable.
+        let isLight = switch result {
+        case .transport, .incomplete: true
+        default: false
+        }
         do {
-            try await driver.file.checkpoint()
+            if isLight {
+                await driver.file.settled()
+                if let error = driver.file.writeError { throw error }
+            }
+            if !isLight || driver.file.unsyncedBytes >= Self.lightCheckpointLimit {
+                try await driver.file.checkpoint()
+            }
         } catch {
             switch result {
             case .aborted(.paused), .aborted(.cancelled), .aborted(.shutdown), .aborted(.writeFailed): break
@@ -147,6 +169,11 @@ extension DownloadAgent {
                 configuration.logger.debug("aborting attempt", metadata: ["id": id.uuidString, "reason": "\(reason)"])
                 engine.abort(transfer.id, reason: reason)
             }
+        case .requestRace(let attempt):
+            let mailbox = driver.mailbox
+            probes.requestRace(id, attempt: attempt, host: driver.host) { mailbox.yield(.machine($0)) }
+        case .finishRace(let attempt, let reachable):
+            probes.finishRace(id, attempt: attempt, reachable: reachable)
         case .race:
             if let transfer = entries[id]?.transfer {
                 let timeout = probes.connectTimeout(for: driver.host)
@@ -229,21 +256,27 @@ extension DownloadAgent {
         if let timeout = plan.connectTimeout ?? (plan.isRecovery ? probes.connectTimeout(for: driver.host) : nil) {
             settings.connectTimeout = min(settings.connectTimeout, timeout)
         }
+        settings.answerSuspicion = min(settings.stallTimeout, probes.answerSuspicion(for: driver.host, minimum: settings.stallSuspicion))
         // Every resume re-fetches the bytes just before the offset and compares them with the
         // disk before appending (issue 7): a server that ignores If-Range or gives no validator
-        // cannot splice two versions.
-        var request = TransferRequest(url: record.url, offset: offset, ifRange: offset > 0 ? record.validator : nil,
-                                      entityTag: record.entityTag, knownTotalLength: record.totalLength,
-                                      lastModified: record.lastModified, observedEntityTag: record.observedEntityTag,
-                                      overlap: min(offset, ResponseStateMachine.resumeOverlap),
+        // cannot splice two versions. Validators are left out once the machine found them
+        // varying per response with a digest to prove the result.
+        let validators = plan.usesValidators
+        var request = TransferRequest(url: record.url, offset: offset,
+                                      ifRange: offset > 0 && validators ? record.validator : nil,
+                                      entityTag: validators ? record.entityTag : nil, knownTotalLength: record.totalLength,
+                                      lastModified: validators ? record.lastModified : nil,
+                                      observedEntityTag: validators ? record.observedEntityTag : nil,
+                                      overlap: min(offset, plan.overlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
-        let segmentation = self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host)
+        let segmentation = self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
         request.segmentation = segmentation
         let multipath = segmentation.flatMap { $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil }
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",
-                                                         "probe": "\(plan.isProbe)",
+                                                         "probe": "\(plan.isProbe)", "overlap": "\(request.overlap)",
+                                                         "validators": "\(validators)",
                                                          "connectTimeout": "\(settings.connectTimeout)"])
         let transferID = engine.makeTransferID()
         let attempt = plan.id
@@ -259,12 +292,14 @@ extension DownloadAgent {
             mailbox.yield(.machine(.bytesArrived(attempt: attempt)))
         }, events: { event in
             switch event {
-            case .responseStarted(let connectTime):
-                mailbox.yield(.responseStarted(attempt: attempt, connectTime: connectTime))
+            case .responseStarted(let connectTime, let waited):
+                mailbox.yield(.responseStarted(attempt: attempt, connectTime: connectTime, waited: waited))
             case .restartedFromZero(let reason):
                 mailbox.yield(.machine(.restartedFromZero(attempt: attempt, reason: reason)))
             case .stallSuspected:
                 mailbox.yield(.machine(.stallSuspected(attempt: attempt)))
+            case .entityTagChanged:
+                mailbox.yield(.machine(.entityTagChanged(attempt: attempt)))
             case .raceEnded(let outcome):
                 mailbox.yield(.machine(.raceEnded(attempt: attempt, outcome)))
             case .connectionsChanged(let connections):
@@ -286,13 +321,17 @@ extension DownloadAgent {
     /// download's own, over the paths `MultipathPolicy` finds. A download whose stored bytes are
     /// not one prefix (resume data of a segmented one) always goes through the planner, which
     /// fetches only the gaps.
-    private func segmentation(for driver: DriverResources, pinnedInterface: String?, host: String?) -> Segmentation? {
+    private func segmentation(for driver: DriverResources, pinnedInterface: String?, host: String?,
+                              plan: DownloadStateMachine.AttemptPlan) -> Segmentation? {
         let options = driver.download.options
         let record = driver.file.record
         let stored = driver.file.written
         let isPrefix = stored.ranges.count <= 1 && (stored.ranges.first?.lowerBound ?? 0) == 0
         let bound = max(1, min(configuration.maximumConnectionsPerHost, options.maximumConnections ?? Int.max))
+        // Without validators (they vary per response; a digest proves the file) a range could
+        // not be checked against the others: one connection.
         let canSplit = !driver.segmentsDisabled && configuration.maximumBytesPerSecond == nil && bound > 1
+            && plan.usesValidators
         // One connection allowed: the transfer is the plain one it always was (paths included:
         // a path change restarts it), unless resume data of a segmented run has gaps to fill.
         guard !isPrefix || canSplit else { return nil }
@@ -308,6 +347,7 @@ extension DownloadAgent {
         let known = record.totalLength != nil && (record.validator != nil || hasDigest) && !stored.isEmpty
         return Segmentation(configuration: planner, stored: stored, seams: record.seamSet,
                             allowsSegments: known ? true : nil, hasExpectedDigest: hasDigest,
+                            usesValidators: plan.usesValidators, overlap: plan.overlap,
                             paths: paths.isEmpty ? [SegmentPlanner.Path(interface: pinnedInterface)] : paths)
     }
 
@@ -345,6 +385,7 @@ extension DownloadAgent {
         for timer in driver.timers.values { timer.cancel() }
         driver.timers = [:]
         probes.leave(driver.id)
+        probes.finishRace(driver.id, reachable: nil)
         driver.mailbox.finish()
         stopFollowingHost(of: driver.id)
         entries[driver.id]?.mailbox = nil

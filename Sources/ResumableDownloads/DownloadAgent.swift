@@ -309,18 +309,27 @@ public actor DownloadAgent {
         entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
         creationOrder.append(id)
         scheduler.enqueue(id)
-        configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": url.absoluteString])
+        configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": URLRedaction.redacted(url)])
         schedule()
         return download
     }
 
     /// Restores every unfinished download whose resume record is in the state directory (resume on
     /// launch) and queues them. A record that cannot be read or fails validation is moved aside
-    /// to `NAME.bad` with one warning, and never acted on.
+    /// to `NAME.bad` with one warning, and never acted on; so is one whose destination
+    /// `isAllowed` refuses (records are input: an edited one must not make the agent write where
+    /// new downloads may not), and its partial file is left alone.
     @discardableResult
-    public func restoreDownloads() -> [Download] {
+    public func restoreDownloads(allowingDestination isAllowed: (URL) -> Bool = { _ in true }) -> [Download] {
         activate()
-        let restored = loadRecords().compactMap(restore)
+        var restored: [Download] = []
+        for record in loadRecords() {
+            guard isAllowed(record.destination) else {
+                moveAside(ResumeRecord.fileName(for: record.id), reason: "its destination \(record.destination.path) is outside the allowed download directories")
+                continue
+            }
+            if let download = restore(record) { restored.append(download) }
+        }
         schedule()
         return restored
     }
@@ -353,13 +362,19 @@ public actor DownloadAgent {
             do {
                 records.append(try ResumeRecord.read(name, in: state))
             } catch {
-                // Not followed, not retried forever: set aside for a person to look at.
-                let moved = (try? state.rename(name, to: name + ".bad", replacing: true)) != nil
-                configuration.logger.warning(moved ? "moved an invalid resume record aside" : "cannot move an invalid resume record aside",
-                                             metadata: ["path": state.child(name), "error": "\(error)"])
+                moveAside(name, reason: "\(error)")
             }
         }
         return records
+    }
+
+    /// Sets a record that must not be acted on aside as `NAME.bad` (not followed, not retried
+    /// forever: for a person to look at), with one warning.
+    private func moveAside(_ name: String, reason: String) {
+        guard let state = try? stateDirectory() else { return }
+        let moved = (try? state.rename(name, to: name + ".bad", replacing: true)) != nil
+        configuration.logger.warning(moved ? "moved an invalid resume record aside" : "cannot move an invalid resume record aside",
+                                     metadata: ["path": state.child(name), "error": reason])
     }
 
     private func restore(_ record: ResumeRecord) -> Download? {
@@ -367,14 +382,19 @@ public actor DownloadAgent {
         let options = DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                       allowsExpensive: record.allowsExpensive,
                                       replacesExistingFile: record.replacesExistingFile ?? false)
+        // What the block journal vouches for past the last checkpoint (after a crash, nearly
+        // everything written), as the transfer will find it: not the fsynced checkpoint alone.
+        let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
+            ?? record.verifiedOffset
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
-                                progress: DownloadProgress(bytesReceived: record.verifiedOffset, totalBytes: record.totalLength))
+                                progress: DownloadProgress(bytesReceived: recovered, totalBytes: record.totalLength))
         entries[record.id] = Entry(download: download, record: record, host: gateHost(for: record.url))
         creationOrder.append(record.id)
         scheduler.enqueue(record.id)
         configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
-                                                                  "offset": "\(record.verifiedOffset)"])
+                                                                  "checkpoint": "\(record.verifiedOffset)",
+                                                                  "offset": "\(recovered)"])
         return download
     }
 
@@ -615,6 +635,7 @@ public actor DownloadAgent {
                          maximumBytesPerSecond: configuration.maximumBytesPerSecond,
                          verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy,
                          stallSuspicion: configuration.minimumStallSuspicion,
+                         answerSuspicion: configuration.minimumStallSuspicion,
                          maximumConnectionsPerHost: max(1, min(configuration.maximumConnectionsPerHost,
                                                                Self.maximumConnectionsPerHostLimit)))
     }

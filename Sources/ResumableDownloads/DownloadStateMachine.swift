@@ -19,9 +19,11 @@ import FoundationEssentials
 ///   bounded by `maximumRestarts` and backed off; every attempt start goes through a token
 ///   bucket, so no server behaviour causes a request storm.
 /// - A transfer suspected of stalling (the engine saw no byte for a while, or no answer to its
-///   request) is raced by a fresh connection (before an answer, one that only connects); when
-///   the racer cannot even connect, the server is gone: the transfer is ended and the server
-///   waited for.
+///   request) is raced by a fresh connection (before an answer, one that sends the request
+///   again), when its host's turn comes: races to one host take turns, at most two a second,
+///   and none while the host is waited for. When the racer cannot even connect, the server is
+///   gone: the transfer is ended and the server waited for, and so are the host's other
+///   transfers waiting for their turn to race.
 struct DownloadStateMachine: Sendable {
     typealias Instant = ContinuousClock.Instant
 
@@ -43,6 +45,9 @@ struct DownloadStateMachine: Sendable {
     struct FileFacts: Sendable, Hashable {
         /// Contiguous bytes of the entity on disk.
         var storedBytes: Int64
+        /// Whether the finished file is checked against an expected SHA-256: the digest then
+        /// proves the result, whatever the server's validators say.
+        var hasExpectedDigest = false
     }
 
     /// What the path means for this download now (computed by the executor from `PathPolicy`).
@@ -105,10 +110,19 @@ struct DownloadStateMachine: Sendable {
         case restartedFromZero(attempt: Int, reason: String)
         /// No byte for longer than this transfer's recent pace explains.
         case stallSuspected(attempt: Int)
+        /// The host's turn to race came for this attempt.
+        case raceGranted(attempt: Int)
+        /// The attempt may not race: its server did not answer another connection just now (a
+        /// race or an attempt of another download to the same host).
+        case raceRefused(attempt: Int)
         /// A race ended.
         case raceEnded(attempt: Int, RaceOutcome)
-        /// The attempt ended with this result; `file` is what is on disk after the checkpoint.
-        case attemptEnded(attempt: Int, AttemptResult, file: FileFacts)
+        /// The attempt ended with this result; `file` is what is on disk after the checkpoint,
+        /// `received` the body bytes the attempt got (the resume overlap included).
+        case attemptEnded(attempt: Int, AttemptResult, file: FileFacts, received: Int64 = 0)
+        /// A response carried another ETag than the one recorded, for an entity of the same
+        /// length (a load balancer whose machines make their own ETags, or a changed file).
+        case entityTagChanged(attempt: Int)
         /// This download's attempt is the next probe of its waited-for server.
         case probeGranted(connectTimeout: Duration)
         /// Another attempt to the waited-for server got an answer: try at once.
@@ -131,6 +145,12 @@ struct DownloadStateMachine: Sendable {
         /// A retry right after the connection died: connect with the host's probe timeout (the
         /// server may be gone, and the configured timeout is for first contact).
         var isRecovery = false
+        /// The most bytes before the offset to fetch again and compare (`ResumeOverlap`).
+        var overlap: Int64 = ResumeOverlap.maximum
+        /// Whether the recorded ETag and Last-Modified guard the resume (`If-Range`, the 206's
+        /// validators); false once they vary between responses and an expected SHA-256 proves
+        /// the result instead (the overlap and length checks still apply).
+        var usesValidators = true
     }
 
     /// How the driver ends.
@@ -149,8 +169,13 @@ struct DownloadStateMachine: Sendable {
         case startAttempt(AttemptPlan)
         /// Abort the running attempt (it then ends with `.aborted(reason)`).
         case abortAttempt(AbortReason)
+        /// Ask for the host's turn to race this attempt (`raceGranted` or `raceRefused` follows).
+        case requestRace(attempt: Int)
         /// Race the running transfer with a fresh connection.
         case race
+        /// The host's race turn of this attempt is over: what it learned about the server (`nil`:
+        /// nothing; the attempt ended or the turn was not used).
+        case finishRace(attempt: Int, reachable: Bool?)
         case armTimer(Timer, at: Instant)
         case cancelTimer(Timer.Kind)
         /// Wait for the server with the other downloads of its host (probes are granted).
@@ -181,8 +206,9 @@ struct DownloadStateMachine: Sendable {
         case pause, pauseThenRequeue, cancel, shutdown
         /// The path under the transfer went away or changed.
         case pathChanged
-        /// The transfer stalled and a fresh connection could not reach the server.
-        case stalled(DownloadError)
+        /// The transfer stalled and the server did not answer a fresh connection (`racerProbed`:
+        /// this attempt's racer was that connection, a probe of the server just now).
+        case stalled(DownloadError, racerProbed: Bool)
         /// A limit was reached during the attempt.
         case gaveUp(DownloadError)
 
@@ -195,7 +221,7 @@ struct DownloadStateMachine: Sendable {
         }
     }
 
-    private enum RaceState: Sendable, Hashable { case idle, running, unavailable }
+    private enum RaceState: Sendable, Hashable { case idle, requested, running, unavailable }
 
     private struct Attempt: Sendable, Hashable {
         var id: Int
@@ -252,6 +278,11 @@ struct DownloadStateMachine: Sendable {
     /// The state last reported to the `Download`, so waits are announced once.
     private var shownState: DownloadState = .queued
     private var limiter: AttemptRateLimiter
+    private var overlap = ResumeOverlap()
+    /// Responses whose ETag differed from the recorded one for an entity of the same length.
+    private(set) var entityTagChanges = 0
+    /// Set once ETags vary and an expected digest proves the result: resumes stop using validators.
+    private(set) var ignoresValidators = false
     private var nextAttempt = 1
     private var nextGeneration = 1
     private var armed: [Timer.Kind: Int] = [:]
@@ -324,20 +355,50 @@ struct DownloadStateMachine: Sendable {
             return actions
 
         case .stallSuspected(let id):
-            // Before the response started, the engine's race is a connection check (a request
-            // sent into a server that went away would otherwise wait for the stall timeout).
+            // Before the response started, the engine's racer sends the request again (a request
+            // sent into a server that went away, or a tarpit, would otherwise wait for the stall
+            // timeout). Either way the host's turn comes first.
             guard case .transferring(var attempt) = phase, attempt.id == id, attempt.stop == nil,
                   attempt.race == .idle, path.isUsable else { return [] }
+            attempt.race = .requested
+            phase = .transferring(attempt)
+            return [.requestRace(attempt: id)]
+
+        case .raceGranted(let id):
+            guard case .transferring(var attempt) = phase, attempt.id == id, attempt.race == .requested,
+                  attempt.stop == nil else {
+                // Too late (the attempt ended or stops): hand the turn back unused. A finished
+                // driver has already given up every turn.
+                return isFinished ? [] : [.finishRace(attempt: id, reachable: nil)]
+            }
             attempt.race = .running
             phase = .transferring(attempt)
             return [.race]
 
+        case .raceRefused(let id):
+            guard case .transferring(var attempt) = phase, attempt.id == id, attempt.race == .requested,
+                  attempt.stop == nil else { return [] }
+            attempt.race = .unavailable
+            attempt.stop = .stalled(DownloadError.networkConnectionLost.with(
+                description: "the connection stalled and the server does not answer other connections either"),
+                racerProbed: false)
+            phase = .transferring(attempt)
+            return [.abortAttempt(.recovery)]
+
         case .raceEnded(let id, let outcome):
             return raceEnded(id, outcome)
 
-        case .attemptEnded(let id, let result, let facts):
+        case .attemptEnded(let id, let result, let facts, let received):
             guard case .transferring(let attempt) = phase, attempt.id == id else { return [] }
-            return attemptEnded(attempt, result, facts, now: now, random: random)
+            return attemptEnded(attempt, result, facts, received: received, now: now, random: random)
+
+        case .entityTagChanged(let id):
+            guard case .transferring(let attempt) = phase, attempt.id == id else { return [] }
+            entityTagChanges += 1
+            // With a digest to prove the result, a server whose ETags vary per response (not per
+            // version) can still be resumed: the next requests carry no validator.
+            if file.hasExpectedDigest { ignoresValidators = true }
+            return []
 
         case .probeGranted(let connectTimeout):
             guard phase == .waitingForServer else { return [] }
@@ -400,7 +461,8 @@ struct DownloadStateMachine: Sendable {
         if !isProbe { actions.append(announceAttempt()) }
         actions.append(.startAttempt(AttemptPlan(id: attempt.id, freshConnection: freshConnection || isProbe,
                                                  isProbe: isProbe, connectTimeout: probeConnectTimeout,
-                                                 isRecovery: isRecovery)))
+                                                 isRecovery: isRecovery, overlap: overlap.bytes,
+                                                 usesValidators: !ignoresValidators)))
         return actions
     }
 
@@ -526,41 +588,56 @@ struct DownloadStateMachine: Sendable {
 
     private mutating func raceEnded(_ id: Int, _ outcome: RaceOutcome) -> [Action] {
         guard case .transferring(var attempt) = phase, attempt.id == id, attempt.race == .running else { return [] }
+        var actions: [Action] = []
         switch outcome {
         case .racerWon, .originalWon:
             attempt.race = .idle
+            actions.append(.finishRace(attempt: id, reachable: true))
         case .notPossible:
             attempt.race = .unavailable
+            actions.append(.finishRace(attempt: id, reachable: nil))
         case .racerFailed(let result):
+            // Do not race this attempt again either way.
+            attempt.race = .unavailable
             if case .transport(let error) = result, RetryClass(error.urlCode) == .connectionLevel {
                 // A fresh connection cannot reach the server either: the old one is dead too.
-                attempt.race = .unavailable
+                actions.append(.finishRace(attempt: id, reachable: false))
                 if attempt.stop == nil {
-                    attempt.stop = .stalled(error)
+                    attempt.stop = .stalled(error, racerProbed: true)
                     phase = .transferring(attempt)
-                    return [.abortAttempt(.recovery)]
+                    return actions + [.abortAttempt(.recovery)]
                 }
             } else {
                 // The server answers, but not with the rest (busy, ignoring ranges, ...): let the
-                // old connection carry on until the stall timeout, and do not race it again.
-                attempt.race = .unavailable
+                // old connection carry on until the stall timeout.
+                actions.append(.finishRace(attempt: id, reachable: true))
             }
         }
         phase = .transferring(attempt)
-        return []
+        return actions
     }
 
     // MARK: attempt results
 
     private mutating func attemptEnded(_ attempt: Attempt, _ result: AttemptResult, _ facts: FileFacts,
-                                       now: Instant, random: Double) -> [Action] {
+                                       received: Int64, now: Instant, random: Double) -> [Action] {
         file = facts
         let madeProgress = facts.storedBytes > highWater
         if madeProgress {
+            if facts.storedBytes - highWater >= ResumeOverlap.minimum {
+                // The budget limits attempts that get nowhere; a server that ends every
+                // connection after some KiB is followed at its own pace.
+                limiter.refund()
+            }
             highWater = facts.storedBytes
             consecutiveFailures = 0
         }
+        if attempt.sawResponse, attempt.stop == nil {
+            overlap.connectionEnded(delivered: received, cutShort: Self.isCutShort(result))
+        }
         var actions: [Action] = []
+        // A race turn asked for or held ends with the attempt.
+        if attempt.race == .requested || attempt.race == .running { actions.append(.finishRace(attempt: attempt.id, reachable: nil)) }
         // A probe that ended without an answer leaves its host's queue, unless it simply failed
         // to connect (then it waits for the next probe like the others).
         var isRegistered = false
@@ -590,9 +667,9 @@ struct DownloadStateMachine: Sendable {
             case .pathChanged:
                 phase = .retryScheduled(.stagger)
                 return actions + (path.isUsable ? startAttempt(now: now, freshConnection: true) : waitForPath(now: now))
-            case .stalled(let error):
+            case .stalled(let error, let racerProbed):
                 guard path.isUsable else { return actions + waitForPath(now: now) }
-                return actions + waitForServer(error, now: now, isRegistered: false)
+                return actions + waitForServer(error, now: now, isRegistered: false, justProbed: racerProbed)
             }
         }
 
@@ -687,7 +764,25 @@ struct DownloadStateMachine: Sendable {
     }
 
     private func restartLimitError(_ reason: String) -> DownloadError {
-        .badServerResponse.with(description: "\(reason) (restarted from zero \(restarts) times)")
+        if entityTagChanges >= 2, !file.hasExpectedDigest {
+            return .badServerResponse.with(description: """
+                the server sent another ETag with each response for a file of the same length (\(entityTagChanges + 1) \
+                different ones), as load-balanced servers whose machines make their own ETags do (Apache's \
+                inode-based FileETag), so a resumed file cannot be proven to be one version; give the file's \
+                SHA-256 (--sha256) and the download resumes with the digest as proof \
+                (restarted from zero \(restarts) times)
+                """)
+        }
+        return .badServerResponse.with(description: "\(reason) (restarted from zero \(restarts) times)")
+    }
+
+    /// Whether the server ended the connection before the end of the entity.
+    private static func isCutShort(_ result: AttemptResult) -> Bool {
+        switch result {
+        case .incomplete: true
+        case .transport(let error): RetryClass(error.urlCode) == .connectionLevel
+        default: false
+        }
     }
 
     // MARK: pause, cancel, shutdown

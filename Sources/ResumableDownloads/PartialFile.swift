@@ -214,6 +214,9 @@ final class PartialFile: Sendable {
     /// Buffer statistics so far.
     var statistics: Statistics { state.withLock { $0.statistics } }
 
+    /// Bytes written since the last checkpoint (not yet made durable by one).
+    var unsyncedBytes: Int64 { state.withLock { $0.bytesSinceCheckpoint } }
+
     /// The first write error, which ends the transfer.
     var writeError: DownloadError? { state.withLock { $0.writeError } }
 

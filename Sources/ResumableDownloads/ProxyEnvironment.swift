@@ -35,12 +35,7 @@ public enum ProxyEnvironment {
     }
 
     /// The proxy URL without a password, for messages (`http://user:***@proxy:3128`).
-    public static func redacted(_ proxy: String) -> String {
-        guard let components = URLComponents(string: proxy), components.password != nil else { return proxy }
-        var copy = components
-        copy.password = "***"
-        return copy.string ?? proxy
-    }
+    public static func redacted(_ proxy: String) -> String { URLRedaction.redacted(proxy) }
 }
 
 /// Rules for extra request headers (`download -H`).

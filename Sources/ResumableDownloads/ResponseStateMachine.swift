@@ -45,19 +45,28 @@ struct ResponseHead: Sendable, Hashable {
         return length
     }
 
-    /// Whether the response carries Content-Length fields that disagree (or are not numbers).
-    var hasConflictingContentLength: Bool {
-        if case .conflicting? = contentLengthField { return true }
-        return false
+    /// What is wrong with the response's Content-Length, when something is: fields that
+    /// disagree, or a value that is not a length (not digits, or more than any file can hold).
+    var contentLengthProblem: String? {
+        switch contentLengthField {
+        case .conflicting?: "the server sent conflicting Content-Length headers (\(self["content-length"] ?? ""))"
+        case .invalid(let text)?:
+            text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 })
+                ? "the server sent an impossible Content-Length (\(text): more than any file can hold)"
+                : "the server sent an invalid Content-Length (\(text))"
+        case .value?, nil: nil
+        }
     }
 
-    private enum ContentLengthField { case value(Int64), conflicting }
+    private enum ContentLengthField { case value(Int64), conflicting, invalid(String) }
 
     private var contentLengthField: ContentLengthField? {
         guard let text = self["content-length"] else { return nil }
-        let values = text.split(separator: ",").map { $0.trimmingWhitespace() }
-        guard let first = values.first, !first.isEmpty, values.allSatisfy({ $0 == first }),
-              first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int64(first) else { return .conflicting }
+        let values = text.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingWhitespace() }
+        guard let first = values.first, values.allSatisfy({ $0 == first }) else { return .conflicting }
+        guard !first.isEmpty, first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int64(first) else {
+            return .invalid(String(first.prefix(40)))
+        }
         return .value(length)
     }
 
@@ -145,9 +154,6 @@ enum AttemptResult: Sendable, Hashable {
 /// zero with this body; 416 `bytes */T` is "complete" only when T == N == the recorded total.
 /// Conflicting Content-Lengths and a Content-Encoding we did not ask for are errors.
 struct ResponseStateMachine: Sendable {
-    /// Bytes before a resume point fetched again and compared with the disk.
-    static let resumeOverlap: Int64 = 64 << 10
-
     struct Request: Sendable, Hashable {
         /// Where the stored bytes end (the resume point); zero means no Range header.
         var offset: Int64
@@ -259,6 +265,23 @@ struct ResponseStateMachine: Sendable {
         return nil
     }
 
+    /// Whether `head` carries another ETag (weak or strong) than the one recorded, for an entity
+    /// of the recorded length: a server whose ETags vary per response, not per version (or a
+    /// file replaced by one of the same length).
+    func showsChangedEntityTag(_ head: ResponseHead) -> Bool {
+        guard let recorded = request.observedEntityTag ?? request.entityTag, let received = head.anyEntityTag,
+              recorded != received, let known = request.knownTotalLength else { return false }
+        let total: Int64? = switch head.statusCode {
+        case 200: head.contentLength
+        case 206: head["content-range"].flatMap(ContentRange.init)?.totalLength
+        default: nil
+        }
+        return total == known
+    }
+
+    /// Whether no final response head has been decided on yet.
+    var isAwaitingHead: Bool { state == .awaitingHead }
+
     /// The offset the next body byte would be written at, once receiving.
     var nextOffset: Int64? {
         if case .receiving(_, let next) = state { return next }
@@ -341,9 +364,8 @@ struct ResponseStateMachine: Sendable {
             return .abort(.restartFromZero(reason: refusal.reason))
         }
         if status == 200 || status == 206 {
-            if head.hasConflictingContentLength {
-                return .abort(.failed(.badServerResponse.with(description:
-                    "the server sent conflicting Content-Length headers (\(head["content-length"] ?? ""))")))
+            if let problem = head.contentLengthProblem {
+                return .abort(.failed(.badServerResponse.with(description: problem)))
             }
             if let encoding = head.unrequestedContentEncoding {
                 return .abort(.failed(.badServerResponse.with(description:

@@ -62,10 +62,37 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     }
 
     /// The partial file: `NAME.part` next to the destination (derived, never stored).
-    var partialPath: String { destination.path + ".part" }
+    var partialPath: String {
+        let path = destination.path.unicodeScalars
+        let folder = path.dropLast(destination.lastPathComponent.unicodeScalars.count)
+        return String(String.UnicodeScalarView(folder)) + partialName
+    }
 
     /// The partial file's name in the destination's directory.
-    var partialName: String { destination.lastPathComponent + ".part" }
+    var partialName: String { Self.partialName(for: destination.lastPathComponent) }
+
+    /// `NAME.part`; for a name that leaves no room for `.part` in the 255 bytes a file name may
+    /// have, its first bytes (whole characters), `~`, eight hex digits of a hash of the whole
+    /// name and `.part`: the file keeps its name, only the partial is shortened, and two long
+    /// names with the same beginning get different partials.
+    static func partialName(for name: String) -> String {
+        let suffix = ".part"
+        guard name.utf8.count + suffix.utf8.count > 255 else { return name + suffix }
+        var hash: UInt32 = 0x811c_9dc5   // FNV-1a 32: stable across runs, unlike Hasher
+        for byte in name.utf8 {
+            hash ^= UInt32(byte)
+            hash = hash &* 0x0100_0193
+        }
+        let digits = String(hash, radix: 16)
+        let tag = "~" + String(repeating: "0", count: 8 - digits.count) + digits
+        let room = 255 - suffix.utf8.count - tag.utf8.count
+        var prefix = ""
+        for character in name {
+            guard prefix.utf8.count + character.utf8.count <= room else { break }
+            prefix.append(character)
+        }
+        return prefix + tag + suffix
+    }
 
     /// The record's file name in the state directory.
     static func fileName(for id: UUID) -> String { id.uuidString + ".json" }
@@ -150,7 +177,7 @@ struct ResumeRecord: Codable, Sendable, Hashable {
             throw Invalid(description: "its destination is not an absolute, normalised path")
         }
         let name = destination.lastPathComponent
-        guard !name.isEmpty, name != "/", name.utf8.count + 5 <= 255 else { throw Invalid(description: "its destination has no usable file name") }
+        guard !name.isEmpty, name != "/", name.utf8.count <= 255 else { throw Invalid(description: "its destination has no usable file name") }
         guard verifiedOffset >= 0 else { throw Invalid(description: "its verified offset is negative") }
         if let totalLength {
             guard totalLength >= 0, verifiedOffset <= totalLength else { throw Invalid(description: "its offsets disagree with its length") }

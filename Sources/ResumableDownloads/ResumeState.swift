@@ -64,7 +64,7 @@ package struct ResumeState: Sendable, Hashable {
         }
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
               let host = url.host, !host.isEmpty else {
-            throw reject("only http and https URLs can be resumed: \(url.absoluteString.prefix(200))")
+            throw reject("only http and https URLs can be resumed: \(URLRedaction.redacted(url).prefix(200))")
         }
         guard verifiedOffset >= 0 else { throw reject("negative offset \(verifiedOffset)") }
         if let totalLength, totalLength < verifiedOffset || totalLength < 0 {

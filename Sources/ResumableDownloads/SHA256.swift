@@ -121,16 +121,25 @@ package final class SHA256 {
         return digest.finalize()
     }
 
-    /// The lowercase hex digest of the whole regular file at `path`; nil when it cannot be opened
-    /// or read. Never follows a final symlink.
-    package static func hex(ofFileAt path: String) -> String? {
+    /// The lowercase hex digest of the whole regular file at `path`; nil when it is not a
+    /// regular file, cannot be opened or read, or `isCancelled` (asked between 16 MiB pieces)
+    /// says stop. Never follows a final symlink, and never waits for a FIFO's writer or a
+    /// device (the open does not block; anything but a regular file is refused).
+    package static func hex(ofFileAt path: String, isCancelled: () -> Bool = { false }) -> String? {
         guard (try? checkAvailable()) != nil else { return nil }
-        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         guard fd >= 0 else { return nil }
         defer { Glibc.close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return try? hex(fileDescriptor: fd, length: .max, path: path)
+        let digest = SHA256()
+        var end: Int64 = 0
+        repeat {
+            guard !isCancelled() else { return nil }
+            end += 16 << 20
+            guard (try? digest.catchUp(fileDescriptor: fd, to: end, path: path)) != nil else { return nil }
+        } while digest.hashedLength == end
+        return digest.finalize()
     }
 
     // MARK: private

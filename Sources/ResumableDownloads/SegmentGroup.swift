@@ -111,11 +111,12 @@ final class SegmentGroup {
         let end = planned.range.upperBound
         request.interfaceName = planned.path.interface ?? template.interfaceName
         request.freshConnection = false
-        request.entityTag = record.entityTag
-        request.lastModified = record.lastModified
-        request.observedEntityTag = record.observedEntityTag
+        let validators = segmentation.usesValidators
+        request.entityTag = validators ? record.entityTag : nil
+        request.lastModified = validators ? record.lastModified : nil
+        request.observedEntityTag = validators ? record.observedEntityTag : nil
         request.knownTotalLength = total
-        request.ifRange = record.validator
+        request.ifRange = validators ? record.validator : nil
         if let seam {
             // Every byte compared, none written: the "resume point" is the check's end.
             request.offset = end
@@ -127,7 +128,7 @@ final class SegmentGroup {
         }
         // The bytes before the start, when they are on disk, are fetched again and compared
         // (the resume rule, per range): the seam at the start is then verified at once.
-        let overlap = start > 0 ? ResumeOverlapRule.overlap(before: start, in: file) : 0
+        let overlap = start > 0 ? ResumeOverlapRule.overlap(before: start, in: file, atMost: segmentation.overlap) : 0
         request.offset = start
         request.overlap = overlap
         // The first connection of an attempt is an ordinary request or resume (a 200 to it means
@@ -147,11 +148,11 @@ final class SegmentGroup {
 
 /// How much of the stored bytes before a range's start a request fetches again to compare.
 enum ResumeOverlapRule {
-    /// Up to `ResponseStateMachine.resumeOverlap` of the bytes right before `start`, as many as are
-    /// written contiguously there (nothing when the byte before `start` is not written).
-    static func overlap(before start: Int64, in file: PartialFile) -> Int64 {
+    /// Up to `atMost` of the bytes right before `start` (the download's adaptive overlap), as many
+    /// as are written contiguously there (nothing when the byte before `start` is not written).
+    static func overlap(before start: Int64, in file: PartialFile, atMost: Int64) -> Int64 {
         let written = file.written
         guard let run = written.ranges.first(where: { $0.lowerBound < start && $0.upperBound >= start }) else { return 0 }
-        return min(ResponseStateMachine.resumeOverlap, start - run.lowerBound)
+        return min(atMost, start - run.lowerBound)
     }
 }

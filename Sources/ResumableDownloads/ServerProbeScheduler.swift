@@ -10,6 +10,12 @@ import Synchronization
 /// download is already resuming); when it gets an answer, the host's other waiters are released
 /// at once. Probes follow `ServerWaitSchedule`, per host, from the first download's join until
 /// the server answers or nobody waits any more.
+///
+/// Races share the host's budget: a transfer suspected of stalling races a fresh connection
+/// only in its host's turn (one race at a time per host, at most two started a second), and not
+/// at all while the host is waited for; a race whose fresh connection could not reach the server
+/// refuses every race still waiting for its turn, so many transfers stalled by one outage cost
+/// the server one connection attempt, not one each.
 struct ServerProbeScheduler: Sendable {
     typealias Instant = ContinuousClock.Instant
 
@@ -20,6 +26,26 @@ struct ServerProbeScheduler: Sendable {
         case release([UUID])
         /// Call `timerFired(host:generation:now:)` at this instant.
         case arm(host: String, generation: Int, at: Instant)
+        /// It is this attempt's turn to race.
+        case grantRace(UUID, attempt: Int)
+        /// This attempt may not race: its server does not answer other connections.
+        case refuseRace(UUID, attempt: Int)
+        /// Call `raceTimerFired(host:generation:now:)` at this instant.
+        case armRace(host: String, generation: Int, at: Instant)
+    }
+
+    /// A download's attempt asking to race.
+    private struct RaceClaim: Sendable, Hashable {
+        var id: UUID
+        var attempt: Int
+    }
+
+    /// The race turns of one host.
+    private struct RaceTurns: Sendable {
+        var holder: RaceClaim?
+        var queue: [RaceClaim] = []
+        var limiter: AttemptRateLimiter
+        var armedGeneration: Int?
     }
 
     private struct Host: Sendable {
@@ -38,8 +64,12 @@ struct ServerProbeScheduler: Sendable {
     let schedule: ServerWaitSchedule
     private var hosts: [String: Host] = [:]
     private var hostOf: [UUID: String] = [:]
+    private var races: [String: RaceTurns] = [:]
+    private var raceHostOf: [UUID: String] = [:]
     /// Smoothed connect time per host (kept across waits: it sizes probe timeouts).
     private var connectTimes: [String: Duration] = [:]
+    /// Smoothed time per host from a request to its answer (it sizes the answer suspicion).
+    private var answerTimes: [String: Duration] = [:]
     private var nextGeneration = 1
 
     init(schedule: ServerWaitSchedule) { self.schedule = schedule }
@@ -65,12 +95,24 @@ struct ServerProbeScheduler: Sendable {
 
     /// Records how long a successful connection to `host` took.
     mutating func recordConnectTime(_ duration: Duration, host: String) {
+        Self.smooth(&connectTimes, duration, host: host)
+    }
+
+    /// Records how long `host` took to answer a request.
+    mutating func recordAnswerTime(_ duration: Duration, host: String) {
+        Self.smooth(&answerTimes, duration, host: host)
+    }
+
+    /// How long a request to `host` may go unanswered before it is raced: `minimum`, or four
+    /// times the host's usual answer time (a server that takes seconds to start a response,
+    /// generating it, is not raced on every request, only until its pace is known).
+    func answerSuspicion(for host: String, minimum: Duration) -> Duration {
+        max(minimum, (answerTimes[host] ?? .zero) * 4)
+    }
+
+    private static func smooth(_ table: inout [String: Duration], _ duration: Duration, host: String) {
         guard duration > .zero else { return }
-        if let previous = connectTimes[host] {
-            connectTimes[host] = previous * 0.75 + duration * 0.25
-        } else {
-            connectTimes[host] = duration
-        }
+        table[host] = table[host].map { $0 * 0.75 + duration * 0.25 } ?? duration
     }
 
     /// `id` starts waiting for `host`; `justProbed` when its failed attempt (just now) counts as
@@ -85,7 +127,8 @@ struct ServerProbeScheduler: Sendable {
         }
         entry.waiters.append(id)
         hosts[host] = entry
-        return armIfIdle(host, now: now, random: random)
+        // The server did not answer this download: the races waiting for a turn would not reach it either.
+        return refuseWaitingRaces(host) + armIfIdle(host, now: now, random: random)
     }
 
     /// `id` stops waiting (paused, cancelled, another path, gave up); a probe it was running is
@@ -137,6 +180,75 @@ struct ServerProbeScheduler: Sendable {
         return [.grant(prober, connectTimeout: connectTimeout(for: host, now: now))]
     }
 
+    // MARK: races
+
+    /// `attempt` of `id` is suspected of stalling and asks for `host`'s turn to race (replacing
+    /// any earlier claim of `id`). Refused at once while the host is waited for.
+    mutating func requestRace(_ id: UUID, attempt: Int, host: String, now: Instant) -> [Action] {
+        var actions = finishRace(id, reachable: nil, now: now)
+        if hosts[host] != nil { return actions + [.refuseRace(id, attempt: attempt)] }
+        var turns = races[host] ?? RaceTurns(limiter: AttemptRateLimiter(burst: 2, interval: schedule.interval))
+        turns.queue.append(RaceClaim(id: id, attempt: attempt))
+        races[host] = turns
+        raceHostOf[id] = host
+        actions += grantNextRace(host, now: now)
+        return actions
+    }
+
+    /// `id`'s race turn (held or waited for) is over; `reachable` is what its racer learned
+    /// (false refuses every race waiting for the host: its server is gone). With `attempt`, only
+    /// that attempt's claim ends (a late answer about an earlier attempt leaves a newer claim).
+    mutating func finishRace(_ id: UUID, attempt: Int? = nil, reachable: Bool?, now: Instant) -> [Action] {
+        guard let host = raceHostOf[id], var turns = races[host] else { return [] }
+        if let holder = turns.holder, holder.id == id, attempt == nil || holder.attempt == attempt {
+            turns.holder = nil
+        } else if let index = turns.queue.firstIndex(where: { $0.id == id && (attempt == nil || $0.attempt == attempt) }) {
+            turns.queue.remove(at: index)
+        } else {
+            return []
+        }
+        raceHostOf[id] = nil
+        races[host] = turns
+        let refused = reachable == false ? refuseWaitingRaces(host) : []
+        return refused + grantNextRace(host, now: now)
+    }
+
+    /// The host's race timer fired: the next claim may have its turn.
+    mutating func raceTimerFired(host: String, generation: Int, now: Instant) -> [Action] {
+        guard var turns = races[host], turns.armedGeneration == generation else { return [] }
+        turns.armedGeneration = nil
+        races[host] = turns
+        return grantNextRace(host, now: now)
+    }
+
+    /// Whether `id` holds or waits for a race turn (tests).
+    func isRacing(_ id: UUID) -> Bool { raceHostOf[id] != nil }
+
+    private mutating func refuseWaitingRaces(_ host: String) -> [Action] {
+        guard var turns = races[host], !turns.queue.isEmpty else { return [] }
+        let refused = turns.queue
+        turns.queue = []
+        races[host] = turns
+        for claim in refused { raceHostOf[claim.id] = nil }
+        return refused.map { .refuseRace($0.id, attempt: $0.attempt) }
+    }
+
+    private mutating func grantNextRace(_ host: String, now: Instant) -> [Action] {
+        guard var turns = races[host], turns.holder == nil, turns.armedGeneration == nil,
+              let next = turns.queue.first else { return [] }
+        if let available = turns.limiter.take(at: now) {
+            let generation = nextGeneration
+            nextGeneration += 1
+            turns.armedGeneration = generation
+            races[host] = turns
+            return [.armRace(host: host, generation: generation, at: available)]
+        }
+        turns.queue.removeFirst()
+        turns.holder = next
+        races[host] = turns
+        return [.grantRace(next.id, attempt: next.attempt)]
+    }
+
     /// Arms the next probe when nobody probes and no timer runs.
     private mutating func armIfIdle(_ host: String, now: Instant, random: Double) -> [Action] {
         guard var entry = hosts[host], entry.prober == nil, entry.armedGeneration == nil, !entry.waiters.isEmpty else {
@@ -170,7 +282,9 @@ final class ServerProbeCoordinator: Sendable {
     private struct State: Sendable {
         var scheduler: ServerProbeScheduler
         var deliver: [UUID: Deliver] = [:]
+        var raceDeliver: [UUID: Deliver] = [:]
         var timers: [String: Task<Void, Never>] = [:]
+        var raceTimers: [String: Task<Void, Never>] = [:]
     }
 
     private let state: Mutex<State>
@@ -207,6 +321,25 @@ final class ServerProbeCoordinator: Sendable {
         }
     }
 
+    /// `attempt` of `id` asks for `host`'s turn to race; `deliver` receives `.raceGranted` or
+    /// `.raceRefused`.
+    func requestRace(_ id: UUID, attempt: Int, host: String, deliver: @escaping Deliver) {
+        run { state in
+            state.raceDeliver[id] = deliver
+            return state.scheduler.requestRace(id, attempt: attempt, host: host, now: .now)
+        }
+    }
+
+    /// `id`'s race turn is over (a no-op when it has none; with `attempt`, only that attempt's);
+    /// see `ServerProbeScheduler.finishRace`.
+    func finishRace(_ id: UUID, attempt: Int? = nil, reachable: Bool?) {
+        run { state in
+            let actions = state.scheduler.finishRace(id, attempt: attempt, reachable: reachable, now: .now)
+            if !state.scheduler.isRacing(id) { state.raceDeliver[id] = nil }
+            return actions
+        }
+    }
+
     /// What an attempt of `id` to `host` learned about the server.
     func report(_ id: UUID, host: String, reachable: Bool) {
         run { $0.scheduler.report(id, host: host, reachable: reachable, now: .now, random: .random(in: 0...1)) }
@@ -222,8 +355,31 @@ final class ServerProbeCoordinator: Sendable {
         state.withLock { $0.scheduler.recordConnectTime(duration, host: host) }
     }
 
+    /// See `ServerProbeScheduler.recordAnswerTime(_:host:)`.
+    func recordAnswerTime(_ duration: Duration, host: String) {
+        state.withLock { $0.scheduler.recordAnswerTime(duration, host: host) }
+    }
+
+    /// See `ServerProbeScheduler.answerSuspicion(for:minimum:)`.
+    func answerSuspicion(for host: String, minimum: Duration) -> Duration {
+        state.withLock { $0.scheduler.answerSuspicion(for: host, minimum: minimum) }
+    }
+
     private func timerFired(host: String, generation: Int) {
         run { $0.scheduler.timerFired(host: host, generation: generation, now: .now) }
+    }
+
+    private func raceTimerFired(host: String, generation: Int) {
+        run { $0.scheduler.raceTimerFired(host: host, generation: generation, now: .now) }
+    }
+
+    /// A task that calls `fire` at `deadline` unless it is cancelled first.
+    private static func timer(at deadline: ContinuousClock.Instant, _ fire: @escaping @Sendable () -> Void) -> Task<Void, Never> {
+        Task {
+            try? await Task.sleep(until: deadline, clock: .continuous)
+            guard !Task.isCancelled else { return }
+            fire()
+        }
     }
 
     /// Applies the scheduler's actions under the lock; tells the downloads after releasing it.
@@ -240,10 +396,17 @@ final class ServerProbeCoordinator: Sendable {
                     }
                 case .arm(let host, let generation, let deadline):
                     state.timers[host]?.cancel()
-                    state.timers[host] = Task { [weak self] in
-                        try? await Task.sleep(until: deadline, clock: .continuous)
-                        guard !Task.isCancelled else { return }
-                        self?.timerFired(host: host, generation: generation)
+                    state.timers[host] = Self.timer(at: deadline) { [weak self] in self?.timerFired(host: host, generation: generation) }
+                case .grantRace(let id, let attempt):
+                    if let deliver = state.raceDeliver[id] { deliveries.append((deliver, .raceGranted(attempt: attempt))) }
+                case .refuseRace(let id, let attempt):
+                    if let deliver = state.raceDeliver.removeValue(forKey: id) {
+                        deliveries.append((deliver, .raceRefused(attempt: attempt)))
+                    }
+                case .armRace(let host, let generation, let deadline):
+                    state.raceTimers[host]?.cancel()
+                    state.raceTimers[host] = Self.timer(at: deadline) { [weak self] in
+                        self?.raceTimerFired(host: host, generation: generation)
                     }
                 }
             }

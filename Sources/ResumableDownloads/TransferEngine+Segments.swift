@@ -101,8 +101,9 @@ extension TransferEngine {
             } else {
                 group.deferred.append(contentsOf: actions)
             }
-        case .raceEnded, .restartedFromZero:
-            // A race of one connection, or its in-place restart (`restartsInPlace`).
+        case .raceEnded, .restartedFromZero, .entityTagChanged:
+            // A race of one connection, its in-place restart (`restartsInPlace`), or what the
+            // download's machine learns about the server's ETags.
             group.callbacks.events(event)
         case .connectionsChanged:
             break

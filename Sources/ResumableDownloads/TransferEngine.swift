@@ -16,7 +16,7 @@ struct TransferSettings: Sendable, Hashable {
     var certificateAuthorityFile: String? = nil
     /// `Name: value` lines added to every request.
     var additionalHeaders: [String] = []
-    /// CURLOPT_MAX_RECV_SPEED_LARGE, when set.
+    /// The receive limit per transfer (`ReceiveRateLimiter`), when set.
     var maximumBytesPerSecond: Int64? = nil
     /// false turns off peer and host verification (`--insecure`).
     var verifiesCertificates = true
@@ -24,6 +24,9 @@ struct TransferSettings: Sendable, Hashable {
     var proxy: String? = nil
     /// The shortest silence after which a receiving transfer is suspected of stalling.
     var stallSuspicion: Duration = .seconds(1)
+    /// How long a request may go unanswered before it is suspected (raced): `stallSuspicion`, or
+    /// longer for a host known to be slow to answer (`ServerProbeScheduler.answerSuspicion`).
+    var answerSuspicion: Duration = .seconds(1)
     /// Most connections to one server at once, over every transfer of the engine
     /// (segmented attempts share what the others leave).
     var maximumConnectionsPerHost = 6
@@ -73,6 +76,11 @@ struct Segmentation: Sendable {
     var allowsSegments: Bool?
     /// Whether an expected SHA-256 guards the file (then a range needs no validator of its own).
     var hasExpectedDigest: Bool
+    /// Whether requests carry the record's validators (not when they vary per response and a
+    /// digest proves the file; then one connection fills the gaps).
+    var usesValidators = true
+    /// The most bytes before a range's start fetched again to compare (`ResumeOverlap`).
+    var overlap: Int64 = ResumeOverlap.maximum
     /// The usable paths, best first.
     var paths: [SegmentPlanner.Path]
 }
@@ -90,8 +98,9 @@ struct TransferOutcome: Sendable {
 /// What the engine reports while an attempt runs, besides progress.
 enum TransferEvent: Sendable, Hashable {
     /// The first response line arrived (the server answers); `connectTime` is how long the
-    /// connection took to set up, when libcurl knows.
-    case responseStarted(connectTime: Duration?)
+    /// connection took to set up and `waited` how long the answer took once the request could be
+    /// sent, when libcurl knows.
+    case responseStarted(connectTime: Duration?, waited: Duration?)
     /// The response rewound the partial file to zero (a 200 to a range: the entity changed or
     /// the server ignores ranges).
     case restartedFromZero(reason: String)
@@ -99,6 +108,9 @@ enum TransferEvent: Sendable, Hashable {
     case stallSuspected
     /// A race started by `race(_:connectTimeout:)` ended.
     case raceEnded(DownloadStateMachine.RaceOutcome)
+    /// A response carried another ETag than the recorded one for an entity of the same length
+    /// (reported once per attempt).
+    case entityTagChanged
     /// The connections of a segmented attempt changed (count or paths).
     case connectionsChanged(TransferConnections)
 }
@@ -121,17 +133,29 @@ struct TransferConnections: Sendable, Hashable {
 /// never sooner than `minimum` (about a second: a fast transfer is suspected then, a slow or
 /// bursty server gets proportionally longer), never later than `maximum`, and twice as late
 /// after each false alarm on this transfer. Pure.
+///
+/// A transfer has no pace until it has shown one: while a silence starts within `learningPeriod`
+/// of the first body byte, it must last at least `learningMinimum`. Rate limiters that work by
+/// the second (lighttpd's `connection.kbytes-per-second`, nginx's `limit_rate`) send a second's
+/// quota at once and then nothing for up to a second; judged against the bare minimum, that first
+/// silence looked like a stall, and the race it started won at once (a new connection gets a new
+/// quota), so the rhythm was never learned and every second cost another range request.
 struct StallDetector: Sendable, Hashable {
     typealias Instant = ContinuousClock.Instant
     /// How much longer than the longest recent gap a silence must last.
     static let gapFactor = 4
     /// Gaps older than two of these windows are forgotten.
     static let window: Duration = .seconds(5)
+    /// How long after its first body byte a transfer is still learning its pace.
+    static let learningPeriod: Duration = .seconds(3)
 
     var minimum: Duration
     var maximum: Duration
+    /// The shortest suspicion while learning: longer than a per-second limiter's silence.
+    var learningMinimum: Duration
     private(set) var lastByteAt: Instant
     private var windowStart: Instant
+    private var firstByteAt: Instant?
     private var currentMaximumGap: Duration = .zero
     private var previousMaximumGap: Duration = .zero
     private var falseAlarms = 0
@@ -139,12 +163,20 @@ struct StallDetector: Sendable, Hashable {
     init(minimum: Duration, maximum: Duration, now: Instant) {
         self.minimum = minimum
         self.maximum = maximum
+        learningMinimum = max(minimum, minimum * 2)
         lastByteAt = now
         windowStart = now
     }
 
     /// Bytes arrived at `now`.
     mutating func bytesArrived(at now: Instant) {
+        if firstByteAt == nil {
+            // The wait for the first byte is the answer's latency, not a gap of the body.
+            firstByteAt = now
+            windowStart = now
+            lastByteAt = now
+            return
+        }
         if now - windowStart >= Self.window {
             previousMaximumGap = now - windowStart >= Self.window * 2 ? .zero : currentMaximumGap
             currentMaximumGap = .zero
@@ -155,15 +187,19 @@ struct StallDetector: Sendable, Hashable {
     }
 
     /// Receiving starts (again) at `now` without the pause counting as a gap (response start,
-    /// our own backpressure released).
+    /// our own backpressure or rate limit released).
     mutating func restart(at now: Instant) { lastByteAt = now }
 
     /// The old connection turned out alive: be slower to suspect it again.
     mutating func falseAlarm() { falseAlarms = min(falseAlarms + 1, 6) }
 
+    /// Whether the silence that began at the last byte began while the pace was still unknown.
+    var isLearning: Bool { firstByteAt.map { lastByteAt - $0 < Self.learningPeriod } ?? true }
+
     /// The silence after which the transfer is suspected.
     var interval: Duration {
-        let paced = max(minimum, max(currentMaximumGap, previousMaximumGap) * Self.gapFactor) * (1 << falseAlarms)
+        let floor = isLearning ? learningMinimum : minimum
+        let paced = max(floor, max(currentMaximumGap, previousMaximumGap) * Self.gapFactor) * (1 << falseAlarms)
         return min(paced, maximum)
     }
 
@@ -280,12 +316,10 @@ final class TransferEngine: @unchecked Sendable {
                 case .unpause(let id):
                     if let group = groups[id] {
                         unpauseGroup(group)
-                    } else if let transfer = transfers[id] {
-                        let context = transfer.primary
-                        context.isPausedForBackpressure = false
-                        context.lastActivity = .now
-                        transfer.stall.restart(at: .now)
-                        context.easy?.unpause()
+                    } else if let transfer = transfers[id], transfer.primary.isPausedForBackpressure {
+                        // The disk caught up; a pause of the rate limit is ended by its own deadline.
+                        transfer.primary.isPausedForBackpressure = false
+                        resumeReceiving(transfer, at: .now)
                     }
                 case .shutdown:
                     isRunning = false
@@ -295,7 +329,8 @@ final class TransferEngine: @unchecked Sendable {
             multi.perform()
             while let done = multi.nextCompleted() {
                 guard let context = handles[done.handle] else { continue }
-                ended(context, failure: done.failure, detail: done.detail)
+                // libcurl's own words when it wrote some, else the name of its code.
+                ended(context, failure: done.failure, detail: context.easy?.errorText ?? done.detail)
             }
             settleRaces()
             let wake = min(watchStalls(), tickGroups())
@@ -309,39 +344,45 @@ final class TransferEngine: @unchecked Sendable {
 
     /// libcurl's LOW_SPEED check averages over a window of about five seconds, so a transfer that
     /// stops dead after a fast burst is noticed only seconds late. This watchdog suspects a
-    /// transfer whose response has started but which received nothing for its `StallDetector`
-    /// interval (reported once per silence, so the owner can race it), and aborts it after
-    /// `stallTimeout` (time paused by our own backpressure does not count). A request that got no
-    /// answer within the shortest suspicion (`stallSuspicion`, about a second) after it could be
-    /// sent is suspected too (once): the owner's race is then a connection check, which tells a
-    /// server that is gone from one that is slow to answer. LOW_SPEED stays as the backstop for
-    /// the connect phase and for a server that accepts but never answers. Returns how long the
-    /// engine may sleep, in milliseconds.
+    /// transfer whose body has started but which received nothing for its `StallDetector`
+    /// interval, and one whose response has not started (no head, or a head that does not end:
+    /// a tarpit that accepts and never answers, headers dripped a byte a second) within the
+    /// answer suspicion (`answerSuspicion`: about a second, longer for a host known to be slow to
+    /// answer) after the request could be sent.
+    /// Each silence is reported once, so the owner can race it; a transfer is aborted after
+    /// `stallTimeout` without a header line or body byte (time paused by our own backpressure or
+    /// rate limit does not count). LOW_SPEED stays as the backstop for the connect phase.
+    /// Returns how long the engine may sleep, in milliseconds.
     private func watchStalls() -> Int {
         let now = ContinuousClock.now
         var sleep: Duration = .milliseconds(250)
         for (id, transfer) in transfers {
             let context = transfer.primary
-            if !context.hasResponse {
-                guard !transfer.isSuspected, transfer.racer == nil, let sendable = context.easy?.requestSendableAfter else { continue }
-                let deadline = transfer.startedAt + sendable + transfer.request.settings.stallSuspicion
-                if now >= deadline {
-                    transfer.isSuspected = true
-                    transfer.callbacks.events(.stallSuspected)
-                } else {
-                    sleep = min(sleep, deadline - now)
+            if let resumeAt = context.rateResumeAt {
+                // Paused by the rate limit: our own silence, never a stall.
+                guard now >= resumeAt else {
+                    sleep = min(sleep, resumeAt - now)
+                    continue
                 }
+                context.rateResumeAt = nil
+                resumeReceiving(transfer, at: now)
                 continue
             }
             guard !context.isPausedForBackpressure else { continue }
-            if now - context.lastActivity > transfer.stallTimeout {
+            if context.hasResponse, now - context.lastActivity > transfer.stallTimeout {
                 let seconds = Double(transfer.stallTimeout.milliseconds) / 1000
                 finish(id, forcedResult: .transport(.networkConnectionLost.with(
                     description: "the network connection was lost: no data for \(seconds) s")), failure: nil, detail: "")
                 continue
             }
-            guard context.isReceivingBody, !transfer.isSuspected, transfer.racer == nil else { continue }
-            let deadline = transfer.stall.deadline
+            guard !transfer.isSuspected, transfer.racer == nil else { continue }
+            let deadline: ContinuousClock.Instant
+            if context.isReceivingBody {
+                deadline = transfer.stall.deadline
+            } else {
+                guard let sendable = context.easy?.requestSendableAfter else { continue }
+                deadline = transfer.startedAt + sendable + transfer.request.settings.answerSuspicion
+            }
             if now >= deadline {
                 transfer.isSuspected = true
                 transfer.callbacks.events(.stallSuspected)
@@ -350,6 +391,15 @@ final class TransferEngine: @unchecked Sendable {
             }
         }
         return max(1, Int(sleep.milliseconds) + 1)
+    }
+
+    /// Ends a pause of our own (backpressure, rate limit): the silence it caused is not a gap.
+    /// libcurl may deliver the held chunk at once, from inside `unpause()`.
+    func resumeReceiving(_ transfer: Transfer, at now: ContinuousClock.Instant) {
+        let context = transfer.primary
+        context.lastActivity = now
+        transfer.stall.restart(at: now)
+        context.easy?.unpause()
     }
 
     /// Starts a transfer (an attempt, or a member of a segment group); false when libcurl refused
@@ -368,6 +418,7 @@ final class TransferEngine: @unchecked Sendable {
         let transfer = Transfer(id: id, request: request, file: file, callbacks: callbacks,
                                 stall: StallDetector(minimum: request.settings.stallSuspicion,
                                                      maximum: request.settings.stallTimeout, now: now))
+        transfer.rate = request.settings.maximumBytesPerSecond.map(ReceiveRateLimiter.init)
         transfer.group = group
         transfer.member = member
         transfer.segmentEnd = segmentEnd
@@ -391,7 +442,7 @@ final class TransferEngine: @unchecked Sendable {
     }
 
     func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
-                          connectTimeout: Duration, freshConnection: Bool, connectsOnly: Bool = false,
+                          connectTimeout: Duration, freshConnection: Bool,
                           context: TransferContext) -> CurlEasy? {
         let settings = request.settings
         let options = CurlRequestOptions(
@@ -403,10 +454,12 @@ final class TransferEngine: @unchecked Sendable {
             lowSpeedTimeSeconds: max(1, Int((settings.stallTimeout.milliseconds + 999) / 1000)),
             maximumRedirects: settings.maximumRedirects,
             keepAliveIdleSeconds: max(1, Int(settings.keepAliveIdle.milliseconds / 1000)),
-            receiveBufferSize: settings.receiveBufferSize, userAgent: settings.userAgent,
-            certificateAuthorityFile: settings.certificateAuthorityFile,
-            additionalHeaders: settings.additionalHeaders, maximumBytesPerSecond: settings.maximumBytesPerSecond,
-            verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy, connectsOnly: connectsOnly)
+            receiveBufferSize: settings.maximumBytesPerSecond.map {
+                ReceiveRateLimiter.receiveBufferSize(bytesPerSecond: $0, maximum: settings.receiveBufferSize)
+            } ?? settings.receiveBufferSize,
+            userAgent: settings.userAgent, certificateAuthorityFile: settings.certificateAuthorityFile,
+            additionalHeaders: settings.additionalHeaders,
+            verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy)
         guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else { return nil }
         guard multi.add(easy) else {
             easy.cleanup()
@@ -418,23 +471,30 @@ final class TransferEngine: @unchecked Sendable {
 
     // MARK: races
 
-    /// Opens the racer: the rest from the offset the transfer reached, If-Range its validator.
-    /// Before the primary has an answer there is nothing to continue: the racer then only
-    /// connects, to tell whether the server is still there.
+    /// Opens the racer on a fresh connection. While the primary's body has not started, the
+    /// racer sends the same request (a replica): whichever connection delivers a body byte first
+    /// carries on. Once the body flows, the racer asks for the rest from the offset reached, with
+    /// the transfer's strong validator. A transfer that is no longer suspected (bytes came while
+    /// the race waited for its host's turn) is not raced: the old connection won.
     func startRace(_ id: UInt64, connectTimeout: Duration) {
         guard let transfer = transfers[id], transfer.racer == nil else { return }
+        guard transfer.isSuspected else {
+            transfer.callbacks.events(.raceEnded(.originalWon))
+            return
+        }
         let primary = transfer.primary
-        if !primary.hasResponse {
-            let check = TransferContext(transfer: transfer, role: .connectionCheck, machine: primary.machine)
-            guard let easy = makeEasy(transfer.request, rangeStart: 0, sendsRange: false, ifRange: nil,
-                                      connectTimeout: connectTimeout, freshConnection: true, connectsOnly: true,
-                                      context: check) else {
+        let request = transfer.request
+        if !primary.isReceivingBody {
+            let replica = TransferContext(transfer: transfer, role: .replica, machine: ResponseStateMachine(request: primary.machine.request))
+            guard let easy = makeEasy(request, rangeStart: request.offset - request.overlap, sendsRange: request.offset > 0,
+                                      ifRange: request.ifRange, connectTimeout: connectTimeout, freshConnection: true,
+                                      context: replica) else {
                 transfer.callbacks.events(.raceEnded(.racerFailed(.failed(.invalidRequest))))
                 return
             }
-            check.easy = easy
-            transfer.racer = check
-            handles[easy.handle] = check
+            replica.easy = easy
+            transfer.racer = replica
+            handles[easy.handle] = replica
             return
         }
         guard let acceptance = primary.machine.acceptance, let offset = primary.machine.nextOffset, offset > 0,
@@ -453,7 +513,7 @@ final class TransferEngine: @unchecked Sendable {
                                                           observedEntityTag: acceptance.observedEntityTag,
                                                           end: transfer.request.rangeEnd))
         let racer = TransferContext(transfer: transfer, role: .racer(startOffset: offset), machine: machine)
-        guard let easy = makeEasy(transfer.request, rangeStart: offset, sendsRange: true, ifRange: validator,
+        guard let easy = makeEasy(request, rangeStart: offset, sendsRange: true, ifRange: validator,
                                   connectTimeout: connectTimeout, freshConnection: true, context: racer) else {
             transfer.callbacks.events(.raceEnded(.racerFailed(.failed(.invalidRequest))))
             return
@@ -475,23 +535,30 @@ final class TransferEngine: @unchecked Sendable {
         switch decision {
         case .racerWon:
             guard let racer = transfer.racer else { return }
-            let loser = transfer.primary
-            loser.flushChunk()
-            drop(loser)
-            racer.role = .primary
-            transfer.primary = racer
-            transfer.racer = nil
-            transfer.isSuspected = false
-            transfer.stall.restart(at: .now)
-            transfer.callbacks.events(.raceEnded(.racerWon))
+            promote(racer, of: transfer)
         case .originalWon:
-            let wasCheck = transfer.racer?.role == .connectionCheck
+            let wasReplica = transfer.racer?.role == .replica
             if let racer = transfer.racer { drop(racer) }
             transfer.racer = nil
-            // A connection check raced the wait for an answer, not the body's pace.
-            if !wasCheck { transfer.stall.falseAlarm() }
+            // A replica raced the wait for an answer, not the body's pace.
+            if !wasReplica { transfer.stall.falseAlarm() }
             transfer.callbacks.events(.raceEnded(.originalWon))
         }
+    }
+
+    /// The racer replaces the primary, which is closed (its gathered bytes handed on first).
+    private func promote(_ racer: TransferContext, of transfer: Transfer) {
+        let loser = transfer.primary
+        loser.isDiscarded = true
+        loser.flushChunk()
+        drop(loser)
+        racer.becomePrimary()
+        transfer.primary = racer
+        transfer.racer = nil
+        transfer.raceDecision = nil
+        transfer.isSuspected = false
+        transfer.stall.restart(at: .now)
+        transfer.callbacks.events(.raceEnded(.racerWon))
     }
 
     // MARK: endings
@@ -504,20 +571,23 @@ final class TransferEngine: @unchecked Sendable {
         if context.isDiscarded {
             drop(context)
         } else if context === transfer.primary {
-            finish(transfer.id, forcedResult: nil, failure: failure, detail: detail)
-        } else if context === transfer.racer, context.role == .connectionCheck {
-            // Connected: the server is there, only slow to answer (the primary waits on, up to the
-            // stall timeout); not connected: it is gone, and so is the primary's request.
-            let error = failure.map { context.transportError(for: $0, detail: detail) }
-            drop(context)
-            transfer.racer = nil
-            if let error {
-                transfer.callbacks.events(.raceEnded(.racerFailed(.transport(error))))
-            } else {
-                transfer.callbacks.events(.raceEnded(.originalWon))
+            if failure != nil, context.machine.isAwaitingHead, let replica = transfer.racer, replica.role == .replica,
+               transfer.raceDecision == nil {
+                // The old connection died before its body while a replica asks again: the replica
+                // carries on alone.
+                promote(replica, of: transfer)
+                return
             }
+            finish(transfer.id, forcedResult: nil, failure: failure, detail: detail)
+        } else if context === transfer.racer, context.role == .replica, !context.machine.isAwaitingHead,
+                  transfer.primary.machine.isAwaitingHead {
+            // The replica got an answer that ends it (an error status, a completion) while the old
+            // connection still has none: that answer is the attempt's.
+            promote(context, of: transfer)
+            finish(transfer.id, forcedResult: nil, failure: failure, detail: detail)
         } else if context === transfer.racer {
-            // The racer ended before it delivered a byte: it failed.
+            // The racer ended before it delivered a byte: it failed (could not connect, or its
+            // answer was not the rest of this entity).
             let result = context.result(failure: failure, detail: detail)
             drop(context)
             transfer.racer = nil
@@ -592,10 +662,16 @@ final class Transfer {
     var raceDecision: RaceDecision?
     /// Whether the current silence was already reported.
     var isSuspected = false
+    /// Whether `.responseStarted` was reported (once per attempt, from whichever connection).
+    var hasReportedResponse = false
+    /// Whether `.entityTagChanged` was reported (once per attempt).
+    var hasReportedEntityTagChange = false
     /// When the attempt started (libcurl's timings count from about then).
     let startedAt = ContinuousClock.now
     /// Body bytes accepted during this attempt, over every connection.
     var bytesReceived: Int64 = 0
+    /// The receive limit, shared by every connection of the attempt.
+    var rate: ReceiveRateLimiter?
     /// The segment group this transfer is a member of, and its id there (`SegmentGroup`).
     weak var group: SegmentGroup?
     var member = 0
@@ -632,12 +708,15 @@ final class TransferContext {
         case primary
         /// Races the primary from `startOffset`; holds its bytes back until it wins.
         case racer(startOffset: Int64)
-        /// Only connects, while the primary waits for an answer: is the server still there?
-        case connectionCheck
+        /// Sends the primary's request again while the primary has no body; holds its answer
+        /// back until it wins.
+        case replica
     }
 
     unowned let transfer: Transfer
     var role: Role
+    /// When the handle was made (libcurl's timings count from about then).
+    let createdAt = ContinuousClock.now
     var machine: ResponseStateMachine
     var headers = HeaderAccumulator()
     var easy: CurlEasy?
@@ -653,6 +732,8 @@ final class TransferContext {
     /// Whether the write callback paused the transfer because the disk is behind, and since when.
     var isPausedForBackpressure = false
     var pausedAt: ContinuousClock.Instant?
+    /// Until when the write callback paused the transfer for the rate limit.
+    var rateResumeAt: ContinuousClock.Instant?
     /// A racer's accepted response, applied to the file when it wins.
     private var pendingAcceptance: ResponseStateMachine.Acceptance?
     /// Why a racer refused its response (it is not the rest of this entity).
@@ -677,37 +758,42 @@ final class TransferContext {
     /// Header callback: false stops the transfer.
     func didReceiveHeaderLine(_ bytes: UnsafeRawBufferPointer) -> Bool {
         if isDiscarded { return false }
-        if !hasResponse, role == .primary {
-            transfer.callbacks.events(.responseStarted(connectTime: easy?.connectTime))
-            if transfer.racer?.role == .connectionCheck, transfer.raceDecision == nil {
-                // The answer came while a check was connecting: it is moot.
-                transfer.raceDecision = .originalWon
-                transfer.racer?.isDiscarded = true
-            }
+        if !transfer.hasReportedResponse {
+            // The server answers (on whichever connection asked).
+            transfer.hasReportedResponse = true
+            let waited = easy?.requestSendableAfter.map { ContinuousClock.now - (createdAt + $0) }
+            transfer.callbacks.events(.responseStarted(connectTime: easy?.connectTime, waited: waited))
         }
         hasResponse = true
         lastActivity = .now
         let line = String(decoding: bytes, as: UTF8.self)
         guard let head = headers.feed(line) else { return true }
+        if !transfer.hasReportedEntityTagChange, machine.showsChangedEntityTag(head) {
+            transfer.hasReportedEntityTagChange = true
+            transfer.callbacks.events(.entityTagChanged)
+        }
         switch machine.event(.head(head)) {
         case .begin(let acceptance):
-            if case .racer(let offset) = role {
+            switch role {
+            case .racer(let offset):
                 guard !acceptance.restartsFromZero, acceptance.startOffset == offset else {
                     rejection = .restartFromZero(reason: "the racing connection was not given the rest of the entity")
                     return false
                 }
                 pendingAcceptance = acceptance
-                return true
+            case .replica:
+                pendingAcceptance = acceptance
+            case .primary:
+                if let group = transfer.group, acceptance.restartsFromZero, !group.restartsInPlace(transfer, acceptance) {
+                    // An attempt of several connections never rewinds the file under the others:
+                    // it ends, and the download's machine restarts it (over one connection).
+                    rejection = .restartFromZero(reason:
+                        "the server sent the whole resource instead of the range: it changed, or it ignores ranges")
+                    return false
+                }
+                begin(acceptance)
+                transfer.group?.accepted(transfer, acceptance)
             }
-            if let group = transfer.group, acceptance.restartsFromZero, !group.restartsInPlace(transfer, acceptance) {
-                // An attempt of several connections never rewinds the file under the others: it
-                // ends, and the download's machine restarts it (over one connection).
-                rejection = .restartFromZero(reason:
-                    "the server sent the whole resource instead of the range: it changed, or it ignores ranges")
-                return false
-            }
-            begin(acceptance)
-            transfer.group?.accepted(transfer, acceptance)
             return true
         case .abort:
             return false   // the machine remembers the result; libcurl ends with a write error
@@ -727,22 +813,38 @@ final class TransferContext {
         }
     }
 
+    /// The racer won: it delivers into the file from now on.
+    func becomePrimary() {
+        guard role != .primary else { return }
+        role = .primary
+        if let acceptance = pendingAcceptance {
+            pendingAcceptance = nil
+            begin(acceptance)
+            transfer.group?.accepted(transfer, acceptance)
+        }
+    }
+
     /// Write callback.
     func didReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyDisposition {
         if isDiscarded { return .abort }
-        if case .racer(let offset) = role {
+        if role != .primary {
             // The first byte decides the race: the racer wins only if the primary delivered
-            // nothing since the race began.
-            guard transfer.raceDecision == nil, transfer.primary.machine.nextOffset == offset,
-                  let acceptance = pendingAcceptance else {
+            // nothing since the race began (a replica: the primary's body has not started).
+            let primaryIsStill = switch role {
+            case .racer(let offset): transfer.primary.machine.nextOffset == offset
+            case .replica: transfer.primary.machine.isAwaitingHead
+            case .primary: false
+            }
+            guard transfer.raceDecision == nil, primaryIsStill, pendingAcceptance != nil else {
+                // The old connection answered first (a replica's primary has its head): it carries on.
+                if transfer.raceDecision == nil { transfer.raceDecision = .originalWon }
                 isDiscarded = true
                 return .abort
             }
             transfer.raceDecision = .racerWon
             transfer.primary.isDiscarded = true
             transfer.primary.flushChunk()
-            role = .primary
-            begin(acceptance)
+            becomePrimary()
         } else if transfer.racer != nil, transfer.raceDecision == nil {
             transfer.raceDecision = .originalWon
             transfer.racer?.isDiscarded = true
@@ -756,6 +858,11 @@ final class TransferContext {
         if file.shouldPause(adding: chunk.count + bytes.count) {
             isPausedForBackpressure = true
             pausedAt = now
+            return .pause
+        }
+        if let resumeAt = transfer.rate?.admit(bytes.count, at: now) {
+            // libcurl keeps the chunk and delivers it again once the engine unpauses at `resumeAt`.
+            rateResumeAt = resumeAt
             return .pause
         }
         var bytes = bytes

@@ -65,6 +65,7 @@ enum TransferErrorMapping {
     /// names the proxy (libcurl says only "could not connect to the server").
     static func error(for failure: TransferFailure, osErrno: Int32, didConnect: Bool, detail: String?,
                       proxy: String? = nil) -> DownloadError {
+        if let reply = badReply(failure, didConnect: didConnect, detail: detail ?? "") { return reply }
         let code = urlErrorCode(for: failure, osErrno: osErrno, didConnect: didConnect)
         var error = DownloadError.transport(code, nil, osErrorCode: osErrno)
         if let proxy, isProxyFailure(failure, didConnect: didConnect) {
@@ -73,6 +74,24 @@ enum TransferErrorMapping {
         }
         if let detail, !detail.isEmpty { error = error.with(description: error.description + ": " + detail) }
         return error
+    }
+
+    /// Replies libcurl could not read, said as what they are: libcurl reports a broken chunked
+    /// body as a receive error, a status line that is not HTTP as an unsupported protocol, and
+    /// response headers over its 100 KiB limit as out of memory, which read as a lost connection,
+    /// a bad URL and a full machine. Its error buffer (`detail`) tells them apart; curl prints it.
+    static func badReply(_ failure: TransferFailure, didConnect: Bool, detail: String) -> DownloadError? {
+        switch failure {
+        case .receiveError where detail.contains("chunked-encoding"):
+            return .badServerResponse.with(description: "the server sent a malformed chunked body: \(detail)")
+        case .unsupportedProtocol where ["HTTP/0.9", "response code", "HTTP version", "status line"].contains { detail.contains($0) }:
+            return .badServerResponse.with(description: "the server's reply is not HTTP: \(detail)")
+        case .outOfMemory where didConnect:
+            return .badServerResponse.with(description:
+                "the server's response headers are too large (libcurl accepts at most 100 KiB of them), or memory ran out")
+        default:
+            return nil
+        }
     }
 
     /// Failures that happen while reaching the proxy or asking it for a tunnel.

@@ -149,7 +149,7 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
 
     /// The identifier, URL and state.
     public var description: String {
-        "ResumableDownloadTask(\(taskIdentifier) \(originalRequest?.url?.absoluteString ?? "-") \(state))"
+        "ResumableDownloadTask(\(taskIdentifier) \(originalRequest?.url.map { URLRedaction.redacted($0) } ?? "-") \(state))"
     }
 
     /// Identity: two handles are equal only when they are the same object.

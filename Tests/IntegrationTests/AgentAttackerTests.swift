@@ -143,4 +143,41 @@ struct AgentAttackerTests {
         guard connected == 0 else { close(descriptor); throw POSIXError(.ECONNREFUSED) }
         return descriptor
     }
+
+    /// Records are input (issue 21): a record edited to put its file outside `STATE/files` and
+    /// every `download-dir=` is not restored, is moved aside, and nothing is written there.
+    @Test func aRecordPointingOutsideTheAllowedDirectoriesIsNotRestored() throws {
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx(slowRate: "1m")
+        let big = F.randomData(count: 8 << 20, seed: 2151)
+        try nginx.serve(big, at: "slow/big.bin")
+        let directory = try F.Directory("agent")
+        let state = directory.file("state")
+        var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        #expect(try first!.control(["queue", "add", nginx.url("slow/big.bin").absoluteString]).status == 0)
+        #expect(F.waitSync { ((try? first!.list())?.first?["bytesReceived"] as? Int ?? 0) > 0 })
+        #expect(first!.terminate(SIGTERM)?.status == 0)
+        first = nil
+        let records = state.appendingPathComponent("records")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: records.path).first { $0.hasSuffix(".json") })
+        let recordURL = records.appendingPathComponent(name)
+        let outside = directory.file("elsewhere/big.bin")
+        try FileManager.default.createDirectory(at: outside.deletingLastPathComponent(), withIntermediateDirectories: true)
+        // JSONEncoder may write "/" as "\/".
+        let inside = state.appendingPathComponent("files/big.bin").path
+        let text = try String(contentsOf: recordURL, encoding: .utf8)
+            .replacingOccurrences(of: inside, with: outside.path)
+            .replacingOccurrences(of: inside.replacingOccurrences(of: "/", with: "\\/"),
+                                  with: outside.path.replacingOccurrences(of: "/", with: "\\/"))
+        #expect(text.contains(outside.path) || text.contains(outside.path.replacingOccurrences(of: "/", with: "\\/")), "\(text)")
+        try text.write(to: recordURL, atomically: true, encoding: .utf8)
+
+        let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        defer { _ = second.terminate() }
+        #expect(!second.output.contains { $0.contains(#""event":"restored""#) }, "\(second.output)")
+        #expect(try second.list().isEmpty)
+        #expect(FileManager.default.fileExists(atPath: recordURL.path + ".bad"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: outside.deletingLastPathComponent().path).isEmpty,
+                "nothing written outside")
+    }
 }

@@ -142,7 +142,53 @@ struct AgentTests {
         let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
         #expect(second.waitForLine(timeout: .seconds(60)) { $0.contains(#""type":"download","event":"completed""#) } != nil, "\(second.output)")
         #expect(F.sha256(fileAt: directory.file("k.bin")) == file.sha)
+        // The restored event reports what the block journal recovered (the transfer resumes
+        // there), not the fsynced checkpoint before it (issue 21).
+        let events = second.events.filter { $0["type"] as? String == "download" }
+        let restored = events.first { $0["event"] as? String == "restored" }?["offset"] as? Int
+        let resumed = events.first { $0["event"] as? String == "resumed" }?["offset"] as? Int
+        #expect(restored != nil && restored == resumed && (restored ?? 0) > 0, "restored \(String(describing: restored)), resumed \(String(describing: resumed))")
         _ = second.terminate()
+    }
+
+    @Test func cancellingACompletedDownloadIsAnError() throws {
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory("agent")
+        let file = try Self.serveFiles(nginx, count: 1, size: 64 << 10)[0]
+        let agent = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name])
+        #expect(try agent.control(["queue", "add", nginx.url(file.path).absoluteString]).status == 0)
+        #expect(agent.waitForLine { $0.contains(#""type":"download","event":"completed""#) } != nil, "\(agent.output)")
+        let id = try #require(try agent.list().first?["id"] as? String)
+        let cancelled = try agent.control(["queue", "cancel", String(id.prefix(8))])
+        #expect(cancelled.status == 1, "\(cancelled)")
+        #expect(cancelled.standardError.contains("has already completed"), "\(cancelled)")
+        #expect(F.sha256(fileAt: directory.file("state/files/file0.bin")) == file.sha, "the file is untouched")
+        _ = agent.terminate()
+    }
+
+    /// A password in a queued URL is masked in every event, `queue list` (text and JSON), the
+    /// add reply and the agent's log; the request still carries it.
+    @Test func aPasswordInAQueuedURLIsNeverShown() throws {
+        let namespace = try ConnectedNamespace()
+        let content = F.randomData(count: 64 << 10, seed: 2141)
+        let server = try DownloadTestHTTPServer { request, _ in .honest(request, content: content, etag: "\"p\"") }
+        defer { server.stop() }
+        let directory = try F.Directory("agent")
+        let agent = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name])
+        let added = try agent.control(["queue", "add", "http://bob:S3CRETPW@127.0.0.1:\(server.port)/p.bin"])
+        #expect(added.status == 0 && !added.standardOutput.contains("S3CRETPW"), "\(added)")
+        #expect(agent.waitForLine { $0.contains(#""type":"download","event":"completed""#) } != nil, "\(agent.output)")
+        let text = try agent.control(["queue", "list"])
+        let json = try agent.control(["queue", "list", "--json"])
+        let metrics = try agent.control(["agent", "metrics"])
+        for shown in [text.standardOutput, json.standardOutput, metrics.standardOutput, agent.output.joined(separator: "\n"),
+                      agent.standardError] {
+            #expect(!shown.contains("S3CRETPW"), "\(shown)")
+        }
+        #expect(text.standardOutput.contains("http://bob:***@127.0.0.1"), "\(text)")
+        #expect(server.requests.first?.headers["authorization"] == "Basic " + Data("bob:S3CRETPW".utf8).base64EncodedString())
+        _ = agent.terminate()
     }
 
     @Test func socketIsPrivateAndOtherUsersAreRefused() throws {

@@ -42,7 +42,7 @@ struct DownloadHostileServerTests {
         expectIntact(directory)
         #expect(server.requests.count == 2)
         // The resume re-fetches 64 KiB before the offset and compares them with the disk.
-        #expect(server.requests[1].rangeStart == Int64(Self.half) - ResponseStateMachine.resumeOverlap)
+        #expect(server.requests[1].rangeStart == Int64(Self.half) - ResumeOverlap.maximum)
         #expect(server.requests[1].ifRange == Self.etag)
         #expect(server.requests[1].headers["accept-encoding"] == "identity")
         #expect(log.resumedOffsets == [Int64(Self.half)])
@@ -175,7 +175,7 @@ struct DownloadHostileServerTests {
         let server = try Server { request, index in
             if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
             if let start = request.rangeStart {
-                return Reply(status: 416, headers: [("Content-Range", "bytes */\(start + ResponseStateMachine.resumeOverlap)")])
+                return Reply(status: 416, headers: [("Content-Range", "bytes */\(start + ResumeOverlap.maximum)")])
             }
             return .honest(request, content: Self.content, etag: Self.etag)
         }
@@ -360,5 +360,34 @@ struct DownloadHostileServerTests {
         #expect(ContinuousClock.now - switched < .seconds(10), "the backoff outlived the path change")
         #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(Self.content))
         await agent.shutdown()
+    }
+
+    /// Replies libcurl cannot read are reported as what they are (curl's words), once, not as a
+    /// lost connection, an unsupported URL or a full machine (issue 21).
+    @Test(arguments: [
+        ("chunk", "the server sent a malformed chunked body: Illegal or missing hexadecimal sequence in chunked-encoding"),
+        ("length", "the server sent an impossible Content-Length (9223372036854775808: more than any file can hold)"),
+        ("status", "the server's reply is not HTTP: Unsupported response code in HTTP response"),
+        ("garbage", "the server's reply is not HTTP: Received HTTP/0.9 when not allowed"),
+        ("huge head", "the server's response headers are too large"),
+    ])
+    func unreadableRepliesSayWhatIsWrong(_ kind: String, _ message: String) async throws {
+        let raw: Data = switch kind {
+        case "chunk": Data("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef\r\nzz\r\n".utf8)
+        case "length": Data("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\nabc".utf8)
+        case "status": Data("HTTP/1.1 2000 Weird\r\nContent-Length: 3\r\n\r\nabc".utf8)
+        case "garbage": Data("\u{1}\u{2}garbage here\r\n\r\nabc".utf8)
+        default: Data("HTTP/1.1 200 OK\r\nX-Big: ".utf8) + Data(repeating: 0x61, count: 1 << 20) + Data("\r\nContent-Length: 3\r\n\r\nabc".utf8)
+        }
+        let server = try Server { _, _ in
+            var reply = Reply(status: 200)
+            reply.raw = raw
+            return reply
+        }
+        let (result, _, directory) = try await run(server, options: .init())
+        #expect(throws: DownloadError.badServerResponse) { try result.get() }
+        if case .failure(let error) = result { #expect(error.description.hasPrefix(message), "\(error.description)") }
+        #expect(server.requests.count == 1, "not retried: \(server.requests.count)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
     }
 }

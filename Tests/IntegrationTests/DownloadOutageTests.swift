@@ -217,7 +217,7 @@ struct DownloadOutageTests {
         let sent = await net.bytesSentWhenIdle()
         let wasted = sent - content.count
         // Each resume also re-fetches the 64 KiB overlap it compares with the disk.
-        let overlaps = cli.count("resumed") * Int(ResponseStateMachine.resumeOverlap)
+        let overlaps = cli.count("resumed") * Int(ResumeOverlap.maximum)
         #expect(wasted >= 0 && wasted <= OutageLab.checkpointBytes + overlaps,
                 "server sent \(sent) bytes for \(content.count): \(wasted) wasted; requests \(net.requests)\n\(cli.transcript)",
                 sourceLocation: sourceLocation)
@@ -327,7 +327,7 @@ struct DownloadOutageTests {
         #expect(resumedAt >= bytesBeforeRestart, "resumed at \(resumedAt), had reported \(bytesBeforeRestart)")
         let sent = await net.bytesSentWhenIdle()
         // The resume re-fetches the 64 KiB before its offset, compared with the disk (issue 7).
-        let overlap = min(resumedAt, Int(ResponseStateMachine.resumeOverlap))
+        let overlap = min(resumedAt, Int(ResumeOverlap.maximum))
         #expect(sent == content.count - resumedAt + overlap, "requests after the restart: \(net.requests)")
     }
 

@@ -78,14 +78,42 @@ struct DownloadRaceTests {
         #expect(elapsed < .seconds(6), "finished on the old connection, before the racer answered: \(elapsed)")
     }
 
-    @Test func aServerSlowToAnswerIsCheckedAndWaitedFor() async throws {
-        // No answer for 1.5 s (five suspicions): the request is suspected, a bare connection shows
-        // the server is there, and the request waits on. The check sends no request.
+    @Test func aServerSlowToAnswerIsRacedAndTheFirstAnswerCarriesOn() async throws {
+        // No answer for 1.5 s (five suspicions): the request is suspected and sent again on a
+        // fresh connection; the first connection answers first and carries on.
         let server = try Server { request, _ in Self.honest(request, answeringAfter: .milliseconds(1500)) }
         defer { server.stop() }
         let (log, _) = try await fetch(from: server)
-        #expect(server.requests.count == 1, "\(server.requests.map(\.headers))")
-        #expect(server.connections >= 2, "the answer was waited for with a connection check: \(server.connections)")
+        let requests = server.requests
+        try #require(requests.count == 2, "one race: \(requests.map(\.headers))")
+        #expect(requests[1].rangeStart == requests[0].rangeStart, "the same request again")
         #expect(!log.all.contains { if case .waitingForServer = $0 { true } else { false } }, "\(log.all)")
+        // The host's answer time is known now: the next download waits for it instead of racing.
+        _ = try await fetch(from: server)
+        #expect(server.requests.count == 3, "no race once the pace is known: \(server.requests.count)")
+    }
+
+    /// A tarpit (accepts, never answers) and a server dripping its head a byte at a time hold
+    /// the first connection; a fresh connection sending the same request, about a second later,
+    /// gets the answer. Before, only the 30 s stall timeout ended such a request.
+    @Test(arguments: ["tarpit", "drip"])
+    func aResponseThatDoesNotStartIsRacedByAFreshConnection(_ kind: String) async throws {
+        let server = try Server { request, index in
+            guard index == 0 else { return .honest(request, content: Self.content, etag: Self.etag) }
+            var reply = Reply.honest(request, content: Self.content, etag: Self.etag)
+            if kind == "tarpit" { reply.neverAnswers = true } else { reply.headByteInterval = .milliseconds(500) }
+            return reply
+        }
+        defer { server.stop() }
+        let (log, elapsed) = try await fetch(from: server)
+        #expect(elapsed < .seconds(10), "\(elapsed)")
+        #expect(server.requests.count == 2, "\(server.requests.map(\.headers))")
+        let times = server.connectionTimes
+        #expect(times.count == 2)
+        if times.count >= 2 {
+            let fresh = times[1] - times[0]
+            #expect(fresh < .seconds(3), "a fresh connection after \(fresh)")
+        }
+        #expect(log.restarts == 0 && log.resumedOffsets.isEmpty, "\(log.all)")
     }
 }

@@ -76,7 +76,41 @@ struct DownloadServerOutageTests {
         await Self.expectComplete(net, cli, contents)
     }
 
-    @Test("the server goes silent after taking the request: the unanswered request is checked, the server waited for")
+    /// Issue 21: 50 agent downloads behind a blackhole made 53 SYNs in the first ~3 s, each stalled
+    /// transfer racing a fresh connection of its own. Races now take turns per host: the first
+    /// racer cannot connect, every other stalled transfer is told so and waits with it, and the
+    /// host's probes (at most two a second) are the only connection attempts.
+    @Test("sixteen agent downloads from one server behind a blackhole: one race, then the host's probes")
+    func manyTransfersBehindABlackholeShareTheHostsBudget() async throws {
+        let names = (0..<16).map { "file\($0).bin" }
+        let (net, contents) = try Self.lab(seed: 41, names: names, size: 4 << 20)
+        defer { net.close() }
+        let agent = try AgentProcess(stateDirectory: net.directory.file("state"), arguments: ["--max-concurrent", "16"],
+                                     prefix: ["ip", "netns", "exec", net.client])
+        defer { agent.stop() }
+        for name in names {
+            let added = try agent.control(["queue", "add", "\(net.url)/\(name)"])
+            #expect(added.status == 0, "\(added)")
+        }
+        #expect(F.waitSync { (try? agent.list())?.filter { ($0["bytesReceived"] as? Int ?? 0) > 0 }.count == names.count },
+                "\(agent.output.suffix(20))")
+        let base = net.connectionAttempts
+        let cut = ContinuousClock.now
+        for rule in Self.blackhole { try net.serverIptables(["-A"] + rule) }
+        #expect(agent.waitForLines(names.count, timeout: .seconds(40)) { $0.contains(#""event":"waitingForServer""#) },
+                "\(agent.output.suffix(40))")
+        let attempts = net.connectionAttempts - base
+        let outage = ContinuousClock.now - cut
+        for rule in Self.blackhole { try net.serverIptables(["-D"] + rule) }
+        Self.expectCheap(attempts, over: outage, "\(agent.output.suffix(60).joined(separator: "\n"))")
+        #expect(agent.waitForLines(names.count, timeout: .seconds(60)) { $0.contains(#""type":"download","event":"completed""#) },
+                "\(agent.output.suffix(40))")
+        for (name, content) in zip(names, contents) {
+            #expect(F.sha256(fileAt: net.directory.file("state/files/\(name)")) == F.sha256(content), "\(name)")
+        }
+    }
+
+    @Test("the server goes silent after taking the request: the unanswered request is raced, the server waited for")
     func serverSilentAfterTheRequest() async throws {
         let (net, contents) = try Self.lab(seed: 37)
         defer { net.close() }
@@ -86,15 +120,15 @@ struct DownloadServerOutageTests {
         let unreachable = ["INPUT", "-p", "tcp", "--dport", "80", "--syn", "-j", "DROP"]
         try net.serverIptables(["-A"] + silent)
         let base = net.connectionAttempts
-        // The stall timeout (libcurl's LOW_SPEED backstop) far away: only the check can help.
+        // The stall timeout (libcurl's LOW_SPEED backstop) far away: only the race can help.
         let cli = try net.download(names: ["file.bin"], environment: ["REACHABILITY_DOWNLOAD_STALL_TIMEOUT": "30"])
         #expect(await Self.waitForAttempts(net, 1, since: base), "\(cli.transcript)")
         // Connected and asking: from now on new connections get nowhere either.
         try net.serverIptables(["-A"] + unreachable)
         let cut = ContinuousClock.now
-        // No answer for about a second: a bare connection cannot reach the server (its 2 s
-        // connect timeout: no connection to this host has succeeded yet), so the request is
-        // abandoned and the server waited for, instead of after 30 s.
+        // No answer for about a second: a fresh connection sending the request again cannot
+        // reach the server (its 2 s connect timeout: no connection to this host has succeeded
+        // yet), so the request is abandoned and the server waited for, instead of after 30 s.
         #expect(await cli.waitFor("waitingForServer", timeout: .seconds(15)), "\(cli.transcript)")
         let noticed = ContinuousClock.now - cut
         #expect(noticed < .seconds(6), "noticed after \(noticed)\n\(cli.transcript)")

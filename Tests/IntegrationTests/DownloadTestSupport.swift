@@ -167,7 +167,8 @@ final class DownloadTestNginx: Sendable {
     var certificate: URL { prefix.appendingPathComponent("cert.pem") }
 
     /// Starts nginx in the foreground as a child; waits (with a deadline) until it accepts.
-    init(slowRate: String = "2m", tls: Bool = false) throws {
+    /// `accessLog`: requests are logged (`loggedRequests`).
+    init(slowRate: String = "2m", tls: Bool = false, accessLog: Bool = false) throws {
         prefix = FileManager.default.temporaryDirectory.appendingPathComponent("nginx-\(UUID().uuidString)")
         root = prefix.appendingPathComponent("www")
         try FileManager.default.createDirectory(at: root.appendingPathComponent("slow"), withIntermediateDirectories: true)
@@ -201,7 +202,8 @@ final class DownloadTestNginx: Sendable {
         let configuration = """
         \(DownloadFixtures.nginxPrelude(prefix: p, workerConnections: 256))
         http {
-            access_log off;
+            log_format requests '$status $body_bytes_sent $http_range';
+            \(accessLog ? "access_log \(p)/access.log requests;" : "access_log off;")
         \(DownloadFixtures.nginxTemporaryPaths(prefix: p))
             default_type application/octet-stream;
             sendfile on;
@@ -231,6 +233,12 @@ final class DownloadTestNginx: Sendable {
     }
 
     static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") }
+
+    /// `status bytes range` per finished request (with `accessLog`).
+    var loggedRequests: [String] {
+        let text = (try? String(contentsOf: prefix.appendingPathComponent("access.log"), encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map(String.init)
+    }
     static var isTLSAvailable: Bool { isAvailable && FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") }
 
     func tlsURL(_ path: String) -> URL { URL(string: "https://127.0.0.1:\(tlsPort ?? 0)/\(path)")! }
@@ -291,6 +299,16 @@ final class DownloadTestHTTPServer: Sendable {
         var pause: Duration = .zero
         /// Wait this long before sending the head.
         var headDelay: Duration?
+        /// Send nothing at all (a tarpit): hold the connection until the client leaves.
+        var neverAnswers = false
+        /// Send exactly these bytes as the whole answer (a broken reply), then close.
+        var raw: Data?
+        /// Send the head one byte at a time, this far apart (a server dripping its headers).
+        var headByteInterval: Duration?
+        /// Send the body in bursts of this many bytes, `burstInterval` apart (a per-second rate
+        /// limiter: a second's quota at once, then silence).
+        var burstSize: Int?
+        var burstInterval: Duration = .seconds(1)
         /// Send the body at about this rate (a server capping each connection).
         var bytesPerSecond: Int?
 
@@ -324,6 +342,7 @@ final class DownloadTestHTTPServer: Sendable {
     private let log = Mutex<[Request]>([])
     private let isStopped = Atomic<Bool>(false)
     private let accepted = Atomic<Int>(0)
+    private let acceptTimes = Mutex<[ContinuousClock.Instant]>([])
     /// Requests being answered now, and the most at once.
     private let answering = Mutex<(now: Int, most: Int)>((0, 0))
 
@@ -352,6 +371,8 @@ final class DownloadTestHTTPServer: Sendable {
     var requests: [Request] { log.withLock { $0 } }
     /// Connections accepted, with or without a request.
     var connections: Int { accepted.load(ordering: .relaxed) }
+    /// When each connection was accepted.
+    var connectionTimes: [ContinuousClock.Instant] { acceptTimes.withLock { $0 } }
 
     /// The most requests answered at once.
     var mostAtOnce: Int { answering.withLock { $0.most } }
@@ -378,6 +399,7 @@ final class DownloadTestHTTPServer: Sendable {
                 return
             }
             accepted.add(1, ordering: .relaxed)
+            acceptTimes.withLock { $0.append(.now) }
             let thread = Thread { [self] in serve(client, handler) }
             thread.start()
         }
@@ -406,15 +428,38 @@ final class DownloadTestHTTPServer: Sendable {
         let index = log.withLock { log -> Int in log.append(request); return log.count - 1 }
         let reply = handler(request, index)
 
+        if reply.neverAnswers {
+            holdUntilTheClientLeaves(client)
+            return
+        }
+        if let raw = reply.raw {
+            _ = sendAll(client, raw)
+            return
+        }
         if let delay = reply.headDelay { usleep(useconds_t(delay.milliseconds * 1000)) }
         var head = "HTTP/1.1 \(reply.status) Scripted\r\nConnection: close\r\n"
         for (name, value) in reply.headers { head += "\(name): \(value)\r\n" }
         if reply.sendsContentLength { head += "Content-Length: \(reply.body.count)\r\n" }
         head += "\r\n"
-        guard sendAll(client, Data(head.utf8)) else { return }
+        if let interval = reply.headByteInterval {
+            for byte in head.utf8 {
+                guard !isStopped.load(ordering: .relaxed), sendAll(client, Data([byte])) else { return }
+                usleep(useconds_t(interval.milliseconds * 1000))
+            }
+        } else {
+            guard sendAll(client, Data(head.utf8)) else { return }
+        }
         let limit = min(reply.body.count, reply.closeAfter ?? Int.max, reply.stallAfter ?? Int.max,
                         reply.resetAfter ?? Int.max)
-        if let pauseAfter = reply.pauseAfter, pauseAfter < limit {
+        if let burst = reply.burstSize {
+            var sent = 0
+            while sent < limit {
+                let end = min(limit, sent + burst)
+                guard !isStopped.load(ordering: .relaxed), sendAll(client, reply.body.subdata(in: sent..<end)) else { return }
+                sent = end
+                if sent < limit { usleep(useconds_t(reply.burstInterval.milliseconds * 1000)) }
+            }
+        } else if let pauseAfter = reply.pauseAfter, pauseAfter < limit {
             guard sendAll(client, reply.body.prefix(pauseAfter)) else { return }
             usleep(useconds_t(reply.pause.milliseconds * 1000))
             guard sendAll(client, reply.body.subdata(in: pauseAfter..<limit)) else { return }
@@ -438,13 +483,16 @@ final class DownloadTestHTTPServer: Sendable {
             setsockopt(client, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
             return   // the deferred close now sends RST
         }
-        if reply.stallAfter != nil {
-            // Hold the connection silently until the client gives up (its stall timeout) or we stop.
-            var pollDescriptor = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
-            while !isStopped.load(ordering: .relaxed) {
-                if poll(&pollDescriptor, 1, 100) > 0 {
-                    if recv(client, &chunk, chunk.count, 0) <= 0 { return }
-                }
+        if reply.stallAfter != nil { holdUntilTheClientLeaves(client) }
+    }
+
+    /// Holds the connection silently until the client gives up (its stall timeout) or we stop.
+    private func holdUntilTheClientLeaves(_ client: Int32) {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        var pollDescriptor = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
+        while !isStopped.load(ordering: .relaxed) {
+            if poll(&pollDescriptor, 1, 100) > 0 {
+                if recv(client, &chunk, chunk.count, 0) <= 0 { return }
             }
         }
     }

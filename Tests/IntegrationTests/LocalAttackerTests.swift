@@ -172,7 +172,7 @@ struct LocalAttackerTests {
         // The rerun fetched nothing (every byte was stored and verified) or only the overlap it
         // compares before completing (one connection).
         let rerunRequests = server.requests.dropFirst()
-        #expect(rerunRequests.allSatisfy { $0.rangeStart == Int64(Self.content.count) - ResponseStateMachine.resumeOverlap },
+        #expect(rerunRequests.allSatisfy { $0.rangeStart == Int64(Self.content.count) - ResumeOverlap.maximum },
                 "\(rerunRequests.map(\.headers))")
     }
 

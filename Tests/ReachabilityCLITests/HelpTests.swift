@@ -87,6 +87,7 @@ struct HelpTests {
         (["help", "frobnicate"], "Error: Unknown subcommand 'frobnicate'"),
         (["help", "status", "extra"], "Error: Unexpected argument 'extra'"),
         (["help", "--bogus"], "Error: Unknown subcommand '--bogus'"),
+        (["help", "help", "extra"], "Error: Unexpected argument 'extra'"),
     ])
     func rootUsageErrors(arguments: [String], firstLine: String) async {
         let harness = Harness()
@@ -97,5 +98,13 @@ struct HelpTests {
             "Usage: reachability <subcommand>",
             "  See 'reachability --help' for more information.",
         ])
+    }
+
+    /// `help help` explains the help command (it said "Unknown subcommand 'help'. Did you mean 'help'?").
+    @Test func helpHelpDescribesHelp() async {
+        let harness = Harness()
+        #expect(await harness.run(["help", "help"]) == 0)
+        #expect(harness.standardOutput.text.hasPrefix("OVERVIEW: Show help for a subcommand.\n\nUSAGE: reachability help [<subcommand> ...]"))
+        #expect(harness.standardError.text.isEmpty)
     }
 }

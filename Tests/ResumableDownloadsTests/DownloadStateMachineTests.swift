@@ -43,11 +43,11 @@ struct DownloadStateMachineTests {
 
         var attempt: Int { machine.runningAttempt ?? -1 }
 
-        /// Ends the running attempt.
+        /// Ends the running attempt, which received `received` body bytes.
         @discardableResult
         mutating func end(_ result: AttemptResult, file: M.FileFacts = DownloadStateMachineTests.half,
-                          after delay: Duration = .zero, random: Double = 1) -> [Action] {
-            send(.attemptEnded(attempt: attempt, result, file: file), after: delay, random: random)
+                          received: Int64 = 1 << 20, after delay: Duration = .zero, random: Double = 1) -> [Action] {
+            send(.attemptEnded(attempt: attempt, result, file: file, received: received), after: delay, random: random)
         }
     }
 
@@ -72,7 +72,7 @@ struct DownloadStateMachineTests {
 
     /// Every state the machine can be in, reached the way the executor would reach it.
     enum Situation: String, CaseIterable, CustomTestStringConvertible {
-        case idle, waitingForPath, waitingForUnknownPath, transferring, receiving, racing, pausing, probing,
+        case idle, waitingForPath, waitingForUnknownPath, transferring, receiving, awaitingRaceTurn, racing, pausing, probing,
              waitingForServer, serverBackoff, transportBackoff, rateLimited, staggered, finished
 
         var testDescription: String { rawValue }
@@ -87,10 +87,15 @@ struct DownloadStateMachineTests {
             case .receiving:
                 h.send(.start(half, usable))
                 h.send(.responseStarted(attempt: h.attempt))
+            case .awaitingRaceTurn:
+                h.send(.start(half, usable))
+                h.send(.responseStarted(attempt: h.attempt))
+                h.send(.stallSuspected(attempt: h.attempt))
             case .racing:
                 h.send(.start(half, usable))
                 h.send(.responseStarted(attempt: h.attempt))
                 h.send(.stallSuspected(attempt: h.attempt))
+                h.send(.raceGranted(attempt: h.attempt))
             case .pausing:
                 h.send(.start(half, usable))
                 h.send(.pause)
@@ -133,6 +138,7 @@ struct DownloadStateMachineTests {
             .start(half, usable), .pathChanged(newUsable, rank: 0), .pathChanged(offline, rank: 0),
             .pathChanged(moved, rank: 0), .responseStarted(attempt: id), .bytesArrived(attempt: id),
             .restartedFromZero(attempt: id, reason: "200"), .stallSuspected(attempt: id),
+            .raceGranted(attempt: id), .raceRefused(attempt: id),
             .raceEnded(attempt: id, .racerWon), .raceEnded(attempt: id, .originalWon),
             .raceEnded(attempt: id, .racerFailed(.transport(.timedOut))), .raceEnded(attempt: id, .notPossible),
             .attemptEnded(attempt: id, .completed(totalLength: 1000), file: .init(storedBytes: 1000)),
@@ -155,7 +161,7 @@ struct DownloadStateMachineTests {
             let wasFinished = h.machine.isFinished
             let actions = h.send(input, after: .milliseconds(10))
             if wasFinished { #expect(actions.isEmpty, "\(situation) \(input)") }
-            let endsRunning: Bool = if case .attemptEnded(let id, _, _) = input { id == running } else { false }
+            let endsRunning: Bool = if case .attemptEnded(let id, _, _, _) = input { id == running } else { false }
             if running != nil, !endsRunning {
                 #expect(Self.starts(actions).isEmpty, "\(situation) \(input): started while attempt \(running!) runs")
             }
@@ -472,51 +478,85 @@ struct DownloadStateMachineTests {
 
     // MARK: stalls and races
 
-    @Test func aSuspectedStallIsRacedOnceAndARacerThatCannotConnectEndsTheTransfer() {
+    @Test func aSuspectedStallIsRacedOnceInItsHostsTurnAndARacerThatCannotConnectEndsTheTransfer() {
         var h = Harness()
         h.send(.start(Self.half, Self.usable))
         h.send(.responseStarted(attempt: 1))
-        #expect(h.send(.stallSuspected(attempt: 1)) == [.race])
+        #expect(h.send(.stallSuspected(attempt: 1)) == [.requestRace(attempt: 1)], "the host's turn first")
         #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one race at a time")
-        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut)))) == [.abortAttempt(.recovery)])
-        // The transfer ends; it made progress, but the racer already showed the server is gone.
+        #expect(h.send(.raceGranted(attempt: 1)) == [.race])
+        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut))))
+                == [.finishRace(attempt: 1, reachable: false), .abortAttempt(.recovery)])
+        // The transfer ends; it made progress, but the racer already showed the server is gone
+        // (its connection attempt counts as the wait's first probe).
         let ended = h.end(.aborted(.recovery), file: .init(storedBytes: 900))
-        #expect(ended == [.update(.running, .waitingForServer(.timedOut)), .joinServerWait(justProbed: false)])
+        #expect(ended == [.update(.running, .waitingForServer(.timedOut)), .joinServerWait(justProbed: true)])
         #expect(h.machine.consecutiveFailures == 0)
     }
 
-    @Test func aRequestWithoutAnAnswerIsCheckedAndAFailedCheckWaitsForTheServer() {
-        // No answer yet: the engine's race is a connection check. It cannot connect: the server
-        // went away after the request was sent, so the request is abandoned at once.
+    @Test func aRefusedTurnEndsTheTransferAndWaitsForTheServer() {
+        // Another racer to the same host could not connect: this stalled transfer is dead too,
+        // and waits for the server without a connection attempt of its own.
+        var h = Situation.awaitingRaceTurn.make()
+        #expect(h.send(.raceRefused(attempt: 1)) == [.abortAttempt(.recovery)])
+        let ended = h.end(.aborted(.recovery), file: .init(storedBytes: 900))
+        #expect(Self.starts(ended).isEmpty)
+        #expect(ended.contains(.joinServerWait(justProbed: false)), "\(ended)")
+        #expect(h.machine.consecutiveFailures == 0)
+    }
+
+    @Test func aTurnThatComesTooLateIsHandedBack() {
+        var h = Situation.awaitingRaceTurn.make()
+        // Bytes came meanwhile and the attempt ended (the next one runs): the turn is released, not used.
+        let ended = h.end(.incomplete(offset: 950), file: .init(storedBytes: 950))
+        #expect(ended.first == .finishRace(attempt: 1, reachable: nil), "\(ended)")
+        #expect(h.machine.runningAttempt == 2)
+        #expect(h.send(.raceGranted(attempt: 1)) == [.finishRace(attempt: 1, reachable: nil)])
+        var done = Situation.awaitingRaceTurn.make()
+        done.end(.completed(totalLength: 1000), file: .init(storedBytes: 1000))
+        #expect(done.send(.raceGranted(attempt: 1)).isEmpty, "a finished driver gave every turn back")
+        var paused = Situation.awaitingRaceTurn.make()
+        #expect(paused.send(.pause) == [.abortAttempt(.paused)])
+        #expect(paused.send(.raceGranted(attempt: 1)) == [.finishRace(attempt: 1, reachable: nil)], "stopping: no race")
+        #expect(paused.send(.raceRefused(attempt: 1)).isEmpty, "the pause stays in charge")
+    }
+
+    @Test func aRequestWithoutAnAnswerIsRacedAndARacerThatCannotConnectWaitsForTheServer() {
+        // No answer yet: the engine's racer sends the request again on a fresh connection. It
+        // cannot connect: the server went away after the request was sent, so the request is
+        // abandoned at once.
         var h = Harness()
         h.send(.start(Self.half, Self.usable))
-        #expect(h.send(.stallSuspected(attempt: 1)) == [.race])
-        #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one check at a time")
-        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.cannotConnectToHost)))) == [.abortAttempt(.recovery)])
+        #expect(h.send(.stallSuspected(attempt: 1)) == [.requestRace(attempt: 1)])
+        #expect(h.send(.raceGranted(attempt: 1)) == [.race])
+        #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "one race at a time")
+        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.cannotConnectToHost))))
+                == [.finishRace(attempt: 1, reachable: false), .abortAttempt(.recovery)])
         let ended = h.end(.aborted(.recovery))
-        #expect(ended == [.update(.running, .waitingForServer(.cannotConnectToHost)), .joinServerWait(justProbed: false)])
+        #expect(ended == [.update(.running, .waitingForServer(.cannotConnectToHost)), .joinServerWait(justProbed: true)])
         #expect(h.machine.consecutiveFailures == 0, "waiting for a server spends no budget")
 
-        // It connects: the server is there and slow; the request waits on, and the body may be
-        // raced later.
+        // The old connection answers first: the request carries on, and the body may be raced later.
         var slow = Harness()
         slow.send(.start(Self.half, Self.usable))
-        #expect(slow.send(.stallSuspected(attempt: 1)) == [.race])
-        #expect(slow.send(.raceEnded(attempt: 1, .originalWon)).isEmpty)
+        slow.send(.stallSuspected(attempt: 1))
+        #expect(slow.send(.raceGranted(attempt: 1)) == [.race])
+        #expect(slow.send(.raceEnded(attempt: 1, .originalWon)) == [.finishRace(attempt: 1, reachable: true)])
         slow.send(.responseStarted(attempt: 1))
-        #expect(slow.send(.stallSuspected(attempt: 1)) == [.race])
+        #expect(slow.send(.stallSuspected(attempt: 1)) == [.requestRace(attempt: 1)])
     }
 
     @Test func raceOutcomesThatKeepTheTransfer() {
         for outcome in [M.RaceOutcome.racerWon, .originalWon] {
             var h = Situation.racing.make()
-            #expect(h.send(.raceEnded(attempt: 1, outcome)).isEmpty)
-            #expect(h.send(.stallSuspected(attempt: 1)) == [.race], "may race again after \(outcome)")
+            #expect(h.send(.raceEnded(attempt: 1, outcome)) == [.finishRace(attempt: 1, reachable: true)])
+            #expect(h.send(.stallSuspected(attempt: 1)) == [.requestRace(attempt: 1)], "may race again after \(outcome)")
         }
-        for outcome in [M.RaceOutcome.notPossible, .racerFailed(.serverBusy(status: 503, retryAfter: nil)),
-                        .racerFailed(.restartFromZero(reason: "200"))] {
+        for (outcome, reachable) in [(M.RaceOutcome.notPossible, Bool?.none),
+                                     (.racerFailed(.serverBusy(status: 503, retryAfter: nil)), true),
+                                     (.racerFailed(.restartFromZero(reason: "200")), true)] {
             var h = Situation.racing.make()
-            #expect(h.send(.raceEnded(attempt: 1, outcome)).isEmpty)
+            #expect(h.send(.raceEnded(attempt: 1, outcome)) == [.finishRace(attempt: 1, reachable: reachable)])
             #expect(h.send(.stallSuspected(attempt: 1)).isEmpty, "no second race after \(outcome)")
         }
     }
@@ -529,12 +569,104 @@ struct DownloadStateMachineTests {
         #expect(h.send(.stallSuspected(attempt: 1)).isEmpty)
     }
 
+    // MARK: short connections, varying ETags
+
+    static func overlaps(_ actions: [Action]) -> [Int64] { starts(actions).map(\.overlap) }
+
+    @Test func theOverlapShrinksForAServerThatCutsConnectionsShortButNeverBelowTheFloor() {
+        var h = Harness()
+        h.send(.start(Self.empty, Self.usable))
+        h.send(.responseStarted(attempt: 1))
+        // Every connection ends after 32 KiB: the next resume compares 8 KiB, not 64.
+        var stored: Int64 = 32 << 10
+        var next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored), received: 32 << 10)
+        #expect(Self.overlaps(next) == [8 << 10], "\(next)")
+        for _ in 0..<20 {
+            h.send(.responseStarted(attempt: h.attempt))
+            stored += 24 << 10
+            next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored), received: 32 << 10)
+            #expect(Self.overlaps(next) == [8 << 10], "each connection stores 24 KiB: \(next)")
+        }
+        #expect(h.machine.consecutiveFailures == 0)
+        // Even shorter connections: never below 4 KiB.
+        h.send(.responseStarted(attempt: h.attempt))
+        next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored + 4000), received: 8000)
+        #expect(Self.overlaps(next) == [ResumeOverlap.minimum], "\(next)")
+        // Our own stops say nothing about the server.
+        var paused = Harness()
+        paused.send(.start(Self.empty, Self.usable))
+        paused.send(.responseStarted(attempt: 1))
+        paused.send(.pathChanged(Self.moved, rank: 0))
+        #expect(Self.overlaps(paused.end(.aborted(.pathChanged), file: .init(storedBytes: 4096), received: 4096))
+                == [ResumeOverlap.maximum])
+    }
+
+    @Test func attemptsThatStoreNewBytesDoNotSpendTheAttemptBudget() {
+        // Four tokens, two a second: 40 short connections in a row, each storing 12 KiB, all start at once.
+        var h = Harness()
+        h.send(.start(Self.empty, Self.usable))
+        var stored: Int64 = 0
+        for _ in 0..<40 {
+            h.send(.responseStarted(attempt: h.attempt))
+            stored += 12 << 10
+            let next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored), received: 16 << 10)
+            #expect(Self.starts(next).count == 1, "\(next)")
+        }
+        // A server that gives a byte per connection is still held to the budget.
+        var trickle = Harness()
+        trickle.send(.start(Self.empty, Self.usable))
+        var delayed = false
+        for _ in 0..<8 {
+            trickle.send(.responseStarted(attempt: trickle.attempt))
+            stored += 1
+            let next = trickle.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored), received: 1)
+            if Self.starts(next).isEmpty {
+                delayed = true
+                break
+            }
+        }
+        #expect(delayed, "a byte per attempt is rate limited")
+    }
+
+    @Test func varyingETagsWithADigestAreResumedWithoutValidators() {
+        var h = Harness(maximumRestarts: 3)
+        h.send(.start(M.FileFacts(storedBytes: 500, hasExpectedDigest: true), Self.usable))
+        h.send(.responseStarted(attempt: 1))
+        #expect(h.send(.entityTagChanged(attempt: 1)).isEmpty)
+        h.send(.restartedFromZero(attempt: 1, reason: "200"))
+        let next = h.end(.transport(.networkConnectionLost), file: M.FileFacts(storedBytes: 300, hasExpectedDigest: true))
+        #expect(Self.starts(next).first?.usesValidators == false, "\(next)")
+        #expect(h.machine.ignoresValidators)
+
+        // Without a digest the validators stay, and the restart limit explains what the server does.
+        var plain = Harness(maximumRestarts: 2)
+        plain.send(.start(Self.half, Self.usable))
+        var failure: M.Exit?
+        for _ in 0..<5 where failure == nil {
+            plain.send(.responseStarted(attempt: plain.attempt))
+            plain.send(.entityTagChanged(attempt: plain.attempt))
+            let actions = plain.send(.restartedFromZero(attempt: plain.attempt, reason: "200"))
+            #expect(Self.starts(actions).isEmpty)
+            let ended = plain.end(.transport(.networkConnectionLost), file: .init(storedBytes: 300), after: .seconds(10))
+            #expect(!Self.starts(ended).contains { !$0.usesValidators })
+            failure = Self.exits(ended).first
+            if failure == nil, Self.starts(ended).isEmpty { plain.send(.timerFired(.init(kind: .retry, generation: 1)), after: .seconds(10)) }
+        }
+        guard case .failed(let error)? = failure else {
+            Issue.record("expected a failure, got \(String(describing: failure))")
+            return
+        }
+        #expect(error.description.contains("another ETag with each response"), "\(error.description)")
+        #expect(error.description.contains("--sha256"), "\(error.description)")
+    }
+
     // MARK: pause, resume, cancel, shutdown
 
     @Test func pauseDuringARaceAbortsBothAndPauses() {
         var h = Situation.racing.make()
         #expect(h.send(.pause) == [.abortAttempt(.paused)])
-        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut)))).isEmpty, "the pause stays in charge")
+        #expect(h.send(.raceEnded(attempt: 1, .racerFailed(.transport(.timedOut)))) == [.finishRace(attempt: 1, reachable: false)],
+                "the pause stays in charge (the host's waiting racers learn the server is gone)")
         #expect(Self.exits(h.end(.aborted(.paused))) == [.paused])
     }
 

@@ -90,4 +90,37 @@ struct ErrorMappingTests {
         #expect(!DownloadError.unsupportedURL.isResumable)
         #expect(!DownloadError.tooManyRedirects.isResumable)
     }
+
+    /// libcurl's error buffer tells a broken reply from a lost connection, a bad URL or a full
+    /// machine; a disallowed redirect stays an unsupported URL.
+    @Test func repliesLibcurlCannotReadAreBadServerResponses() {
+        func map(_ failure: TransferFailure, _ detail: String, connected: Bool = true) -> DownloadError {
+            TransferErrorMapping.error(for: failure, osErrno: 0, didConnect: connected, detail: detail)
+        }
+        let chunk = map(.receiveError, "Illegal or missing hexadecimal sequence in chunked-encoding")
+        #expect(chunk == .badServerResponse && chunk.description.contains("malformed chunked body"))
+        #expect(map(.unsupportedProtocol, "Unsupported response code in HTTP response") == .badServerResponse)
+        #expect(map(.unsupportedProtocol, "Received HTTP/0.9 when not allowed") == .badServerResponse)
+        #expect(map(.unsupportedProtocol, "Protocol \"ftp\" not supported or disabled in libcurl") == .unsupportedURL)
+        #expect(map(.outOfMemory, "").description.contains("response headers are too large"))
+        #expect(map(.outOfMemory, "", connected: false) != .badServerResponse)
+        #expect(map(.receiveError, "Connection reset by peer") == .networkConnectionLost)
+    }
+}
+
+/// URLs as shown to people (issue 21): userinfo masked, nothing else changed.
+@Suite struct URLRedactionTests {
+    @Test(arguments: [
+        ("http://user:secret@host/a?b#c", "http://user:***@host/a?b#c"),
+        ("https://TOKEN@host:8443/x", "https://***@host:8443/x"),
+        ("http://host/path@not-userinfo", "http://host/path@not-userinfo"),
+        ("http://a:b@c:d@host/", "http://a:***@host/"),
+        ("http://host/", "http://host/"),
+        ("socks5h://u:p@proxy:1080", "socks5h://u:***@proxy:1080"),
+        ("not a url", "not a url"),
+        ("http://user:pw@host", "http://user:***@host"),
+    ])
+    func userinfoIsMasked(_ text: String, _ shown: String) {
+        #expect(URLRedaction.redacted(text) == shown)
+    }
 }

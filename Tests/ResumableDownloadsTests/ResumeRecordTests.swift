@@ -182,6 +182,38 @@ struct ResumeRecordTests {
             }
         }
     }
+
+    /// A legal file name of 251-255 bytes leaves no room for `.part`: the partial is shortened
+    /// (whole characters, a hash of the full name), the file keeps its name (issue 21).
+    @Test func aLongFileNameGetsAShortenedPartialName() {
+        #expect(ResumeRecord.partialName(for: "x.iso") == "x.iso.part")
+        for length in 248...255 {
+            let name = String(repeating: "é", count: 100) + String(repeating: "b", count: length - 200)
+            #expect(name.utf8.count == length)
+            let partial = ResumeRecord.partialName(for: name)
+            #expect(partial.utf8.count <= 255, "\(length): \(partial.utf8.count)")
+            if length + 5 <= 255 {
+                #expect(partial == name + ".part")
+            } else {
+                #expect(partial.hasPrefix(String(repeating: "é", count: 100)) && partial.hasSuffix(".part"), "\(partial)")
+            }
+        }
+        let one = String(repeating: "z", count: 254) + "1", two = String(repeating: "z", count: 254) + "2"
+        #expect(ResumeRecord.partialName(for: one) != ResumeRecord.partialName(for: two), "same beginning, different partials")
+        // Whole characters only: a two-byte character is never cut in half.
+        let accented = "b" + String(repeating: "é", count: 127)
+        #expect(accented.utf8.count == 255)
+        let partial = ResumeRecord.partialName(for: accented)
+        #expect(partial.utf8.count <= 255 && partial.hasPrefix("bé") && partial.hasSuffix(".part"))
+        #expect(String(decoding: Array(partial.utf8), as: UTF8.self) == partial, "valid UTF-8")
+
+        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: "/tmp/" + one),
+                                  expectedSHA256: nil, totalLength: nil, allowsExpensive: true)
+        #expect(record.partialPath == "/tmp/" + ResumeRecord.partialName(for: one))
+        #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: record.id)) }
+        record.destination = URL(fileURLWithPath: "/x")
+        #expect(record.partialPath == "/x.part")
+    }
 }
 
 /// xorshift64*: deterministic, so a failing fuzz case reproduces from its seed.

@@ -165,36 +165,159 @@ struct RecoveryPartsTests {
         #expect(limiter.take(at: t0 + .seconds(60)) != nil)
     }
 
+    /// Bytes every `step` from `start` until `end` (the first one included).
+    static func steady(_ detector: inout StallDetector, from start: ContinuousClock.Instant, to end: ContinuousClock.Instant,
+                       every step: Duration) {
+        var now = start
+        while now <= end {
+            detector.bytesArrived(at: now)
+            now += step
+        }
+    }
+
     @Test func stallSuspicionFollowsTheRecentPace() {
         var fast = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
-        for step in 1...100 { fast.bytesArrived(at: t0 + .milliseconds(step)) }
+        Self.steady(&fast, from: t0, to: t0 + .seconds(4), every: .milliseconds(10))
         #expect(fast.interval == .seconds(1), "a fast transfer is suspected after the minimum")
-        #expect(fast.deadline == t0 + .milliseconds(100) + .seconds(1))
+        #expect(fast.deadline == t0 + .seconds(4) + .seconds(1))
 
         var bursty = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
-        bursty.bytesArrived(at: t0 + .milliseconds(800))
-        bursty.bytesArrived(at: t0 + .milliseconds(900))
+        Self.steady(&bursty, from: t0, to: t0 + .seconds(4), every: .milliseconds(800))
         #expect(bursty.interval == .milliseconds(3200), "four times its longest gap")
         bursty.falseAlarm()
         #expect(bursty.interval == .milliseconds(6400), "slower to suspect after a false alarm")
 
         var trickle = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
+        trickle.bytesArrived(at: t0)
         trickle.bytesArrived(at: t0 + .seconds(20))
         #expect(trickle.interval == .seconds(30), "never past the stall timeout")
 
         // Old gaps are forgotten after two windows.
         var recovering = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
+        recovering.bytesArrived(at: t0)
         recovering.bytesArrived(at: t0 + .seconds(2))
-        var now = t0 + .seconds(2)
-        while now < t0 + .seconds(14) {
-            now += .milliseconds(10)
-            recovering.bytesArrived(at: now)
-        }
+        Self.steady(&recovering, from: t0 + .seconds(2), to: t0 + .seconds(14), every: .milliseconds(10))
         #expect(recovering.interval == .seconds(1))
         // Our own pause does not count as a gap.
+        let now = t0 + .seconds(14)
         recovering.restart(at: now + .seconds(5))
         recovering.bytesArrived(at: now + .seconds(5) + .milliseconds(10))
         #expect(recovering.interval == .seconds(1))
+    }
+
+    /// A per-second rate limiter (lighttpd's connection.kbytes-per-second, nginx's limit_rate):
+    /// a second's quota at once, then silence until the next second. The first silence is not
+    /// taken for a stall: it comes while the transfer is still learning its pace, and once seen it
+    /// sets the pace.
+    @Test func aPerSecondLimitersSilenceIsLearnedNotSuspected() {
+        var limited = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
+        // The answer took 200 ms: that wait is latency, not a gap of the body.
+        let first = t0 + .milliseconds(200)
+        Self.steady(&limited, from: first, to: first + .milliseconds(30), every: .milliseconds(1))
+        #expect(limited.isLearning)
+        #expect(limited.deadline > first + .milliseconds(30) + .milliseconds(1500),
+                "the first silence of a per-second limiter is not suspected")
+        for second in 1...4 {
+            Self.steady(&limited, from: first + .seconds(second), to: first + .seconds(second) + .milliseconds(30),
+                        every: .milliseconds(1))
+        }
+        #expect(!limited.isLearning)
+        #expect(limited.interval >= .milliseconds(3800), "four times the ~970 ms silences: \(limited.interval)")
+
+        // Learning is short: a transfer that dies after its first seconds is suspected after the
+        // minimum again.
+        var dying = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
+        Self.steady(&dying, from: t0, to: t0 + .milliseconds(2900), every: .milliseconds(10))
+        #expect(dying.isLearning && dying.interval == .seconds(2))
+        Self.steady(&dying, from: t0 + .milliseconds(2910), to: t0 + .seconds(6), every: .milliseconds(10))
+        #expect(!dying.isLearning && dying.interval == .seconds(1))
+    }
+
+    // MARK: race turns
+
+    static let host = "http://server:80"
+
+    @Test func aHostSlowToAnswerIsSuspectedLater() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        #expect(scheduler.answerSuspicion(for: Self.host, minimum: .seconds(1)) == .seconds(1))
+        scheduler.recordAnswerTime(.milliseconds(1500), host: Self.host)
+        #expect(scheduler.answerSuspicion(for: Self.host, minimum: .seconds(1)) == .seconds(6))
+        #expect(scheduler.answerSuspicion(for: "http://other:80", minimum: .seconds(1)) == .seconds(1))
+        scheduler.recordAnswerTime(.milliseconds(10), host: "http://fast:80")
+        #expect(scheduler.answerSuspicion(for: "http://fast:80", minimum: .seconds(1)) == .seconds(1), "never below the minimum")
+    }
+
+    @Test func racesToOneHostTakeTurnsAtMostTwoASecond() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        let (a, b, c) = (UUID(), UUID(), UUID())
+        #expect(scheduler.requestRace(a, attempt: 1, host: Self.host, now: t0) == [.grantRace(a, attempt: 1)])
+        #expect(scheduler.requestRace(b, attempt: 4, host: Self.host, now: t0).isEmpty, "one race at a time")
+        #expect(scheduler.requestRace(c, attempt: 2, host: Self.host, now: t0).isEmpty)
+        // Another host is not held up.
+        let other = UUID()
+        #expect(scheduler.requestRace(other, attempt: 1, host: "http://other:80", now: t0) == [.grantRace(other, attempt: 1)])
+        #expect(scheduler.finishRace(a, reachable: true, now: t0 + .milliseconds(10)) == [.grantRace(b, attempt: 4)])
+        // Two started within 10 ms: the third waits for the bucket (one per 0.5 s).
+        let third = scheduler.finishRace(b, reachable: true, now: t0 + .milliseconds(20))
+        guard case .armRace(let host, let generation, let at)? = third.first, third.count == 1 else {
+            Issue.record("expected a race timer: \(third)")
+            return
+        }
+        #expect(host == Self.host && at > t0 + .milliseconds(499) && at < t0 + .milliseconds(501), "\(at - t0)")
+        #expect(scheduler.raceTimerFired(host: host, generation: generation + 1, now: at).isEmpty, "stale timer")
+        #expect(scheduler.raceTimerFired(host: host, generation: generation, now: at) == [.grantRace(c, attempt: 2)])
+        #expect(scheduler.isRacing(c))
+        #expect(scheduler.finishRace(c, reachable: nil, now: at).isEmpty)
+        #expect(!scheduler.isRacing(c))
+    }
+
+    @Test func aRacerThatCannotConnectRefusesTheHostsWaitingRaces() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        let ids = (0..<5).map { _ in UUID() }
+        #expect(scheduler.requestRace(ids[0], attempt: 1, host: Self.host, now: t0) == [.grantRace(ids[0], attempt: 1)])
+        for id in ids.dropFirst() { #expect(scheduler.requestRace(id, attempt: 1, host: Self.host, now: t0).isEmpty) }
+        // The first racer could not connect: every other stalled transfer of the host is dead
+        // too, and none of them opens a connection to find out.
+        let refused = scheduler.finishRace(ids[0], reachable: false, now: t0 + .milliseconds(500))
+        #expect(refused == ids.dropFirst().map { .refuseRace($0, attempt: 1) })
+        // While the host is waited for, a race is refused at once.
+        _ = scheduler.join(ids[0], host: Self.host, now: t0 + .milliseconds(500), justProbed: true)
+        let late = UUID()
+        #expect(scheduler.requestRace(late, attempt: 3, host: Self.host, now: t0 + .seconds(1)) == [.refuseRace(late, attempt: 3)])
+        #expect(!scheduler.isRacing(late))
+    }
+
+    @Test func aDownloadJoiningTheWaitRefusesTheHostsWaitingRaces() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        let (racer, waiting, failed) = (UUID(), UUID(), UUID())
+        _ = scheduler.requestRace(racer, attempt: 1, host: Self.host, now: t0)
+        _ = scheduler.requestRace(waiting, attempt: 1, host: Self.host, now: t0)
+        // Another download's attempt to the host could not connect.
+        let actions = scheduler.join(failed, host: Self.host, now: t0 + .milliseconds(100))
+        #expect(actions.contains(.refuseRace(waiting, attempt: 1)), "\(actions)")
+        #expect(!actions.contains(.refuseRace(racer, attempt: 1)), "the racer already holds its turn")
+        #expect(scheduler.isRacing(racer) && !scheduler.isRacing(waiting))
+    }
+
+    @Test func aLateAnswerAboutAnEarlierAttemptLeavesTheNewerClaim() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        let (a, b) = (UUID(), UUID())
+        _ = scheduler.requestRace(a, attempt: 1, host: Self.host, now: t0)
+        _ = scheduler.requestRace(b, attempt: 2, host: Self.host, now: t0)
+        // b's attempt 1 turn (long gone) is handed back: attempt 2 keeps waiting.
+        #expect(scheduler.finishRace(b, attempt: 1, reachable: nil, now: t0).isEmpty)
+        #expect(scheduler.isRacing(b))
+        #expect(scheduler.finishRace(a, attempt: 1, reachable: true, now: t0) == [.grantRace(b, attempt: 2)])
+    }
+
+    @Test func aNewRequestReplacesTheOldClaim() {
+        var scheduler = ServerProbeScheduler(schedule: ServerWaitSchedule())
+        let (a, b) = (UUID(), UUID())
+        _ = scheduler.requestRace(a, attempt: 1, host: Self.host, now: t0)
+        _ = scheduler.requestRace(b, attempt: 1, host: Self.host, now: t0)
+        // b's attempt 1 ended and attempt 2 asks: one claim per download.
+        #expect(scheduler.requestRace(b, attempt: 2, host: Self.host, now: t0).isEmpty)
+        #expect(scheduler.finishRace(a, reachable: true, now: t0) == [.grantRace(b, attempt: 2)])
     }
 
     @Test func schedulerHandsOutSlotsInOrder() {
@@ -242,5 +365,49 @@ struct RecoveryPartsTests {
         #expect(second[2].rank == 1, "the cheap-only download is not counted")
         let same = waiters.update(cellular, listeners: [.init(id: c, allowsExpensive: true)])
         #expect(!same[0].facts.isNewPath)
+    }
+}
+
+/// `--limit-rate`: the engine's own receive schedule.
+@Suite struct ReceiveRateLimiterTests {
+    let t0 = ContinuousClock.now
+
+    @Test func aTransferAveragesAtMostItsLimitFromItsFirstByte() {
+        var limiter = ReceiveRateLimiter(bytesPerSecond: 256 << 10)
+        var now = t0
+        var taken = 0
+        var pauses = 0
+        // libcurl offers 16 KiB chunks as fast as it can; the engine pauses when told.
+        while taken < 4 << 20 {
+            if let resume = limiter.admit(16 << 10, at: now) {
+                #expect(resume > now)
+                now = resume
+                pauses += 1
+                continue
+            }
+            taken += 16 << 10
+            // From the first byte to any point: at most the limit, plus the chunk just taken.
+            let parts = (now - t0).components
+            let elapsed = Double(parts.seconds) + Double(parts.attoseconds) / 1e18
+            #expect(Double(taken - (16 << 10)) <= 262_144 * elapsed + 1, "\(taken) bytes in \(elapsed) s")
+        }
+        #expect(now - t0 >= .milliseconds(15_900) && now - t0 <= .seconds(16), "4 MiB at 256 KiB/s: \(now - t0)")
+        #expect(pauses > 0)
+    }
+
+    @Test func idleTimeEarnsNoBurst() {
+        var limiter = ReceiveRateLimiter(bytesPerSecond: 1024)
+        #expect(limiter.admit(1024, at: t0) == nil)
+        #expect(limiter.admit(1024, at: t0 + .milliseconds(500)) == t0 + .seconds(1))
+        // A minute without data (a slow server, a reconnect): still one chunk per second after it.
+        let later = t0 + .seconds(60)
+        #expect(limiter.admit(1024, at: later) == nil)
+        #expect(limiter.admit(1024, at: later) == later + .seconds(1))
+    }
+
+    @Test func theReceiveBufferIsASixteenthOfASecondOfTheLimit() {
+        #expect(ReceiveRateLimiter.receiveBufferSize(bytesPerSecond: 1024, maximum: 128 << 10) == 1024, "libcurl's floor")
+        #expect(ReceiveRateLimiter.receiveBufferSize(bytesPerSecond: 256 << 10, maximum: 128 << 10) == 16 << 10)
+        #expect(ReceiveRateLimiter.receiveBufferSize(bytesPerSecond: 10 << 20, maximum: 128 << 10) == 128 << 10)
     }
 }

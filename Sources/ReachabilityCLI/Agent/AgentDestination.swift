@@ -57,14 +57,21 @@ enum AgentDestination {
             return .failure(.invalidArgument("'output' must be an absolute path without . or .. components"))
         }
         let name = path.split(separator: "/").last.map(String.init) ?? ""
-        guard !name.hasSuffix(".part"), name.utf8.count <= 250,
+        guard !name.hasSuffix(".part"), name.utf8.count <= 255,
               !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
             return .failure(.invalidArgument("'\(name)' is not a usable file name"))
         }
-        let roots = [filesDirectory] + allowed
-        guard roots.contains(where: { path.hasPrefix($0 == "/" ? "/" : $0 + "/") }) else {
+        guard isAllowed(path, filesDirectory: filesDirectory, allowed: allowed) else {
+            let roots = [filesDirectory] + allowed
             return .failure(.invalidArgument("'\(path)' is outside the agent's download directories (\(roots.joined(separator: ", "))); the agent's owner can add one with a download-dir= line in agent.conf"))
         }
         return .success(path)
+    }
+
+    /// Whether `path` (absolute, normalised) lies inside `filesDirectory` or an `allowed`
+    /// directory: the rule for `queue add -o`, and for every record the agent restores.
+    static func isAllowed(_ path: String, filesDirectory: String, allowed: [String]) -> Bool {
+        guard normalizedAbsolutePath(path) == path else { return false }
+        return ([filesDirectory] + allowed).contains { path.hasPrefix($0 == "/" ? "/" : $0 + "/") }
     }
 }

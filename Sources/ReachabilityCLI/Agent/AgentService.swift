@@ -64,7 +64,12 @@ actor AgentService {
     }
 
     private func restore() async -> Int {
-        let restored = await agent.restoreDownloads()
+        // Records are input: the destination rule of `queue add` holds for them too.
+        let filesDirectory = AgentStateDirectory.filesDirectory(in: environment.stateDirectory)
+        let allowed = settings.downloadDirectories
+        let restored = await agent.restoreDownloads(allowingDestination: {
+            AgentDestination.isAllowed($0.path, filesDirectory: filesDirectory, allowed: allowed)
+        })
         for download in restored {
             observe(download)
             emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
@@ -203,6 +208,11 @@ actor AgentService {
             if wasFinal, !download.state.isFinal { observe(download, skipping: reportedEvents[download.id] ?? 0) }
             await settle(download) { $0 != .paused }
         case .cancel:
+            // Nothing is left to delete once the file is in place (docs/agent.md: an error);
+            // a failed download's kept resume data can still be cancelled away.
+            if download.state == .completed {
+                return .failure(.invalidArgument("download \(Self.shortID(download.id)) has already completed; there is nothing to cancel"), id: id)
+            }
             userPaused.remove(download.id)
             savePaused()
             await agent.cancel(download)
@@ -366,7 +376,7 @@ actor AgentService {
         let progress = download.progress
         var error: String?
         if case .failed(let failure) = download.state { error = failure.description }
-        return DownloadSnapshot(id: download.id.uuidString.lowercased(), url: download.url.absoluteString,
+        return DownloadSnapshot(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
                                 destination: download.destination.path, state: stateName(download.state),
                                 bytesReceived: progress.bytesReceived, totalBytes: progress.totalBytes,
                                 bytesPerSecond: Int64(progress.bytesPerSecond), error: error)

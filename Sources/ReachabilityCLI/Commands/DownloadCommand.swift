@@ -190,7 +190,7 @@ struct DownloadCommand: Command {
         }
         if explicitOutput == nil || explicitOutput == "-" {
             for url in urls where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
-                throw UsageError("Cannot name a file after '\(url.absoluteString)' (no file name in its path); use '\(Self.output.synopsis)'")
+                throw UsageError("Cannot name a file after '\(URLRedaction.redacted(url))' (no file name in its path); use '\(Self.output.synopsis)'")
             }
         }
     }
@@ -199,10 +199,10 @@ struct DownloadCommand: Command {
     static func parseURL(_ text: String) throws -> URL {
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
               let host = url.host, !host.isEmpty else {
-            throw UsageError("The value '\(text)' is invalid for '<url>': expected an http or https URL")
+            throw UsageError("The value '\(URLRedaction.redacted(text))' is invalid for '<url>': expected an http or https URL")
         }
         guard scheme == "http" || scheme == "https" else {
-            throw UsageError("The value '\(text)' is invalid for '<url>': only http and https URLs are supported, not '\(scheme)'")
+            throw UsageError("The value '\(URLRedaction.redacted(text))' is invalid for '<url>': only http and https URLs are supported, not '\(scheme)'")
         }
         return url
     }
@@ -292,7 +292,7 @@ struct DownloadCommand: Command {
         defer { source.cancel() }
         let reporter = DownloadReporter(context: context, isJSON: isJSON, drawsProgress: context.isTerminal(2),
                                         usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true, isQuiet: isQuiet,
-                                        currentPath: { source.currentPath })
+                                        writesToStandardOutput: writesToStandardOutput, currentPath: { source.currentPath })
 
         let errorOutput = context.errorOutput
         let logger = monitor.isVerbose
@@ -334,6 +334,8 @@ struct DownloadCommand: Command {
                 reporter.reportAlreadyComplete(job, reason: complete.reason)
                 return nil
             } catch {
+                // Interrupted while opening (hashing an existing file): not a failure of its own.
+                if registry.isInterrupted || error is CancellationError { return nil }
                 return JobFailure(job: job, message: "\(error)", exitCode: .failure)
             }
             if !registry.add(session) {
@@ -410,7 +412,9 @@ struct DownloadCommand: Command {
             }
         }
         let signal = run.interruption
-        let unfinished = signal != 0 && sessions.contains { $0.download.state != .completed }
+        // Interrupted before every job was done (running, or not even opened yet).
+        let unfinished = signal != 0 && (sessions.contains { $0.download.state != .completed }
+                                         || sessions.count + registry.alreadyComplete.count < jobs.count)
         let isComplete = failures.isEmpty && !unfinished
             && sessions.count + registry.alreadyComplete.count == jobs.count
 
@@ -448,7 +452,7 @@ struct DownloadCommand: Command {
         let order = Dictionary(jobs.enumerated().map { ($1.destination, $0) }, uniquingKeysWith: { first, _ in first })
         failures.sort { order[$0.job.destination, default: 0] < order[$1.job.destination, default: 0] }
         for failure in failures {
-            context.errorOutput.line(TerminalText.escaped("Error: \(failure.job.url.absoluteString): \(failure.message)"))
+            context.errorOutput.line(TerminalText.escaped("Error: \(URLRedaction.redacted(failure.job.url)): \(failure.message)"))
         }
         return DownloadFailureVerdict.combinedExitCode(failures.map(\.exitCode))
     }

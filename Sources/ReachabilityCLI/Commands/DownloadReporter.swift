@@ -30,13 +30,17 @@ final class DownloadReporter: Sendable {
     private let usesColor: Bool
     /// `--quiet`: no event lines and no bars; errors are still printed by the command.
     private let isQuiet: Bool
+    /// `-o -`: the file waits in the state directory and goes to stdout once complete, so its
+    /// path there is no place to look for it.
+    private let writesToStandardOutput: Bool
     private let state = Mutex(State())
 
     /// The monitor's current path: a `waiting` download behind a captive portal says where to log in.
     private let currentPath: @Sendable () -> NetworkPath?
 
     init(context: CommandContext, isJSON: Bool, drawsProgress: Bool, usesColor: Bool, isQuiet: Bool = false,
-         currentPath: @escaping @Sendable () -> NetworkPath? = { nil }) {
+         writesToStandardOutput: Bool = false, currentPath: @escaping @Sendable () -> NetworkPath? = { nil }) {
+        self.writesToStandardOutput = writesToStandardOutput
         self.currentPath = currentPath
         self.context = context
         self.isJSON = isJSON
@@ -149,6 +153,7 @@ final class DownloadReporter: Sendable {
         if event == .waitingForConnectivity, let portal = EventSchema.portal(of: currentPath()) {
             words = "waiting for login at \(PathText.escaped(portal))"
         }
+        if case .completed = event, writesToStandardOutput { words = "completed and verified; writing it to stdout" }
         let line = TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(words)")
         state.withLock { state in
             // Erase the bars, print the event above where they were; the next tick redraws them.
@@ -161,7 +166,7 @@ final class DownloadReporter: Sendable {
     func reportAlreadyComplete(_ job: DownloadCommand.Job, reason: String) {
         if isJSON {
             let size = (try? FileManager.default.attributesOfItem(atPath: job.destination.path)[.size] as? Int).map(Int64.init)
-            let facts = EventSchema.DownloadFacts(id: nil, url: job.url.absoluteString, file: job.destination.path,
+            let facts = EventSchema.DownloadFacts(id: nil, url: URLRedaction.redacted(job.url), file: job.destination.path,
                                                   bytes: size, total: size)
             context.output.line(EventSchema.downloadLine(.completed, facts, at: context.now(),
                                                          [.init(key: "reason", value: .string(reason))]))

@@ -84,23 +84,7 @@ final class DownloadSession: Sendable {
             throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
         }
         do {
-            if FileManager.default.fileExists(atPath: job.destination.path) {
-                // Like `wget -nc`, never clobber; but a file that provably is the wanted one counts as done,
-                // so re-running a finished command with --sha256, or an interrupted batch, succeeds.
-                if let expected = options.expectedSHA256 {
-                    if SHA256.hex(ofFileAt: job.destination.path) == expected.lowercased() {
-                        throw AlreadyComplete(reason: "already complete (matches --sha256)")
-                    }
-                } else if job.isStandardOutput {
-                    // Completed and renamed by a run that stopped before writing it out: only this
-                    // command writes in its 0700 state directory.
-                    throw AlreadyComplete(reason: "already complete (kept by an earlier run)")
-                } else if CompletionMarker.matches(in: directory, url: job.url, destination: job.destination) {
-                    throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
-                }
-                let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
-                throw CommandFailure(message: "\(job.destination.path) already exists; \(hint)", exitCode: .cannotCreate)
-            }
+            try checkExistingDestination(job, options: options, directory: directory)
             let agent: DownloadAgent
             do {
                 agent = try DownloadAgent(configuration: configuration(directory), paths: paths, hostPaths: hostPaths)
@@ -119,9 +103,58 @@ final class DownloadSession: Sendable {
                 throw CommandFailure(message: "\(error)", exitCode: .failure)
             }
         } catch {
+            // A job that never started leaves nothing behind (its lock file and empty directory
+            // go while the lock is still held); an already complete one keeps its marker until
+            // the batch is done.
+            if !(error is AlreadyComplete) { removeIfEmpty(directory) }
             descriptor.close()
             throw error
         }
+    }
+
+    /// Like `wget -nc`, an existing destination is never clobbered; but a file that provably is
+    /// the wanted one counts as done (`AlreadyComplete`), so re-running a finished command with
+    /// --sha256, or an interrupted batch, succeeds. A directory, FIFO or device there is named as
+    /// such, and nothing at the destination is ever opened in a way that could wait (a FIFO's
+    /// writer); hashing a large file stops when the command is interrupted.
+    static func checkExistingDestination(_ job: DownloadCommand.Job, options: DownloadOptions, directory: URL) throws {
+        let path = job.destination.path
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        switch info.st_mode & S_IFMT {
+        case S_IFDIR:
+            throw CommandFailure(message: "\(path) is a directory; to download into it use -d \(path), or name a file in it with -o \(path)/NAME",
+                                 exitCode: .cannotCreate)
+        case S_IFREG:
+            break
+        case S_IFLNK:
+            throw CommandFailure(message: "\(path) already exists (a symbolic link, never followed); delete it to download again",
+                                 exitCode: .cannotCreate)
+        default:
+            let kind = switch info.st_mode & S_IFMT {
+            case S_IFIFO: "a FIFO"
+            case S_IFSOCK: "a socket"
+            case S_IFCHR, S_IFBLK: "a device"
+            default: "not a regular file"
+            }
+            throw CommandFailure(message: "\(path) already exists and is \(kind), not a file; delete it or choose another -o",
+                                 exitCode: .cannotCreate)
+        }
+        if let expected = options.expectedSHA256 {
+            let digest = SHA256.hex(ofFileAt: path, isCancelled: { Task.isCancelled })
+            if Task.isCancelled { throw CancellationError() }
+            if digest == expected.lowercased() {
+                throw AlreadyComplete(reason: "already complete (matches --sha256)")
+            }
+        } else if job.isStandardOutput {
+            // Completed and renamed by a run that stopped before writing it out: only this
+            // command writes in its 0700 state directory.
+            throw AlreadyComplete(reason: "already complete (kept by an earlier run)")
+        } else if CompletionMarker.matches(in: directory, url: job.url, destination: job.destination) {
+            throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
+        }
+        let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
+        throw CommandFailure(message: "\(path) already exists; \(hint)", exitCode: .cannotCreate)
     }
 
     /// The job's state directory.

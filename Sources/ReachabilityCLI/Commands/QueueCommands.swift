@@ -89,12 +89,7 @@ struct QueueAddCommand: Command {
 
     init(arguments: ParsedArguments) throws {
         replacesExistingFile = arguments.isSet(Self.replace)
-        let text = arguments.positional(Self.positionals[0])[0]
-        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-              url.host != nil else {
-            throw UsageError("The value '\(text)' is invalid for '<url>': expected an http or https URL")
-        }
-        self.url = url
+        url = try DownloadCommand.parseURL(arguments.positional(Self.positionals[0])[0])
         if let output = arguments.value(Self.output) {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
             outputPath = output

@@ -86,6 +86,7 @@ enum StateDirectoryLocation {
         if error.isUnsafe {
             return CommandFailure(message: "unsafe state directory: \(error)", exitCode: .configuration)
         }
-        return CommandFailure(message: "cannot create state directory: \(error)", exitCode: creationFailure)
+        return CommandFailure(message: "cannot create state directory: \(error); use --state-dir DIR or set \(environmentVariable) to a directory you can write",
+                              exitCode: creationFailure)
     }
 }

@@ -78,6 +78,16 @@ enum HelpFormatter {
         return text
     }
 
+    /// `reachability help help`: the help command's own help.
+    static func helpCommandHelp() -> String {
+        var text = "OVERVIEW: Show help for a subcommand.\n\n"
+        text += "USAGE: \(CommandRegistry.toolName) help [<subcommand> ...]\n\n"
+        text += "ARGUMENTS:\n"
+        text += row("<subcommand>", "A subcommand or group (such as 'queue' or 'queue add'); without one, the overview.")
+        text += "\n  See '\(CommandRegistry.toolName) --help' for the subcommands.\n"
+        return text
+    }
+
     /// The block printed on stderr after a usage error.
     static func usageErrorText(_ error: UsageError, command: (any Command.Type)?) -> String {
         usageErrorText(error, usage: command.map(usage(for:)) ?? rootUsage,

@@ -46,7 +46,7 @@ enum EventSchema {
 
         init(_ download: Download) {
             let progress = download.progress
-            self.init(id: download.id.uuidString.lowercased(), url: download.url.absoluteString,
+            self.init(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
                       file: download.destination.path, bytes: progress.bytesReceived, total: progress.totalBytes)
         }
     }
