@@ -25,8 +25,11 @@ import FoundationEssentials
 ///   else part of the range expected to finish last, split at `alignment` boundaries so both
 ///   finish together at their measured rates, never leaving a piece under `minimumSegment` (in
 ///   the tail, under `alignment`, and only from a holder busy for more than a window). A
-///   connection suspected of stalling, or on a path that went away, is closed and its range taken
-///   over at once. The last bytes never wait on one slow connection.
+///   connection that reaches its end goes on in place when the bytes after it are free or held by
+///   one that has not delivered a byte yet (closed then: a server slow to answer new connections
+///   never holds up one that flows). A connection suspected of stalling, or on a path that went
+///   away, is closed and its range taken over at once. The last bytes never wait on one slow
+///   connection.
 /// - **Seams.** Where two responses meet, the one that comes second compares `seamOverlap`
 ///   bytes across the boundary with the disk (a resume's overlap before its start, or the bytes
 ///   past its end that its neighbour stored). Every range boundary is a seam until the executor
@@ -522,14 +525,26 @@ struct SegmentPlanner: Sendable {
         guard let connection = connections[id], !connection.isSeamCheck else { return [] }
         stored.insert(contentsOf: connection.start..<connection.end)
         connections[id]!.position = connection.end
+        guard connection.end < connection.coveredEnd else { return [] }
+        var actions: [Action] = []
+        if let thief = connections.values.first(where: { $0.start == connection.end && $0.firstByteAt == nil && !$0.isSeamCheck }) {
+            // The connection that took the bytes after this end has not delivered one yet (slow
+            // to answer, or not answering): this one is already flowing, so it goes on and the
+            // other is closed.
+            connections.removeValue(forKey: thief.id)
+            if var round, round.added.contains(thief.id) {
+                round.added.removeAll { $0 == thief.id }
+                self.round = round.added.isEmpty ? nil : round
+            }
+            actions.append(.close(connection: thief.id))
+        }
         // Extend in place when the bytes after its end are free and its request covers them.
-        guard connection.end < connection.coveredEnd,
-              let next = unassigned.ranges.first(where: { $0.lowerBound == connection.end }) else { return [] }
+        guard let next = unassigned.ranges.first(where: { $0.lowerBound == connection.end }) else { return actions }
         let end = min(connection.coveredEnd, next.upperBound)
         connections[id]!.end = end
         seams.remove(connection.end)
         if end < (total ?? Int64.max) { seams.insert(end) }
-        return [.setEnd(connection: id, end: end)]
+        return actions + [.setEnd(connection: id, end: end)]
     }
 
     private mutating func ended(_ id: Int, _ ending: Ending, now: Instant) -> [Action] {

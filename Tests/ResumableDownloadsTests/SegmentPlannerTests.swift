@@ -392,6 +392,35 @@ struct SegmentPlannerTests {
 
     // MARK: seams
 
+    @Test func aConnectionReachingAThiefThatNeverDeliveredGoesOnInPlace() {
+        var planner = P(configuration: .init(maximumConnections: 6))
+        let start = ContinuousClock.now
+        var now = start
+        let total: Int64 = 64 * Self.mib
+        _ = planner.handle(.start(stored: RangeSet(), seams: [], total: nil, allowsSegments: nil, paths: [.routingTable]), now: now)
+        _ = planner.handle(.accepted(connection: 1, total: total, isRange: false, allowsSegments: true), now: now)
+        var position: Int64 = 0
+        var thief: P.Request?
+        var end = total
+        // Connection 1 flows at 4 MB/s until the planner adds a test connection (a thief).
+        while thief == nil, now - start < .seconds(5) {
+            now += .milliseconds(10)
+            position += 40_000
+            planner.record(position: position, of: 1, at: now)
+            for action in planner.handle(.tick, now: now) {
+                if case .open(let request) = action { thief = request }
+                if case .setEnd(1, let newEnd) = action { end = newEnd }
+            }
+        }
+        let taken = try! #require(thief)
+        #expect(end == taken.range.lowerBound)
+        // The thief never answers; connection 1 reaches the split point and carries on.
+        planner.record(position: end, of: 1, at: now)
+        let actions = planner.handle(.reachedEnd(connection: 1), now: now)
+        #expect(actions.contains(.close(connection: taken.connection)))
+        #expect(actions.contains(.setEnd(connection: 1, end: total)))
+    }
+
     @Test func aSeamMismatchRestartsAndClosesEverything() {
         var simulation = Simulation(total: 128 * Self.mib)
         simulation.perConnectionCap = 4e6
