@@ -287,6 +287,9 @@ def peer(tool, url, out):
     directory, name = os.path.split(out)
     if tool == "curl":
         return ["curl", "-sS", "-o", out, url]
+    if tool == "curl+sync":
+        # What making curl's file durable costs (ours is fsynced when it says completed).
+        return ["sh", "-c", 'curl -sS -o "$1" "$2" && sync -f "$1"', "curl-sync", out, url]
     if tool == "aria2c":
         return ["aria2c", "-q", "--allow-overwrite=true", "--auto-file-renaming=false", "-d", directory, "-o", name, url]
     if tool == "aria2c-x16":
@@ -296,6 +299,9 @@ def peer(tool, url, out):
 
 
 def tool_command(tool, args, url, out, state):
+    if tool.startswith("baseline"):
+        extra = shlex.split(tool[len("baseline"):].strip(" []"))
+        return ours(args.baseline, url, out, state, extra)
     if tool.startswith("reachability"):
         extra = shlex.split(tool[len("reachability"):].strip(" []"))
         return ours(args.binary, url, out, state, extra)
@@ -336,8 +342,8 @@ def measure_transfer(args, scenario, rate):
         url = f"http://{SERVER}/file.bin"
         out, state = f"{workdir}/client/file.bin", f"{workdir}/state"
         os.makedirs(f"{workdir}/client", exist_ok=True)
-        base = ["curl", "aria2c", "aria2c-x16"] if scenario == "capped" else ["curl", "aria2c-x16"]
-        tools = tools_for(args, base)
+        base = ["curl", "aria2c", "aria2c-x16"] if scenario == "capped" else ["curl", "curl+sync", "aria2c-x16"]
+        tools = tools_for(args, base) + (["baseline"] if args.baseline else [])
         for run in range(args.runs):
             order = tools[:]
             random.Random(args.seed + run).shuffle(order)
@@ -724,12 +730,15 @@ def main():
     parser.add_argument("--cut-at", type=float, default=0.3)
     parser.add_argument("--cut-seconds", type=float, default=3.0)
     parser.add_argument("--ours", action="append", help="extra reachability arguments (repeatable; '' = defaults)")
+    parser.add_argument("--baseline", help="another reachability build measured as 'baseline' (capped, unthrottled)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--seed", type=int, default=18)
     args = parser.parse_args()
     if args.ours is None:
         args.ours = [""]
     args.binary = os.path.abspath(args.binary)
+    if args.baseline:
+        args.baseline = os.path.abspath(args.baseline)
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
     for tool in ("nginx", "curl", "aria2c", "tc"):
