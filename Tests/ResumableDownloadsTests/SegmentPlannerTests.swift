@@ -223,6 +223,16 @@ struct SegmentPlannerTests {
         }
 
         var elapsed: Double { Double((now - start).milliseconds) / 1000 }
+
+        /// A download from a server capping each connection at 4 MB/s, run for 3 s: several
+        /// connections flow.
+        static func flowing(total: Int64) -> Simulation {
+            var simulation = Simulation(total: total)
+            simulation.perConnectionCap = 4e6
+            simulation.begin()
+            simulation.run(for: .seconds(3))
+            return simulation
+        }
     }
 
     // MARK: one connection
@@ -422,10 +432,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func aSeamMismatchRestartsAndClosesEverything() {
-        var simulation = Simulation(total: 128 * Self.mib)
-        simulation.perConnectionCap = 4e6
-        simulation.begin()
-        simulation.run(for: .seconds(3))
+        var simulation = Simulation.flowing(total: 128 * Self.mib)
         let open = simulation.planner.connections.keys.sorted()
         #expect(open.count > 1)
         simulation.send(.seamMismatch(at: 4 * Self.mib))
@@ -467,10 +474,7 @@ struct SegmentPlannerTests {
     // MARK: failures
 
     @Test func aLostConnectionsRangeIsTakenOverAndTheLastOneEndsTheAttempt() {
-        var simulation = Simulation(total: 128 * Self.mib)
-        simulation.perConnectionCap = 4e6
-        simulation.begin()
-        simulation.run(for: .seconds(3))
+        var simulation = Simulation.flowing(total: 128 * Self.mib)
         let ids = simulation.planner.connections.keys.sorted()
         #expect(ids.count > 1)
         simulation.connections[ids[0]] = nil
@@ -489,10 +493,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func aFatalAnswerEndsTheAttemptAndClosesTheRest() {
-        var simulation = Simulation(total: 128 * Self.mib)
-        simulation.perConnectionCap = 4e6
-        simulation.begin()
-        simulation.run(for: .seconds(3))
+        var simulation = Simulation.flowing(total: 128 * Self.mib)
         let ids = simulation.planner.connections.keys.sorted()
         simulation.send(.ended(connection: ids[0], .fatal))
         #expect(simulation.endedAttempt == ids[0])
