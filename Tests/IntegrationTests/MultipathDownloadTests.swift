@@ -57,6 +57,7 @@ struct MultipathDownloadTests {
         let (wired, cellular) = (Self.received(net, "eth1") - wiredBase, Self.received(net, "ww0") - cellularBase)
         #expect(cellular > Self.size / 8, "ww0 carried \(cellular) bytes, eth1 \(wired)\n\(cli.transcript)")
         #expect(wired > Self.size / 2, "eth1 carried \(wired) bytes")
+        #expect(cli.lines.flatMap(EventSchemaValidator.problems).isEmpty, "\(cli.lines.flatMap(EventSchemaValidator.problems))")
         // The connections event named both paths.
         #expect(cli.events.contains { event in
             guard event["event"] as? String == "connections", let paths = event["paths"] as? [[String: Any]] else { return false }
