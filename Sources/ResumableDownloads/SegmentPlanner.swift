@@ -80,8 +80,11 @@ struct SegmentPlanner: Sendable {
         var minimumSegment: Int64 = 1 << 20
         /// Bytes compared across a seam on each side.
         var seamOverlap: Int64 = 16 << 10
-        /// How long new connections deliver before their round is judged.
+        /// How long new connections deliver before their round is judged, until the round trip
+        /// is known (then eight round trips within `minimumWindow`...`maximumWindow`).
         var evaluationWindow: Duration = .milliseconds(300)
+        var minimumWindow: Duration = .milliseconds(150)
+        var maximumWindow: Duration = .seconds(1)
         /// A round on a path in use is kept when each added connection raised the aggregate by at
         /// least this share of the path's average connection before the round.
         var usefulGain: Double = 0.5
@@ -169,6 +172,8 @@ struct SegmentPlanner: Sendable {
         /// How many connections this download may hold now: its share of the per-host bound,
         /// which other downloads to the same server take from. Connections over it are closed.
         case allowance(Int)
+        /// A connection to the server took this long to set up (about a round trip).
+        case roundTrip(Duration)
         case tick
     }
 
@@ -272,6 +277,17 @@ struct SegmentPlanner: Sendable {
     /// This download's share of the per-host bound (`allowance`).
     private(set) var allowance = Int.max
 
+    /// The round trip to the server, once a connection measured it (`roundTrip`).
+    private var roundTrip: Duration?
+
+    /// How long a connection count is measured: `evaluationWindow` until the round trip is
+    /// known, then eight round trips (a new TCP connection needs several to reach its rate),
+    /// within `minimumWindow` and `maximumWindow`.
+    var window: Duration {
+        guard let roundTrip else { return configuration.evaluationWindow }
+        return min(configuration.maximumWindow, max(configuration.minimumWindow, roundTrip * 8))
+    }
+
     /// Most connections now: the configured maximum within the allowance.
     var maximumConnections: Int { max(1, min(configuration.maximumConnections, allowance)) }
     /// How many times over the next round multiplies a path's connections: 2, or 4 after a round
@@ -297,7 +313,7 @@ struct SegmentPlanner: Sendable {
     }
 
     /// The aggregate rate over the evaluation window.
-    func bytesPerSecond(at now: Instant) -> Double { meter.bytesPerSecond(over: configuration.evaluationWindow, at: now) }
+    func bytesPerSecond(at now: Instant) -> Double { meter.bytesPerSecond(over: window, at: now) }
 
     /// The bytes of the entity nobody holds and nobody stored.
     var unassigned: RangeSet<Int64> {
@@ -405,6 +421,11 @@ struct SegmentPlanner: Sendable {
             allowance = max(1, count)
             return shed(now: now)
 
+        case .roundTrip(let duration):
+            // The smallest seen: queueing behind other connections only adds to it.
+            if duration > .zero { roundTrip = min(roundTrip ?? duration, duration) }
+            return []
+
         case .tick:
             return tick(now: now)
         }
@@ -425,7 +446,7 @@ struct SegmentPlanner: Sendable {
     }
 
     private func rate(of connection: Connection, at now: Instant) -> Double {
-        connection.meter.bytesPerSecond(over: configuration.evaluationWindow * 2, at: now)
+        connection.meter.bytesPerSecond(over: window * 2, at: now)
     }
 
     // MARK: opening
@@ -510,8 +531,8 @@ struct SegmentPlanner: Sendable {
             // In the tail (nothing left unassigned) pieces down to one block are taken from a
             // holder that would otherwise still be busy for more than a window.
             let busyFor = holderRate > 0 ? Double(remaining) / holderRate : .infinity
-            let window = Double(configuration.evaluationWindow.milliseconds) / 1000
-            let minimum = isTail && busyFor > window ? align : configuration.minimumSegment
+            let seconds = Double(window.milliseconds) / 1000
+            let minimum = isTail && busyFor > seconds ? align : configuration.minimumSegment
             guard split > connection.position, split < connection.end, connection.end - split >= minimum else { continue }
             let finish = holderRate > 0 ? Double(remaining) / holderRate : Double(remaining)
             if best == nil || finish > best!.finish { best = (connection.id, split, finish) }
@@ -751,8 +772,8 @@ struct SegmentPlanner: Sendable {
     /// over one (a connection that replaced one that finished its range does not count as a change).
     private func settled(now: Instant) -> Bool {
         guard meter.total > 0, let first = connections.values.compactMap(\.firstByteAt).min(),
-              now - first >= configuration.evaluationWindow else { return false }
-        return changedAt.map { now - $0 >= configuration.evaluationWindow } ?? true
+              now - first >= window else { return false }
+        return changedAt.map { now - $0 >= window } ?? true
     }
 
     /// The next path to grow on: an unused cheap path, then a cheap one to double, then the same
@@ -772,14 +793,14 @@ struct SegmentPlanner: Sendable {
         guard rate > 0 else { return [] }
         let seconds = Double(total - storedBytes) / rate
         guard seconds * 1000 >= Double(configuration.minimumRemainingTime.milliseconds) else { return [] }
-        if let lastBackpressure, now - lastBackpressure < configuration.evaluationWindow * 2 { return [] }
+        if let lastBackpressure, now - lastBackpressure < window * 2 { return [] }
         // Until a range answer has come back, one extra connection tests the server.
         guard capability == .shown || connectionCount == 1, let path = nextGrowthPath() else { return [] }
         let onPath = count(on: path)
         var add = min(max(1, onPath * (growthFactor - 1)), maximumConnections - connectionCount,
                       capability == .shown ? Int.max : 1)
         if let serverLimit, connectionCount + add > serverLimit { add = 1 }
-        let pathRate = pathMeters[path]?.bytesPerSecond(over: configuration.evaluationWindow, at: now) ?? 0
+        let pathRate = pathMeters[path]?.bytesPerSecond(over: window, at: now) ?? 0
         targets[path] = onPath + add
         let before = Set(connections.keys)
         let actions = fill(now: now)
@@ -798,7 +819,6 @@ struct SegmentPlanner: Sendable {
 
     /// Keeps a measured round, or closes what it added.
     private mutating func judge(_ round: Round, now: Instant) -> [Action] {
-        let window = configuration.evaluationWindow
         let from: Instant
         if let measured = round.measuredFrom {
             from = measured
@@ -848,7 +868,7 @@ struct SegmentPlanner: Sendable {
         guard total > 0 else { return [] }
         var actions: [Action] = []
         for path in preferredPaths where path.isExpensive && count(on: path) > 0 {
-            let share = (pathMeters[path]?.bytesPerSecond(over: configuration.evaluationWindow, at: now) ?? 0) / total
+            let share = (pathMeters[path]?.bytesPerSecond(over: window, at: now) ?? 0) / total
             guard share < configuration.newPathGain, preferredPaths.contains(where: { !$0.isExpensive }) else { continue }
             for connection in connections.values.sorted(by: { $0.id < $1.id }) where connection.path == path {
                 connections.removeValue(forKey: connection.id)

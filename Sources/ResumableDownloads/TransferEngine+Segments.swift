@@ -86,7 +86,8 @@ extension TransferEngine {
     func memberEvent(_ groupID: UInt64, _ engineID: UInt64, _ event: TransferEvent) {
         guard let group = groups[groupID], let memberID = group.memberOfTransfer[engineID] else { return }
         switch event {
-        case .responseStarted:
+        case .responseStarted(let connectTime, _):
+            if let connectTime { _ = group.planner.handle(.roundTrip(connectTime), now: .now) }
             if !group.hasReportedResponse {
                 group.hasReportedResponse = true
                 group.callbacks.events(event)

@@ -431,6 +431,13 @@ struct SegmentPlannerTests {
         #expect(actions.contains(.setEnd(connection: 1, end: total)))
     }
 
+    @Test(arguments: [(nil, 300), (.microseconds(80), 150), (.milliseconds(50), 400), (.milliseconds(500), 1000)] as [(Duration?, Int64)])
+    func theWindowFollowsTheRoundTrip(_ roundTrip: Duration?, _ milliseconds: Int64) {
+        var planner = P(configuration: .init(maximumConnections: 6))
+        if let roundTrip { _ = planner.handle(.roundTrip(roundTrip), now: .now) }
+        #expect(planner.window == .milliseconds(milliseconds))
+    }
+
     @Test func aSeamMismatchRestartsAndClosesEverything() {
         var simulation = Simulation.flowing(total: 128 * Self.mib)
         let open = simulation.planner.connections.keys.sorted()
