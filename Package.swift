@@ -52,15 +52,18 @@ let releaseLinkerFlags: [String] =
         : [])
     + (staticLibstdcxxAvailable ? ["-L", linkerDirectory] : [])
 
+// Linux only: the package is built on rtnetlink, libnl, Linux's file-system calls (renameat2,
+// sync_file_range, O_PATH), namespaces and sysfs, so it claims no other platform.
 let package = Package(
     name: "reachability",
-    platforms: [.macOS(.v14)],
     products: [
         .library(name: "LinuxReachability", targets: ["LinuxReachability"]),
         .library(name: "ResumableDownloads", targets: ["ResumableDownloads"]),
         .executable(name: "reachability", targets: ["reachability"]),
         // URLSession's download API over the resume engine (issue 12); its own product.
         .library(name: "ResumableURLSession", targets: ["ResumableURLSession"]),
+        // The agent's typed client (and the agent itself), for programs that queue downloads in it.
+        .library(name: "ReachabilityAgent", targets: ["ReachabilityAgent"]),
     ],
     targets: [
         // The only target that touches netlink: libnl-3 / libnl-route-3 plus a shim header.
@@ -76,7 +79,7 @@ let package = Package(
             name: "CCurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
-        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/SHA256.swift);
+        // OpenSSL's libcrypto: the project's one SHA-256 (ResumableDownloads/Storage/SHA256.swift);
         // loaded on first use like libcurl.
         .systemLibrary(
             name: "CCrypto",
@@ -87,14 +90,27 @@ let package = Package(
         // The one home for file-system system calls: typed descriptors and errno, checked
         // directories, O_NOFOLLOW/O_EXCL opens (package-internal API).
         .target(name: "LinuxSystem", dependencies: ["CLinuxSystem"]),
+        // What every module needs and none owns: the logger, threads and signal handlers, time
+        // (timestamps, Duration arithmetic that cannot trap, the token bucket), and values
+        // parsed from text with their bounds (seconds, bytes, counts). LinuxReachability
+        // re-exports it, so `import LinuxReachability` still brings `Logger`.
+        .target(name: "ReachabilityBase", dependencies: ["LinuxSystem"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // MemberImportVisibility (SE-0444): a file sees only the extension members of modules it
         // imports itself, so a file importing FoundationEssentials cannot reach Foundation proper
         // (and link ICU into the CLI) through another file's `import Foundation`.
-        .target(name: "LinuxReachability", dependencies: ["CNetlink"],
+        .target(name: "LinuxReachability", dependencies: ["CNetlink", "ReachabilityBase", "LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem"],
+        .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem"],
+        // The download agent as a library: the service, its control protocol, server and typed
+        // client (`AgentClient`, public: other programs talk to the agent with it), the one
+        // state-directory resolver, the agent's log and sd_notify; and the event lines and
+        // metrics the agent and the CLI both write.
+        .target(name: "ReachabilityAgent", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem", "ReachabilityBase"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "ReachabilityAgent", "LinuxSystem",
+                                                        "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // Release builds link with GNU ld and pack the ~40,000 relative relocations of a static-stdlib
         // PIE into DT_RELR (when glibc >= 2.36, see above): the dynamic loader then touches 8 KiB of relocations
@@ -105,11 +121,19 @@ let package = Package(
         .executableTarget(name: "reachability", dependencies: ["ReachabilityCLI"], exclude: ["linker"],
                           linkerSettings: releaseLinkerFlags.isEmpty ? []
                               : [.unsafeFlags(releaseLinkerFlags, .when(platforms: [.linux], configuration: .release))]),
-        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "LinuxReachability", "LinuxSystem"]),
-        .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession"]),
+        .target(name: "ResumableURLSession", dependencies: ["ResumableDownloads", "ReachabilityAgent", "LinuxReachability", "LinuxSystem",
+                                                            "ReachabilityBase"]),
+        .testTarget(name: "ResumableURLSessionTests", dependencies: ["ResumableURLSession", "TestSupport"]),
         // Runs a ResumableURLSession inside a namespace for IntegrationTests/URLSessionOutageTests.
-        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability"],
+        .executableTarget(name: "urlsession-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "LinuxReachability",
+                                                                  "ProbeSupport"],
                           path: "Tests/URLSessionProbe"),
+        // The delegate-call lines both probes print.
+        .target(name: "ProbeSupport", dependencies: ["ResumableURLSession"], path: "Tests/ProbeSupport"),
+        // A program with a background ResumableURLSession, for IntegrationTests/BackgroundSession*
+        // and bench/background_bench.py (also the command the agent launches for its events).
+        .executableTarget(name: "background-probe", dependencies: ["ResumableURLSession", "ResumableDownloads", "ProbeSupport"],
+                          path: "Tests/BackgroundProbe"),
         // Benchmark driver for bench/download.sh (ResumableDownloads vs curl -o).
         .executableTarget(name: "download-bench", dependencies: ["ResumableDownloads"], path: "bench/download-bench"),
         // Samples: real programs built by `swift build`, smoke-tested in IntegrationTests.
@@ -117,14 +141,20 @@ let package = Package(
         .executableTarget(name: "ReachabilityBanner", dependencies: ["LinuxReachability"], path: "Samples/ReachabilityBanner"),
         .executableTarget(name: "HalfTunesURLSession", dependencies: ["ResumableURLSession", "LinuxReachability"],
                           path: "Samples/HalfTunesURLSession"),
+        // The WWDC background-tasks sample: a timer run hands its request to a background session.
+        .executableTarget(name: "StormWatch", dependencies: ["ResumableURLSession"], path: "Samples/StormWatch",
+                          exclude: ["README.md"]),
         .executableTarget(name: "WaitThenFetch", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Samples/WaitThenFetch"),
-        .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability"]),
-        .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
-        // Shared by the test targets: an event log tests can wait on, a real metrics parser.
-        .target(name: "DownloadTestSupport", dependencies: ["ResumableDownloads"], path: "Tests/DownloadTestSupport"),
-        .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "DownloadTestSupport"]),
-        .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "DownloadTestSupport"]),
-        .testTarget(name: "IntegrationTests", dependencies: ["DownloadTestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
+        .testTarget(name: "LinuxReachabilityTests", dependencies: ["LinuxReachability", "TestSupport"]),
+        .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem", "TestSupport"]),
+        .testTarget(name: "ReachabilityBaseTests", dependencies: ["ReachabilityBase", "TestSupport"]),
+        // The one support module of the test targets: built products, child processes, scratch
+        // directories, waiting with a deadline, an event log, a real metrics parser.
+        .target(name: "TestSupport", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Tests/TestSupport"),
+        .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "TestSupport"]),
+        .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "TestSupport"]),
+        .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "TestSupport"]),
+        .testTarget(name: "IntegrationTests", dependencies: ["TestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
                                                           "ResumableURLSession"]),
     ],
     swiftLanguageModes: [.v6]

@@ -18,151 +18,25 @@ Usage: bench/urlsession_outage_bench.py [--probe .build/debug/urlsession-probe] 
 """
 import argparse
 import hashlib
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+from benchnet import Network, Probe
 
 PREFIX = f"rchU{os.getpid()}"
 SERVER = "10.88.0.1"
 
 
-def run(*args):
-    result = subprocess.run(args, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
-    return result.stdout
-
-
-def ip(command):
-    run("ip", *command.split())
-
-
-class Network:
-    """A client namespace behind a /32 uplink and a server namespace running nginx."""
-
-    def __init__(self, tag, workdir, rate):
-        self.client, self.server, self.workdir = f"{PREFIX}-{tag}c", f"{PREFIX}-{tag}s", workdir
-        self.nginx = None
-        for ns in (self.client, self.server):
-            ip(f"netns add {ns}")
-            ip(f"-n {ns} link set lo up")
-            run("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
-        s = self.server
-        ip(f"-n {s} link add br0 type bridge")
-        ip(f"-n {s} addr add {SERVER}/24 dev br0")
-        ip(f"-n {s} link add keep0 type veth peer name keep1")
-        ip(f"-n {s} link set keep0 master br0")
-        for name in ("keep0", "keep1", "br0"):
-            ip(f"-n {s} link set {name} up")
-        ip(f"link add eth1 netns {self.client} type veth peer name peth1 netns {s}")
-        ip(f"-n {s} link set peth1 master br0")
-        ip(f"-n {s} link set peth1 up")
-        ip(f"-n {self.client} addr add 10.88.0.2/32 dev eth1")
-        ip(f"-n {self.client} link set eth1 up")
-        self.route()
-        prefix = f"{workdir}/nginx"
-        os.makedirs(f"{prefix}/tmp", exist_ok=True)
-        with open(f"{prefix}/nginx.conf", "w") as f:
-            f.write(f"""daemon off; master_process off; worker_processes 1;
-error_log {prefix}/error.log warn; pid {prefix}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-    log_format bytes '$status $body_bytes_sent';
-    access_log {prefix}/access.log bytes;
-    client_body_temp_path {prefix}/tmp/b; proxy_temp_path {prefix}/tmp/p; fastcgi_temp_path {prefix}/tmp/f;
-    uwsgi_temp_path {prefix}/tmp/u; scgi_temp_path {prefix}/tmp/s;
-    default_type application/octet-stream; send_timeout 2s;
-    server {{ listen {SERVER}:80; root {workdir}/www; limit_rate {rate}; }}
-}}
-""")
-        self.nginx = subprocess.Popen(["ip", "netns", "exec", s, "nginx", "-c", f"{prefix}/nginx.conf", "-p", prefix + "/"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not run("ip", "netns", "exec", s, "ss", "-Hltn", "sport = :80").strip():
-            if time.monotonic() > deadline:
-                raise RuntimeError("nginx did not start")
-            time.sleep(0.02)
-
-    def route(self):
-        ip(f"-n {self.client} route add default via {SERVER} dev eth1 onlink")
-
-    def cut(self):
-        ip(f"-n {self.client} link set eth1 down")
-
-    def restore(self):
-        ip(f"-n {self.client} link set eth1 up")
-        self.route()
-
-    def bytes_sent(self):
-        """Body bytes nginx logged, once no connection is left that could still send."""
-        deadline = time.monotonic() + 15
-        while run("ip", "netns", "exec", self.server, "ss", "-Htn", "state", "established", "sport = :80").strip():
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        try:
-            with open(f"{self.workdir}/nginx/access.log") as f:
-                return sum(int(line.split()[1]) for line in f if len(line.split()) == 2)
-        except FileNotFoundError:
-            return 0
-
-    def close(self):
-        if self.nginx:
-            self.nginx.kill()
-            self.nginx.wait()
-        for ns in (self.client, self.server):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-
-
-class Probe:
-    """urlsession-probe in the client namespace; stdout lines parsed with their arrival time."""
-
-    def __init__(self, network, probe, arguments):
-        self.lines = []
-        self.lock = threading.Lock()
-        self.process = subprocess.Popen(["ip", "netns", "exec", network.client, probe] + arguments,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for text in self.process.stdout:
-            try:
-                line = json.loads(text)
-            except ValueError:
-                continue
-            with self.lock:
-                self.lines.append((time.monotonic(), line))
-
-    def wait_for(self, predicate, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                for arrival, line in self.lines:
-                    if predicate(line):
-                        return arrival, line
-            time.sleep(0.002)
-        return None, None
-
-    def close(self):
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-
 def measure(name, foundation, args, content, digest, workdir):
-    network = Network(name[:3], workdir, args.rate)
+    network = Network(PREFIX, name[:3], workdir, args.rate)
     try:
-        os.makedirs(f"{workdir}/www", exist_ok=True)
-        with open(f"{workdir}/www/file.bin", "wb") as f:
-            f.write(content)
+        network.serve("file.bin", content)
         saved = f"{workdir}/resume.data"
         common = ["--state-dir", f"{workdir}/session", "--exit-when-done"]
-        first = Probe(network, args.probe, common + ["--url", f"http://{SERVER}/file.bin", "--save-resume-data", saved]
+        first = Probe(network, [args.probe] + common + ["--url", f"http://{SERVER}/file.bin", "--save-resume-data", saved]
                       + (["--foundation"] if foundation else []))
         quarter = len(content) // 4
         _, reached = first.wait_for(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= quarter, 60)
@@ -181,7 +55,7 @@ def measure(name, foundation, args, content, digest, workdir):
         network.restore()
         if completed is not None and completed.get("resumeData") and os.path.exists(saved):
             before = network.bytes_sent()
-            second = Probe(network, args.probe, common + ["--resume-data", saved])
+            second = Probe(network, [args.probe] + common + ["--resume-data", saved])
             _, done = second.wait_for(lambda l: l.get("call") == "completed", 120)
             _, finished = second.wait_for(lambda l: l.get("call") == "finished", 1)
             _, resumed = second.wait_for(lambda l: l.get("call") == "resumed", 1)

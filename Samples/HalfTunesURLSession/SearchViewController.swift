@@ -16,25 +16,36 @@ final class SearchViewController {
     let tracks: [Track]
     let documentsPath: URL
     let stateDirectory: URL
+    /// The seed's final project: a background session, whose downloads go on after quitting.
+    let background: BackgroundOptions?
     /// What each row says besides progress ("paused", "offline: resume data saved", ...).
     var status: [URL: String] = [:]
     var failed: Set<URL> = []
 
     lazy var downloadsSession: ResumableURLSession = {
+        if let background {
+            // iOS: URLSessionConfiguration.background(withIdentifier: "com.raywenderlich.HalfTunes.bgSession")
+            var configuration = ResumableURLSession.Configuration.background(withIdentifier: background.identifier)
+            configuration.agentExecutable = background.agent
+            if let directory = background.stateDirectory { configuration.stateDirectory = directory }
+            return ResumableURLSession(configuration: configuration, delegate: self, delegateQueue: .main)
+        }
         // iOS: URLSessionConfiguration.default; resume data is accepted by sessions on the same
         // state directory, in this process or a later one.
         let configuration = ResumableURLSession.Configuration(stateDirectory: stateDirectory)
         return ResumableURLSession(configuration: configuration, delegate: self, delegateQueue: .main)
     }()
 
-    init(urls: [URL], documentsPath: URL, stateDirectory: URL, tableView: TerminalTableView) {
+    init(urls: [URL], documentsPath: URL, stateDirectory: URL, background: BackgroundOptions? = nil, tableView: TerminalTableView) {
         tracks = urls.enumerated().map { Track(name: $1.lastPathComponent, previewURL: $1, index: $0) }
         self.documentsPath = documentsPath
         self.stateDirectory = stateDirectory
+        self.background = background
         self.tableView = tableView
     }
 
     func viewDidLoad() {
+        guard background == nil else { return backgroundViewDidLoad() }
         downloadService.downloadsSession = downloadsSession
         reachability.whenReachable = { [weak self] reachability in
             MainActor.assumeIsolated { self?.networkBecameReachable(reachability) }
@@ -120,8 +131,10 @@ final class SearchViewController {
         return true
     }
 
-    /// Quitting: pause what runs and keep its resume data on disk for the next launch.
+    /// Quitting: pause what runs and keep its resume data on disk for the next launch (a
+    /// background session's downloads go on in the agent: nothing to save).
     func saveForNextLaunch() async {
+        guard background == nil else { return }
         for download in downloadService.activeDownloads.values where download.isDownloading {
             guard let task = download.task else { continue }
             download.isDownloading = false
@@ -159,7 +172,9 @@ extension SearchViewController: ResumableURLSessionDownloadDelegate {
             try? fileManager.removeItem(at: destinationURL)
             do {
                 try fileManager.copyItem(at: location, to: destinationURL)
-                download?.track.downloaded = true
+                // A background session replays files that finished while the program was not
+                // running: no Download for them in this launch, the track is found by its URL.
+                (download?.track ?? tracks.first { $0.previewURL == sourceURL })?.downloaded = true
                 status[sourceURL] = "downloaded to \(destinationURL.path)"
             } catch {
                 status[sourceURL] = "could not copy file to disk: \(error.localizedDescription)"

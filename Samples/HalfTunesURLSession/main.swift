@@ -9,7 +9,7 @@ import Foundation
 import LinuxReachability
 import Synchronization
 
-let usage = "USAGE: HalfTunesURLSession <url> ... [-d <dir>] [--state-dir <dir>]"
+let usage = "USAGE: HalfTunesURLSession <url> ... [-d <dir>] [--state-dir <dir>] [--background [--agent <path>]]"
 
 func fail(_ message: String, _ status: Int32) -> Never {
     restoreTerminal()
@@ -23,6 +23,8 @@ func fail(_ message: String, _ status: Int32) -> Never {
 var urls: [URL] = []
 var directory = FileManager.default.currentDirectoryPath
 var stateDirectory: String?
+var background: BackgroundOptions?
+var agent: String?
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.contains("--help") || arguments.contains("-h") {
     print("""
@@ -36,13 +38,20 @@ if arguments.contains("--help") || arguments.contains("-h") {
 
     OPTIONS:
       -d <dir>            Directory for the files and their saved resume data (default: current directory).
-      --state-dir <dir>   The session's state directory (default: <dir>/.halftunes-urlsession).
+      --state-dir <dir>   The session's state directory (default: <dir>/.halftunes-urlsession; with
+                          --background, the agent's: its own default unless given).
+      --background        Use the seed's background session (com.raywenderlich.HalfTunes.bgSession):
+                          downloads belong to your download agent and go on after you quit; the next
+                          launch gets the tracks that finished and continues the rest.
+      --agent <path>      The reachability binary to start when no agent runs (default: reachability on PATH,
+                          or beside this program).
       -h, --help          Show help information.
 
     KEYS (when stdin is a terminal):
       up/down, 1-9        Select a track.
       p / r / c           Pause / resume / cancel the selected track.
-      q                   Quit; running downloads keep their resume data (NAME.resumedata) for the next launch.
+      q                   Quit; running downloads keep their resume data (NAME.resumedata) for the next launch
+                        (with --background they go on in the agent).
 
     When the connection drops, the resume data is used at once if the network is still there,
     else written to <dir>/NAME.resumedata and used when the network is back, or on the next launch.
@@ -55,10 +64,16 @@ var index = 0
 while index < arguments.count {
     let argument = arguments[index]
     switch argument {
-    case "-d", "--state-dir":
+    case "-d", "--state-dir", "--agent":
         index += 1
         guard index < arguments.count else { fail("Missing value for '\(argument)'", 64) }
-        if argument == "-d" { directory = arguments[index] } else { stateDirectory = arguments[index] }
+        switch argument {
+        case "-d": directory = arguments[index]
+        case "--agent": agent = arguments[index]
+        default: stateDirectory = arguments[index]
+        }
+    case "--background":
+        background = BackgroundOptions()
     default:
         guard !argument.hasPrefix("-") else { fail("Unknown option '\(argument)'", 64) }
         guard let url = URL(string: argument), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
@@ -69,6 +84,15 @@ while index < arguments.count {
     index += 1
 }
 guard !urls.isEmpty else { fail("Missing expected argument '<url> ...'", 64) }
+if agent != nil, background == nil { fail("--agent goes with --background", 64) }
+if background != nil {
+    // The agent binary: as given, else `reachability` beside this program (a build directory),
+    // else the one on PATH.
+    let sibling = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("reachability")
+    background?.agent = agent.map { URL(fileURLWithPath: $0) }
+        ?? (FileManager.default.isExecutableFile(atPath: sibling.path) && CommandLine.arguments[0].contains("/") ? sibling : nil)
+    background?.stateDirectory = stateDirectory.map { URL(fileURLWithPath: $0, isDirectory: true) }
+}
 
 // MARK: terminal
 
@@ -104,6 +128,7 @@ let controller = SearchViewController(
     urls: urls, documentsPath: documents,
     stateDirectory: stateDirectory.map { URL(fileURLWithPath: $0, isDirectory: true) }
         ?? documents.appendingPathComponent(".halftunes-urlsession", isDirectory: true),
+    background: background,
     tableView: TerminalTableView(isInteractive: isInteractive))
 
 extension SearchViewController {

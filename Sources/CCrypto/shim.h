@@ -8,7 +8,7 @@
  * costs every process about 1.4 MB of resident memory, and only downloads with --sha256 hash.
  * When a download runs, libcurl has already loaded the same libcrypto, which dlopen reuses.
  *
- * Only Sources/ResumableDownloads/SHA256.swift includes this module.
+ * Only Sources/ResumableDownloads/Storage/SHA256.swift includes this module.
  */
 #ifndef CCRYPTO_SHIM_H
 #define CCRYPTO_SHIM_H

@@ -11,7 +11,7 @@
  * gets a typed, non-variadic call. Macros Swift cannot import (expressions rather than
  * literals) are re-exported as constants.
  *
- * Only Sources/ResumableDownloads/Curl.swift includes this module.
+ * Only Sources/ResumableDownloads/Engine/Curl.swift includes this module.
  */
 #ifndef CCURL_SHIM_H
 #define CCURL_SHIM_H

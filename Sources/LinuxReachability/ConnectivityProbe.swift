@@ -1,6 +1,7 @@
 import FoundationEssentials
-import Glibc
+import LinuxSystem
 import Synchronization
+import ReachabilityBase
 
 /// One connectivity check at a time, driven by the monitor thread's poll(2) loop: a
 /// non-blocking socket bound to the path's primary interface and source address, the request,
@@ -17,9 +18,9 @@ final class ConnectivityProbe {
     private enum Phase {
         case idle
         case resolving(Resolution)
-        case connecting(Int32, Syscalls.SocketAddress, PathRoute)
-        case sending(Int32, Syscalls.SocketAddress, PathRoute, sent: Int)
-        case receiving(Int32, Syscalls.SocketAddress, PathRoute, ProbeResponseParser)
+        case connecting(FileDescriptor, SocketAddress, PathRoute)
+        case sending(FileDescriptor, SocketAddress, PathRoute, sent: Int)
+        case receiving(FileDescriptor, SocketAddress, PathRoute, ProbeResponseParser)
     }
 
     private var phase = Phase.idle
@@ -33,7 +34,7 @@ final class ConnectivityProbe {
 
     /// Where a helper thread leaves getaddrinfo's answer.
     final class Resolution: Sendable {
-        let result = Mutex<Result<[Syscalls.SocketAddress], Syscalls.ResolveFailure>?>(nil)
+        let result = Mutex<Result<[SocketAddress], SocketAddress.ResolveFailure>?>(nil)
         var isDone: Bool { result.withLock { $0 != nil } }
     }
 
@@ -49,10 +50,10 @@ final class ConnectivityProbe {
     var isIdle: Bool { if case .idle = phase { return true } else { return false } }
 
     /// The socket to poll and for what, while one is open.
-    var pollRequest: pollfd? {
+    var pollRequest: PollEntry? {
         switch phase {
-        case .connecting(let fd, _, _), .sending(let fd, _, _, _): return pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        case .receiving(let fd, _, _, _): return pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        case .connecting(let socket, _, _), .sending(let socket, _, _, _): return PollEntry(socket, .writable)
+        case .receiving(let socket, _, _, _): return PollEntry(socket, .readable)
         case .idle, .resolving: return nil
         }
     }
@@ -65,7 +66,7 @@ final class ConnectivityProbe {
         started = now
         deadline = now + check.timeout
         let host = check.target.host
-        if let literal = IPAddress.parse(host), let address = Syscalls.SocketAddress(address: literal, port: check.target.port) {
+        if let literal = IPAddress.parse(host), let address = SocketAddress(ipAddress: literal, port: check.target.port) {
             return connect(to: [address])
         }
         if let straggler, !straggler.isDone {
@@ -77,7 +78,7 @@ final class ConnectivityProbe {
         // A thread inherits the network namespace of the thread that creates it, so the lookup
         // runs in the monitored namespace like the probe itself.
         SystemThread.detach(name: "resolver") {
-            let answer = Syscalls.resolve(host: host, port: port)
+            let answer = SocketAddress.resolve(host: host, port: port)
             resolution.result.withLock { $0 = answer }
             wake.signal()
         }
@@ -92,9 +93,9 @@ final class ConnectivityProbe {
         deadline = nil
     }
 
-    /// Moves the check on after poll(2): `events` are the socket's revents (0 when it was not
-    /// polled or not ready). Returns the outcome once the check is over.
-    func advance(events: Int16, at now: ContinuousClock.Instant) -> (Int, ConnectivityScheduler.Outcome)? {
+    /// Moves the check on after poll(2): `isReady` is whether its socket was polled and ready.
+    /// Returns the outcome once the check is over.
+    func advance(isReady: Bool, at now: ContinuousClock.Instant) -> (Int, ConnectivityScheduler.Outcome)? {
         if let deadline, now >= deadline { return timedOut() }
         switch phase {
         case .idle:
@@ -107,18 +108,20 @@ final class ConnectivityProbe {
             case .success(let addresses):
                 return connect(to: addresses)
             }
-        case .connecting(let fd, let address, let route):
-            guard events != 0 else { return nil }
-            if let error = Syscalls.pendingError(fd) { return failed(error, connecting: address, route) }
-            phase = .sending(fd, address, route, sent: 0)
+        case .connecting(let socket, let address, let route):
+            guard isReady else { return nil }
+            let pending: Errno?
+            do { pending = try socket.pendingConnectionError() } catch { pending = error }
+            if let error = pending { return failed(error, connecting: address, route) }
+            phase = .sending(socket, address, route, sent: 0)
             return send()
         case .sending:
-            guard events != 0 else { return nil }
+            guard isReady else { return nil }
             return send()
-        case .receiving(let fd, let address, let route, var parser):
-            guard events != 0 else { return nil }
+        case .receiving(let socket, let address, let route, var parser):
+            guard isReady else { return nil }
             var buffer = [UInt8](repeating: 0, count: 16 << 10)
-            let result = buffer.withUnsafeMutableBytes { Syscalls.receive(fd, into: $0) }
+            let result = buffer.withUnsafeMutableBytes { raw in Result { () throws(Errno) in try socket.receive(into: raw) } }
             let progress: ProbeResponseParser.Progress
             switch result {
             case .success(0):
@@ -133,7 +136,7 @@ final class ConnectivityProbe {
             }
             switch progress {
             case .needMore:
-                phase = .receiving(fd, address, route, parser)
+                phase = .receiving(socket, address, route, parser)
                 return nil
             case .malformed(let reason):
                 return finish(.limited, "unusable answer from \(address.text) via \(describe(route)): \(reason)")
@@ -144,7 +147,7 @@ final class ConnectivityProbe {
                 if response.isMarkedOnline { answer += " with X-NetworkManager-Status: online" }
                 if let portal { answer += " (portal at \(portal))" }
                 if connectivity == .limited { answer += " (an error status: the check server failed, not the network)" }
-                answer += " from \(address.text) via \(describe(route)) in \(milliseconds(now - started)) ms"
+                answer += " from \(address.text) via \(describe(route)) in \((now - started).milliseconds) ms"
                 return finish(connectivity, answer, portal: portal)
             }
         }
@@ -152,19 +155,19 @@ final class ConnectivityProbe {
 
     // MARK: Steps
 
-    private func connect(to addresses: [Syscalls.SocketAddress]) -> (Int, ConnectivityScheduler.Outcome)? {
+    private func connect(to addresses: [SocketAddress]) -> (Int, ConnectivityScheduler.Outcome)? {
         // A check server on this host (a local proxy, a test) is reached over loopback: bound to
         // the primary interface and its address, the connection could never be made, and the
         // check would only ever say "no answer".
-        if let address = addresses.first(where: { IPAddress.isLoopback($0.address) }) {
-            let loopback = PathRoute(family: address.family, interfaceName: "lo", interfaceIndex: 0, gateway: nil, sourceAddress: nil)
+        if let address = addresses.first(where: { IPAddress.isLoopback($0.ipAddress ?? []) }) {
+            let loopback = PathRoute(family: address.addressFamily, interfaceName: "lo", interfaceIndex: 0, gateway: nil, sourceAddress: nil)
             return connect(to: address, over: loopback, binding: false)
         }
         // The first address of a family the path routes, in the resolver's order.
         guard let (address, route) = addresses.lazy.compactMap({ address in
-            self.target.routes.first { $0.family == address.family }.map { (address, $0) }
+            self.target.routes.first { $0.family == address.addressFamily }.map { (address, $0) }
         }).first else {
-            let families = Set(addresses.map(\.family.rawValue)).sorted().joined(separator: ", ")
+            let families = Set(addresses.map(\.addressFamily.rawValue)).sorted().joined(separator: ", ")
             return finish(.limited, addresses.isEmpty
                           ? "\(check.target.host) has no addresses"
                           : "no route for \(check.target.host)'s addresses (\(families))")
@@ -174,41 +177,53 @@ final class ConnectivityProbe {
 
     /// Opens the socket and connects; with `binding`, to the route's interface and source address
     /// so the check tests the path that was just reported.
-    private func connect(to address: Syscalls.SocketAddress, over route: PathRoute,
+    private func connect(to address: SocketAddress, over route: PathRoute,
                          binding: Bool) -> (Int, ConnectivityScheduler.Outcome)? {
-        let fd: Int32
-        switch Syscalls.openStreamSocket(address.family) {
-        case .success(let opened): fd = opened
-        case .failure(let error): return finish(.limited, "cannot open a socket: \(error)")
+        let socket: FileDescriptor
+        do {
+            socket = try FileDescriptor.tcpSocket(address.family, nonBlocking: true)
+        } catch {
+            return finish(.limited, "cannot open a socket: \(error)")
         }
-        if binding, let error = Syscalls.bindToDevice(fd, interface: route.interfaceName) {
-            // Unprivileged before Linux 5.7: the source address below still picks the path.
-            logger.debug("connectivity check not bound to its interface", metadata: ["interface": route.interfaceName, "error": "\(error)"])
+        if binding {
+            do {
+                try socket.bindToDevice(route.interfaceName)
+            } catch {
+                // Unprivileged before Linux 5.7: the source address below still picks the path.
+                logger.debug("connectivity check not bound to its interface", metadata: ["interface": route.interfaceName, "error": "\(error)"])
+            }
         }
-        if binding, let source = route.sourceAddress.flatMap(IPAddress.parse), let local = Syscalls.SocketAddress(address: source, port: 0),
-           let error = Syscalls.bind(fd, to: local) {
-            Syscalls.close(fd)
-            return finish(.limited, "cannot bind to \(route.sourceAddress ?? "?") on \(route.interfaceName): \(error)")
+        if binding, let source = route.sourceAddress.flatMap(IPAddress.parse), let local = SocketAddress(ipAddress: source, port: 0) {
+            do {
+                try socket.bind(to: local)
+            } catch {
+                socket.close()
+                return finish(.limited, "cannot bind to \(route.sourceAddress ?? "?") on \(route.interfaceName): \(error)")
+            }
         }
-        if let error = Syscalls.connect(fd, to: address) {
-            guard error == .inProgress else {
-                Syscalls.close(fd)
+        do {
+            try socket.connect(to: address)
+        } catch {
+            // Interrupted or in progress: the connection goes on; poll says when it is made.
+            guard error == .inProgress || error == .interrupted else {
+                socket.close()
                 return finish(.limited, describe(error, address, route))
             }
-            phase = .connecting(fd, address, route)
+            phase = .connecting(socket, address, route)
             return nil
         }
-        phase = .sending(fd, address, route, sent: 0)
+        phase = .sending(socket, address, route, sent: 0)
         return send()
     }
 
     private func send() -> (Int, ConnectivityScheduler.Outcome)? {
-        guard case .sending(let fd, let address, let route, let sent) = phase else { return nil }
-        switch Syscalls.send(fd, request[sent...]) {
+        guard case .sending(let socket, let address, let route, let sent) = phase else { return nil }
+        let result = request[sent...].withUnsafeBytes { raw in Result { () throws(Errno) in try socket.send(raw) } }
+        switch result {
         case .success(let count) where sent + count >= request.count:
-            phase = .receiving(fd, address, route, ProbeResponseParser(bodyLimit: check.expectedBody.count))
+            phase = .receiving(socket, address, route, ProbeResponseParser(bodyLimit: check.expectedBody.count))
         case .success(let count):
-            phase = .sending(fd, address, route, sent: sent + count)
+            phase = .sending(socket, address, route, sent: sent + count)
         case .failure(let error) where error == .wouldBlock:
             break
         case .failure(let error):
@@ -218,8 +233,7 @@ final class ConnectivityProbe {
     }
 
     private func timedOut() -> (Int, ConnectivityScheduler.Outcome) {
-        let total = milliseconds(check.timeout)
-        let seconds = total % 1000 == 0 ? "\(total / 1000)" : "\(Double(total) / 1000)"
+        let seconds = check.timeout.formattedSeconds
         let stage: String
         switch phase {
         case .resolving: stage = "resolving \(check.target.host)"
@@ -231,17 +245,17 @@ final class ConnectivityProbe {
         return finish(.limited, "no answer within \(seconds) s (\(stage))")!
     }
 
-    private func failed(_ error: Syscalls.Errno, connecting address: Syscalls.SocketAddress?, _ route: PathRoute,
-                        peer: Syscalls.SocketAddress? = nil) -> (Int, ConnectivityScheduler.Outcome)? {
+    private func failed(_ error: Errno, connecting address: SocketAddress?, _ route: PathRoute,
+                        peer: SocketAddress? = nil) -> (Int, ConnectivityScheduler.Outcome)? {
         finish(.limited, describe(error, address ?? peer, route))
     }
 
-    private func describe(_ error: Syscalls.Errno, _ address: Syscalls.SocketAddress?, _ route: PathRoute) -> String {
+    private func describe(_ error: Errno, _ address: SocketAddress?, _ route: PathRoute) -> String {
         let peer = address?.text ?? "the probe server"
-        switch error.code {
-        case ECONNREFUSED: return "connection refused by \(peer) via \(describe(route))"
-        case ECONNRESET: return "connection reset by \(peer) via \(describe(route))"
-        case ENETUNREACH, EHOSTUNREACH: return "\(peer) unreachable via \(describe(route)): \(error)"
+        switch error {
+        case .connectionRefused: return "connection refused by \(peer) via \(describe(route))"
+        case .connectionReset: return "connection reset by \(peer) via \(describe(route))"
+        case .networkUnreachable, .hostUnreachable: return "\(peer) unreachable via \(describe(route)): \(error)"
         default: return "\(peer) via \(describe(route)): \(error)"
         }
     }
@@ -257,12 +271,8 @@ final class ConnectivityProbe {
 
     private func closeSocket() {
         switch phase {
-        case .connecting(let fd, _, _), .sending(let fd, _, _, _), .receiving(let fd, _, _, _): Syscalls.close(fd)
+        case .connecting(let socket, _, _), .sending(let socket, _, _, _), .receiving(let socket, _, _, _): socket.close()
         case .idle, .resolving: break
         }
-    }
-
-    private func milliseconds(_ duration: Duration) -> Int64 {
-        duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
     }
 }

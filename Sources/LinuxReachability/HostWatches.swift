@@ -1,4 +1,5 @@
 import FoundationEssentials
+import LinuxSystem
 
 /// One address a host stands for, with the link a link-local address is scoped to.
 struct HostTarget: Hashable, Sendable {
@@ -144,7 +145,7 @@ struct HostWatches: Sendable {
     }
 
     /// A resolver answered for `key`; returns whether its targets or resolution changed.
-    mutating func resolved(_ key: String, _ answer: Result<[[UInt8]], Syscalls.ResolveFailure>, at now: ContinuousClock.Instant) -> Bool {
+    mutating func resolved(_ key: String, _ answer: Result<[[UInt8]], SocketAddress.ResolveFailure>, at now: ContinuousClock.Instant) -> Bool {
         guard var watch = watches[key] else { return false }
         watch.isResolving = false
         watch.firstAnswerDue = nil

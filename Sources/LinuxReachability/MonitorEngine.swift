@@ -1,91 +1,13 @@
 import FoundationEssentials
 import Glibc
 import Synchronization
+import ReachabilityBase
+import LinuxSystem
 
-/// What to do with rtnetlink traffic around receive-buffer overflows.
-///
-/// After ENOBUFS the kernel has dropped messages, so what is still queued describes a state we
-/// can no longer reconstruct. Queued events are discarded until the kernel has been quiet for a
-/// while, then links and addresses are dumped afresh; stale events are never applied on top.
-struct ResyncStateMachine: Sendable, Equatable {
-    enum State: Sendable, Equatable {
-        case live
-        case overflowed(sawTraffic: Bool)
-    }
-
-    enum Action: Sendable, Equatable {
-        case apply
-        case discard
-        case armQuietTimer
-        case redump
-        case nothing
-    }
-
-    private(set) var state = State.live
-
-    var isLive: Bool { state == .live }
-
-    /// The socket reported ENOBUFS (or any receive failure).
-    mutating func overflowed() -> Action {
-        state = .overflowed(sawTraffic: false)
-        return .armQuietTimer
-    }
-
-    /// Messages were read from the event socket.
-    mutating func messagesArrived() -> Action {
-        guard case .overflowed = state else { return .apply }
-        state = .overflowed(sawTraffic: true)
-        return .discard
-    }
-
-    /// The quiet timer fired; `drainedMore` is whether a last drain found anything.
-    mutating func quietTimerFired(drainedMore: Bool) -> Action {
-        guard case .overflowed(let sawTraffic) = state else { return .nothing }
-        if sawTraffic || drainedMore {
-            state = .overflowed(sawTraffic: false)
-            return .armQuietTimer
-        }
-        state = .live
-        return .redump
-    }
-}
-
-/// How many evaluations may run at once before storm coalescing starts: a token bucket with
-/// `burst` tokens refilled one per `interval`.
-///
-/// A fixed "at most one per interval" held back the decisive message of a burst: a link going
-/// down right after another change had its RTM_NEWLINK wait out the rest of the millisecond (and
-/// poll(2) rounds up to whole milliseconds). A few evaluations in a row are free; a storm still
-/// costs at most one per interval in the long run.
-struct EvaluationBudget: Sendable, Equatable {
-    let interval: Duration
-    let burst: Int
-    private var tokens: Double
-    private var refilledAt: ContinuousClock.Instant?
-
-    init(interval: Duration, burst: Int = 4) {
-        self.interval = interval
-        self.burst = max(burst, 1)
-        tokens = Double(self.burst)
-    }
-
-    /// Takes a token at `now` if one is left (evaluate at once); otherwise returns when one will be.
-    mutating func take(at now: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        refill(at: now)
-        if tokens >= 1 || interval <= .zero {
-            tokens -= 1
-            return nil
-        }
-        return now + interval * (1 - tokens)
-    }
-
-    private mutating func refill(at now: ContinuousClock.Instant) {
-        if let refilledAt, interval > .zero {
-            tokens = min(Double(burst), tokens + (now - refilledAt) / interval)
-        }
-        refilledAt = now
-    }
-}
+// Longer than 400 lines on purpose: the monitor thread's loop and every path it takes share one
+// `Mutex<EngineState>` that stays private to this file; splitting it would hand that state to
+// other files. The pure parts live apart (ResyncStateMachine, PathEvaluator, HostWatches,
+// ConnectivityScheduler), tested without sockets.
 
 /// The netlink side of `PathMonitor`: two sockets and one thread that sleeps in poll(2) until the
 /// kernel speaks (no polling loop, no timer ticks).
@@ -115,7 +37,7 @@ final class MonitorEngine: Sendable {
     private let probePrefixes: [RoutePrefix]
     private let state: Mutex<EngineState>
     /// The monitored namespace, joined by the monitor thread when it must open probe sockets there.
-    private let namespaceDescriptor: Int32?
+    private let namespaceDescriptor: FileDescriptor?
 
     private struct EngineState: ~Copyable {
         var table = LinkTable()
@@ -126,7 +48,10 @@ final class MonitorEngine: Sendable {
         var interfacesGeneration = -1
         /// A change since the last evaluation that the path may depend on.
         var isDirty = false
-        var budget: EvaluationBudget
+        /// Evaluations that may run at once before storm coalescing starts: a few in a row are free
+        /// (a fixed "one per interval" held back the decisive message of a burst, such as a link
+        /// going down right after another change); a storm costs one per interval in the long run.
+        var budget: TokenBucket
         var resync = ResyncStateMachine()
         /// When to re-dump if the kernel stays quiet after an overflow.
         var quietDeadline: ContinuousClock.Instant?
@@ -168,7 +93,7 @@ final class MonitorEngine: Sendable {
         self.configuration = configuration
         self.publish = publish
         self.publishHost = publishHost
-        state = Mutex(EngineState(budget: EvaluationBudget(interval: configuration.minimumEvaluationInterval),
+        state = Mutex(EngineState(budget: TokenBucket(burst: 4, interval: configuration.minimumEvaluationInterval),
                                   scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init)))
         classifier = InterfaceClassifier(overrides: configuration.classificationOverrides)
         guard let v4 = IPAddress.parse(configuration.probeIPv4), v4.count == 4,
@@ -211,10 +136,10 @@ final class MonitorEngine: Sendable {
             namespaceDescriptor = nil
         }
         do {
-            wake = WakeSignal(descriptor: try NetlinkSocket.makeWakeDescriptor())
+            wake = try WakeSignal()
         } catch {
-            if let namespaceDescriptor { close(namespaceDescriptor) }
-            throw error
+            namespaceDescriptor?.close()
+            throw ReachabilityError(.netlink, "cannot create an eventfd: \(error)")
         }
         logger.debug("netlink sockets open", metadata: ["rcvbuf": "\(events.receiveBufferSize)"])
     }
@@ -223,7 +148,7 @@ final class MonitorEngine: Sendable {
         // The thread owns the sockets while it runs; it closes them when it ends.
         if !state.withLock({ $0.isRunning }) {
             wake.close()
-            if let namespaceDescriptor { close(namespaceDescriptor) }
+            namespaceDescriptor?.close()
         }
     }
 
@@ -256,9 +181,9 @@ final class MonitorEngine: Sendable {
             // Probe sockets and the resolvers' must live in the monitored namespace; setns()
             // moves only this thread, which is the one that opens them (and starts the resolver
             // threads, which inherit it).
-            defer { close(namespaceDescriptor) }
+            defer { namespaceDescriptor.close() }
             do {
-                try NetworkNamespace.join(descriptor: namespaceDescriptor)
+                try NetworkNamespace.join(namespaceDescriptor)
             } catch {
                 configuration.logger.error("cannot enter the namespace for host lookups and connectivity checks; the monitor stops",
                                            metadata: ["error": "\(error)"])
@@ -268,11 +193,8 @@ final class MonitorEngine: Sendable {
         let probe = configuration.connectivityCheck.map {
             ConnectivityProbe(check: $0, wake: wake, logger: configuration.logger)
         }
-        var descriptors = [
-            pollfd(fd: events.fileDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wake.pollDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: -1, events: 0, revents: 0),
-        ]
+        let netlinkEntry = PollEntry(events.fileDescriptor, .readable)
+        let wakeEntry = PollEntry(wake.pollDescriptor, .readable)
         while true {
             if let probe { carryOutProbeActions(probe) }
             carryOutHostWork()
@@ -287,17 +209,18 @@ final class MonitorEngine: Sendable {
                 let remaining = deadline - ContinuousClock.now
                 timeout = remaining <= .zero ? 0 : Int32(min((remaining / .milliseconds(1)).rounded(.up), 60_000))
             }
-            descriptors[2] = probe?.pollRequest ?? pollfd(fd: -1, events: 0, revents: 0)
-            descriptors[0].revents = 0
-            descriptors[1].revents = 0
-            if let error = Syscalls.poll(&descriptors, timeoutMilliseconds: timeout) {
+            let probeEntry = probe?.pollRequest
+            var entries = [netlinkEntry, wakeEntry] + (probeEntry.map { [$0] } ?? [])
+            do {
+                try Poll.wait(&entries, timeoutMilliseconds: timeout)
+            } catch {
                 configuration.logger.error("poll failed; the monitor stops", metadata: ["error": "\(error)"])
                 return
             }
             if state.withLock({ $0.isCancelled }) { return }
-            if descriptors[1].revents != 0 { wake.reset() }
-            if descriptors[0].revents != 0 { drain() }
-            if let probe, let (id, outcome) = probe.advance(events: descriptors[2].fd < 0 ? 0 : descriptors[2].revents, at: .now) {
+            if entries[1].isReady { wake.reset() }
+            if entries[0].isReady { drain() }
+            if let probe, let (id, outcome) = probe.advance(isReady: entries.count > 2 && entries[2].isReady, at: .now) {
                 record(id, outcome)
             }
             fireDueDeadlines()
@@ -604,7 +527,7 @@ final class MonitorEngine: Sendable {
             for (key, resolution) in state.resolutions {
                 guard let answer = resolution.result.withLock({ $0 }) else { continue }
                 state.resolutions[key] = nil
-                let addresses = answer.map { $0.map(\.address) }
+                let addresses = answer.map { $0.compactMap(\.ipAddress) }
                 if state.hosts.resolved(key, addresses, at: now) {
                     state.isFilterStale = true
                     state.isHostsDirty = true
@@ -640,7 +563,7 @@ final class MonitorEngine: Sendable {
         for (key, resolution) in starts {
             // A thread inherits the network namespace of the thread that creates it (this one).
             SystemThread.detach(name: "resolver") {
-                let answer = Syscalls.resolve(host: key, port: 80)
+                let answer = SocketAddress.resolve(host: key, port: 80)
                 resolution.result.withLock { $0 = answer }
                 wake.signal()
             }

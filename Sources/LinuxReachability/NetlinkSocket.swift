@@ -2,6 +2,7 @@ import CNetlink
 import Dispatch
 import FoundationEssentials
 import Glibc
+import LinuxSystem
 import Synchronization
 
 /// The one file that calls into libnl (through the CNetlink shim); everything else sees bytes.
@@ -28,11 +29,21 @@ final class NetlinkSocket: @unchecked Sendable {
     /// Opens a NETLINK_ROUTE socket with `receiveBufferSize` bytes of kernel buffer and joins `groups`.
     init(receiveBufferSize: Int, groups: [Int32]) throws {
         var code: Int32 = 0
-        guard let socket = cnl_socket_open(Int32(clamping: receiveBufferSize), &code) else {
+        guard let socket = cnl_socket_open(&code) else {
             buffer.deallocate()
             throw ReachabilityError(.netlink, "cannot open rtnetlink socket: \(Self.describe(code))")
         }
         handle = socket
+        // SO_RCVBUFFORCE first: rmem_max (often 208 KiB) silently caps SO_RCVBUF, and rtnetlink
+        // storms then overflow with ENOBUFS; without CAP_NET_ADMIN, libnl's SO_RCVBUF.
+        var size = Int32(clamping: receiveBufferSize)
+        if size > 0, (try? fileDescriptor.setOption(level: SOL_SOCKET, name: SO_RCVBUFFORCE, value: &size)) == nil {
+            _ = cnl_socket_set_receive_buffer(socket, size)
+        }
+        // Ask the kernel for extended acknowledgements (and ENOBUFS reports) where it has them;
+        // a kernel without them is no reason to fail.
+        var one: Int32 = 1
+        try? fileDescriptor.setOption(level: CNL_SOL_NETLINK, name: CNL_NETLINK_EXT_ACK, value: &one)
         for group in groups {
             let rc = cnl_socket_join(socket, group)
             if rc < 0 {
@@ -57,17 +68,20 @@ final class NetlinkSocket: @unchecked Sendable {
         CNL_GROUP_IPV4_ROUTE, CNL_GROUP_IPV6_ROUTE, CNL_GROUP_IPV4_RULE, CNL_GROUP_IPV6_RULE,
     ]
 
-    var fileDescriptor: Int32 { cnl_socket_fd(handle) }
+    /// The socket libnl opened; reads and options go through LinuxSystem like every other call.
+    var fileDescriptor: FileDescriptor { FileDescriptor(rawValue: cnl_socket_fd(handle)) }
 
     /// Attaches a classic BPF program (see `EventFilter`); throws when the kernel refuses it.
     func attachFilter(_ program: [EventFilter.Instruction]) throws {
-        let code = program.map { sock_filter(code: $0.code, jt: $0.jumpIfTrue, jf: $0.jumpIfFalse, k: $0.constant) }
-        let rc = code.withUnsafeBufferPointer { cnl_socket_attach_filter(handle, $0.baseAddress, UInt16(code.count)) }
-        if rc < 0 { throw ReachabilityError(.netlink, "cannot attach the event filter: \(String(cString: strerror(-rc)))") }
+        do {
+            try fileDescriptor.attachFilter(program.map { ($0.code, $0.jumpIfTrue, $0.jumpIfFalse, $0.constant) })
+        } catch {
+            throw ReachabilityError(.netlink, "cannot attach the event filter: \(error)")
+        }
     }
 
-    /// Effective kernel receive buffer (the kernel doubles what was asked for).
-    var receiveBufferSize: Int { Int(cnl_socket_rcvbuf(handle)) }
+    /// Effective kernel receive buffer (the kernel doubles what was asked for); -1 when unknown.
+    var receiveBufferSize: Int { Int((try? fileDescriptor.option(level: SOL_SOCKET, name: SO_RCVBUF, as: Int32.self)) ?? -1) }
 
     func close() {
         guard !isClosed else { return }
@@ -81,17 +95,22 @@ final class NetlinkSocket: @unchecked Sendable {
     }
 
     /// Reads one datagram without blocking; `body` sees the bytes before the next read.
+    /// recv(2) rather than libnl's nl_recv, so the hot path reuses one buffer instead of a malloc
+    /// per message; a datagram larger than the buffer is EMSGSIZE (MSG_TRUNC reports its size).
     func receive<T>(_ body: (UnsafeRawBufferPointer) -> T) throws -> (Receive, T?) {
-        let n = cnl_recv(handle, buffer.baseAddress, UInt(buffer.count))
-        return try interpret(n, body)
+        try interpret(Result { () throws(Errno) in
+            try fileDescriptor.receive(into: buffer, nonBlocking: true, reportingTruncation: true)
+        }, body)
     }
 
-    /// Makes reads blocking with a bound, for request/response exchanges (query sockets).
+    /// Makes reads blocking with a bound, for request/response exchanges (query sockets); the
+    /// timeout is set once, so each read needs no extra call.
     func useBlockingReads(timeoutMilliseconds: Int32) throws {
-        let rc = cnl_socket_set_blocking(handle, 1)
-        let timeout = cnl_socket_set_timeout(handle, timeoutMilliseconds)
-        if rc < 0 || timeout < 0 {
-            throw ReachabilityError(.netlink, "cannot configure rtnetlink query socket: \(String(cString: strerror(-min(rc, timeout))))")
+        do {
+            try fileDescriptor.setNonBlocking(false)
+            try fileDescriptor.setReceiveTimeout(milliseconds: Int(timeoutMilliseconds))
+        } catch {
+            throw ReachabilityError(.netlink, "cannot configure rtnetlink query socket: \(error)")
         }
         replyTimeoutMilliseconds = timeoutMilliseconds
     }
@@ -100,16 +119,22 @@ final class NetlinkSocket: @unchecked Sendable {
 
     /// Blocking read bounded by the timeout set with `useBlockingReads`.
     func receiveReply<T>(_ body: (UnsafeRawBufferPointer) -> T) throws -> (Receive, T?) {
-        let n = cnl_recv_blocking(handle, buffer.baseAddress, UInt(buffer.count))
-        if n == -Int(EAGAIN) || n == -Int(EWOULDBLOCK) { return (.empty, nil) }
-        return try interpret(n, body)
+        try interpret(Result { () throws(Errno) in try fileDescriptor.receive(into: buffer, reportingTruncation: true) }, body)
     }
 
-    private func interpret<T>(_ n: Int, _ body: (UnsafeRawBufferPointer) -> T) throws -> (Receive, T?) {
-        if n > 0 { return (.bytes(n), body(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))) }
-        if n == 0 { return (.empty, nil) }
-        if n == -Int(ENOBUFS) { return (.overflow, nil) }
-        throw ReachabilityError(.netlink, "rtnetlink receive failed: \(String(cString: strerror(Int32(-n))))")
+    private func interpret<T>(_ result: Result<Int, Errno>, _ body: (UnsafeRawBufferPointer) -> T) throws -> (Receive, T?) {
+        switch result {
+        case .success(let count) where count > buffer.count:
+            throw ReachabilityError(.netlink, "rtnetlink receive failed: \(Errno.messageTooLong)")
+        case .success(let count) where count > 0:
+            return (.bytes(count), body(UnsafeRawBufferPointer(rebasing: buffer[0..<count])))
+        case .success, .failure(.wouldBlock):
+            return (.empty, nil)
+        case .failure(.noBufferSpace):
+            return (.overflow, nil)
+        case .failure(let error):
+            throw ReachabilityError(.netlink, "rtnetlink receive failed: \(error)")
+        }
     }
 
     func send(_ message: [UInt8]) throws {
@@ -152,46 +177,25 @@ final class NetlinkSocket: @unchecked Sendable {
     }
 }
 
-extension NetlinkSocket {
-    /// An eventfd for waking a thread blocked in poll(2).
-    static func makeWakeDescriptor() throws -> Int32 {
-        let fd = cnl_wake_fd()
-        if fd < 0 { throw ReachabilityError(.netlink, "cannot create an eventfd: \(String(cString: strerror(-fd)))") }
-        return fd
-    }
-}
-
 /// Entering named network namespaces (`ip netns add NAME` creates /run/netns/NAME).
 enum NetworkNamespace {
     /// Runs `body` on a fresh thread that has joined namespace `name`; sockets and mounts created
     /// there keep that namespace after the thread ends. setns() only changes the calling thread,
     /// so a dedicated thread keeps the rest of the process where it was.
     static func run<T: Sendable>(in name: String, _ body: @escaping @Sendable () throws -> T) throws -> T {
-        guard !name.isEmpty, !name.contains("/"), name != ".", name != ".." else {
-            throw ReachabilityError(.namespaceNotFound, "invalid network namespace name '\(name)'")
-        }
-        let path = "/run/netns/\(name)"
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            let err = errno
-            if err == ENOENT {
-                throw ReachabilityError(.namespaceNotFound, "no network namespace named '\(name)' (see 'ip netns list')")
-            }
-            throw ReachabilityError(err == EACCES || err == EPERM ? .permissionDenied : .netlink,
-                                    "cannot open \(path): \(String(cString: strerror(err)))")
-        }
-        defer { Glibc.close(fd) }
+        let namespace = try openDescriptor(name)
+        defer { namespace.close() }
         let result = Mutex<Result<T, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         SystemThread.detach(name: "netns-enter") {
-            let rc = cnl_setns_net(fd)
-            if rc < 0 {
-                let message = rc == -EPERM
-                    ? "watching network namespace '\(name)' needs CAP_SYS_ADMIN (run as root)"
-                    : "cannot enter network namespace '\(name)': \(String(cString: strerror(-rc)))"
-                result.withLock { $0 = .failure(ReachabilityError(rc == -EPERM ? .permissionDenied : .netlink, message)) }
-            } else {
+            do throws(Errno) {
+                try namespace.enterNetworkNamespace()
                 result.withLock { $0 = Result { try body() } }
+            } catch {
+                let message = error == .operationNotPermitted
+                    ? "watching network namespace '\(name)' needs CAP_SYS_ADMIN (run as root)"
+                    : "cannot enter network namespace '\(name)': \(error)"
+                result.withLock { $0 = .failure(ReachabilityError(error == .operationNotPermitted ? .permissionDenied : .netlink, message)) }
             }
             done.signal()
         }
@@ -199,37 +203,39 @@ enum NetworkNamespace {
         return try result.withLock { $0! }.get()
     }
 
-    /// Opens /run/netns/NAME for a later `join(descriptor:)`.
-    static func openDescriptor(_ name: String) throws -> Int32 {
+    /// Opens /run/netns/NAME for a later `join(_:)`.
+    static func openDescriptor(_ name: String) throws -> FileDescriptor {
         guard !name.isEmpty, !name.contains("/"), name != ".", name != ".." else {
             throw ReachabilityError(.namespaceNotFound, "invalid network namespace name '\(name)'")
         }
-        let fd = open("/run/netns/\(name)", O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            let err = errno
-            throw ReachabilityError(err == ENOENT ? .namespaceNotFound : err == EACCES || err == EPERM ? .permissionDenied : .netlink,
-                                    "cannot open /run/netns/\(name): \(String(cString: strerror(err)))")
+        let path = "/run/netns/\(name)"
+        do {
+            return try FileDescriptor.openForReading(path)
+        } catch .noSuchFile {
+            throw ReachabilityError(.namespaceNotFound, "no network namespace named '\(name)' (see 'ip netns list')")
+        } catch {
+            throw ReachabilityError(error == .permissionDenied || error == .operationNotPermitted ? .permissionDenied : .netlink,
+                                    "cannot open \(path): \(error)")
         }
-        return fd
     }
 
     /// Moves the calling thread (only) into the namespace behind `descriptor`.
-    static func join(descriptor: Int32) throws {
-        let rc = cnl_setns_net(descriptor)
-        if rc < 0 {
-            throw ReachabilityError(rc == -EPERM ? .permissionDenied : .netlink,
-                                    "cannot enter the network namespace: \(String(cString: strerror(-rc)))")
+    static func join(_ descriptor: FileDescriptor) throws {
+        do {
+            try descriptor.enterNetworkNamespace()
+        } catch {
+            throw ReachabilityError(error == .operationNotPermitted ? .permissionDenied : .netlink,
+                                    "cannot enter the network namespace: \(error)")
         }
     }
 
-    /// A directory fd onto a sysfs that shows the current thread's network namespace, for
-    /// reading /sys/class/net facts of interfaces inside another namespace.
-    static func openPrivateSysfs() throws -> Int32 {
-        let fd = cnl_open_private_sysfs()
-        if fd < 0 {
-            throw ReachabilityError(.permissionDenied,
-                                    "cannot mount a sysfs view of the namespace: \(String(cString: strerror(-fd)))")
+    /// A directory descriptor onto a sysfs that shows the current thread's network namespace,
+    /// for reading /sys/class/net facts of interfaces inside another namespace.
+    static func openPrivateSysfs() throws -> FileDescriptor {
+        do {
+            return try FileDescriptor.openPrivateSysfs()
+        } catch {
+            throw ReachabilityError(.permissionDenied, "cannot mount a sysfs view of the namespace: \(error)")
         }
-        return fd
     }
 }

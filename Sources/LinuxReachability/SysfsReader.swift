@@ -1,23 +1,22 @@
-import Glibc
+import LinuxSystem
 
 /// Reads interface facts from a sysfs directory fd.
 ///
 /// The fd is `/sys` for the current namespace, or a private sysfs mount made inside another
 /// namespace (after setns, `/sys` still describes the namespace it was mounted in).
 final class SysfsReader: Sendable {
-    let rootDescriptor: Int32
+    let rootDescriptor: FileDescriptor
 
-    init(rootDescriptor: Int32) {
+    init(rootDescriptor: FileDescriptor) {
         self.rootDescriptor = rootDescriptor
     }
 
     /// The host's `/sys`.
     static func host() -> SysfsReader? {
-        let fd = open("/sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        return fd < 0 ? nil : SysfsReader(rootDescriptor: fd)
+        (try? FileDescriptor.openForReading("/sys", isDirectory: true)).map(SysfsReader.init)
     }
 
-    deinit { close(rootDescriptor) }
+    deinit { rootDescriptor.close() }
 
     /// Completes netlink facts with DEVTYPE, wireless presence and the driver.
     func facts(for link: LinkInfo) -> InterfaceFacts {
@@ -38,23 +37,21 @@ final class SysfsReader: Sendable {
     }
 
     private func exists(_ path: String) -> Bool {
-        faccessat(rootDescriptor, path, F_OK, 0) == 0
+        rootDescriptor.exists(at: path)
     }
 
+    /// The first 4 KiB of a sysfs attribute (they are one line or a few).
     private func readFile(_ path: String) -> String? {
-        let fd = openat(rootDescriptor, path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
+        guard let file = try? FileDescriptor.openForReading(path, relativeTo: rootDescriptor) else { return nil }
+        defer { file.close() }
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n], as: UTF8.self)
+        let count = buffer.withUnsafeMutableBytes { raw in (try? file.read(into: raw)) ?? 0 }
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[0..<count], as: UTF8.self)
     }
 
     private func readLink(_ path: String) -> String? {
-        var buffer = [CChar](repeating: 0, count: 4096)
-        let n = readlinkat(rootDescriptor, path, &buffer, buffer.count - 1)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let target = try? rootDescriptor.readLink(at: path), !target.isEmpty else { return nil }
+        return target
     }
 }

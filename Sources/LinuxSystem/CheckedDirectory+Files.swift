@@ -139,6 +139,20 @@ extension CheckedDirectory {
         }
     }
 
+    /// Makes `to` a second hard link to the file `from` in this directory (linkat(2), never
+    /// following a symbolic link `from`); an existing `to` is an `isAlreadyExisting` error.
+    package func link(_ from: String, to: String) throws(FileTrustError) {
+        try Self.checkName(from, in: path)
+        try Self.checkName(to, in: path)
+        do { try Syscall.linkat(descriptor.rawValue, from, descriptor.rawValue, to) }
+        catch { throw .system(child(to), "link \(from) to", error) }
+    }
+
+    /// Bytes an unprivileged writer may still use on this directory's file system (statvfs).
+    package func availableBytes() throws(FileTrustError) -> Int64 {
+        do { return try Syscall.availableBytes(descriptor.rawValue) } catch { throw .system(path, "statvfs", error) }
+    }
+
     /// Makes renames and removals in this directory durable.
     package func sync() throws(FileTrustError) {
         do { try descriptor.sync() } catch { throw .system(path, "fsync", error) }
@@ -149,28 +163,44 @@ extension CheckedDirectory {
         do { return try Syscall.directoryEntries(descriptor.rawValue) } catch { throw .system(path, "read directory", error) }
     }
 
-    /// Replaces `name` atomically and durably: `name.tmp` created with `O_EXCL`, written,
-    /// fsynced, renamed over `name`, and the directory fsynced. A crash leaves the old or the
-    /// new contents, never a torn file; a planted `name.tmp` is removed, never followed.
-    package func writeAtomically(_ bytes: [UInt8], to name: String, mode: UInt32 = 0o600) throws(FileTrustError) {
-        let temporary = name + ".tmp"
-        try remove(temporary)
+    /// The one atomic write: replaces (or, without `replacing`, creates) `name` durably. A
+    /// temporary file is created with `O_EXCL`, given exactly `mode` (whatever the umask),
+    /// written, fsynced, renamed over `name` (without `replacing`: `renameat2(RENAME_NOREPLACE)`,
+    /// and an existing `name` is an `isAlreadyExisting` error), and the directory is fsynced. A
+    /// crash leaves the old or the new contents, never a torn file.
+    ///
+    /// The temporary name is `name.tmp` unless given: a planted one is removed, never followed.
+    /// Writers that may race each other, or whose directory is read by others (a metrics
+    /// collector), pass a unique, hidden one.
+    package func writeAtomically(_ bytes: [UInt8], to name: String, mode: UInt32 = 0o600, replacing: Bool = true,
+                                 temporaryName: String? = nil) throws(FileTrustError) {
+        let temporary = temporaryName ?? name + ".tmp"
+        if temporaryName == nil { try remove(temporary) }
         let file = try openOwnedFile(temporary, creating: .exclusive, mode: mode).descriptor
         do throws(FileTrustError) {
             do throws(Errno) {
-                try bytes.withUnsafeBytes { raw in Result { () throws(Errno) in try file.writeAll(raw) } }.get()
+                // Closed exactly once, here: a second close could close a descriptor another
+                // thread has opened under the same number meanwhile.
+                defer { file.close() }
+                try file.setPermissions(mode)
+                try file.writeAll(bytes)
                 try file.sync()
             } catch {
                 throw .system(child(temporary), "write", error)
             }
-            file.close()
-            try rename(temporary, to: name, replacing: true)
+            try rename(temporary, to: name, replacing: replacing)
         } catch {
-            file.close()
             try? remove(temporary)
             throw error
         }
         try sync()
+    }
+
+    /// A temporary name for `writeAtomically` no other writer picks: hidden, unique, and short
+    /// enough for NAME_MAX (`.agent.prom.3f9c...tmp`).
+    package static func uniqueTemporaryName(for name: String) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return ".\(name.prefix(200)).\(String(UInt64.random(in: 0...UInt64.max, using: &generator), radix: 16)).tmp"
     }
 
     /// Reads `name` when it is a regular file of ours (or root's) of at most `limit` bytes.

@@ -46,12 +46,18 @@ package final class CheckedDirectory: Sendable {
 
     private static var effectiveUserID: UInt32 { Syscall.effectiveUserID }
 
+    /// One directory on the way, opened and checked.
+    private struct Step {
+        var descriptor: FileDescriptor
+        var status: FileStatus
+        var path: String
+    }
+
     /// Opens (and with `creating`, makes missing directories with `mode`) the absolute `path`,
     /// checking it for `policy`.
     package static func open(_ path: String, policy: Policy, creating: Bool = false,
                              mode: UInt32 = 0o700) throws(FileTrustError) -> CheckedDirectory {
         guard path.hasPrefix("/") else { throw .unsafe(path, "is not an absolute path") }
-        struct Step { var descriptor: FileDescriptor; var status: FileStatus; var path: String }
         var steps: [Step] = []
         defer { for step in steps { step.descriptor.close() } }
         do {
@@ -70,63 +76,89 @@ package final class CheckedDirectory: Sendable {
             }
             let parent = steps[steps.count - 1]
             let here = parent.path + "/" + name
-            var found: FileStatus
-            do {
-                found = FileStatus(try Syscall.fstatat(parent.descriptor.rawValue, name, followingSymlinks: false))
-            } catch where error == .noSuchFile && creating {
-                do {
-                    try Syscall.mkdirat(parent.descriptor.rawValue, name, mode_t(mode))
-                } catch where error == .exists {
-                    // Made by someone else meanwhile: it is checked like any existing one.
-                } catch {
-                    throw .system(here, "mkdir", error)
-                }
-                do { found = FileStatus(try Syscall.fstatat(parent.descriptor.rawValue, name, followingSymlinks: false)) }
-                catch { throw .system(here, "stat", error) }
-            } catch {
-                throw .system(here, "stat", error)
-            }
+            let found = try statusCreatingIfAsked(name, in: parent, at: here, creating: creating, mode: mode)
             if found.kind == .symbolicLink {
-                try checkLink(found, at: here, in: parent.status)
                 linksFollowed += 1
                 guard linksFollowed <= 40 else { throw .system(here, "resolve", .tooManySymbolicLinks) }
-                let target: String
-                let again: FileStatus
-                do {
-                    target = try Syscall.readlinkat(parent.descriptor.rawValue, name)
-                    again = FileStatus(try Syscall.fstatat(parent.descriptor.rawValue, name, followingSymlinks: false))
-                } catch {
-                    throw .system(here, "readlink", error)
-                }
-                // The link read must be the link checked (not one swapped in since).
-                guard again.isSameFile(as: found) else { throw .unsafe(here, "changed while it was being checked") }
+                let target = try trustedLinkTarget(name, in: parent, at: here, checked: found)
                 if target.hasPrefix("/") {
                     while steps.count > 1 { steps.removeLast().descriptor.close() }
                 }
                 pending.append(contentsOf: components(of: target).reversed())
                 continue
             }
-            guard found.kind == .directory else {
-                throw .unsafe(here, "is \(found.kindDescription), not a directory")
-            }
-            let opened: FileDescriptor
-            do {
-                opened = FileDescriptor(rawValue: try Syscall.openat(parent.descriptor.rawValue, name,
-                                                                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0))
-            } catch where error == .tooManySymbolicLinks || error == .notDirectory {
-                throw .unsafe(here, "changed while it was being opened (replaced by a symbolic link or file)")
-            } catch {
-                throw .system(here, "open", error)
-            }
-            let status: FileStatus
-            do { status = try opened.status() } catch { opened.close(); throw .system(here, "stat", error) }
-            guard status.isSameFile(as: found) else {
-                opened.close()
-                throw .unsafe(here, "changed while it was being opened")
-            }
-            steps.append(Step(descriptor: opened, status: status, path: here))
+            steps.append(try openDirectory(name, in: parent, at: here, checked: found))
         }
         let final = steps.removeLast()
+        return try checked(final, below: steps, policy: policy)
+    }
+
+    /// The status of `name` (a link itself, not its target); with `creating`, a missing one is
+    /// made first (one made by someone else meanwhile is checked like any existing one).
+    private static func statusCreatingIfAsked(_ name: String, in parent: Step, at here: String, creating: Bool,
+                                              mode: UInt32) throws(FileTrustError) -> FileStatus {
+        do {
+            return FileStatus(try Syscall.fstatat(parent.descriptor.rawValue, name, followingSymlinks: false))
+        } catch where error == .noSuchFile && creating {
+            do {
+                try Syscall.mkdirat(parent.descriptor.rawValue, name, mode_t(mode))
+            } catch where error == .exists {
+                // Made by someone else meanwhile: it is checked like any existing one.
+            } catch {
+                throw .system(here, "mkdir", error)
+            }
+            do { return FileStatus(try Syscall.fstatat(parent.descriptor.rawValue, name, followingSymlinks: false)) }
+            catch { throw .system(here, "stat", error) }
+        } catch {
+            throw .system(here, "stat", error)
+        }
+    }
+
+    /// The target of the link `name` once it is trusted (`checkLink`), read from the very link
+    /// that was checked, not one swapped in since.
+    private static func trustedLinkTarget(_ name: String, in parent: Step, at here: String,
+                                          checked found: FileStatus) throws(FileTrustError) -> String {
+        try checkLink(found, at: here, in: parent.status)
+        let target: String
+        let again: FileStatus
+        do {
+            target = try Syscall.readlinkat(parent.descriptor.rawValue, name)
+            again = FileStatus(try Syscall.fstatat(parent.descriptor.rawValue, name, followingSymlinks: false))
+        } catch {
+            throw .system(here, "readlink", error)
+        }
+        guard again.isSameFile(as: found) else { throw .unsafe(here, "changed while it was being checked") }
+        return target
+    }
+
+    /// Opens the directory `name` without following a link, and keeps it only when it is the
+    /// directory that was checked.
+    private static func openDirectory(_ name: String, in parent: Step, at here: String,
+                                      checked found: FileStatus) throws(FileTrustError) -> Step {
+        guard found.kind == .directory else {
+            throw .unsafe(here, "is \(found.kindDescription), not a directory")
+        }
+        let opened: FileDescriptor
+        do {
+            opened = FileDescriptor(rawValue: try Syscall.openat(parent.descriptor.rawValue, name,
+                                                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0))
+        } catch where error == .tooManySymbolicLinks || error == .notDirectory {
+            throw .unsafe(here, "changed while it was being opened (replaced by a symbolic link or file)")
+        } catch {
+            throw .system(here, "open", error)
+        }
+        let status: FileStatus
+        do { status = try opened.status() } catch { opened.close(); throw .system(here, "stat", error) }
+        guard status.isSameFile(as: found) else {
+            opened.close()
+            throw .unsafe(here, "changed while it was being opened")
+        }
+        return Step(descriptor: opened, status: status, path: here)
+    }
+
+    /// The last directory, checked against `policy` with the ones above it; a private one of
+    /// ours is tightened to 0700. Takes `final`'s descriptor (closed on failure).
+    private static func checked(_ final: Step, below steps: [Step], policy: Policy) throws(FileTrustError) -> CheckedDirectory {
         let finalPath = final.path.isEmpty ? "/" : final.path
         do throws(FileTrustError) {
             if policy == .privateState {

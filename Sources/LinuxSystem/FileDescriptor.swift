@@ -115,12 +115,20 @@ package struct FileDescriptor: Sendable, Hashable {
         return total
     }
 
-    /// Writes all of `bytes` at `offset`; on failure, the bytes written before it and the error.
-    package func writeAll(_ bytes: UnsafeRawBufferPointer, at offset: Int64) -> (written: Int, error: Errno?) {
+    /// The standard streams, for writes that must not go through stdio's buffers.
+    package static let standardOutput = FileDescriptor(rawValue: 1)
+    package static let standardError = FileDescriptor(rawValue: 2)
+
+    /// The one write-everything loop: hands `writeSome` what is left until every byte is out (a
+    /// short write is followed by another; EINTR is retried below it, in `valueOrErrno`). A
+    /// write of nothing is EIO. Returns the count written before any error, and the error.
+    package static func writeAll(_ bytes: UnsafeRawBufferPointer,
+                                 _ writeSome: (_ rest: UnsafeRawBufferPointer, _ offset: Int) throws(Errno) -> Int)
+        -> (written: Int, error: Errno?) {
         var written = 0
         while written < bytes.count {
             do {
-                let count = try Syscall.pwrite(rawValue, UnsafeRawBufferPointer(rebasing: bytes[written...]), offset + Int64(written))
+                let count = try writeSome(UnsafeRawBufferPointer(rebasing: bytes[written...]), written)
                 if count == 0 { return (written, .ioError) }
                 written += count
             } catch {
@@ -130,14 +138,19 @@ package struct FileDescriptor: Sendable, Hashable {
         return (written, nil)
     }
 
+    /// Writes all of `bytes` at `offset`; on failure, the bytes written before it and the error.
+    package func writeAll(_ bytes: UnsafeRawBufferPointer, at offset: Int64) -> (written: Int, error: Errno?) {
+        Self.writeAll(bytes) { rest, done throws(Errno) in try Syscall.pwrite(rawValue, rest, offset + Int64(done)) }
+    }
+
     /// Writes all of `bytes` at the current position.
     package func writeAll(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
-        var written = 0
-        while written < bytes.count {
-            let count = try Syscall.write(rawValue, UnsafeRawBufferPointer(rebasing: bytes[written...]))
-            if count == 0 { throw .ioError }
-            written += count
-        }
+        if let error = Self.writeAll(bytes, { rest, _ throws(Errno) in try Syscall.write(rawValue, rest) }).error { throw error }
+    }
+
+    /// Writes all of `bytes` at the current position.
+    package func writeAll(_ bytes: [UInt8]) throws(Errno) {
+        try bytes.withUnsafeBytes { raw in Result { () throws(Errno) in try writeAll(raw) } }.get()
     }
 
     /// Takes an exclusive `flock` without waiting; false when another open file description holds it.

@@ -1,6 +1,8 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import ReachabilityAgent
+import LinuxSystem
 
 /// The `reachability` command-line tool: parses arguments, runs a subcommand, returns the exit status.
 public enum ReachabilityCommandLine {
@@ -17,9 +19,9 @@ public enum ReachabilityCommandLine {
         InterruptSignals.unblockOnCurrentThread()
         let arguments = Array(CommandLine.arguments.dropFirst())
         Task.detached {
-            exit(await run(arguments: arguments, context: .live()))
+            CurrentProcess.exit(await run(arguments: arguments, context: .live()))
         }
-        while true { pause() }
+        CurrentProcess.parkForever()
     }
 
     /// Dispatches to a subcommand; every error is reported here, in one place, with its exit status.
@@ -169,6 +171,11 @@ public enum ReachabilityCommandLine {
         switch error {
         case let failure as CommandFailure:
             (message, code) = (failure.message, failure.exitCode)
+        case let failure as AgentFailure:
+            (message, code) = (failure.message, ExitCode(failure.kind))
+        case let failure as AgentClientError:
+            (message, code) = (failure.message, failure == .permissionDenied ? .noPermission
+                                                : failure == .noStateDirectory ? .configuration : .failure)
         case let failure as ReachabilityError:
             let status: ExitCode = switch failure {
             case .permissionDenied: .noPermission

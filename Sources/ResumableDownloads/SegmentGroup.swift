@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// One attempt that may fetch its file over several connections and paths: the owner (a
 /// download's driver) sees one transfer, as before; inside, a `SegmentPlanner` decides which

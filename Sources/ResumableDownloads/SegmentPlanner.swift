@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// Which byte ranges one download attempt fetches over which connections and paths, as a pure
 /// state machine: fed what the connections did (a response accepted, bytes stored, a range

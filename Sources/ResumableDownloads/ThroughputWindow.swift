@@ -1,3 +1,5 @@
+import ReachabilityBase
+
 /// Bytes delivered over a sliding window, for decisions that compare rates measured at different
 /// times (did a connection added a moment ago make the download faster?). Pure: time comes in.
 ///

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// The engine's side of segment groups (`SegmentGroup`): starting members for the planner's
 /// requests, mapping their endings, and finishing the group as one attempt. Engine thread only;

@@ -159,119 +159,138 @@ struct DownloadTaskStateMachine: Sendable {
 
     mutating func handle(_ input: Input) -> [Action] {
         switch input {
-        case .resume:
-            switch phase {
-            case .idle: phase = .running; return [.start]
-            case .suspended: phase = .running; return [.resumeTransfer]
-            default: return []
-            }
-
-        case .suspend:
-            guard phase == .running else { return [] }
-            phase = .suspended
-            return [.pauseTransfer]
-
-        case .cancel:
-            switch phase {
-            case .idle:
-                return finish(.init(failure: .cancelled, resumeData: nil), keepFiles: false)
-            case .running, .suspended:
-                phase = .canceling
-                return [.cancelTransfer]
-            default:
-                return []
-            }
-
-        case .cancelByProducingResumeData:
-            pendingResumeDataRequests += 1
-            switch phase {
-            case .idle:
-                // Never started: the data it was made from is still good.
-                let data = options.originalResumeData
-                return finish(.init(failure: .cancelled, resumeData: data), keepFiles: data != nil)
-            case .running, .suspended:
-                phase = .stopping(.cancelledByProducingResumeData)
-                return [.stopTransfer]
-            case .stopping:
-                return []   // answered when the stop completes
-            case .canceling, .deliveringFile, .completed:
-                return answer(nil)
-            }
-
-        case .startFailed(let failure):
-            // Nothing was started, so nothing of this task's is on disk: files under the id
-            // (if any) belong to the resume data, which stays usable or is someone else's.
-            switch phase {
-            case .running, .suspended, .stopping(.failure):
-                return finish(.init(failure: failure, resumeData: nil), keepFiles: true)
-            case .canceling, .stopping(.cancelledByProducingResumeData):
-                return finish(.init(failure: .cancelled, resumeData: nil), keepFiles: true)
-            case .idle, .deliveringFile, .completed:
-                return []
-            }
-
-        case .waitingForConnectivity(let reason):
-            guard phase == .running else { return [] }
-            if options.waitsForConnectivity {
-                guard !hasAnnouncedWaiting else { return [] }
-                hasAnnouncedWaiting = true
-                return [.notifyWaitingForConnectivity]
-            }
-            if hasAttemptStarted {
-                // The path went away under a transfer: Apple's -1005.
-                return stop(.failure(Failure(code: .networkConnectionLost, description: "the network connection was lost")))
-            }
-            // No path before the first attempt: -1009, after a short grace. An app that resumes
-            // the moment its Reachability says "reachable" can be a few milliseconds ahead of
-            // the engine's own view of the same change.
-            unavailableReason = reason
-            guard !isGraceRunning else { return [] }
-            isGraceRunning = true
-            return [.startConnectivityGrace]
-
-        case .connectivityGraceExpired:
-            isGraceRunning = false
-            guard phase == .running, !hasAttemptStarted, !options.waitsForConnectivity else { return [] }
-            let reason = unavailableReason
-            return stop(.failure(Failure(code: .notConnectedToInternet,
-                                         description: reason == nil ? "not connected to the network"
-                                             : "no network path this configuration may use (\(reason == .cellular ? "cellular" : "expensive") access is not allowed)",
-                                         networkUnavailableReason: reason)))
-
-        case .event(let event):
-            return handle(event)
-
-        case .progress(let bytes, let total):
-            if let total { expectedBytes = total }
-            switch phase {
-            case .running, .suspended, .stopping: break
-            default: return []
-            }
-            guard anchor != nil, bytes > bytesWritten else { return [] }
-            return write(upTo: bytes)
-
-        case .stopped(let outcome):
-            guard case .stopping(let reason) = phase else { return [] }
-            switch outcome {
-            case .paused(let data):
-                switch reason {
-                case .failure(let failure):
-                    return finish(.init(failure: failure, resumeData: data), keepFiles: data != nil)
-                case .cancelledByProducingResumeData:
-                    return finish(.init(failure: .cancelled, resumeData: data), keepFiles: data != nil)
-                }
-            case .finished(let url):
-                return answer(nil) + deliver(url)
-            case .failed(let error):
-                let failure = reason == .cancelledByProducingResumeData ? Failure.cancelled : Failure(error)
-                return finish(.init(failure: failure, resumeData: nil), keepFiles: false)
-            }
-
-        case .fileDelivered:
-            guard phase == .deliveringFile else { return [] }
-            phase = .completed
-            return [.complete(nil), .release(keepFiles: false)]
+        case .resume: resumed()
+        case .suspend: suspended()
+        case .cancel: cancelled()
+        case .cancelByProducingResumeData: resumeDataRequested()
+        case .startFailed(let failure): startFailed(failure)
+        case .waitingForConnectivity(let reason): waitingForConnectivity(reason)
+        case .connectivityGraceExpired: connectivityGraceExpired()
+        case .event(let event): handle(event)
+        case .progress(let bytes, let total): progressed(to: bytes, of: total)
+        case .stopped(let outcome): stopped(outcome)
+        case .fileDelivered: fileDelivered()
         }
+    }
+
+    private mutating func resumed() -> [Action] {
+        switch phase {
+        case .idle: phase = .running; return [.start]
+        case .suspended: phase = .running; return [.resumeTransfer]
+        default: return []
+        }
+    }
+
+    private mutating func suspended() -> [Action] {
+        guard phase == .running else { return [] }
+        phase = .suspended
+        return [.pauseTransfer]
+    }
+
+    private mutating func cancelled() -> [Action] {
+        switch phase {
+        case .idle:
+            return finish(.init(failure: .cancelled, resumeData: nil), keepFiles: false)
+        case .running, .suspended:
+            phase = .canceling
+            return [.cancelTransfer]
+        default:
+            return []
+        }
+    }
+
+    private mutating func resumeDataRequested() -> [Action] {
+        pendingResumeDataRequests += 1
+        switch phase {
+        case .idle:
+            // Never started: the data it was made from is still good.
+            let data = options.originalResumeData
+            return finish(.init(failure: .cancelled, resumeData: data), keepFiles: data != nil)
+        case .running, .suspended:
+            phase = .stopping(.cancelledByProducingResumeData)
+            return [.stopTransfer]
+        case .stopping:
+            return []   // answered when the stop completes
+        case .canceling, .deliveringFile, .completed:
+            return answer(nil)
+        }
+    }
+
+    /// Nothing was started, so nothing of this task's is on disk: files under the id (if any)
+    /// belong to the resume data, which stays usable or is someone else's.
+    private mutating func startFailed(_ failure: Failure) -> [Action] {
+        switch phase {
+        case .running, .suspended, .stopping(.failure):
+            return finish(.init(failure: failure, resumeData: nil), keepFiles: true)
+        case .canceling, .stopping(.cancelledByProducingResumeData):
+            return finish(.init(failure: .cancelled, resumeData: nil), keepFiles: true)
+        case .idle, .deliveringFile, .completed:
+            return []
+        }
+    }
+
+    private mutating func waitingForConnectivity(_ reason: URLError.NetworkUnavailableReason?) -> [Action] {
+        guard phase == .running else { return [] }
+        if options.waitsForConnectivity {
+            guard !hasAnnouncedWaiting else { return [] }
+            hasAnnouncedWaiting = true
+            return [.notifyWaitingForConnectivity]
+        }
+        if hasAttemptStarted {
+            // The path went away under a transfer: Apple's -1005.
+            return stop(.failure(Failure(code: .networkConnectionLost, description: "the network connection was lost")))
+        }
+        // No path before the first attempt: -1009, after a short grace. An app that resumes
+        // the moment its Reachability says "reachable" can be a few milliseconds ahead of
+        // the engine's own view of the same change.
+        unavailableReason = reason
+        guard !isGraceRunning else { return [] }
+        isGraceRunning = true
+        return [.startConnectivityGrace]
+    }
+
+    private mutating func connectivityGraceExpired() -> [Action] {
+        isGraceRunning = false
+        guard phase == .running, !hasAttemptStarted, !options.waitsForConnectivity else { return [] }
+        let reason = unavailableReason
+        return stop(.failure(Failure(code: .notConnectedToInternet,
+                                     description: reason == nil ? "not connected to the network"
+                                         : "no network path this configuration may use (\(reason == .cellular ? "cellular" : "expensive") access is not allowed)",
+                                     networkUnavailableReason: reason)))
+    }
+
+    private mutating func progressed(to bytes: Int64, of total: Int64?) -> [Action] {
+        if let total { expectedBytes = total }
+        switch phase {
+        case .running, .suspended, .stopping: break
+        default: return []
+        }
+        guard anchor != nil, bytes > bytesWritten else { return [] }
+        return write(upTo: bytes)
+    }
+
+    private mutating func stopped(_ outcome: StopOutcome) -> [Action] {
+        guard case .stopping(let reason) = phase else { return [] }
+        switch outcome {
+        case .paused(let data):
+            switch reason {
+            case .failure(let failure):
+                return finish(.init(failure: failure, resumeData: data), keepFiles: data != nil)
+            case .cancelledByProducingResumeData:
+                return finish(.init(failure: .cancelled, resumeData: data), keepFiles: data != nil)
+            }
+        case .finished(let url):
+            return answer(nil) + deliver(url)
+        case .failed(let error):
+            let failure = reason == .cancelledByProducingResumeData ? Failure.cancelled : Failure(error)
+            return finish(.init(failure: failure, resumeData: nil), keepFiles: false)
+        }
+    }
+
+    private mutating func fileDelivered() -> [Action] {
+        guard phase == .deliveringFile else { return [] }
+        phase = .completed
+        return [.complete(nil), .release(keepFiles: false)]
     }
 
     private mutating func handle(_ event: DownloadEvent) -> [Action] {

@@ -1,4 +1,5 @@
 import Foundation
+import FoundationNetworking
 import LinuxReachability
 import ResumableDownloads
 import Synchronization
@@ -19,28 +20,52 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         case completed = 3
     }
 
-    /// The request a task was made for: on Linux only its URL (so `originalRequest?.url` ports).
-    public struct Request: Sendable, Hashable {
-        /// The URL downloaded.
-        public let url: URL?
-    }
+    /// The request type (`URLRequest`); kept so code naming it still compiles.
+    @available(*, deprecated, renamed: "URLRequest")
+    public typealias Request = URLRequest
 
-    /// Unique within its session.
+    /// `URLSessionTask.defaultPriority` and friends.
+    public static let defaultPriority: Float = 0.5
+    /// The lowest priority.
+    public static let lowPriority: Float = 0
+    /// The highest priority.
+    public static let highPriority: Float = 1
+
+    /// Unique within its session; in a background session, the same in every process that
+    /// attaches it.
     public let taskIdentifier: Int
-    /// What the task was created for (for a task from resume data, the URL recorded in it; nil
-    /// when the data could not be read).
-    public let originalRequest: Request?
+    /// What the task was created for (for a task from resume data, a GET of the URL recorded in
+    /// it; nil when the data could not be read).
+    public let originalRequest: URLRequest?
     /// The same as `originalRequest` (redirects are followed inside the engine).
-    public var currentRequest: Request? { originalRequest }
+    public var currentRequest: URLRequest? { originalRequest }
     /// Progress in bytes: `completedUnitCount` is `countOfBytesReceived`, `totalUnitCount` the
     /// expected length (-1 while unknown).
     public let progress: Progress
 
     let session: ResumableURLSession
+    /// `downloadTask(with:completionHandler:)`: called instead of the delegate (the file is
+    /// valid during the call), once.
+    let completionHandler: (@Sendable (URL?, URLResponse?, (any Error)?) -> Void)?
+    /// A background session's task: its state is the agent's, mirrored here.
+    let remote: BackgroundTask?
 
     enum Source: Sendable {
-        case url(URL)
+        case request(URLRequest)
         case resumeData(Result<ResumeData, ResumeDataError>, original: Data)
+
+        /// Resume data that was refused: such a task fails here, in any session.
+        var isUnreadableResumeData: Bool {
+            if case .resumeData(.failure, _) = self { true } else { false }
+        }
+    }
+
+    /// What every task can be told before (and while) it runs.
+    struct Hints: Sendable {
+        var taskDescription: String?
+        var earliestBeginDate: Date?
+        var countOfBytesClientExpectsToReceive: Int64 = -1
+        var priority: Float = ResumableDownloadTask.defaultPriority
     }
 
     private enum Command: Sendable {
@@ -55,25 +80,30 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         var lock: DownloadLock?
         var resumeDataCallbacks: [@Sendable (Data?) -> Void] = []
         var error: URLError?
-        var taskDescription: String?
     }
 
-    private let source: Source
+    let source: Source
     private let core: Mutex<Core>
+    let hints: Mutex<Hints>
     private let commands: AsyncStream<Command>.Continuation
 
-    init(session: ResumableURLSession, identifier: Int, source: Source) {
+    init(session: ResumableURLSession, identifier: Int, source: Source,
+         completionHandler: (@Sendable (URL?, URLResponse?, (any Error)?) -> Void)? = nil, remote: BackgroundTask? = nil,
+         hints: Hints = Hints()) {
         self.session = session
         taskIdentifier = identifier
         self.source = source
-        var machine = DownloadTaskStateMachine(options: .init(waitsForConnectivity: session.configuration.waitsForConnectivity))
+        self.completionHandler = completionHandler
+        self.remote = remote
+        self.hints = Mutex(hints)
+        let waits = session.configuration.effectiveWaitsForConnectivity
+        var machine = DownloadTaskStateMachine(options: .init(waitsForConnectivity: waits))
         switch source {
-        case .url(let url):
-            originalRequest = Request(url: url)
+        case .request(let request):
+            originalRequest = request
         case .resumeData(.success(let data), let original):
-            originalRequest = Request(url: data.url)
-            machine = DownloadTaskStateMachine(options: .init(waitsForConnectivity: session.configuration.waitsForConnectivity,
-                                                              originalResumeData: original),
+            originalRequest = URLRequest(url: data.url)
+            machine = DownloadTaskStateMachine(options: .init(waitsForConnectivity: waits, originalResumeData: original),
                                                storedBytes: data.offset, expectedBytes: data.expectedLength)
         case .resumeData(.failure, _):
             originalRequest = nil
@@ -83,6 +113,10 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         core = Mutex(Core(machine: machine))
         let (stream, continuation) = AsyncStream.makeStream(of: Command.self)
         commands = continuation
+        guard remote == nil else {
+            continuation.finish()   // a background task's engine is the agent's
+            return
+        }
         // One executor per task applies the engine commands in order (a suspend then a resume
         // must reach the engine in that order); it ends with the task.
         Task { [weak self] in
@@ -97,7 +131,8 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
 
     /// running, suspended, canceling or completed.
     public var state: State {
-        switch core.withLock({ $0.machine.publicState }) {
+        if let remote { return remote.publicState }
+        return switch core.withLock({ $0.machine.publicState }) {
         case .running: .running
         case .suspended: .suspended
         case .canceling: .canceling
@@ -106,37 +141,80 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
     }
 
     /// Bytes of the file received so far, resumed bytes included.
-    public var countOfBytesReceived: Int64 { core.withLock { $0.machine.bytesWritten } }
+    public var countOfBytesReceived: Int64 { remote?.bytesReceived ?? core.withLock { $0.machine.bytesWritten } }
     /// The file's length, or -1 (`NSURLSessionTransferSizeUnknown`) while unknown.
-    public var countOfBytesExpectedToReceive: Int64 { core.withLock { $0.machine.expectedBytes ?? -1 } }
+    public var countOfBytesExpectedToReceive: Int64 { remote?.expectedBytes ?? core.withLock { $0.machine.expectedBytes ?? -1 } }
     /// Always 0: download tasks send no body.
     public var countOfBytesSent: Int64 { 0 }
     /// Always 0: download tasks send no body.
     public var countOfBytesExpectedToSend: Int64 { 0 }
     /// The error the task completed with, once it has (what `didCompleteWithError` got).
-    public var error: (any Error)? { core.withLock { $0.error } }
+    public var error: (any Error)? { remote.map { $0.error } ?? core.withLock { $0.error } }
 
-    /// A label of your choosing.
+    /// A label of your choosing; a background session's tasks keep it in the agent, so a later
+    /// process finds it on the task it gets back.
     public var taskDescription: String? {
-        get { core.withLock { $0.taskDescription } }
-        set { core.withLock { $0.taskDescription = newValue } }
+        get { hints.withLock { $0.taskDescription } }
+        set { changeHints { $0.taskDescription = newValue } }
+    }
+
+    /// Background sessions: the task does not start before this date (it waits in the agent,
+    /// `queue list` saying until when). Ignored by other sessions, as on Apple platforms.
+    public var earliestBeginDate: Date? {
+        get { hints.withLock { $0.earliestBeginDate } }
+        set { changeHints { $0.earliestBeginDate = newValue } }
+    }
+
+    /// Background sessions: how many bytes the task expects (-1, unknown, by default). The agent
+    /// starts it only when that many bytes (less what it has) fit the free disk space beside
+    /// what other running tasks still expect; otherwise it waits with that reason, checked
+    /// every 30 s, instead of filling the disk.
+    public var countOfBytesClientExpectsToReceive: Int64 {
+        get { hints.withLock { $0.countOfBytesClientExpectsToReceive } }
+        set { changeHints { $0.countOfBytesClientExpectsToReceive = max(-1, newValue) } }
+    }
+
+    /// 0...1 (`defaultPriority` 0.5): where the task waits for a transfer slot, higher first.
+    public var priority: Float {
+        get { hints.withLock { $0.priority } }
+        set { changeHints { $0.priority = newValue.isNaN ? Self.defaultPriority : min(1, max(0, newValue)) } }
+    }
+
+    private func changeHints(_ body: (inout Hints) -> Void) {
+        let changed = hints.withLock { hints -> Hints in
+            body(&hints)
+            return hints
+        }
+        remote?.hintsChanged(changed)
     }
 
     /// Starts the task, or continues it after `suspend()`.
-    public func resume() { handle(.resume) }
+    public func resume() {
+        if let remote { return remote.resume() }
+        handle(.resume)
+    }
 
     /// Pauses the transfer, keeping what arrived; `resume()` continues it.
-    public func suspend() { handle(.suspend) }
+    public func suspend() {
+        if let remote { return remote.suspend() }
+        handle(.suspend)
+    }
 
     /// Stops the task for good and deletes what arrived; the delegate hears
-    /// `didCompleteWithError` with `URLError.cancelled`.
-    public func cancel() { handle(.cancel) }
+    /// `didCompleteWithError` with `URLError.cancelled`. For a background task, the one way (with
+    /// `invalidateAndCancel()` and `reachability queue cancel`) to stop it: a process that exits
+    /// leaves it running.
+    public func cancel() {
+        if let remote { return remote.cancel(producingResumeData: nil) }
+        handle(.cancel)
+    }
 
     /// Stops the task and hands `completionHandler` resume data (nil when the download cannot be
     /// continued: no bytes yet, or no ETag/Last-Modified from the server). The handler runs on
     /// the delegate queue, before `didCompleteWithError` (whose `URLError.cancelled` carries the
     /// same data).
     public func cancel(byProducingResumeData completionHandler: @escaping @Sendable (Data?) -> Void) {
+        if let remote { return remote.cancel(producingResumeData: completionHandler) }
         handle(.cancelByProducingResumeData, resumeDataCallback: completionHandler)
     }
 
@@ -187,24 +265,16 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
                 self?.handle(.connectivityGraceExpired)
             }
         case .notifyWaitingForConnectivity:
-            session.deliver { $0.urlSession(session, taskIsWaitingForConnectivity: self) }
+            notifyWaitingForConnectivity()
         case .notifyResumed(let offset, let expected):
-            progress.totalUnitCount = expected
-            progress.completedUnitCount = offset
-            session.deliver { $0.urlSession(session, downloadTask: self, didResumeAtOffset: offset, expectedTotalBytes: expected) }
+            notifyResumed(at: offset, expected: expected)
         case .notifyWrote(let bytes, let total, let expected):
-            progress.totalUnitCount = expected
-            progress.completedUnitCount = total
-            session.deliver {
-                $0.urlSession(session, downloadTask: self, didWriteData: bytes, totalBytesWritten: total,
-                              totalBytesExpectedToWrite: expected)
-            }
+            notifyWrote(bytes, total: total, expected: expected)
         case .deliverFile(let location):
             let id = core.downloadID
+            let expected = core.machine.expectedBytes
             session.enqueue { [self] in
-                if let delegate = session.delegate {
-                    delegate.urlSession(session, downloadTask: self, didFinishDownloadingTo: location)
-                }
+                deliverFile(at: location, expectedLength: expected)
                 // As on Apple platforms, the file is gone once the delegate returns.
                 if let id { session.directory?.removeFinishedFile(of: id) }
                 handle(.fileDelivered)
@@ -216,8 +286,61 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         case .complete(let completion):
             let error = completion.map(urlError)
             core.error = error
-            session.deliver { $0.urlSession(session, task: self, didCompleteWithError: error) }
+            session.enqueue { [self] in complete(with: error) }
         }
+    }
+
+    // MARK: telling the delegate (or the completion handler)
+
+    func notifyWaitingForConnectivity() {
+        guard completionHandler == nil else { return }
+        session.deliver { [self] in $0.urlSession(session, taskIsWaitingForConnectivity: self) }
+    }
+
+    func notifyResumed(at offset: Int64, expected: Int64) {
+        progress.totalUnitCount = expected
+        progress.completedUnitCount = offset
+        guard completionHandler == nil else { return }
+        session.deliver { [self] in $0.urlSession(session, downloadTask: self, didResumeAtOffset: offset, expectedTotalBytes: expected) }
+    }
+
+    func notifyWrote(_ bytes: Int64, total: Int64, expected: Int64) {
+        progress.totalUnitCount = expected
+        progress.completedUnitCount = total
+        guard completionHandler == nil else { return }
+        session.deliver { [self] in
+            $0.urlSession(session, downloadTask: self, didWriteData: bytes, totalBytesWritten: total, totalBytesExpectedToWrite: expected)
+        }
+    }
+
+    /// On the delegate queue: the file to the completion handler or the delegate.
+    func deliverFile(at location: URL, expectedLength: Int64?) {
+        if let completionHandler {
+            completionHandler(location, response(for: location, expectedLength: expectedLength), nil)
+        } else if let delegate = session.delegate {
+            delegate.urlSession(session, downloadTask: self, didFinishDownloadingTo: location)
+        }
+    }
+
+    /// On the delegate queue: the end (nil: success, after the file was delivered).
+    func complete(with error: URLError?) {
+        if let completionHandler {
+            if let error { completionHandler(nil, nil, error) }
+        } else if let delegate = session.delegate {
+            delegate.urlSession(session, task: self, didCompleteWithError: error)
+        }
+    }
+
+    /// What the completion handler and the async forms return with the file: a 200 for the URL
+    /// asked for, with the length. (The engine follows redirects and validators internally; the
+    /// headers of the last response are not kept.)
+    func response(for location: URL, expectedLength: Int64?) -> URLResponse {
+        let url = originalRequest?.url ?? location
+        let length = ((try? FileManager.default.attributesOfItem(atPath: location.path)[.size]) as? NSNumber)?.int64Value
+            ?? expectedLength ?? -1
+        return HTTPURLResponse(url: url, statusCode: 200, httpVersion: "HTTP/1.1",
+                               headerFields: length >= 0 ? ["Content-Length": "\(length)"] : [:])
+            ?? URLResponse(url: url, mimeType: nil, expectedContentLength: Int(length), textEncodingName: nil)
     }
 
     private func urlError(_ completion: DownloadTaskStateMachine.Completion) -> URLError {
@@ -264,6 +387,9 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         if session.isInvalidating {
             return handle(.startFailed(.init(code: .cancelled, description: "the session was invalidated")))
         }
+        if case .resumeData(.failure(let error), _) = source {
+            return handle(.startFailed(.init(code: .cannotWriteToFile, description: error.description, underlying: .resumeData(error))))
+        }
         let (directory, agent): (SessionDirectory, DownloadAgent)
         switch session.engine {
         case .success(let engine): (directory, agent) = (engine.directory, engine.agent)
@@ -272,9 +398,14 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         let url: URL
         let id: UUID
         var resumeState: ResumeState?
+        var requestHeaders: [String] = []
+        var requestTimeout: Duration?
         switch source {
-        case .url(let requested):
-            url = requested
+        case .request(let request):
+            switch Self.check(request) {
+            case .failure(let failure): return handle(.startFailed(failure))
+            case .success(let checked): (url, requestHeaders, requestTimeout) = (checked.url, checked.headers, checked.timeout)
+            }
             id = UUID()
             // A fresh state under our id, so the engine's files carry the id we lock.
             resumeState = ResumeState(id: id, url: url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
@@ -296,7 +427,8 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
             return handle(.startFailed(Self.storageFailure(error)))
         }
         do {
-            let options = DownloadOptions(allowsExpensive: session.allowsExpensive)
+            let options = DownloadOptions(allowsExpensive: session.allowsExpensive, priority: priority,
+                                          requestHeaders: requestHeaders, requestTimeout: requestTimeout)
             let download = try await agent.makeDownload(from: url, to: directory.destination(for: id), options: options,
                                                         resuming: resumeState) { download in
                 // Set before the download is scheduled: no event or progress can be missed.
@@ -311,6 +443,31 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         } catch {
             handle(.startFailed(Self.storageFailure(error)))
         }
+    }
+
+    /// A request the engine can download: GET (or unset) without a body, to an http or https URL,
+    /// its headers as `Name: value` lines (refused with the reason when the resume rules own
+    /// them), its `timeoutInterval` when shorter than the session's.
+    static func check(_ request: URLRequest) -> Result<(url: URL, headers: [String], timeout: Duration?), DownloadTaskStateMachine.Failure> {
+        guard let url = request.url, let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
+            return .failure(.init(code: .unsupportedURL, description: "only http and https URLs can be downloaded: \(request.url?.absoluteString ?? "no URL")"))
+        }
+        let method = request.httpMethod?.uppercased() ?? "GET"
+        guard method == "GET" else {
+            return .failure(.init(code: .unsupportedURL, description: "download tasks make GET requests; this one is \(method)"))
+        }
+        guard request.httpBody == nil, request.httpBodyStream == nil else {
+            return .failure(.init(code: .unsupportedURL, description: "download tasks make GET requests, which carry no body"))
+        }
+        let headers = (request.allHTTPHeaderFields ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }
+        for line in headers {
+            if let problem = HeaderValidation.problem(with: line) {
+                return .failure(.init(code: .badURL, description: "the request's header \(line.prefix(while: { $0 != ":" })): \(problem)"))
+            }
+        }
+        let timeout = request.timeoutInterval.isFinite && request.timeoutInterval > 0
+            ? max(.milliseconds(1), Duration(clampingTimeInterval: request.timeoutInterval)) : nil
+        return .success((url, headers, timeout))
     }
 
     /// What the engine continues from, checked against the partial file on disk: gone means a

@@ -1,5 +1,7 @@
 import Foundation
 import LinuxReachability
+import ReachabilityAgent
+import ReachabilityBase
 import ResumableDownloads
 
 extension ResumableURLSession {
@@ -9,23 +11,27 @@ extension ResumableURLSession {
         /// The default configuration: `defaultStateDirectory`, Apple's defaults otherwise.
         public static var `default`: Configuration { Configuration(stateDirectory: defaultStateDirectory) }
 
-        /// `/var/lib/reachability/url-session` for root, else
-        /// `$XDG_STATE_HOME/reachability/url-session` (`~/.local/state/...` when unset).
+        /// `url-session` in the state directory every product of the package uses (the agent,
+        /// the command line): `$REACHABILITY_STATE_DIR`, else `$XDG_STATE_HOME/reachability` when
+        /// that directory is the effective user's (so `sudo -E` never puts root's files in
+        /// another user's directory), else `/var/lib/reachability` for root, else
+        /// `~/.local/state/reachability`. Where no rule applies (a relative
+        /// `$REACHABILITY_STATE_DIR`, which the command line refuses; no home directory), the
+        /// home directory Foundation reports.
         public static var defaultStateDirectory: URL {
-            if geteuid() == 0 { return URL(fileURLWithPath: "/var/lib/reachability/url-session", isDirectory: true) }
-            let environment = ProcessInfo.processInfo.environment
-            if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") {
-                return URL(fileURLWithPath: state, isDirectory: true).appendingPathComponent("reachability/url-session")
-            }
-            let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-            return URL(fileURLWithPath: home, isDirectory: true).appendingPathComponent(".local/state/reachability/url-session")
+            defaultStateDirectory(environment: ProcessInfo.processInfo.environment)
+        }
+
+        static func defaultStateDirectory(environment: [String: String],
+                                          system: StateDirectoryLocation.System = .current) -> URL {
+            defaultAgentDirectory(environment: environment, system: system).appendingPathComponent("url-session", isDirectory: true)
         }
 
         /// Where partial downloads, finished files (until the delegate moves them) and the
         /// resume-data key live; created 0700 and refused if another user owns it or can write to it.
         /// Resume data is accepted only by sessions using the same directory.
         public var stateDirectory: URL
-        /// Off by default, as on Apple platforms: a task with no usable path fails at once
+        /// Off by default, as on Apple platforms (always on in background sessions): a task with no usable path fails at once
         /// (`notConnectedToInternet`), and one whose path drops fails with `networkConnectionLost`
         /// and resume data. On: the task waits for a usable path instead (the delegate hears
         /// `taskIsWaitingForConnectivity` once) and continues from its stored bytes, for drops in
@@ -74,16 +80,84 @@ extension ResumableURLSession {
             self.stateDirectory = stateDirectory
         }
 
+        // MARK: background sessions
+
+        /// A background session's configuration (URLSessionConfiguration's): its tasks belong to
+        /// the user's download agent, not to this process. They go on when the process exits, is
+        /// killed or loses its terminal; a session made later with the same identifier, in any
+        /// process of this user, gets them back (`allTasks`) and hears what happened meanwhile.
+        /// `stateDirectory` names the agent's state directory (by default the agent's own:
+        /// `$REACHABILITY_STATE_DIR`, else `$XDG_STATE_HOME/reachability`, else
+        /// `~/.local/state/reachability`, `/var/lib/reachability` for root); an agent is started
+        /// there when none runs (see docs/url-session.md, "Background sessions").
+        /// `waitsForConnectivity` is always on.
+        public static func background(withIdentifier identifier: String) -> Configuration {
+            var configuration = Configuration(stateDirectory: defaultAgentDirectory(environment: ProcessInfo.processInfo.environment))
+            configuration.identifier = identifier
+            return configuration
+        }
+
+        /// The background session's identifier; nil for other sessions.
+        public private(set) var identifier: String?
+        /// Background sessions: when a task finishes or fails for good while no process has the
+        /// session, the agent starts the program (`launchUnit`, else `launchCommand`) with the
+        /// identifier in `REACHABILITY_BACKGROUND_SESSION`; true by default, as on Apple platforms.
+        public var sessionSendsLaunchEvents = true
+        /// Background sessions: tasks wait for a path that is not expensive (Apple's
+        /// `isDiscretionary` lets the system pick a good time; here, a good network).
+        public var isDiscretionary = false
+        /// Background sessions: the program the agent runs for launch events (argv, no shell;
+        /// `launchCommand[0]` is looked up on the agent's PATH unless it is a path).
+        public var launchCommand: [String]?
+        /// Background sessions: a systemd user unit the agent starts for launch events instead
+        /// (`NAME.service`, or a template `NAME@.service`, started as `NAME@IDENTIFIER.service`
+        /// with the identifier escaped as systemd-escape does).
+        public var launchUnit: String?
+        /// Background sessions: the agent binary started when none runs; nil is `reachability`
+        /// found on `PATH`.
+        public var agentExecutable: URL?
+
+        /// Whether this is a background session's configuration.
+        var isBackground: Bool { identifier != nil }
+
+        /// `waitsForConnectivity` as tasks apply it: always on for background sessions.
+        var effectiveWaitsForConnectivity: Bool { isBackground || waitsForConnectivity }
+
+        /// The agent's own default state directory (the one resolver's).
+        static func defaultAgentDirectory(environment: [String: String], system: StateDirectoryLocation.System = .current) -> URL {
+            let root = (try? StateDirectoryLocation.resolve(explicit: nil, environment: environment, system: system))
+                ?? NSHomeDirectory() + "/.local/state/reachability"
+            return URL(fileURLWithPath: root, isDirectory: true)
+        }
+
+        /// What the agent keeps of this background configuration.
+        var backgroundSettings: BackgroundSessionSettings {
+            var settings = BackgroundSessionSettings()
+            settings.sendsLaunchEvents = sessionSendsLaunchEvents
+            settings.isDiscretionary = isDiscretionary
+            settings.allowsExpensiveNetworkAccess = allowsExpensiveNetworkAccess && allowsCellularAccess
+            settings.launchCommand = launchCommand
+            settings.launchUnit = launchUnit
+            settings.timeoutIntervalForResource = timeoutIntervalForResource.isFinite && timeoutIntervalForResource > 0
+                ? min(timeoutIntervalForResource, 100 * 365 * 86_400) : 7 * 24 * 3600
+            settings.timeoutIntervalForRequest = timeoutIntervalForRequest.isFinite && timeoutIntervalForRequest > 0
+                ? min(timeoutIntervalForRequest, 86_400) : 60
+            settings.additionalHeaders = headerLines
+            return settings
+        }
+
         /// Test hook: adjusts the engine's configuration (shorter backoffs, say).
         var adjustAgent: (@Sendable (inout DownloadAgent.Configuration) -> Void)?
 
         func agentConfiguration(stateDirectory records: URL) -> DownloadAgent.Configuration {
-            let requestTimeout = Duration.milliseconds(Int64(max(0.001, timeoutIntervalForRequest) * 1000))
+            // TimeIntervals from the caller: NaN, negative, infinite and huge ones are held to
+            // 1 ms...100 years rather than trapping in a conversion.
+            let requestTimeout = max(.milliseconds(1), Duration(clampingTimeInterval: timeoutIntervalForRequest))
             var agent = DownloadAgent.Configuration(
                 stateDirectory: records,
                 maximumConcurrentDownloads: max(1, httpMaximumConnectionsPerHost),
                 maximumOutageWait: waitsForConnectivity
-                    ? .milliseconds(Int64(max(0.001, timeoutIntervalForResource) * 1000)) : nil,
+                    ? max(.milliseconds(1), Duration(clampingTimeInterval: timeoutIntervalForResource)) : nil,
                 stallTimeout: requestTimeout,
                 connectTimeout: requestTimeout,
                 userAgent: "reachability-urlsession/1",
@@ -106,6 +180,10 @@ extension ResumableURLSession {
                 if let problem = HeaderValidation.problem(with: line) {
                     return "httpAdditionalHeaders: \(line.prefix(while: { $0 != ":" })): \(problem)"
                 }
+            }
+            if let identifier {
+                if let problem = BackgroundSessionKey.problem(with: identifier) { return problem }
+                if let problem = backgroundSettings.problem { return problem }
             }
             return nil
         }

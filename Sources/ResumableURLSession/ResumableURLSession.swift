@@ -1,5 +1,7 @@
 import Foundation
+import FoundationNetworking
 import LinuxReachability
+import ReachabilityAgent
 import ResumableDownloads
 import Synchronization
 
@@ -48,6 +50,9 @@ public final class ResumableURLSession: Sendable {
     }
 
     let engine: Result<Engine, DownloadTaskStateMachine.Failure>
+    /// A background session's connection to the agent (nil for other sessions, and for a
+    /// background configuration that cannot be used, whose tasks then fail with the reason).
+    private let backgroundLink = Mutex<BackgroundSessionLink?>(nil)
     private let state: Mutex<State>
     private let nextIdentifier = Atomic<Int>(0)
     private let latestPath = PathRecorder()
@@ -93,7 +98,17 @@ public final class ResumableURLSession: Sendable {
             self.delegateQueue = queue
         }
         state = Mutex(State(delegate: delegate))
-        engine = Self.makeEngine(configuration, pathSource: pathSource, latestPath: latestPath)
+        if configuration.isBackground {
+            engine = .failure(.init(code: .backgroundSessionWasDisconnected,
+                                    description: configuration.problem ?? "a background session's tasks run in the agent"))
+            if configuration.problem == nil {
+                let link = BackgroundSessionLink(session: self, identifier: configuration.identifier ?? "")
+                backgroundLink.withLock { $0 = link }
+                link.start()
+            }
+        } else {
+            engine = Self.makeEngine(configuration, pathSource: pathSource, latestPath: latestPath)
+        }
     }
 
     deinit {
@@ -116,7 +131,54 @@ public final class ResumableURLSession: Sendable {
 
     /// A suspended task that downloads `url`; call `resume()` to start it.
     public func downloadTask(with url: URL) -> ResumableDownloadTask {
-        ResumableDownloadTask(session: self, identifier: makeIdentifier(), source: .url(url))
+        downloadTask(with: URLRequest(url: url))
+    }
+
+    /// A suspended task for `request`: a GET (another method, or a body, fails the task with
+    /// `unsupportedURL`), its headers sent with every attempt (`Range`, `If-Range` and the like,
+    /// which resuming owns, fail it with `badURL`), its `timeoutInterval` used when shorter than
+    /// `timeoutIntervalForRequest`. In a background session the agent keeps the headers with
+    /// the task (in its state directory, 0600) so it can go on without this process.
+    public func downloadTask(with request: URLRequest) -> ResumableDownloadTask {
+        makeTask(.request(request), completionHandler: nil)
+    }
+
+    /// A task whose outcome goes to `completionHandler` instead of the delegate: the file (valid
+    /// during the call, deleted afterwards, as on Apple platforms) and a response, or the error.
+    /// Call `resume()` to start it. In a background session the handler is called while this
+    /// process lives; a later process gets the outcome through its delegate.
+    public func downloadTask(with url: URL,
+                             completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void) -> ResumableDownloadTask {
+        downloadTask(with: URLRequest(url: url), completionHandler: completionHandler)
+    }
+
+    /// `downloadTask(with:completionHandler:)` for a request.
+    public func downloadTask(with request: URLRequest,
+                             completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void) -> ResumableDownloadTask {
+        makeTask(.request(request), completionHandler: completionHandler)
+    }
+
+    /// `downloadTask(withResumeData:completionHandler:)`: resume data's task, outcome to the handler.
+    public func downloadTask(withResumeData resumeData: Data,
+                             completionHandler: @escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void) -> ResumableDownloadTask {
+        makeTask(decodeResumeData(resumeData), completionHandler: completionHandler)
+    }
+
+    /// Every task kind goes through here: a background session's tasks are the agent's.
+    private func makeTask(_ source: ResumableDownloadTask.Source,
+                          completionHandler: (@Sendable (URL?, URLResponse?, (any Error)?) -> Void)?) -> ResumableDownloadTask {
+        guard let link = backgroundLink.withLock({ $0 }), !source.isUnreadableResumeData else {
+            return ResumableDownloadTask(session: self, identifier: makeIdentifier(), source: source, completionHandler: completionHandler)
+        }
+        let identifier = link.makeIdentifier()
+        var isFromResumeData = false
+        if case .resumeData(.success, _) = source { isFromResumeData = true }
+        let remote = BackgroundTask(link: link, identifier: identifier, isFromResumeData: isFromResumeData)
+        let task = ResumableDownloadTask(session: self, identifier: identifier, source: source, completionHandler: completionHandler,
+                                         remote: remote)
+        remote.adopt(task)
+        link.created(task)
+        return task
     }
 
     /// A suspended task that continues the download `resumeData` describes (from a failed task's
@@ -126,27 +188,56 @@ public final class ResumableURLSession: Sendable {
     /// data whose partial file is gone restarts the download from zero (the delegate hears
     /// `didResumeAtOffset` 0).
     public func downloadTask(withResumeData resumeData: Data) -> ResumableDownloadTask {
-        let decoded: Result<ResumeData, ResumeDataError>
-        switch engine {
-        case .success(let engine):
-            do {
-                decoded = .success(try ResumeData.decode(resumeData, key: engine.directory.key))
-            } catch let error as ResumeDataError {
-                decoded = .failure(error)
-            } catch {
-                decoded = .failure(.malformed.with("\(error)"))
-            }
-        case .failure(let failure):
-            // The task completes with the storage failure when resumed.
-            decoded = .failure(.malformed.with(failure.description))
-        }
-        return ResumableDownloadTask(session: self, identifier: makeIdentifier(),
-                                     source: .resumeData(decoded, original: resumeData))
+        makeTask(decodeResumeData(resumeData), completionHandler: nil)
     }
 
-    /// The tasks that were resumed and have not completed.
+    /// Resume data checked with this session's key (a background session's: `STATE/background`'s).
+    private func decodeResumeData(_ resumeData: Data) -> ResumableDownloadTask.Source {
+        let key: [UInt8]
+        if let link = backgroundLink.withLock({ $0 }) {
+            guard let directory = link.directory else {
+                return .resumeData(.failure(.malformed.with("the background state directory cannot be used")), original: resumeData)
+            }
+            key = directory.key
+        } else {
+            switch engine {
+            case .success(let engine): key = engine.directory.key
+            case .failure(let failure):
+                // The task completes with the storage failure when resumed.
+                return .resumeData(.failure(.malformed.with(failure.description)), original: resumeData)
+            }
+        }
+        do {
+            return .resumeData(.success(try ResumeData.decode(resumeData, key: key)), original: resumeData)
+        } catch let error as ResumeDataError {
+            return .resumeData(.failure(error), original: resumeData)
+        } catch {
+            return .resumeData(.failure(.malformed.with("\(error)")), original: resumeData)
+        }
+    }
+
+    /// The tasks that have not completed: in a background session every task of the session
+    /// (also those made by an earlier process, and the ones not started yet), once attached;
+    /// in other sessions the ones resumed in this process.
     public var allTasks: [ResumableDownloadTask] {
-        get async { state.withLock { $0.tasks.values.sorted { $0.taskIdentifier < $1.taskIdentifier } } }
+        get async {
+            if let link = backgroundLink.withLock({ $0 }) {
+                await link.waitUntilAttachedOnce()
+                return link.liveTasks
+            }
+            return state.withLock { $0.tasks.values.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+        }
+    }
+
+    /// The same as `allTasks` (URLSession's spelling).
+    public func getAllTasks() async -> [ResumableDownloadTask] { await allTasks }
+
+    /// `allTasks`, handed to `completionHandler` on the delegate queue.
+    public func getAllTasks(completionHandler: @escaping @Sendable ([ResumableDownloadTask]) -> Void) {
+        Task {
+            let tasks = await allTasks
+            enqueue { completionHandler(tasks) }
+        }
     }
 
     /// Lets running tasks finish, accepts no new ones, then calls `didBecomeInvalidWithError`
@@ -163,7 +254,12 @@ public final class ResumableURLSession: Sendable {
             state.isInvalidating = true
             return Array(state.tasks.values)
         }
-        for task in tasks { task.cancel() }
+        if let link = backgroundLink.withLock({ $0 }) {
+            // The agent cancels every task of the session, this process's and earlier ones'.
+            link.invalidate()
+        } else {
+            for task in tasks { task.cancel() }
+        }
         finishInvalidationIfIdle()
     }
 
@@ -228,8 +324,14 @@ public final class ResumableURLSession: Sendable {
 
     private func finishInvalidationIfIdle() {
         let engine = engine
+        let link = backgroundLink.withLock { $0 }
         let shouldFinish = state.withLock { state -> Bool in
             guard state.isInvalidating, state.tasks.isEmpty, state.shutdown == nil else { return false }
+            if let link {
+                // Detach; the tasks (none left here) are the agent's.
+                state.shutdown = Task { link.close() }
+                return true
+            }
             state.shutdown = Task { [self] in
                 if case .success(let engine) = engine {
                     await engine.agent.shutdown()
@@ -251,6 +353,36 @@ public final class ResumableURLSession: Sendable {
             return true
         }
         _ = shouldFinish
+    }
+
+    /// A background session's link closed after invalidation: the delegate's last call.
+    func backgroundLinkClosed() {
+        finishInvalidation(error: nil)
+    }
+
+    /// A background session that cannot work (`URLError.backgroundSessionInUseByAnotherProcess`
+    /// when another live process holds the identifier): the delegate hears it through
+    /// `didBecomeInvalidWithError`, as the "never a silent duplicate" asks.
+    func backgroundSessionFailed(_ error: URLError) {
+        state.withLock { $0.isInvalidating = true }
+        finishInvalidation(error: error)
+    }
+
+    private func finishInvalidation(error: (any Error)?) {
+        enqueue { [self] in
+            let isFirst = self.state.withLock { state -> Bool in
+                defer { state.isInvalidated = true }
+                return !state.isInvalidated
+            }
+            guard isFirst else { return }
+            delegate?.urlSession(self, didBecomeInvalidWithError: error)
+            let waiters = self.state.withLock { state in
+                state.delegate = nil
+                defer { state.invalidationWaiters = [] }
+                return state.invalidationWaiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
     }
 
     private static func makeEngine(_ configuration: Configuration, pathSource: PathSource,

@@ -31,8 +31,17 @@ public protocol ResumableURLSessionDownloadDelegate: AnyObject, Sendable {
     /// per task).
     func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask)
 
-    /// The session was invalidated and will call the delegate no more.
+    /// The session was invalidated and will call the delegate no more. A background session
+    /// whose identifier another live process holds ends here at once, with
+    /// `URLError.backgroundSessionInUseByAnotherProcess` (-996), as does one that cannot reach or
+    /// start the agent (`backgroundSessionWasDisconnected`, -997, the message says why).
     func urlSession(_ session: ResumableURLSession, didBecomeInvalidWithError error: (any Error)?)
+
+    /// Background sessions: every event that waited for this process (tasks that finished or
+    /// failed while nobody had the session) has been handed to the delegate. Apple's
+    /// `urlSessionDidFinishEvents(forBackgroundURLSession:)`; a program started for launch
+    /// events (`REACHABILITY_BACKGROUND_SESSION`) may exit once it is called.
+    func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession)
 }
 
 extension ResumableURLSessionDownloadDelegate {
@@ -48,4 +57,6 @@ extension ResumableURLSessionDownloadDelegate {
     public func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {}
     /// Does nothing.
     public func urlSession(_ session: ResumableURLSession, didBecomeInvalidWithError error: (any Error)?) {}
+    /// Does nothing.
+    public func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession) {}
 }

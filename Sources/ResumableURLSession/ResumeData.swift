@@ -134,19 +134,10 @@ struct ResumeData: Sendable, Hashable, Codable {
         guard entityTag != nil || lastModified != nil else {
             throw reject("no validator (without ETag or Last-Modified a resume could splice two versions)")
         }
-        if let entityTag {
-            guard entityTag.count >= 2, entityTag.hasPrefix("\""), entityTag.hasSuffix("\""), Self.isHeaderSafe(entityTag) else {
-                throw reject("the entity tag is not a strong ETag on one line")
-            }
-        }
-        if let lastModified, !Self.isHeaderSafe(lastModified) { throw reject("Last-Modified is not one line of visible ASCII") }
+        if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) { throw reject(problem) }
         guard partialFile.name == Self.partialFileName(for: id) else {
             throw reject("the partial file name does not belong to download \(id.uuidString)")
         }
-    }
-
-    private static func isHeaderSafe(_ value: String) -> Bool {
-        !value.isEmpty && value.utf8.count <= 1024 && value.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7F }
     }
 
     /// Says what the bytes look like when they are not ours, for the error message.

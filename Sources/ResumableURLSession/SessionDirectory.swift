@@ -1,5 +1,6 @@
 import Foundation
 import LinuxSystem
+import ReachabilityBase
 import Synchronization
 
 /// A file-system failure in the session's state directory; tasks complete with
@@ -53,8 +54,9 @@ final class SessionDirectory: Sendable {
     static let keyLength = 32
 
     /// Creates (0700) or opens `root` and its subdirectories, checks them, and loads or creates
-    /// the key.
-    init(root: URL) throws(SessionStorageError) {
+    /// the key. A background session's directory (`STATE/background`, the agent's) has no
+    /// `records/`: the agent keeps its engine's records in its own.
+    init(root: URL, hasRecords: Bool = true) throws(SessionStorageError) {
         let root = root.standardizedFileURL
         self.root = root
         downloads = root.appendingPathComponent("downloads", isDirectory: true)
@@ -62,7 +64,7 @@ final class SessionDirectory: Sendable {
         do throws(FileTrustError) {
             let directory = try CheckedDirectory.open(root.path, policy: .privateState, creating: true)
             downloadsDirectory = try directory.subdirectory("downloads", creating: true)
-            recordsDirectory = try directory.subdirectory("records", creating: true)
+            recordsDirectory = hasRecords ? try directory.subdirectory("records", creating: true) : downloadsDirectory
             key = try Self.loadOrCreateKey(in: directory)
         } catch {
             throw SessionStorageError("the state directory cannot be used: \(error)")
@@ -84,8 +86,8 @@ final class SessionDirectory: Sendable {
         guard status.kind == .regular else {
             throw ResumeDataError.unsafeFile.with("the partial file \(name) is \(status.kindDescription), not a regular file")
         }
-        guard status.ownerID == geteuid() else {
-            throw ResumeDataError.unsafeFile.with("the partial file \(name) belongs to uid \(status.ownerID), not \(geteuid())")
+        guard status.ownerID == CurrentProcess.effectiveUserID else {
+            throw ResumeDataError.unsafeFile.with("the partial file \(name) belongs to uid \(status.ownerID), not \(CurrentProcess.effectiveUserID)")
         }
         guard status.linkCount == 1 else {
             throw ResumeDataError.unsafeFile.with("the partial file \(name) has \(status.linkCount) hard links")
@@ -133,7 +135,8 @@ final class SessionDirectory: Sendable {
     /// returns the ids removed. Resume data for them restarts from zero afterwards.
     @discardableResult
     func removeLeftovers(olderThan age: TimeInterval, now: Date = Date()) -> [UUID] {
-        let cutoff = Int64((now.timeIntervalSince1970 - age) * 1_000_000_000)
+        // Held to 0...100 years (an infinite lifetime is the longest), so the cutoff fits.
+        let cutoff = Int64((now.timeIntervalSince1970 - Duration(clampingTimeInterval: age).timeInterval) * 1_000_000_000)
         var newest: [UUID: Int64] = [:]
         let names = ((try? downloadsDirectory.entries()) ?? []).map { ($0, downloadsDirectory) }
             + ((try? recordsDirectory.entries()) ?? []).map { ($0, recordsDirectory) }
@@ -164,26 +167,11 @@ final class SessionDirectory: Sendable {
         if let key = try readKey(in: directory) { return key }
         var generator = SystemRandomNumberGenerator()
         let key = (0..<keyLength).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        let temporary = keyName + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max, using: &generator))"
-        let file = try directory.openOwnedFile(temporary, creating: .exclusive, mode: 0o600)
-        do throws(FileTrustError) {
-            do throws(Errno) {
-                try key.withUnsafeBytes { raw in Result { () throws(Errno) in try file.descriptor.writeAll(raw) } }.get()
-                try file.descriptor.sync()
-            } catch {
-                throw .system(directory.child(temporary), "write", error)
-            }
-            file.descriptor.close()
-            do {
-                try directory.rename(temporary, to: keyName, replacing: false)
-            } catch where error.isAlreadyExisting {
-                try? directory.remove(temporary)
-            }
-            try directory.sync()
-        } catch {
-            file.descriptor.close()
-            try? directory.remove(temporary)
-            throw error
+        do {
+            try directory.writeAtomically(key, to: keyName, mode: 0o600, replacing: false,
+                                          temporaryName: CheckedDirectory.uniqueTemporaryName(for: keyName))
+        } catch where error.isAlreadyExisting {
+            // Another process won the race: its key is read below.
         }
         guard let stored = try readKey(in: directory) else {
             throw .unsafe(directory.child(keyName), "vanished while it was being created")
@@ -195,7 +183,7 @@ final class SessionDirectory: Sendable {
         guard let status = try directory.status(of: keyName) else { return nil }
         let path = directory.child(keyName)
         let fix = "remove it (resume data made with it will no longer be accepted)"
-        guard status.kind == .regular, status.ownerID == geteuid(), status.linkCount == 1 else {
+        guard status.kind == .regular, status.ownerID == CurrentProcess.effectiveUserID, status.linkCount == 1 else {
             throw .unsafe(path, "is \(status.kindDescription) owned by uid \(status.ownerID) with \(status.linkCount) links", fix: fix)
         }
         guard status.permissions & 0o077 == 0 else {

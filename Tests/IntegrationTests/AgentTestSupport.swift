@@ -1,59 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
-
-/// Runs the built executables (`reachability`, the samples) the way a user would.
-enum BuiltProducts {
-    /// `REACHABILITY_BUILD_DIR`, else the directory holding the test bundle (`.build/<triple>/debug`),
-    /// else `.build/debug` under the package root.
-    static func url(_ name: String) throws -> URL {
-        var candidates: [URL] = []
-        if let directory = ProcessInfo.processInfo.environment["REACHABILITY_BUILD_DIR"] {
-            candidates.append(URL(fileURLWithPath: directory).appendingPathComponent(name))
-        }
-        let testExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        candidates.append(testExecutable.deletingLastPathComponent().appendingPathComponent(name))
-        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent(name))
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        candidates.append(root.appendingPathComponent(".build/debug/\(name)"))
-        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0.path) }) else {
-            throw CommandFailure(description: "\(name) not built (run 'swift build'); looked at \(candidates.map(\.path))")
-        }
-        return found
-    }
-
-    struct Result: CustomStringConvertible {
-        var status: Int32
-        var standardOutput: String
-        var standardError: String
-        var description: String { "status \(status)\nstdout: \(standardOutput)\nstderr: \(standardError)" }
-    }
-
-    /// Runs `name arguments` to completion (stdin /dev/null); `prefix` wraps it (setpriv, ip netns exec).
-    static func run(_ name: String, _ arguments: [String], prefix: [String] = [], directory: URL? = nil,
-                    environment: [String: String]? = nil) throws -> Result {
-        let process = Process()
-        let executable = try url(name).path
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = prefix + [executable] + arguments
-        if let directory { process.currentDirectoryURL = directory }
-        process.environment = environment ?? ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
-        let output = Pipe(), error = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        // Read both pipes concurrently: a chatty child must not block on a full pipe.
-        let errorData = Mutex<Data>(Data())
-        let reader = Thread { errorData.withLock { $0 = error.fileHandleForReading.readDataToEndOfFile() } }
-        reader.start()
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        while reader.isExecuting || !reader.isFinished { usleep(1000) }   // join the reader thread
-        return Result(status: process.terminationStatus, standardOutput: String(decoding: outputData, as: UTF8.self),
-                      standardError: String(decoding: errorData.withLock { $0 }, as: UTF8.self))
-    }
-}
+import TestSupport
 
 /// A `reachability agent` child process whose NDJSON stdout is collected line by line.
 final class AgentProcess: Sendable {
@@ -162,7 +110,7 @@ final class AgentProcess: Sendable {
     deinit { stop() }
 
     /// Runs a `reachability` control command against this agent's state directory.
-    func control(_ arguments: [String], prefix: [String] = []) throws -> BuiltProducts.Result {
+    func control(_ arguments: [String], prefix: [String] = []) throws -> ChildProcess.Result {
         try BuiltProducts.run("reachability", arguments + ["--state-dir", stateDirectory.path], prefix: prefix)
     }
 

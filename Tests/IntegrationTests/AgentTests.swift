@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// `reachability agent` and its control commands, as separate processes against nginx on
 /// 127.0.0.1. The agent watches a namespace of its own (`--netns`) with a satisfied path, so

@@ -1,18 +1,10 @@
 import Foundation
 import Glibc
 import Testing
+import TestSupport
 
 /// The built `reachability` executable (`swift build` puts it next to the test bundle).
-func builtBinary() throws -> URL {
-    let beside = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        .deletingLastPathComponent().appendingPathComponent("reachability")
-    let fromRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent(".build/debug/reachability")
-    guard let found = [beside, fromRoot].first(where: { FileManager.default.isExecutableFile(atPath: $0.path) }) else {
-        throw CommandFailure(description: "reachability executable not found; run 'swift build' first")
-    }
-    return found
-}
+func builtBinary() throws -> URL { try BuiltProducts.url("reachability") }
 
 /// A running `reachability` process whose stdout lines arrive as a stream.
 final class RunningCommand: Sendable {

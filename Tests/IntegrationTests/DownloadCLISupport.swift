@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
 /// Runs the built `reachability` binary (optionally inside a namespace via `ip netns exec`),
 /// collecting stdout lines as they arrive so tests can wait for NDJSON events with deadlines.
@@ -22,20 +23,8 @@ final class CLIProcess: Sendable {
     let process: Process
     private let collected = Collected()
 
-    /// `REACHABILITY_BINARY`, else next to the test bundle, else `.build/debug` under the package.
-    static func binaryPath() throws -> String {
-        var candidates: [String] = []
-        if let path = ProcessInfo.processInfo.environment["REACHABILITY_BINARY"] { candidates.append(path) }
-        let testExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        candidates.append(testExecutable.deletingLastPathComponent().appendingPathComponent("reachability").path)
-        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent("reachability").path)
-        let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        candidates.append(packageRoot.appendingPathComponent(".build/debug/reachability").path)
-        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw CommandFailure(description: "reachability binary not found (swift build first): \(candidates)")
-        }
-        return found
-    }
+    /// The built `reachability` (`BuiltProducts`).
+    static func binaryPath() throws -> String { try BuiltProducts.url("reachability").path }
 
     /// Starts `reachability ARGUMENTS` in `directory`, inside `namespace` when given.
     init(_ arguments: [String], namespace: String? = nil, directory: URL, environment: [String: String] = [:]) throws {

@@ -42,6 +42,30 @@ struct DownloadCommandOptionTests {
         #expect(await third.waitForExit() == 73, "\(third.transcript)")
     }
 
+    /// Issue 20: `--max-outage 1e16` died with SIGILL (exit 132). Limits beyond 100 years are
+    /// no limit, one just below is a real one; the built binary downloads with either, and waits
+    /// for a server that refuses until it is interrupted, without trapping on the deadline.
+    @Test func hugeOutageLimitsAreNoLimitNotACrash() async throws {
+        let content = F.randomData(count: 32 << 10, seed: 20)
+        let server = try DownloadTestHTTPServer { request, _ in .honest(request, content: content, etag: "\"v20\"") }
+        defer { server.stop() }
+        let directory = try F.Directory()
+        // (0 is parsed in ValueInputTests: here it would fail any run that waits a moment for
+        // its first path.)
+        for (index, limit) in ["1e16", "9e18", "9223372036854775807", "1e300", "inf", "3e9"].enumerated() {
+            let run = try CLIProcess(["download", "--max-outage", limit, "--state-dir", directory.file("state").path,
+                                      "-o", "out/\(index).bin", server.url().absoluteString], directory: directory.url)
+            #expect(await run.waitForExit() == 0, "--max-outage \(limit): \(run.transcript)")
+            #expect(F.sha256(fileAt: directory.file("out/\(index).bin")) == F.sha256(content))
+        }
+        let refused = try F.freePort()
+        let waiting = try CLIProcess(["download", "--json", "--max-outage", "3e9", "--state-dir", directory.file("state").path,
+                                      "-o", "out/never.bin", "http://127.0.0.1:\(refused)/x"], directory: directory.url)
+        #expect(await waiting.waitFor("waitingForServer"), "\(waiting.transcript)")
+        waiting.signal(SIGINT)
+        #expect(await waiting.waitForExit() == 130, "\(waiting.transcript)")
+    }
+
     @Test func permanentFailuresLeaveNoRecordAndSayNothingIsKept() async throws {
         let server = try DownloadTestHTTPServer { request, _ in
             request.path.hasSuffix("weird.bin") ? .init(status: 999, body: Data("odd".utf8))

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// What `reachability download` says and leaves behind when something local is odd (issue 21):
 /// a file name too long for `NAME.part`, `-o` naming a directory, a FIFO at the destination,

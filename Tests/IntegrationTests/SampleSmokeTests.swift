@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// The three samples under Samples/, run as built executables.
 @Suite("Samples", .serialized)

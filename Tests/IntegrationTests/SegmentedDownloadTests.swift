@@ -1,4 +1,4 @@
-import DownloadTestSupport
+import TestSupport
 import Foundation
 import Synchronization
 import Testing

@@ -19,8 +19,9 @@ final class ProbeProcess: Sendable {
 
     private let child: LineProcess
 
-    init(_ arguments: [String], namespace: String) throws {
-        child = try LineProcess("urlsession-probe", arguments, namespace: namespace)
+    init(_ arguments: [String], namespace: String?, product: String = "urlsession-probe", prefix: [String] = [],
+         environment: [String: String] = [:]) throws {
+        child = try LineProcess(product, arguments, namespace: namespace, prefix: prefix, environment: environment)
     }
 
     static func parse(_ text: String) -> [String: SendableJSON]? {
@@ -60,6 +61,9 @@ final class ProbeProcess: Sendable {
 
     func send(_ command: String) { child.send(command) }
     func waitForExit(timeout: Duration = .seconds(20)) async -> Int32? { await child.waitForExit(timeout: timeout) }
+    /// SIGKILL, and reaped.
+    func kill() { child.kill() }
+    var pid: Int32 { child.process.processIdentifier }
     var transcript: String { child.transcript }
 }
 

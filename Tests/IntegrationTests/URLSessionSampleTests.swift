@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
 /// Samples/HalfTunesURLSession: the iOS sample's logic on ResumableURLSession, run as built.
 @Suite("HalfTunesURLSession sample", .serialized)

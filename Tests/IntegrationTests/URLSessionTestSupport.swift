@@ -4,6 +4,7 @@ import ResumableDownloads
 import Synchronization
 import Testing
 @testable import ResumableURLSession
+import TestSupport
 
 /// A delegate that records every call (with the time and the queue it ran on), moves finished
 /// files to `finishedFiles/`, and lets tests wait for a call with a deadline.
@@ -197,11 +198,14 @@ final class LineProcess: Sendable {
     private let input = Pipe()
     private let collected = Collected()
 
-    init(_ product: String, _ arguments: [String], namespace: String? = nil) throws {
+    /// `prefix` runs it through another program (`setpriv` to run it as another user).
+    /// `environment` adds to (or overrides) the quiet one.
+    init(_ product: String, _ arguments: [String], namespace: String? = nil, prefix: [String] = [],
+         environment: [String: String] = [:]) throws {
         let binary = try BuiltProducts.url(product).path
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + [binary] + arguments
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
+        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + prefix + [binary] + arguments
+        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"].merging(environment) { $1 }
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
         process.standardError = err

@@ -167,22 +167,6 @@ struct PathEvaluatorTests {
         #expect(s.table.readinessCounts == [0, 1, 0, 0])
     }
 
-    @Test("a burst is evaluated at once, a storm once per interval")
-    func evaluationBudget() {
-        var budget = EvaluationBudget(interval: .milliseconds(1), burst: 4)
-        let start = ContinuousClock.now
-        for _ in 0..<4 { #expect(budget.take(at: start) == nil) }
-        let due = budget.take(at: start)
-        #expect(due == start + .milliseconds(1))
-        // Half a millisecond later, half a token is back: the next is due in another half.
-        #expect(budget.take(at: start + .microseconds(500)) == start + .milliseconds(1))
-        #expect(budget.take(at: start + .milliseconds(2)) == nil)
-        // After a quiet second the whole burst is available again, not more.
-        let later = start + .seconds(1)
-        for _ in 0..<4 { #expect(budget.take(at: later) == nil) }
-        #expect(budget.take(at: later) != nil)
-    }
-
     @Test func tentativeAndLinkLocalAddressesDoNotCount() {
         let tentative = AddressInfo(index: 2, family: .ipv6, address: IPAddress.parse("2001:db8::5")!, prefixLength: 64,
                                     flags: RTNetlink.ifaFTentative, scope: 0)

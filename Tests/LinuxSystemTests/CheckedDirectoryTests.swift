@@ -2,17 +2,14 @@ import Foundation
 import Synchronization
 import Testing
 @testable import LinuxSystem
+import TestSupport
 
-/// A temporary directory (under /tmp: root-owned and sticky) removed when the test ends.
-final class Scratch: Sendable {
-    let path: String
-    init() throws {
-        path = FileManager.default.temporaryDirectory.appendingPathComponent("ls-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false,
-                                                attributes: [.posixPermissions: 0o700])
-    }
-    func at(_ name: String) -> String { path + "/" + name }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+/// A private scratch directory (under /tmp: root-owned and sticky).
+typealias Scratch = ScratchDirectory
+
+extension ScratchDirectory {
+    convenience init() throws { try self.init("ls", permissions: 0o700) }
+    func at(_ name: String) -> String { path(name) }
 }
 
 /// Another user's uid for ownership tests (nobody); only root can give files to it.
@@ -240,6 +237,28 @@ struct CheckedFileTests {
         #expect(try directory.readOwnedFile("r.json", limit: 10) == Array("{}".utf8))
         #expect(mode(scratch.at("state/r.json")) == 0o600)
         #expect(throws: FileTrustError.self) { try directory.readOwnedFile("r.json", limit: 1) }
+    }
+
+    /// The one atomic write serves records (replace), the URLSession key (never replace: a
+    /// racing process keeps its key) and metrics files (exact mode, a hidden unique temporary).
+    @Test func atomicWritesCanRefuseToReplaceAndSetTheExactMode() throws {
+        let scratch = try Scratch()
+        let directory = try CheckedDirectory.open(scratch.at("state"), policy: .privateState, creating: true)
+        try directory.writeAtomically(Array("first".utf8), to: "key", replacing: false,
+                                      temporaryName: CheckedDirectory.uniqueTemporaryName(for: "key"))
+        let error = #expect(throws: FileTrustError.self) {
+            try directory.writeAtomically(Array("second".utf8), to: "key", replacing: false,
+                                          temporaryName: CheckedDirectory.uniqueTemporaryName(for: "key"))
+        }
+        #expect(error?.isAlreadyExisting == true)
+        #expect(try directory.readOwnedFile("key", limit: 10) == Array("first".utf8))
+        let previous = umask(0o077)
+        defer { umask(previous) }
+        try directory.writeAtomically(Array("m".utf8), to: "m.prom", mode: 0o644)
+        #expect(mode(scratch.at("state/m.prom")) == 0o644, "the mode is exact whatever the umask")
+        #expect(try directory.entries().sorted() == ["key", "m.prom"], "no temporary file is left")
+        #expect(CheckedDirectory.uniqueTemporaryName(for: "a") != CheckedDirectory.uniqueTemporaryName(for: "a"))
+        #expect(CheckedDirectory.uniqueTemporaryName(for: "a.prom").hasPrefix(".a.prom."))
     }
 
     @Test func namesAreSingleComponents() throws {

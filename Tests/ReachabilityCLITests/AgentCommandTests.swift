@@ -1,7 +1,8 @@
-import DownloadTestSupport
+import TestSupport
 import Foundation
 import LinuxReachability
 import Testing
+@testable import ReachabilityAgent
 @testable import ReachabilityCLI
 
 /// `reachability agent` run whole under the harness: a scripted path source instead of netlink,
@@ -10,17 +11,7 @@ import Testing
 /// a second process would.
 @Suite("agent command under the harness", .serialized)
 struct AgentCommandTests {
-    /// A temporary state directory (short: a socket path must fit in 108 bytes).
-    final class Directory: Sendable {
-        let path: String
-        init() throws {
-            path = "/tmp/ah-\(UUID().uuidString.prefix(8))"
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-            chmod(path, 0o755)
-        }
-        var state: String { path + "/state" }
-        deinit { try? FileManager.default.removeItem(atPath: path) }
-    }
+    typealias Directory = ScratchDirectory
 
     /// A running agent, its harness, and the task that returns its exit status.
     struct Running {
@@ -115,7 +106,7 @@ struct AgentCommandTests {
         let conf = directory.state + "/agent.conf"
         let harness = Harness(files: [conf: "max-concurrent=lots\n"])
         #expect(await harness.run(["agent", "--state-dir", directory.state]) == 78)
-        #expect(harness.standardError.text == "Error: \(conf):1: max-concurrent must be 1...64\n")
+        #expect(harness.standardError.text == "Error: \(conf):1: max-concurrent: expected a number from 1 to 64, got 'lots'\n")
         #expect(!harness.standardOutput.text.contains("listening"))
         #expect(harness.configurations.isEmpty, "no monitor was started")
     }
@@ -236,4 +227,10 @@ struct AgentShutdownBoundTests {
     @Test func saysSoWhenTheWorkEnds() async {
         #expect(await AgentCommand.finishes(within: .seconds(30)) {})
     }
+}
+
+extension ScratchDirectory {
+    convenience init() throws { try self.init("ah") }
+    /// The agent's state directory inside it.
+    var state: String { path("state") }
 }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Testing
+import TestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -9,55 +10,10 @@ import Glibc
 /// only commands that need neither root nor the netlink engine.
 @Suite("Built binary")
 struct BuiltBinaryTests {
-    struct Result {
-        var status: Int32
-        var standardOutput: String
-        var standardError: String
-    }
+    static func binaryURL() throws -> URL { try BuiltProducts.url("reachability") }
 
-    /// `REACHABILITY_BINARY`, else next to the test bundle (`.build/<triple>/debug/`), else
-    /// `.build/debug/` under the package root found from this file's path.
-    static func binaryURL() throws -> URL {
-        let environment = ProcessInfo.processInfo.environment
-        var candidates: [URL] = []
-        if let path = environment["REACHABILITY_BINARY"] { candidates.append(URL(fileURLWithPath: path)) }
-        let testExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        candidates.append(testExecutable.deletingLastPathComponent().appendingPathComponent("reachability"))
-        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent("reachability"))
-        let packageRoot = URL(fileURLWithPath: #filePath)
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        candidates.append(packageRoot.appendingPathComponent(".build/debug/reachability"))
-        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0.path) }) else {
-            throw BinaryNotFound(candidates: candidates.map(\.path))
-        }
-        return found
-    }
-
-    struct BinaryNotFound: Error, CustomStringConvertible {
-        var candidates: [String]
-        var description: String {
-            "reachability executable not found (run 'swift build' first); looked at \(candidates.joined(separator: ", "))"
-        }
-    }
-
-    static func run(_ arguments: [String]) throws -> Result {
-        let process = Process()
-        process.executableURL = try binaryURL()
-        process.arguments = arguments
-        process.environment = ["PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": "/nonexistent"]
-        let output = Pipe()
-        let error = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        // Help text is far below a pipe buffer, so reading one pipe after the other cannot deadlock.
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus,
-                      standardOutput: String(decoding: outputData, as: UTF8.self),
-                      standardError: String(decoding: errorData, as: UTF8.self))
+    static func run(_ arguments: [String]) throws -> ChildProcess.Result {
+        try BuiltProducts.run("reachability", arguments, environment: ["PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": "/nonexistent"])
     }
 
     @Test func help() throws {

@@ -1,4 +1,4 @@
-import DownloadTestSupport
+import TestSupport
 import Glibc
 import LinuxReachability
 import Testing

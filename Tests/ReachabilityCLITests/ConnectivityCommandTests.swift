@@ -2,6 +2,7 @@ import Foundation
 import LinuxReachability
 import Testing
 @testable import ReachabilityCLI
+import ReachabilityAgent
 
 extension Fixtures {
     static func checked(_ path: NetworkPath, _ connectivity: Connectivity, portal: String? = nil,
@@ -45,7 +46,7 @@ struct ConnectivityCommandTests {
             _ = try ConnectivityConfiguration.parseReachabilityConf("connectivity-interval=\(value)", path: "/x.conf")
             Issue.record("accepted connectivity-interval=\(value)")
         } catch {
-            #expect(error.description.hasPrefix("/x.conf:1: connectivity-interval must be whole seconds from 1 to 604800 (a week), as NetworkManager's interval"))
+            #expect(error.description.hasPrefix("/x.conf:1: connectivity-interval: expected whole seconds from 1 to 604800, got '\(value)' (a week, NetworkManager's longest)"))
             #expect(error.description.contains("connectivity-url=none") == (value == "0"))
         }
     }

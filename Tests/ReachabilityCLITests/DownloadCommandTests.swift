@@ -1,6 +1,9 @@
 import Foundation
 import Testing
 @testable import ReachabilityCLI
+import ReachabilityAgent
+@testable import ResumableDownloads
+import TestSupport
 
 /// `reachability download`: argument validation, destinations, state directory, help and the
 /// event/progress text. Transfers themselves are tested in IntegrationTests (nginx, namespaces).
@@ -61,12 +64,12 @@ struct DownloadCommandTests {
         (["--max-outage", "-1", "http://a/x"], "expected a number of seconds"),
         (["http://example.com/"], "no file name in its path"),
         (["--netns", "a/b", "http://a/x"], "expected a namespace name"),
-        (["--connections", "0", "http://a/x"], "expected a whole number from 1 to 16"),
-        (["--connections", "17", "http://a/x"], "expected a whole number from 1 to 16"),
-        (["--connections", "-1", "http://a/x"], "expected a whole number from 1 to 16"),
-        (["--connections", "1e3", "http://a/x"], "expected a whole number from 1 to 16"),
-        (["--connections", "99999999999999999999", "http://a/x"], "expected a whole number from 1 to 16"),
-        (["--connections", "+4", "http://a/x"], "expected a whole number from 1 to 16"),
+        (["--connections", "0", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "17", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "-1", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "1e3", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "99999999999999999999", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "+4", "http://a/x"], "expected a number from 1 to 16"),
         (["--interface", "", "http://a/x"], "expected an interface name"),
         (["--interface", "eth0:1", "http://a/x"], "expected an interface name"),
         (["--interface", "a/b", "http://a/x"], "expected an interface name"),
@@ -117,38 +120,9 @@ struct DownloadCommandTests {
         #expect(root.standardOutput.text.contains("  download "))
     }
 
-    /// One resolver for `download`, `agent` and `queue`; uid 1000 owns /home/u and /x, root owns /r.
-    @Test(arguments: [
-        (nil as String?, ["XDG_STATE_HOME": "/x/state", "HOME": "/home/u"], 1000 as UInt32, "/x/state/reachability"),
-        (nil, ["XDG_STATE_HOME": "relative", "HOME": "/home/u"], 1000, "/home/u/.local/state/reachability"),
-        (nil, ["HOME": "/home/u"], 1000, "/home/u/.local/state/reachability"),
-        (nil, ["HOME": "/root"], 0, "/var/lib/reachability"),
-        (nil, ["XDG_STATE_HOME": "/r/state"], 0, "/r/state/reachability"),
-        // sudo -E: another user's XDG_STATE_HOME is ignored.
-        (nil, ["XDG_STATE_HOME": "/x/state", "HOME": "/home/u"], 0, "/var/lib/reachability"),
-        // No HOME: the passwd entry's home.
-        (nil, [:], 1001, "/home/passwd/.local/state/reachability"),
-        (nil, ["REACHABILITY_STATE_DIR": "/srv/state", "XDG_STATE_HOME": "/x/state"], 1000, "/srv/state"),
-        ("/tmp/mine", ["REACHABILITY_STATE_DIR": "/srv/state"], 0, "/tmp/mine"),
-        ("rel/dir", [:], 0, "/work/rel/dir"),
-    ])
-    func stateDirectory(_ explicit: String?, _ environment: [String: String], _ uid: UInt32, _ expected: String) throws {
-        let system = StateDirectoryLocation.System(
-            effectiveUserID: uid, workingDirectory: "/work",
-            owner: { path in path.hasPrefix("/home/u") || path.hasPrefix("/x") ? 1000 : path.hasPrefix("/r") ? 0 : nil },
-            passwdHome: { "/home/passwd" })
-        #expect(try StateDirectoryLocation.resolve(explicit: explicit, environment: environment, system: system) == expected)
-    }
-
-    @Test func aRelativeStateDirectoryVariableIsAConfigurationError() {
-        #expect(throws: CommandFailure.self) {
-            try StateDirectoryLocation.resolve(explicit: nil, environment: ["REACHABILITY_STATE_DIR": "rel"])
-        }
-    }
-
     @Test func stateDirectoryIsPrivateAndJobDirectoriesAreStable() throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("dl-state-\(UUID().uuidString)/a/b")
-        defer { try? FileManager.default.removeItem(at: root.deletingLastPathComponent().deletingLastPathComponent()) }
+        let scratch = try ScratchDirectory("dl")
+        let root = scratch.url("a/b")
         try DownloadStateDirectory.create(root)
         let mode = try FileManager.default.attributesOfItem(atPath: root.path)[.posixPermissions] as? Int
         #expect(mode == 0o700)
@@ -193,5 +167,47 @@ struct TextFormatTests {
         } catch {
             #expect(TextFormat.reason(error) == "No such file or directory")
         }
+    }
+}
+
+/// How a run ends, decided without downloads (`DownloadSettlement`).
+@Suite("download settlement")
+struct DownloadSettlementTests {
+    static let jobs = ["a", "b", "c"].map {
+        DownloadCommand.Job(url: URL(string: "http://192.0.2.9/\($0)")!, destination: URL(fileURLWithPath: "/d/\($0)"))
+    }
+
+    @Test func completedRunsAreComplete() {
+        let ends = Self.jobs.map { DownloadSettlement.End(job: $0, state: .completed, storedBytes: 10) }
+        let settlement = DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(settlement == DownloadSettlement(cancelled: [], failures: [], isUnfinished: false, isComplete: true))
+    }
+
+    @Test func failuresKeepWhatTheirVerdictKeepsAndComeInCommandLineOrder() {
+        let ends = [
+            DownloadSettlement.End(job: Self.jobs[2], state: .failed(.httpStatus(404)), storedBytes: 10),
+            DownloadSettlement.End(job: Self.jobs[1], state: .failed(.connectivityTimeout), storedBytes: 10),
+        ]
+        let opening = DownloadCommand.JobFailure(job: Self.jobs[0], message: "exists", exitCode: .cannotCreate)
+        let settlement = DownloadSettlement.decide(ends, openingFailures: [opening], interruption: 0, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(settlement.cancelled == [Self.jobs[2]], "a 404 keeps nothing; an outage keeps the resume data")
+        #expect(settlement.failures.map(\.job) == Self.jobs)
+        #expect(settlement.failures.map(\.exitCode) == [.cannotCreate, .temporaryFailure, .failure])
+        #expect(!settlement.isComplete && !settlement.isUnfinished)
+    }
+
+    @Test func anInterruptionLeavesRunningDownloadsPausedNotFailed() {
+        let ends = [DownloadSettlement.End(job: Self.jobs[0], state: .completed, storedBytes: 10),
+                    DownloadSettlement.End(job: Self.jobs[1], state: .paused, storedBytes: 10)]
+        let settlement = DownloadSettlement.decide(ends, openingFailures: [], interruption: SIGINT, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(settlement.failures.isEmpty && settlement.isUnfinished && !settlement.isComplete)
+        let uninterrupted = DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 0, jobs: Self.jobs)
+        #expect(uninterrupted.failures.map(\.message) == ["did not finish (paused)"])
+    }
+
+    @Test func filesAlreadyThereCountTowardsComplete() {
+        let ends = [DownloadSettlement.End(job: Self.jobs[0], state: .completed, storedBytes: 10)]
+        #expect(DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 2, jobs: Self.jobs).isComplete)
+        #expect(!DownloadSettlement.decide(ends, openingFailures: [], interruption: 0, alreadyComplete: 1, jobs: Self.jobs).isComplete)
     }
 }

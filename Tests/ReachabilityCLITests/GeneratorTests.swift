@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ReachabilityCLI
 
 /// The man page and completion scripts come from the option tables: every option of every
@@ -7,20 +8,8 @@ import Testing
 @Suite("man page and completions")
 struct GeneratorTests {
     static func run(_ executable: String, _ arguments: [String], input: String? = nil) throws -> (Int32, String, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let output = Pipe(), error = Pipe(), stdin = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = stdin
-        try process.run()
-        if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
-        try stdin.fileHandleForWriting.close()
-        let out = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let err = String(decoding: error.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, out, err)
+        let result = try ChildProcess.run(executable, arguments, environment: nil, input: Data((input ?? "").utf8))
+        return (result.status, result.standardOutput, result.standardError)
     }
 
     @Test func everyOptionIsInTheManPageAndTheScripts() {

@@ -1,4 +1,4 @@
-import DownloadTestSupport
+import TestSupport
 import Foundation
 @testable import ResumableDownloads
 import Testing
@@ -76,11 +76,11 @@ struct NewcomerTests {
     }
 
     @Test func rates() {
-        #expect(DownloadCommand.parseRate("500k") == 512_000)
-        #expect(DownloadCommand.parseRate("2M") == 2 << 20)
-        #expect(DownloadCommand.parseRate("1g") == 1 << 30)
-        #expect(DownloadCommand.parseRate("1000") == 1000)
-        for bad in ["", "k", "-1k", "0", "1x", "nan", "1e30g"] { #expect(DownloadCommand.parseRate(bad) == nil, "\(bad)") }
+        #expect(TransportOptions.rate.value(from: "500k") == 512_000)
+        #expect(TransportOptions.rate.value(from: "2M") == 2 << 20)
+        #expect(TransportOptions.rate.value(from: "1g") == 1 << 30)
+        #expect(TransportOptions.rate.value(from: "1000") == 1000)
+        for bad in ["", "k", "-1k", "0", "1x", "nan", "1e30g"] { #expect(TransportOptions.rate.value(from: bad) == nil, "\(bad)") }
     }
 
     @Test func headers() {
@@ -122,9 +122,8 @@ struct NewcomerTests {
     /// HOME, relative paths from its working directory, and SIGINT through its signal seam; the
     /// download (to a port nobody listens on) pauses and the run returns 130 without exiting.
     @Test func downloadRunsUnderTheContextAndPausesOnSignal() async throws {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("dl-seam-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: root) }
+        let scratch = try ScratchDirectory("seam")
+        let root = scratch.url
         let harness = Harness(environment: ["HOME": root.path, "NO_COLOR": "1"], effectiveUserID: 1000,
                               currentDirectory: root.path)
         let port = 1 + UInt16.random(in: 1...50)   // privileged ports below 64: nothing listens there

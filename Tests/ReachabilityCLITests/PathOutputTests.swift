@@ -2,6 +2,7 @@ import Foundation
 import LinuxReachability
 import Testing
 @testable import ReachabilityCLI
+import ReachabilityAgent
 
 @Suite("Path text and JSON")
 struct PathOutputTests {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import ReachabilityAgent
 @testable import ReachabilityCLI
 
 /// Diagnostics that echo what a user (or a URL, or the kernel) handed us never carry raw
@@ -49,8 +50,8 @@ struct TerminalTextTests {
     }
 
     @Test func queueListLinesAreEscaped() {
-        let line = DownloadLine.text(DownloadSnapshot(id: "1234567890", url: "http://a/x", destination: "/d/\u{1B}[2Jx",
-                                                      state: "failed", bytesReceived: 0, totalBytes: nil, bytesPerSecond: 0,
+        let line = DownloadLine.text(AgentDownload(id: "1234567890", url: "http://a/x", destination: "/d/\u{1B}[2Jx",
+                                                      state: .failed, bytesReceived: 0, totalBytes: nil, bytesPerSecond: 0,
                                                       error: "server said \r\nforged"))
         #expect(!line.contains("\u{1B}") && !line.contains("\r") && !line.contains("\n"))
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableURLSession
+import TestSupport
 
 @Suite("Resume data: encoding and validation")
 struct ResumeDataTests {
@@ -26,8 +27,8 @@ struct ResumeDataTests {
         #expect(blob[9] == 1, "version byte")
         #expect(try ResumeData.decode(blob, key: Self.key) == original)
         // Survives being written to disk and read back (the seed's recipe), and slicing.
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("resume-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: file) }
+        let scratch = try ScratchDirectory("rd")
+        let file = scratch.url("resume-data")
         try blob.write(to: file)
         #expect(try ResumeData.decode(try Data(contentsOf: file), key: Self.key) == original)
         let sliced = (Data([0, 0]) + blob).dropFirst(2)

@@ -1,17 +1,15 @@
 import Foundation
 import Synchronization
 import Testing
+import ReachabilityAgent
 @testable import ResumableURLSession
+import TestSupport
 
 /// A temporary directory removed on deinit.
-final class TemporaryDirectory: Sendable {
-    let url: URL
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("urlsession-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-    func path(_ name: String) -> String { url.appendingPathComponent(name).path }
-    deinit { try? FileManager.default.removeItem(at: url) }
+typealias TemporaryDirectory = ScratchDirectory
+
+extension ScratchDirectory {
+    convenience init() throws { try self.init("us") }
 }
 
 @Suite("Session state directory")
@@ -176,5 +174,22 @@ struct SessionDirectoryTests {
         #expect(try directory.partialFile(for: recent) != nil)
         #expect(try directory.partialFile(for: busy) != nil)
         #expect(!FileManager.default.fileExists(atPath: directory.records.appendingPathComponent(old.uuidString + ".json").path))
+    }
+
+    /// Issue 20/22: `Configuration.default` keeps its files where every product keeps state,
+    /// by the agent's and the command line's rule (it ignored REACHABILITY_STATE_DIR and used an
+    /// XDG_STATE_HOME that belonged to another user).
+    @Test func theDefaultDirectoryFollowsTheOneStateDirectoryRule() {
+        func directory(_ environment: [String: String], uid: UInt32 = 1000, xdgOwner: UInt32 = 1000) -> String {
+            let system = StateDirectoryLocation.System(effectiveUserID: uid, workingDirectory: "/w",
+                                                       owner: { _ in xdgOwner }, passwdHome: { "/home/pw" })
+            return ResumableURLSession.Configuration.defaultStateDirectory(environment: environment, system: system).path
+        }
+        #expect(directory(["REACHABILITY_STATE_DIR": "/srv/state", "XDG_STATE_HOME": "/x"]) == "/srv/state/url-session")
+        #expect(directory(["XDG_STATE_HOME": "/x", "HOME": "/home/u"]) == "/x/reachability/url-session")
+        #expect(directory(["XDG_STATE_HOME": "/x", "HOME": "/home/u"], xdgOwner: 1001) == "/home/u/.local/state/reachability/url-session",
+                "another user's XDG_STATE_HOME is not used")
+        #expect(directory(["HOME": "/root"], uid: 0) == "/var/lib/reachability/url-session")
+        #expect(directory([:]) == "/home/pw/.local/state/reachability/url-session")
     }
 }

@@ -13,15 +13,13 @@
 import Foundation
 import FoundationNetworking
 import LinuxReachability
+import ProbeSupport
 import ResumableDownloads
 import ResumableURLSession
 import Synchronization
 
 func emit(_ object: [String: Any]) {
-    var line = object
-    line["ms"] = Int(ProcessInfo.processInfo.systemUptime * 1000)
-    let data = (try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys])) ?? Data("{}".utf8)
-    FileHandle.standardOutput.write(data + Data("\n".utf8))
+    FileHandle.standardOutput.write(ProbeLines.encoded(object))
 }
 
 func fail(_ message: String) -> Never {
@@ -82,34 +80,26 @@ final class Probe: ResumableURLSessionDownloadDelegate {
 
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didWriteData bytesWritten: Int64,
                     totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-        emit(["call": "wrote", "task": downloadTask.taskIdentifier, "bytes": bytesWritten, "total": totalBytesWritten,
-              "expected": totalBytesExpectedToWrite])
+        emit(ProbeLines.wrote(downloadTask, bytesWritten, total: totalBytesWritten, expected: totalBytesExpectedToWrite))
     }
 
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didResumeAtOffset fileOffset: Int64,
                     expectedTotalBytes: Int64) {
-        emit(["call": "resumed", "task": downloadTask.taskIdentifier, "offset": fileOffset, "expected": expectedTotalBytes])
+        emit(ProbeLines.resumed(downloadTask, offset: fileOffset, expected: expectedTotalBytes))
     }
 
     func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {
-        emit(["call": "waiting", "task": task.taskIdentifier])
+        emit(ProbeLines.waiting(task))
     }
 
     func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {
-        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
-        if let error = error as? URLError {
-            line["code"] = error.code.rawValue
-            line["message"] = error.localizedDescription
-            if let underlying = error.userInfo[NSUnderlyingErrorKey] { line["underlying"] = "\(underlying)" }
-            if let reason = error.networkUnavailableReason { line["reason"] = "\(reason)" }
-            if let data = error.downloadTaskResumeData {
-                lastResumeData.withLock { $0 = data }
-                line["resumeData"] = data.count
-                if let saveResumeDataFile = options.saveResumeDataFile {
-                    // The seed's recipe: offline, so keep the data for the next launch.
-                    do { try data.write(to: URL(fileURLWithPath: saveResumeDataFile), options: .atomic) }
-                    catch { line["saveError"] = "\(error)" }
-                }
+        var line = ProbeLines.completed(task, error)
+        if let data = (error as? URLError)?.downloadTaskResumeData {
+            lastResumeData.withLock { $0 = data }
+            if let saveResumeDataFile = options.saveResumeDataFile {
+                // The seed's recipe: offline, so keep the data for the next launch.
+                do { try data.write(to: URL(fileURLWithPath: saveResumeDataFile), options: .atomic) }
+                catch { line["saveError"] = "\(error)" }
             }
         }
         emit(line)

@@ -1,3 +1,4 @@
+import ReachabilityAgent
 /// `reachability agent metrics [--format openmetrics|prometheus]`.
 struct AgentMetricsCommand: Command {
     static let name = "agent metrics"
@@ -28,7 +29,7 @@ struct AgentMetricsCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(.metrics(metricsFormat), in: context)
+        let response = try await control.send(.metrics(metricsFormat), in: context)
         guard let metrics = response.metrics else {
             throw CommandFailure(message: "the agent sent no metrics (an agent older than this command?)", exitCode: .failure)
         }

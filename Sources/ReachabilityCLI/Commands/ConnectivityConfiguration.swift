@@ -1,4 +1,5 @@
 import LinuxReachability
+import ReachabilityBase
 
 /// Where the connectivity check's definition comes from, strongest first: `--connectivity-url` /
 /// `--connectivity-response`, `$XDG_CONFIG_HOME/reachability/reachability.conf`,
@@ -125,7 +126,7 @@ enum ConnectivityConfiguration {
         if let interval = values["interval"]?.0 {
             // As NetworkManager reads it (nm-config-data.c, nm-connectivity.c): whole seconds,
             // anything else is its default, 0 turns the check off, at most a week.
-            let seconds = UInt32(interval).map(Int.init) ?? networkManagerDefaultInterval
+            let seconds = networkManagerInterval.value(from: interval) ?? networkManagerDefaultInterval
             if seconds == 0 { return nil }
             settings.interval = .seconds(min(seconds, maximumIntervalSeconds))
         }
@@ -148,22 +149,33 @@ enum ConnectivityConfiguration {
     /// NetworkManager's longest interval: a week.
     static let maximumIntervalSeconds = 7 * 24 * 3600
 
-    /// The interval between checks while full: whole seconds from 1 to a week, as NetworkManager
-    /// takes it. A fraction is refused rather than rounded: `0.001` would be about 550 checks a
-    /// second against someone's server.
+    /// NetworkManager's `interval=` as its keyfile reader takes it: an unsigned 32-bit number of
+    /// seconds (anything else is its default).
+    static let networkManagerInterval = Count(0...Int(UInt32.max), of: "whole seconds")
+
+    /// `connectivity-interval=`: whole seconds from 1 to a week, as NetworkManager takes it. A
+    /// fraction is refused rather than rounded: `0.001` would be about 550 checks a second
+    /// against someone's server.
+    static let intervalValue = Count(1...maximumIntervalSeconds, of: "whole seconds")
+
+    /// `connectivity-timeout=`: any span above 0, at most a year.
+    static let timeoutValue = Seconds.positive(upTo: .seconds(86_400 * 365))
+
     static func wholeSeconds(_ text: String, place: String, key: String) throws(ConfigurationError) -> Duration {
-        guard text.count <= 7, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int(text), (1...maximumIntervalSeconds).contains(value) else {
+        do {
+            return .seconds(try intervalValue.parse(text))
+        } catch {
             let hint = text == "0" ? "; to turn the check off, set connectivity-url=none" : ""
-            throw ConfigurationError(description: "\(place): \(key) must be whole seconds from 1 to \(maximumIntervalSeconds) (a week), as NetworkManager's interval, got '\(text)'\(hint)")
+            throw ConfigurationError(description: "\(place): \(error.message(for: key)) (a week, NetworkManager's longest)\(hint)")
         }
-        return .seconds(value)
     }
 
     static func seconds(_ text: String, place: String, key: String) throws(ConfigurationError) -> Duration {
-        guard let value = Double(text), value.isFinite, value > 0, value <= 86_400 * 365 else {
-            throw ConfigurationError(description: "\(place): \(key) must be a number of seconds above 0, got '\(text)'")
+        do {
+            return try timeoutValue.parse(text)
+        } catch {
+            throw ConfigurationError(description: "\(place): \(error.message(for: key))")
         }
-        return .milliseconds(Int64((value * 1000).rounded(.up)))
     }
 }
 

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import LinuxSystem
+import ReachabilityBase
 import ResumableDownloads
 import Synchronization
 
@@ -39,7 +40,9 @@ struct DownloadCommand: Command {
         help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
-        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx. Default: wait forever.")
+        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx (fractions allowed; 'inf', or more than 100 years, waits forever). Default: wait forever.")
+    static let maximumOutageValue = SecondsOrForever()
+    static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
     static let json = Option.flag(
         "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
     static let quiet = Option.flag(
@@ -136,19 +139,13 @@ struct DownloadCommand: Command {
             throw UsageError.invalidValue(directory, for: Self.directory, "expected a directory")
         }
         if let hex = arguments.value(Self.sha256) {
-            guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else {
+            guard let digest = SHA256.normalizedHexDigest(hex) else {
                 throw UsageError.invalidValue(hex, for: Self.sha256, "expected 64 hexadecimal digits")
             }
-            expectedSHA256 = hex.lowercased()
+            expectedSHA256 = digest
         }
         allowsExpensive = !arguments.isSet(Self.noExpensive)
-        if let text = arguments.value(Self.connections) {
-            let limit = DownloadAgent.maximumConnectionsPerHostLimit
-            guard text.utf8.allSatisfy({ (48...57).contains($0) }), let count = Int(text), (1...limit).contains(count) else {
-                throw UsageError.invalidValue(text, for: Self.connections, "expected a whole number from 1 to \(limit)")
-            }
-            maximumConnections = count
-        }
+        maximumConnections = try arguments.value(Self.connections, as: Self.connectionsValue)
         interfaces = try arguments.values(Self.interface).map { name in
             // IFNAMSIZ is 16 with the terminating NUL; the kernel refuses '/', whitespace and ':' aliases.
             guard (1...15).contains(name.utf8.count), name != ".", name != "..",
@@ -165,12 +162,7 @@ struct DownloadCommand: Command {
         if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
             throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")
         }
-        if let text = arguments.value(Self.maximumOutage) {
-            guard let seconds = Double(text), seconds.isFinite, seconds >= 0 else {
-                throw UsageError.invalidValue(text, for: Self.maximumOutage, "expected a number of seconds")
-            }
-            maximumOutageWait = .milliseconds(Int64(seconds * 1000))
-        }
+        maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
         isJSON = arguments.isSet(Self.json)
         isQuiet = arguments.isSet(Self.quiet)
         headers = try arguments.values(Self.header).map { line in
@@ -226,9 +218,6 @@ struct DownloadCommand: Command {
         return name
     }
 
-    /// `500k`, `2m`, `1g`, `12345` (bytes per second; k = 1024, as curl).
-    static func parseRate(_ text: String) -> Int64? { TransportOptions.parseRate(text) }
-
     /// Where each URL goes, relative paths resolved against `workingDirectory`; `-o -` downloads
     /// into `stateRoot/stdout/` first.
     func jobs(workingDirectory: String, stateRoot: URL? = nil) throws -> [Job] {
@@ -258,289 +247,27 @@ struct DownloadCommand: Command {
     }
 
     /// A download that did not finish, reported after the others.
-    struct JobFailure: Sendable {
+    struct JobFailure: Sendable, Equatable {
         var job: Job
         var message: String
         var exitCode: ExitCode
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        if let namespace = monitor.networkNamespace, context.environment[NamespaceReexec.marker] != namespace,
-           NamespaceReexec.isToolProcess {
-            _ = try monitor.configuration(in: context)   // privilege (77) and classify.conf (78) errors first
-            try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
-        }
-        let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment,
-                                                           system: .current(context))
-        let jobs = try jobs(workingDirectory: context.currentDirectory, stateRoot: stateRoot)
-        try DownloadStateDirectory.create(stateRoot)
-        // Missing folders are made (as `-d` implies); otherwise the agent would fail later with a
-        // file-system error. Walked from / without following links someone else could plant.
-        for folder in Set(jobs.map { $0.destination.deletingLastPathComponent() }) {
-            do {
-                _ = try CheckedDirectory.open(folder.path, policy: .shared, creating: true,
-                                              mode: writesToStandardOutput ? 0o700 : 0o777)
-            } catch {
-                throw CommandFailure(message: "cannot create \(folder.path): \(TextFormat.reason(error))", exitCode: .cannotCreate)
-            }
-        }
-        if !verifiesCertificates {
-            context.errorOutput.line("warning: --insecure: the server's certificate is not checked, so anyone on the network path can read and change what is downloaded\(expectedSHA256 == nil ? " (--sha256 would catch a changed file)" : "")")
-        }
-
-        let source = try monitor.startPathSource(in: context)
-        defer { source.cancel() }
-        let reporter = DownloadReporter(context: context, isJSON: isJSON, drawsProgress: context.isTerminal(2),
-                                        usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true, isQuiet: isQuiet,
-                                        writesToStandardOutput: writesToStandardOutput, currentPath: { source.currentPath })
-
-        let errorOutput = context.errorOutput
-        let logger = monitor.isVerbose
-            ? Logger(label: "reachability.download", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) })
-            : .silent
-        let options = DownloadOptions(expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive,
-                                      maximumConnections: maximumConnections, interfaces: interfaces,
-                                      usesExpensivePathsOnlyAsFallback: usesExpensivePathsOnlyAsFallback)
-        let makeConfiguration: @Sendable (URL) -> DownloadAgent.Configuration = { [self] state in
-            var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: maximumOutageWait,
-                                                            logger: logger)
-            configuration.additionalHeaders = headers
-            configuration.maximumBytesPerSecond = maximumBytesPerSecond
-            configuration.certificateAuthorityFile = certificateAuthorityFile.map {
-                URL(fileURLWithPath: $0, relativeTo: URL(fileURLWithPath: context.currentDirectory, isDirectory: true))
-            }
-            configuration.verifiesCertificates = verifiesCertificates
-            configuration.proxy = proxyURL
-            if let maximumConnections { configuration.maximumConnectionsPerHost = maximumConnections }
-            DownloadTuning.apply(context.environment, to: &configuration)
-            return configuration
-        }
-        let registry = SessionRegistry()
-
-        // One job's life: open (restore or create), follow its events until it ends or the
-        // command is interrupted. Failures to open are reported with the others at the end.
-        @Sendable func runJob(_ job: Job) async -> JobFailure? {
-            guard !registry.isInterrupted else { return nil }
-            let session: DownloadSession
-            do {
-                // A stream per agent: an AsyncStream hands each element to one consumer only.
-                session = try await DownloadSession.open(job, stateRoot: stateRoot, paths: source.paths,
-                                                         hostPaths: { source.paths(to: $0) },
-                                                         configuration: makeConfiguration, options: options)
-            } catch let failure as CommandFailure {
-                return JobFailure(job: job, message: failure.message, exitCode: failure.exitCode)
-            } catch let complete as AlreadyComplete {
-                registry.markAlreadyComplete(job)
-                reporter.reportAlreadyComplete(job, reason: complete.reason)
-                return nil
-            } catch {
-                // Interrupted while opening (hashing an existing file): not a failure of its own.
-                if registry.isInterrupted || error is CancellationError { return nil }
-                return JobFailure(job: job, message: "\(error)", exitCode: .failure)
-            }
-            if !registry.add(session) {
-                await session.agent.shutdown()   // the interrupt came while it was opening
-                return nil
-            }
-            await reporter.follow(session.download)
-            return nil
-        }
-
-        let run = RunControl()
-        // Installed before any transfer starts, so no signal finds the default action.
-        let removeHandler = await context.onSignals([SIGINT, SIGTERM]) { number in
-            guard run.firstInterruption(number) else {
-                // A second Ctrl-C while pausing: stop waiting for the checkpoint. The last one is
-                // still a valid resume point (the partial file is cut back to it on the next run).
-                run.finish(nil)
-                return
-            }
-            let running = registry.interrupt()
-            Task {
-                for session in running { await session.agent.shutdown() }
-                run.cancelWork()
-            }
-        }
-        let limit = Self.maximumConcurrentDownloads
-        run.start {
-            let progress = Task { await reporter.drawProgress { registry.downloads } }
-            // Each agent serves one URL, so the concurrency limit lives here: at most `limit` jobs
-            // open at once; the next one starts when one ends (completes, fails, is interrupted).
-            let failures = await withTaskGroup(of: JobFailure?.self) { group in
-                var failures: [JobFailure] = []
-                var running = 0
-                for job in jobs {
-                    if running == limit, let finished = await group.next() {
-                        running -= 1
-                        if let finished { failures.append(finished) }
-                    }
-                    if Task.isCancelled || registry.isInterrupted { break }
-                    group.addTask { await runJob(job) }
-                    running += 1
-                }
-                for await finished in group {
-                    if let finished { failures.append(finished) }
-                }
-                return failures
-            }
-            progress.cancel()
-            await progress.value
-            return failures
-        }
-        let outcome = await run.result()
-        removeHandler()
-        reporter.finishProgress()
-        guard var failures = outcome else {
-            context.errorOutput.line("interrupted again: quitting without waiting for the checkpoint; run the same command again to resume")
-            return ExitCode(rawValue: 128 + run.interruption)
-        }
-        let sessions = registry.sessions
-
-        // Failures: decide what is kept before the agents stop (cancel deletes partial data and record).
-        for session in sessions {
-            switch session.download.state {
-            case .completed:
-                continue
-            case .failed(let error):
-                let verdict = DownloadFailureVerdict(error, storedBytes: session.download.progress.bytesReceived)
-                if !verdict.keepsResumeData { await session.agent.cancel(session.download) }
-                failures.append(JobFailure(job: session.job, message: "\(error.description)\(verdict.suffix)", exitCode: verdict.exitCode))
-            default:
-                if run.interruption == 0 {
-                    failures.append(JobFailure(job: session.job, message: "did not finish (\(session.download.state))", exitCode: .failure))
-                }
-            }
-        }
-        let signal = run.interruption
-        // Interrupted before every job was done (running, or not even opened yet).
-        let unfinished = signal != 0 && (sessions.contains { $0.download.state != .completed }
-                                         || sessions.count + registry.alreadyComplete.count < jobs.count)
-        let isComplete = failures.isEmpty && !unfinished
-            && sessions.count + registry.alreadyComplete.count == jobs.count
-
-        // `-o -`: the verified file goes to stdout, then away.
-        if isComplete, writesToStandardOutput {
-            for job in jobs {
-                do {
-                    try Self.copyToStandardOutput(job.destination, context: context)
-                    unlink(job.destination.path)
-                    rmdir(job.destination.deletingLastPathComponent().path)
-                } catch {
-                    failures.append(JobFailure(job: job, message: "cannot write to stdout: \(TextFormat.reason(error)); the file is kept for the next run", exitCode: .ioError))
-                }
-            }
-        }
-        // Completed files stay "done" for the next run of the same command only while the batch
-        // is unfinished; a finished batch leaves nothing behind.
-        for session in sessions {
-            await session.agent.shutdown()
-            session.close(marksCompletion: !isComplete)
-        }
-        if isComplete {
-            for job in registry.alreadyComplete {
-                let directory = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
-                CompletionMarker.remove(in: directory)
-                DownloadSession.removeIfEmpty(directory)
-            }
-        }
-        if unfinished {
-            context.errorOutput.line("paused; run the same command again to resume")
-            return ExitCode(rawValue: 128 + signal)
-        }
-
-        // In command-line order, whatever order they ended in.
-        let order = Dictionary(jobs.enumerated().map { ($1.destination, $0) }, uniquingKeysWith: { first, _ in first })
-        failures.sort { order[$0.job.destination, default: 0] < order[$1.job.destination, default: 0] }
-        for failure in failures {
-            context.errorOutput.line(TerminalText.escaped("Error: \(URLRedaction.redacted(failure.job.url)): \(failure.message)"))
-        }
-        return DownloadFailureVerdict.combinedExitCode(failures.map(\.exitCode))
+        let plan = try DownloadPlan.prepare(self, in: context)
+        return try await DownloadRun(command: self, plan: plan, context: context).execute()
     }
 
     /// Copies a finished file to stdout in 1 MiB reads.
     static func copyToStandardOutput(_ file: URL, context: CommandContext) throws {
-        let descriptor = open(file.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        defer { close(descriptor) }
+        let descriptor = try FileDescriptor.openForReading(file.path, followingLinks: false)
+        defer { descriptor.close() }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         while true {
-            let count = read(descriptor, buffer.baseAddress, buffer.count)
-            if count < 0 {
-                if errno == EINTR { continue }
-                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-            }
+            let count = try descriptor.read(into: buffer)
             if count == 0 { return }
             try context.writeStandardOutput(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
-        }
-    }
-}
-
-/// How one `download` run ends: its work, the signal that interrupted it, and the first of
-/// "the work finished" or "a second signal said quit now". Signal handlers only set state here;
-/// nothing exits the process from a handler.
-final class RunControl: Sendable {
-    private struct State {
-        var interruption: Int32 = 0
-        var work: Task<Void, Never>?
-        var isWorkCancelled = false
-        var outcome: [DownloadCommand.JobFailure]??
-        var waiter: CheckedContinuation<[DownloadCommand.JobFailure]?, Never>?
-    }
-
-    private let state = Mutex(State())
-
-    /// Records the first signal; false when one had already arrived.
-    func firstInterruption(_ number: Int32) -> Bool {
-        state.withLock { state in
-            guard state.interruption == 0 else { return false }
-            state.interruption = number
-            return true
-        }
-    }
-
-    /// The first signal's number, 0 when none arrived.
-    var interruption: Int32 { state.withLock { $0.interruption } }
-
-    /// Starts the work; its failures become the result unless a second signal came first.
-    func start(_ body: @escaping @Sendable () async -> [DownloadCommand.JobFailure]) {
-        let task = Task { self.finish(await body()) }
-        let cancelNow = state.withLock { state in
-            state.work = task
-            return state.isWorkCancelled
-        }
-        if cancelNow { task.cancel() }
-    }
-
-    /// Cancels the work (after an interrupt shut the agents down).
-    func cancelWork() {
-        let task = state.withLock { state in
-            state.isWorkCancelled = true
-            return state.work
-        }
-        task?.cancel()
-    }
-
-    /// The first result wins: the work's failures, or nil for "quit now".
-    func finish(_ outcome: [DownloadCommand.JobFailure]?) {
-        let waiter = state.withLock { state -> CheckedContinuation<[DownloadCommand.JobFailure]?, Never>? in
-            guard state.outcome == nil else { return nil }
-            state.outcome = .some(outcome)
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume(returning: outcome)
-    }
-
-    /// Waits for `finish`.
-    func result() async -> [DownloadCommand.JobFailure]? {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> [DownloadCommand.JobFailure]?? in
-                if let outcome = state.outcome { return .some(outcome) }
-                state.waiter = continuation
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
         }
     }
 }
@@ -552,63 +279,6 @@ extension ExitCode {
     static let ioError = ExitCode(rawValue: 74)
     /// EX_TEMPFAIL: gave up waiting for the network or the server; running again later can succeed.
     static let temporaryFailure = ExitCode(rawValue: 75)
-}
-
-/// Test and benchmark knobs read from the environment (not in `--help`: production defaults are
-/// the right ones for people): `REACHABILITY_DOWNLOAD_STALL_TIMEOUT`, `..._CONNECT_TIMEOUT`
-/// (seconds), `REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES` and `..._MAX_FAILURES` (the failure budget).
-enum DownloadTuning {
-    static func apply(_ environment: [String: String], to configuration: inout DownloadAgent.Configuration) {
-        if let text = environment["REACHABILITY_DOWNLOAD_STALL_TIMEOUT"], let seconds = Double(text), seconds > 0 {
-            configuration.stallTimeout = .milliseconds(Int64(seconds * 1000))
-        }
-        if let text = environment["REACHABILITY_DOWNLOAD_CHECKPOINT_BYTES"], let bytes = Int64(text), bytes > 0 {
-            configuration.checkpointInterval = bytes
-        }
-        if let text = environment["REACHABILITY_DOWNLOAD_CONNECT_TIMEOUT"], let seconds = Double(text), seconds > 0 {
-            configuration.connectTimeout = .milliseconds(Int64(seconds * 1000))
-        }
-        if let text = environment["REACHABILITY_DOWNLOAD_MAX_FAILURES"], let count = Int(text), count >= 0 {
-            configuration.maximumConsecutiveFailures = count
-        }
-    }
-}
-
-/// The sessions of one `download` run, shared by the job tasks, the progress loop and the
-/// interrupt handler (a signal can arrive while a job is still opening).
-final class SessionRegistry: Sendable {
-    private struct State {
-        var sessions: [DownloadSession] = []
-        var alreadyComplete: [DownloadCommand.Job] = []
-        var isInterrupted = false
-    }
-
-    private let state = Mutex(State())
-
-    /// Adds a session; false (not added) once the run was interrupted.
-    func add(_ session: DownloadSession) -> Bool {
-        state.withLock { state in
-            guard !state.isInterrupted else { return false }
-            state.sessions.append(session)
-            return true
-        }
-    }
-
-    /// Marks the run interrupted and returns the sessions to shut down.
-    func interrupt() -> [DownloadSession] {
-        state.withLock { state in
-            state.isInterrupted = true
-            return state.sessions
-        }
-    }
-
-    /// A job whose destination already held the wanted file.
-    func markAlreadyComplete(_ job: DownloadCommand.Job) { state.withLock { $0.alreadyComplete.append(job) } }
-
-    var alreadyComplete: [DownloadCommand.Job] { state.withLock { $0.alreadyComplete } }
-    var isInterrupted: Bool { state.withLock { $0.isInterrupted } }
-    var sessions: [DownloadSession] { state.withLock { $0.sessions } }
-    var downloads: [Download] { sessions.map(\.download) }
 }
 
 private extension String {

@@ -1,5 +1,5 @@
 import FoundationEssentials
-import Glibc
+import LinuxSystem
 import ResumableDownloads
 
 /// How `reachability download` reports a download that failed: its exit status, and whether
@@ -55,7 +55,7 @@ struct DownloadFailureVerdict: Sendable, Equatable {
         if error == .diskFull { return .localStorage }
         if error == .fileSystem {
             guard let code = error.osErrorCode else { return .destination }
-            return [EIO, ENOSPC, EDQUOT].contains(code) ? .localStorage : .destination
+            return [Errno.ioError, .noSpace, .quotaExceeded].contains(Errno(code)) ? .localStorage : .destination
         }
         if let status = error.httpStatusCode {
             return status == 408 || status == 429 || (500...599).contains(status) ? .temporary : .permanent
@@ -102,85 +102,44 @@ struct CompletionMarker: Codable, Sendable, Equatable {
 
     /// The marker for the regular file now at `destination` (nil when it is not one).
     init?(url: URL, destination: URL) {
-        guard let identity = Self.identity(of: destination.path) else { return nil }
+        guard let status = Self.status(of: destination), status.kind == .regular else { return nil }
         self.url = url.absoluteString
         self.destination = destination.path
-        (device, inode, size, modifiedNanoseconds) = identity
+        (device, inode, size, modifiedNanoseconds) = (status.device, status.inode, status.size, status.modified)
     }
 
     /// Whether the marker in `directory` describes the file now at `destination` for `url`.
     static func matches(in directory: URL, url: URL, destination: URL) -> Bool {
-        guard let data = readSmallFile(directory.appendingPathComponent(fileName).path),
-              let marker = try? JSONDecoder().decode(CompletionMarker.self, from: data),
+        guard let job = try? CheckedDirectory.open(directory.path, policy: .privateState),
+              let bytes = try? job.readOwnedFile(fileName, limit: 64 << 10),
+              let marker = try? JSONDecoder().decode(CompletionMarker.self, from: Data(bytes)),
               marker.version == 1, marker.url == url.absoluteString, marker.destination == destination.path,
               let current = CompletionMarker(url: url, destination: destination) else { return false }
         return marker == current
     }
 
-    /// Writes the marker into `directory` atomically: a new file (never through a symlink),
-    /// fsynced, renamed over the old one.
+    /// Writes the marker into `directory` atomically (`CheckedDirectory.writeAtomically`).
     func write(in directory: URL) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data = try encoder.encode(self)
-        try AtomicFile.write(data, to: directory.appendingPathComponent(Self.fileName).path)
+        do {
+            try CheckedDirectory.open(directory.path, policy: .privateState).writeAtomically(Array(data), to: Self.fileName)
+        } catch {
+            throw CommandFailure(message: "\(error)", exitCode: .cannotCreate)
+        }
     }
 
     /// Removes the marker from `directory`, if any.
     static func remove(in directory: URL) {
-        unlink(directory.appendingPathComponent(fileName).path)
+        try? CheckedDirectory.open(directory.path, policy: .privateState).remove(fileName)
     }
 
-    /// lstat of a regular file: device, inode, size, mtime in ns; nil for anything else.
-    private static func identity(of path: String) -> (UInt64, UInt64, Int64, Int64)? {
-        var info = stat()
-        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-        return (UInt64(info.st_dev), UInt64(info.st_ino), Int64(info.st_size),
-                Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec))
-    }
-
-    /// At most 64 KiB of a regular file, opened without following a symlink.
-    private static func readSmallFile(_ path: String) -> Data? {
-        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard descriptor >= 0 else { return nil }
-        defer { close(descriptor) }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size <= 64 << 10 else { return nil }
-        var buffer = [UInt8](repeating: 0, count: Int(info.st_size))
-        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-        guard count == buffer.count else { return nil }
-        return Data(buffer)
-    }
-}
-
-/// Small files written so a crash leaves either the old or the new contents: a fresh temporary
-/// file next to the target (O_EXCL, O_NOFOLLOW: never someone else's file or link), fsync,
-/// rename over the target, fsync of the directory.
-enum AtomicFile {
-    static func write(_ data: Data, to path: String, mode: mode_t = 0o600) throws {
-        let directory = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-        let temporary = "\(path).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
-        guard descriptor >= 0 else { throw Self.error("cannot create \(temporary)") }
-        var isWritten = false
-        defer {
-            close(descriptor)
-            if !isWritten { unlink(temporary) }
-        }
-        try data.withUnsafeBytes { bytes in
-            if bytes.count > 0 { try writeAll(to: descriptor, bytes) }
-        }
-        guard fchmod(descriptor, mode) == 0, fsync(descriptor) == 0 else { throw Self.error("cannot write \(temporary)") }
-        guard rename(temporary, path) == 0 else { throw Self.error("cannot rename \(temporary) to \(path)") }
-        isWritten = true
-        let directoryDescriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directoryDescriptor >= 0 {
-            fsync(directoryDescriptor)
-            close(directoryDescriptor)
-        }
-    }
-
-    private static func error(_ what: String) -> CommandFailure {
-        CommandFailure(message: "\(what): \(String(cString: strerror(errno)))", exitCode: .cannotCreate)
+    /// The status of `file` itself (a link is not followed), reached from / without untrusted
+    /// links; nil when it cannot be seen.
+    private static func status(of file: URL) -> FileStatus? {
+        let folder = file.deletingLastPathComponent().path
+        guard let directory = try? CheckedDirectory.open(folder, policy: .shared) else { return nil }
+        return (try? directory.status(of: file.lastPathComponent)) ?? nil
     }
 }

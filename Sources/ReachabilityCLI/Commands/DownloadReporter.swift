@@ -2,6 +2,9 @@ import FoundationEssentials
 import LinuxReachability
 import ResumableDownloads
 import Synchronization
+import ReachabilityBase
+import ReachabilityAgent
+import LinuxSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -244,9 +247,7 @@ final class DownloadReporter: Sendable {
     }
 
     static func terminalColumns() -> Int {
-        var size = winsize()
-        guard ioctl(2, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 else { return 80 }
-        return Int(size.ws_col)
+        FileDescriptor.standardError.terminalColumns ?? 80
     }
 
     /// 1024-based units, one decimal: `12.0 MiB`.
@@ -267,7 +268,7 @@ final class DownloadReporter: Sendable {
     }
 
     static func seconds(_ duration: Duration) -> String {
-        let value = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        let value = duration.timeInterval
         return value < 1 ? "\(Int(value * 1000)) ms" : "\(TextFormat.decimal(value, fractionDigits: 1)) s"
     }
 }

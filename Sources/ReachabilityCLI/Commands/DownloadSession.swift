@@ -3,6 +3,7 @@ import LinuxReachability
 import LinuxSystem
 import ResumableDownloads
 import Synchronization
+import ReachabilityAgent
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -119,22 +120,21 @@ final class DownloadSession: Sendable {
     /// writer); hashing a large file stops when the command is interrupted.
     static func checkExistingDestination(_ job: DownloadCommand.Job, options: DownloadOptions, directory: URL) throws {
         let path = job.destination.path
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return }
-        switch info.st_mode & S_IFMT {
-        case S_IFDIR:
+        guard let status = (try? FileSystem.status(ofPath: path, followingLinks: false)) ?? nil else { return }
+        switch status.kind {
+        case .directory:
             throw CommandFailure(message: "\(path) is a directory; to download into it use -d \(path), or name a file in it with -o \(path)/NAME",
                                  exitCode: .cannotCreate)
-        case S_IFREG:
+        case .regular:
             break
-        case S_IFLNK:
+        case .symbolicLink:
             throw CommandFailure(message: "\(path) already exists (a symbolic link, never followed); delete it to download again",
                                  exitCode: .cannotCreate)
-        default:
-            let kind = switch info.st_mode & S_IFMT {
-            case S_IFIFO: "a FIFO"
-            case S_IFSOCK: "a socket"
-            case S_IFCHR, S_IFBLK: "a device"
+        case .fifo, .socket, .characterDevice, .blockDevice, .unknown:
+            let kind = switch status.kind {
+            case .fifo: "a FIFO"
+            case .socket: "a socket"
+            case .characterDevice, .blockDevice: "a device"
             default: "not a regular file"
             }
             throw CommandFailure(message: "\(path) already exists and is \(kind), not a file; delete it or choose another -o",
@@ -174,8 +174,8 @@ final class DownloadSession: Sendable {
 
     /// Removes the lock file and the directory, which succeeds only when nothing else is in it.
     static func removeIfEmpty(_ directory: URL) {
-        unlink(directory.appendingPathComponent("lock").path)
-        rmdir(directory.path)
+        try? FileSystem.remove(directory.appendingPathComponent("lock").path)
+        FileSystem.removeDirectory(directory.path)
     }
 }
 

@@ -1,7 +1,5 @@
 import FoundationEssentials
-#if canImport(Glibc)
-import Glibc
-#endif
+import LinuxSystem
 
 /// Runs `reachability download --netns NAME` again inside the namespace, as `ip netns exec` would.
 ///
@@ -34,10 +32,7 @@ enum NamespaceReexec {
         let arguments = ["ip", "netns", "exec", namespace, executable] + CommandLine.arguments.dropFirst()
         var variables = environment
         variables[marker] = namespace
-        let argv = arguments.map { strdup($0) } + [nil]
-        let envp = variables.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        execve(tool, argv, envp)
-        let reason = String(cString: strerror(errno))
-        throw CommandFailure(message: "cannot run \(tool) netns exec \(namespace): \(reason)", exitCode: .failure)
+        let error = CurrentProcess.execute(tool, arguments: Array(arguments), environment: variables)
+        throw CommandFailure(message: "cannot run \(tool) netns exec \(namespace): \(error)", exitCode: .failure)
     }
 }

@@ -1,5 +1,7 @@
 import FoundationEssentials
 import Glibc
+import ReachabilityAgent
+import ResumableDownloads
 
 /// `--state-dir` shared by the control commands, and the request round trip they all make.
 struct ControlOptions: Sendable {
@@ -11,15 +13,12 @@ struct ControlOptions: Sendable {
         stateDirectoryArgument = arguments.value(Self.stateDirectory)
     }
 
-    /// Sends `command` to the agent and returns the reply; an error reply becomes `CommandFailure`.
-    func send(_ command: ControlCommand, in context: CommandContext) throws -> ControlResponse {
+    /// Sends `command` to the agent and returns its successful reply; a failure is an
+    /// `AgentClientError` (77 when the agent belongs to another user, 1 otherwise).
+    func send(_ command: ControlCommand, in context: CommandContext) async throws -> ControlResponse {
         let directory = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
-                                                               system: .current(context))
-        let response = try ControlClient(stateDirectory: directory).send(command)
-        if !response.ok {
-            throw CommandFailure(message: response.error?.message ?? "the agent reported an error", exitCode: .failure)
-        }
-        return response
+                                                        system: .current(context))
+        return try await AgentClient(stateDirectory: directory).request(command)
     }
 
     static let discussion = """
@@ -30,10 +29,15 @@ struct ControlOptions: Sendable {
 
 /// One download as a text line: `1f2e3d4c  running  12.0 MiB / 48.0 MiB  https://... -> /path`.
 enum DownloadLine {
-    static func text(_ download: DownloadSnapshot) -> String {
+    static func text(_ download: AgentDownload) -> String {
         let size = download.totalBytes.map { "\(mebibytes(download.bytesReceived)) / \(mebibytes($0))" }
             ?? mebibytes(download.bytesReceived)
-        var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
+        var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.rawValue.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
+        if let session = download.session {
+            let tasks = (download.taskIdentifiers ?? []).map(String.init).joined(separator: ",")
+            line += "  [background session '\(session)'\(tasks.isEmpty ? "" : ", task \(tasks)")]"
+        }
+        if let reason = download.waitingReason { line += "  (\(reason))" }
         if let error = download.error { line += "  (\(error))" }
         return TerminalText.escaped(line)
     }
@@ -42,7 +46,7 @@ enum DownloadLine {
         "\(TextFormat.decimal(Double(bytes) / 1_048_576, fractionDigits: 1)) MiB"
     }
 
-    static func json(_ download: DownloadSnapshot) -> String {
+    static func json(_ download: AgentDownload) -> String {
         String(decoding: ControlCodec.encode(download), as: UTF8.self)
     }
 }
@@ -95,8 +99,10 @@ struct QueueAddCommand: Command {
             outputPath = output
         }
         if let sha = arguments.value(Self.sha256) {
-            guard ControlCodec.isSHA256(sha) else { throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hex digits") }
-            expectedSHA256 = sha.lowercased()
+            guard let digest = SHA256.normalizedHexDigest(sha) else {
+                throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hexadecimal digits")
+            }
+            expectedSHA256 = digest
         }
         control = ControlOptions(arguments: arguments)
     }
@@ -107,7 +113,7 @@ struct QueueAddCommand: Command {
             path.hasPrefix("/") ? path
                 : URL(fileURLWithPath: context.currentDirectory).appendingPathComponent(path).standardizedFileURL.path
         }
-        let response = try control.send(.add(url: url, output: output, sha256: expectedSHA256, replace: replacesExistingFile),
+        let response = try await control.send(.add(url: url, output: output, sha256: expectedSHA256, replace: replacesExistingFile),
                                         in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
@@ -133,7 +139,7 @@ struct QueueListCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(.list, in: context)
+        let response = try await control.send(.list, in: context)
         for download in response.downloads ?? [] {
             context.output.line(isJSON ? DownloadLine.json(download) : DownloadLine.text(download))
         }
@@ -159,7 +165,7 @@ extension QueueControlCommand {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(Self.command(id), in: context)
+        let response = try await control.send(Self.command(id), in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
     }
@@ -209,7 +215,7 @@ struct AgentStatusCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try control.send(.status, in: context)
+        let response = try await control.send(.status, in: context)
         guard let status = response.status else {
             throw CommandFailure(message: "the agent sent no status", exitCode: .failure)
         }
@@ -228,6 +234,24 @@ struct AgentStatusCommand: Command {
         context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
         context.output.line(TerminalText.escaped("path: \(path)"))
         context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths"))")
+        for session in status.backgroundSessions ?? [] {
+            context.output.line(TerminalText.escaped(Self.describe(session)))
+        }
         return .success
+    }
+
+    /// `background session 'ID' (uid 1000): 3 tasks, 1 event pending, attached by pid 42; launcher command /usr/bin/app failing (3 in a row: ...), next at T`.
+    static func describe(_ session: BackgroundSessionStatus) -> String {
+        var line = "background session '\(session.identifier)' (uid \(session.uid)): \(session.tasks) task\(session.tasks == 1 ? "" : "s")"
+        line += ", \(session.pendingEvents) event\(session.pendingEvents == 1 ? "" : "s") pending"
+        line += session.attachedPID.map { ", attached by pid \($0)" } ?? ", not attached"
+        if let launcher = session.launcher {
+            line += "; launcher \(launcher)"
+            if session.consecutiveLaunchFailures > 0 {
+                line += " failing (\(session.consecutiveLaunchFailures) in a row: \(session.lastLaunchFailure ?? "?"))"
+            }
+            if let next = session.nextLaunch { line += ", next launch at \(next)" }
+        }
+        return line
     }
 }

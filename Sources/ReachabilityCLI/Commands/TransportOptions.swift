@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 import ResumableDownloads
 
 /// `--limit-rate`, `--cacert` and `--proxy`: how transfers reach servers. `download` takes them
@@ -7,7 +8,9 @@ import ResumableDownloads
 struct TransportOptions: Sendable, Equatable {
     static let limitRate = Option.value(
         "limit-rate", valueName: "speed",
-        help: "Receive at most this many bytes per second per download; k, m, g suffixes (1k = 1024).")
+        help: "Receive at most this many bytes per second per download; k, m, g, t suffixes (1k = 1024).")
+    /// `500k`, `2m`, `1g`, `12345`: bytes per second, 1024-based as curl's.
+    static let rate = ByteCount.rate(1...(1 << 50))
     static let certificateAuthorities = Option.value(
         "cacert", valueName: "file",
         help: "Trust the certificate authorities in this PEM file instead of the system's.")
@@ -26,12 +29,7 @@ struct TransportOptions: Sendable, Equatable {
     var proxy: String?
 
     init(arguments: ParsedArguments) throws {
-        if let text = arguments.value(Self.limitRate) {
-            guard let rate = Self.parseRate(text) else {
-                throw UsageError.invalidValue(text, for: Self.limitRate, "expected bytes per second, like 500k or 2m")
-            }
-            maximumBytesPerSecond = rate
-        }
+        maximumBytesPerSecond = try arguments.value(Self.limitRate, as: Self.rate)
         if let file = arguments.value(Self.certificateAuthorities) {
             guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
             certificateAuthorityFile = file
@@ -57,21 +55,5 @@ struct TransportOptions: Sendable, Equatable {
         configuration.maximumBytesPerSecond = maximumBytesPerSecond
         configuration.certificateAuthorityFile = certificateAuthorityURL(workingDirectory: workingDirectory)
         configuration.proxy = proxy
-    }
-
-    /// `500k`, `2m`, `1g`, `12345` (bytes per second; k = 1024, as curl).
-    static func parseRate(_ text: String) -> Int64? {
-        let lower = text.lowercased()
-        let multipliers: [Character: Double] = ["k": 1024, "m": 1024 * 1024, "g": 1024 * 1024 * 1024]
-        var number = Substring(lower)
-        var multiplier = 1.0
-        if let last = lower.last, let factor = multipliers[last] {
-            number = number.dropLast()
-            multiplier = factor
-        }
-        guard let value = Double(number), value.isFinite, value > 0 else { return nil }
-        let rate = value * multiplier
-        guard rate >= 1, rate < 1e15 else { return nil }
-        return Int64(rate)
     }
 }

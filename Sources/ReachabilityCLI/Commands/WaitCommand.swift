@@ -1,4 +1,5 @@
 import LinuxReachability
+import ReachabilityBase
 
 /// `reachability wait`: exit 0 as soon as the path qualifies, 1 on timeout.
 struct WaitCommand: Command {
@@ -6,7 +7,7 @@ struct WaitCommand: Command {
     static let abstract = "Exit 0 once the network path qualifies, 1 on timeout."
     static let timeout = Option.value(
         "timeout", valueName: "seconds",
-        help: "Give up after this many seconds (fractions allowed; 0 checks once; 'inf' waits forever). Default: 30.")
+        help: "Give up after this many seconds (fractions allowed; 0 checks once; 'inf', or more than 100 years, waits forever). Default: 30.")
     static let require = Option.value(
         "require", valueName: "kind",
         help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any; 'internet' needs the connectivity check to read full. Default: any.")
@@ -49,13 +50,8 @@ struct WaitCommand: Command {
             requirement.host = host
         }
         timeoutDuration = Self.defaultTimeout
-        if let text = arguments.value(Self.timeout) {
-            guard let seconds = Double(text), !seconds.isNaN, seconds >= 0 else {
-                throw UsageError.invalidValue(text, for: Self.timeout, "expected a number of seconds, 0 or more, or 'inf'")
-            }
-            // Whole milliseconds; anything beyond Int64 milliseconds (292 million years) is forever.
-            let milliseconds = (seconds * 1000).rounded(.up)
-            timeoutDuration = milliseconds < 9e18 ? .milliseconds(Int64(milliseconds)) : nil
+        if let limit = try arguments.value(Self.timeout, as: SecondsOrForever()) {
+            timeoutDuration = limit.duration
         }
         monitor = try MonitorOptions(arguments: arguments)
     }
@@ -103,14 +99,5 @@ struct WaitCommand: Command {
                 "\(Self.commandPath): the monitor stopped before finding \(requirement); last path: \(lastPath())")
             return .failure
         }
-    }
-}
-
-private extension Duration {
-    /// `30`, `0.5`: seconds as given on the command line.
-    var formattedSeconds: String {
-        let (seconds, attoseconds) = components
-        guard attoseconds != 0 else { return String(seconds) }
-        return String(Double(seconds) + Double(attoseconds) / 1e18)
     }
 }

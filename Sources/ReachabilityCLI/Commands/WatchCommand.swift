@@ -1,5 +1,6 @@
 import LinuxReachability
 import Synchronization
+import ReachabilityAgent
 
 /// `reachability watch`: print the current path, then one timestamped line per change, until
 /// SIGINT/SIGTERM (exit 0).

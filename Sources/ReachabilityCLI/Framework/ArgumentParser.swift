@@ -1,3 +1,5 @@
+import ReachabilityBase
+
 /// The result of parsing one command's arguments against its option table.
 struct ParsedArguments: Sendable, Equatable {
     /// Long names of the flags that were given.
@@ -14,6 +16,17 @@ struct ParsedArguments: Sendable, Equatable {
 
     /// The option's value; the last one when it was given more than once.
     func value(_ option: Option) -> String? { values[option.name]?.last }
+
+    /// The option's value read by `kind` (the last one when given more than once); nil when the
+    /// option is absent, a usage error naming the option and what `kind` expects otherwise.
+    func value<Kind: TextValueKind>(_ option: Option, as kind: Kind) throws(UsageError) -> Kind.Value? {
+        guard let text = value(option) else { return nil }
+        do {
+            return try kind.parse(text)
+        } catch {
+            throw UsageError.invalidValue(text, for: option, error.description)
+        }
+    }
 
     /// Every value of a repeatable option, in command-line order.
     func values(_ option: Option) -> [String] { values[option.name] ?? [] }

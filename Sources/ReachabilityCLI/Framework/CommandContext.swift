@@ -1,6 +1,9 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import LinuxSystem
+import ReachabilityAgent
+import ReachabilityBase
 
 /// Where a command's paths come from: `PathMonitor` in the tool, a script in tests.
 ///
@@ -73,24 +76,11 @@ struct CommandContext: Sendable {
             canEnterNetworkNamespace: hasSystemAdministratorCapability,
             onSignals: { signals, handler in await InterruptSignals.installReportingNumber(for: signals, handler) },
             sleep: { try await Task.sleep(for: $0) },
-            effectiveUserID: geteuid(),
+            effectiveUserID: CurrentProcess.effectiveUserID,
             currentDirectory: FileManager.default.currentDirectoryPath,
-            isTerminal: { isatty($0) == 1 },
-            writeStandardOutput: { bytes in try writeAll(to: 1, bytes) }
+            isTerminal: { FileDescriptor(rawValue: $0).isTerminal },
+            writeStandardOutput: { bytes in try FileDescriptor.standardOutput.writeAll(bytes) }
         )
-    }
-}
-
-/// write(2) until every byte is out; EINTR retried, other errors thrown.
-func writeAll(to descriptor: Int32, _ bytes: UnsafeRawBufferPointer) throws {
-    var offset = 0
-    while offset < bytes.count {
-        let written = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-        if written < 0 {
-            if errno == EINTR { continue }
-            throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
-        }
-        offset += written
     }
 }
 
@@ -117,4 +107,23 @@ func effectiveCapabilities(fromProcStatus status: String) -> UInt64? {
         return UInt64(line.dropFirst("CapEff:".count).trimmingWhitespace(), radix: 16)
     }
     return nil
+}
+
+extension EnvironmentValue {
+    /// The value in the command's environment; a bad one stops the command (exit 78) with the
+    /// variable's name, what it expects and what it got.
+    func value(in context: CommandContext) throws(CommandFailure) -> Kind.Value? {
+        do {
+            return try value(in: context.environment)
+        } catch {
+            throw CommandFailure(message: error.message(for: name), exitCode: .configuration)
+        }
+    }
+}
+
+extension StateDirectoryLocation.System {
+    /// The real file system, with the command context's user and working directory.
+    static func current(_ context: CommandContext) -> Self {
+        current(effectiveUserID: context.effectiveUserID, workingDirectory: context.currentDirectory)
+    }
 }

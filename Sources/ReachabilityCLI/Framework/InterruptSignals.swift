@@ -1,13 +1,8 @@
 import Dispatch
 import LinuxReachability
 import Synchronization
-#if canImport(Glibc)
 import Glibc
-#elseif canImport(Musl)
-import Musl
-#elseif canImport(Darwin)
-import Darwin
-#endif
+import LinuxSystem
 
 /// SIGINT/SIGTERM delivered as a callback through DispatchSource, so `watch` can cancel its
 /// monitor and exit 0 instead of dying mid-line.
@@ -42,11 +37,6 @@ enum InterruptSignals {
     /// sources through signalfd, so `watch` would still see them, but `status` and `wait` install
     /// no handler: the signals would stay pending and never take their default action.
     static func unblockOnCurrentThread() {
-        var signals = sigset_t()
-        sigemptyset(&signals)
-        sigaddset(&signals, SIGINT)
-        sigaddset(&signals, SIGTERM)
-        sigaddset(&signals, SIGHUP)   // the agent's reload
-        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
+        CurrentProcess.unblock(signals: [SIGINT, SIGTERM, SIGHUP])   // SIGHUP: the agent's reload
     }
 }

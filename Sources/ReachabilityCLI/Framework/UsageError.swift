@@ -1,3 +1,5 @@
+import ReachabilityAgent
+
 /// A mistake on the command line: printed as `Error: ...` with the usage line, exit 64.
 struct UsageError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What was wrong, without the `Error: ` prefix.
@@ -47,4 +49,13 @@ struct ExitCode: RawRepresentable, Sendable, Hashable, CustomStringConvertible {
     static let configuration = ExitCode(rawValue: 78)
 
     var description: String { String(rawValue) }
+
+    /// The status for an agent failure of this kind.
+    init(_ kind: AgentFailure.Kind) {
+        self = switch kind {
+        case .unavailable: .failure
+        case .configuration: .configuration
+        case .cannotCreate: .cannotCreate
+        }
+    }
 }

@@ -72,26 +72,14 @@ final class MetricsFile: Sendable {
 
     /// Replaces the file's contents with `text`; throws `CommandFailure` (exit 74) with the step that failed.
     func write(_ text: String) throws {
-        // A name node_exporter skips (no .prom suffix), hidden, and short enough for NAME_MAX.
-        let temporary = ".\(name.prefix(200)).\(String(UInt64.random(in: 0...UInt64.max), radix: 16)).tmp"
-        do throws(FileTrustError) {
-            let file = try directory.openOwnedFile(temporary, creating: .exclusive, mode: 0o644).descriptor
-            do throws(Errno) {
-                defer { file.close() }
-                // 0644 whatever the umask: node_exporter runs as its own user and must read the file.
-                try file.setPermissions(0o644)
-                try Array(text.utf8).withUnsafeBytes { raw in Result { () throws(Errno) in try file.writeAll(raw) } }.get()
-                try file.sync()
-            } catch {
-                throw FileTrustError.system(directory.child(temporary), "write", error)
-            }
-            try directory.rename(temporary, to: name, replacing: true)
+        // 0644 whatever the umask: node_exporter runs as its own user and must read the file. The
+        // temporary name is one node_exporter skips (hidden, no .prom suffix).
+        do {
+            try directory.writeAtomically(Array(text.utf8), to: name, mode: 0o644,
+                                          temporaryName: CheckedDirectory.uniqueTemporaryName(for: name))
         } catch {
-            try? directory.remove(temporary)
             throw Self.failure("cannot write --metrics-file \(path): \(error)", exitCode: .ioError)
         }
-        // The rename itself must survive a crash, or a reader finds the old file after reboot.
-        try? directory.sync()
     }
 
     private static func failure(_ message: String, exitCode: ExitCode = .cannotCreate) -> CommandFailure {

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// `--metrics-file` and `--metrics-interval`, shared by `watch` and `agent`.
 struct MetricsOptions: Sendable, Equatable {
@@ -33,14 +34,11 @@ struct MetricsOptions: Sendable, Equatable {
             self.path = path
         }
         interval = .seconds(15)
-        if let text = arguments.value(Self.interval) {
-            guard let seconds = Double(text), seconds.isFinite, seconds >= 1, seconds <= 86_400 else {
-                throw UsageError.invalidValue(text, for: Self.interval, "expected a number of seconds from 1 to 86400")
-            }
+        if let given = try arguments.value(Self.interval, as: Seconds(.seconds(1)...Duration.seconds(86_400))) {
             guard path != nil else {
                 throw UsageError("'\(Self.interval.synopsis)' needs '\(Self.file.synopsis)'")
             }
-            interval = .milliseconds(Int64(seconds * 1000))
+            interval = given
         }
     }
 

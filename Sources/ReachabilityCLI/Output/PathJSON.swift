@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import ReachabilityAgent
 
 /// The `--json` object for one path; the key order is part of the output format.
 enum PathJSON {

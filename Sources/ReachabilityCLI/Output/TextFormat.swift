@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import LinuxSystem
 
 /// Number and error text for people, by hand: `String(format:)` and `localizedDescription` live
 /// in Foundation proper, which would link ICU into the CLI for a few digits.
@@ -36,9 +37,9 @@ enum TextFormat {
     /// (`No such file or directory`) for file-system errors, else the error's own description.
     static func reason(_ error: any Error) -> String {
         if let cocoa = error as? CocoaError, let posix = cocoa.underlying as? POSIXError {
-            return String(cString: strerror(posix.code.rawValue))
+            return Errno(posix.code.rawValue).description
         }
-        if let posix = error as? POSIXError { return String(cString: strerror(posix.code.rawValue)) }
+        if let posix = error as? POSIXError { return Errno(posix.code.rawValue).description }
         if let cocoa = error as? CocoaError {
             return "file system error \(cocoa.code.rawValue)" + (cocoa.filePath.map { " (\($0))" } ?? "")
         }

@@ -1,0 +1,168 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Who is at the other end of a connected Unix socket (SO_PEERCRED).
+package struct PeerCredentials: Sendable, Equatable {
+    package var pid: Int32 = 0
+    package var uid: UInt32 = 0
+    package var gid: UInt32 = 0
+
+    package init(pid: Int32 = 0, uid: UInt32 = 0, gid: UInt32 = 0) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
+
+/// Sockets are file descriptors (swift-system's shape): these are the socket calls, typed.
+extension FileDescriptor {
+    /// A close-on-exec Unix socket: a stream (control connections) or datagrams (sd_notify).
+    package static func unixSocket(datagrams: Bool = false) throws(Errno) -> FileDescriptor {
+        FileDescriptor(rawValue: try Syscall.socket(AF_UNIX, Int32(datagrams ? SOCK_DGRAM.rawValue : SOCK_STREAM.rawValue)))
+    }
+
+    /// A close-on-exec TCP socket of `family`, non-blocking when asked.
+    package static func tcpSocket(_ family: SocketAddress.Family, nonBlocking: Bool) throws(Errno) -> FileDescriptor {
+        let domain = family == .ipv6 ? AF_INET6 : AF_INET
+        let type = Int32(SOCK_STREAM.rawValue) | (nonBlocking ? Int32(SOCK_NONBLOCK.rawValue) : 0)
+        return FileDescriptor(rawValue: try Syscall.socket(domain, type))
+    }
+
+    /// connect(2). On a non-blocking socket, `EINPROGRESS` (and an interrupted connect) means
+    /// it goes on: wait until writable, then read `pendingConnectionError()`.
+    package func connect(to address: SocketAddress) throws(Errno) {
+        try address.withPointer { pointer, length throws(Errno) in try Syscall.connect(rawValue, pointer, length) }
+    }
+
+    /// bind(2) to a local address (port 0: the kernel picks one).
+    package func bind(to address: SocketAddress) throws(Errno) {
+        try address.withPointer { pointer, length throws(Errno) in try Syscall.bind(rawValue, pointer, length) }
+    }
+
+    /// Binds to the Unix socket `path` with the file created as `mode` (the umask is set around
+    /// the bind, so there is no moment when the file has wider permissions), then listens.
+    package func bindAndListen(unixPath path: String, mode: UInt32, backlog: Int32 = 64) throws(Errno) {
+        let address = try SocketAddress(unixPath: path)
+        try Syscall.withUmask(mode_t(~mode & 0o777)) { () throws(Errno) in try bind(to: address) }
+        try Syscall.chmod(path, mode_t(mode))
+        try Syscall.listen(rawValue, backlog)
+    }
+
+    /// accept(2) of one connection, close-on-exec.
+    package func accept() throws(Errno) -> FileDescriptor {
+        FileDescriptor(rawValue: try Syscall.accept(rawValue))
+    }
+
+    /// send(2) without SIGPIPE (a vanished peer is EPIPE); the count sent (`.wouldBlock` when a
+    /// non-blocking socket's buffer is full).
+    package func send(_ bytes: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        try Syscall.send(rawValue, bytes, flags: 0)
+    }
+
+    /// Sends every byte (the one write-everything loop, `FileDescriptor.writeAll`).
+    package func sendAll(_ bytes: [UInt8]) throws(Errno) {
+        let error = bytes.withUnsafeBytes { raw in
+            Self.writeAll(raw) { rest, _ throws(Errno) in try Syscall.send(rawValue, rest, flags: 0) }.error
+        }
+        if let error { throw error }
+    }
+
+    /// Sends one datagram to `address`. `nonBlocking`: a receiver whose queue is full (a Unix
+    /// datagram socket holds only `net.unix.max_dgram_qlen`, 10 by default) makes it fail with
+    /// `.wouldBlock` instead of waiting until that receiver reads.
+    package func send(_ bytes: [UInt8], to address: SocketAddress, nonBlocking: Bool = false) throws(Errno) {
+        _ = try bytes.withUnsafeBytes { raw in
+            Result { () throws(Errno) in
+                try address.withPointer { pointer, length throws(Errno) in
+                    try Syscall.sendto(rawValue, raw, pointer, length, nonBlocking: nonBlocking)
+                }
+            }
+        }.get()
+    }
+
+    /// recv(2) into `buffer`: 0 at the end of the stream; `.wouldBlock` when nothing is queued on
+    /// a non-blocking socket, or when the receive timeout passed. `nonBlocking` reads this once
+    /// without waiting (MSG_DONTWAIT); `reportingTruncation` returns a datagram's whole length
+    /// even when it did not fit (MSG_TRUNC).
+    package func receive(into buffer: UnsafeMutableRawBufferPointer, nonBlocking: Bool = false,
+                         reportingTruncation: Bool = false) throws(Errno) -> Int {
+        let flags = (nonBlocking ? Int32(MSG_DONTWAIT) : 0) | (reportingTruncation ? Int32(MSG_TRUNC) : 0)
+        return try Syscall.recv(rawValue, buffer, flags: flags)
+    }
+
+    /// Reads up to `maximum` bytes; empty at the end of the stream.
+    package func receive(maximum: Int = 16 << 10) throws(Errno) -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: maximum)
+        let count = try buffer.withUnsafeMutableBytes { raw in
+            Result { () throws(Errno) in try receive(into: raw) }
+        }.get()
+        return Array(buffer.prefix(count))
+    }
+
+    /// SO_RCVTIMEO: a read waits at most this long, then fails with `.wouldBlock`.
+    package func setReceiveTimeout(milliseconds: Int) throws(Errno) {
+        var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)
+        try setOption(level: SOL_SOCKET, name: SO_RCVTIMEO, value: &timeout)
+    }
+
+    /// SO_SNDTIMEO: a send, and the connect(2) of a Unix stream socket to a listener whose
+    /// backlog is full, wait at most this long, then fail with `.wouldBlock`.
+    package func setSendTimeout(milliseconds: Int) throws(Errno) {
+        var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)
+        try setOption(level: SOL_SOCKET, name: SO_SNDTIMEO, value: &timeout)
+    }
+
+    /// SO_BINDTODEVICE: the socket sends and receives through `interface` only.
+    package func bindToDevice(_ interface: String) throws(Errno) {
+        let name = Array(interface.utf8.prefix(15)) + [0]
+        try name.withUnsafeBytes { raw in
+            Result { () throws(Errno) in try Syscall.setsockopt(rawValue, SOL_SOCKET, SO_BINDTODEVICE, raw) }
+        }.get()
+    }
+
+    /// The outcome of a non-blocking connect (SO_ERROR): nil once connected.
+    package func pendingConnectionError() throws(Errno) -> Errno? {
+        let value: Int32 = try option(level: SOL_SOCKET, name: SO_ERROR)
+        return value == 0 ? nil : Errno(value)
+    }
+
+    /// The process at the other end of a connected Unix socket.
+    package func peerCredentials() throws(Errno) -> PeerCredentials {
+        let (pid, uid, gid) = try Syscall.peerCredentials(rawValue)
+        return PeerCredentials(pid: pid, uid: uid, gid: gid)
+    }
+
+    /// Shuts both directions down; wakes a thread blocked in accept(2) on a listening socket.
+    package func shutdown() { Syscall.shutdown(rawValue) }
+
+    /// setsockopt(2) with `value`'s bytes.
+    package func setOption<Value>(level: Int32, name: Int32, value: inout Value) throws(Errno) {
+        try withUnsafeBytes(of: &value) { raw in
+            Result { () throws(Errno) in try Syscall.setsockopt(rawValue, level, name, raw) }
+        }.get()
+    }
+
+    /// Attaches a classic BPF program (SO_ATTACH_FILTER): the kernel drops what it rejects
+    /// before it wakes anyone. Each instruction is (code, jump if true, jump if false, constant).
+    package func attachFilter(_ program: [(code: UInt16, jumpIfTrue: UInt8, jumpIfFalse: UInt8, constant: UInt32)]) throws(Errno) {
+        try Syscall.attachFilter(rawValue, program)
+    }
+
+    /// getsockopt(2) of a fixed-size value.
+    package func option<Value>(level: Int32, name: Int32, as type: Value.Type = Value.self) throws(Errno) -> Value {
+        let raw = UnsafeMutableRawBufferPointer.allocate(byteCount: MemoryLayout<Value>.size, alignment: MemoryLayout<Value>.alignment)
+        defer { raw.deallocate() }
+        raw.initializeMemory(as: UInt8.self, repeating: 0)
+        _ = try Syscall.getsockopt(rawValue, level, name, raw)
+        return raw.load(as: Value.self)
+    }
+
+    /// Blocking (or not) reads and writes (O_NONBLOCK).
+    package func setNonBlocking(_ nonBlocking: Bool) throws(Errno) {
+        let flags = try Syscall.fcntlGetFlags(rawValue)
+        try Syscall.fcntlSetFlags(rawValue, nonBlocking ? flags | O_NONBLOCK : flags & ~O_NONBLOCK)
+    }
+}

@@ -1,0 +1,110 @@
+import CLinuxSystem
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+// Socket system calls (see Syscalls.swift for the rules).
+extension Syscall {
+    static func socket(_ domain: Int32, _ type: Int32) throws(Errno) -> Int32 {
+        try valueOrErrno { Glibc.socket(domain, type | Int32(SOCK_CLOEXEC.rawValue), 0) }
+    }
+
+    static func bind(_ descriptor: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) throws(Errno) {
+        try valueOrErrno { Glibc.bind(descriptor, address, length) }
+    }
+
+    /// Not retried on EINTR: the connection attempt goes on, and a second connect(2) would
+    /// answer EALREADY. The caller waits for it like for EINPROGRESS.
+    static func connect(_ descriptor: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t) throws(Errno) {
+        if Glibc.connect(descriptor, address, length) < 0 { throw Errno(errno) }
+    }
+
+    static func listen(_ descriptor: Int32, _ backlog: Int32) throws(Errno) {
+        try valueOrErrno { Glibc.listen(descriptor, backlog) }
+    }
+
+    static func accept(_ descriptor: Int32) throws(Errno) -> Int32 {
+        try valueOrErrno { clinux_accept_cloexec(descriptor) }
+    }
+
+    static func send(_ descriptor: Int32, _ buffer: UnsafeRawBufferPointer, flags: Int32) throws(Errno) -> Int {
+        try valueOrErrno { Glibc.send(descriptor, buffer.baseAddress, buffer.count, flags | Int32(MSG_NOSIGNAL)) }
+    }
+
+    static func sendto(_ descriptor: Int32, _ buffer: UnsafeRawBufferPointer, _ address: UnsafePointer<sockaddr>,
+                       _ length: socklen_t, nonBlocking: Bool) throws(Errno) -> Int {
+        let flags = Int32(MSG_NOSIGNAL) | (nonBlocking ? Int32(MSG_DONTWAIT) : 0)
+        return try valueOrErrno { Glibc.sendto(descriptor, buffer.baseAddress, buffer.count, flags, address, length) }
+    }
+
+    static func recv(_ descriptor: Int32, _ buffer: UnsafeMutableRawBufferPointer, flags: Int32) throws(Errno) -> Int {
+        try valueOrErrno { Glibc.recv(descriptor, buffer.baseAddress, buffer.count, flags) }
+    }
+
+    static func setsockopt(_ descriptor: Int32, _ level: Int32, _ name: Int32, _ value: UnsafeRawBufferPointer) throws(Errno) {
+        try valueOrErrno { Glibc.setsockopt(descriptor, level, name, value.baseAddress, socklen_t(value.count)) }
+    }
+
+    static func getsockopt(_ descriptor: Int32, _ level: Int32, _ name: Int32, _ value: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        var length = socklen_t(value.count)
+        try valueOrErrno { Glibc.getsockopt(descriptor, level, name, value.baseAddress, &length) }
+        return Int(length)
+    }
+
+    static func peerCredentials(_ descriptor: Int32) throws(Errno) -> (pid: Int32, uid: UInt32, gid: UInt32) {
+        var credentials = clinux_peer_credentials()
+        var length = socklen_t(MemoryLayout<clinux_peer_credentials>.size)
+        try valueOrErrno { Glibc.getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) }
+        return (credentials.pid, credentials.uid, credentials.gid)
+    }
+
+    static func attachFilter(_ descriptor: Int32,
+                             _ program: [(code: UInt16, jumpIfTrue: UInt8, jumpIfFalse: UInt8, constant: UInt32)]) throws(Errno) {
+        var code = program.map { sock_filter(code: $0.code, jt: $0.jumpIfTrue, jf: $0.jumpIfFalse, k: $0.constant) }
+        try code.withUnsafeMutableBufferPointer { buffer in
+            Result { () throws(Errno) in
+                var filter = sock_fprog(len: UInt16(buffer.count), filter: buffer.baseAddress)
+                try withUnsafeBytes(of: &filter) { raw in
+                    Result { () throws(Errno) in try setsockopt(descriptor, SOL_SOCKET, SO_ATTACH_FILTER, raw) }
+                }.get()
+            }
+        }.get()
+    }
+
+    static func shutdown(_ descriptor: Int32) {
+        _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
+    }
+
+    static func poll(_ descriptors: inout [pollfd], _ timeoutMilliseconds: Int32) throws(Errno) -> Int {
+        let count = nfds_t(descriptors.count)
+        return Int(try descriptors.withUnsafeMutableBufferPointer { buffer in
+            Result { () throws(Errno) in try valueOrErrno { Glibc.poll(buffer.baseAddress, count, timeoutMilliseconds) } }
+        }.get())
+    }
+
+    static func eventfd() throws(Errno) -> Int32 {
+        try valueOrErrno { clinux_eventfd() }
+    }
+
+    /// umask(2) for the length of `body` (never fails).
+    static func withUmask<T>(_ mask: mode_t, _ body: () throws(Errno) -> T) throws(Errno) -> T {
+        let previous = Glibc.umask(mask)
+        defer { Glibc.umask(previous) }
+        return try body()
+    }
+
+    static func chmod(_ path: String, _ mode: mode_t) throws(Errno) {
+        try valueOrErrno { Glibc.chmod(path, mode) }
+    }
+
+    static func getaddrinfo(_ host: String, _ service: String, _ hints: inout addrinfo,
+                            _ list: inout UnsafeMutablePointer<addrinfo>?) -> Int32 {
+        Glibc.getaddrinfo(host, service, &hints, &list)
+    }
+
+    static func freeaddrinfo(_ list: UnsafeMutablePointer<addrinfo>?) { Glibc.freeaddrinfo(list) }
+
+    static func resolverError(_ code: Int32) -> String { String(cString: gai_strerror(code)) }
+}

@@ -1,0 +1,70 @@
+import FoundationEssentials
+
+/// A download as the agent reports it (`AgentClient`, `queue list --json`).
+public struct AgentDownload: Codable, Sendable, Hashable {
+    /// Where a download is in its life.
+    public enum State: String, Codable, Sendable, CaseIterable {
+        /// Waiting for a transfer slot.
+        case queued
+        /// Transferring, or between attempts.
+        case running
+        /// Waiting for a usable network path (or a portal login).
+        case waitingForConnectivity
+        /// Paused by a user; its resume data is kept.
+        case paused
+        /// Complete and verified, at its destination.
+        case completed
+        /// Failed (`AgentDownload.error` says why).
+        case failed
+        /// A state this client does not know (an agent newer than it).
+        case unknown
+
+        public init(from decoder: any Decoder) throws {
+            self = State(rawValue: try decoder.singleValueContainer().decode(String.self)) ?? .unknown
+        }
+
+        /// Whether the download has ended (completed or failed).
+        public var isFinal: Bool { self == .completed || self == .failed }
+    }
+
+    /// The download's UUID in lowercase; any unique prefix names it in requests.
+    public var id: String
+    /// Where the bytes come from.
+    public var url: String
+    /// Where the finished file goes (absolute).
+    public var destination: String
+    /// Where it is in its life.
+    public var state: State
+    /// Bytes stored so far.
+    public var bytesReceived: Int64
+    /// The file's length, when the server announced it.
+    public var totalBytes: Int64?
+    /// The current rate (0 when not transferring).
+    public var bytesPerSecond: Int64
+    /// Why it failed, for failed downloads.
+    public var error: String?
+    /// The background session whose tasks it carries (`ResumableURLSession`'s identifier); nil
+    /// for downloads queued with `queue add`.
+    public var session: String?
+    /// The session's task identifiers riding on it (several when duplicate requests were joined).
+    public var taskIdentifiers: [Int]?
+    /// Why it does not transfer yet (a background task not before a date, or waiting for disk space).
+    public var waitingReason: String?
+
+    /// A download report (the agent makes these; tests and other agents may too).
+    public init(id: String, url: String, destination: String, state: State, bytesReceived: Int64, totalBytes: Int64?,
+                bytesPerSecond: Int64, error: String? = nil, session: String? = nil, taskIdentifiers: [Int]? = nil,
+                waitingReason: String? = nil) {
+        self.session = session
+        self.taskIdentifiers = taskIdentifiers
+        self.waitingReason = waitingReason
+        self.id = id
+        self.url = url
+        self.destination = destination
+        self.state = state
+        self.bytesReceived = bytesReceived
+        self.totalBytes = totalBytes
+        self.bytesPerSecond = bytesPerSecond
+        self.error = error
+    }
+}

@@ -1,0 +1,14 @@
+/// The agent's control protocol: one JSON object per line in each direction, over the Unix
+/// socket in the state directory.
+///
+/// Request: `{"version":1,"id":7,"command":"add","url":"http://...","output":"/abs/file","sha256":"..."}`
+/// (`command` is one of `add`, `list`, `pause`, `resume`, `cancel`, `status`, `metrics`; `pause`/`resume`/`cancel`
+/// take `"download":"ID or unique prefix"`; `metrics` takes an optional `"format":"openmetrics"|"prometheus"`). Reply: `{"version":1,"id":7,"ok":true,...}` or
+/// `{"version":1,"id":7,"ok":false,"error":{"code":"...","message":"..."}}`.
+/// Everything here is pure (no sockets), so it is unit tested directly.
+package enum ControlProtocol {
+    /// The only version spoken; a request with another one gets `unsupportedVersion`.
+    package static let version = 1
+    /// Longest request line accepted; longer ones are answered with `tooLarge` and skipped.
+    package static let maximumRequestSize = 64 << 10
+}

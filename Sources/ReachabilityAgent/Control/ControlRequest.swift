@@ -1,0 +1,181 @@
+import FoundationEssentials
+
+/// A request's `id`, echoed in its reply: a number or a string, as the client chose.
+package enum ControlRequestID: Codable, Sendable, Hashable {
+    /// `"id": 7`
+    case number(Int)
+    /// `"id": "abc"`
+    case text(String)
+
+    package init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let number = try? container.decode(Int.self) {
+            self = .number(number)
+        } else {
+            self = .text(try container.decode(String.self))
+        }
+    }
+
+    package func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .number(let number): try container.encode(number)
+        case .text(let text): try container.encode(text)
+        }
+    }
+}
+
+/// The commands of the protocol, as spelled on the wire.
+package enum ControlCommandName: String, Codable, Sendable, CaseIterable {
+    case add, list, pause, resume, cancel, status, metrics
+    /// Background sessions (issue 17): attach a session to this connection, then work with its tasks.
+    case attach, createTask, updateTask, taskAction, acknowledge, invalidate
+}
+
+/// One request line as it travels.
+package struct ControlRequest: Codable, Sendable, Equatable {
+    package var version: Int
+    package var id: ControlRequestID?
+    package var command: ControlCommandName
+    package var url: String?
+    package var output: String?
+    package var sha256: String?
+    /// `add`: replace an existing file at the destination (otherwise the request is refused).
+    package var replace: Bool?
+    package var download: String?
+    /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
+    package var format: String?
+    /// Background sessions: the session's identifier (every background command).
+    package var session: String?
+    /// `attach`: the session's settings.
+    package var settings: BackgroundSessionSettings?
+    /// `createTask`.
+    package var task: BackgroundTaskSpec?
+    /// `updateTask`, `taskAction`.
+    package var taskIdentifier: Int?
+    /// `updateTask`.
+    package var changes: BackgroundTaskChanges?
+    /// `taskAction`: resume, suspend, cancel, cancelProducingResumeData.
+    package var action: String?
+    /// `acknowledge`: the event handled.
+    package var sequence: UInt64?
+
+    package init(id: ControlRequestID?, command: ControlCommand) {
+        version = ControlProtocol.version
+        self.id = id
+        self.command = command.name
+        switch command {
+        case .add(let url, let output, let sha256, let replace):
+            self.url = url.absoluteString
+            self.output = output
+            self.sha256 = sha256
+            self.replace = replace ? true : nil
+        case .pause(let download), .resume(let download), .cancel(let download):
+            self.download = download
+        case .metrics(let format):
+            self.format = format.rawValue
+        case .list, .status:
+            break
+        case .attach(let session, let settings):
+            self.session = session
+            self.settings = settings
+        case .createTask(let session, let task):
+            self.session = session
+            self.task = task
+        case .updateTask(let session, let taskIdentifier, let changes):
+            self.session = session
+            self.taskIdentifier = taskIdentifier
+            self.changes = changes
+        case .taskAction(let session, let taskIdentifier, let action):
+            self.session = session
+            self.taskIdentifier = taskIdentifier
+            self.action = action.rawValue
+        case .acknowledge(let session, let sequence):
+            self.session = session
+            self.sequence = sequence
+        case .invalidate(let session):
+            self.session = session
+        }
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case version, id, command, url, output, sha256, replace, download, format
+        case session, settings, task, taskIdentifier, changes, action, sequence
+    }
+
+    /// Decodes like the synthesized init, except that an unknown command name is reported as
+    /// `unknownCommand` (with the id) rather than as a malformed request.
+    package init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        version = try container.decode(Int.self, forKey: .version)
+        id = try container.decodeIfPresent(ControlRequestID.self, forKey: .id)
+        let name = try container.decode(String.self, forKey: .command)
+        guard let command = ControlCommandName(rawValue: name) else {
+            throw ControlRejection(id: id, error: .unknownCommand(name))
+        }
+        self.command = command
+        url = try container.decodeIfPresent(String.self, forKey: .url)
+        output = try container.decodeIfPresent(String.self, forKey: .output)
+        sha256 = try container.decodeIfPresent(String.self, forKey: .sha256)
+        replace = try container.decodeIfPresent(Bool.self, forKey: .replace)
+        download = try container.decodeIfPresent(String.self, forKey: .download)
+        format = try container.decodeIfPresent(String.self, forKey: .format)
+        session = try container.decodeIfPresent(String.self, forKey: .session)
+        settings = try container.decodeIfPresent(BackgroundSessionSettings.self, forKey: .settings)
+        task = try container.decodeIfPresent(BackgroundTaskSpec.self, forKey: .task)
+        taskIdentifier = try container.decodeIfPresent(Int.self, forKey: .taskIdentifier)
+        changes = try container.decodeIfPresent(BackgroundTaskChanges.self, forKey: .changes)
+        action = try container.decodeIfPresent(String.self, forKey: .action)
+        sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence)
+    }
+}
+
+/// What a valid request asks for.
+package enum ControlCommand: Sendable, Equatable {
+    /// Queue a download; `output` is an absolute path inside the agent's download directories,
+    /// or nil for the agent's files directory; `replace` allows replacing an existing file.
+    case add(url: URL, output: String?, sha256: String?, replace: Bool = false)
+    /// Every download the agent knows.
+    case list
+    /// Pause the download with this ID (or unique ID prefix).
+    case pause(String)
+    /// Resume it.
+    case resume(String)
+    /// Cancel it (deletes the partial file).
+    case cancel(String)
+    /// The agent itself: path, limits, counts.
+    case status
+    /// The agent's metrics as text in this format.
+    case metrics(MetricsFormat)
+    /// Attach background session `session` (this connection then receives its events).
+    case attach(session: String, settings: BackgroundSessionSettings)
+    /// Create a task in the attached session.
+    case createTask(session: String, BackgroundTaskSpec)
+    /// Change a task's description, date, expected size or priority.
+    case updateTask(session: String, taskIdentifier: Int, BackgroundTaskChanges)
+    /// Resume, suspend or cancel a task.
+    case taskAction(session: String, taskIdentifier: Int, BackgroundTaskAction)
+    /// The event `sequence` was handled.
+    case acknowledge(session: String, sequence: UInt64)
+    /// `invalidateAndCancel()`.
+    case invalidate(session: String)
+
+    /// The name on the wire.
+    package var name: ControlCommandName {
+        switch self {
+        case .add: .add
+        case .list: .list
+        case .pause: .pause
+        case .resume: .resume
+        case .cancel: .cancel
+        case .status: .status
+        case .metrics: .metrics
+        case .attach: .attach
+        case .createTask: .createTask
+        case .updateTask: .updateTask
+        case .taskAction: .taskAction
+        case .acknowledge: .acknowledge
+        case .invalidate: .invalidate
+        }
+    }
+}

@@ -1,0 +1,232 @@
+import Dispatch
+import FoundationEssentials
+import LinuxReachability
+import LinuxSystem
+import Synchronization
+import ReachabilityBase
+
+/// Accepts control connections on the agent's Unix socket.
+///
+/// One thread blocks in accept(2); each connection gets a thread that reads lines into a
+/// `ControlConnectionStateMachine` and runs the commands through `handler`. Blocking threads
+/// (not tasks) because reads block, and the cooperative pool is only as wide as the CPU count.
+package final class ControlServer: Sendable {
+    /// Runs one command from `peer` and returns its reply, or nil when it has sent it itself
+    /// (an attach, whose reply must precede the events it pushes); called from connection threads.
+    package typealias Handler = @Sendable (ControlCommand, ControlRequestID?, ControlPeer) async -> ControlResponse?
+    /// Told when a connection ends (an attached session is then detached).
+    package typealias Closed = @Sendable (ControlPeer) async -> Void
+    /// Told about refused peers and connection errors (for the agent's log).
+    package typealias Observer = @Sendable (ControlServerEvent) -> Void
+
+    package let path: String
+    private let listener: FileDescriptor
+    private let handler: Handler
+    private let closed: Closed
+    private let observer: Observer
+    private let nextPeerID = Atomic<UInt64>(0)
+    private let isStopped = Atomic<Bool>(false)
+    private let admission = AdmissionBox()
+    /// A request line must arrive whole within this time from its first byte (a peer dripping a
+    /// byte at a time cannot hold a connection by restarting a per-read timeout).
+    package let requestDeadline: Duration
+    /// A connection with no request in progress is closed after this long.
+    package let idleTimeout: Duration
+
+    /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
+    /// The caller must hold the state directory's lock, so the file cannot be another agent's.
+    package init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
+                 handler: @escaping Handler, closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
+        self.path = path
+        self.requestDeadline = requestDeadline
+        self.idleTimeout = idleTimeout
+        self.handler = handler
+        self.closed = closed
+        self.observer = observer
+        try FileSystem.remove(path)
+        let socket = try FileDescriptor.unixSocket()
+        do {
+            try socket.bindAndListen(unixPath: path, mode: 0o600)
+        } catch {
+            socket.close()
+            throw error
+        }
+        listener = socket
+        SystemThread.detach(name: "control-accept") { [self] in acceptLoop() }
+    }
+
+    /// Stops accepting and removes the socket file.
+    package func stop() {
+        guard !isStopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        listener.shutdown()
+        try? FileSystem.remove(path)
+    }
+
+    private func acceptLoop() {
+        while !isStopped.load(ordering: .acquiring) {
+            let connection: FileDescriptor
+            do {
+                connection = try listener.accept()
+            } catch {
+                if isStopped.load(ordering: .acquiring) { break }
+                if [.tooManyOpenFiles, .tooManyOpenFilesInSystem, .noBufferSpace, .outOfMemory].contains(error) {
+                    observer(.error("accept: \(error)"))
+                    CurrentProcess.sleep(milliseconds: 50)   // out of descriptors: back off instead of spinning on accept
+                }
+                continue
+            }
+            SystemThread.detach(name: "control-conn") { [self] in serve(connection) }
+        }
+        listener.close()
+    }
+
+    private func serve(_ connection: FileDescriptor) {
+        // Only the agent's own user and root may talk to it; the 0700 directory already keeps
+        // others out, this holds even if someone loosens the permissions.
+        guard let credentials = try? connection.peerCredentials() else { connection.close(); return }
+        let peer = ControlPeer(id: nextPeerID.add(1, ordering: .relaxed).newValue, credentials: credentials, socket: connection,
+                               promote: { [admission] in admission.withLock { $0.promote(uid: credentials.uid) } })
+        defer { peer.finish() }
+        func reply(_ response: ControlResponse) -> Bool { peer.send(response) }
+        let ownUID = CurrentProcess.effectiveUserID
+        guard credentials.uid == ownUID || credentials.uid == 0 else {
+            observer(.refused(credentials))
+            _ = reply(.failure(.refused(uid: credentials.uid), id: nil))
+            return
+        }
+        guard admission.withLock({ $0.admit(uid: credentials.uid) }) else {
+            _ = reply(.failure(.failed("too many control connections from uid \(credentials.uid)"), id: nil))
+            return
+        }
+        defer {
+            admission.withLock { $0.release(uid: credentials.uid, attached: peer.isStreaming) }
+            _ = wait { await self.closed(peer); return nil }
+        }
+        var machine = ControlConnectionStateMachine()
+        var requestStarted: ContinuousClock.Instant?
+        var idleSince = ContinuousClock.now
+        while true {
+            let now = ContinuousClock.now
+            // An attached session's connection is idle by design between its requests.
+            if peer.isStreaming, requestStarted == nil { idleSince = now }
+            let deadline = requestStarted.map { $0 + requestDeadline } ?? idleSince + idleTimeout
+            guard deadline > now else {
+                if requestStarted != nil {
+                    _ = reply(.failure(.failed("request not completed within \(requestDeadline) of its first byte"), id: nil))
+                }
+                return
+            }
+            let remaining = deadline - now
+            let milliseconds = max(1, remaining.milliseconds)
+            try? connection.setReceiveTimeout(milliseconds: Int(milliseconds))
+            let bytes: [UInt8]
+            do {
+                bytes = try connection.receive()
+            } catch where error == .wouldBlock {
+                continue   // the deadline check above answers and closes
+            } catch {
+                bytes = []
+            }
+            let wasInsideRequest = machine.isInsideRequest
+            let actions = bytes.isEmpty ? machine.endOfInput() : machine.received(bytes)
+            if !wasInsideRequest, !bytes.isEmpty { requestStarted = .now }
+            if !machine.isInsideRequest { requestStarted = nil }
+            if !actions.isEmpty { idleSince = .now }
+            for action in actions {
+                switch action {
+                case .handle(let id, let command):
+                    observer(.request(command, credentials))
+                    // An attached session's requests that arrived are carried out even when their
+                    // reply cannot be written: a program that resumes a task and exits at once
+                    // (or is killed) meant it, and the agent owns the task from then on.
+                    if let response = wait({ await self.handler(command, id, peer) }) {
+                        guard reply(response) || peer.isStreaming else { return }
+                    }
+                case .reply(let response):
+                    observer(.rejected(response.error ?? .failed("rejected"), credentials))
+                    guard reply(response) || peer.isStreaming else { return }
+                case .close:
+                    return
+                }
+            }
+        }
+    }
+
+    /// Runs async work from a plain thread and blocks that thread (never a pool thread) for it.
+    private func wait(_ work: @escaping @Sendable () async -> ControlResponse?) -> ControlResponse? {
+        let semaphore = DispatchSemaphore(value: 0)
+        let result = Mutex<ControlResponse?>(nil)
+        Task {
+            let response = await work()
+            result.withLock { $0 = response }
+            semaphore.signal()
+        }
+        semaphore.wait()
+        return result.withLock { $0 }
+    }
+}
+
+/// The server's admission, shared with its peers' promotions.
+private final class AdmissionBox: Sendable {
+    private let admission = Mutex(ControlAdmission())
+    func withLock<Result>(_ body: (inout ControlAdmission) -> Result) -> Result { admission.withLock { body(&$0) } }
+}
+
+/// How many control connections each uid may hold. The agent's user cannot fill every slot:
+/// root always has `reservedForRoot` of its own (to inspect or stop a flooded agent), and no
+/// other uid may hold more than `perUser`. Pure: tested without sockets.
+package struct ControlAdmission: Sendable, Equatable {
+    package var perUser = 16
+    package var shared = 32
+    package var reservedForRoot = 4
+    /// Attached background sessions per uid: long-lived by design, so they leave the request
+    /// slots above (a program with a session still gets `queue list` answered) for their own.
+    package var attachedPerUser = 256
+    private(set) var open: [UInt32: Int] = [:]
+    private(set) var attached: [UInt32: Int] = [:]
+
+    /// Takes a slot for `uid`; false when its share is used up.
+    package mutating func admit(uid: UInt32) -> Bool {
+        let held = open[uid, default: 0]
+        let others = open.filter { $0.key != 0 }.values.reduce(0, +)
+        if uid == 0 {
+            guard held < reservedForRoot || others + held < shared else { return false }
+        } else {
+            guard held < perUser, others < shared else { return false }
+        }
+        open[uid] = held + 1
+        return true
+    }
+
+    /// Gives back a slot taken by `admit`, or (`attached`) by `promote`.
+    package mutating func release(uid: UInt32, attached isAttached: Bool = false) {
+        if isAttached {
+            guard let held = attached[uid] else { return }
+            attached[uid] = held > 1 ? held - 1 : nil
+            return
+        }
+        guard let held = open[uid] else { return }
+        open[uid] = held > 1 ? held - 1 : nil
+    }
+
+    /// Moves one of `uid`'s connections from a request slot to an attached-session slot; false
+    /// when it holds `attachedPerUser` already.
+    package mutating func promote(uid: UInt32) -> Bool {
+        guard attached[uid, default: 0] < attachedPerUser else { return false }
+        release(uid: uid)
+        attached[uid, default: 0] += 1
+        return true
+    }
+}
+
+/// Things the control server reports to the agent's log.
+package enum ControlServerEvent: Sendable {
+    /// A peer with another uid connected and was refused.
+    case refused(PeerCredentials)
+    /// A valid request from a peer.
+    case request(ControlCommand, PeerCredentials)
+    /// A request answered with an error without being handled (malformed, too large).
+    case rejected(ControlError, PeerCredentials)
+    /// Something went wrong with the socket itself.
+    case error(String)
+}

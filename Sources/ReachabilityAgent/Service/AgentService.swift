@@ -1,0 +1,453 @@
+import FoundationEssentials
+import Glibc
+import LinuxSystem
+import LinuxReachability
+import ResumableDownloads
+
+/// What the agent does with downloads, separate from sockets, signals and files: handles
+/// control commands, keeps user pauses across restarts, reports events and the status summary.
+///
+/// The `DownloadAgent` it drives is replaced when a reload changes the concurrency limit
+/// (`DownloadAgent.Configuration` is fixed at creation): the old one is shut down, which
+/// checkpoints every transfer, and the new one restores them from their records.
+package actor AgentService {
+    /// The outside world the service reports to and builds agents with.
+    package struct Environment: Sendable {
+        /// The state directory (for default destinations and the paused list).
+        package var stateDirectory: String
+        /// Builds a download agent for the settings (paths come from the monitor).
+        package var makeAgent: @Sendable (AgentSettings) throws -> DownloadAgent
+        /// Receives every event line (`EventSchema`), already encoded.
+        package var emit: @Sendable (_ line: String) -> Void
+        /// Receives the status summary whenever it changes (sd_notify STATUS=).
+        package var summaryChanged: @Sendable (String) -> Void
+        /// Wall clock.
+        package var now: @Sendable () -> Date = { Date() }
+        /// At most one `progress` event per download per interval (bytes, total, rate) while it
+        /// transfers, so the log shows movement without a line per callback.
+        package var progressInterval: Duration = .seconds(5)
+        /// The environment programs launched for background sessions inherit.
+        package var launchEnvironment: [String: String] = ProcessInfo.processInfo.environment
+        /// How long the partial file behind background resume data nobody used is kept.
+        package var resumeDataLifetime: TimeInterval = 7 * 24 * 3600
+
+        package init(stateDirectory: String, makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
+                     emit: @escaping @Sendable (_ line: String) -> Void, summaryChanged: @escaping @Sendable (String) -> Void,
+                     now: @escaping @Sendable () -> Date = { Date() }, progressInterval: Duration = .seconds(5)) {
+            self.stateDirectory = stateDirectory
+            self.makeAgent = makeAgent
+            self.emit = emit
+            self.summaryChanged = summaryChanged
+            self.now = now
+            self.progressInterval = progressInterval
+        }
+    }
+
+    let environment: Environment
+    private var settings: AgentSettings
+    private(set) var agent: DownloadAgent
+    /// Downloads a user paused; restored downloads in this set are paused again at start.
+    private var userPaused: Set<UUID> = []
+    /// Downloads that ended under an earlier `DownloadAgent` of this process (after a reload).
+    private var history: [AgentDownload] = []
+    private var path: NetworkPath?
+    private var lastSummary: String?
+    /// Events reported per download, so a new subscription after `resume` of a failed download
+    /// (whose event stream had ended) skips the replay.
+    private var reportedEvents: [UUID: Int] = [:]
+    let startedAt: Date
+    /// Path status, changes and outage time for `metrics`.
+    private var pathMetrics: PathMetrics
+    /// Download counters for `metrics`; they outlive the `DownloadAgent`s a reload replaces.
+    private let downloadMetrics: DownloadMetrics
+
+    // Background sessions (issue 17; AgentService+Background.swift): the registry deciding, the
+    // engine downloads carrying their transfers, the attached connections, their files, and the
+    // one timer for dates, deadlines and launches.
+    var background = BackgroundRegistry()
+    var backgroundDownloads: [UUID: Download] = [:]
+    /// Every engine download ever made for a background session: not `queue add` downloads,
+    /// whatever their state (a finished one stays in the engine's list).
+    var backgroundEngineIDs: Set<UUID> = []
+    var backgroundPeers: [UInt64: ControlPeer] = [:]
+    var backgroundStore: BackgroundStore?
+    var backgroundRecords: CheckedDirectory?
+    var backgroundWake: (at: Date, task: Task<Void, Never>)?
+    /// Sessions to write soon, and the task that will.
+    var backgroundDirty: Set<BackgroundSessionKey> = []
+    var backgroundFlush: Task<Void, Never>?
+    var launcher: ProgramLauncher
+
+    package init(settings: AgentSettings, environment: Environment) throws {
+        self.settings = settings
+        self.environment = environment
+        agent = try environment.makeAgent(settings)
+        launcher = ProgramLauncher(environment: environment.launchEnvironment)
+        startedAt = environment.now()
+        pathMetrics = PathMetrics(startedAt: startedAt)
+        downloadMetrics = DownloadMetrics(startedAt: startedAt)
+    }
+
+    /// Resumes every unfinished download found in the records directory; the ones a user had
+    /// paused stay paused. Returns how many were restored.
+    @discardableResult
+    package func start() async -> Int {
+        userPaused = Self.readPaused(environment.stateDirectory)
+        let actions = openBackgroundSessions()
+        let count = await restore()
+        await applyBackground(actions)
+        return count
+    }
+
+    private func restore() async -> Int {
+        // Background sessions' downloads are restored with their own options (headers, priority).
+        let owned = background.ownedTransferIDs
+        // Records are input: the destination rule of `queue add` holds for them too.
+        let filesDirectory = AgentStateDirectory.filesDirectory(in: environment.stateDirectory)
+        let allowed = settings.downloadDirectories
+        let restored = await agent.restoreDownloads(where: { !owned.contains($0) }, allowingDestination: {
+            AgentDestination.isAllowed($0.path, filesDirectory: filesDirectory, allowed: allowed)
+        })
+        for download in restored {
+            observe(download)
+            emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
+            if userPaused.contains(download.id) {
+                // restoreDownloads() has already scheduled it; the pause lands once its driver stops.
+                await agent.pause(download)
+                await settle(download) { $0 == .paused || $0.isFinal }
+            }
+        }
+        let restoredIDs = Set(restored.map(\.id))
+        if !userPaused.isSubset(of: restoredIDs) {
+            userPaused.formIntersection(restoredIDs)
+            savePaused()
+        }
+        let background = await restoreBackgroundTransfers()
+        refreshSummary()
+        return restored.count + background
+    }
+
+    /// Applies new settings; a different concurrency limit replaces the download agent.
+    package func reload(_ newSettings: AgentSettings) async {
+        let old = settings
+        settings = newSettings
+        if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads {
+            let finished = await agent.downloads.filter { $0.state.isFinal }
+            history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
+            await agent.shutdown()
+            backgroundEngineReplaced()
+            do {
+                agent = try environment.makeAgent(newSettings)
+            } catch {
+                emitAgent("error", [.init(key: "message", value: .string("cannot restart the download agent: \(error)"))])
+                return
+            }
+            _ = await restore()
+        }
+        emitAgent("reloaded", [.init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
+                                   .init(key: "allowsExpensive", value: .bool(newSettings.allowsExpensive)),
+                                   .init(key: "changed", value: .bool(newSettings != old))])
+    }
+
+    /// The latest path (a `waiting` event names the portal to log in to).
+    package var currentPath: NetworkPath? { path }
+
+    /// Records and reports a new path.
+    package func pathChanged(_ newPath: NetworkPath) {
+        path = newPath
+        let time = environment.now()
+        pathMetrics.record(newPath, at: time)
+        environment.emit(EventSchema.pathLine(newPath, at: time))
+        refreshSummary()
+    }
+
+    /// Every metric family: the path's, the downloads', then the background sessions'.
+    package func metricFamilies() async -> [MetricFamily] {
+        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: await stateCounts(), at: environment.now())
+            + backgroundMetricFamilies()
+    }
+
+    /// The metrics as text.
+    package func metricsText(_ format: MetricsFormat) async -> String {
+        MetricsText.render(await metricFamilies(), format: format)
+    }
+
+    /// Checkpoints every transfer and stops the download agent.
+    package func shutdown() async {
+        backgroundWake?.task.cancel()
+        flushBackgroundSessions()
+        await agent.shutdown()
+    }
+
+    /// Answers the watchdog: the actor is not stuck.
+    package func ping() -> Bool { true }
+
+    // MARK: control commands
+
+    /// Runs one control command from a caller without a connection (tests): as the agent's own user.
+    package func handle(_ command: ControlCommand, id: ControlRequestID?) async -> ControlResponse {
+        await handle(command, id: id, peer: nil) ?? .failure(.failed("no reply"), id: id)
+    }
+
+    /// Runs one control command from `peer` (nil: the agent's own user, without a connection);
+    /// nil when the reply was sent already (an attach).
+    package func handle(_ command: ControlCommand, id: ControlRequestID?, peer: ControlPeer?) async -> ControlResponse? {
+        let uid = peer?.credentials.uid ?? CurrentProcess.effectiveUserID
+        switch command {
+        case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
+            return await handleBackground(command, id: id, peer: peer)
+        case .add(let url, let output, let sha256, let replace):
+            let destination: String
+            switch AgentDestination.resolve(output: output, url: url,
+                                            filesDirectory: AgentStateDirectory.filesDirectory(in: environment.stateDirectory),
+                                            allowed: settings.downloadDirectories) {
+            case .success(let path): destination = path
+            case .failure(let error): return .failure(error, id: id)
+            }
+            if !replace, (try? FileSystem.status(ofPath: destination, followingLinks: false)) ?? nil != nil {
+                return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
+            }
+            do {
+                let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
+                                                        options: DownloadOptions(expectedSHA256: sha256,
+                                                                                 allowsExpensive: settings.allowsExpensive,
+                                                                                 replacesExistingFile: replace))
+                observe(download)
+                emitDownload(.queued, download)
+                refreshSummary()
+                return .success(id: id, download: Self.snapshot(download))
+            } catch {
+                return .failure(.failed("\(error)"), id: id)
+            }
+        case .list:
+            let live = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
+            return .success(id: id, downloads: history + live + backgroundRows(visibleTo: uid))
+        case .status:
+            var status = await status()
+            status.backgroundSessions = backgroundStatuses(visibleTo: uid)
+            return .success(id: id, status: status)
+        case .metrics(let format):
+            return .success(id: id, metrics: await metricsText(format))
+        case .pause(let text), .resume(let text), .cancel(let text):
+            let downloads = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }
+            let backgroundIDs = backgroundTransferIDs(visibleTo: uid)
+            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id) + backgroundIDs) {
+            case .failure(let error):
+                if history.contains(where: { $0.id.lowercased().hasPrefix(text.lowercased()) }) {
+                    return .failure(.invalidArgument("download '\(text)' has already finished"), id: id)
+                }
+                return .failure(error, id: id)
+            case .success(let uuid):
+                guard let download = downloads.first(where: { $0.id == uuid }) else {
+                    return await controlBackground(command, transfer: uuid, id: id, uid: uid)
+                }
+                return await control(command, download, id: id)
+            }
+        }
+    }
+
+    private func control(_ command: ControlCommand, _ download: Download, id: ControlRequestID?) async -> ControlResponse {
+        switch command {
+        case .pause:
+            if download.state.isFinal {
+                return .failure(.invalidArgument("download \(Self.shortID(download.id)) has already finished"), id: id)
+            }
+            userPaused.insert(download.id)
+            savePaused()
+            await agent.pause(download)
+            await settle(download) { $0 == .paused || $0.isFinal }
+        case .resume:
+            userPaused.remove(download.id)
+            savePaused()
+            let wasFinal = download.state.isFinal
+            await agent.resume(download)
+            if wasFinal, !download.state.isFinal { observe(download, skipping: reportedEvents[download.id] ?? 0) }
+            await settle(download) { $0 != .paused }
+        case .cancel:
+            // Nothing is left to delete once the file is in place (docs/agent.md: an error);
+            // a failed download's kept resume data can still be cancelled away.
+            if download.state == .completed {
+                return .failure(.invalidArgument("download \(Self.shortID(download.id)) has already completed; there is nothing to cancel"), id: id)
+            }
+            userPaused.remove(download.id)
+            savePaused()
+            await agent.cancel(download)
+            await settle(download) { $0.isFinal }
+        default:
+            break
+        }
+        refreshSummary()
+        return .success(id: id, download: Self.snapshot(download))
+    }
+
+    /// Waits (bounded, 2 s) until the download reaches the state a command asked for, so the
+    /// reply shows `paused` rather than the `running` it had while the transfer was stopping.
+    func settle(_ download: Download, until predicate: @Sendable (DownloadState) -> Bool) async {
+        let deadline = ContinuousClock.now + .seconds(2)
+        while !predicate(download.state), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Downloads per state name, the ones finished under an earlier `DownloadAgent` included.
+    private func stateCounts() async -> [String: Int] {
+        var counts: [String: Int] = [:]
+        for download in await agent.downloads { counts[Self.stateName(download.state), default: 0] += 1 }
+        for entry in history { counts[entry.state.rawValue, default: 0] += 1 }
+        return counts
+    }
+
+    private func status() async -> AgentStatus {
+        let downloads = await agent.downloads
+        let counts = await stateCounts()
+        return AgentStatus(
+            pid: CurrentProcess.id, stateDirectory: environment.stateDirectory,
+            startedAt: Timestamp.iso8601(startedAt),
+            maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
+            pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
+            interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
+            counts: counts, summary: Self.summary(downloads.map(\.state)))
+    }
+
+    // MARK: events
+
+    /// Reports the download's events in order. `events` replays what happened before the
+    /// subscription (restoreDownloads() starts transfers before it returns, so a closure set
+    /// afterwards could miss the first `resumed`); `skipping` drops a replay already reported.
+    nonisolated func observe(_ download: Download, skipping: Int = 0, isBackground: Bool = false) {
+        let interval = environment.progressInterval
+        let emit = environment.emit
+        let now = environment.now
+        let metrics = downloadMetrics
+        metrics.follow(download.id, offset: download.progress.bytesReceived)
+        Task { [weak self] in
+            var last = ContinuousClock.now
+            var connections = DownloadConnections()
+            for await progress in download.progressUpdates {
+                metrics.progressed(download.id, to: progress.bytesReceived)
+                metrics.connections(download.id, progress.connections)
+                if progress.connections != connections {
+                    // Each change of connections or paths is a line (a ramp is a few, a path change one).
+                    connections = progress.connections
+                    if connections.count > 0, download.state == .running {
+                        var facts = EventSchema.DownloadFacts(download)
+                        (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+                        emit(EventSchema.downloadLine(.connections, facts, at: now(), EventSchema.connectionFields(connections)))
+                    }
+                }
+                if isBackground { await self?.backgroundProgressed(download, progress) }
+                guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
+                last = ContinuousClock.now
+                var facts = EventSchema.DownloadFacts(download)
+                (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+                emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
+            }
+        }
+        Task { [weak self] in
+            var index = 0
+            for await event in download.events {
+                index += 1
+                guard index > skipping, let self else { continue }
+                metrics.record(event, for: download.id, at: now())
+                let path = event == .waitingForConnectivity ? await self.currentPath : nil
+                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
+                await self.downloadEventArrived(download, event)
+            }
+        }
+    }
+
+    private func downloadEventArrived(_ download: Download, _ event: DownloadEvent) async {
+        reportedEvents[download.id, default: 0] += 1
+        if backgroundDownloads[download.id] === download { await backgroundTransferEvent(download, event) }
+        switch event {
+        case .completed, .failed:
+            if userPaused.remove(download.id) != nil { savePaused() }
+        default: break
+        }
+        // The event is emitted before the state is updated; look again once it has settled.
+        await Task.yield()
+        refreshSummary()
+    }
+
+    func refreshSummary() {
+        Task { await self.publishSummary() }
+    }
+
+    private func publishSummary() async {
+        let summary = Self.summary(await agent.downloads.map(\.state))
+        guard summary != lastSummary else { return }
+        lastSummary = summary
+        environment.summaryChanged(summary)
+    }
+
+    // MARK: persistence of user pauses
+
+    /// Read and written relative to the checked state directory (no links, a file of ours).
+    private static func readPaused(_ directory: String) -> Set<UUID> {
+        guard let checked = try? CheckedDirectory.open(directory, policy: .privateState),
+              let bytes = try? checked.readOwnedFile("agent-state.json", limit: 1 << 20),
+              let stored = try? JSONDecoder().decode(PausedList.self, from: Data(bytes)) else { return [] }
+        return Set(stored.paused.compactMap(UUID.init(uuidString:)))
+    }
+
+    private func savePaused() {
+        let bytes = ControlCodec.encode(PausedList(paused: userPaused.map(\.uuidString).sorted()))
+        guard let checked = try? CheckedDirectory.open(environment.stateDirectory, policy: .privateState) else { return }
+        try? checked.writeAtomically(bytes, to: "agent-state.json", mode: 0o600)
+    }
+
+    private struct PausedList: Codable { var paused: [String] }
+
+    // MARK: pure helpers
+
+    /// `3 downloading, 1 waiting for network`, or `idle`.
+    package static func summary(_ states: [DownloadState]) -> String {
+        var running = 0, waiting = 0, queued = 0, paused = 0
+        for state in states {
+            switch state {
+            case .running: running += 1
+            case .waitingForConnectivity: waiting += 1
+            case .queued: queued += 1
+            case .paused: paused += 1
+            case .completed, .failed: break
+            }
+        }
+        let parts = [(running, "downloading"), (waiting, "waiting for network"), (queued, "queued"), (paused, "paused")]
+            .filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
+        return parts.isEmpty ? "idle" : parts.joined(separator: ", ")
+    }
+
+    package static func shortID(_ id: UUID) -> String { String(id.uuidString.lowercased().prefix(8)) }
+
+    package static func stateName(_ state: DownloadState) -> String { reportedState(state).rawValue }
+
+    package static func reportedState(_ state: DownloadState) -> AgentDownload.State {
+        switch state {
+        case .queued: .queued
+        case .running: .running
+        case .waitingForConnectivity: .waitingForConnectivity
+        case .paused: .paused
+        case .completed: .completed
+        case .failed: .failed
+        }
+    }
+
+    package static func snapshot(_ download: Download) -> AgentDownload {
+        let progress = download.progress
+        var error: String?
+        if case .failed(let failure) = download.state { error = failure.description }
+        return AgentDownload(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
+                             destination: download.destination.path, state: reportedState(download.state),
+                                bytesReceived: progress.bytesReceived, totalBytes: progress.totalBytes,
+                                bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
+    }
+
+    func emitDownload(_ name: EventSchema.DownloadEventName, _ download: Download,
+                              _ fields: [JSONValue.Member] = []) {
+        environment.emit(EventSchema.downloadLine(name, EventSchema.DownloadFacts(download), at: environment.now(), fields))
+    }
+
+    func emitAgent(_ event: String, _ fields: [JSONValue.Member]) {
+        environment.emit(EventSchema.line(.agent, event, at: environment.now(), fields))
+    }
+}

@@ -1,0 +1,63 @@
+import LinuxReachability
+import ReachabilityBase
+
+/// The settings SIGHUP can change, from the command line and `agent.conf`.
+package struct AgentSettings: Sendable, Equatable {
+    /// Downloads transferring at once.
+    package var maximumConcurrentDownloads: Int
+    /// Whether new downloads may use expensive (cellular-like) paths.
+    package var allowsExpensive: Bool
+    /// Directories (absolute, normalised) where `queue add -o` may put files, besides
+    /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
+    package var downloadDirectories: [String] = []
+
+    package init(maximumConcurrentDownloads: Int, allowsExpensive: Bool, downloadDirectories: [String] = []) {
+        self.maximumConcurrentDownloads = maximumConcurrentDownloads
+        self.allowsExpensive = allowsExpensive
+        self.downloadDirectories = downloadDirectories
+    }
+
+    /// `--max-concurrent` and `max-concurrent=`.
+    package static let concurrency = Count(1...64)
+
+    /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64),
+    /// `no-expensive` (true/false), `download-dir` (an absolute directory; repeatable). Values
+    /// present in the file override `base`.
+    package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
+        var settings = base
+        var directories: [String] = []
+        for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
+            var line = Substring(rawLine)
+            if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
+            let trimmed = line.trimmingWhitespace()
+            if trimmed.isEmpty { continue }
+            let parts = trimmed.split(separator: "=", maxSplits: 1).map { $0.trimmingWhitespace() }
+            let location = "\(path):\(number + 1)"
+            guard parts.count == 2 else { throw AgentFailure("\(location): expected key=value", kind: .configuration) }
+            func value<Kind: TextValueKind>(_ kind: Kind) throws(AgentFailure) -> Kind.Value {
+                do {
+                    return try kind.parse(parts[1])
+                } catch {
+                    throw AgentFailure("\(location): \(error.message(for: parts[0]))", kind: .configuration)
+                }
+            }
+            switch parts[0] {
+            case "max-concurrent":
+                settings.maximumConcurrentDownloads = try value(Self.concurrency)
+            case "no-expensive":
+                settings.allowsExpensive = !(try value(YesOrNo()))
+            case "download-dir":
+                guard let directory = AgentDestination.normalizedAbsolutePath(parts[1]) else {
+                    throw AgentFailure("\(location): download-dir must be an absolute path without . or .. components",
+                                  kind: .configuration)
+                }
+                directories.append(directory)
+            default:
+                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive, download-dir)",
+                                kind: .configuration)
+            }
+        }
+        if !directories.isEmpty { settings.downloadDirectories = directories }
+        return settings
+    }
+}

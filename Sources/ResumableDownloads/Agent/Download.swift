@@ -1,0 +1,244 @@
+import FoundationEssentials
+import Glibc
+import Synchronization
+import ReachabilityBase
+
+/// One download managed by a `DownloadAgent`: its state, progress and events.
+///
+/// Like URLSession's download task: observe it through `events` / `progressUpdates` (async
+/// streams) or `onEvent` / `onProgress` (closures, for code ported from delegates), and control
+/// it with `pause()`, `resume()` and `cancel()`.
+public final class Download: Sendable, Hashable, Identifiable, CustomStringConvertible {
+    /// Stable across relaunches (it names the resume record).
+    public let id: UUID
+    /// Where the bytes come from.
+    public let url: URL
+    /// Where the verified file ends up.
+    public let destination: URL
+    /// The options it was created with.
+    public let options: DownloadOptions
+
+    private struct Observers {
+        weak var agent: DownloadAgent?
+        var state: DownloadState = .queued
+        var progress = DownloadProgress()
+        var rate = RateEstimator()
+        var eventContinuations: [UUID: AsyncStream<DownloadEvent>.Continuation] = [:]
+        /// Recent events, replayed to new `events` subscribers (bounded: retries can repeat).
+        var history: [DownloadEvent] = []
+        var progressContinuations: [UUID: AsyncStream<DownloadProgress>.Continuation] = [:]
+        var finishWaiters: [UUID: CheckedContinuation<URL, any Error>] = [:]
+        var onEvent: (@Sendable (DownloadEvent) -> Void)?
+        var onProgress: (@Sendable (DownloadProgress) -> Void)?
+    }
+
+    private let observers: Mutex<Observers>
+
+    init(id: UUID, url: URL, destination: URL, options: DownloadOptions, agent: DownloadAgent,
+         state: DownloadState, progress: DownloadProgress) {
+        self.id = id
+        self.url = url
+        self.destination = destination
+        self.options = options
+        var initial = Observers()
+        initial.agent = agent
+        initial.state = state
+        initial.progress = progress
+        observers = Mutex(initial)
+    }
+
+    /// The current state.
+    public var state: DownloadState { observers.withLock { $0.state } }
+
+    /// The latest progress.
+    public var progress: DownloadProgress { observers.withLock { $0.progress } }
+
+    /// Called with every event, on an arbitrary thread.
+    public var onEvent: (@Sendable (DownloadEvent) -> Void)? {
+        get { observers.withLock { $0.onEvent } }
+        set { observers.withLock { $0.onEvent = newValue } }
+    }
+
+    /// Called with progress updates (at most about ten per second), on an arbitrary thread.
+    public var onProgress: (@Sendable (DownloadProgress) -> Void)? {
+        get { observers.withLock { $0.onProgress } }
+        set { observers.withLock { $0.onProgress = newValue } }
+    }
+
+    /// The download's events, starting with a replay of the recent ones (up to 256), so a
+    /// subscriber created after `download(from:to:)` returns misses nothing; the stream ends when
+    /// the download completes, fails or is cancelled.
+    public var events: AsyncStream<DownloadEvent> {
+        let (stream, continuation) = AsyncStream.makeStream(of: DownloadEvent.self)
+        let key = UUID()
+        let isFinal = observers.withLock { observers -> Bool in
+            for event in observers.history { continuation.yield(event) }
+            if observers.state.isFinal { return true }
+            observers.eventContinuations[key] = continuation
+            return false
+        }
+        if isFinal { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in _ = self?.observers.withLock { $0.eventContinuations.removeValue(forKey: key) } }
+        return stream
+    }
+
+    /// Progress values, starting with the current one; ends with the download.
+    public var progressUpdates: AsyncStream<DownloadProgress> {
+        let (stream, continuation) = AsyncStream.makeStream(of: DownloadProgress.self, bufferingPolicy: .bufferingNewest(1))
+        let key = UUID()
+        let isFinal = observers.withLock { observers -> Bool in
+            continuation.yield(observers.progress)
+            if observers.state.isFinal { return true }
+            observers.progressContinuations[key] = continuation
+            return false
+        }
+        if isFinal { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in _ = self?.observers.withLock { $0.progressContinuations.removeValue(forKey: key) } }
+        return stream
+    }
+
+    /// Waits until the download completes (returning the file URL) or fails (throwing its
+    /// `DownloadError`). Pausing does not end the wait; cancelling the waiting task does (throwing
+    /// `CancellationError`) without touching the download.
+    public func finished() async throws -> URL {
+        let key = UUID()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let outcome = observers.withLock { observers -> Result<URL, any Error>? in
+                    switch observers.state {
+                    case .completed: return .success(destination)
+                    case .failed(let error): return .failure(error)
+                    default:
+                        if Task.isCancelled { return .failure(CancellationError()) }
+                        observers.finishWaiters[key] = continuation
+                        return nil
+                    }
+                }
+                if let outcome { continuation.resume(with: outcome) }
+            }
+        } onCancel: {
+            observers.withLock { $0.finishWaiters.removeValue(forKey: key) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Stops transferring and keeps the resume data.
+    public func pause() async { await agent?.pause(self) }
+
+    /// Continues a paused (or resumably failed) download.
+    public func resume() async { await agent?.resume(self) }
+
+    /// Stops for good and deletes the partial file and resume record.
+    public func cancel() async { await agent?.cancel(self) }
+
+    /// A short description with the id prefix, URL and destination.
+    public var description: String { "Download(\(id.uuidString.prefix(8)) \(URLRedaction.redacted(url)) -> \(destination.path))" }
+
+    /// Identity: two handles are equal only when they are the same object.
+    public static func == (lhs: Download, rhs: Download) -> Bool { lhs === rhs }
+    /// Hashes the object identity.
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+    private var agent: DownloadAgent? { observers.withLock { $0.agent } }
+
+    // MARK: updates from the agent
+
+    /// Moves to `state` and, in the same step, records `event`: whoever sees the event sees the
+    /// state it describes. A final state ends the event and progress streams after the event.
+    func update(state: DownloadState, event: DownloadEvent? = nil) {
+        let observed = observers.withLock { observers in
+            observers.state = state
+            if let event {
+                observers.history.append(event)
+                if observers.history.count > 256 { observers.history.removeFirst(observers.history.count - 256) }
+            }
+            let streams = Array(observers.eventContinuations.values)
+            let progress = Array(observers.progressContinuations.values)
+            let waiters = state.isFinal ? Array(observers.finishWaiters.values) : []
+            if state.isFinal {
+                observers.finishWaiters = [:]
+                observers.eventContinuations = [:]
+                observers.progressContinuations = [:]
+            }
+            return (streams: streams, progress: progress, waiters: waiters, handler: observers.onEvent)
+        }
+        if let event {
+            for stream in observed.streams { stream.yield(event) }
+            observed.handler?(event)
+        }
+        for waiter in observed.waiters {
+            switch state {
+            case .failed(let error): waiter.resume(throwing: error)
+            default: waiter.resume(returning: destination)
+            }
+        }
+        guard state.isFinal else { return }
+        for stream in observed.streams { stream.finish() }
+        for stream in observed.progress { stream.finish() }
+    }
+
+    /// Records an event that does not change the state (retrying, restartedFromZero).
+    func emit(_ event: DownloadEvent) {
+        let (streams, handler) = observers.withLock { observers in
+            observers.history.append(event)
+            if observers.history.count > 256 { observers.history.removeFirst(observers.history.count - 256) }
+            return (Array(observers.eventContinuations.values), observers.onEvent)
+        }
+        for stream in streams { stream.yield(event) }
+        handler?(event)
+    }
+
+    func report(bytesReceived: Int64, totalBytes: Int64?, resetRate: Bool = false) {
+        let (progress, streams, handler) = observers.withLock { observers in
+            if resetRate { observers.rate = RateEstimator() }
+            let rate = observers.rate.add(bytes: bytesReceived, at: ContinuousClock.now)
+            let eta = totalBytes.flatMap { RateEstimator.timeRemaining(bytes: $0 - bytesReceived, bytesPerSecond: rate) }
+            let connections = observers.progress.connections
+            observers.progress = DownloadProgress(bytesReceived: bytesReceived, totalBytes: totalBytes,
+                                                  bytesPerSecond: rate, estimatedTimeRemaining: eta)
+            observers.progress.connections = connections
+            return (observers.progress, Array(observers.progressContinuations.values), observers.onProgress)
+        }
+        for stream in streams { stream.yield(progress) }
+        handler?(progress)
+    }
+
+    /// The connections carrying the download changed: a progress update shows them.
+    func report(connections: DownloadConnections) {
+        let (progress, streams, handler, changed) = observers.withLock { observers in
+            let changed = observers.progress.connections != connections
+            observers.progress.connections = connections
+            return (observers.progress, Array(observers.progressContinuations.values), observers.onProgress, changed)
+        }
+        guard changed else { return }
+        for stream in streams { stream.yield(progress) }
+        handler?(progress)
+    }
+}
+
+/// Exponentially smoothed bytes-per-second from (offset, time) samples.
+struct RateEstimator: Sendable {
+    /// The time `bytes` take at `bytesPerSecond`, or nil when that is unknown or meaningless: no
+    /// bytes left to count, or a rate under a byte a second. While a server is waited for, each
+    /// failed probe reports the same offset and the smoothed rate decays towards zero; after a
+    /// minute the quotient no longer fit an Int64 and the conversion trapped (SIGILL).
+    static func timeRemaining(bytes: Int64, bytesPerSecond: Double) -> Duration? {
+        guard bytes >= 0, bytesPerSecond >= 1, bytesPerSecond.isFinite else { return nil }
+        let seconds = Double(bytes) / bytesPerSecond
+        guard seconds < 1e9 else { return nil }
+        return Duration(clampingTimeInterval: seconds)
+    }
+
+    private var last: (bytes: Int64, time: ContinuousClock.Instant)?
+    private var rate: Double = 0
+
+    /// Adds a sample and returns the smoothed rate. A drop in `bytes` (restart) re-bases silently.
+    mutating func add(bytes: Int64, at time: ContinuousClock.Instant) -> Double {
+        defer { if last == nil || bytes < last!.bytes || time - last!.time >= .milliseconds(50) { last = (bytes, time) } }
+        guard let last, bytes >= last.bytes else { return rate }
+        let elapsed = time - last.time
+        guard elapsed >= .milliseconds(50) else { return rate }
+        let instant = Double(bytes - last.bytes) / elapsed.timeInterval
+        rate = rate == 0 ? instant : 0.7 * rate + 0.3 * instant
+        return rate
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Synchronization
+import Testing
+@testable import ReachabilityAgent
+import TestSupport
+
+/// The request handler against a download agent that never gets a usable path, and the status summary.
+@Suite("Agent service")
+struct AgentServiceTests {
+    @Test func summaryNamesEachBusyState() {
+        #expect(AgentService.summary([]) == "idle")
+        #expect(AgentService.summary([.running, .running, .running, .waitingForConnectivity, .completed])
+                == "3 downloading, 1 waiting for network")
+        #expect(AgentService.summary([.queued, .paused, .paused]) == "1 queued, 2 paused")
+    }
+
+    /// A service whose downloads wait forever: the path source says "offline" and nothing is sent.
+    static func offlineService(_ directory: URL, events: EventSink) throws -> AgentService {
+        try AgentStateDirectory.prepare(directory.path)
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(.unsatisfied(.noInterfaceUp))
+        let records = URL(fileURLWithPath: AgentStateDirectory.recordsDirectory(in: directory.path))
+        return try AgentService(settings: AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: true), environment: .init(
+            stateDirectory: directory.path,
+            makeAgent: { settings in
+                _ = continuation   // keeps the stream open
+                return try DownloadAgent(configuration: .init(stateDirectory: records,
+                                                              maximumConcurrentDownloads: settings.maximumConcurrentDownloads),
+                                         paths: paths)
+            },
+            emit: { line in events.append(line) },
+            summaryChanged: { events.append(JSONValue.object([.init(key: "summary", value: .string($0))]).serialized) }))
+    }
+
+    final class EventSink: Sendable {
+        private let lines = Mutex<[String]>([])
+        func append(_ line: String) {
+            lines.withLock { $0.append(line) }
+        }
+        var all: [String] { lines.withLock { $0 } }
+    }
+
+    @Test func handlerAddsListsPausesResumesAndCancels() async throws {
+        let scratch = try ScratchDirectory("au")
+        let directory = scratch.url
+        let events = EventSink()
+        let service = try Self.offlineService(directory, events: events)
+        #expect(await service.start() == 0)
+
+        let added = await service.handle(.add(url: URL(string: "http://192.0.2.9/file.iso")!, output: nil, sha256: nil), id: .number(1))
+        #expect(added.ok && added.id == .number(1))
+        let download = try #require(added.download)
+        #expect(download.destination == directory.path + "/files/file.iso")
+
+        let list = await service.handle(.list, id: nil)
+        #expect(list.downloads?.map(\.id) == [download.id])
+
+        let paused = await service.handle(.pause(String(download.id.prefix(6))), id: nil)
+        #expect(paused.download?.state == .paused)
+        #expect(FileManager.default.contents(atPath: directory.path + "/agent-state.json").map { String(decoding: $0, as: UTF8.self) }?
+            .contains(download.id.uppercased()) == true)
+
+        let resumed = await service.handle(.resume(download.id), id: nil)
+        #expect(resumed.download?.state != .paused)
+
+        let unknown = await service.handle(.pause("ffffffff"), id: nil)
+        #expect(unknown.error?.code == .notFound)
+
+        let status = await service.handle(.status, id: nil)
+        #expect(status.status?.maximumConcurrentDownloads == 2)
+
+        let cancelled = await service.handle(.cancel(download.id), id: nil)
+        #expect(cancelled.download?.state == .failed)
+        let again = await service.handle(.pause(download.id), id: nil)
+        #expect(again.error?.code == .invalidArgument)
+        await service.shutdown()
+        #expect(events.all.contains { $0.contains(#""type":"download","event":"queued""#) })
+    }
+
+    @Test func userPausesSurviveARestart() async throws {
+        let scratch = try ScratchDirectory("au")
+        let directory = scratch.url
+        let first = try Self.offlineService(directory, events: EventSink())
+        await first.start()
+        let a = try #require(await first.handle(.add(url: URL(string: "http://192.0.2.9/a")!, output: nil, sha256: nil), id: nil).download)
+        let b = try #require(await first.handle(.add(url: URL(string: "http://192.0.2.9/b")!, output: nil, sha256: nil), id: nil).download)
+        _ = await first.handle(.pause(a.id), id: nil)
+        await first.shutdown()
+
+        let second = try Self.offlineService(directory, events: EventSink())
+        #expect(await second.start() == 2)
+        let states = Dictionary(uniqueKeysWithValues: (await second.handle(.list, id: nil).downloads ?? []).map { ($0.id, $0.state) })
+        #expect(states[a.id] == .paused)
+        #expect(states[b.id] != .paused)
+        await second.shutdown()
+    }
+}

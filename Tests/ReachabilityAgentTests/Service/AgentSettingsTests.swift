@@ -1,0 +1,21 @@
+import Foundation
+import LinuxReachability
+import ResumableDownloads
+import Synchronization
+import Testing
+@testable import ReachabilityAgent
+import TestSupport
+
+/// `agent.conf` over the command line's settings.
+@Suite("agent.conf")
+struct AgentSettingsTests {
+    @Test func parsesAgentConf() throws {
+        let base = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true)
+        let parsed = try AgentSettings.parse("# comment\nmax-concurrent = 2\r\nno-expensive=yes # trailing\n\n", base: base, path: "a")
+        #expect(parsed == AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: false))
+        #expect(try AgentSettings.parse("", base: base, path: "a") == base)
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("max-concurrent=0", base: base, path: "a") }
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("speed=3", base: base, path: "a") }
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("no-expensive", base: base, path: "a") }
+    }
+}

@@ -1,0 +1,231 @@
+import Foundation
+import LinuxSystem
+import Testing
+import TestSupport
+@testable import ResumableDownloads
+
+@Suite("Resume record")
+struct ResumeRecordTests {
+    static let digest = String(repeating: "ab", count: 32)
+
+    func sample(id: UUID = UUID()) -> ResumeRecord {
+        var record = ResumeRecord(id: id, url: URL(string: "https://example.invalid/a.iso")!,
+                                  destination: URL(fileURLWithPath: "/tmp/a.iso"),
+                                  expectedSHA256: Self.digest, totalLength: 1000, allowsExpensive: false,
+                                  now: Date(timeIntervalSince1970: 1_700_000_000))
+        record.entityTag = "\"v1\""
+        record.lastModified = "Mon, 01 Jan 2024 00:00:00 GMT"
+        record.verifiedOffset = 500
+        record.attempts = 3
+        return record
+    }
+
+    /// A checked state directory in a scratch directory, which the caller keeps alive.
+    func state() throws -> (CheckedDirectory, URL, ScratchDirectory) {
+        let scratch = try ScratchDirectory("rr")
+        let url = scratch.url("state")
+        return (try CheckedDirectory.open(url.path, policy: .privateState, creating: true), url, scratch)
+    }
+
+    @Test func roundTripsThroughJSON() throws {
+        let record = sample()
+        let data = try ResumeRecord.encoder().encode(record)
+        let text = String(decoding: data, as: UTF8.self)
+        #expect(text.contains("\"version\" : 1"))
+        #expect(text.contains("\"verifiedOffset\" : 500"))
+        #expect(!text.contains("partialPath"), "the partial path is derived, never stored")
+        #expect(try ResumeRecord.decode(data) == record)
+    }
+
+    @Test func thePartialPathIsDerivedFromTheDestination() throws {
+        let json = """
+        {"version":1,"id":"\(UUID().uuidString)","url":"http://h/x","destination":"file:///tmp/x",
+         "partialPath":"/etc/shadow","verifiedOffset":0,"allowsExpensive":true,"attempts":0,
+         "createdAt":"2024-01-01T00:00:00Z","updatedAt":"2024-01-01T00:00:00Z"}
+        """
+        let record = try ResumeRecord.decode(Data(json.utf8))
+        #expect(record.partialPath == "/tmp/x.part")
+        #expect(record.entityTag == nil)
+        #expect(record.expectedLength == nil)
+    }
+
+    @Test func validatorPrefersStrongETag() {
+        var record = sample()
+        #expect(record.validator == "\"v1\"")
+        record.entityTag = nil
+        #expect(record.validator == "Mon, 01 Jan 2024 00:00:00 GMT")
+        record.lastModified = nil
+        #expect(record.validator == nil)
+    }
+
+    @Test func rejectsFutureVersions() throws {
+        var object = try JSONSerialization.jsonObject(with: ResumeRecord.encoder().encode(sample())) as! [String: Any]
+        object["version"] = 99
+        let data = try JSONSerialization.data(withJSONObject: object)
+        #expect(throws: DownloadError.self) { try ResumeRecord.decode(data) }
+    }
+
+    @Test(arguments: [
+        ("a record for another id", { @Sendable (r: inout ResumeRecord) in r.id = UUID() }),
+        ("a negative offset", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = -1 }),
+        ("an offset past the length", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 2000 }),
+        ("a destination with ..", { @Sendable (r: inout ResumeRecord) in r.destination = URL(fileURLWithPath: "/tmp/x/../../etc/passwd") }),
+        ("a relative destination", { @Sendable (r: inout ResumeRecord) in r.destination = URL(string: "x/y")! }),
+        ("a file URL to download", { @Sendable (r: inout ResumeRecord) in r.url = URL(string: "file:///etc/shadow")! }),
+        ("a short digest", { @Sendable (r: inout ResumeRecord) in r.expectedSHA256 = "ab" }),
+        ("a negative expected length", { @Sendable (r: inout ResumeRecord) in r.expectedLength = -5 }),
+        ("a header smuggled into If-Range", { @Sendable (r: inout ResumeRecord) in r.entityTag = "\"a\"\r\nX-Evil: 1" }),
+        ("ranges without a length", { @Sendable (r: inout ResumeRecord) in r.totalLength = nil; r.verifiedOffset = 0; r.ranges = [[10, 20]] }),
+        ("a range past the length", { @Sendable (r: inout ResumeRecord) in r.ranges = [[900, 1001]] }),
+        ("a range inside the prefix", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 100; r.ranges = [[50, 200]] }),
+        ("a range touching the prefix", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 100; r.ranges = [[100, 200]] }),
+        ("ranges out of order", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[500, 600], [100, 200]] }),
+        ("overlapping ranges", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[100, 300], [200, 400]] }),
+        ("an empty range", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[100, 100]] }),
+        ("a range of three numbers", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[1, 2, 3]] }),
+        ("too many ranges", { @Sendable (r: inout ResumeRecord) in
+            r.totalLength = 1 << 40; r.verifiedOffset = 0; r.ranges = (1...1025).map { [Int64($0) * 10, Int64($0) * 10 + 5] } }),
+        ("a seam at zero", { @Sendable (r: inout ResumeRecord) in r.seams = [0] }),
+        ("a seam past the length", { @Sendable (r: inout ResumeRecord) in r.seams = [1000] }),
+    ] as [(String, @Sendable (inout ResumeRecord) -> Void)])
+    func rejectsRecordsThatDoNotHoldTogether(_ label: String, _ edit: @Sendable (inout ResumeRecord) -> Void) {
+        let id = UUID()
+        var record = sample(id: id)
+        #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: id)) }
+        edit(&record)
+        #expect(throws: ResumeRecord.Invalid.self, "\(label)") { try record.validate(name: ResumeRecord.fileName(for: id)) }
+    }
+
+    @Test func rangesAndSeamsRoundTripAndDescribeTheDurableBytes() throws {
+        let id = UUID()
+        var record = sample(id: id)
+        var durable = RangeSet<Int64>(0..<100)
+        durable.insert(contentsOf: 300..<400)
+        durable.insert(contentsOf: 700..<1000)
+        record.setDurable(durable)
+        record.seams = [300, 700]
+        #expect(record.verifiedOffset == 100)
+        #expect(record.ranges == [[300, 400], [700, 1000]])
+        #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: id)) }
+        let decoded = try ResumeRecord.decode(try ResumeRecord.encoder().encode(record))
+        #expect(decoded.durable == durable)
+        #expect(decoded.seamSet == [300, 700])
+        // Without a prefix every range is listed; one prefix alone lists none.
+        record.setDurable(RangeSet(200..<300))
+        #expect(record.verifiedOffset == 0 && record.ranges == [[200, 300]])
+        record.setDurable(RangeSet(0..<300))
+        #expect(record.verifiedOffset == 300 && record.ranges == nil)
+    }
+
+    @Test func atomicWriteReplacesAndLeavesNoTemporary() throws {
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
+        var record = sample()
+        try record.write(to: state)
+        record.verifiedOffset = 900
+        try record.write(to: state)
+        #expect(try ResumeRecord.read(ResumeRecord.fileName(for: record.id), in: state).verifiedOffset == 900)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: url.path) == [ResumeRecord.fileName(for: record.id)])
+    }
+
+    @Test func atomicWriteFailureKeepsTheOldRecord() throws {
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
+        let record = sample()
+        let name = ResumeRecord.fileName(for: record.id)
+        try record.write(to: state)
+        // A directory squatting on the temporary name makes the write fail before the rename.
+        try FileManager.default.createDirectory(atPath: url.path + "/" + name + ".tmp", withIntermediateDirectories: false)
+        var changed = record
+        changed.verifiedOffset = 1
+        #expect(throws: DownloadError.self) { try changed.write(to: state) }
+        #expect(try ResumeRecord.read(name, in: state).verifiedOffset == 500)
+    }
+
+    @Test func aPlantedLinkIsNeverReadAsARecord() throws {
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
+        let record = sample()
+        let name = ResumeRecord.fileName(for: record.id)
+        let elsewhere = url.path + "-elsewhere.json"
+        FileManager.default.createFile(atPath: elsewhere, contents: try ResumeRecord.encoder().encode(record))
+        defer { unlink(elsewhere) }
+        symlink(elsewhere, url.path + "/" + name)
+        #expect(throws: DownloadError.untrustedFile) { try ResumeRecord.read(name, in: state) }
+    }
+
+    /// Bounded, seeded fuzzing: mutated records never crash the parser, and whatever it accepts
+    /// passes validation (offsets, paths and ids that hold together).
+    @Test(arguments: [1 as UInt64, 2, 3, 4])
+    func fuzzedRecordsNeverCrashAndNeverValidateBadly(seed: UInt64) throws {
+        var random = SeededRandom(seed: seed)
+        let id = UUID()
+        let name = ResumeRecord.fileName(for: id)
+        let base = Array(try ResumeRecord.encoder().encode(sample(id: id)))
+        let fragments: [[UInt8]] = ["-1", "..", "/", "\"", "{", "}", "null", "1e400", "\\u0000", "99999999999999999999",
+                                    "\"file:///etc/passwd\"", "\"../x\"", "[]", "true", ","].map { Array($0.utf8) }
+        for _ in 0..<2500 {
+            var bytes = base
+            for _ in 0..<random.next(upTo: 4) + 1 {
+                let position = random.next(upTo: bytes.count)
+                switch random.next(upTo: 4) {
+                case 0: bytes[position] = UInt8(truncatingIfNeeded: random.next(upTo: 256))
+                case 1: bytes.remove(at: position)
+                case 2: bytes.insert(contentsOf: fragments[random.next(upTo: fragments.count)], at: position)
+                default: bytes.removeSubrange(position..<min(bytes.count, position + random.next(upTo: 16)))
+                }
+                if bytes.isEmpty { bytes = [0x7b] }
+            }
+            guard let record = try? ResumeRecord.decode(Data(bytes)) else { continue }
+            if (try? record.validate(name: name)) != nil {
+                #expect(record.id == id)
+                #expect(record.verifiedOffset >= 0)
+                #expect(record.destination.path.hasPrefix("/") && !record.destination.path.contains("/../"))
+                #expect(["http", "https"].contains(record.url.scheme?.lowercased() ?? ""))
+            }
+        }
+    }
+
+    /// A legal file name of 251-255 bytes leaves no room for `.part`: the partial is shortened
+    /// (whole characters, a hash of the full name), the file keeps its name (issue 21).
+    @Test func aLongFileNameGetsAShortenedPartialName() {
+        #expect(ResumeRecord.partialName(for: "x.iso") == "x.iso.part")
+        for length in 248...255 {
+            let name = String(repeating: "é", count: 100) + String(repeating: "b", count: length - 200)
+            #expect(name.utf8.count == length)
+            let partial = ResumeRecord.partialName(for: name)
+            #expect(partial.utf8.count <= 255, "\(length): \(partial.utf8.count)")
+            if length + 5 <= 255 {
+                #expect(partial == name + ".part")
+            } else {
+                #expect(partial.hasPrefix(String(repeating: "é", count: 100)) && partial.hasSuffix(".part"), "\(partial)")
+            }
+        }
+        let one = String(repeating: "z", count: 254) + "1", two = String(repeating: "z", count: 254) + "2"
+        #expect(ResumeRecord.partialName(for: one) != ResumeRecord.partialName(for: two), "same beginning, different partials")
+        // Whole characters only: a two-byte character is never cut in half.
+        let accented = "b" + String(repeating: "é", count: 127)
+        #expect(accented.utf8.count == 255)
+        let partial = ResumeRecord.partialName(for: accented)
+        #expect(partial.utf8.count <= 255 && partial.hasPrefix("bé") && partial.hasSuffix(".part"))
+        #expect(String(decoding: Array(partial.utf8), as: UTF8.self) == partial, "valid UTF-8")
+
+        var record = ResumeRecord(id: UUID(), url: URL(string: "http://h/f")!, destination: URL(fileURLWithPath: "/tmp/" + one),
+                                  expectedSHA256: nil, totalLength: nil, allowsExpensive: true)
+        #expect(record.partialPath == "/tmp/" + ResumeRecord.partialName(for: one))
+        #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: record.id)) }
+        record.destination = URL(fileURLWithPath: "/x")
+        #expect(record.partialPath == "/x.part")
+    }
+}
+
+/// xorshift64*: deterministic, so a failing fuzz case reproduces from its seed.
+struct SeededRandom {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed &* 0x9E37_79B9_7F4A_7C15 | 1 }
+    mutating func next() -> UInt64 {
+        state ^= state >> 12; state ^= state << 25; state ^= state >> 27
+        return state &* 0x2545_F491_4F6C_DD1D
+    }
+    mutating func next(upTo bound: Int) -> Int { bound <= 0 ? 0 : Int(next() % UInt64(bound)) }
+}

@@ -1,0 +1,96 @@
+import Foundation
+import Synchronization
+
+/// The tests' one way to run a program to completion: both pipes read at once (a chatty child
+/// never blocks on a full pipe), stdin from `input` or /dev/null, the status and both outputs
+/// returned. Long-running children with output to wait on have their own types
+/// (`CLIProcess`, `AgentProcess`), which find the binary through `BuiltProducts` too.
+public enum ChildProcess {
+    /// What a finished child said and how it ended.
+    public struct Result: Sendable, CustomStringConvertible {
+        public var status: Int32
+        public var standardOutput: String
+        public var standardError: String
+        public var description: String { "status \(status)\nstdout: \(standardOutput)\nstderr: \(standardError)" }
+    }
+
+    /// The environment children get unless a test says otherwise: no colour, no home.
+    public static let quietEnvironment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
+
+    /// Runs `executable arguments` (an absolute path, or a name `/usr/bin/env` finds on PATH).
+    public static func run(_ executable: String, _ arguments: [String], directory: URL? = nil,
+                           environment: [String: String]? = quietEnvironment, input: Data? = nil) throws -> Result {
+        let process = Process()
+        if executable.hasPrefix("/") {
+            process.executableURL = URL(fileURLWithPath: executable)
+            process.arguments = arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [executable] + arguments
+        }
+        if let directory { process.currentDirectoryURL = directory }
+        if let environment { process.environment = environment }
+        let output = Pipe(), error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        let stdin = input.map { _ in Pipe() }
+        process.standardInput = stdin ?? FileHandle.nullDevice
+        try process.run()
+        // Written from a thread of its own: a child that answers while it reads must not block
+        // on a full output pipe while we block on its full input pipe.
+        let writer = Thread {
+            if let stdin, let input {
+                stdin.fileHandleForWriting.write(input)
+                try? stdin.fileHandleForWriting.close()
+            }
+        }
+        writer.start()
+        let errorData = Mutex<Data>(Data())
+        let reader = Thread { errorData.withLock { $0 = error.fileHandleForReading.readDataToEndOfFile() } }
+        reader.start()
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        while !reader.isFinished || !writer.isFinished { usleep(1000) }   // join the threads
+        return Result(status: process.terminationStatus, standardOutput: String(decoding: outputData, as: UTF8.self),
+                      standardError: String(decoding: errorData.withLock { $0 }, as: UTF8.self))
+    }
+}
+
+/// The executables `swift build` made (`reachability`, the samples, the URLSession probe).
+public enum BuiltProducts {
+    /// Where `name` was built: `$REACHABILITY_BUILD_DIR`, else beside the test bundle
+    /// (`.build/<triple>/debug`), else `.build/debug` under the package root.
+    public static func url(_ name: String) throws -> URL {
+        var candidates: [URL] = []
+        if let directory = ProcessInfo.processInfo.environment["REACHABILITY_BUILD_DIR"] {
+            candidates.append(URL(fileURLWithPath: directory).appendingPathComponent(name))
+        }
+        let testExecutable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        candidates.append(testExecutable.deletingLastPathComponent().appendingPathComponent(name))
+        candidates.append(Bundle.main.bundleURL.deletingLastPathComponent().appendingPathComponent(name))
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        candidates.append(root.appendingPathComponent(".build/debug/\(name)"))
+        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0.path) }) else {
+            throw NotBuilt(name: name, candidates: candidates.map(\.path))
+        }
+        return found
+    }
+
+    /// Runs the built `name` to completion; `prefix` wraps it (`setpriv ...`, `ip netns exec NS`).
+    public static func run(_ name: String, _ arguments: [String], prefix: [String] = [], directory: URL? = nil,
+                           environment: [String: String]? = ChildProcess.quietEnvironment,
+                           input: Data? = nil) throws -> ChildProcess.Result {
+        let executable = try url(name).path
+        guard let first = prefix.first else {
+            return try ChildProcess.run(executable, arguments, directory: directory, environment: environment, input: input)
+        }
+        return try ChildProcess.run(first, Array(prefix.dropFirst()) + [executable] + arguments, directory: directory,
+                                    environment: environment, input: input)
+    }
+
+    public struct NotBuilt: Error, CustomStringConvertible {
+        public var name: String
+        public var candidates: [String]
+        public var description: String { "\(name) not built (run 'swift build'); looked at \(candidates.joined(separator: ", "))" }
+    }
+}

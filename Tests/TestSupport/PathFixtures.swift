@@ -1,0 +1,62 @@
+import Foundation
+import LinuxReachability
+
+/// Paths and interfaces the tests script, shaped like what the monitor would report.
+public enum PathFixtures {
+    /// 2026-11-30T06:00:00.125Z (an exact binary fraction, so the milliseconds print exactly).
+    public static let time = Date(timeIntervalSince1970: 1_796_018_400.125)
+    public static let timeText = "2026-11-30T06:00:00.125Z"
+
+    public static let wifi = NetworkInterface(
+        name: "wlp2s0", index: 3, type: .wifi, classificationReason: "uevent DEVTYPE=wlan",
+        isUp: true, hasCarrier: true, addresses: ["192.0.2.20", "fe80::20"])
+    public static let ethernetDown = NetworkInterface(
+        name: "eth0", index: 2, type: .wired, classificationReason: "ARPHRD_ETHER",
+        isUp: true, hasCarrier: false, addresses: [])
+    public static let ethernet = NetworkInterface(
+        name: "eth0", index: 2, type: .wired, classificationReason: "ARPHRD_ETHER",
+        isUp: true, hasCarrier: true, addresses: ["198.51.100.7", "2001:db8::7"])
+    public static let modem = NetworkInterface(
+        name: "wwan0", index: 5, type: .cellular, classificationReason: "uevent DEVTYPE=wwan",
+        isUp: true, hasCarrier: true, addresses: ["10.64.0.2"])
+
+    /// Satisfied over wifi, IPv4 only, with a gateway.
+    public static let satisfiedWifi = NetworkPath(
+        status: .satisfied, unsatisfiedReason: nil, primaryInterface: wifi,
+        routes: [PathRoute(family: .ipv4, interfaceName: "wlp2s0", interfaceIndex: 3,
+                           gateway: "192.0.2.1", sourceAddress: "192.0.2.20")],
+        interfaces: [ethernetDown, wifi])
+
+    /// Satisfied over wifi with both families.
+    public static let dualStackWifi = NetworkPath(
+        status: .satisfied, unsatisfiedReason: nil, primaryInterface: wifi,
+        routes: [PathRoute(family: .ipv4, interfaceName: "wlp2s0", interfaceIndex: 3,
+                           gateway: "192.0.2.1", sourceAddress: "192.0.2.20"),
+                 PathRoute(family: .ipv6, interfaceName: "wlp2s0", interfaceIndex: 3,
+                           gateway: "fe80::1", sourceAddress: "2001:db8::20")],
+        interfaces: [ethernetDown, wifi])
+
+    /// Addresses but no route out.
+    public static let noRoute = NetworkPath.unsatisfied(.noRoute, interfaces: [ethernetDown, wifi])
+
+    /// Satisfied over wired Ethernet through IPv6 only.
+    public static let ipv6OnlyWired = NetworkPath(
+        status: .satisfied, unsatisfiedReason: nil, primaryInterface: ethernet,
+        routes: [PathRoute(family: .ipv6, interfaceName: "eth0", interfaceIndex: 2,
+                           gateway: "fe80::1", sourceAddress: "2001:db8::7")],
+        interfaces: [ethernet])
+
+    /// Satisfied over wired Ethernet, IPv4, on-link (no gateway).
+    public static let wiredOnLink = NetworkPath(
+        status: .satisfied, unsatisfiedReason: nil, primaryInterface: ethernet,
+        routes: [PathRoute(family: .ipv4, interfaceName: "eth0", interfaceIndex: 2,
+                           gateway: nil, sourceAddress: "198.51.100.7")],
+        interfaces: [ethernet])
+
+    /// Satisfied over a cellular modem: expensive.
+    public static let cellular = NetworkPath(
+        status: .satisfied, unsatisfiedReason: nil, primaryInterface: modem,
+        routes: [PathRoute(family: .ipv4, interfaceName: "wwan0", interfaceIndex: 5,
+                           gateway: "10.64.0.1", sourceAddress: "10.64.0.2")],
+        interfaces: [modem])
+}
