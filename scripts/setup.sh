@@ -11,10 +11,15 @@ packages=(
   nginx-light openssl                    # integration tests start their own nginx (TLS too)
   python3                                # holds tun devices open in the VPN test
   python3-prometheus-client              # the real OpenMetrics/Prometheus parser the metrics tests use
+  systemd                                # systemd-socket-activate (the agent's socket activation test)
 )
-if [ "${1:-}" = "--bench" ]; then
-  packages+=(curl wget aria2 time valgrind)  # peers measured by bench/; callgrind for bench/hot_text.py
-fi
+for option in "$@"; do
+  case "$option" in
+    --bench) packages+=(curl wget aria2 time valgrind) ;;  # peers measured by bench/; callgrind for bench/hot_text.py
+    --package) packages+=(dpkg-dev debhelper lintian debootstrap systemd-container) ;;  # scripts/build-deb.sh, scripts/test-deb.sh
+    *) echo "setup: unknown option '$option' (--bench, --package)" >&2; exit 64 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -9,6 +9,9 @@ package enum CurrentProcess {
     /// The passwd entry's home directory for the effective user (when $HOME is unset).
     package static var passwordHomeDirectory: String? { Syscall.passwordHomeDirectory() }
 
+    /// Removes `name` from this process's environment (what children inherit from now on).
+    package static func removeEnvironmentVariable(_ name: String) { Syscall.unsetEnvironment(name) }
+
     /// Unblocks `signals` for the calling thread. The mask is inherited across fork/exec, and
     /// Dispatch and Swift-concurrency threads block every signal, so a parent that spawns us from
     /// one of them leaves them blocked; a process-directed signal needs a thread accepting it.

@@ -160,6 +160,30 @@ extension FileDescriptor {
         return raw.load(as: Value.self)
     }
 
+    /// The path a listening `AF_UNIX` `SOCK_STREAM` socket is bound to; nil for any other kind
+    /// of descriptor (another family or type, not listening, unbound or abstract).
+    package func listeningUnixStreamPath() throws(Errno) -> String? {
+        guard try option(level: SOL_SOCKET, name: SO_DOMAIN, as: Int32.self) == AF_UNIX,
+              try option(level: SOL_SOCKET, name: SO_TYPE, as: Int32.self) == Int32(SOCK_STREAM.rawValue),
+              try option(level: SOL_SOCKET, name: SO_ACCEPTCONN, as: Int32.self) == 1 else { return nil }
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        try withUnsafeMutablePointer(to: &address) { pointer throws(Errno) in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw throws(Errno) in
+                try Syscall.getsockname(rawValue, raw, &length)
+            }
+        }
+        let pathOffset = MemoryLayout<sockaddr_un>.offset(of: \.sun_path)!
+        let bytes = withUnsafeBytes(of: &address.sun_path) { raw in
+            Array(raw.prefix(max(0, Int(length) - pathOffset)).prefix { $0 != 0 })
+        }
+        // An abstract name starts with NUL, which leaves no bytes here: not a file clients can find.
+        return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Marks the descriptor close-on-exec (one systemd passes in is not).
+    package func setCloseOnExec() throws(Errno) { try Syscall.setCloseOnExec(rawValue) }
+
     /// Blocking (or not) reads and writes (O_NONBLOCK).
     package func setNonBlocking(_ nonBlocking: Bool) throws(Errno) {
         let flags = try Syscall.fcntlGetFlags(rawValue)

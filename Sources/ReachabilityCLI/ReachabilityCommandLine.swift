@@ -17,6 +17,13 @@ public enum ReachabilityCommandLine {
     /// actor or the main queue.
     public static func main() -> Never {
         InterruptSignals.unblockOnCurrentThread()
+        // The Swift runtime takes the arguments from /proc/self/cmdline here: without /proc (a
+        // bare chroot) even the program's name is missing, and every command would read as none.
+        guard !CommandLine.arguments.isEmpty else {
+            let message = "Error: cannot read the command line from /proc/self/cmdline: mount /proc first (mount -t proc proc /proc)\n"
+            _ = message.utf8CString.withUnsafeBufferPointer { write(STDERR_FILENO, $0.baseAddress, $0.count - 1) }
+            exit(71)   // EX_OSERR
+        }
         let arguments = Array(CommandLine.arguments.dropFirst())
         Task.detached {
             CurrentProcess.exit(await run(arguments: arguments, context: .live()))

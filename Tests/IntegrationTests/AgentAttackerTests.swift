@@ -63,6 +63,35 @@ struct AgentAttackerTests {
         _ = agent.terminate()
     }
 
+    /// The system unit's layout: with DynamicUser= systemd keeps the state in
+    /// /var/lib/private/reachability and makes /var/lib/reachability a relative link to it. The
+    /// agent is given the link; `queue add -o` through either spelling lands in the real directory.
+    @Test func theStateDirectoryIsReachedThroughEitherSpelling() throws {
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx()
+        try nginx.serve(Self.content, at: "f.bin")
+        let directory = try F.Directory("agent")
+        let real = directory.file("private/state")
+        try FileManager.default.createDirectory(at: real, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let link = directory.file("state")
+        try FileManager.default.createSymbolicLink(atPath: link.path, withDestinationPath: "private/state")
+        let agent = try AgentProcess(stateDirectory: link, arguments: ["--netns", namespace.name])
+        let url = nginx.url("f.bin").absoluteString
+        let throughLink = try agent.control(["queue", "add", url, "-o", link.path + "/files/one.bin"])
+        #expect(throughLink.status == 0, "\(throughLink)")
+        #expect(throughLink.standardOutput.contains(real.path + "/files/one.bin"), "\(throughLink)")
+        let direct = try agent.control(["queue", "add", url, "-o", real.path + "/files/two.bin"])
+        #expect(direct.status == 0, "\(direct)")
+        #expect(completed(agent, count: 2), "\(agent.output)")
+        for name in ["one.bin", "two.bin"] {
+            #expect(F.sha256(fileAt: real.appendingPathComponent("files/" + name)) == F.sha256(Self.content))
+        }
+        let outside = try agent.control(["queue", "add", url, "-o", directory.file("one.bin").path])
+        #expect(outside.status == 1, "\(outside)")
+        _ = agent.terminate()
+    }
+
     /// One byte every 300 ms never completes a request: the connection is answered and closed
     /// at the request deadline (1 s here) from the first byte, not kept alive by each byte.
     @Test func aRequestDrippedByteByByteIsCutAtItsDeadline() throws {

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+@testable import ReachabilityCLI
 import Testing
 import TestSupport
 #if canImport(Glibc)
@@ -29,7 +30,7 @@ struct BuiltBinaryTests {
     @Test func version() throws {
         let result = try Self.run(["--version"])
         #expect(result.status == 0)
-        #expect(result.standardOutput == "0.1.0\n")
+        #expect(result.standardOutput == CommandRegistry.version + "\n")
         #expect(result.standardError.isEmpty)
     }
 

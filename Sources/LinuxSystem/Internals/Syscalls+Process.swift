@@ -8,6 +8,7 @@ import Musl
 // Process, thread, signal and namespace system calls (see Syscalls.swift for the rules).
 extension Syscall {
     static var processID: Int32 { getpid() }
+    static func unsetEnvironment(_ name: String) { unsetenv(name) }
 
     /// The passwd entry's home directory for the effective user.
     static func passwordHomeDirectory() -> String? {

@@ -53,6 +53,10 @@ extension Syscall {
         return Int(length)
     }
 
+    static func getsockname(_ descriptor: Int32, _ address: UnsafeMutablePointer<sockaddr>, _ length: inout socklen_t) throws(Errno) {
+        try valueOrErrno { Glibc.getsockname(descriptor, address, &length) }
+    }
+
     static func peerCredentials(_ descriptor: Int32) throws(Errno) -> (pid: Int32, uid: UInt32, gid: UInt32) {
         var credentials = clinux_peer_credentials()
         var length = socklen_t(MemoryLayout<clinux_peer_credentials>.size)

@@ -154,6 +154,10 @@ enum Syscall {
         try fstatat(AT_FDCWD, path, followingSymlinks: followingSymlinks)
     }
 
+    static func setCloseOnExec(_ descriptor: Int32) throws(Errno) {
+        try valueOrErrno { clinux_fcntl_int(descriptor, F_SETFD, FD_CLOEXEC) }
+    }
+
     static func fcntlGetFlags(_ descriptor: Int32) throws(Errno) -> Int32 {
         try valueOrErrno { clinux_fcntl_int(descriptor, F_GETFL, 0) }
     }

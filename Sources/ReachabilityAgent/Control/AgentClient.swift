@@ -139,7 +139,7 @@ public struct AgentClient: Sendable {
         let line = buffer.prefix { $0 != UInt8(ascii: "\n") }
         guard !line.isEmpty, let response = try? ControlCodec.decodeResponse(line) else {
             throw timedOut
-                ? AgentClientError(.noReply, "the agent on \(stateDirectory) did not answer within \(timeout.formattedSeconds) s")
+                ? AgentClientError(.noReply, "the agent on \(stateDirectory) did not answer within \(timeout.formattedSeconds) s; if systemd starts it from a socket unit, see 'systemctl --user status reachability-agent' (or 'systemctl status' for the system one)")
                 : AgentClientError(.noReply, "the agent on \(stateDirectory) closed the connection without a reply")
         }
         if let error = response.error, !response.ok || error.code == .permissionDenied {

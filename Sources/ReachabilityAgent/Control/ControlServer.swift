@@ -21,6 +21,9 @@ package final class ControlServer: Sendable {
 
     package let path: String
     private let listener: FileDescriptor
+    /// Whether systemd passed the listening socket (socket activation): it owns the socket and
+    /// its file, so stopping leaves both alone.
+    package let isInherited: Bool
     private let handler: Handler
     private let closed: Closed
     private let observer: Observer
@@ -35,14 +38,8 @@ package final class ControlServer: Sendable {
 
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
-    package init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
-                 handler: @escaping Handler, closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
-        self.path = path
-        self.requestDeadline = requestDeadline
-        self.idleTimeout = idleTimeout
-        self.handler = handler
-        self.closed = closed
-        self.observer = observer
+    package convenience init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
+                             handler: @escaping Handler, closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
         try FileSystem.remove(path)
         let socket = try FileDescriptor.unixSocket()
         do {
@@ -51,13 +48,33 @@ package final class ControlServer: Sendable {
             socket.close()
             throw error
         }
-        listener = socket
+        self.init(listener: socket, path: path, isInherited: false, requestDeadline: requestDeadline,
+                  idleTimeout: idleTimeout, handler: handler, closed: closed, observer: observer)
+    }
+
+    /// Serves a listening socket bound at `path`: one systemd passed (`isInherited`), or one
+    /// this process bound.
+    package init(listener: FileDescriptor, path: String, isInherited: Bool, requestDeadline: Duration = .seconds(10),
+                 idleTimeout: Duration = .seconds(60), handler: @escaping Handler, closed: @escaping Closed = { _ in },
+                 observer: @escaping Observer) {
+        self.path = path
+        self.listener = listener
+        self.isInherited = isInherited
+        self.requestDeadline = requestDeadline
+        self.idleTimeout = idleTimeout
+        self.handler = handler
+        self.closed = closed
+        self.observer = observer
         SystemThread.detach(name: "control-accept") { [self] in acceptLoop() }
     }
 
-    /// Stops accepting and removes the socket file.
+    /// Stops accepting and removes the socket file. An inherited socket is neither shut down
+    /// (that would break it for systemd too, which holds the same socket and starts the agent
+    /// again on the next connection) nor removed; the accept thread ends with the process, and
+    /// closes what it accepts from now on, so those clients are told at once.
     package func stop() {
         guard !isStopped.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard !isInherited else { return }
         listener.shutdown()
         try? FileSystem.remove(path)
     }
@@ -74,6 +91,10 @@ package final class ControlServer: Sendable {
                     CurrentProcess.sleep(milliseconds: 50)   // out of descriptors: back off instead of spinning on accept
                 }
                 continue
+            }
+            guard !isStopped.load(ordering: .acquiring) else {
+                connection.close()
+                break
             }
             SystemThread.detach(name: "control-conn") { [self] in serve(connection) }
         }

@@ -51,11 +51,21 @@ package enum AgentDestination {
 
     /// The destination for a request: `output` when it is inside an allowed directory, else the
     /// URL's sanitized name in `filesDirectory`.
-    package static func resolve(output: String?, url: URL, filesDirectory: String, allowed: [String]) -> Result<String, ControlError> {
+    ///
+    /// `aliases` maps other spellings of a directory to the real one (the state directory as the
+    /// agent was given it, when links lead from there: systemd's `DynamicUser=` makes
+    /// `/var/lib/reachability` a link to `/var/lib/private/reachability`). An output under an
+    /// alias is respelled under the real directory before it is checked. The aliases were
+    /// resolved once, when the agent opened its state directory (following only links that root
+    /// or its own user made, in directories nobody else can change), so nothing here touches
+    /// the file system and a link planted later cannot widen what is allowed.
+    package static func resolve(output: String?, url: URL, filesDirectory: String, allowed: [String],
+                        aliases: [String: String] = [:]) -> Result<String, ControlError> {
         guard let output else { return .success(filesDirectory + "/" + fileName(for: url)) }
-        guard let path = normalizedAbsolutePath(output), path != "/" else {
+        guard let normalized = normalizedAbsolutePath(output), normalized != "/" else {
             return .failure(.invalidArgument("'output' must be an absolute path without . or .. components"))
         }
+        let path = respelled(normalized, aliases: aliases)
         let name = path.split(separator: "/").last.map(String.init) ?? ""
         guard !name.hasSuffix(".part"), name.utf8.count <= 255,
               !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
@@ -70,8 +80,26 @@ package enum AgentDestination {
 
     /// Whether `path` (absolute, normalised) lies inside `filesDirectory` or an `allowed`
     /// directory: the rule for `queue add -o`, and for every record the agent restores.
-    static func isAllowed(_ path: String, filesDirectory: String, allowed: [String]) -> Bool {
+    package static func isAllowed(_ path: String, filesDirectory: String, allowed: [String]) -> Bool {
         guard normalizedAbsolutePath(path) == path else { return false }
-        return ([filesDirectory] + allowed).contains { path.hasPrefix($0 == "/" ? "/" : $0 + "/") }
+        return ([filesDirectory] + allowed).contains { isInside(path, $0) }
+    }
+
+    /// `path` with a leading alias directory replaced by the directory it names; unchanged when
+    /// no alias is a whole-component prefix of it.
+    package static func respelled(_ path: String, aliases: [String: String]) -> String {
+        for (alias, real) in aliases where alias != "/" {
+            if path.utf8.elementsEqual(alias.utf8) { return real }
+            if isInside(path, alias) { return real + String(decoding: path.utf8.dropFirst(alias.utf8.count), as: UTF8.self) }
+        }
+        return path
+    }
+
+    /// Whether `path` lies below `directory`, comparing bytes as the kernel does: `String`'s own
+    /// comparison treats canonically equivalent spellings (`é` and `e` + U+0301) as equal, and
+    /// those name different directories on disk.
+    package static func isInside(_ path: String, _ directory: String) -> Bool {
+        let prefix = directory == "/" ? "/" : directory + "/"
+        return path.utf8.starts(with: prefix.utf8)
     }
 }

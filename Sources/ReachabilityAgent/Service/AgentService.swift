@@ -15,6 +15,9 @@ package actor AgentService {
     package struct Environment: Sendable {
         /// The state directory (for default destinations and the paused list).
         package var stateDirectory: String
+        /// Other spellings of directories the agent writes to, mapped to the real path: the state
+        /// directory as it was given, when links lead from there (`AgentDestination.resolve`).
+        package var directoryAliases: [String: String] = [:]
         /// Builds a download agent for the settings (paths come from the monitor).
         package var makeAgent: @Sendable (AgentSettings) throws -> DownloadAgent
         /// Receives every event line (`EventSchema`), already encoded.
@@ -31,10 +34,11 @@ package actor AgentService {
         /// How long the partial file behind background resume data nobody used is kept.
         package var resumeDataLifetime: TimeInterval = 7 * 24 * 3600
 
-        package init(stateDirectory: String, makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
+        package init(stateDirectory: String, directoryAliases: [String: String] = [:], makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
                      emit: @escaping @Sendable (_ line: String) -> Void, summaryChanged: @escaping @Sendable (String) -> Void,
                      now: @escaping @Sendable () -> Date = { Date() }, progressInterval: Duration = .seconds(5)) {
             self.stateDirectory = stateDirectory
+            self.directoryAliases = directoryAliases
             self.makeAgent = makeAgent
             self.emit = emit
             self.summaryChanged = summaryChanged
@@ -200,7 +204,7 @@ package actor AgentService {
             let destination: String
             switch AgentDestination.resolve(output: output, url: url,
                                             filesDirectory: AgentStateDirectory.filesDirectory(in: environment.stateDirectory),
-                                            allowed: settings.downloadDirectories) {
+                                            allowed: settings.downloadDirectories, aliases: environment.directoryAliases) {
             case .success(let path): destination = path
             case .failure(let error): return .failure(error, id: id)
             }

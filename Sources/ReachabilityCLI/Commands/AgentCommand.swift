@@ -37,7 +37,8 @@ struct AgentCommand: Command {
         override the command line; no-expensive applies to downloads queued afterwards). Queued files go \
         to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
         an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
-        sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC).
+        sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC); started by a systemd .socket unit \
+        (LISTEN_FDS) it serves the socket systemd passes instead of binding agent.sock.
 
         The agent also runs ResumableURLSession's background sessions: their transfers go on when the \
         program that started them exits, their events wait in STATE_DIR/background until a process of the \

@@ -17,14 +17,23 @@ struct AgentPlan: Sendable {
     var settings: AgentSettings
     var metricsFile: MetricsFile?
     var requestDeadline: Duration
+    /// Other spellings of the state directory (`AgentService.Environment.directoryAliases`).
+    var directoryAliases: [String: String]
+    /// A listening socket systemd passed (a .socket unit), served instead of binding agent.sock.
+    var activation: SocketActivation.Outcome
 
     var path: String { directory.path }
     var configurationPath: String { AgentStateDirectory.configurationPath(in: path) }
 
     static func prepare(_ command: AgentCommand, in context: CommandContext) throws -> AgentPlan {
         let requestDeadline = try AgentCommand.requestDeadline.value(in: context) ?? .seconds(10)
-        let directory = try AgentStateDirectory.prepare(
-            try AgentStateDirectory.resolve(command.stateDirectoryArgument, environment: context.environment, system: .current(context)))
+        let requested = try AgentStateDirectory.resolve(command.stateDirectoryArgument, environment: context.environment,
+                                                        system: .current(context))
+        let directory = try AgentStateDirectory.prepare(requested)
+        // The spelling the agent was given stays valid for `queue add -o` when links lead from it
+        // (systemd's DynamicUser= link /var/lib/reachability -> private/reachability): the
+        // control commands name the state directory as their user knows it.
+        let aliases = AgentDestination.normalizedAbsolutePath(requested).flatMap { $0 == directory.path ? nil : [$0: directory.path] } ?? [:]
         let lock = try AgentStateDirectory.lock(directory)
         let settings = try command.loadSettings(AgentStateDirectory.configurationPath(in: directory.path), in: context)
         // A CA file that cannot be read would fail every TLS download later, one by one: say so now.
@@ -32,8 +41,13 @@ struct AgentPlan: Sendable {
            !FileManager.default.isReadableFile(atPath: authorities.path) {
             throw CommandFailure(message: "cannot read --cacert \(authorities.path)", exitCode: .noInput)
         }
-        return AgentPlan(directory: directory, lock: lock, settings: settings, metricsFile: try command.metrics.open(in: context),
-                         requestDeadline: requestDeadline)
+        let metricsFile = try command.metrics.open(in: context)
+        let activation = SocketActivation.take(environment: context.environment)
+        if case .unusable(let message) = activation {
+            throw CommandFailure(message: message, exitCode: .configuration)
+        }
+        return AgentPlan(directory: directory, lock: lock, settings: settings, metricsFile: metricsFile,
+                         requestDeadline: requestDeadline, directoryAliases: aliases, activation: activation)
     }
 }
 
@@ -108,6 +122,7 @@ final class AgentRun: Sendable {
         let (transport, workingDirectory, notifier) = (command.transport, context.currentDirectory, notifier)
         return try AgentService(settings: plan.settings, environment: .init(
             stateDirectory: plan.path,
+            directoryAliases: plan.directoryAliases,
             makeAgent: { settings in
                 var configuration = DownloadAgent.Configuration(stateDirectory: records,
                                                                 maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
@@ -139,15 +154,19 @@ final class AgentRun: Sendable {
 
     private func listen(_ service: AgentService) throws -> ControlServer {
         let socket = AgentStateDirectory.socketPath(in: plan.path)
+        let handler: ControlServer.Handler = { command, id, peer in await service.handle(command, id: id, peer: peer) }
+        let closed: ControlServer.Closed = { peer in await service.connectionClosed(peer) }
+        let observer: ControlServer.Observer = { [self] event in
+            let (name, fields) = AgentCommand.describe(event)
+            emit(.control, name, fields)
+        }
+        if case .listener(let descriptor, let path) = plan.activation {
+            return ControlServer(listener: descriptor, path: path, isInherited: true, requestDeadline: plan.requestDeadline,
+                                 handler: handler, closed: closed, observer: observer)
+        }
         do {
-            return try ControlServer(
-                path: socket, requestDeadline: plan.requestDeadline,
-                handler: { command, id, peer in await service.handle(command, id: id, peer: peer) },
-                closed: { peer in await service.connectionClosed(peer) },
-                observer: { [self] event in
-                    let (name, fields) = AgentCommand.describe(event)
-                    emit(.control, name, fields)
-                })
+            return try ControlServer(path: socket, requestDeadline: plan.requestDeadline,
+                                     handler: handler, closed: closed, observer: observer)
         } catch {
             throw CommandFailure(message: "cannot listen on \(socket): \(error)", exitCode: .failure)
         }
@@ -163,7 +182,8 @@ final class AgentRun: Sendable {
             signalContinuation.yield(number == SIGHUP ? .reload : .terminate)
         }
         defer { removeHandlers() }
-        emit(.agent, "listening", [.init(key: "socket", value: .string(server.path))])
+        emit(.agent, "listening", [.init(key: "socket", value: .string(server.path)),
+                                   .init(key: "activated", value: .bool(server.isInherited))])
         notifier.notify("READY=1")
         let watchdog = startWatchdog(service)
         defer { watchdog?.cancel() }

@@ -42,6 +42,39 @@ struct AgentTrustTests {
         }
     }
 
+    /// systemd's DynamicUser= makes /var/lib/reachability a link to /var/lib/private/reachability;
+    /// the unit's documented `queue add -o /var/lib/reachability/files/NAME` must work.
+    @Test func outputThroughTheStateDirectorysOtherSpelling() throws {
+        let files = "/var/lib/private/reachability/files"
+        let aliases = ["/var/lib/reachability": "/var/lib/private/reachability"]
+        let url = URL(string: "http://h/x.iso")!
+        func resolve(_ output: String) throws -> String {
+            try AgentDestination.resolve(output: output, url: url, filesDirectory: files, allowed: [], aliases: aliases).get()
+        }
+        #expect(try resolve("/var/lib/reachability/files/NAME") == files + "/NAME")
+        #expect(try resolve("/var/lib/reachability/files/sub/NAME") == files + "/sub/NAME")
+        #expect(try resolve(files + "/NAME") == files + "/NAME")
+        for output in ["/var/lib/reachability/NAME", "/var/lib/reachabilityX/files/NAME", "/var/lib/reachability/files/../../x",
+                       "/var/lib/reachability", "/var/lib/reachability/files"] {
+            #expect(throws: ControlError.self, "\(output)") { try resolve(output) }
+        }
+        #expect(AgentDestination.respelled("/var/lib/reachability", aliases: aliases) == "/var/lib/private/reachability")
+        #expect(AgentDestination.respelled("/var/lib/reachability2/x", aliases: aliases) == "/var/lib/reachability2/x")
+    }
+
+    /// Paths are compared as bytes: `e` + U+0301 is another directory on disk than `é`, though
+    /// Swift's `String` calls them equal.
+    @Test func canonicallyEquivalentSpellingsAreOtherDirectories() throws {
+        let url = URL(string: "http://h/x.iso")!
+        let precomposed = "/srv/caf\u{E9}", decomposed = "/srv/cafe\u{301}"
+        #expect(throws: ControlError.self) {
+            try AgentDestination.resolve(output: decomposed + "/x", url: url, filesDirectory: "/state/files", allowed: [precomposed]).get()
+        }
+        #expect(try AgentDestination.resolve(output: precomposed + "/x", url: url, filesDirectory: "/state/files",
+                                             allowed: [precomposed]).get() == precomposed + "/x")
+        #expect(AgentDestination.respelled(decomposed + "/files/x", aliases: [precomposed: "/real"]) == decomposed + "/files/x")
+    }
+
     @Test func agentConfListsDownloadDirectories() throws {
         let base = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true)
         let parsed = try AgentSettings.parse("download-dir=/srv/dl\ndownload-dir = /media/usb/\n", base: base, path: "agent.conf")
