@@ -3,6 +3,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import ResumableDownloads
+import ResumableURLSession
 
 /// Downloads over several connections against a scripted server on loopback whose every
 /// response is paced (a server capping each connection), honest or hostile per connection.
@@ -162,6 +163,80 @@ struct SegmentedDownloadTests {
         }
         // The hostile answers were asked for (the test means something).
         #expect(server.requests.count > 1, "\(hostility)")
+    }
+
+    /// A server that ignores Range (a 200 with the whole file to every request) costs one probe:
+    /// the first extra connection's 200 switches segments off, the first connection carries on
+    /// (it is not restarted) and no other connection is opened.
+    @Test func aServerIgnoringRangesStaysAtOneConnection() async throws {
+        let content = F.randomData(count: 4 << 20, seed: 1805)
+        let server = try Server { _, _ in
+            var reply = Reply(status: 200, headers: [("ETag", Self.etag)], body: content)
+            reply.bytesPerSecond = Self.rate
+            return reply
+        }
+        defer { server.stop() }
+        let directory = try F.Directory()
+        let (result, destination, _) = try await fetch(server, in: directory)
+        _ = try result.get()
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+        let ranged = server.requests.filter { $0.rangeStart != nil }
+        #expect(ranged.count <= 1, "one probe at most: \(server.requests.map(\.headers))")
+        #expect(server.requests.count == 1 + ranged.count, "the first connection was restarted: \(server.requests.map(\.headers))")
+        #expect(Self.mostOpen(server) <= 2)
+    }
+
+    /// The file changes on the server while several connections fetch it (a new ETag from the
+    /// second range request on; connections already sending keep sending the old bytes, as a
+    /// server holding the old file open does): the download starts over and ends with the new
+    /// version whole, never a file spliced from both.
+    @Test func aValidatorChangeMidDownloadRestartsCleanly() async throws {
+        let newTag = "\"seg-v2\""
+        let ranges = Mutex(0)
+        let server = try Server { request, _ in
+            let changed = ranges.withLock { count -> Bool in
+                if request.rangeStart != nil { count += 1 }
+                return count > 1
+            }
+            // The new version comes at full speed: the restart takes no time of its own.
+            return changed ? .honest(request, content: Self.other, etag: newTag) : Self.capped(request)
+        }
+        defer { server.stop() }
+        let directory = try F.Directory()
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.maximumConsecutiveFailures = 20
+        })
+        let destination = directory.file("out.bin")
+        let download = try await agent.download(from: server.url(), to: destination)
+        let restarts = Mutex(0)
+        let watcher = Task {
+            for await event in download.events { if case .restartedFromZero = event { restarts.withLock { $0 += 1 } } }
+        }
+        _ = try await F.finish(download, timeout: .seconds(60))
+        await agent.shutdown()
+        watcher.cancel()
+        #expect(F.sha256(fileAt: destination) == F.sha256(Self.other), "not the new version whole")
+        #expect(restarts.withLock { $0 } >= 1, "no restart reported")
+        #expect(ranges.withLock { $0 } > 1, "the change was never seen: \(server.requests.map(\.headers))")
+        // Every request after the change that carried a validator carried the old one or the new one, nothing else.
+        for request in server.requests { #expect(request.ifRange == nil || request.ifRange == Self.etag || request.ifRange == newTag) }
+    }
+
+    /// `ResumableURLSession`'s `httpMaximumConnectionsPerHost` bounds the connections of its
+    /// downloads to one server, and a session's download is segmented like the others (one engine).
+    @Test func aURLSessionHonoursHTTPMaximumConnectionsPerHost() async throws {
+        let content = F.randomData(count: 8 << 20, seed: 1806)
+        let server = try Server { request, _ in Self.capped(request, content: content) }
+        defer { server.stop() }
+        let directory = try F.Directory("seg-urlsession")
+        let client = LoopbackSession(state: directory.file("state"), finished: directory.file("finished")) {
+            $0.httpMaximumConnectionsPerHost = 2
+        }
+        let (file, _) = try await client.session.download(from: server.url("big.bin"))
+        defer { try? FileManager.default.removeItem(at: file) }
+        await client.shutDown()
+        #expect(F.sha256(fileAt: file) == F.sha256(content))
+        #expect(Self.mostOpen(server) == 2, "\(Self.mostOpen(server)) connections at once")
     }
 
     /// The per-host bound holds over several downloads to one server.
