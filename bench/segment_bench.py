@@ -47,33 +47,13 @@ import tempfile
 import threading
 import time
 
+from benchnet import ip, random_file, run as sh
+
 PREFIX = f"rchS{os.getpid()}"
 SERVER = "10.87.0.1"
 CLIENT1 = "10.87.0.2"
 CLIENT2 = "10.87.0.3"
 PORT = 80
-
-
-def sh(*args, check=True):
-    result = subprocess.run(args, capture_output=True, text=True)
-    if check and result.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr.strip()}")
-    return result.stdout
-
-
-def ip(command):
-    sh("ip", *command.split())
-
-
-def random_file(path, mib, seed):
-    generator = random.Random(seed)
-    digest = hashlib.sha256()
-    with open(path, "wb") as f:
-        for _ in range(mib):
-            block = generator.randbytes(1 << 20)
-            digest.update(block)
-            f.write(block)
-    return digest.hexdigest()
 
 
 def sha256_file(path):
