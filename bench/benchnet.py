@@ -1,7 +1,8 @@
 """Shared by the benchmarks that run a client namespace behind a /32 uplink and a server
 namespace with nginx (bench/urlsession_outage_bench.py, bench/background_bench.py; the helpers also
-serve bench/segment_bench.py): the same layout as Tests/IntegrationTests/DownloadOutageTests.swift (an onlink default route, the server
-on a bridge kept up by a second veth pair, nginx logging each request's status and body bytes).
+serve bench/segment_bench.py): the same layout as Tests/IntegrationTests/DownloadOutageTests.swift
+(an onlink default route, the server on a bridge kept up by a second veth pair, nginx logging each
+request's status and body bytes).
 """
 import hashlib
 import json
