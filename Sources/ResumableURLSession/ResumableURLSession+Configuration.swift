@@ -136,6 +136,7 @@ extension ResumableURLSession {
             settings.sendsLaunchEvents = sessionSendsLaunchEvents
             settings.isDiscretionary = isDiscretionary
             settings.allowsExpensiveNetworkAccess = allowsExpensiveNetworkAccess && allowsCellularAccess
+            settings.maximumConnectionsPerHost = max(1, min(httpMaximumConnectionsPerHost, DownloadAgent.maximumConnectionsPerHostLimit))
             settings.launchCommand = launchCommand
             settings.launchUnit = launchUnit
             settings.timeoutIntervalForResource = timeoutIntervalForResource.isFinite && timeoutIntervalForResource > 0

@@ -108,6 +108,8 @@ package struct BackgroundRegistry: Sendable {
         package var priority: Float
         package var allowsExpensive: Bool
         package var resumeState: BackgroundResumeState?
+        /// The session's `httpMaximumConnectionsPerHost`.
+        package var maximumConnections: Int
     }
 
     /// How often a task waiting for disk space looks again.
@@ -429,6 +431,6 @@ package struct BackgroundRegistry: Sendable {
                              headers: settings.additionalHeaders + task.spec.headers,
                              timeout: task.spec.timeout ?? settings.timeoutIntervalForRequest, priority: task.spec.priority,
                              allowsExpensive: settings.allowsExpensiveNetworkAccess && !settings.isDiscretionary,
-                             resumeState: task.spec.resumeState)
+                             resumeState: task.spec.resumeState, maximumConnections: settings.maximumConnectionsPerHost)
     }
 }

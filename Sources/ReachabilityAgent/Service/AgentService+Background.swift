@@ -321,7 +321,8 @@ extension AgentService {
     }
 
     static func options(_ start: BackgroundRegistry.TransferStart) -> DownloadOptions {
-        DownloadOptions(allowsExpensive: start.allowsExpensive, priority: start.priority, requestHeaders: start.headers,
+        DownloadOptions(allowsExpensive: start.allowsExpensive, maximumConnections: start.maximumConnections,
+                        priority: start.priority, requestHeaders: start.headers,
                         requestTimeout: Duration(clampingTimeInterval: start.timeout))
     }
 
