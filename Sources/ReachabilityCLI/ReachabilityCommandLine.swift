@@ -21,7 +21,7 @@ public enum ReachabilityCommandLine {
         // bare chroot) even the program's name is missing, and every command would read as none.
         guard !CommandLine.arguments.isEmpty else {
             let message = "Error: cannot read the command line from /proc/self/cmdline: mount /proc first (mount -t proc proc /proc)\n"
-            try? FileDescriptor.standardError.writeAll(Array(message.utf8))
+            try? FileDescriptor(rawValue: STDERR_FILENO).writeAll(Array(message.utf8))
             CurrentProcess.exit(71)   // EX_OSERR
         }
         let arguments = Array(CommandLine.arguments.dropFirst())
