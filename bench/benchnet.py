@@ -1,10 +1,13 @@
 """Shared by the benchmarks that run a client namespace behind a /32 uplink and a server
-namespace with nginx (bench/urlsession_outage_bench.py, bench/background_bench.py): the same
-layout as Tests/IntegrationTests/DownloadOutageTests.swift (an onlink default route, the server
-on a bridge kept up by a second veth pair, nginx logging each request's status and body bytes).
+namespace with nginx (bench/urlsession_outage_bench.py, bench/background_bench.py; the helpers also
+serve bench/segment_bench.py): the same layout as Tests/IntegrationTests/DownloadOutageTests.swift
+(an onlink default route, the server on a bridge kept up by a second veth pair, nginx logging each
+request's status and body bytes).
 """
+import hashlib
 import json
 import os
+import random
 import subprocess
 import threading
 import time
@@ -19,6 +22,18 @@ def run(*args):
 
 def ip(command):
     run("ip", *command.split())
+
+
+def random_file(path, mib, seed):
+    """Writes `mib` MiB of seeded random bytes to `path`; returns their sha256 (hex)."""
+    generator = random.Random(seed)
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            block = generator.randbytes(1 << 20)
+            digest.update(block)
+            f.write(block)
+    return digest.hexdigest()
 
 
 class Network:

@@ -15,6 +15,8 @@ struct BackgroundOptions: Sendable {
     var agent: URL?
     /// The agent's state directory (`--state-dir`); nil for the agent's own default.
     var stateDirectory: URL?
+    /// `httpMaximumConnectionsPerHost` (`--connections`); nil keeps the default (6).
+    var connections: Int?
 }
 
 extension SearchViewController {

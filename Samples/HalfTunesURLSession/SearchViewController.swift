@@ -28,6 +28,7 @@ final class SearchViewController {
             var configuration = ResumableURLSession.Configuration.background(withIdentifier: background.identifier)
             configuration.agentExecutable = background.agent
             if let directory = background.stateDirectory { configuration.stateDirectory = directory }
+            if let connections = background.connections { configuration.httpMaximumConnectionsPerHost = connections }
             return ResumableURLSession(configuration: configuration, delegate: self, delegateQueue: .main)
         }
         // iOS: URLSessionConfiguration.default; resume data is accepted by sessions on the same

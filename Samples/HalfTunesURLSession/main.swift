@@ -9,7 +9,7 @@ import Foundation
 import LinuxReachability
 import Synchronization
 
-let usage = "USAGE: HalfTunesURLSession <url> ... [-d <dir>] [--state-dir <dir>] [--background [--agent <path>]]"
+let usage = "USAGE: HalfTunesURLSession <url> ... [-d <dir>] [--state-dir <dir>] [--background [--agent <path>] [--connections <n>]]"
 
 func fail(_ message: String, _ status: Int32) -> Never {
     restoreTerminal()
@@ -25,6 +25,7 @@ var directory = FileManager.default.currentDirectoryPath
 var stateDirectory: String?
 var background: BackgroundOptions?
 var agent: String?
+var connections: Int?
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.contains("--help") || arguments.contains("-h") {
     print("""
@@ -45,6 +46,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
                           launch gets the tracks that finished and continues the rest.
       --agent <path>      The reachability binary to start when no agent runs (default: reachability on PATH,
                           or beside this program).
+      --connections <n>   With --background: at most this many connections to one server
+                          (httpMaximumConnectionsPerHost, 1-16; default 6).
       -h, --help          Show help information.
 
     KEYS (when stdin is a terminal):
@@ -64,12 +67,17 @@ var index = 0
 while index < arguments.count {
     let argument = arguments[index]
     switch argument {
-    case "-d", "--state-dir", "--agent":
+    case "-d", "--state-dir", "--agent", "--connections":
         index += 1
         guard index < arguments.count else { fail("Missing value for '\(argument)'", 64) }
         switch argument {
         case "-d": directory = arguments[index]
         case "--agent": agent = arguments[index]
+        case "--connections":
+            guard let count = Int(arguments[index]), (1...16).contains(count) else {
+                fail("The value '\(arguments[index])' is invalid for '--connections': expected a number from 1 to 16", 64)
+            }
+            connections = count
         default: stateDirectory = arguments[index]
         }
     case "--background":
@@ -85,6 +93,7 @@ while index < arguments.count {
 }
 guard !urls.isEmpty else { fail("Missing expected argument '<url> ...'", 64) }
 if agent != nil, background == nil { fail("--agent goes with --background", 64) }
+if connections != nil, background == nil { fail("--connections goes with --background", 64) }
 if background != nil {
     // The agent binary: as given, else `reachability` beside this program (a build directory),
     // else the one on PATH.
@@ -92,6 +101,7 @@ if background != nil {
     background?.agent = agent.map { URL(fileURLWithPath: $0) }
         ?? (FileManager.default.isExecutableFile(atPath: sibling.path) && CommandLine.arguments[0].contains("/") ? sibling : nil)
     background?.stateDirectory = stateDirectory.map { URL(fileURLWithPath: $0, isDirectory: true) }
+    background?.connections = connections
 }
 
 // MARK: terminal

@@ -16,7 +16,7 @@ import Foundation
 import FoundationNetworking
 import ResumableURLSession
 
-let usage = "USAGE: StormWatch --url <url> [--budget <seconds>] [--output <file>] [--launch-unit <unit>] [--state-dir <dir>] [--agent <path>]"
+let usage = "USAGE: StormWatch --url <url> [--budget <seconds>] [--output <file>] [--launch-unit <unit>] [--state-dir <dir>] [--agent <path>] [--connections <n>]"
 
 func fail(_ message: String, _ status: Int32) -> Never {
     FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
@@ -37,6 +37,8 @@ struct Options: Sendable {
     var launchUnit: String?
     var stateDirectory: URL?
     var agent: URL?
+    /// `httpMaximumConnectionsPerHost` (`--connections`); nil keeps the default (6).
+    var connections: Int?
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -57,6 +59,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
                             with the same options.
       --state-dir <dir>     The download agent's state directory (default: the agent's own).
       --agent <path>        The reachability binary to start when no agent runs (default: on PATH).
+      --connections <n>     At most this many connections to the server (httpMaximumConnectionsPerHost,
+                            1-16; default 6).
       -h, --help            Show help information.
 
     Started with REACHABILITY_BACKGROUND_SESSION=isStormy (by the agent), it takes the finished
@@ -88,6 +92,11 @@ while index < arguments.count {
     case "--launch-unit": options.launchUnit = value
     case "--state-dir": options.stateDirectory = URL(fileURLWithPath: value, isDirectory: true)
     case "--agent": options.agent = URL(fileURLWithPath: value)
+    case "--connections":
+        guard let count = Int(value), (1...16).contains(count) else {
+            fail("The value '\(value)' is invalid for '--connections': expected a number from 1 to 16", 64)
+        }
+        options.connections = count
     default: fail("Unknown option '\(argument)'", 64)
     }
 }
@@ -139,6 +148,7 @@ var configuration = ResumableURLSession.Configuration.background(withIdentifier:
 configuration.sessionSendsLaunchEvents = true
 configuration.agentExecutable = options.agent
 if let directory = options.stateDirectory { configuration.stateDirectory = directory }
+if let connections = options.connections { configuration.httpMaximumConnectionsPerHost = connections }
 if let unit = options.launchUnit {
     configuration.launchUnit = unit
 } else {

@@ -483,11 +483,12 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         guard file.modified == data.partialFile.modified else {
             throw ResumeDataError.stale.with("the partial file was written since this resume data was made (newer resume data supersedes it)")
         }
-        guard file.size >= data.offset else {
-            throw ResumeDataError.stale.with("the partial file holds \(file.size) bytes; the resume data promises \(data.offset)")
+        let promised = max(data.offset, data.ranges?.last?.last ?? 0)
+        guard file.size >= promised else {
+            throw ResumeDataError.stale.with("the partial file holds \(file.size) bytes; the resume data promises \(promised)")
         }
         return ResumeState(id: data.id, url: data.url, entityTag: data.entityTag, lastModified: data.lastModified,
-                           totalLength: data.expectedLength, verifiedOffset: data.offset)
+                           totalLength: data.expectedLength, verifiedOffset: data.offset, ranges: data.ranges, seams: data.seams)
     }
 
     private static func storageFailure(_ error: any Error) -> DownloadTaskStateMachine.Failure {
@@ -513,12 +514,13 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
     private func makeResumeData(_ download: Download) async -> Data? {
         guard case .success(let engine) = session.engine,
               let state = await engine.agent.resumeState(of: download),
-              state.verifiedOffset > 0, state.validator != nil,
-              let file = try? engine.directory.partialFile(for: download.id), file.size >= state.verifiedOffset else {
+              state.hasStoredBytes, state.validator != nil,
+              let file = try? engine.directory.partialFile(for: download.id), file.size >= state.storedEnd else {
             return nil
         }
         let data = ResumeData(id: download.id, url: state.url, entityTag: state.entityTag, lastModified: state.lastModified,
-                              offset: state.verifiedOffset, expectedLength: state.totalLength,
+                              offset: state.verifiedOffset, ranges: state.ranges, seams: state.seams,
+                              expectedLength: state.totalLength,
                               partialFile: .init(name: ResumeData.partialFileName(for: download.id),
                                                  device: file.device, inode: file.inode, modified: file.modified),
                               stateDirectory: engine.directory.root.path, createdAt: Date())

@@ -70,7 +70,12 @@ extension ResumableURLSession {
         /// With `waitsForConnectivity`, seconds a task may wait for a usable path before it fails
         /// with `timedOut` (and resume data); 7 days by default.
         public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
-        /// How many tasks transfer at once (in all, not per host); the rest wait their turn.
+        /// Most connections to one server at once, as on Apple platforms: a task adds connections
+        /// beside its first (ranges of the file in parallel, over several paths when the host has
+        /// several uplinks) only while that makes it faster and the server answered a range with
+        /// the entity's validator; all tasks to one server share the bound. It also bounds how many
+        /// tasks transfer at once (the rest wait their turn). 1 fetches every file over one
+        /// connection.
         public var httpMaximumConnectionsPerHost = 6
         /// Headers sent with every request, as on Apple platforms. They stay in memory: credentials
         /// here are never written to the engine's records or to resume data. Headers the resume
@@ -149,6 +154,7 @@ extension ResumableURLSession {
             settings.allowsExpensiveNetworkAccess = allowsExpensiveNetworkAccess && allowsCellularAccess
             settings.allowsRoaming = allowsRoaming
             settings.allowsConstrainedNetworkAccess = allowsConstrainedNetworkAccess
+            settings.maximumConnectionsPerHost = max(1, min(httpMaximumConnectionsPerHost, DownloadAgent.maximumConnectionsPerHostLimit))
             settings.launchCommand = launchCommand
             settings.launchUnit = launchUnit
             settings.timeoutIntervalForResource = timeoutIntervalForResource.isFinite && timeoutIntervalForResource > 0
@@ -177,6 +183,7 @@ extension ResumableURLSession {
                 certificateAuthorityFile: certificateAuthorityFile,
                 logger: logger)
             agent.additionalHeaders = headerLines
+            agent.maximumConnectionsPerHost = max(1, min(httpMaximumConnectionsPerHost, DownloadAgent.maximumConnectionsPerHostLimit))
             adjustAgent?(&agent)
             return agent
         }

@@ -40,8 +40,12 @@ struct ResumeData: Sendable, Hashable, Codable {
     /// A strong ETag (weak ones never validate ranges).
     var entityTag: String?
     var lastModified: String?
-    /// Bytes of the partial file that were fsynced and belong to the entity above.
+    /// Bytes of the partial file that were fsynced and belong to the entity above: a prefix...
     var offset: Int64
+    /// ... and ranges past it of a download fetched in segments, with its unverified seams
+    /// (absent in blobs that have none, and in older ones).
+    var ranges: [[Int64]]?
+    var seams: [Int64]?
     /// The entity's full length, when announced.
     var expectedLength: Int64?
     var partialFile: PartialFile
@@ -116,8 +120,17 @@ struct ResumeData: Sendable, Hashable, Codable {
               url.absoluteString.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw reject("the URL is too long or not plain ASCII")
         }
-        guard offset > 0 else { throw reject("offset \(offset) (resume data always covers stored bytes)") }
+        guard offset >= 0, offset > 0 || !(ranges ?? []).isEmpty else {
+            throw reject("offset \(offset) (resume data always covers stored bytes)")
+        }
         if let expectedLength, expectedLength < offset { throw reject("offset \(offset) beyond the length \(expectedLength)") }
+        do {
+            // The ranges and seams follow the resume record's rules.
+            try ResumeState(id: id, url: url, entityTag: nil, lastModified: nil, totalLength: expectedLength,
+                            verifiedOffset: offset, ranges: ranges, seams: seams).validate()
+        } catch let error as DownloadError {
+            throw reject(error.description)
+        }
         guard entityTag != nil || lastModified != nil else {
             throw reject("no validator (without ETag or Last-Modified a resume could splice two versions)")
         }

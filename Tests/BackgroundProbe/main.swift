@@ -165,6 +165,8 @@ emit(["call": "launched", "session": options.session,
 var configuration = ResumableURLSession.Configuration.background(withIdentifier: options.session)
 configuration.stateDirectory = URL(fileURLWithPath: options.stateDirectory, isDirectory: true)
 configuration.agentExecutable = options.agent.map { URL(fileURLWithPath: $0) }
+// One connection per task: the tests count each task's requests and the bytes served.
+configuration.httpMaximumConnectionsPerHost = 1
 configuration.launchCommand = options.launch.isEmpty ? nil : options.launch
 configuration.launchUnit = options.launchUnit
 configuration.sessionSendsLaunchEvents = options.sendsLaunchEvents

@@ -13,7 +13,9 @@ struct BackgroundSampleTests {
         let lab = try BackgroundLab(files: ["small.mp3": 512 << 10, "long.mp3": 4 << 20], seed: 1801)
         defer { lab.close() }
         let music = lab.net.directory.file("music")
-        let arguments = [lab.url("small.mp3"), lab.url("long.mp3"), "-d", music.path, "--background", "--state-dir", lab.state.path]
+        // One connection per track: the test counts the requests (several would fetch long.mp3 in ranges).
+        let arguments = [lab.url("small.mp3"), lab.url("long.mp3"), "-d", music.path, "--background", "--state-dir", lab.state.path,
+                         "--connections", "1"]
         let first = try LineProcess("HalfTunesURLSession", arguments, namespace: lab.net.client)
         #expect(await first.waitForLine { $0 == "1. small.mp3: downloaded to \(music.appendingPathComponent("small.mp3").path)" } != nil,
                 "\(first.transcript)")
@@ -38,7 +40,8 @@ struct BackgroundSampleTests {
         try lab.net.serve(forecast, at: "forecast.json")
         let output = lab.net.directory.file("storm.txt")
         let run = try LineProcess("StormWatch", ["--url", lab.url("forecast.json"), "--budget", "1", "--output", output.path,
-                                                 "--state-dir", lab.state.path, "--agent", try BuiltProducts.url("reachability").path],
+                                                 "--state-dir", lab.state.path, "--agent", try BuiltProducts.url("reachability").path,
+                                                 "--connections", "1"],   // the 1 MB/s cap is per connection
                                   namespace: lab.net.client)
         #expect(await run.waitForExit(timeout: .seconds(20)) == 0, "\(run.transcript)")
         #expect(run.texts.contains { $0.contains("budget (1.0 s) ran out") }, "\(run.transcript)")

@@ -29,7 +29,8 @@ struct CrashCampaignTests {
             let directory = try F.Directory("crash")
             let state = directory.file("state").path
             let partial = directory.file("big.iso.part").path
-            let arguments = ["download", "--json", "--state-dir", state, "--sha256", F.sha256(content), url]
+            // One connection: the bound is one connection's (SegmentedDownloadTests kills several).
+            let arguments = ["download", "--json", "--connections", "1", "--state-dir", state, "--sha256", F.sha256(content), url]
             let killAt = 1 << 20 + Int(generator.next() % UInt64(9 << 20))
             let damage = trial < 5 ? Damage.none : Damage.allCases[1 + trial % 4]
 

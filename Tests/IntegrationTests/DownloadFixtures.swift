@@ -261,10 +261,15 @@ final class DownloadTestHTTPServer: Sendable {
     struct Request: Sendable {
         var path: String
         var headers: [String: String]
-        /// N from `Range: bytes=N-`.
+        /// N from `Range: bytes=N-` or `bytes=N-M`.
         var rangeStart: Int64? {
-            guard let value = headers["range"], value.hasPrefix("bytes="), value.hasSuffix("-") else { return nil }
-            return Int64(value.dropFirst(6).dropLast())
+            guard let value = headers["range"], value.hasPrefix("bytes="), let dash = value.firstIndex(of: "-") else { return nil }
+            return Int64(value[value.index(value.startIndex, offsetBy: 6)..<dash])
+        }
+        /// M from `Range: bytes=N-M` (the last byte asked for), nil for `bytes=N-`.
+        var rangeLast: Int64? {
+            guard let value = headers["range"], let dash = value.firstIndex(of: "-") else { return nil }
+            return Int64(value[value.index(after: dash)...])
         }
         var ifRange: String? { headers["if-range"] }
     }
@@ -296,6 +301,8 @@ final class DownloadTestHTTPServer: Sendable {
         /// limiter: a second's quota at once, then silence).
         var burstSize: Int?
         var burstInterval: Duration = .seconds(1)
+        /// Send the body at about this rate (a server capping each connection).
+        var bytesPerSecond: Int?
 
         init(status: Int, headers: [(String, String)] = [], body: Data = Data(), closeAfter: Int? = nil,
              stallAfter: Int? = nil, sendsContentLength: Bool = true) {
@@ -313,9 +320,10 @@ final class DownloadTestHTTPServer: Sendable {
                 if start >= content.count {
                     return Reply(status: 416, headers: [("Content-Range", "bytes */\(content.count)")])
                 }
+                let last = min(Int64(content.count - 1), request.rangeLast ?? Int64(content.count - 1))
                 return Reply(status: 206, headers: [("ETag", etag),
-                                                    ("Content-Range", "bytes \(start)-\(content.count - 1)/\(content.count)")],
-                             body: content.subdata(in: Int(start)..<content.count), closeAfter: closeAfter)
+                                                    ("Content-Range", "bytes \(start)-\(last)/\(content.count)")],
+                             body: content.subdata(in: Int(start)..<Int(last + 1)), closeAfter: closeAfter)
             }
             return Reply(status: 200, headers: [("ETag", etag)], body: content, closeAfter: closeAfter)
         }
@@ -327,6 +335,8 @@ final class DownloadTestHTTPServer: Sendable {
     private let isStopped = Atomic<Bool>(false)
     private let accepted = Atomic<Int>(0)
     private let acceptTimes = Mutex<[ContinuousClock.Instant]>([])
+    /// Requests being answered now, and the most at once.
+    private let answering = Mutex<(now: Int, most: Int)>((0, 0))
 
     /// `handler` gets each request and its zero-based index.
     init(handler: @escaping @Sendable (Request, Int) -> Reply) throws {
@@ -355,6 +365,13 @@ final class DownloadTestHTTPServer: Sendable {
     var connections: Int { accepted.load(ordering: .relaxed) }
     /// When each connection was accepted.
     var connectionTimes: [ContinuousClock.Instant] { acceptTimes.withLock { $0 } }
+
+    /// The most requests answered at once.
+    var mostAtOnce: Int { answering.withLock { $0.most } }
+
+    /// Body and head bytes handed to the kernel so far (bytes a killed client never read included).
+    var bytesSent: Int { sent.load(ordering: .relaxed) }
+    private let sent = Atomic<Int>(0)
 
     func url(_ path: String = "file") -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
 
@@ -398,6 +415,8 @@ final class DownloadTestHTTPServer: Sendable {
             headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
         let request = Request(path: requestLine.count > 1 ? String(requestLine[1]) : "/", headers: headers)
+        answering.withLock { $0.now += 1; $0.most = max($0.most, $0.now) }
+        defer { answering.withLock { $0.now -= 1 } }
         let index = log.withLock { log -> Int in log.append(request); return log.count - 1 }
         let reply = handler(request, index)
 
@@ -436,6 +455,18 @@ final class DownloadTestHTTPServer: Sendable {
             guard sendAll(client, reply.body.prefix(pauseAfter)) else { return }
             usleep(useconds_t(reply.pause.milliseconds * 1000))
             guard sendAll(client, reply.body.subdata(in: pauseAfter..<limit)) else { return }
+        } else if let rate = reply.bytesPerSecond, rate > 0 {
+            // 16 KiB at a time, each after its share of time since the start.
+            let started = ContinuousClock.now
+            var sent = 0
+            while sent < limit {
+                let count = min(16 << 10, limit - sent)
+                guard sendAll(client, reply.body.subdata(in: sent..<sent + count)) else { return }
+                sent += count
+                let due = started + .milliseconds(Int64(sent) * 1000 / Int64(rate))
+                let now = ContinuousClock.now
+                if due > now { usleep(useconds_t((due - now).milliseconds * 1000)) }
+            }
         } else {
             guard sendAll(client, reply.body.prefix(limit)) else { return }
         }
@@ -465,6 +496,7 @@ final class DownloadTestHTTPServer: Sendable {
                 let result = send(fd, bytes.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL))
                 if result < 0 { if errno == EINTR { continue }; return false }
                 sent += result
+                self.sent.add(result, ordering: .relaxed)
             }
             return true
         }

@@ -48,7 +48,8 @@ struct DownloadLocalNetworkTests {
     func lanServer() async throws {
         let (net, content) = try OutageLab.localNetworkOnly(rate: "2m", size: 8 << 20, seed: 2101)
         defer { net.close() }
-        let cli = try net.download("file.bin", ["--max-outage", "30"])
+        // One connection: the claim is that this one request is never restarted.
+        let cli = try net.download("file.bin", ["--max-outage", "30", "--connections", "1"])
         #expect(await cli.waitForBytes(1 << 20, timeout: .seconds(15)), "\(cli.transcript)")
         // A default route appears over a second uplink, then goes: the primary path changes
         // twice; the route to the server (the LAN's) never does.

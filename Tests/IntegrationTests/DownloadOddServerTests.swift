@@ -21,6 +21,9 @@ struct DownloadOddServerTests {
         let directory = try F.Directory()
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
             $0.stallTimeout = .seconds(30)   // only the behaviour under test may end a transfer
+            // These servers are judged by the requests one connection makes (a capped server
+            // would otherwise get more connections, SegmentedDownloadTests).
+            $0.maximumConnectionsPerHost = 1
             edit(&$0)
         })
         let options = DownloadOptions(expectedSHA256: expectsDigest ? F.sha256(Self.content) : nil)
@@ -118,7 +121,10 @@ struct DownloadOddServerTests {
         let content = F.randomData(count: 4 << 20, seed: 2122)
         try nginx.serve(content, at: "slow/file.bin")
         let directory = try F.Directory()
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) { $0.stallTimeout = .seconds(30) })
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.stallTimeout = .seconds(30)
+            $0.maximumConnectionsPerHost = 1   // the requests of one connection
+        })
         let download = try await agent.download(from: nginx.url("slow/file.bin"), to: directory.file("out.bin"),
                                                 options: .init(expectedSHA256: F.sha256(content)))
         _ = try await F.finish(download, timeout: .seconds(30))

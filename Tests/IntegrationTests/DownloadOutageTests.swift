@@ -195,10 +195,15 @@ struct DownloadOutageTests {
     static let size = 5 << 20
 
     /// Starts a download of fresh random content and waits until `atBytes` arrived.
+    /// These tests account for the bytes and requests of one connection (re-sent bytes within a
+    /// checkpoint window, one request after the outage, the connection's source address): the
+    /// downloads use one (`SegmentedDownloadTests` covers outages with several).
+    static let oneConnection = ["--connections", "1"]
+
     static func begin(_ net: OutageLab, seed: UInt64, atBytes: Int = 1 << 20, _ extra: [String] = []) async throws -> (CLIProcess, Data) {
         let content = F.randomData(count: size, seed: seed)
         try net.serve(content, at: "file.bin")
-        let cli = try net.download("file.bin", extra)
+        let cli = try net.download("file.bin", Self.oneConnection + extra)
         #expect(await cli.waitForBytes(atBytes), "\(cli.transcript)")
         return (cli, content)
     }
@@ -239,7 +244,7 @@ struct DownloadOutageTests {
         let content = F.randomData(count: Self.size, seed: 8)
         try net.serve(content, at: "file.bin")
         // 10.88.0.1 is only reachable from the client namespace, so any byte proves where curl runs.
-        let cli = try net.download("file.bin", usesNetnsOption: true)
+        let cli = try net.download("file.bin", Self.oneConnection, usesNetnsOption: true)
         #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
         try ip("-n \(net.client) route del default")
         #expect(await cli.waitFor("waiting"), "\(cli.transcript)")
@@ -265,7 +270,7 @@ struct DownloadOutageTests {
         defer { net.close() }
         let content = F.randomData(count: 2 << 20, seed: 9)
         try net.serve(content, at: "file.bin")
-        let cli = try net.download("file.bin", ["--no-expensive", "--classify", "eth1=cellular"])
+        let cli = try net.download("file.bin", Self.oneConnection + ["--no-expensive", "--classify", "eth1=cellular"])
         #expect(await cli.waitFor("waiting"), "\(cli.transcript)")
         #expect(cli.count("started") == 0)
         // eth1 stays the primary (metric 0) but is expensive: the agent pins to eth2.
@@ -356,7 +361,7 @@ struct DownloadOutageTests {
         #expect(!FileManager.default.fileExists(atPath: net.downloaded("file.bin").path))
 
         try net.addDefaultRoute("eth1")
-        let again = try net.download("file.bin")
+        let again = try net.download("file.bin", Self.oneConnection)
         let offsets = again.events.compactMap { $0["offset"] as? Int }
         await Self.expectRecovered(net, again, content)
         let resumed = again.events.first { $0["event"] as? String == "resumed" }

@@ -20,6 +20,8 @@ struct DownloadRaceTests {
         try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
             $0.stallTimeout = .seconds(30)   // far beyond the bounds below: only the race can help
             $0.minimumStallSuspicion = .milliseconds(300)
+            // The races of one connection (several have their own rules: SegmentedDownloadTests).
+            $0.maximumConnectionsPerHost = 1
         })
     }
 

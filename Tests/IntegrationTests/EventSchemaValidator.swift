@@ -3,7 +3,7 @@ import Foundation
 /// An independent reading of docs/events.md (not the encoder): what every NDJSON line of
 /// `reachability agent` and `reachability download --json` must look like. Returns the problems.
 enum EventSchemaValidator {
-    static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "waiting",
+    static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
                                               "waitingForServer", "retrying", "restarted", "paused", "completed", "failed"]
     static let types: Set<String> = ["download", "path", "agent", "control"]
 
@@ -25,7 +25,12 @@ enum EventSchemaValidator {
             }
             switch event {
             case "resumed": if !(object["offset"] is Int) { problems.append("resumed without offset: \(line)") }
-            case "progress": if !(object["bytesPerSecond"] is Int) { problems.append("progress without bytesPerSecond") }
+            case "progress":
+                if !(object["bytesPerSecond"] is Int) { problems.append("progress without bytesPerSecond") }
+                if object.index(forKey: "connections") != nil || object.index(forKey: "paths") != nil {
+                    problems += connectionProblems(object, line)
+                }
+            case "connections": problems += connectionProblems(object, line)
             case "retrying":
                 if !(object["retryInMilliseconds"] is Int) { problems.append("retrying without retryInMilliseconds") }
                 problems += errorProblems(object["error"], line)
@@ -47,6 +52,15 @@ enum EventSchemaValidator {
             break
         }
         return problems
+    }
+
+    /// `connections` (a count) and `paths` (`[{"interface": name or null, "connections": n}]`).
+    private static func connectionProblems(_ object: [String: Any], _ line: String) -> [String] {
+        guard let count = object["connections"] as? Int, count >= 0, let paths = object["paths"] as? [[String: Any]],
+              paths.allSatisfy({ ($0["interface"] is String || $0["interface"] is NSNull) && $0["connections"] is Int }) else {
+            return ["bad connections or paths: \(line)"]
+        }
+        return []
     }
 
     private static func errorProblems(_ value: Any?, _ line: String) -> [String] {

@@ -30,6 +30,16 @@ struct DownloadCommandTests {
         #expect(jobs.map(\.destination.path) == ["/work/out/a.iso", "/work/out/c.tar.gz"])
     }
 
+    @Test func connectionAndPathOptions() throws {
+        let command = try Self.parse(["--connections", "16", "--interface", "eth0", "--interface", "wwan0",
+                                      "--expensive-as-fallback", "http://example.com/a.iso"])
+        #expect(command.maximumConnections == 16)
+        #expect(command.interfaces == ["eth0", "wwan0"])
+        #expect(command.usesExpensivePathsOnlyAsFallback)
+        let plain = try Self.parse(["http://example.com/a.iso"])
+        #expect(plain.maximumConnections == nil && plain.interfaces.isEmpty && !plain.usesExpensivePathsOnlyAsFallback)
+    }
+
     @Test func defaultsAndOutput() throws {
         let command = try Self.parse(["http://example.com/dir/file%20name.bin"])
         #expect(command.allowsExpensive && command.allowsRoaming && !command.isJSON && command.expectedSHA256 == nil
@@ -55,6 +65,19 @@ struct DownloadCommandTests {
         (["--max-outage", "-1", "http://a/x"], "expected a number of seconds"),
         (["http://example.com/"], "no file name in its path"),
         (["--netns", "a/b", "http://a/x"], "expected a namespace name"),
+        (["--connections", "0", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "17", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "-1", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "1e3", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "99999999999999999999", "http://a/x"], "expected a number from 1 to 16"),
+        (["--connections", "+4", "http://a/x"], "expected a number from 1 to 16"),
+        (["--interface", "", "http://a/x"], "expected an interface name"),
+        (["--interface", "eth0:1", "http://a/x"], "expected an interface name"),
+        (["--interface", "a/b", "http://a/x"], "expected an interface name"),
+        (["--interface", "sixteencharsxxxx", "http://a/x"], "expected an interface name"),
+        (["--interface", "..", "http://a/x"], "expected an interface name"),
+        (["--interface", "eth 0", "http://a/x"], "expected an interface name"),
+        (["--no-expensive", "--expensive-as-fallback", "http://a/x"], "contradict each other"),
     ])
     func rejectsBadArguments(_ arguments: [String], _ fragment: String) throws {
         do {

@@ -35,6 +35,16 @@ struct ResumeDataTests {
         #expect(try ResumeData.decode(sliced, key: Self.key) == original)
     }
 
+    /// A task fetched in segments: the ranges and seams go out and come back; a blob from before
+    /// they existed (no such keys) still decodes.
+    @Test func rangesAndSeamsRoundTrip() throws {
+        let original = Self.sample { $0.offset = 0; $0.ranges = [[1_048_576, 2_097_152], [3_145_728, 3_407_872]]; $0.seams = [3_145_728] }
+        #expect(try ResumeData.decode(try original.encoded(key: Self.key), key: Self.key) == original)
+        let older = Self.sample()
+        #expect(older.ranges == nil && older.seams == nil)
+        #expect(try ResumeData.decode(try older.encoded(key: Self.key), key: Self.key) == older)
+    }
+
     @Test func withoutOptionalFields() throws {
         let original = Self.sample { $0.lastModified = nil; $0.expectedLength = nil }
         #expect(try ResumeData.decode(try original.encoded(key: Self.key), key: Self.key) == original)
@@ -109,6 +119,12 @@ struct ResumeDataTests {
         Bad("header injection in Last-Modified") { $0.lastModified = "Tue\nX: y" },
         Bad("partial file outside the session") { $0.partialFile.name = "../../../../etc/passwd" },
         Bad("another download's partial file") { $0.partialFile.name = ResumeData.partialFileName(for: UUID()) },
+        Bad("ranges past the length") { $0.ranges = [[2_000_000, 6_000_000]] },
+        Bad("a range inside the prefix") { $0.ranges = [[500_000, 2_000_000]] },
+        Bad("ranges out of order") { $0.ranges = [[4_000_000, 4_100_000], [2_000_000, 2_100_000]] },
+        Bad("ranges without a length") { $0.expectedLength = nil; $0.ranges = [[2_000_000, 2_100_000]] },
+        Bad("a seam past the length") { $0.seams = [9_000_000] },
+        Bad("no prefix and no ranges") { $0.offset = 0; $0.ranges = [] },
     ])
     func authenticButInvalidFields(_ bad: Bad) throws {
         let blob = try Self.sample(bad.edit).encoded(key: Self.key)

@@ -32,13 +32,16 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
     package var timeoutIntervalForRequest: Double = 60
     /// `httpAdditionalHeaders` as `Name: value` lines, sent with every task's request.
     package var additionalHeaders: [String] = []
+    /// `httpMaximumConnectionsPerHost`: the most connections one of its tasks opens to its server
+    /// (1 ... `DownloadAgent.maximumConnectionsPerHostLimit`; the agent's own bound holds too).
+    package var maximumConnectionsPerHost: Int = DownloadAgent.defaultConnectionsPerHost
 
     package init() {}
 
     private enum CodingKeys: String, CodingKey {
         case sendsLaunchEvents, isDiscretionary, allowsExpensiveNetworkAccess, allowsRoaming, allowsConstrainedNetworkAccess
         case launchCommand, launchUnit
-        case timeoutIntervalForResource, timeoutIntervalForRequest, additionalHeaders
+        case timeoutIntervalForResource, timeoutIntervalForRequest, additionalHeaders, maximumConnectionsPerHost
     }
 
     /// Absent fields take their defaults (a client of another version may not send them all).
@@ -59,6 +62,8 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
         timeoutIntervalForRequest = try container.decodeIfPresent(Double.self, forKey: .timeoutIntervalForRequest)
             ?? defaults.timeoutIntervalForRequest
         additionalHeaders = try container.decodeIfPresent([String].self, forKey: .additionalHeaders) ?? []
+        maximumConnectionsPerHost = try container.decodeIfPresent(Int.self, forKey: .maximumConnectionsPerHost)
+            ?? defaults.maximumConnectionsPerHost
     }
 
     /// Bounds on what an attach may ask for.
@@ -84,6 +89,9 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
         }
         if !timeoutIntervalForRequest.isFinite || timeoutIntervalForRequest <= 0 || timeoutIntervalForRequest > Self.maximumSeconds {
             return "timeoutIntervalForRequest must be a positive number of seconds, at most 100 years"
+        }
+        if !(1...DownloadAgent.maximumConnectionsPerHostLimit).contains(maximumConnectionsPerHost) {
+            return "httpMaximumConnectionsPerHost must be from 1 to \(DownloadAgent.maximumConnectionsPerHostLimit)"
         }
         return BackgroundTaskSpec.headerProblem(additionalHeaders, label: "httpAdditionalHeaders")
     }

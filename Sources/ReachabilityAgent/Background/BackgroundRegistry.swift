@@ -114,6 +114,8 @@ package struct BackgroundRegistry: Sendable {
         package var allowsRoaming: Bool
         package var allowsConstrained: Bool = true
         package var resumeState: BackgroundResumeState?
+        /// The session's `httpMaximumConnectionsPerHost`.
+        package var maximumConnections: Int
     }
 
     /// How often a task waiting for disk space looks again.
@@ -437,6 +439,6 @@ package struct BackgroundRegistry: Sendable {
                              allowsExpensive: settings.allowsExpensiveNetworkAccess && !settings.isDiscretionary,
                              allowsRoaming: settings.allowsRoaming && !settings.isDiscretionary,
                              allowsConstrained: settings.allowsConstrainedNetworkAccess && !settings.isDiscretionary,
-                             resumeState: task.spec.resumeState)
+                             resumeState: task.spec.resumeState, maximumConnections: settings.maximumConnectionsPerHost)
     }
 }

@@ -28,7 +28,7 @@ package enum EventSchema {
         case queued
         /// The agent found a resume record at start or after a reload (agent only).
         case restored
-        case started, resumed, progress, waiting, waitingForServer, retrying, restarted, paused, completed, failed
+        case started, resumed, progress, connections, waiting, waitingForServer, retrying, restarted, paused, completed, failed
 
         /// Whether nothing follows this event for the download in this run (a `paused` download
         /// is only ever paused by an interrupt or a user, and its follower ends there).
@@ -127,9 +127,27 @@ package enum EventSchema {
         ])
     }
 
-    /// The `progress` event's own fields.
+    /// The `progress` event's own fields: the rate, and the connections while any are open.
     package static func progressFields(_ progress: DownloadProgress) -> [JSONValue.Member] {
         [.init(key: "bytesPerSecond", value: .integer(Int(progress.bytesPerSecond)))]
+            + (progress.connections.count > 0 ? connectionFields(progress.connections) : [])
+    }
+
+    /// `connections` (how many fetch bytes now) and `paths` (`[{"interface": NAME or null,
+    /// "connections": N}]`, best first): the `connections` event's fields, also on `progress`.
+    package static func connectionFields(_ connections: DownloadConnections) -> [JSONValue.Member] {
+        [.init(key: "connections", value: .integer(connections.count)),
+         .init(key: "paths", value: .array(connections.paths.map { path in
+             .object([.init(key: "interface", value: path.interface.map { .string($0) } ?? .null),
+                      .init(key: "connections", value: .integer(path.connections))])
+         }))]
+    }
+
+    /// `6 connections (eth0 4, wlan0 2)`, for text lines; `1 connection` when it is one.
+    package static func connectionText(_ connections: DownloadConnections) -> String {
+        let count = "\(connections.count) connection\(connections.count == 1 ? "" : "s")"
+        let named = connections.paths.compactMap { path in path.interface.map { "\($0) \(path.connections)" } }
+        return named.isEmpty ? count : "\(count) (\(named.joined(separator: ", ")))"
     }
 
     /// A path line: `changed` with the path's summary.

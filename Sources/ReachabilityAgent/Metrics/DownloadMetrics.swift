@@ -36,6 +36,8 @@ package final class DownloadMetrics: Sendable {
         /// `paused`, `failed`...). The state stays `running` meanwhile, so this is the only place a
         /// fleet sees such waits.
         package var serverWaitsSince: [UUID: Date] = [:]
+        /// Each running download's connections per path (interface, or "default").
+        package var connections: [UUID: [String: Int]] = [:]
     }
 
     private let state = Mutex(State())
@@ -79,6 +81,15 @@ package final class DownloadMetrics: Sendable {
         }
     }
 
+    /// A download's connections now (none once it stops transferring).
+    package func connections(_ id: UUID, _ connections: DownloadConnections) {
+        state.withLock { state in
+            var byPath: [String: Int] = [:]
+            for path in connections.paths { byPath[path.interface ?? "default", default: 0] += path.connections }
+            state.connections[id] = byPath.isEmpty ? nil : byPath
+        }
+    }
+
     /// A download event, at `now`.
     package func record(_ event: DownloadEvent, for id: UUID, at now: Date = Date()) {
         state.withLock { state in
@@ -89,6 +100,10 @@ package final class DownloadMetrics: Sendable {
                 }
             } else if let since = state.serverWaitsSince.removeValue(forKey: id) {
                 state.counters.endedServerWaitSeconds += max(0, now.timeIntervalSince(since))
+            }
+            switch event {
+            case .paused, .completed, .failed: state.connections[id] = nil
+            default: break
             }
             switch event {
             case .retrying: state.counters.retries += 1
@@ -108,8 +123,10 @@ package final class DownloadMetrics: Sendable {
     /// reports).
     package func families(counts: [String: Int], at now: Date = Date()) -> [MetricFamily] {
         // One snapshot, so a wait ending meanwhile is in both server-wait families or in neither.
-        let (counters, waiting, waitSeconds) = state.withLock {
-            ($0.counters, $0.serverWaitsSince.count, Self.serverWaitSeconds(in: $0, at: now))
+        let (counters, waiting, waitSeconds, connections) = state.withLock { state in
+            var byPath: [String: Int] = [:]
+            for paths in state.connections.values { for (path, count) in paths { byPath[path, default: 0] += count } }
+            return (state.counters, state.serverWaitsSince.count, Self.serverWaitSeconds(in: state, at: now), byPath)
         }
         return [
             MetricFamily("reachability_downloads", .gauge,
@@ -137,6 +154,9 @@ package final class DownloadMetrics: Sendable {
             MetricFamily("reachability_download_server_waits", .counter,
                          help: "Times a download began waiting for a server that did not answer on a working path (the 'waitingForServer' event) since start.",
                          created: startedAt, value: Double(counters.serverWaits)),
+            MetricFamily("reachability_download_connections", .gauge,
+                         help: "Connections downloads hold open now, by path (the interface they are bound to; default when the routing table chooses).",
+                         samples: connections.keys.sorted().map { MetricSample(Double(connections[$0] ?? 0), labels: [("interface", $0)]) }),
             MetricFamily("reachability_download_server_wait_seconds", .counter, unit: "seconds",
                          help: "Seconds downloads spent waiting for servers since start, summed over downloads (open waits counted up to now).",
                          created: startedAt, value: waitSeconds),

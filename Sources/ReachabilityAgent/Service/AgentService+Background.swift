@@ -325,7 +325,7 @@ extension AgentService {
     func options(_ start: BackgroundRegistry.TransferStart) -> DownloadOptions {
         DownloadOptions(allowsExpensive: start.allowsExpensive && settings.allowsExpensive,
                         allowsRoaming: start.allowsRoaming && settings.allowsRoaming, allowsConstrained: start.allowsConstrained,
-                        priority: start.priority,
+                        maximumConnections: start.maximumConnections, priority: start.priority,
                         requestHeaders: start.headers, requestTimeout: Duration(clampingTimeInterval: start.timeout))
     }
 

@@ -332,8 +332,19 @@ package actor AgentService {
         metrics.follow(download.id, offset: download.progress.bytesReceived)
         Task { [weak self] in
             var last = ContinuousClock.now
+            var connections = DownloadConnections()
             for await progress in download.progressUpdates {
                 metrics.progressed(download.id, to: progress.bytesReceived)
+                metrics.connections(download.id, progress.connections)
+                if progress.connections != connections {
+                    // Each change of connections or paths is a line (a ramp is a few, a path change one).
+                    connections = progress.connections
+                    if connections.count > 0, download.state == .running {
+                        var facts = EventSchema.DownloadFacts(download)
+                        (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+                        emit(EventSchema.downloadLine(.connections, facts, at: now(), EventSchema.connectionFields(connections)))
+                    }
+                }
                 if isBackground { await self?.backgroundProgressed(download, progress) }
                 guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
                 last = ContinuousClock.now

@@ -28,6 +28,15 @@ struct DownloadCommand: Command {
         "no-expensive", help: "Never use an expensive path (cellular-like, or a link NetworkManager reports metered such as a phone's hotspot); a transfer stops, checkpointed, the moment its path turns expensive and waits for another one.")
     static let noRoaming = Option.flag(
         "no-roaming", help: "Never use a modem registered on a visited network (roaming, per ModemManager); wait for another path.")
+    static let connections = Option.value(
+        "connections", valueName: "n",
+        help: "Open at most this many connections to one server at once (1-\(DownloadAgent.maximumConnectionsPerHostLimit), default \(DownloadAgent.defaultConnectionsPerHost), as a web browser). More than one only when the server answers ranges with a validator (or --sha256 is given), and only while each added connection makes the download faster.")
+    static let interface = Option.repeating(
+        "interface", valueName: "name",
+        help: "Download over this interface only (repeatable: the connections are spread over all those named). Default: every usable uplink when there are several, else the routing table's choice.")
+    static let expensiveAsFallback = Option.flag(
+        "expensive-as-fallback",
+        help: "Use an expensive path only while no other path is usable (by default it is also used beside them, while it adds throughput).")
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
         help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
@@ -35,6 +44,7 @@ struct DownloadCommand: Command {
         "max-outage", valueName: "seconds",
         help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx (fractions allowed; 'inf', or more than 100 years, waits forever). Default: wait forever.")
     static let maximumOutageValue = SecondsOrForever()
+    static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
     static let json = Option.flag(
         "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
     static let quiet = Option.flag(
@@ -49,8 +59,8 @@ struct DownloadCommand: Command {
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
     static let proxy = TransportOptions.proxy
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
-    static let options = [output, directory, sha256, noExpensive, noRoaming, stateDirectory, maximumOutage, json, quiet,
-                          header, limitRate, certificateAuthorities, insecure, proxy]
+    static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
+                          maximumOutage, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -94,6 +104,11 @@ struct DownloadCommand: Command {
     var expectedSHA256: String?
     var allowsExpensive: Bool
     var allowsRoaming: Bool
+    /// `--connections`: nil keeps the agent's default.
+    var maximumConnections: Int?
+    /// `--interface`, in the order given.
+    var interfaces: [String]
+    var usesExpensivePathsOnlyAsFallback: Bool
     var stateDirectoryOverride: String?
     var maximumOutageWait: Duration?
     var isJSON: Bool
@@ -134,6 +149,19 @@ struct DownloadCommand: Command {
         }
         allowsExpensive = !arguments.isSet(Self.noExpensive)
         allowsRoaming = !arguments.isSet(Self.noRoaming)
+        maximumConnections = try arguments.value(Self.connections, as: Self.connectionsValue)
+        interfaces = try arguments.values(Self.interface).map { name in
+            // IFNAMSIZ is 16 with the terminating NUL; the kernel refuses '/', whitespace and ':' aliases.
+            guard (1...15).contains(name.utf8.count), name != ".", name != "..",
+                  name.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: ":") }) else {
+                throw UsageError.invalidValue(name, for: Self.interface, "expected an interface name (1-15 visible characters, no '/' or ':')")
+            }
+            return name
+        }
+        usesExpensivePathsOnlyAsFallback = arguments.isSet(Self.expensiveAsFallback)
+        if usesExpensivePathsOnlyAsFallback && !allowsExpensive {
+            throw UsageError("'\(Self.expensiveAsFallback.synopsis)' and '\(Self.noExpensive.synopsis)' contradict each other; use one")
+        }
         stateDirectoryOverride = arguments.value(Self.stateDirectory)
         if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
             throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")

@@ -23,6 +23,8 @@ final class DownloadReporter: Sendable {
         var ended: Set<UUID> = []
         /// Downloads waiting for a server that does not answer (their state stays `running`).
         var waitingForServer: Set<UUID> = []
+        /// The connections last reported per download (`connections` lines), and when.
+        var reportedConnections: [UUID: (connections: DownloadConnections, at: ContinuousClock.Instant)] = [:]
     }
 
     private let context: CommandContext
@@ -61,10 +63,11 @@ final class DownloadReporter: Sendable {
     /// Redraws bars (terminal) and prints `progress` NDJSON lines (`--json`) for the downloads
     /// `current` returns (they come and go as slots free up), until cancelled.
     func drawProgress(_ current: @escaping @Sendable () -> [Download]) async {
-        guard drawsProgress || isJSON else { return }
+        guard drawsProgress || isJSON || !isQuiet else { return }
         var isLastFrame = false
         while true {
             let downloads = current()
+            if !isLastFrame { reportConnections(of: downloads) }
             // The frame drawn after cancellation shows bars only: every download has had its last event.
             if isJSON && !isLastFrame {
                 for download in downloads where download.state == .running {
@@ -91,6 +94,34 @@ final class DownloadReporter: Sendable {
             // After cancellation one more frame shows the final state (done, paused, failed).
             if isLastFrame { return }
             do { try await Task.sleep(for: .milliseconds(250)) } catch { isLastFrame = true }
+        }
+    }
+
+    /// A `connections` line (JSON, or text when no bars are drawn) for each running download whose
+    /// connections or paths changed; text lines at most once a second per download, so a ramp
+    /// from one connection to several prints its result, not every step.
+    private func reportConnections(of downloads: [Download]) {
+        guard isJSON || !drawsProgress && !isQuiet else { return }
+        let now = ContinuousClock.now
+        for download in downloads where download.state == .running {
+            let connections = download.progress.connections
+            guard connections.count > 0 else { continue }
+            let facts = EventSchema.DownloadFacts(download)
+            let line = isJSON
+                ? EventSchema.downloadLine(.connections, facts, at: context.now(), EventSchema.connectionFields(connections))
+                : TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(EventSchema.connectionText(connections))")
+            state.withLock { state in
+                guard !state.ended.contains(download.id) else { return }
+                let last = state.reportedConnections[download.id]
+                guard last?.connections != connections else { return }
+                if !isJSON, let last, now - last.at < .seconds(1) { return }
+                state.reportedConnections[download.id] = (connections, now)
+                if isJSON {
+                    context.output.line(line)
+                } else {
+                    context.errorOutput.text(line + "\n")
+                }
+            }
         }
     }
 
@@ -186,6 +217,7 @@ final class DownloadReporter: Sendable {
         case .running:
             status = "\(Self.bytes(Double(progress.bytesPerSecond)))/s"
             if let eta = progress.estimatedTimeRemaining { status += "  ETA \(Self.clock(eta))" }
+            status += Self.connectionBadge(progress.connections)
         }
         let amount = Self.bytes(Double(progress.bytesReceived)) + (progress.totalBytes.map { " / " + Self.bytes(Double($0)) } ?? "")
         let percent = progress.fractionCompleted.map { TextFormat.rightAligned("\(Int($0 * 100))%", width: 4) } ?? "  ?%"
@@ -194,6 +226,15 @@ final class DownloadReporter: Sendable {
         let filled = Int((progress.fractionCompleted ?? 0) * Double(cells))
         let track = String(repeating: "#", count: filled) + String(repeating: "-", count: cells - filled)
         return "\(name)  [\(track)] \(percent)  \(amount)  \(status)"
+    }
+
+    /// `  x6` for several connections; `  x6 eth0:4+wlan0:2` when they use several paths; nothing
+    /// for one connection on the routing table's path (how every download looked before).
+    static func connectionBadge(_ connections: DownloadConnections) -> String {
+        let named = connections.paths.compactMap { path in path.interface.map { "\($0):\(path.connections)" } }
+        if named.count > 1 { return "  x\(connections.count) " + named.joined(separator: "+") }
+        if connections.count > 1 { return "  x\(connections.count)" }
+        return ""
     }
 
     private func color(_ text: String, code: Int) -> String {

@@ -203,7 +203,9 @@ final class DownloadRun: Sendable {
 
     private var downloadOptions: DownloadOptions {
         DownloadOptions(expectedSHA256: command.expectedSHA256, allowsExpensive: command.allowsExpensive,
-                        allowsRoaming: command.allowsRoaming)
+                        allowsRoaming: command.allowsRoaming,
+                        maximumConnections: command.maximumConnections, interfaces: command.interfaces,
+                        usesExpensivePathsOnlyAsFallback: command.usesExpensivePathsOnlyAsFallback)
     }
 
     /// The engine's configuration for a job's state directory: the command's options, then the knobs.
@@ -221,6 +223,7 @@ final class DownloadRun: Sendable {
         }
         configuration.verifiesCertificates = command.verifiesCertificates
         configuration.proxy = command.proxyURL
+        if let maximumConnections = command.maximumConnections { configuration.maximumConnectionsPerHost = maximumConnections }
         plan.tuning.apply(to: &configuration)
         return configuration
     }

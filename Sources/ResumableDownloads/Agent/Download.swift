@@ -192,10 +192,24 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
             if resetRate { observers.rate = RateEstimator() }
             let rate = observers.rate.add(bytes: bytesReceived, at: ContinuousClock.now)
             let eta = totalBytes.flatMap { RateEstimator.timeRemaining(bytes: $0 - bytesReceived, bytesPerSecond: rate) }
+            let connections = observers.progress.connections
             observers.progress = DownloadProgress(bytesReceived: bytesReceived, totalBytes: totalBytes,
                                                   bytesPerSecond: rate, estimatedTimeRemaining: eta)
+            observers.progress.connections = connections
             return (observers.progress, Array(observers.progressContinuations.values), observers.onProgress)
         }
+        for stream in streams { stream.yield(progress) }
+        handler?(progress)
+    }
+
+    /// The connections carrying the download changed: a progress update shows them.
+    func report(connections: DownloadConnections) {
+        let (progress, streams, handler, changed) = observers.withLock { observers in
+            let changed = observers.progress.connections != connections
+            observers.progress.connections = connections
+            return (observers.progress, Array(observers.progressContinuations.values), observers.onProgress, changed)
+        }
+        guard changed else { return }
         for stream in streams { stream.yield(progress) }
         handler?(progress)
     }

@@ -22,6 +22,10 @@ final class DriverResources {
     let host: String
     let mailbox: AsyncStream<DriverInput>.Continuation
     var timers: [DownloadStateMachine.Timer.Kind: Task<Void, Never>] = [:]
+    /// The server answered ranges inconsistently in this run: one connection from now on.
+    var segmentsDisabled = false
+    /// The last attempt failed: the next one adds connections only after a while.
+    var lastAttemptFailed = false
 
     init(id: UUID, download: Download, file: PartialFile, host: String, mailbox: AsyncStream<DriverInput>.Continuation) {
         self.id = id
@@ -32,7 +36,7 @@ final class DriverResources {
     }
 
     var facts: DownloadStateMachine.FileFacts {
-        .init(storedBytes: file.writtenEnd, hasExpectedDigest: file.record.expectedSHA256 != nil)
+        .init(storedBytes: file.writtenBytes, hasExpectedDigest: file.record.expectedSHA256 != nil)
     }
 }
 
@@ -83,7 +87,7 @@ extension DownloadAgent {
             endDriver(id, failure: failure)
             return
         }
-        download.report(bytesReceived: file.writtenEnd, totalBytes: file.record.totalLength, resetRate: true)
+        download.report(bytesReceived: file.writtenBytes, totalBytes: file.record.totalLength, resetRate: true)
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
                                      mailbox: mailbox)
         var machine = DownloadStateMachine(policy: machinePolicy)
@@ -103,6 +107,16 @@ extension DownloadAgent {
                 if let waited { probes.recordAnswerTime(waited, host: driver.host) }
                 actions = machine.handle(.responseStarted(attempt: attempt), now: now)
             case .attemptEnded(let attempt, let outcome):
+                if outcome.disablesSegments, !driver.segmentsDisabled {
+                    driver.segmentsDisabled = true
+                    configuration.logger.info("segments off: the server answers ranges inconsistently",
+                                              metadata: ["id": driver.id.uuidString])
+                }
+                driver.download.report(connections: DownloadConnections())
+                driver.lastAttemptFailed = switch outcome.result {
+                case .completed, .aborted: false
+                default: true
+                }
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
                 actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts,
                                                        received: outcome.bytesReceived),
@@ -139,7 +153,7 @@ extension DownloadAgent {
             default: result = .aborted(.writeFailed(error as? DownloadError ?? .fileSystem))
             }
         }
-        driver.download.report(bytesReceived: driver.file.writtenEnd, totalBytes: driver.file.record.totalLength)
+        driver.download.report(bytesReceived: driver.file.writtenBytes, totalBytes: driver.file.record.totalLength)
         configuration.logger.debug("attempt ended", metadata: ["id": driver.id.uuidString, "result": "\(result)",
                                                                "bytes": "\(outcome.bytesReceived)"])
         return result
@@ -227,12 +241,19 @@ extension DownloadAgent {
         let file = driver.file
         let host = entries[id]?.followsHost == true ? entries[id]?.host : nil
         let usability = pathWaiters.usability(access: PathAccess(driver.download.options), host: host)
-        let pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
+        var pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
+        let options = driver.download.options
+        if pinnedInterface == nil, !options.interfaces.isEmpty {
+            // `--interface`: the first named interface that is usable (all of them when several
+            // connections are allowed, see `segmentation`).
+            pinnedInterface = MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: nil,
+                                                    access: PathAccess(options), interfaces: options.interfaces)
+                .first?.interface ?? options.interfaces.first
+        }
         file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
         let record = file.record
         let offset = file.writtenEnd
         var settings = self.settings
-        let options = driver.download.options
         settings.additionalHeaders += options.requestHeaders
         if let timeout = options.requestTimeout {
             settings.connectTimeout = min(settings.connectTimeout, timeout)
@@ -247,7 +268,7 @@ extension DownloadAgent {
         // cannot splice two versions. Validators are left out once the machine found them
         // varying per response with a digest to prove the result.
         let validators = plan.usesValidators
-        let request = TransferRequest(url: record.url, offset: offset,
+        var request = TransferRequest(url: record.url, offset: offset,
                                       ifRange: offset > 0 && validators ? record.validator : nil,
                                       entityTag: validators ? record.entityTag : nil, knownTotalLength: record.totalLength,
                                       lastModified: validators ? record.lastModified : nil,
@@ -255,6 +276,9 @@ extension DownloadAgent {
                                       overlap: min(offset, plan.overlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
+        let segmentation = self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
+        request.segmentation = segmentation
+        let multipath = segmentation.flatMap { $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil }
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",
                                                          "probe": "\(plan.isProbe)", "overlap": "\(request.overlap)",
@@ -268,7 +292,7 @@ extension DownloadAgent {
         // transfer, and its abort is queued behind the start.
         entries[id]?.transfer = ActiveTransfer(id: transferID, attempt: attempt,
                                                pathKey: PathKey(pathWaiters.gatingPath(host: host)),
-                                               pinnedInterface: pinnedInterface)
+                                               pinnedInterface: pinnedInterface, multipath: multipath)
         let started = engine.start(transferID, request, into: file, progress: { [weak download] offset in
             download?.report(bytesReceived: offset, totalBytes: file.record.totalLength)
             mailbox.yield(.machine(.bytesArrived(attempt: attempt)))
@@ -284,6 +308,10 @@ extension DownloadAgent {
                 mailbox.yield(.machine(.entityTagChanged(attempt: attempt)))
             case .raceEnded(let outcome):
                 mailbox.yield(.machine(.raceEnded(attempt: attempt, outcome)))
+            case .connectionsChanged(let connections):
+                download.report(connections: DownloadConnections(count: connections.count, paths: connections.paths.map {
+                    DownloadConnections.Path(interface: $0.interface, connections: $0.connections)
+                }))
             }
         }, completion: { outcome in
             mailbox.yield(.attemptEnded(attempt: attempt, outcome))
@@ -291,6 +319,42 @@ extension DownloadAgent {
         if !started {
             mailbox.yield(.attemptEnded(attempt: attempt, TransferOutcome(result: .aborted(.shutdown), bytesReceived: 0)))
         }
+    }
+
+    /// Whether and how this attempt may use several connections and paths: not with a receive
+    /// limit (`--limit-rate` caps the download, not each connection), not after the server
+    /// answered ranges inconsistently in this run; otherwise within the per-host bound and the
+    /// download's own, over the paths `MultipathPolicy` finds. A download whose stored bytes are
+    /// not one prefix (resume data of a segmented one) always goes through the planner, which
+    /// fetches only the gaps.
+    private func segmentation(for driver: DriverResources, pinnedInterface: String?, host: String?,
+                              plan: DownloadStateMachine.AttemptPlan) -> Segmentation? {
+        let options = driver.download.options
+        let record = driver.file.record
+        let stored = driver.file.written
+        let isPrefix = stored.ranges.count <= 1 && (stored.ranges.first?.lowerBound ?? 0) == 0
+        let bound = max(1, min(configuration.maximumConnectionsPerHost, options.maximumConnections ?? Int.max))
+        // Without validators (they vary per response; a digest proves the file) a range could
+        // not be checked against the others: one connection.
+        let canSplit = !driver.segmentsDisabled && configuration.maximumBytesPerSecond == nil && bound > 1
+            && plan.usesValidators
+        // One connection allowed: the transfer is the plain one it always was (paths included:
+        // a path change restarts it), unless resume data of a segmented run has gaps to fill.
+        guard !isPrefix || canSplit else { return nil }
+        let paths = canSplit
+            ? MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: pinnedInterface,
+                                    access: PathAccess(options), interfaces: options.interfaces)
+            : [SegmentPlanner.Path(interface: pinnedInterface)]
+        var planner = SegmentPlanner.Configuration(maximumConnections: canSplit ? bound : 1)
+        planner.expensiveUse = options.usesExpensivePathsOnlyAsFallback ? .fallbackOnly : .whenUseful
+        // A server that just failed an attempt has not shown it serves more connections.
+        if driver.lastAttemptFailed { planner.growthDelay = .seconds(5) }
+        let hasDigest = record.expectedSHA256 != nil
+        let known = record.totalLength != nil && (record.validator != nil || hasDigest) && !stored.isEmpty
+        return Segmentation(configuration: planner, stored: stored, seams: record.seamSet,
+                            allowsSegments: known ? true : nil, hasExpectedDigest: hasDigest,
+                            usesValidators: plan.usesValidators, overlap: plan.overlap,
+                            paths: paths.isEmpty ? [SegmentPlanner.Path(interface: pinnedInterface)] : paths)
     }
 
     // MARK: endings

@@ -92,6 +92,12 @@ public actor DownloadAgent {
         /// environment variables (`http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`), and an
         /// empty string uses no proxy at all.
         public var proxy: String?
+        /// Most connections to one server (scheme, host and port) at once, over every download of
+        /// this agent: a download adds connections beside its first only while that makes it
+        /// faster (a server capping each connection), and only when the server answered a range
+        /// with the entity's validator (or an expected SHA-256 guards the file). 6 by default, as a
+        /// web browser; 1 fetches every file over one connection.
+        public var maximumConnectionsPerHost = DownloadAgent.defaultConnectionsPerHost
 
         /// Creates a configuration with production defaults.
         public init(stateDirectory: URL, maximumConcurrentDownloads: Int = 4, maximumOutageWait: Duration? = nil,
@@ -124,6 +130,11 @@ public actor DownloadAgent {
         }
     }
 
+    /// The polite default of `Configuration.maximumConnectionsPerHost`: what a web browser opens.
+    public static let defaultConnectionsPerHost = 6
+    /// The largest `maximumConnectionsPerHost` (aria2's, for one server).
+    public static let maximumConnectionsPerHostLimit = 16
+
     /// What the user last asked of a download (a driver's machine decides how to get there).
     enum Intent { case run, pause, cancel, shutdown }
 
@@ -133,6 +144,9 @@ public actor DownloadAgent {
         var attempt: Int
         var pathKey: PathKey
         var pinnedInterface: String?
+        /// The paths its connections are bound to, when it uses several (it then follows path
+        /// changes itself instead of being restarted).
+        var multipath: [SegmentPlanner.Path]?
     }
 
     struct Entry {
@@ -301,6 +315,8 @@ public actor DownloadAgent {
             record.entityTag = state.entityTag
             record.lastModified = state.lastModified
             record.verifiedOffset = state.verifiedOffset
+            record.ranges = state.ranges
+            record.seams = state.seams
         }
         try record.validate(name: ResumeRecord.fileName(for: id))
         try record.write(to: stateDirectory)
@@ -423,7 +439,7 @@ public actor DownloadAgent {
                                                allowsConstrained: record.allowsConstrained ?? true)
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
-        let recovered = (try? stateDirectory()).map { BlockJournal.recoverableEnd(record: record, stateDirectory: $0) }
+        let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
             ?? record.verifiedOffset
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
@@ -569,7 +585,29 @@ public actor DownloadAgent {
 
     private func post(_ notices: [PathWaiters.Notice]) {
         for notice in notices {
-            entries[notice.id]?.mailbox?.yield(.machine(.pathChanged(notice.facts, rank: notice.rank)))
+            var facts = notice.facts
+            if let entry = entries[notice.id], var transfer = entry.transfer, let current = transfer.multipath {
+                // A transfer over several paths follows the change itself: the connections on a
+                // path that went away move to the others at once, a path that came is used. It is
+                // restarted only when no path is left.
+                let host = entry.followsHost ? entry.host : nil
+                let options = entry.download.options
+                let paths = MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: nil,
+                                                  access: PathAccess(options), interfaces: options.interfaces,
+                                                  isMultipath: true)
+                if !paths.isEmpty, facts.isUsable {
+                    if paths != current {
+                        engine.updatePaths(transfer.id, paths)
+                        configuration.logger.info("paths changed", metadata: [
+                            "id": notice.id.uuidString, "paths": paths.map(\.description).joined(separator: " ")])
+                    }
+                    transfer.multipath = paths
+                    transfer.pathKey = PathKey(pathWaiters.gatingPath(host: host))
+                    entries[notice.id]?.transfer = transfer
+                    facts.invalidatesTransfer = false
+                }
+            }
+            entries[notice.id]?.mailbox?.yield(.machine(.pathChanged(facts, rank: notice.rank)))
         }
     }
 
@@ -652,7 +690,9 @@ public actor DownloadAgent {
                          maximumBytesPerSecond: configuration.maximumBytesPerSecond,
                          verifiesCertificates: configuration.verifiesCertificates, proxy: configuration.proxy,
                          stallSuspicion: configuration.minimumStallSuspicion,
-                         answerSuspicion: configuration.minimumStallSuspicion)
+                         answerSuspicion: configuration.minimumStallSuspicion,
+                         maximumConnectionsPerHost: max(1, min(configuration.maximumConnectionsPerHost,
+                                                               Self.maximumConnectionsPerHostLimit)))
     }
 
     /// Opens (creating it 0700) and checks the state directory once; everything in it is then

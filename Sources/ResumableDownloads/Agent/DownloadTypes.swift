@@ -26,6 +26,17 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// completes. By default it never does: the download fails with `destinationExists` and
     /// keeps the verified bytes in `NAME.part`.
     public var replacesExistingFile: Bool = false
+    /// Most connections this download opens at once (within the agent's
+    /// `maximumConnectionsPerHost`, which bounds all downloads to one server together); nil
+    /// takes that bound. 1 fetches over one connection.
+    public var maximumConnections: Int?
+    /// Interfaces the download may use, by name (`--interface`); empty lets the monitor's usable
+    /// paths decide (several when the host has several uplinks, see `docs/downloads.md`).
+    public var interfaces: [String] = []
+    /// Whether an expensive path carries connections only while no other path is usable (true),
+    /// or also beside cheap ones while it adds throughput (false, the default). Without
+    /// `allowsExpensive` expensive paths are never used.
+    public var usesExpensivePathsOnlyAsFallback = false
     /// Where the download waits for a transfer slot: 0...1, higher first, equal ones in the order
     /// they were queued (URLSessionTask.priority's range; 0.5 by default).
     public var priority: Float = 0.5
@@ -40,17 +51,74 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// Creates options.
     public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,
                 replacesExistingFile: Bool = false, allowsRoaming: Bool = true, allowsConstrained: Bool = true,
-                priority: Float = 0.5,
-                requestHeaders: [String] = [], requestTimeout: Duration? = nil) {
+                maximumConnections: Int? = nil, interfaces: [String] = [],
+                usesExpensivePathsOnlyAsFallback: Bool = false, priority: Float = 0.5, requestHeaders: [String] = [],
+                requestTimeout: Duration? = nil) {
         self.expectedSHA256 = expectedSHA256
         self.expectedLength = expectedLength
         self.allowsExpensive = allowsExpensive
         self.replacesExistingFile = replacesExistingFile
         self.allowsRoaming = allowsRoaming
         self.allowsConstrained = allowsConstrained
-        self.priority = priority.isNaN ? 0.5 : min(1, max(0, priority))
+        self.maximumConnections = maximumConnections
+        self.interfaces = interfaces
+        self.usesExpensivePathsOnlyAsFallback = usesExpensivePathsOnlyAsFallback
+        self.priority = Self.clampedPriority(priority)
         self.requestHeaders = requestHeaders
         self.requestTimeout = requestTimeout
+    }
+
+    /// A priority within 0...1 (NaN is the default, 0.5).
+    static func clampedPriority(_ priority: Float) -> Float { priority.isNaN ? 0.5 : min(1, max(0, priority)) }
+
+    private enum CodingKeys: String, CodingKey {
+        case expectedSHA256, expectedLength, allowsExpensive, replacesExistingFile, allowsRoaming, allowsConstrained,
+             maximumConnections, interfaces, usesExpensivePathsOnlyAsFallback, priority, requestHeaders, requestTimeout
+    }
+
+    /// Decodes options; keys added later may be absent.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        expectedSHA256 = try container.decodeIfPresent(String.self, forKey: .expectedSHA256)
+        expectedLength = try container.decodeIfPresent(Int64.self, forKey: .expectedLength)
+        allowsExpensive = try container.decodeIfPresent(Bool.self, forKey: .allowsExpensive) ?? true
+        replacesExistingFile = try container.decodeIfPresent(Bool.self, forKey: .replacesExistingFile) ?? false
+        allowsRoaming = try container.decodeIfPresent(Bool.self, forKey: .allowsRoaming) ?? true
+        allowsConstrained = try container.decodeIfPresent(Bool.self, forKey: .allowsConstrained) ?? true
+        maximumConnections = try container.decodeIfPresent(Int.self, forKey: .maximumConnections)
+        interfaces = try container.decodeIfPresent([String].self, forKey: .interfaces) ?? []
+        usesExpensivePathsOnlyAsFallback = try container.decodeIfPresent(Bool.self, forKey: .usesExpensivePathsOnlyAsFallback) ?? false
+        priority = Self.clampedPriority(try container.decodeIfPresent(Float.self, forKey: .priority) ?? 0.5)
+        requestHeaders = try container.decodeIfPresent([String].self, forKey: .requestHeaders) ?? []
+        requestTimeout = try container.decodeIfPresent(Duration.self, forKey: .requestTimeout)
+    }
+}
+
+/// The connections a download holds while it transfers, by path.
+public struct DownloadConnections: Sendable, Hashable {
+    /// One path and its connections.
+    public struct Path: Sendable, Hashable {
+        /// The interface the connections are bound to; nil when the routing table chooses.
+        public var interface: String?
+        /// Connections on it.
+        public var connections: Int
+
+        /// Creates a path share.
+        public init(interface: String?, connections: Int) {
+            self.interface = interface
+            self.connections = connections
+        }
+    }
+
+    /// Connections fetching bytes now (0 between attempts).
+    public var count: Int
+    /// The paths in use, best first.
+    public var paths: [Path]
+
+    /// Creates a connection summary.
+    public init(count: Int = 0, paths: [Path] = []) {
+        self.count = count
+        self.paths = paths
     }
 }
 
@@ -114,6 +182,8 @@ public struct DownloadProgress: Sendable, Hashable {
     public var bytesPerSecond: Double
     /// Estimated time to finish at the current rate, when both total and rate are known.
     public var estimatedTimeRemaining: Duration?
+    /// The connections and paths carrying it now (a progress update follows every change).
+    public var connections = DownloadConnections()
 
     /// 0...1 when the total is known.
     public var fractionCompleted: Double? {

@@ -61,6 +61,9 @@ struct CurlRequestOptions {
     var rangeStart: Int64
     /// Whether to send `Range: bytes=rangeStart-` (a resume; rangeStart may then be zero).
     var sendsRange: Bool
+    /// One past the last byte asked for (`Range: bytes=rangeStart-(rangeEnd - 1)`, a segment);
+    /// nil asks for the rest.
+    var rangeEnd: Int64? = nil
     var ifRange: String?
     /// `if!name` pins to an interface (SO_BINDTODEVICE); nil lets the kernel route.
     var interface: String?
@@ -126,7 +129,9 @@ final class CurlEasy {
             setLong(CURLOPT_SSL_VERIFYHOST, 0)
         }
         if let proxy = options.proxy { setString(CURLOPT_PROXY, proxy) }
-        if options.sendsRange { setString(CURLOPT_RANGE, "\(options.rangeStart)-") }
+        if options.sendsRange {
+            setString(CURLOPT_RANGE, options.rangeEnd.map { "\(options.rangeStart)-\($0 - 1)" } ?? "\(options.rangeStart)-")
+        }
 
         // CURLOPT_ACCEPT_ENCODING stays unset so libcurl never decodes; we ask for identity
         // explicitly so byte offsets refer to the stored representation.

@@ -62,9 +62,35 @@ struct ResponseStateMachine: Sendable {
         var observedEntityTag: String? = nil
         /// Bytes before `offset` asked for again and compared with the disk.
         var overlap: Int64 = 0
+        /// One past the last byte asked for (a segment's range with its seam overlap); nil asks
+        /// for everything from `rangeStart` on.
+        var end: Int64? = nil
+        /// A connection fetching a range beside others (`SegmentPlanner`): only a 206 for exactly
+        /// the bytes asked, of the recorded entity, will do. Anything else is refused (see
+        /// `RangeRefusal`) and nothing is written.
+        var isSegment = false
+        /// With `isSegment`: the 206 must carry the recorded strong validator (segments without
+        /// an expected SHA-256 rest on it).
+        var requiresValidator = false
 
         /// The first byte asked for.
         var rangeStart: Int64 { offset - overlap }
+    }
+
+    /// Why a segment's response was not used.
+    enum RangeRefusal: Sendable, Hashable {
+        /// The entity is not the recorded one (another validator or length): the download
+        /// restarts, over one connection.
+        case entityChanged(String)
+        /// The server did not answer with the range (a 200, another range, no validator): the
+        /// download goes on over the connections it has, without more segments.
+        case rangeNotHonoured(String)
+
+        var reason: String {
+            switch self {
+            case .entityChanged(let reason), .rangeNotHonoured(let reason): reason
+            }
+        }
     }
 
     /// Where this response's body goes.
@@ -83,6 +109,8 @@ struct ResponseStateMachine: Sendable {
         var verifyUntil: Int64? = nil
         /// Any ETag the response carried (weak ones too).
         var observedEntityTag: String? = nil
+        /// The response said `Accept-Ranges: none`: no range is asked of this server beside it.
+        var refusesRanges = false
     }
 
     enum Event: Sendable, Hashable {
@@ -121,6 +149,8 @@ struct ResponseStateMachine: Sendable {
 
     let request: Request
     private var state: State = .awaitingHead
+    /// Set when a segment's response was refused.
+    private(set) var refusal: RangeRefusal?
 
     init(request: Request) { self.request = request }
 
@@ -222,8 +252,12 @@ struct ResponseStateMachine: Sendable {
         }
     }
 
-    private func decide(_ head: ResponseHead) -> Action {
+    private mutating func decide(_ head: ResponseHead) -> Action {
         let status = head.statusCode
+        if request.isSegment, status == 200 || status == 206, let refusal = refuseSegment(head) {
+            self.refusal = refusal
+            return .abort(.restartFromZero(reason: refusal.reason))
+        }
         if status == 200 || status == 206 {
             if let problem = head.contentLengthProblem {
                 return .abort(.failed(.badServerResponse.with(description: problem)))
@@ -242,7 +276,8 @@ struct ResponseStateMachine: Sendable {
             let total = head.contentLength
             return .begin(Acceptance(startOffset: 0, endOffset: total, totalLength: total,
                                      entityTag: head.strongEntityTag, lastModified: head.strongLastModified,
-                                     restartsFromZero: request.offset > 0, observedEntityTag: head.anyEntityTag))
+                                     restartsFromZero: request.offset > 0, observedEntityTag: head.anyEntityTag,
+                                     refusesRanges: head["accept-ranges"]?.trimmingWhitespace().lowercased() == "none"))
         case 206:
             return decidePartial(head)
         case 416:
@@ -259,6 +294,43 @@ struct ResponseStateMachine: Sendable {
         default:
             return .abort(.failed(.httpStatus(status)))
         }
+    }
+
+    /// The rules for a segment's answer: a 206 for exactly the range asked (it may end early),
+    /// of the recorded length, with the recorded validators (the strong one present when
+    /// `requiresValidator`).
+    private func refuseSegment(_ head: ResponseHead) -> RangeRefusal? {
+        if let sent = request.entityTag, let received = head.strongEntityTag, sent != received {
+            return .entityChanged("ETag changed from \(sent) to \(received) on another connection")
+        }
+        if let seen = request.observedEntityTag, let received = head.anyEntityTag, seen != received {
+            return .entityChanged("ETag changed from \(seen) to \(received) on another connection")
+        }
+        if let recorded = request.lastModified, let received = head.lastModified, recorded != received {
+            return .entityChanged("Last-Modified changed from \(recorded) to \(received) on another connection")
+        }
+        guard head.statusCode == 206 else {
+            return .rangeNotHonoured("the server answered a range with the whole resource (200)")
+        }
+        guard let contentRange = head["content-range"].flatMap(ContentRange.init), let range = contentRange.range else {
+            return .rangeNotHonoured("206 without a valid Content-Range")
+        }
+        if let known = request.knownTotalLength, let total = contentRange.totalLength, known != total {
+            return .entityChanged("the length changed from \(known) to \(total) on another connection")
+        }
+        guard range.lowerBound == request.rangeStart, request.end.map({ range.upperBound < $0 }) ?? true,
+              range.upperBound + 1 >= request.offset else {
+            return .rangeNotHonoured("Content-Range \(range.lowerBound)-\(range.upperBound) is not the range asked")
+        }
+        if let length = head.contentLength, length != range.upperBound - range.lowerBound + 1 {
+            return .rangeNotHonoured("Content-Length \(length) disagrees with Content-Range")
+        }
+        if request.requiresValidator {
+            let validates = request.entityTag.map { $0 == head.strongEntityTag }
+                ?? request.lastModified.map { $0 == head.lastModified } ?? false
+            guard validates else { return .rangeNotHonoured("the range came without the entity's validator") }
+        }
+        return nil
     }
 
     private func decidePartial(_ head: ResponseHead) -> Action {
@@ -290,6 +362,9 @@ struct ResponseStateMachine: Sendable {
         }
         if range.upperBound + 1 < request.offset {
             return .abort(.restartFromZero(reason: "the range ends before the resume offset"))
+        }
+        if let end = request.end, range.upperBound + 1 > end {
+            return .abort(.restartFromZero(reason: "Content-Range ends at \(range.upperBound), asked for up to \(end - 1)"))
         }
         return .begin(Acceptance(startOffset: range.lowerBound, endOffset: range.upperBound + 1,
                                  totalLength: contentRange.totalLength ?? request.knownTotalLength,

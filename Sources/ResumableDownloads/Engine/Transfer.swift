@@ -34,6 +34,21 @@ final class Transfer {
     var bytesReceived: Int64 = 0
     /// The receive limit, shared by every connection of the attempt.
     var rate: ReceiveRateLimiter?
+    /// The segment group this transfer is a member of, and its id there (`SegmentGroup`).
+    weak var group: SegmentGroup?
+    var member = 0
+    /// A member stores bytes up to here (the planner moves it) ...
+    var segmentEnd = Int64.max
+    /// ... and compares the bytes after it with the disk up to here (its request's end).
+    var seamLimit = Int64.max
+    /// Whether the member stored its whole range (and compared past it where it could).
+    var finishedRange = false
+    /// Whether the seam at the start (a resume overlap) was reported verified.
+    var reportedStartSeam = false
+    /// One past the last byte a member stored.
+    var storedUpTo: Int64 = 0
+    /// Whether part of the bytes past a member's end could not be compared (not on disk yet).
+    var seamUnchecked = false
     var stallTimeout: Duration { request.settings.stallTimeout }
 
     init(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks, stall: StallDetector) {
@@ -76,8 +91,9 @@ final class TransferContext {
     var hasResponse = false
     /// Whether the final response's body is being received.
     var isReceivingBody = false
-    /// Whether the write callback paused the transfer because the disk is behind.
+    /// Whether the write callback paused the transfer because the disk is behind, and since when.
     var isPausedForBackpressure = false
+    var pausedAt: ContinuousClock.Instant?
     /// Until when the write callback paused the transfer for the rate limit.
     var rateResumeAt: ContinuousClock.Instant?
     /// A racer's accepted response, applied to the file when it wins.
@@ -130,7 +146,15 @@ final class TransferContext {
             case .replica:
                 pendingAcceptance = acceptance
             case .primary:
+                if let group = transfer.group, acceptance.restartsFromZero, !group.restartsInPlace(transfer, acceptance) {
+                    // An attempt of several connections never rewinds the file under the others:
+                    // it ends, and the download's machine restarts it (over one connection).
+                    rejection = .restartFromZero(reason:
+                        "the server sent the whole resource instead of the range: it changed, or it ignores ranges")
+                    return false
+                }
                 begin(acceptance)
+                transfer.group?.accepted(transfer, acceptance)
             }
             return true
         case .abort:
@@ -158,6 +182,7 @@ final class TransferContext {
         if let acceptance = pendingAcceptance {
             pendingAcceptance = nil
             begin(acceptance)
+            transfer.group?.accepted(transfer, acceptance)
         }
     }
 
@@ -194,6 +219,7 @@ final class TransferContext {
         lastActivity = now
         if file.shouldPause(adding: chunk.count + bytes.count) {
             isPausedForBackpressure = true
+            pausedAt = now
             return .pause
         }
         if let resumeAt = transfer.rate?.admit(bytes.count, at: now) {
@@ -218,12 +244,8 @@ final class TransferContext {
         }
         switch action {
         case .write(let offset):
-            if chunk.isEmpty {
-                chunkOffset = offset
-                chunk.reserveCapacity(Self.chunkSize)
-            }
-            chunk.append(bytes.bindMemory(to: UInt8.self))
-            if chunk.count >= Self.chunkSize { flushChunk() }
+            if transfer.group != nil { return segmentWrite(bytes, at: offset, now: now) }
+            gather(bytes, at: offset)
             transfer.bytesReceived += Int64(bytes.count)
             transfer.stall.bytesArrived(at: now)
             transfer.isSuspected = false
@@ -237,6 +259,17 @@ final class TransferContext {
         case .ignore, .begin, .compare:
             return .consumed
         }
+    }
+
+    /// Adds body bytes to the gather buffer (handed to the file when full).
+    func gather(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+        if !chunk.isEmpty, chunkOffset + Int64(chunk.count) != offset { flushChunk() }
+        if chunk.isEmpty {
+            chunkOffset = offset
+            chunk.reserveCapacity(Self.chunkSize)
+        }
+        chunk.append(bytes.bindMemory(to: UInt8.self))
+        if chunk.count >= Self.chunkSize { flushChunk() }
     }
 
     /// Hands the gathered bytes to the partial file (also when the attempt ends).

@@ -16,20 +16,23 @@ import ReachabilityBase
 /// threads only append to `commands` (a Mutex) and call `curl_multi_wakeup`, which libcurl
 /// documents as thread-safe.
 final class TransferEngine: @unchecked Sendable {
-    private enum Command {
+    enum Command {
         case start(UInt64, TransferRequest, PartialFile, TransferCallbacks)
         case abort(UInt64, AbortReason)
         case race(UInt64, connectTimeout: Duration)
         case unpause(UInt64)
+        case paths(UInt64, [SegmentPlanner.Path])
         case shutdown
     }
 
-    private let multi: CurlMulti
+    let multi: CurlMulti
     private let commands = Mutex<(queue: [Command], isShutDown: Bool)>(([], false))
     private let nextID = Atomic<UInt64>(1)
     /// Engine thread only.
-    private var transfers: [UInt64: Transfer] = [:]
-    private var handles: [UnsafeMutableRawPointer: TransferContext] = [:]
+    var transfers: [UInt64: Transfer] = [:]
+    var handles: [UnsafeMutableRawPointer: TransferContext] = [:]
+    /// Attempts fetched over several connections, by the owner's id (`SegmentGroup`).
+    var groups: [UInt64: SegmentGroup] = [:]
 
     /// Starts the engine thread; throws when libcurl cannot be initialised.
     init() throws {
@@ -61,8 +64,11 @@ final class TransferEngine: @unchecked Sendable {
     /// Stops the thread; running attempts end with `.aborted(.shutdown)`.
     func shutdown() { submit(.shutdown) }
 
+    /// The usable paths changed for a segmented attempt (ignored for others).
+    func updatePaths(_ id: UInt64, _ paths: [SegmentPlanner.Path]) { submit(.paths(id, paths)) }
+
     @discardableResult
-    private func submit(_ command: Command) -> Bool {
+    func submit(_ command: Command) -> Bool {
         let accepted = commands.withLock { state -> Bool in
             guard !state.isShutDown else { return false }
             if case .shutdown = command { state.isShutDown = true }
@@ -85,14 +91,30 @@ final class TransferEngine: @unchecked Sendable {
             for command in pending {
                 switch command {
                 case .start(let id, let request, let file, let callbacks):
-                    start(id: id, request: request, file: file, callbacks: callbacks)
+                    if let segmentation = request.segmentation {
+                        startGroup(id: id, request: request, segmentation: segmentation, file: file, callbacks: callbacks)
+                    } else {
+                        start(id: id, request: request, file: file, callbacks: callbacks)
+                    }
                 case .abort(let id, let reason):
-                    finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
+                    if groups[id] != nil {
+                        abortGroup(id, reason: reason)
+                    } else {
+                        finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
+                    }
                 case .race(let id, let connectTimeout):
-                    startRace(id, connectTimeout: connectTimeout)
+                    if let group = groups[id] {
+                        raceGroup(group, connectTimeout: connectTimeout)
+                    } else {
+                        startRace(id, connectTimeout: connectTimeout)
+                    }
+                case .paths(let id, let paths):
+                    groups[id].map { pathsChanged($0, paths) }
                 case .unpause(let id):
-                    // The disk caught up; a pause of the rate limit is ended by its own deadline.
-                    if let transfer = transfers[id], transfer.primary.isPausedForBackpressure {
+                    if let group = groups[id] {
+                        unpauseGroup(group)
+                    } else if let transfer = transfers[id], transfer.primary.isPausedForBackpressure {
+                        // The disk caught up; a pause of the rate limit is ended by its own deadline.
                         transfer.primary.isPausedForBackpressure = false
                         resumeReceiving(transfer, at: .now)
                     }
@@ -108,10 +130,11 @@ final class TransferEngine: @unchecked Sendable {
                 ended(context, failure: done.failure, detail: context.easy?.errorText ?? done.detail)
             }
             settleRaces()
-            let wake = watchStalls()
+            let wake = min(watchStalls(), tickGroups())
             // Short enough for the watchdog's granularity; wakeups cut it anyway.
             multi.poll(milliseconds: wake)
         }
+        for id in Array(groups.keys) { abortGroup(id, reason: .shutdown) }
         for id in Array(transfers.keys) { finish(id, forcedResult: .aborted(.shutdown), failure: nil, detail: "") }
         multi.cleanup()
     }
@@ -169,24 +192,34 @@ final class TransferEngine: @unchecked Sendable {
 
     /// Ends a pause of our own (backpressure, rate limit): the silence it caused is not a gap.
     /// libcurl may deliver the held chunk at once, from inside `unpause()`.
-    private func resumeReceiving(_ transfer: Transfer, at now: ContinuousClock.Instant) {
+    func resumeReceiving(_ transfer: Transfer, at now: ContinuousClock.Instant) {
         let context = transfer.primary
         context.lastActivity = now
         transfer.stall.restart(at: now)
         context.easy?.unpause()
     }
 
-    private func start(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks) {
+    /// Starts a transfer (an attempt, or a member of a segment group); false when libcurl refused
+    /// it (`completion` was called). A group's member gets backpressure releases through the group.
+    @discardableResult
+    func start(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks,
+               group: SegmentGroup? = nil, member: Int = 0, segmentEnd: Int64 = .max) -> Bool {
         let machine = ResponseStateMachine(request: .init(offset: request.offset, entityTag: request.entityTag,
                                                           knownTotalLength: request.knownTotalLength,
                                                           lastModified: request.lastModified,
                                                           observedEntityTag: request.observedEntityTag,
-                                                          overlap: request.overlap))
+                                                          overlap: request.overlap, end: request.rangeEnd,
+                                                          isSegment: request.isSegment,
+                                                          requiresValidator: request.requiresValidator))
         let now = ContinuousClock.now
         let transfer = Transfer(id: id, request: request, file: file, callbacks: callbacks,
                                 stall: StallDetector(minimum: request.settings.stallSuspicion,
                                                      maximum: request.settings.stallTimeout, now: now))
         transfer.rate = request.settings.maximumBytesPerSecond.map(ReceiveRateLimiter.init)
+        transfer.group = group
+        transfer.member = member
+        transfer.segmentEnd = segmentEnd
+        transfer.seamLimit = request.rangeEnd ?? Int64.max
         let context = TransferContext(transfer: transfer, role: .primary, machine: machine)
         transfer.primary = context
         guard let easy = makeEasy(request, rangeStart: request.offset - request.overlap, sendsRange: request.offset > 0,
@@ -194,20 +227,24 @@ final class TransferEngine: @unchecked Sendable {
                                   freshConnection: request.freshConnection, context: context) else {
             callbacks.completion(TransferOutcome(result: .failed(.invalidRequest.with(description: "libcurl refused the transfer")),
                                                  bytesReceived: 0))
-            return
+            return false
         }
         context.easy = easy
-        file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) }
+        // A group's members share the handler the group set once: setting it again would also
+        // forget that a member is paused, and nothing would unpause it.
+        if group == nil { file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) } }
         transfers[id] = transfer
         handles[easy.handle] = context
+        return true
     }
 
-    private func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
+    func makeEasy(_ request: TransferRequest, rangeStart: Int64, sendsRange: Bool, ifRange: String?,
                           connectTimeout: Duration, freshConnection: Bool,
                           context: TransferContext) -> CurlEasy? {
         let settings = request.settings
         let options = CurlRequestOptions(
-            url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange, ifRange: ifRange,
+            url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange,
+            rangeEnd: sendsRange ? request.rangeEnd : nil, ifRange: ifRange,
             interface: request.interfaceName.map { "if!\($0)" }, freshConnection: freshConnection,
             connectTimeoutMilliseconds: max(1, Int(connectTimeout.milliseconds)),
             lowSpeedLimitBytesPerSecond: settings.stallBytesPerSecond,
@@ -225,6 +262,7 @@ final class TransferEngine: @unchecked Sendable {
             easy.cleanup()
             return nil
         }
+        HostConnections.shared.opened(SegmentGroup.hostKey(request.url))
         return easy
     }
 
@@ -235,7 +273,7 @@ final class TransferEngine: @unchecked Sendable {
     /// carries on. Once the body flows, the racer asks for the rest from the offset reached, with
     /// the transfer's strong validator. A transfer that is no longer suspected (bytes came while
     /// the race waited for its host's turn) is not raced: the old connection won.
-    private func startRace(_ id: UInt64, connectTimeout: Duration) {
+    func startRace(_ id: UInt64, connectTimeout: Duration) {
         guard let transfer = transfers[id], transfer.racer == nil else { return }
         guard transfer.isSuspected else {
             transfer.callbacks.events(.raceEnded(.originalWon))
@@ -269,7 +307,8 @@ final class TransferEngine: @unchecked Sendable {
         let machine = ResponseStateMachine(request: .init(offset: offset, entityTag: acceptance.entityTag,
                                                           knownTotalLength: acceptance.totalLength,
                                                           lastModified: acceptance.lastModified,
-                                                          observedEntityTag: acceptance.observedEntityTag))
+                                                          observedEntityTag: acceptance.observedEntityTag,
+                                                          end: transfer.request.rangeEnd))
         let racer = TransferContext(transfer: transfer, role: .racer(startOffset: offset), machine: machine)
         guard let easy = makeEasy(request, rangeStart: offset, sendsRange: true, ifRange: validator,
                                   connectTimeout: connectTimeout, freshConnection: true, context: racer) else {
@@ -357,8 +396,9 @@ final class TransferEngine: @unchecked Sendable {
     }
 
     /// Removes and frees one handle.
-    private func drop(_ context: TransferContext) {
+    func drop(_ context: TransferContext) {
         guard let easy = context.easy else { return }
+        HostConnections.shared.closed(SegmentGroup.hostKey(context.transfer.request.url))
         handles.removeValue(forKey: easy.handle)
         multi.remove(easy)
         easy.cleanup()
@@ -367,7 +407,7 @@ final class TransferEngine: @unchecked Sendable {
 
     /// Ends a transfer: removes and frees its handles, then reports. `forcedResult` (our abort)
     /// wins over whatever libcurl would have said.
-    private func finish(_ id: UInt64, forcedResult: AttemptResult?, failure: TransferFailure?, detail: String) {
+    func finish(_ id: UInt64, forcedResult: AttemptResult?, failure: TransferFailure?, detail: String) {
         guard let transfer = transfers.removeValue(forKey: id) else { return }
         if let racer = transfer.racer { drop(racer) }
         transfer.racer = nil
@@ -375,13 +415,18 @@ final class TransferEngine: @unchecked Sendable {
         let info = context.easy?.info()
         drop(context)
         context.flushChunk()
-        transfer.file.setDrainHandler(nil)
+        // A group's members share the group's handler (cleared when the group finishes).
+        if transfer.group == nil { transfer.file.setDrainHandler(nil) }
 
         let result: AttemptResult
         if let forcedResult {
             result = forcedResult
         } else {
             result = context.result(failure: failure, detail: detail, info: info)
+        }
+        if transfer.group != nil {
+            memberEnded(transfer, result: result)
+            return
         }
         transfer.callbacks.completion(TransferOutcome(result: result, bytesReceived: transfer.bytesReceived))
     }

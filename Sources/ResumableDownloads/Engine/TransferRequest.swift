@@ -28,6 +28,9 @@ struct TransferSettings: Sendable, Hashable {
     /// How long a request may go unanswered before it is suspected (raced): `stallSuspicion`, or
     /// longer for a host known to be slow to answer (`ServerProbeScheduler.answerSuspicion`).
     var answerSuspicion: Duration = .seconds(1)
+    /// Most connections to one server at once, over every transfer of the engine
+    /// (segmented attempts share what the others leave).
+    var maximumConnectionsPerHost = 6
 }
 
 /// One HTTP attempt for a download.
@@ -50,6 +53,37 @@ struct TransferRequest: Sendable {
     /// Open a new connection instead of reusing one from before a path change.
     var freshConnection: Bool
     var settings: TransferSettings
+    /// When set, the attempt may fetch ranges over several connections and paths
+    /// (`SegmentGroup`); the request above is then the template of every connection.
+    var segmentation: Segmentation? = nil
+    /// One past the last byte asked for (a segment's range with its seam overlap); nil asks for
+    /// everything from the offset on.
+    var rangeEnd: Int64? = nil
+    /// A segment beside others: only a 206 for exactly the bytes asked will do.
+    var isSegment = false
+    /// With `isSegment`: the 206 must carry the recorded strong validator.
+    var requiresValidator = false
+}
+
+/// What an attempt that may use several connections starts from (`TransferEngine`'s segment
+/// groups, planned by `SegmentPlanner`).
+struct Segmentation: Sendable {
+    var configuration: SegmentPlanner.Configuration
+    /// Bytes already stored, and the unverified seams kept with them.
+    var stored: RangeSet<Int64>
+    var seams: Set<Int64>
+    /// Whether splitting is allowed, when the resume data already says (a validator or an
+    /// expected SHA-256, and a length); nil lets the first answer decide.
+    var allowsSegments: Bool?
+    /// Whether an expected SHA-256 guards the file (then a range needs no validator of its own).
+    var hasExpectedDigest: Bool
+    /// Whether requests carry the record's validators (not when they vary per response and a
+    /// digest proves the file; then one connection fills the gaps).
+    var usesValidators = true
+    /// The most bytes before a range's start fetched again to compare (`ResumeOverlap`).
+    var overlap: Int64 = ResumeOverlap.maximum
+    /// The usable paths, best first.
+    var paths: [SegmentPlanner.Path]
 }
 
 /// What the engine reports when an attempt ends.
@@ -57,6 +91,9 @@ struct TransferOutcome: Sendable {
     var result: AttemptResult
     /// Body bytes accepted during this attempt.
     var bytesReceived: Int64
+    /// The server answered ranges inconsistently (another entity on another connection, or a
+    /// seam that does not match): later attempts use one connection.
+    var disablesSegments = false
 }
 
 /// What the engine reports while an attempt runs, besides progress.
@@ -75,4 +112,19 @@ enum TransferEvent: Sendable, Hashable {
     /// A response carried another ETag than the recorded one for an entity of the same length
     /// (reported once per attempt).
     case entityTagChanged
+    /// The connections of a segmented attempt changed (count or paths).
+    case connectionsChanged(TransferConnections)
+}
+
+/// The connections an attempt holds, for events and metrics.
+struct TransferConnections: Sendable, Hashable {
+    /// Connections fetching bytes now.
+    var count: Int
+    /// Connections per path (interface name, or nil for the routing table's choice), best first.
+    var paths: [PathShare]
+
+    struct PathShare: Sendable, Hashable {
+        var interface: String?
+        var connections: Int
+    }
 }

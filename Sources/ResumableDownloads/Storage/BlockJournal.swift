@@ -6,20 +6,24 @@ import LinuxSystem
 /// crash keep the bytes written since the last checkpoint, without trusting anything a power
 /// loss could have lost.
 ///
-/// The resume record's `verifiedOffset` stays the durable bound: its bytes were fsynced before
-/// the record was written. Everything past it is in the page cache, on the disk, or lost, and
-/// only the journal tells which: for every full block written, the journal gets a 64-bit
-/// checksum of the block (XXH64, seeded with the binding and the block's index), not fsynced. On restart each block past the
-/// verified offset is read back and kept only while its digest matches; the first block that
-/// does not (torn, zero-filled, never written, or its entry missing or torn) ends what is kept.
-/// After a plain crash (SIGKILL, OOM kill) the page cache kept everything, so a rerun re-fetches
-/// at most the last partial block and the bytes that were still in memory; after a power loss it
-/// falls back, block by block, to the checkpoint.
+/// The resume record's durable bytes (`verifiedOffset` and, for a download fetched in segments,
+/// `ranges`) stay the bound: they were fsynced before the record was written. Everything else is
+/// in the page cache, on the disk, or lost, and only the journal tells which: once every byte of
+/// a block was written (in any order, by any connection), the journal gets a 64-bit checksum of
+/// the block (XXH64, seeded with the binding and the block's index), not fsynced: fed from the
+/// buffers when the block was written in order from its start, else read back from the file. On
+/// restart each block with an entry that is not already durable is read back and kept only when
+/// its digest matches; a block that does not (torn, zero-filled, never written, or its entry
+/// missing or torn) is not kept, and neither is any byte of a block that was only partly written
+/// (a block's entry exists only once all of it was). After a plain crash (SIGKILL, OOM kill) the
+/// page cache kept everything, so a rerun re-fetches at most the partial blocks of the ranges
+/// being written and the bytes that were still in memory; after a power loss it falls back,
+/// block by block, to the checkpoint.
 ///
 /// The binding is a digest of the download's id and the entity's validator (strong ETag or
 /// Last-Modified), so entries of another download, or of an older version of the resource, never
-/// match. Kept bytes stay past `verifiedOffset` until the next checkpoint fsyncs them; their
-/// entries stay in the journal until then, so another crash checks them again.
+/// match. Kept bytes stay non-durable until the next checkpoint fsyncs them; their entries stay
+/// in the journal until then, so another crash checks them again.
 ///
 /// The journal is hostile input like the record: it is opened relative to the checked state
 /// directory by a name made from the record's id (never a path read from a file), only when it
@@ -30,7 +34,8 @@ import LinuxSystem
 /// record and, as that user, the partial file; the end-to-end SHA-256 (`--sha256`) covers that.
 ///
 /// Layout (little-endian): a 64-byte header (`RCHJRNL1`, version 1, log2 of the block size, the
-/// 32-byte binding (SHA-256), zero padding), then entry `i`, a UInt64, at `64 + 8 i`.
+/// 32-byte binding (SHA-256), zero padding), then entry `i`, a UInt64, at `64 + 8 i`; zero is no
+/// entry (a checksum that is zero is not written: that block is re-fetched after a crash).
 ///
 /// Not thread-safe: `PartialFile` uses it only on its write queue.
 final class BlockJournal {
@@ -53,9 +58,9 @@ final class BlockJournal {
     /// The binding entries are written under now.
     var currentBinding: [UInt8] { binding }
     private var seed: UInt64
-    /// The block being checksummed and the data offset fed into it so far.
-    private var block: (index: Int64, checksum: BlockChecksum)?
-    private var fedEnd: Int64 = 0
+    /// Blocks being checksummed in order from their first byte, by index: the data offset fed so
+    /// far and the running checksum (one per range being written).
+    private var running: [Int64: (fed: Int64, checksum: BlockChecksum)] = [:]
 
     /// Opens (or creates) the journal for `record` in `directory`; nil when it cannot be opened
     /// safely, in which case the download runs with checkpoints only.
@@ -103,61 +108,75 @@ final class BlockJournal {
 
     // MARK: restart
 
-    /// How far the partial file can be trusted: `verifiedOffset`, extended block by block while
-    /// each block's digest matches its entry. Entries past the kept end are cut, and a journal
-    /// for another download or entity is emptied. Reads at most the unverified part of the file.
-    func recover(record: ResumeRecord, data: FileDescriptor, dataSize: Int64) -> Int64 {
-        let verified = min(record.verifiedOffset, dataSize)
+    /// What of the partial file can be trusted: the `durable` bytes, plus every block whose
+    /// digest matches its entry. Entries of blocks that do not match are cleared, and a journal
+    /// for another download or entity is emptied. Reads only blocks that are not durable.
+    func recover(record: ResumeRecord, durable: RangeSet<Int64>, data: FileDescriptor, dataSize: Int64) -> RangeSet<Int64> {
+        var kept = durable
+        kept.formIntersection(RangeSet(0..<max(0, dataSize)))
         binding = Self.binding(for: record)
-        guard let file else { return verified }
+        running = [:]
+        guard let file else { return kept }
         guard Self.headerMatches(file, binding: binding, blockShift: blockShift) else {
             reset()
-            return verified
+            return kept
         }
-        let kept = Self.keptEnd(journal: file, data: data, dataSize: dataSize, from: verified, seed: seed, blockShift: blockShift)
-        truncateEntries(from: kept >> Int64(blockShift))
-        fedEnd = kept
-        block = nil
-        return kept
+        return Self.kept(journal: file, data: data, dataSize: dataSize, durable: kept, seed: seed, blockShift: blockShift) { index in
+            _ = writeEntry(index, 0)
+        }
     }
 
-    /// What `recover` would keep for `record`, changing nothing (no file is created, cut or
-    /// emptied): how far a restored download's partial file can be trusted, to report before
-    /// its transfer opens it. Reads the blocks past the checkpoint that have entries.
-    static func recoverableEnd(record: ResumeRecord, stateDirectory: CheckedDirectory,
-                               blockShift: Int = BlockJournal.defaultBlockShift) -> Int64 {
+    /// How many bytes `recover` would keep for `record`, changing nothing (no file is created,
+    /// cut or emptied): what a restored download's partial file holds that can be trusted, to
+    /// report before its transfer opens it. Reads the blocks outside the durable bytes that have
+    /// entries.
+    static func recoverableBytes(record: ResumeRecord, stateDirectory: CheckedDirectory,
+                                 blockShift: Int = BlockJournal.defaultBlockShift) -> Int64 {
         guard let folder = try? CheckedDirectory.open(record.destination.deletingLastPathComponent().path, policy: .shared),
               let partial = try? folder.openOwnedFile(record.partialName, creating: .existing, writable: false) else { return 0 }
         defer { partial.descriptor.close() }
         let dataSize = partial.status.size
-        let verified = min(record.verifiedOffset, dataSize)
+        var durable = record.durable
+        durable.formIntersection(RangeSet(0..<max(0, dataSize)))
         guard let opened = try? stateDirectory.openOwnedFile(fileName(for: record.id), creating: .existing, writable: false) else {
-            return verified
+            return count(durable)
         }
         defer { opened.descriptor.close() }
         let binding = binding(for: record)
-        guard headerMatches(opened.descriptor, binding: binding, blockShift: blockShift) else { return verified }
-        return keptEnd(journal: opened.descriptor, data: partial.descriptor, dataSize: dataSize, from: verified,
-                       seed: seed(binding), blockShift: blockShift)
+        guard headerMatches(opened.descriptor, binding: binding, blockShift: blockShift) else { return count(durable) }
+        return count(kept(journal: opened.descriptor, data: partial.descriptor, dataSize: dataSize, durable: durable,
+                          seed: seed(binding), blockShift: blockShift) { _ in })
     }
 
-    /// `from`, extended block by block while each block of `data` matches its journal entry.
-    private static func keptEnd(journal: FileDescriptor, data: FileDescriptor, dataSize: Int64, from verified: Int64,
-                                seed: UInt64, blockShift: Int) -> Int64 {
+    private static func count(_ set: RangeSet<Int64>) -> Int64 {
+        set.ranges.reduce(0) { $0 + ($1.upperBound - $1.lowerBound) }
+    }
+
+    /// `durable` plus every whole block of `data` that matches its journal entry; `mismatch` is
+    /// told each block whose entry does not match.
+    private static func kept(journal: FileDescriptor, data: FileDescriptor, dataSize: Int64, durable: RangeSet<Int64>,
+                             seed: UInt64, blockShift: Int, mismatch: (Int64) -> Void) -> RangeSet<Int64> {
+        var kept = durable
         let blockSize = Int64(1) << Int64(blockShift)
         let journalSize = (try? journal.status().size) ?? 0
-        let entries = max(0, (journalSize - Int64(headerSize)) / Int64(entrySize))
-        var kept = verified
-        var index = verified >> Int64(blockShift)
+        let entries = Int(min(max(0, (journalSize - Int64(headerSize)) / Int64(entrySize)), dataSize >> Int64(blockShift)))
+        guard entries > 0 else { return kept }
+        var table = [UInt64](repeating: 0, count: entries)
+        let count = table.withUnsafeMutableBytes { (try? journal.readFully(into: $0, at: Int64(headerSize))) ?? 0 }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(blockSize), alignment: 16)
         defer { buffer.deallocate() }
-        while index < entries, (index + 1) << Int64(blockShift) <= dataSize {
-            let start = index << Int64(blockShift)
-            guard let count = try? data.readFully(into: buffer, at: start), count == Int(blockSize),
-                  let entry = readEntry(index, from: journal),
-                  checksum(seed: seed, index: index, UnsafeRawBufferPointer(buffer)) == entry else { break }
-            kept = max(kept, start + blockSize)
-            index += 1
+        for index in 0..<min(entries, count / entrySize) {
+            let entry = UInt64(littleEndian: table[index])
+            guard entry != 0 else { continue }
+            let start = Int64(index) << Int64(blockShift)
+            let block = start..<start + blockSize
+            guard !kept.isSuperset(of: RangeSet(block)) else { continue }
+            if let read = try? data.readFully(into: buffer, at: start), read == Int(blockSize),
+               checksum(seed: seed, index: Int64(index), UnsafeRawBufferPointer(buffer)) == entry {
+                kept.insert(contentsOf: block)
+            } else {
+                mismatch(Int64(index))
+            }
         }
         return kept
     }
@@ -166,13 +185,6 @@ final class BlockJournal {
         var header = [UInt8](repeating: 0, count: headerSize)
         let count = header.withUnsafeMutableBytes { (try? file.readFully(into: $0, at: 0)) ?? 0 }
         return count == headerSize && header == Self.header(binding: binding, blockShift: blockShift)
-    }
-
-    private static func readEntry(_ index: Int64, from file: FileDescriptor) -> UInt64? {
-        let offset = Int64(Self.headerSize) + index * Int64(Self.entrySize)
-        var entry: UInt64 = 0
-        let count = withUnsafeMutableBytes(of: &entry) { (try? file.readFully(into: $0, at: offset)) ?? 0 }
-        return count == Self.entrySize ? UInt64(littleEndian: entry) : nil
     }
 
     static func header(binding: [UInt8], blockShift: Int) -> [UInt8] {
@@ -186,49 +198,59 @@ final class BlockJournal {
 
     // MARK: writing
 
-    /// Records bytes that reached the partial file at `offset`. Called in file order; a gap is
-    /// read back from `data`, and a rewrite below what was fed restarts from its block.
-    func written(_ bytes: UnsafeRawBufferPointer, at offset: Int64, data: FileDescriptor) {
+    /// Records bytes that reached the partial file at `offset`. `written` is every byte written
+    /// so far, these included: a block gets its entry once all of it was written, from the
+    /// running checksum when it was written in order from its start, else read back from `data`.
+    func written(_ bytes: UnsafeRawBufferPointer, at offset: Int64, written: RangeSet<Int64>, data: FileDescriptor) {
         guard file != nil, !bytes.isEmpty else { return }
-        if offset != fedEnd || block == nil {
-            guard seek(to: offset, data: data) else { return disable() }
-        }
+        var position = offset
         var rest = bytes
-        while !rest.isEmpty, var (index, checksum) = block {
-            let blockEnd = (index + 1) << Int64(blockShift)
-            let take = Int(min(Int64(rest.count), blockEnd - fedEnd))
-            checksum.update(UnsafeRawBufferPointer(rebasing: rest[..<take]))
-            fedEnd += Int64(take)
-            rest = UnsafeRawBufferPointer(rebasing: rest[take...])
-            if fedEnd == blockEnd {
-                guard writeEntry(index, checksum.finalize()) else { return disable() }
-                index += 1
-                checksum = BlockChecksum(seed: seed &+ UInt64(index))
+        while !rest.isEmpty {
+            let index = position >> Int64(blockShift)
+            let blockStart = index << Int64(blockShift)
+            let blockEnd = blockStart + blockSize
+            let take = Int(min(Int64(rest.count), blockEnd - position))
+            let part = UnsafeRawBufferPointer(rebasing: rest[..<take])
+            if var current = running[index], current.fed == position {
+                current.checksum.update(part)
+                current.fed += Int64(take)
+                running[index] = current
+            } else if position == blockStart {
+                var checksum = BlockChecksum(seed: seed &+ UInt64(index))
+                checksum.update(part)
+                running[index] = (blockStart + Int64(take), checksum)
+            } else {
+                // Not in order from the block's start: read back once the block is whole.
+                running[index] = nil
             }
-            block = (index, checksum)
+            if let current = running[index], current.fed == blockEnd {
+                running[index] = nil
+                guard writeEntry(index, current.checksum.finalize()) else { return disable() }
+            } else if written.isSuperset(of: RangeSet(blockStart..<blockEnd)) {
+                running[index] = nil
+                guard entryFromDisk(index, data: data) else { return disable() }
+            }
+            position += Int64(take)
+            rest = UnsafeRawBufferPointer(rebasing: rest[take...])
         }
     }
 
-    /// The entity changed or the file restarted from zero: a fresh journal under `record`'s
-    /// binding, fed from `offset` (zero after a truncation).
-    func restart(record: ResumeRecord, at offset: Int64 = 0) {
+    /// The entity changed or the file restarted from zero: a fresh journal under `record`'s binding.
+    func restart(record: ResumeRecord) {
         binding = Self.binding(for: record)
         reset()
-        fedEnd = offset
-        block = nil
+        running = [:]
     }
 
     /// The validators changed without a restart (the first response of a download): entries
-    /// written so far were bound to the old ones and are rewritten under the new binding.
-    func rebind(record: ResumeRecord, data: FileDescriptor) {
+    /// written so far were bound to the old ones, so they go (blocks in progress are read back
+    /// once whole).
+    func rebind(record: ResumeRecord) {
         let fresh = Self.binding(for: record)
         guard fresh != binding else { return }
-        let end = fedEnd
         binding = fresh
         reset()
-        fedEnd = 0
-        block = nil
-        if end > 0, !seek(to: end, data: data) { disable() }
+        running = [:]
     }
 
     /// Deletes the journal (the download completed or was discarded).
@@ -244,40 +266,20 @@ final class BlockJournal {
         file = nil
     }
 
-    /// Positions the running block digest at `offset`: entries from its block on are cut, and
-    /// the block's bytes before `offset` are read back from the data file.
-    private func seek(to offset: Int64, data: FileDescriptor) -> Bool {
-        let index = offset >> Int64(blockShift)
-        let start = index << Int64(blockShift)
-        truncateEntries(from: index)
-        var checksum = BlockChecksum(seed: seed &+ UInt64(index))
-        if offset > start {
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(offset - start), alignment: 16)
-            defer { buffer.deallocate() }
-            guard let count = try? data.readFully(into: buffer, at: start), count == buffer.count else { return false }
-            checksum.update(UnsafeRawBufferPointer(buffer))
+    /// Reads block `index` back and writes its entry.
+    private func entryFromDisk(_ index: Int64, data: FileDescriptor) -> Bool {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(blockSize), alignment: 16)
+        defer { buffer.deallocate() }
+        guard let count = try? data.readFully(into: buffer, at: index << Int64(blockShift)), count == Int(blockSize) else {
+            return false
         }
-        block = (index, checksum)
-        fedEnd = offset
-        return true
+        return writeEntry(index, Self.checksum(seed: seed, index: index, UnsafeRawBufferPointer(buffer)))
     }
 
     private func writeEntry(_ index: Int64, _ entry: UInt64) -> Bool {
         guard let file else { return false }
         let offset = Int64(Self.headerSize) + index * Int64(Self.entrySize)
         return withUnsafeBytes(of: entry.littleEndian) { file.writeAll($0, at: offset).error == nil }
-    }
-
-    /// Cuts entries from `index` on, writing the header when the journal is new or empty.
-    private func truncateEntries(from index: Int64) {
-        guard let file else { return }
-        let size = (try? file.status().size) ?? 0
-        let end = Int64(Self.headerSize) + index * Int64(Self.entrySize)
-        if size < Int64(Self.headerSize) {
-            reset()
-        } else if size > end {
-            if (try? file.truncate(to: end)) == nil { disable() }
-        }
     }
 
     /// Rewrites the journal as a header alone.
@@ -299,6 +301,6 @@ final class BlockJournal {
         try? file.truncate(to: 0)
         file.close()
         self.file = nil
-        block = nil
+        running = [:]
     }
 }

@@ -55,8 +55,9 @@ final class PartialFile: Sendable {
         /// Bytes copied in but not yet written.
         var pendingBytes = 0
         var isPausedForBackpressure = false
-        /// Contiguous bytes written to the file (not necessarily synced).
-        var writtenEnd: Int64
+        /// Bytes written to the file (not necessarily synced): one prefix for a download fetched
+        /// over one connection, ranges for one fetched in segments.
+        var written: RangeSet<Int64>
         var bytesSinceCheckpoint: Int64 = 0
         var writeError: DownloadError?
         var onDrained: (@Sendable () -> Void)?
@@ -66,6 +67,8 @@ final class PartialFile: Sendable {
         var statistics = Statistics()
         /// Write-back pacing (applied on the write queue); nil once the file system refused it.
         var writeBack: WriteBackWindow?
+        /// How many times `highWater` may wait (`setWriters`).
+        var writers = 1
     }
 
     /// The partial file's path, for messages.
@@ -90,9 +93,10 @@ final class PartialFile: Sendable {
     /// could not be opened safely (then only checkpoints survive a crash).
     private let journal: Mutex<BlockJournal?>
 
-    /// Opens (creating if needed) the partial file and truncates it to the record's verified
-    /// offset: bytes past it were never checkpointed and may be garbage after a crash. The
-    /// record is written to `stateDirectory`.
+    /// Opens (creating if needed) the partial file and keeps what can be trusted: the record's
+    /// durable bytes and the blocks the journal vouches for; everything else may be garbage after
+    /// a crash and counts as not written (the file is cut after the last byte kept). The record is
+    /// written to `stateDirectory`.
     init(record: ResumeRecord, stateDirectory: CheckedDirectory, limits: Limits) throws {
         path = record.partialPath
         partialName = record.partialName
@@ -112,19 +116,23 @@ final class PartialFile: Sendable {
         fileStatus = opened.status
         var record = record
         var blockJournal: BlockJournal?
-        var kept: Int64 = 0
+        var kept = RangeSet<Int64>()
+        var durable = RangeSet<Int64>()
         do {
             // One writer per destination, whatever state directory the other one uses.
             guard try file.tryLockExclusive() else {
                 throw DownloadError.destinationInUse.with(description: "another process is writing \(path)")
             }
             let size = try file.status().size
-            if size < record.verifiedOffset { record.verifiedOffset = size }   // lost data: trust the file
+            // Lost data (the file is shorter than the record says): trust the file.
+            durable = record.durable
+            durable.formIntersection(RangeSet(0..<size))
+            record.setDurable(durable)
             // Past the checkpoint, keep what the journal vouches for, block by block: after a
             // crash that is nearly everything written, after a power loss what survived.
             blockJournal = BlockJournal(record: record, directory: stateDirectory)
-            kept = blockJournal?.recover(record: record, data: file, dataSize: size) ?? record.verifiedOffset
-            try file.truncate(to: kept)
+            kept = blockJournal?.recover(record: record, durable: durable, data: file, dataSize: size) ?? durable
+            try file.truncate(to: kept.ranges.last?.upperBound ?? 0)
         } catch let error as Errno {
             file.close()
             throw DownloadError.fileSystem("open", path: path, errno: error.rawValue)
@@ -138,12 +146,13 @@ final class PartialFile: Sendable {
         queue = DispatchQueue(label: "ResumableDownloads.PartialFile")
         hashing = Mutex(record.expectedSHA256 == nil ? nil : SHA256())
         journal = Mutex(blockJournal)
-        // The kept bytes are not durable yet: verifiedOffset stays, and the next checkpoint
-        // fsyncs them (their journal entries vouch for them until then).
-        var initial = State(record: record, writtenEnd: kept)
-        initial.bytesSinceCheckpoint = kept - record.verifiedOffset
+        // The kept bytes are not durable yet: the record stays, and the next checkpoint fsyncs
+        // them (their journal entries vouch for them until then).
+        var initial = State(record: record, written: kept)
+        initial.bytesSinceCheckpoint = Self.count(kept) - Self.count(durable)
         if limits.writeBackWindow > 0 {
-            initial.writeBack = WriteBackWindow(window: limits.writeBackWindow, depth: limits.writeBackDepth, from: kept)
+            initial.writeBack = WriteBackWindow(window: limits.writeBackWindow, depth: limits.writeBackDepth,
+                                                from: Self.prefixEnd(kept))
         }
         state = Mutex(initial)
     }
@@ -166,8 +175,44 @@ final class PartialFile: Sendable {
     /// The current record (its `verifiedOffset` is the last checkpoint).
     var record: ResumeRecord { state.withLock { $0.record } }
 
-    /// Contiguous bytes written so far.
-    var writtenEnd: Int64 { state.withLock { $0.writtenEnd } }
+    /// Contiguous bytes written from the start so far.
+    var writtenEnd: Int64 { state.withLock { Self.prefixEnd($0.written) } }
+
+    /// Every byte written so far (not necessarily durable).
+    var written: RangeSet<Int64> { state.withLock { $0.written } }
+
+    /// How many bytes are written.
+    var writtenBytes: Int64 { state.withLock { Self.count($0.written) } }
+
+    /// Whether every byte of `range` reached the file (so it can be read back and compared).
+    func isWritten(_ range: Range<Int64>) -> Bool {
+        range.isEmpty || state.withLock { $0.written.isSuperset(of: RangeSet(range)) }
+    }
+
+    /// The end of the written prefix that starts at zero.
+    static func prefixEnd(_ set: RangeSet<Int64>) -> Int64 {
+        guard let first = set.ranges.first, first.lowerBound == 0 else { return 0 }
+        return first.upperBound
+    }
+
+    static func count(_ set: RangeSet<Int64>) -> Int64 {
+        set.ranges.reduce(0) { $0 + ($1.upperBound - $1.lowerBound) }
+    }
+
+    /// Sets the unverified seams (`SegmentPlanner`). When the set grew, the record is rewritten
+    /// (durably) before any byte queued after this call is written, so a crash never leaves
+    /// bytes from two responses side by side without the seam between them on record.
+    func setSeams(_ seams: Set<Int64>) {
+        queue.async { [self] in
+            let grew = state.withLock { state -> Bool in
+                let old = state.record.seamSet
+                state.record.seams = seams.isEmpty ? nil : seams.sorted()
+                return !seams.isSubset(of: old)
+            }
+            guard grew else { return }
+            do { try writeRecord() } catch let error as DownloadError { fail(error) } catch {}
+        }
+    }
 
     /// Buffer statistics so far.
     var statistics: Statistics { state.withLock { $0.statistics } }
@@ -181,6 +226,15 @@ final class PartialFile: Sendable {
     /// Edits the record in memory (persisted by the next checkpoint).
     func updateRecord(_ edit: (inout ResumeRecord) -> Void) { state.withLock { edit(&$0.record) } }
 
+    /// How many connections write at once (a segmented download): each hands over gathered
+    /// chunks of its own, so the queue may hold more before the transfers are paused: twice the
+    /// limit for two or three writers, up to four times for eight or more. Without it, a few
+    /// connections at a modest rate filled one connection's queue and paused each other although
+    /// the disk kept up.
+    func setWriters(_ count: Int) {
+        state.withLock { $0.writers = min(4, max(1, count / 2)) }
+    }
+
     /// Sets the closure called (on the write queue) when a paused transfer may continue.
     func setDrainHandler(_ handler: (@Sendable () -> Void)?) {
         state.withLock { $0.onDrained = handler; $0.isPausedForBackpressure = false }
@@ -193,7 +247,7 @@ final class PartialFile: Sendable {
     func shouldPause(adding count: Int) -> Bool {
         state.withLock { state in
             guard state.writeError == nil, state.pendingBytes > 0,
-                  state.pendingBytes + count > limits.highWater else { return false }
+                  state.pendingBytes + count > limits.highWater * state.writers else { return false }
             state.isPausedForBackpressure = true
             state.statistics.backpressurePauses += 1
             return true
@@ -214,7 +268,7 @@ final class PartialFile: Sendable {
                 state.record.resetEntity(entityTag: acceptance.entityTag, lastModified: acceptance.lastModified,
                                          totalLength: acceptance.totalLength)
                 state.record.observedEntityTag = acceptance.observedEntityTag
-                state.writtenEnd = 0
+                state.written = RangeSet()
                 state.bytesSinceCheckpoint = 0
                 state.writeBack?.reset(to: 0)
                 return (true, state.onRestartFromZero)
@@ -234,7 +288,7 @@ final class PartialFile: Sendable {
                 let record = state.withLock { $0.record }
                 guard BlockJournal.binding(for: record) != journal.withLock({ $0?.currentBinding }) else { return }
                 do { try writeRecord() } catch let error as DownloadError { fail(error) } catch {}
-                journal.withLock { $0?.rebind(record: record, data: file) }
+                journal.withLock { $0?.rebind(record: record) }
             }
             return
         }
@@ -252,8 +306,8 @@ final class PartialFile: Sendable {
         }
     }
 
-    /// Whether `bytes` equal what the file holds at `offset` (the overlap before a resume point;
-    /// every earlier write has completed, since attempts start after a checkpoint).
+    /// Whether `bytes` equal what the file holds at `offset` (an overlap across a resume point or
+    /// a seam; the caller checks `isWritten` first).
     func matchesDisk(_ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Bool {
         guard !bytes.isEmpty else { return true }
         let stored = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 16)
@@ -287,33 +341,37 @@ final class PartialFile: Sendable {
             let result = data.withUnsafeBytes { file.writeAll($0, at: offset) }
             written = result.written
             failure = result.error?.rawValue ?? 0
-            // Hashed from the very buffer that reached the file, and only once it did.
-            if failure == 0 { hash(data, at: offset) }
-            if written > 0 {
-                journal.withLock { journal in
-                    guard let journal else { return }
-                    data.withUnsafeBytes { journal.written(UnsafeRawBufferPointer(rebasing: $0[..<written]), at: offset, data: file) }
-                }
-            }
         }
-        let (drained, needsCheckpoint, writeBack) = state.withLock { state -> ((@Sendable () -> Void)?, Bool, [WriteBackWindow.Action]) in
+        let (drained, needsCheckpoint, writeBack, allWritten) = state.withLock {
+            state -> ((@Sendable () -> Void)?, Bool, [WriteBackWindow.Action], RangeSet<Int64>) in
             state.pendingBytes -= data.count
             var writeBack: [WriteBackWindow.Action] = []
-            if !skip {
-                state.writtenEnd = max(state.writtenEnd, offset + Int64(written))
+            if !skip, written > 0 {
+                state.written.insert(contentsOf: offset..<offset + Int64(written))
                 state.bytesSinceCheckpoint += Int64(written)
-                writeBack = state.writeBack?.written(upTo: state.writtenEnd) ?? []
+                // Write-back follows the prefix; ranges elsewhere are bounded by the checkpoints.
+                writeBack = state.writeBack?.written(upTo: Self.prefixEnd(state.written)) ?? []
             }
             if failure != 0, state.writeError == nil {
                 state.writeError = DownloadError.fileSystem("write", path: path, errno: failure)
             }
             var drained: (@Sendable () -> Void)?
-            if state.isPausedForBackpressure, state.pendingBytes <= limits.lowWater || state.writeError != nil {
+            if state.isPausedForBackpressure, state.pendingBytes <= limits.lowWater * state.writers || state.writeError != nil {
                 state.isPausedForBackpressure = false
                 drained = state.onDrained
             }
             let due = state.writeError == nil && state.bytesSinceCheckpoint >= limits.checkpointInterval
-            return (drained, due, writeBack)
+            return (drained, due, writeBack, state.written)
+        }
+        if !skip, written > 0 {
+            // Hashed from the very buffer that reached the file, and only once it did.
+            if failure == 0 { hash(data, at: offset, prefixEnd: Self.prefixEnd(allWritten)) }
+            journal.withLock { journal in
+                guard let journal else { return }
+                data.withUnsafeBytes {
+                    journal.written(UnsafeRawBufferPointer(rebasing: $0[..<written]), at: offset, written: allWritten, data: file)
+                }
+            }
         }
         apply(writeBack)
         if needsCheckpoint { try? checkpointOnQueue() }
@@ -337,18 +395,35 @@ final class PartialFile: Sendable {
         }
     }
 
-    /// Feeds written bytes to the running hash when they continue it; a gap (resume from a
-    /// checkpoint) is filled from the file first.
-    private func hash(_ data: Data, at offset: Int64) {
+    /// Feeds written bytes to the running hash when they continue it. The hash follows the
+    /// written prefix: what other ranges wrote before it is read back from the file as the prefix
+    /// reaches it (a resumed prefix too), what lies past it waits.
+    private func hash(_ data: Data, at offset: Int64, prefixEnd: Int64) {
         hashing.withLock { hasher in
             guard let current = hasher else { return }
-            if current.hashedLength < offset {
-                do { try current.catchUp(file: file, to: offset, path: path) } catch { hasher = nil; return }
+            do {
+                if current.hashedLength < offset, offset <= prefixEnd {
+                    try current.catchUp(file: file, to: offset, path: path)
+                }
+                if current.hashedLength == offset {
+                    data.withUnsafeBytes { current.update($0) }
+                } else if offset < current.hashedLength {
+                    hasher = nil   // bytes hashed already were written again: completion reads back
+                    return
+                }
+                if current.hashedLength < prefixEnd {
+                    // Other ranges' bytes the prefix now reaches, a slice per write so the queue
+                    // keeps moving (completion hashes what is left).
+                    try current.catchUp(file: file, to: min(prefixEnd, current.hashedLength + Self.hashSlice), path: path)
+                }
+            } catch {
+                hasher = nil
             }
-            guard current.hashedLength == offset else { hasher = nil; return }   // completion reads back instead
-            data.withUnsafeBytes { current.update($0) }
         }
     }
+
+    /// Bytes read back for the hash per write at most.
+    static let hashSlice: Int64 = 4 << 20
 
     private func resetHasher() {
         hashing.withLock { hasher in
@@ -366,13 +441,13 @@ final class PartialFile: Sendable {
         drained?()
     }
 
-    /// fsync the data, then atomically replace the record with `verifiedOffset = writtenEnd`.
+    /// fsync the data, then atomically replace the record with everything written as durable.
     private func checkpointOnQueue() throws {
-        let end = state.withLock { $0.writtenEnd }
+        let written = state.withLock { $0.written }
         do {
             try sync()
             state.withLock {
-                $0.record.verifiedOffset = end
+                $0.record.setDurable(written)
                 $0.record.updatedAt = Date()
                 $0.bytesSinceCheckpoint = 0
             }
@@ -440,7 +515,7 @@ final class PartialFile: Sendable {
             journal.withLock { $0?.restart(record: record) }
             state.withLock {
                 $0.writeBack?.reset(to: 0)
-                $0.writtenEnd = 0
+                $0.written = RangeSet()
                 $0.bytesSinceCheckpoint = 0
                 $0.writeError = nil
             }
@@ -456,9 +531,15 @@ final class PartialFile: Sendable {
     func complete(totalLength: Int64, expectedLength: Int64?) async throws -> URL {
         try await onQueue { [self] in
             if let error = state.withLock({ $0.writeError }) { throw error }
-            let record = state.withLock { $0.record }
+            let (record, written) = state.withLock { ($0.record, $0.written) }
             try sync()
             let size = try size()
+            // Every byte must have been written in this run or kept from a verified one: a hole
+            // (never written, or garbage a crash left) is not part of the file, whatever its length.
+            if let hole = RangeSet(0..<totalLength).subtracting(written).ranges.first {
+                throw DownloadError.lengthMismatch.with(description:
+                    "bytes \(hole.lowerBound)-\(hole.upperBound - 1) of the file were never written")
+            }
             if size != totalLength || (expectedLength.map { $0 != size } ?? false) {
                 throw DownloadError.lengthMismatch.with(description:
                     "file has \(size) bytes, expected \(expectedLength ?? totalLength)")

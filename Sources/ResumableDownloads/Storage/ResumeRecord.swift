@@ -5,8 +5,11 @@ import LinuxSystem
 /// Everything needed to continue a download after a crash or relaunch, stored as versioned JSON
 /// in the agent's state directory next to the `NAME.part` data file.
 ///
-/// Invariant: `verifiedOffset` bytes of the partial file were fsynced before this record was
-/// written, and they all come from the entity identified by `entityTag` / `lastModified`.
+/// Invariant: `verifiedOffset` bytes of the partial file, and the byte `ranges` past them (a
+/// download fetched in segments), were fsynced before this record was written, and they all come
+/// from the entity identified by `entityTag` / `lastModified`. `seams` are the boundaries between
+/// bytes stored by different responses that were not yet compared across (docs/security.md): a
+/// record naming a seam is written before the first byte on either side of it.
 ///
 /// A record read back is not trusted: `validate(name:)` rejects one that is not well formed or
 /// does not belong to its file name, and the partial file's path is derived from the destination,
@@ -28,6 +31,11 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var observedEntityTag: String?
     var totalLength: Int64?
     var verifiedOffset: Int64
+    /// Durable byte ranges past `verifiedOffset` as `[start, end)` pairs, sorted, disjoint and
+    /// apart from it (absent when the stored bytes are one prefix, and in older records).
+    var ranges: [[Int64]]?
+    /// Unverified seams (absent when none, and in older records).
+    var seams: [Int64]?
     var expectedSHA256: String?
     /// The length the caller expects, checked at completion (optional; absent in older records).
     var expectedLength: Int64?
@@ -104,7 +112,31 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         self.lastModified = lastModified
         self.totalLength = totalLength
         verifiedOffset = 0
+        ranges = nil
+        seams = nil
     }
+
+    /// Most ranges and seams a record holds (a segmented download has a few dozen).
+    static let maximumRanges = 1024
+
+    /// Every durable byte: the verified prefix and the ranges past it.
+    var durable: RangeSet<Int64> {
+        var set = RangeSet<Int64>()
+        if verifiedOffset > 0 { set.insert(contentsOf: 0..<verifiedOffset) }
+        for pair in ranges ?? [] where pair.count == 2 && pair[0] < pair[1] { set.insert(contentsOf: pair[0]..<pair[1]) }
+        return set
+    }
+
+    /// Sets `verifiedOffset` and `ranges` from the durable bytes.
+    mutating func setDurable(_ set: RangeSet<Int64>) {
+        let prefix = set.ranges.first.flatMap { $0.lowerBound == 0 ? $0.upperBound : nil } ?? 0
+        verifiedOffset = prefix
+        let rest = set.ranges.filter { $0.lowerBound > 0 }
+        ranges = rest.isEmpty ? nil : rest.map { [$0.lowerBound, $0.upperBound] }
+    }
+
+    /// The unverified seams as a set.
+    var seamSet: Set<Int64> { Set(seams ?? []) }
 
     static func encoder() -> JSONEncoder {
         let encoder = JSONEncoder()
@@ -154,6 +186,7 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         if let totalLength {
             guard totalLength >= 0, verifiedOffset <= totalLength else { throw Invalid(description: "its offsets disagree with its length") }
         }
+        try Self.validate(ranges: ranges, seams: seams, verifiedOffset: verifiedOffset, totalLength: totalLength)
         if let expectedLength, expectedLength < 0 { throw Invalid(description: "its expected length is negative") }
         if let expectedSHA256, SHA256.normalizedHexDigest(expectedSHA256) == nil {
             throw Invalid(description: "its SHA-256 is not 64 hex digits")
@@ -166,6 +199,29 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         // Any tag seen, weak ones too; only compared, but read back like the others.
         if let observedEntityTag, !ResumeValidator.isHeaderSafe(observedEntityTag) {
             throw Invalid(description: "the observed entity tag is not one line of visible ASCII")
+        }
+    }
+
+    /// The rules for stored ranges and seams (records, and resume data made from them): ranges
+    /// need a length, are sorted, disjoint `[start, end)` pairs past and apart from the verified
+    /// prefix, within the length, at most `maximumRanges`; seams lie inside the length.
+    static func validate(ranges: [[Int64]]?, seams: [Int64]?, verifiedOffset: Int64, totalLength: Int64?) throws(Invalid) {
+        if let ranges {
+            guard let totalLength, ranges.count <= maximumRanges else {
+                throw Invalid(description: "its ranges need a length and are at most \(maximumRanges)")
+            }
+            var previousEnd = verifiedOffset
+            for pair in ranges {
+                guard pair.count == 2, pair[0] > previousEnd, pair[0] < pair[1], pair[1] <= totalLength else {
+                    throw Invalid(description: "its ranges are not sorted, disjoint [start, end) pairs past the verified offset within the length")
+                }
+                previousEnd = pair[1]
+            }
+        }
+        if let seams {
+            guard let totalLength, seams.count <= maximumRanges, seams.allSatisfy({ $0 > 0 && $0 < totalLength }) else {
+                throw Invalid(description: "its seams are not offsets inside the length")
+            }
         }
     }
 

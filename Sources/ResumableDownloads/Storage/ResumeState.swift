@@ -19,24 +19,37 @@ package struct ResumeState: Sendable, Hashable {
     package var lastModified: String?
     /// The entity's full length, when the server announced it.
     package var totalLength: Int64?
-    /// Bytes of the partial file that were fsynced and belong to the entity above.
+    /// Bytes of the partial file that were fsynced and belong to the entity above: a prefix...
     package var verifiedOffset: Int64
+    /// ... and, for a download fetched in segments, ranges past it (`[start, end)` pairs, as in
+    /// the resume record), with the seams between responses not yet compared across.
+    package var ranges: [[Int64]]?
+    package var seams: [Int64]?
 
     /// Creates a state.
     package init(id: UUID, url: URL, entityTag: String?, lastModified: String?, totalLength: Int64?,
-                 verifiedOffset: Int64) {
+                 verifiedOffset: Int64, ranges: [[Int64]]? = nil, seams: [Int64]? = nil) {
         self.id = id
         self.url = url
         self.entityTag = entityTag
         self.lastModified = lastModified
         self.totalLength = totalLength
         self.verifiedOffset = verifiedOffset
+        self.ranges = ranges
+        self.seams = seams
     }
 
     init(_ record: ResumeRecord) {
         self.init(id: record.id, url: record.url, entityTag: record.entityTag, lastModified: record.lastModified,
-                  totalLength: record.totalLength, verifiedOffset: record.verifiedOffset)
+                  totalLength: record.totalLength, verifiedOffset: record.verifiedOffset, ranges: record.ranges,
+                  seams: record.seams)
     }
+
+    /// Whether any durable byte is stored (a prefix or ranges).
+    package var hasStoredBytes: Bool { verifiedOffset > 0 || !(ranges ?? []).isEmpty }
+
+    /// One past the last durable byte: the partial file must be at least this long.
+    package var storedEnd: Int64 { max(verifiedOffset, ranges?.last?.last ?? 0) }
 
     /// The `If-Range` value a resume would send, as in `ResumeRecord.validator`.
     package var validator: String? { entityTag ?? lastModified }
@@ -53,6 +66,11 @@ package struct ResumeState: Sendable, Hashable {
         guard verifiedOffset >= 0 else { throw reject("negative offset \(verifiedOffset)") }
         if let totalLength, totalLength < verifiedOffset || totalLength < 0 {
             throw reject("offset \(verifiedOffset) beyond the length \(totalLength)")
+        }
+        do {
+            try ResumeRecord.validate(ranges: ranges, seams: seams, verifiedOffset: verifiedOffset, totalLength: totalLength)
+        } catch {
+            throw reject(error.description)
         }
         if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) {
             throw reject(problem)

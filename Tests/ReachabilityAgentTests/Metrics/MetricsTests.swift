@@ -53,6 +53,12 @@ struct MetricsTests {
         downloads.progressed(restored, to: 5100)
         downloads.record(.failed(.cancelled), for: restored)
         downloads.record(.failed(.badServerResponse), for: UUID())
+        // Two running downloads: one over two uplinks, one on the routing table's path.
+        let wide = UUID(), narrow = UUID()
+        downloads.connections(wide, DownloadConnections(count: 6, paths: [.init(interface: "eth0", connections: 4),
+                                                                          .init(interface: "wwan0", connections: 2)]))
+        downloads.connections(narrow, DownloadConnections(count: 1, paths: [.init(interface: nil, connections: 1)]))
+        downloads.connections(narrow, DownloadConnections(count: 3, paths: [.init(interface: nil, connections: 3)]))
         return downloads
     }
 
@@ -217,6 +223,22 @@ struct MetricsTests {
         #expect(hostile.samples.contains { $0.labels == ["interface": Self.hostileName, "type": "other"] && $0.value == 1 })
         let outage = try #require(MetricsParser.family("reachability_path_outage_seconds", in: openMetrics))
         #expect(outage.samples(named: "reachability_path_outage_seconds_created").first?.value == Self.start.timeIntervalSince1970)
+    }
+
+    @Test func connectionsAreCountedByPathAndLeaveWithTheirDownload() throws {
+        let downloads = Self.scriptedDownloads()
+        var family = try #require(downloads.families(counts: [:]).first { $0.name == "reachability_download_connections" })
+        #expect(family.samples.map(\.value) == [3, 4, 2], "default, eth0, wwan0 (sorted by label)")
+        #expect(family.samples.map { $0.labels.first?.1 } == ["default", "eth0", "wwan0"])
+        // A download that stops transferring leaves the gauge; none left is an empty family.
+        let alone = DownloadMetrics(startedAt: Self.start)
+        let id = UUID()
+        alone.connections(id, DownloadConnections(count: 2, paths: [.init(interface: "eth0", connections: 2)]))
+        alone.record(.paused, for: id)
+        family = try #require(alone.families(counts: [:]).first { $0.name == "reachability_download_connections" })
+        #expect(family.samples.isEmpty)
+        let parsed = try MetricsParser.parse(MetricsText.render([family], format: .openMetrics), format: .openMetrics)
+        #expect(MetricsParser.family("reachability_download_connections", in: parsed) != nil)
     }
 
     @Test func namesFollowTheConventions() {

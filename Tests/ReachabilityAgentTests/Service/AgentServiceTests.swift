@@ -50,9 +50,9 @@ struct AgentServiceTests {
         let service = try Self.offlineService(scratch.url, events: EventSink())
         let start = BackgroundRegistry.TransferStart(
             id: UUID(), session: BackgroundSessionKey(uid: 1000, identifier: "s"), url: "http://192.0.2.9/f", headers: [],
-            timeout: 60, priority: 0.5, allowsExpensive: true, allowsRoaming: true, resumeState: nil)
+            timeout: 60, priority: 0.5, allowsExpensive: true, allowsRoaming: true, resumeState: nil, maximumConnections: 6)
         var options = await service.options(start)
-        #expect(options.allowsExpensive && options.allowsRoaming)
+        #expect(options.allowsExpensive && options.allowsRoaming && options.maximumConnections == 6)
         await service.reload(AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: false, allowsRoaming: false))
         options = await service.options(start)
         #expect(!options.allowsExpensive && !options.allowsRoaming)

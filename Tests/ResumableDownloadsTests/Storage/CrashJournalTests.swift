@@ -52,6 +52,23 @@ struct CrashJournalTests {
         return (try PartialFile(record: record, stateDirectory: try directory.state(), limits: limits), record)
     }
 
+    /// The first kept range whose bytes on disk are not the content's, if any.
+    func mismatch(_ kept: RangeSet<Int64>, in partial: [UInt8], _ content: [UInt8]) -> Range<Int64>? {
+        kept.ranges.first { range in
+            Int(range.upperBound) > partial.count || Int(range.upperBound) > content.count
+                || partial[Int(range.lowerBound)..<Int(range.upperBound)] != content[Int(range.lowerBound)..<Int(range.upperBound)]
+        }
+    }
+
+    /// Writes every byte of `content` that `kept` lacks, as a download would.
+    func fillGaps(_ file: PartialFile, kept: RangeSet<Int64>, _ content: [UInt8]) {
+        for gap in RangeSet(0..<Int64(content.count)).subtracting(kept).ranges {
+            content.withUnsafeBytes {
+                file.append(UnsafeRawBufferPointer(rebasing: $0[Int(gap.lowerBound)..<Int(gap.upperBound)]), at: gap.lowerBound)
+            }
+        }
+    }
+
     func partial(_ directory: TemporaryDirectory) -> [UInt8] {
         [UInt8](FileManager.default.contents(atPath: directory.path("f.part")) ?? Data())
     }
@@ -114,11 +131,11 @@ struct CrashJournalTests {
                 try truncate(dataPath, to: content.count)
             }
             let (file, _) = try reopen(directory)
-            let kept = Int(file.writtenEnd)
-            #expect(kept >= verified, "trial \(trial), \(what)")
-            #expect(kept <= content.count)
-            #expect(difference(partial(directory), content[..<kept]) == nil, "trial \(trial), \(what): kept \(kept) of \(content.count)")
-            content.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[kept...]), at: Int64(kept)) }
+            let kept = file.written
+            #expect(Int(file.writtenEnd) >= verified, "trial \(trial), \(what)")
+            #expect((kept.ranges.last?.upperBound ?? 0) <= Int64(content.count))
+            #expect(mismatch(kept, in: partial(directory), content) == nil, "trial \(trial), \(what): kept \(kept) of \(content.count)")
+            fillGaps(file, kept: kept, content)
             let url = try await file.complete(totalLength: Int64(content.count), expectedLength: nil)
             #expect(difference([UInt8](FileManager.default.contents(atPath: url.path) ?? Data()), content[...]) == nil, "trial \(trial), \(what)")
         }
@@ -192,6 +209,158 @@ struct CrashJournalTests {
             let url = try await file.complete(totalLength: Int64(content.count), expectedLength: nil)
             #expect(difference([UInt8](FileManager.default.contents(atPath: url.path) ?? Data()), content[...]) == nil, "\(attack)")
             #expect(FileManager.default.contents(atPath: outside) == Data("keep me".utf8), "\(attack)")
+        }
+    }
+
+    // MARK: segments
+
+    /// Writes `content` as a segmented download would: `writers` connections, each from a
+    /// block-aligned start (the first at zero), interleaved in uneven chunks, with a checkpoint
+    /// when about `checkpoint` bytes are in; then drops everything as SIGKILL would. Returns the
+    /// record and how far each writer got.
+    func writeSegmentsAndKill(_ content: [UInt8], writers: Int, checkpoint: Int, stopAt: Double, record: ResumeRecord,
+                              directory: TemporaryDirectory, generator: inout SplitMix) async throws -> (ResumeRecord, [Range<Int>]) {
+        var file: PartialFile? = try PartialFile(record: record, stateDirectory: try directory.state(), limits: limits)
+        let share = content.count / writers / Self.block * Self.block
+        var starts = (0..<writers).map { $0 * share }
+        let ends = starts.dropFirst().map { $0 } + [content.count]
+        file!.setSeams(Set(starts.dropFirst().map { Int64($0) }))
+        var total = 0
+        var checkpointed = false
+        let limit = Int(Double(content.count) * stopAt)
+        while total < limit {
+            let writer = Int(generator.next() % UInt64(writers))
+            guard starts[writer] < ends[writer] else { continue }
+            let count = min(ends[writer] - starts[writer], 1 + Int(generator.next() % 100_000))
+            let offset = starts[writer]
+            content.withUnsafeBytes { file!.append(UnsafeRawBufferPointer(rebasing: $0[offset..<offset + count]), at: Int64(offset)) }
+            starts[writer] += count
+            total += count
+            if !checkpointed, total >= checkpoint {
+                try await file!.checkpoint()
+                checkpointed = true
+            }
+        }
+        await file!.settled()
+        file = nil
+        let reached = (0..<writers).map { index in (index * share)..<starts[index] }
+        return (try directory.readRecord(), reached)
+    }
+
+    @Test func segmentsWrittenOutOfOrderSurviveSIGKILLLosingAtMostABlockPerWriter() async throws {
+        var generator = SplitMix(seed: 40)
+        for trial in 0..<5 {
+            let directory = try TemporaryDirectory()
+            let content = Self.bytes(Self.block * 16 + Int(generator.next() % UInt64(Self.block)), seed: 400 + UInt64(trial))
+            let writers = 2 + trial % 5
+            var mine = record(in: directory)
+            mine.totalLength = Int64(content.count)
+            let (written, reached) = try await writeSegmentsAndKill(
+                content, writers: writers, checkpoint: Int(generator.next() % UInt64(content.count / 2)), stopAt: 0.7,
+                record: mine, directory: directory, generator: &generator)
+            // The seams were on record before any byte of the segments.
+            #expect(written.seamSet.count == writers - 1, "trial \(trial)")
+            let (file, reopened) = try reopen(directory)
+            let kept = file.written
+            #expect(kept.isSuperset(of: reopened.durable), "trial \(trial)")
+            #expect(mismatch(kept, in: partial(directory), content) == nil, "trial \(trial)")
+            // Each writer loses at most the partial block it was in.
+            var lost: Int64 = 0
+            for range in reached where !range.isEmpty {
+                let missing = RangeSet(Int64(range.lowerBound)..<Int64(range.upperBound)).subtracting(kept)
+                lost = max(lost, Self.count(missing))
+            }
+            #expect(lost < Int64(Self.block), "trial \(trial): a writer lost \(lost) bytes")
+            fillGaps(file, kept: kept, content)
+            let url = try await file.complete(totalLength: Int64(content.count), expectedLength: nil)
+            #expect(difference([UInt8](FileManager.default.contents(atPath: url.path) ?? Data()), content[...]) == nil, "trial \(trial)")
+        }
+    }
+
+    static func count(_ set: RangeSet<Int64>) -> Int64 { set.ranges.reduce(0) { $0 + $1.upperBound - $1.lowerBound } }
+
+    /// A block only partly written is never kept, whatever the rest of it holds on disk.
+    @Test func aBlockPartlyWrittenIsNeverKept() async throws {
+        let directory = try TemporaryDirectory()
+        let block = Self.block
+        let content = Self.bytes(block * 4, seed: 41)
+        // A crash left blocks 0 and 1 holding another version's bytes (never vouched for) and
+        // block 2 durable; the file is not cut before block 2, so the stale bytes stay on disk.
+        var onDisk = Self.bytes(block * 2, seed: 42)
+        onDisk += content[(block * 2)..<(block * 3)]
+        try Data(onDisk).write(to: URL(fileURLWithPath: directory.path("f.part")))
+        var mine = record(in: directory)
+        mine.totalLength = Int64(content.count)
+        mine.ranges = [[Int64(block * 2), Int64(block * 3)]]
+        try mine.write(to: try directory.state())
+        do {
+            let (file, _) = try reopen(directory)
+            #expect(file.written == RangeSet(Int64(block * 2)..<Int64(block * 3)))
+            // This run writes from the middle of block 0 to the end of block 1, then is killed.
+            content.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[(block / 2)..<(block * 2)]), at: Int64(block / 2)) }
+            await file.settled()
+        }
+        let (again, _) = try reopen(directory)
+        #expect(again.written == RangeSet(Int64(block)..<Int64(block * 3)),
+                "block 1 is whole and block 2 durable; block 0 is half this download's and half stale")
+        #expect(mismatch(again.written, in: partial(directory), content) == nil)
+    }
+
+    @Test func aSegmentedFileWithAnExpectedDigestVerifiesAndRefusesHoles() async throws {
+        let directory = try TemporaryDirectory()
+        let content = Self.bytes(Self.block * 9 + 1234, seed: 43)
+        var mine = record(in: directory)
+        mine.expectedSHA256 = SHA256.hex(Data(content))
+        let file = try PartialFile(record: mine, stateDirectory: try directory.state(), limits: limits)
+        // Three ranges written back to front, the middle one last.
+        let cuts = [0, Self.block * 3, Self.block * 6, content.count]
+        for index in [2, 0, 1] {
+            content.withUnsafeBytes {
+                file.append(UnsafeRawBufferPointer(rebasing: $0[cuts[index]..<cuts[index + 1]]), at: Int64(cuts[index]))
+            }
+        }
+        let url = try await file.complete(totalLength: Int64(content.count), expectedLength: nil)
+        #expect(difference([UInt8](FileManager.default.contents(atPath: url.path) ?? Data()), content[...]) == nil)
+
+        // The same with a range never written: the length is right, the file is not.
+        let other = try TemporaryDirectory()
+        var theirs = record(in: other)
+        theirs.expectedSHA256 = mine.expectedSHA256
+        let holed = try PartialFile(record: theirs, stateDirectory: try other.state(), limits: limits)
+        for index in [2, 0] {
+            content.withUnsafeBytes {
+                holed.append(UnsafeRawBufferPointer(rebasing: $0[cuts[index]..<cuts[index + 1]]), at: Int64(cuts[index]))
+            }
+        }
+        await #expect(throws: DownloadError.self) { _ = try await holed.complete(totalLength: Int64(content.count), expectedLength: nil) }
+    }
+
+    @Test func powerLossWithSegmentsNeverKeepsAWrongByte() async throws {
+        var generator = SplitMix(seed: 44)
+        for trial in 0..<12 {
+            let directory = try TemporaryDirectory()
+            let content = Self.bytes(Self.block * 8 + Int(generator.next() % UInt64(Self.block)), seed: 4_400 + UInt64(trial))
+            var mine = record(in: directory)
+            mine.totalLength = Int64(content.count)
+            let (written, _) = try await writeSegmentsAndKill(
+                content, writers: 2 + trial % 4, checkpoint: Int(generator.next() % UInt64(content.count / 2)), stopAt: 0.8,
+                record: mine, directory: directory, generator: &generator)
+            let dataPath = directory.path("f.part")
+            let journalPath = directory.path("state/\(BlockJournal.fileName(for: written.id))")
+            switch trial % 3 {
+            case 0: try zeroFill(dataPath, from: 0, generator: &generator)
+            case 1: try zeroFill(journalPath, from: 0, generator: &generator)
+            default: try truncate(dataPath, to: Int(generator.next() % UInt64(try fileSize(dataPath) + 1)))
+            }
+            var durable = written.durable
+            durable.formIntersection(RangeSet(0..<Int64(try fileSize(dataPath))))
+            let (file, _) = try reopen(directory)
+            // The durable bytes the file still holds are kept; zero-filling the data file damages
+            // durable bytes too (not a power loss after an fsync), so there only what the
+            // journal vouches for must match.
+            #expect(file.written.isSuperset(of: durable), "trial \(trial)")
+            let checked = trial % 3 == 0 ? file.written.subtracting(durable) : file.written
+            #expect(mismatch(checked, in: partial(directory), content) == nil, "trial \(trial)")
         }
     }
 

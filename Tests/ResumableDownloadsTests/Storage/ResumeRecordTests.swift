@@ -75,6 +75,18 @@ struct ResumeRecordTests {
         ("a short digest", { @Sendable (r: inout ResumeRecord) in r.expectedSHA256 = "ab" }),
         ("a negative expected length", { @Sendable (r: inout ResumeRecord) in r.expectedLength = -5 }),
         ("a header smuggled into If-Range", { @Sendable (r: inout ResumeRecord) in r.entityTag = "\"a\"\r\nX-Evil: 1" }),
+        ("ranges without a length", { @Sendable (r: inout ResumeRecord) in r.totalLength = nil; r.verifiedOffset = 0; r.ranges = [[10, 20]] }),
+        ("a range past the length", { @Sendable (r: inout ResumeRecord) in r.ranges = [[900, 1001]] }),
+        ("a range inside the prefix", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 100; r.ranges = [[50, 200]] }),
+        ("a range touching the prefix", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 100; r.ranges = [[100, 200]] }),
+        ("ranges out of order", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[500, 600], [100, 200]] }),
+        ("overlapping ranges", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[100, 300], [200, 400]] }),
+        ("an empty range", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[100, 100]] }),
+        ("a range of three numbers", { @Sendable (r: inout ResumeRecord) in r.verifiedOffset = 0; r.ranges = [[1, 2, 3]] }),
+        ("too many ranges", { @Sendable (r: inout ResumeRecord) in
+            r.totalLength = 1 << 40; r.verifiedOffset = 0; r.ranges = (1...1025).map { [Int64($0) * 10, Int64($0) * 10 + 5] } }),
+        ("a seam at zero", { @Sendable (r: inout ResumeRecord) in r.seams = [0] }),
+        ("a seam past the length", { @Sendable (r: inout ResumeRecord) in r.seams = [1000] }),
     ] as [(String, @Sendable (inout ResumeRecord) -> Void)])
     func rejectsRecordsThatDoNotHoldTogether(_ label: String, _ edit: @Sendable (inout ResumeRecord) -> Void) {
         let id = UUID()
@@ -82,6 +94,27 @@ struct ResumeRecordTests {
         #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: id)) }
         edit(&record)
         #expect(throws: ResumeRecord.Invalid.self, "\(label)") { try record.validate(name: ResumeRecord.fileName(for: id)) }
+    }
+
+    @Test func rangesAndSeamsRoundTripAndDescribeTheDurableBytes() throws {
+        let id = UUID()
+        var record = sample(id: id)
+        var durable = RangeSet<Int64>(0..<100)
+        durable.insert(contentsOf: 300..<400)
+        durable.insert(contentsOf: 700..<1000)
+        record.setDurable(durable)
+        record.seams = [300, 700]
+        #expect(record.verifiedOffset == 100)
+        #expect(record.ranges == [[300, 400], [700, 1000]])
+        #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: id)) }
+        let decoded = try ResumeRecord.decode(try ResumeRecord.encoder().encode(record))
+        #expect(decoded.durable == durable)
+        #expect(decoded.seamSet == [300, 700])
+        // Without a prefix every range is listed; one prefix alone lists none.
+        record.setDurable(RangeSet(200..<300))
+        #expect(record.verifiedOffset == 0 && record.ranges == [[200, 300]])
+        record.setDurable(RangeSet(0..<300))
+        #expect(record.verifiedOffset == 300 && record.ranges == nil)
     }
 
     @Test func atomicWriteReplacesAndLeavesNoTemporary() throws {

@@ -1,0 +1,886 @@
+import FoundationEssentials
+import ReachabilityBase
+
+/// Which byte ranges one download attempt fetches over which connections and paths, as a pure
+/// state machine: fed what the connections did (a response accepted, bytes stored, a range
+/// finished, a connection lost), path changes and a periodic tick, it answers with the requests
+/// to open, the ends to move and the connections to close. It touches no socket, file or clock.
+///
+/// The rules it holds:
+/// - **One connection until the server has shown it can do more.** Segments need a known length
+///   and either a strong validator or an expected SHA-256 (`allowsSegments`, decided by the
+///   executor from the first response or the resume data). The first extra connection is the
+///   test: its range must come back as a 206 with the right Content-Range and the same
+///   validator; anything else (`rangeRefused`) switches segments off for the attempt while the
+///   first connection carries on.
+/// - **Adaptive.** Connections are added in rounds, only while the rest of the download would
+///   take longer than `minimumRemainingTime` and the disk keeps up (no backpressure). A round adds
+///   a connection on a path not used yet, or doubles the connections of a path in use (quadruples
+///   them after a round whose connections each added nearly a whole one's rate); after the
+///   new connections have delivered for `evaluationWindow` it is kept when the aggregate rate grew
+///   by `newPathGain` of itself (a new path) or by `usefulGain` of the path's average connection
+///   for each connection added. Otherwise the added connections are closed and the path counts
+///   as full (tried again after `reprobeInterval`). A server with no per-connection cap gains
+///   nothing from a second connection, so a download from it keeps one.
+/// - **Work stealing.** A connection that finishes its range takes the first range nobody holds,
+///   else part of the range expected to finish last, split at `alignment` boundaries so both
+///   finish together at their measured rates, never leaving a piece under `minimumSegment` (in
+///   the tail, under `alignment`, and only from a holder busy for more than a window). A
+///   connection that reaches its end goes on in place when the bytes after it are free or held by
+///   one that has not delivered a byte yet (closed then: a server slow to answer new connections
+///   never holds up one that flows). A connection suspected of stalling, or on a path that went
+///   away, is closed and its range taken over at once. The last bytes never wait on one slow
+///   connection.
+/// - **Seams.** Where two responses meet, the one that comes second compares `seamOverlap`
+///   bytes across the boundary with the disk (a resume's overlap before its start, or the bytes
+///   past its end that its neighbour stored). Every range boundary is a seam until the executor
+///   reports it verified; a grown set is handed out (`seamsChanged`) before the requests that
+///   grew it, so it is kept with the resume data before their first byte; the attempt completes
+///   only once every seam was compared (left-over ones by small `verifySeam` requests). A
+///   mismatch restarts the download.
+/// - **Paths.** Cheap paths before expensive ones. An expensive path is tried only after the
+///   cheap ones stop gaining and dropped when its share falls under `newPathGain` of the total
+///   (with `ExpensiveUse.fallbackOnly`, used only while no cheap path is usable). A path that
+///   appears gets a connection at once.
+struct SegmentPlanner: Sendable {
+    typealias Instant = ContinuousClock.Instant
+
+    /// A way out of the host for a connection.
+    struct Path: Sendable, Hashable, CustomStringConvertible {
+        /// The interface connections are bound to (`SO_BINDTODEVICE` with its address); nil
+        /// follows the routing table.
+        var interface: String?
+        /// A cellular-like or metered path.
+        var isExpensive: Bool
+
+        init(interface: String?, isExpensive: Bool = false) {
+            self.interface = interface
+            self.isExpensive = isExpensive
+        }
+
+        /// The routing table's choice (no binding).
+        static let routingTable = Path(interface: nil)
+
+        var description: String { interface ?? "default" }
+    }
+
+    /// When expensive paths may carry connections (cheap ones always may).
+    enum ExpensiveUse: Sendable, Hashable {
+        /// Tried after the cheap paths stop gaining; kept while they add throughput.
+        case whenUseful
+        /// Only while no cheap path is usable.
+        case fallbackOnly
+    }
+
+    struct Configuration: Sendable, Hashable {
+        /// Most connections this download may hold at once (its share of the per-host cap).
+        var maximumConnections: Int
+        /// Split points are multiples of this (the block journal's block), so a block has one writer.
+        var alignment: Int64 = 256 << 10
+        /// No split leaves a connection less than this (except in the tail, see `SegmentPlanner`).
+        var minimumSegment: Int64 = 1 << 20
+        /// Bytes compared across a seam on each side.
+        var seamOverlap: Int64 = 16 << 10
+        /// How long new connections deliver before their round is judged, until the round trip
+        /// is known (then eight round trips within `minimumWindow`...`maximumWindow`).
+        var evaluationWindow: Duration = .milliseconds(300)
+        var minimumWindow: Duration = .milliseconds(150)
+        var maximumWindow: Duration = .seconds(1)
+        /// A round on a path in use is kept when each added connection raised the aggregate by at
+        /// least this share of the path's average connection before the round.
+        var usefulGain: Double = 0.5
+        /// A round that adds a path is kept when the aggregate grew by at least this share; an
+        /// expensive path whose share of the aggregate falls under it is dropped.
+        var newPathGain: Double = 0.1
+        /// No connection is added when the rest would take less than this at the current rate.
+        var minimumRemainingTime: Duration = .seconds(1)
+        /// How long an added connection may take to deliver its first byte before its round is
+        /// judged without it.
+        var firstByteTimeout: Duration = .seconds(2)
+        /// A full path (or a dropped expensive one) is tried again after this.
+        var reprobeInterval: Duration = .seconds(10)
+        /// No connection is added before the attempt has run this long (after a failed attempt:
+        /// a server that just dropped a connection has not shown it serves more).
+        var growthDelay: Duration = .zero
+        var expensiveUse: ExpensiveUse = .whenUseful
+
+        init(maximumConnections: Int) {
+            self.maximumConnections = max(1, maximumConnections)
+        }
+    }
+
+    /// Whether this attempt may fetch ranges over several connections.
+    enum Capability: Sendable, Hashable {
+        /// No range answer seen yet.
+        case untested
+        /// A 206 with the right Content-Range and the download's validator came back.
+        case shown
+        /// Not in this attempt (a range was refused).
+        case refused
+    }
+
+    /// A request to open.
+    struct Request: Sendable, Hashable {
+        var connection: Int
+        var path: Path
+        /// The bytes this connection stores (the executor adds the overlaps before and after).
+        var range: Range<Int64>
+    }
+
+    /// How a connection ended.
+    enum Ending: Sendable, Hashable {
+        /// Its range is stored and its request is over.
+        case finished
+        /// The transport failed; `delivered` tells whether it had stored any byte.
+        case transport(delivered: Bool)
+        /// The server said it is busy (5xx, 408, 429): it wants fewer connections.
+        case serverBusy
+        /// The server answered the range with something other than the range (a 200, another
+        /// range, a missing or different validator, another length): no more segments.
+        case rangeRefused
+        /// Closed on the planner's request.
+        case closed
+        /// The attempt cannot go on (HTTP 4xx, write failure, ...): it ends with this
+        /// connection's result.
+        case fatal
+    }
+
+    enum Input: Sendable, Hashable {
+        /// The attempt starts: what is stored, the unverified seams kept with it, the length when
+        /// known, whether segments are allowed when that is already known (a resume), the usable
+        /// paths best first.
+        case start(stored: RangeSet<Int64>, seams: Set<Int64>, total: Int64?, allowsSegments: Bool?, paths: [Path])
+        /// A connection's response was accepted. `isRange`: a 206 for the range asked;
+        /// `allowsSegments`: whether the response allows splitting (strong validator or an
+        /// expected checksum, a length, ranges not refused); the first answer decides.
+        case accepted(connection: Int, total: Int64?, isRange: Bool, allowsSegments: Bool)
+        /// A connection stored everything up to its end (the executor asks before going past it).
+        case reachedEnd(connection: Int)
+        case ended(connection: Int, Ending)
+        /// The bytes on both sides of `at` were compared and agree.
+        case seamVerified(at: Int64)
+        /// The bytes across a seam (or a resume overlap) differ: the pieces are not one version.
+        case seamMismatch(at: Int64)
+        /// A connection received nothing for longer than its pace explains.
+        case stallSuspected(connection: Int)
+        /// The usable paths, best first (already filtered by policy).
+        case pathsChanged([Path])
+        /// The disk fell behind (the writer paused a transfer): more connections would not help.
+        case backpressure
+        /// The only connection's answer was the whole entity (a 200 to a resume): everything
+        /// stored is being replaced by its body, from zero.
+        case restartedInPlace(connection: Int, total: Int64?, allowsSegments: Bool)
+        /// How many connections this download may hold now: its share of the per-host bound,
+        /// which other downloads to the same server take from. Connections over it are closed.
+        case allowance(Int)
+        /// A connection to the server took this long to set up (about a round trip).
+        case roundTrip(Duration)
+        case tick
+    }
+
+    enum Action: Sendable, Hashable {
+        case open(Request)
+        /// Move a running connection's end: shrink it for a thief, or extend it in place.
+        case setEnd(connection: Int, end: Int64)
+        /// Abort a connection; its remaining range is free again.
+        case close(connection: Int)
+        /// Fetch `request.range` (the seam `at` with `seamOverlap` on each side) and compare it
+        /// with the disk, storing nothing.
+        case verifySeam(Request, at: Int64)
+        /// The unverified seams grew; keep them with the resume data before the next byte.
+        case seamsChanged(Set<Int64>)
+        /// Every byte is stored and every seam verified.
+        case complete
+        /// Nothing can continue: end the attempt with this connection's result.
+        case endAttempt(connection: Int)
+        /// The stored pieces are not one version: start over.
+        case restart(reason: String)
+    }
+
+    /// One open request.
+    struct Connection: Sendable, Hashable {
+        var id: Int
+        var path: Path
+        /// Its first byte.
+        var start: Int64
+        /// The next byte it stores.
+        var position: Int64
+        /// One past its last byte.
+        var end: Int64
+        /// One past the last byte its request covers: it can extend up to here without a new request.
+        var coveredEnd: Int64
+        var openedAt: Instant
+        var firstByteAt: Instant?
+        var lastByteAt: Instant?
+        var meter = ThroughputWindow()
+        /// A seam check: compares, stores nothing. `seam` is the boundary it checks.
+        var seam: Int64?
+
+        var remaining: Int64 { max(0, end - position) }
+        var isSeamCheck: Bool { seam != nil }
+    }
+
+    private struct Round: Sendable, Hashable {
+        var path: Path
+        var isNewPath: Bool
+        /// The aggregate and the path's rate before, and the path's connection count.
+        var before: Double
+        var pathBefore: Double
+        var pathCountBefore: Int
+        var added: [Int]
+        var startedAt: Instant
+        /// When the last added connection delivered its first byte.
+        var measuredFrom: Instant?
+    }
+
+    let configuration: Configuration
+    private(set) var total: Int64?
+    /// Bytes stored (by this attempt's connections or before it).
+    private(set) var stored = RangeSet<Int64>()
+    /// Range boundaries not yet compared across.
+    private(set) var seams = Set<Int64>()
+    private(set) var capability: Capability = .untested
+    /// Whether splitting is allowed (nil until the first answer or the resume data says).
+    private(set) var allowsSegments: Bool?
+    private(set) var paths: [Path] = [.routingTable]
+    private(set) var connections: [Int: Connection] = [:]
+    /// Connections each path should hold.
+    private(set) var targets: [Path: Int] = [:]
+    /// Paths that gained nothing from their last round, and since when.
+    private var fullPaths: [Path: Instant] = [:]
+    private var round: Round?
+    private var meter = ThroughputWindow()
+    private var pathMeters: [Path: ThroughputWindow] = [:]
+    /// When the connection set last changed.
+    private var changedAt: Instant?
+    private var lastBackpressure: Instant?
+    private var nextID = 1
+    private var isStarted = false
+    private var startedAt: Instant?
+    private(set) var isComplete = false
+    /// Shrinks decided while choosing ranges, emitted before the requests that take the bytes.
+    private var shrinks: [Action] = []
+    /// The connections the server last served before it said it was busy: growth past it goes
+    /// one connection a round.
+    private var serverLimit: Int?
+    /// Paths whose connection went silent while others delivered (a path that fails without the
+    /// kernel knowing): tried again after `stalledReprobe`, not `reprobeInterval`.
+    private var stalledPaths = Set<Path>()
+    static let stalledReprobe: Duration = .seconds(1)
+
+    /// Connections lost while delivering, waiting to be replaced (`transport` endings).
+    private var lost: [(path: Path, at: Instant)] = []
+    /// How long a lost connection waits for evidence that the others still get through.
+    static let replacementDelay: Duration = .milliseconds(150)
+
+    /// Failed checks per seam.
+    private var seamCheckFailures: [Int64: Int] = [:]
+    /// This download's share of the per-host bound (`allowance`).
+    private(set) var allowance = Int.max
+
+    /// The round trip to the server, once a connection measured it (`roundTrip`).
+    private var roundTrip: Duration?
+
+    /// How long a connection count is measured: `evaluationWindow` until the round trip is
+    /// known, then eight round trips (a new TCP connection needs several to reach its rate),
+    /// within `minimumWindow` and `maximumWindow`.
+    var window: Duration {
+        guard let roundTrip else { return configuration.evaluationWindow }
+        return min(configuration.maximumWindow, max(configuration.minimumWindow, roundTrip * 8))
+    }
+
+    /// Most connections now: the configured maximum within the allowance.
+    var maximumConnections: Int { max(1, min(configuration.maximumConnections, allowance)) }
+    /// How many times over the next round multiplies a path's connections: 2, or 4 after a round
+    /// whose connections each added nearly a whole average connection (a per-connection cap).
+    private var growthFactor = 2
+
+    init(configuration: Configuration) {
+        self.configuration = configuration
+    }
+
+    /// Bytes stored so far.
+    var storedBytes: Int64 { stored.ranges.reduce(0) { $0 + ($1.upperBound - $1.lowerBound) } }
+
+    /// Data connections open now (seam checks not counted).
+    var connectionCount: Int { connections.values.filter { !$0.isSeamCheck }.count }
+
+    /// The paths that carry connections now, best first.
+    var activePaths: [Path] { paths.filter { path in connections.values.contains { $0.path == path } } }
+
+    /// Whether ranges are being split over several connections (or may be).
+    var isSegmenting: Bool {
+        capability != .refused && allowsSegments == true && total != nil && configuration.maximumConnections > 1
+    }
+
+    /// The aggregate rate over the evaluation window.
+    func bytesPerSecond(at now: Instant) -> Double { meter.bytesPerSecond(over: window, at: now) }
+
+    /// The bytes of the entity nobody holds and nobody stored.
+    var unassigned: RangeSet<Int64> {
+        var free = RangeSet<Int64>(0..<(total ?? Int64.max))
+        free.subtract(stored)
+        for connection in connections.values where !connection.isSeamCheck && connection.end > connection.position {
+            free.remove(contentsOf: connection.position..<connection.end)
+        }
+        return free
+    }
+
+    // MARK: accounting (hot: called for every gathered chunk, no actions)
+
+    /// Connection `id` stored bytes up to `position`.
+    mutating func record(position: Int64, of id: Int, at now: Instant) {
+        guard var connection = connections[id], !connection.isSeamCheck, position > connection.position else { return }
+        let count = position - connection.position
+        if connection.firstByteAt == nil {
+            connection.firstByteAt = now
+            if let round, round.added.contains(id),
+               round.added.allSatisfy({ $0 == id || connections[$0]?.firstByteAt != nil || connections[$0] == nil }) {
+                self.round?.measuredFrom = now
+            }
+        }
+        stored.insert(contentsOf: connection.position..<position)
+        connection.position = position
+        connection.lastByteAt = now
+        connection.meter.add(count, at: now)
+        connections[id] = connection
+        meter.add(count, at: now)
+        pathMeters[connection.path, default: ThroughputWindow()].add(count, at: now)
+    }
+
+    // MARK: inputs
+
+    mutating func handle(_ input: Input, now: Instant) -> [Action] {
+        switch input {
+        case .start(let stored, let seams, let total, let allowsSegments, let paths):
+            guard !isStarted else { return [] }
+            isStarted = true
+            self.stored = stored
+            self.seams = seams
+            self.total = total
+            self.allowsSegments = allowsSegments.map { $0 && total != nil }
+            self.paths = paths
+            startedAt = now
+            meter.mark(at: now)
+            if let first = preferredPaths.first { targets = [first: 1] }
+            return fill(now: now)
+
+        case .accepted(let id, let total, let isRange, let allows):
+            guard let connection = connections[id] else { return [] }
+            if self.total == nil, let total {
+                self.total = total
+                for key in connections.keys {
+                    connections[key]!.end = min(connections[key]!.end, total)
+                    connections[key]!.coveredEnd = min(connections[key]!.coveredEnd, total)
+                }
+            }
+            if allowsSegments == nil { allowsSegments = allows && self.total != nil }
+            if isRange, capability == .untested, connection.start > 0 { capability = .shown }
+            return []
+
+        case .reachedEnd(let id):
+            return reachedEnd(id)
+
+        case .ended(let id, let ending):
+            return ended(id, ending, now: now)
+
+        case .seamVerified(let offset):
+            guard seams.remove(offset) != nil else { return [] }
+            return connectionCount == 0 ? finishIfDone(now: now) : []
+
+        case .seamMismatch(let offset):
+            return closeAll() + [.restart(reason:
+                "the bytes at offset \(offset) differ between two responses: the server sends different versions on different connections")]
+
+        case .stallSuspected(let id):
+            return stallSuspected(id, now: now)
+
+        case .pathsChanged(let paths):
+            return pathsChanged(paths, now: now)
+
+        case .backpressure:
+            lastBackpressure = now
+            return []
+
+        case .restartedInPlace(let id, let total, let allows):
+            guard var connection = connections[id], connectionCount == 1 else { return [] }
+            self.total = total
+            allowsSegments = allows && total != nil
+            capability = .untested
+            stored = RangeSet()
+            seams = []
+            connection.start = 0
+            connection.position = 0
+            connection.end = total ?? Int64.max
+            connection.coveredEnd = connection.end
+            connections = [id: connection]
+            round = nil
+            changedAt = now
+            return [.seamsChanged([])]
+
+        case .allowance(let count):
+            allowance = max(1, count)
+            return shed(now: now)
+
+        case .roundTrip(let duration):
+            // The smallest seen: queueing behind other connections only adds to it.
+            if duration > .zero { roundTrip = min(roundTrip ?? duration, duration) }
+            return []
+
+        case .tick:
+            return tick(now: now)
+        }
+    }
+
+    // MARK: paths
+
+    /// Usable paths in the order connections go to them: cheap ones first, then expensive ones
+    /// (none with `fallbackOnly` while a cheap one is usable).
+    private var preferredPaths: [Path] {
+        let cheap = paths.filter { !$0.isExpensive }
+        if configuration.expensiveUse == .fallbackOnly, !cheap.isEmpty { return cheap }
+        return cheap + paths.filter(\.isExpensive)
+    }
+
+    private func count(on path: Path) -> Int {
+        connections.values.filter { $0.path == path && !$0.isSeamCheck }.count
+    }
+
+    private func rate(of connection: Connection, at now: Instant) -> Double {
+        connection.meter.bytesPerSecond(over: window * 2, at: now)
+    }
+
+    // MARK: opening
+
+    /// Opens connections until every path holds its target (within the maximum): free ranges
+    /// first, then stolen parts. The grown seam set comes first, then the shrinks, then the opens.
+    private mutating func fill(now: Instant) -> [Action] {
+        let seamsBefore = seams
+        var opens: [Request] = []
+        for path in preferredPaths {
+            while count(on: path) < (targets[path] ?? 0), connectionCount < maximumConnections,
+                  let request = nextRequest(on: path, now: now) {
+                opens.append(request)
+            }
+        }
+        // A thief may have split a connection opened in this same batch: its request goes out
+        // with the shorter range instead of a shrink before it exists.
+        var stolen: [Action] = []
+        for case .setEnd(let victim, let end) in shrinks {
+            if let index = opens.firstIndex(where: { $0.connection == victim }) {
+                opens[index].range = opens[index].range.lowerBound..<end
+                connections[victim]!.coveredEnd = min(total ?? Int64.max, end + configuration.seamOverlap)
+            } else {
+                stolen.append(.setEnd(connection: victim, end: end))
+            }
+        }
+        shrinks = []
+        if opens.isEmpty, connectionCount == 0 { return finishIfDone(now: now) }
+        return (seams != seamsBefore ? [.seamsChanged(seams)] : []) + stolen + opens.map { .open($0) }
+    }
+
+    /// The next range for a new connection on `path`: the first free range, else a stolen part.
+    private mutating func nextRequest(on path: Path, now: Instant) -> Request? {
+        let limit = total ?? Int64.max
+        if let gap = unassigned.ranges.first, gap.lowerBound < limit {
+            // Without segments only one connection runs, fetching to the gap's end.
+            guard connectionCount == 0 || isSegmenting else { return nil }
+            return open(path: path, range: gap.lowerBound..<gap.upperBound, now: now)
+        }
+        guard isSegmenting, capability == .shown || connectionCount == 1,
+              let (victim, split) = stealTarget(for: path, now: now) else { return nil }
+        let oldEnd = connections[victim]!.end
+        connections[victim]!.end = split
+        shrinks.append(.setEnd(connection: victim, end: split))
+        return open(path: path, range: split..<oldEnd, now: now)
+    }
+
+    private mutating func open(path: Path, range: Range<Int64>, now: Instant, seam: Int64? = nil) -> Request {
+        let id = nextID
+        nextID += 1
+        let limit = total ?? Int64.max
+        let covered = range.upperBound >= limit ? limit : min(limit, range.upperBound + configuration.seamOverlap)
+        var connection = Connection(id: id, path: path, start: range.lowerBound, position: range.lowerBound,
+                                    end: range.upperBound, coveredEnd: covered, openedAt: now, seam: seam)
+        connection.meter.mark(at: now)
+        connections[id] = connection
+        if seam == nil {
+            if range.lowerBound > 0 { seams.insert(range.lowerBound) }
+            if range.upperBound < limit { seams.insert(range.upperBound) }
+        }
+        return Request(connection: id, path: path, range: range)
+    }
+
+    /// The connection expected to finish last and where to split it: so that it and a thief at
+    /// the thief's expected rate (its path's average connection, else everyone's) end together.
+    /// Without measured rates both are taken as equal.
+    private func stealTarget(for path: Path, now: Instant) -> (Int, Int64)? {
+        let running = connections.values.filter { !$0.isSeamCheck }
+        let rates = running.map { rate(of: $0, at: now) }
+        let onPath = running.filter { $0.path == path }.map { rate(of: $0, at: now) }
+        let measured = (onPath.isEmpty ? rates : onPath).filter { $0 > 0 }
+        let thiefRate = measured.isEmpty ? 0 : measured.reduce(0, +) / Double(measured.count)
+        let isTail = unassigned.ranges.allSatisfy { $0.lowerBound >= (total ?? Int64.max) }
+        var best: (id: Int, split: Int64, finish: Double)?
+        for connection in running.sorted(by: { $0.id < $1.id }) {
+            let remaining = connection.remaining
+            guard remaining > 0 else { continue }
+            let holderRate = rate(of: connection, at: now)
+            let share = holderRate > 0 && thiefRate > 0 ? holderRate / (holderRate + thiefRate) : 0.5
+            let align = configuration.alignment
+            let split = (connection.position + Int64(Double(remaining) * share) + align - 1) / align * align
+            // In the tail (nothing left unassigned) pieces down to one block are taken from a
+            // holder that would otherwise still be busy for more than a window.
+            let busyFor = holderRate > 0 ? Double(remaining) / holderRate : .infinity
+            let seconds = Double(window.milliseconds) / 1000
+            let minimum = isTail && busyFor > seconds ? align : configuration.minimumSegment
+            guard split > connection.position, split < connection.end, connection.end - split >= minimum else { continue }
+            let finish = holderRate > 0 ? Double(remaining) / holderRate : Double(remaining)
+            if best == nil || finish > best!.finish { best = (connection.id, split, finish) }
+        }
+        return best.map { ($0.id, $0.split) }
+    }
+
+    // MARK: ending
+
+    private mutating func reachedEnd(_ id: Int) -> [Action] {
+        guard let connection = connections[id], !connection.isSeamCheck else { return [] }
+        stored.insert(contentsOf: connection.start..<connection.end)
+        connections[id]!.position = connection.end
+        guard connection.end < connection.coveredEnd else { return [] }
+        var actions: [Action] = []
+        if let thief = connections.values.first(where: { $0.start == connection.end && $0.firstByteAt == nil && !$0.isSeamCheck }) {
+            // The connection that took the bytes after this end has not delivered one yet (slow
+            // to answer, or not answering): this one is already flowing, so it goes on and the
+            // other is closed.
+            connections.removeValue(forKey: thief.id)
+            if var round, round.added.contains(thief.id) {
+                round.added.removeAll { $0 == thief.id }
+                self.round = round.added.isEmpty ? nil : round
+            }
+            actions.append(.close(connection: thief.id))
+        }
+        // Extend in place when the bytes after its end are free and its request covers them.
+        guard let next = unassigned.ranges.first(where: { $0.lowerBound == connection.end }) else { return actions }
+        let end = min(connection.coveredEnd, next.upperBound)
+        connections[id]!.end = end
+        seams.remove(connection.end)
+        if end < (total ?? Int64.max) { seams.insert(end) }
+        return actions + [.setEnd(connection: id, end: end)]
+    }
+
+    private mutating func ended(_ id: Int, _ ending: Ending, now: Instant) -> [Action] {
+        guard let connection = connections.removeValue(forKey: id) else { return [] }
+        if ending != .finished { changedAt = now }
+        if let seam = connection.seam {
+            // A seam check. One that failed leaves its seam and is tried again, twice; then (or
+            // with nothing else running) the attempt ends with its result, and the download's
+            // machine decides what next.
+            if ending == .finished { seams.remove(seam) }
+            if ending != .finished, ending != .closed {
+                seamCheckFailures[seam, default: 0] += 1
+                if seamCheckFailures[seam, default: 0] > 2 || connections.isEmpty {
+                    return closeAll() + [.endAttempt(connection: id)]
+                }
+            }
+            return finishIfDone(now: now)
+        }
+        if ending == .finished {
+            if total == nil {
+                // A response of unknown length that ended cleanly: its end is the entity's.
+                stored.insert(contentsOf: connection.start..<connection.position)
+                total = connection.position
+            } else {
+                stored.insert(contentsOf: connection.start..<connection.end)
+            }
+        }
+        if connection.position > connection.start, connection.position < connection.end {
+            // Whoever continues from here starts a new response: a seam (its overlap verifies it).
+            seams.insert(connection.position)
+        }
+        if var round, round.added.contains(id) {
+            round.added.removeAll { $0 == id }
+            self.round = round.added.isEmpty ? nil : round
+        }
+        switch ending {
+        case .finished, .closed:
+            break
+        case .rangeRefused:
+            capability = .refused
+            targets = [:]
+            if let path = preferredPaths.first { targets[path] = 1 }
+        case .serverBusy:
+            serverLimit = connectionCount
+            lowerTargets(to: connectionCount, now: now)
+        case .transport(let delivered):
+            // A connection that never delivered is not replaced (the server wants fewer, or the
+            // path does not carry it). One that was delivering is replaced only once another
+            // connection delivers after it was lost (`replacementDelay` later): when the server or
+            // the path failed, the others fail too, and the download's machine decides (a wait
+            // for the server, a backoff) instead of a burst of new connections.
+            if delivered {
+                targets[connection.path] = max(0, (targets[connection.path] ?? 1) - 1)
+                lost.append((connection.path, now))
+            } else {
+                lowerTargets(to: connectionCount, now: now)
+            }
+        case .fatal:
+            return closeAll() + [.endAttempt(connection: id)]
+        }
+        if connectionCount == 0 {
+            if let total, stored.isSuperset(of: RangeSet(0..<total)) || total == 0 { return finishIfDone(now: now) }
+            if ending != .finished, ending != .closed, ending != .rangeRefused { return closeAll() + [.endAttempt(connection: id)] }
+            // Nothing runs: at least one connection must (a target lowered to zero, a closed path).
+            if let path = preferredPaths.first, targets.values.reduce(0, +) == 0 { targets[path] = 1 }
+        }
+        return fill(now: now)
+    }
+
+    /// Holds the connections running now (at least one) and marks every path full.
+    private mutating func lowerTargets(to count: Int, now: Instant) {
+        var left = max(1, count)
+        for path in preferredPaths {
+            let keep = min(self.count(on: path), left)
+            targets[path] = keep
+            left -= keep
+            fullPaths[path] = now
+        }
+        if targets.values.reduce(0, +) == 0, let path = preferredPaths.first { targets[path] = 1 }
+    }
+
+    private mutating func closeAll() -> [Action] {
+        let ids = connections.keys.sorted()
+        connections = [:]
+        round = nil
+        return ids.map { .close(connection: $0) }
+    }
+
+    /// Completes once every byte is stored and no seam is left; checks left-over seams first,
+    /// as many at once as the maximum allows.
+    private mutating func finishIfDone(now: Instant) -> [Action] {
+        guard !isComplete, let total, stored.isSuperset(of: RangeSet(0..<total)) || total == 0, connectionCount == 0 else { return [] }
+        let pending = seams.filter { $0 > 0 && $0 < total }.sorted()
+        if pending.isEmpty {
+            guard connections.isEmpty else { return [] }
+            isComplete = true
+            return [.complete]
+        }
+        let checking = Set(connections.values.compactMap(\.seam))
+        guard let path = preferredPaths.first else { return [] }
+        var actions: [Action] = []
+        for seam in pending where !checking.contains(seam) && connections.count < maximumConnections {
+            let range = max(0, seam - configuration.seamOverlap)..<min(total, seam + configuration.seamOverlap)
+            actions.append(.verifySeam(open(path: path, range: range, now: now, seam: seam), at: seam))
+        }
+        return actions
+    }
+
+    /// Closes the newest connections over the maximum (their ranges go to whoever reaches them).
+    private mutating func shed(now: Instant) -> [Action] {
+        var actions: [Action] = []
+        let running = connections.values.filter { !$0.isSeamCheck }.sorted { $0.id > $1.id }
+        for connection in running.prefix(max(0, running.count - maximumConnections)) {
+            connections.removeValue(forKey: connection.id)
+            if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
+            targets[connection.path] = max(0, (targets[connection.path] ?? 1) - 1)
+            actions.append(.close(connection: connection.id))
+        }
+        if !actions.isEmpty {
+            changedAt = now
+            if connectionCount == 0, let path = preferredPaths.first { targets[path] = 1 }
+        }
+        return actions
+    }
+
+    // MARK: stalls and paths
+
+    private mutating func stallSuspected(_ id: Int, now: Instant) -> [Action] {
+        // While other connections deliver, a silent one's range moves to a fresh connection at
+        // once (on another path when there is one). When none delivers, the server or the path
+        // is the problem, not this connection: the engine's race (and the download's wait for
+        // the server) decides.
+        guard let connection = connections[id], !connection.isSeamCheck, connectionCount > 1, isSegmenting,
+              connections.values.contains(where: { other in
+                  other.id != id && !other.isSeamCheck && other.meter.bytesPerSecond(over: .seconds(1), at: now) > 0
+              }) else { return [] }
+        connections.removeValue(forKey: id)
+        if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
+        changedAt = now
+        if let other = preferredPaths.first(where: { $0 != connection.path }) {
+            targets[connection.path] = max(0, (targets[connection.path] ?? 1) - 1)
+            targets[other, default: 0] += 1
+            fullPaths[connection.path] = now
+            stalledPaths.insert(connection.path)
+        }
+        return [.close(connection: id)] + fill(now: now)
+    }
+
+    private mutating func pathsChanged(_ newPaths: [Path], now: Instant) -> [Action] {
+        let old = Set(preferredPaths)
+        paths = newPaths
+        let usable = preferredPaths
+        var actions: [Action] = []
+        var lost = 0
+        // Connections on a path that is gone (or no longer to be used) are closed at once.
+        for connection in connections.values.sorted(by: { $0.id < $1.id }) where !usable.contains(connection.path) {
+            connections.removeValue(forKey: connection.id)
+            if !connection.isSeamCheck {
+                lost += 1
+                if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
+            }
+            actions.append(.close(connection: connection.id))
+        }
+        for path in Array(targets.keys) where !usable.contains(path) { targets[path] = nil }
+        for path in Array(fullPaths.keys) where !usable.contains(path) { fullPaths[path] = nil }
+        if let round, !usable.contains(round.path) { self.round = nil }
+        changedAt = now
+        guard let first = usable.first else { return actions }
+        // A path that just appeared gets a connection at once (when segments allow a second);
+        // what was lost moves to the remaining paths.
+        for path in usable where !old.contains(path) && (isSegmenting || connectionCount == 0) {
+            targets[path] = max(targets[path] ?? 0, 1)
+            if lost > 0 { lost -= 1 }
+        }
+        if lost > 0 { targets[first, default: 0] += isSegmenting ? lost : (connectionCount == 0 ? 1 : 0) }
+        if connectionCount == 0, targets.values.reduce(0, +) == 0 { targets[first] = 1 }
+        return actions + fill(now: now)
+    }
+
+    // MARK: growth
+
+    private mutating func tick(now: Instant) -> [Action] {
+        guard isStarted, !isComplete else { return [] }
+        var actions: [Action] = []
+        if let round { actions += judge(round, now: now) }
+        for (path, since) in fullPaths where now - since >= (stalledPaths.contains(path) ? Self.stalledReprobe : configuration.reprobeInterval) {
+            fullPaths[path] = nil
+            stalledPaths.remove(path)
+        }
+        lost = lost.filter { entry in
+            guard now - entry.at >= Self.replacementDelay else { return true }
+            if connections.values.contains(where: { ($0.lastByteAt ?? entry.at) > entry.at && !$0.isSeamCheck }),
+               preferredPaths.contains(entry.path) {
+                targets[entry.path, default: 0] += 1
+            }
+            return false
+        }
+        actions += dropUselessExpensive(now: now)
+        if round == nil, isSegmenting, settled(now: now) { actions += grow(now: now) }
+        return actions + fill(now: now)
+    }
+
+    /// Whether the connection count has held for a window and the aggregate rate was measured
+    /// over one (a connection that replaced one that finished its range does not count as a change).
+    private func settled(now: Instant) -> Bool {
+        guard meter.total > 0, let first = connections.values.compactMap(\.firstByteAt).min(),
+              now - first >= window else { return false }
+        return changedAt.map { now - $0 >= window } ?? true
+    }
+
+    /// The next path to grow on: an unused cheap path, then a cheap one to double, then the same
+    /// for expensive paths; none that is full.
+    private func nextGrowthPath() -> Path? {
+        let candidates = preferredPaths.filter { fullPaths[$0] == nil }
+        let cheap = candidates.filter { !$0.isExpensive }, expensive = candidates.filter(\.isExpensive)
+        return cheap.first { count(on: $0) == 0 } ?? cheap.first
+            ?? expensive.first { count(on: $0) == 0 } ?? expensive.first
+    }
+
+    /// Starts a round on the next path that may still gain.
+    private mutating func grow(now: Instant) -> [Action] {
+        guard let total, connectionCount < maximumConnections else { return [] }
+        if let startedAt, now - startedAt < configuration.growthDelay { return [] }
+        let rate = bytesPerSecond(at: now)
+        guard rate > 0 else { return [] }
+        let seconds = Double(total - storedBytes) / rate
+        guard seconds * 1000 >= Double(configuration.minimumRemainingTime.milliseconds) else { return [] }
+        if let lastBackpressure, now - lastBackpressure < window * 2 { return [] }
+        // Until a range answer has come back, one extra connection tests the server.
+        guard capability == .shown || connectionCount == 1, let path = nextGrowthPath() else { return [] }
+        let onPath = count(on: path)
+        var add = min(max(1, onPath * (growthFactor - 1)), maximumConnections - connectionCount,
+                      capability == .shown ? Int.max : 1)
+        if let serverLimit, connectionCount + add > serverLimit { add = 1 }
+        let pathRate = pathMeters[path]?.bytesPerSecond(over: window, at: now) ?? 0
+        targets[path] = onPath + add
+        let before = Set(connections.keys)
+        let actions = fill(now: now)
+        let added = connections.keys.filter { !before.contains($0) }.sorted()
+        guard !added.isEmpty else {
+            // Nothing left to split: this path cannot take more.
+            targets[path] = onPath
+            fullPaths[path] = now
+            return actions
+        }
+        round = Round(path: path, isNewPath: onPath == 0, before: rate, pathBefore: pathRate, pathCountBefore: onPath,
+                      added: added, startedAt: now)
+        changedAt = now
+        return actions
+    }
+
+    /// Keeps a measured round, or closes what it added.
+    private mutating func judge(_ round: Round, now: Instant) -> [Action] {
+        let from: Instant
+        if let measured = round.measuredFrom {
+            from = measured
+        } else if now - round.startedAt >= configuration.firstByteTimeout {
+            from = now - window
+        } else {
+            return []
+        }
+        guard now - from >= window else { return [] }
+        self.round = nil
+        let after = bytesPerSecond(at: now)
+        let added = round.added.filter { connections[$0] != nil }
+        let gain = after - round.before
+        let needed = round.isNewPath
+            ? configuration.newPathGain * round.before
+            : configuration.usefulGain * round.pathBefore / Double(max(1, round.pathCountBefore)) * Double(added.count)
+        if !added.isEmpty, gain > 0, gain >= needed {
+            // Measured for a window already: the next round may start at once, and when every
+            // added connection carried nearly as much as the others, it grows faster.
+            changedAt = now - window
+            growthFactor = !round.isNewPath && gain >= 0.9 * needed / configuration.usefulGain ? 4 : 2
+            return []
+        }
+        growthFactor = 2
+        // Not worth it: the path is full; what the round added is closed (its ranges go to
+        // whoever reaches them first).
+        fullPaths[round.path] = now
+        // A path whose new connection never delivered is not full but failing: tried again soon.
+        if round.measuredFrom == nil { stalledPaths.insert(round.path) }
+        targets[round.path] = max(0, count(on: round.path) - added.count)
+        var actions: [Action] = []
+        for id in added {
+            guard let connection = connections.removeValue(forKey: id) else { continue }
+            if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
+            actions.append(.close(connection: id))
+        }
+        if connectionCount == 0, let path = preferredPaths.first { targets[path] = max(1, targets[path] ?? 0) }
+        // The count is back to what was measured before the round: the next path may be tried at once.
+        changedAt = now - window
+        return actions
+    }
+
+    /// An expensive path stays only while it carries at least `newPathGain` of the aggregate.
+    private mutating func dropUselessExpensive(now: Instant) -> [Action] {
+        guard round == nil, settled(now: now) else { return [] }
+        let total = bytesPerSecond(at: now)
+        guard total > 0 else { return [] }
+        var actions: [Action] = []
+        for path in preferredPaths where path.isExpensive && count(on: path) > 0 {
+            let share = (pathMeters[path]?.bytesPerSecond(over: window, at: now) ?? 0) / total
+            guard share < configuration.newPathGain, preferredPaths.contains(where: { !$0.isExpensive }) else { continue }
+            for connection in connections.values.sorted(by: { $0.id < $1.id }) where connection.path == path {
+                connections.removeValue(forKey: connection.id)
+                if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
+                actions.append(.close(connection: connection.id))
+            }
+            targets[path] = 0
+            fullPaths[path] = now
+            if let cheap = preferredPaths.first(where: { !$0.isExpensive }) { targets[cheap] = max(1, targets[cheap] ?? 0) }
+        }
+        if !actions.isEmpty { changedAt = now }
+        return actions
+    }
+}

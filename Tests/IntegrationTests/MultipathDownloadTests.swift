@@ -1,0 +1,122 @@
+import TestSupport
+import Foundation
+import Testing
+@testable import ResumableDownloads
+
+/// One file over two uplinks: a client namespace with a wired uplink (eth1) and a cellular-like
+/// one (ww0: the `ww` prefix classifies it as cellular, hence expensive), both to one server,
+/// each shaped on the server side with `tc tbf` (no netem on this kernel), nginx unlimited.
+/// Bytes per uplink are the client's receive counters.
+@Suite("Multipath downloads", .serialized, .enabled(if: isRoot, rootReason),
+       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct MultipathDownloadTests {
+    typealias F = DownloadFixtures
+    static let size = 16 << 20
+
+    /// The lab: eth1 at 40 Mbit/s (default route, metric 100) and ww0 at 20 Mbit/s (metric 200).
+    static func lab(seed: UInt64) throws -> (OutageLab, Data) {
+        let net = try OutageLab(rate: "0")
+        // Each /32 address answers ARP only on its own interface (both sit on one bridge).
+        for key in ["net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.default.arp_ignore=1"] {
+            _ = try sh(["ip", "netns", "exec", net.client, "sysctl", "-qw", key])
+        }
+        try ip("-n \(net.client) route replace default via \(OutageLab.serverAddress) dev eth1 onlink metric 100")
+        try net.uplink("ww0", address: "10.88.0.3", metric: 200)
+        try shape(net, "peth1", "40mbit")
+        try shape(net, "pww0", "20mbit")
+        let content = F.randomData(count: size, seed: seed)
+        try net.serve(content, at: "file.bin")
+        return (net, content)
+    }
+
+    static func shape(_ net: OutageLab, _ device: String, _ rate: String) throws {
+        _ = try sh(["ip", "netns", "exec", net.server, "tc", "qdisc", "add", "dev", device, "root", "tbf",
+                    "rate", rate, "burst", "32kb", "latency", "20ms"])
+    }
+
+    /// Bytes `interface` received so far in the client namespace.
+    static func received(_ net: OutageLab, _ interface: String) -> Int {
+        Int(((try? sh(["ip", "netns", "exec", net.client, "cat", "/sys/class/net/\(interface)/statistics/rx_bytes"])) ?? "")
+            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+    }
+
+    /// Waits until `interface` received `bytes` more than `base`.
+    static func waitForTraffic(_ net: OutageLab, _ interface: String, beyond base: Int, bytes: Int,
+                               timeout: Duration) async -> Bool {
+        await F.wait(timeout: timeout) { received(net, interface) - base >= bytes }
+    }
+
+    @Test("two uplinks carry one file; the expensive one only while allowed")
+    func twoUplinks() async throws {
+        let (net, content) = try Self.lab(seed: 1811)
+        defer { net.close() }
+        let (wiredBase, cellularBase) = (Self.received(net, "eth1"), Self.received(net, "ww0"))
+        let cli = try net.download("file.bin")
+        #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)")
+        #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
+        let (wired, cellular) = (Self.received(net, "eth1") - wiredBase, Self.received(net, "ww0") - cellularBase)
+        #expect(cellular > Self.size / 8, "ww0 carried \(cellular) bytes, eth1 \(wired)\n\(cli.transcript)")
+        #expect(wired > Self.size / 2, "eth1 carried \(wired) bytes")
+        #expect(cli.lines.flatMap(EventSchemaValidator.problems).isEmpty, "\(cli.lines.flatMap(EventSchemaValidator.problems))")
+        // The connections event named both paths.
+        #expect(cli.events.contains { event in
+            guard event["event"] as? String == "connections", let paths = event["paths"] as? [[String: Any]] else { return false }
+            return Set(paths.compactMap { $0["interface"] as? String }) == ["eth1", "ww0"]
+        }, "\(cli.transcript)")
+    }
+
+    @Test("--no-expensive keeps the download on the cheap uplink")
+    func noExpensive() async throws {
+        let (net, content) = try Self.lab(seed: 1812)
+        defer { net.close() }
+        let cellularBase = Self.received(net, "ww0")
+        let cli = try net.download("file.bin", ["--no-expensive"])
+        #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)")
+        #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
+        // ARP and neighbour discovery only, never the file.
+        #expect(Self.received(net, "ww0") - cellularBase < 64 << 10)
+    }
+
+    @Test("--expensive-as-fallback: the expensive uplink carries the file only while the cheap one is gone")
+    func expensiveAsFallback() async throws {
+        let (net, content) = try Self.lab(seed: 1813)
+        defer { net.close() }
+        let cellularBase = Self.received(net, "ww0")
+        let cli = try net.download("file.bin", ["--expensive-as-fallback"])
+        #expect(await cli.waitForBytes(4 << 20, timeout: .seconds(20)), "\(cli.transcript)")
+        #expect(Self.received(net, "ww0") - cellularBase < 64 << 10, "ww0 used beside eth1")
+        try ip("-n \(net.client) link set eth1 down")
+        #expect(await Self.waitForTraffic(net, "ww0", beyond: cellularBase, bytes: 1 << 20, timeout: .seconds(10)),
+                "ww0 did not take over\n\(cli.transcript)")
+        #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)")
+        #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
+    }
+
+    /// The wired uplink goes down mid-download: its connections' ranges move to the cellular one
+    /// at once (no wait for the network, no gap), and when it comes back it is used again.
+    @Test("an uplink going down hands its ranges over at once; coming back, it is used again")
+    func uplinkCutAndRestored() async throws {
+        let (net, content) = try Self.lab(seed: 1814)
+        defer { net.close() }
+        let cellularBase = Self.received(net, "ww0")
+        let cli = try net.download("file.bin")
+        #expect(await Self.waitForTraffic(net, "ww0", beyond: cellularBase, bytes: 512 << 10, timeout: .seconds(20)),
+                "both uplinks were never in use\n\(cli.transcript)")
+        try ip("-n \(net.client) link set eth1 down")
+        let cut = ContinuousClock.now
+        // The cellular uplink keeps delivering; the download never waits for the network.
+        let atCut = Self.received(net, "ww0")
+        #expect(await Self.waitForTraffic(net, "ww0", beyond: atCut, bytes: 256 << 10, timeout: .seconds(2)))
+        #expect(ContinuousClock.now - cut < .seconds(2))
+        try ip("-n \(net.client) link set eth1 up")
+        try ip("-n \(net.client) route replace default via \(OutageLab.serverAddress) dev eth1 onlink metric 100")
+        let restored = ContinuousClock.now
+        let wiredAtRestore = Self.received(net, "eth1")
+        let usedAgain = await Self.waitForTraffic(net, "eth1", beyond: wiredAtRestore, bytes: 256 << 10, timeout: .seconds(5))
+        #expect(usedAgain || cli.bytesSeen == content.count, "eth1 not used again\n\(cli.transcript)")
+        if usedAgain { #expect(ContinuousClock.now - restored < .seconds(3)) }
+        #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)")
+        #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
+        #expect(cli.count("waiting") == 0, "\(cli.eventNames)")
+    }
+}
