@@ -85,6 +85,14 @@ let package = Package(
             name: "CCrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        // libsystemd's sd-bus: NetworkManager's and ModemManager's facts over the D-Bus system bus
+        // (LinuxReachability/SystemBus). Loaded with dlopen only when a system bus exists, like
+        // libcurl: no pkgConfig, so `-lsystemd` is not linked and a machine without a bus maps
+        // none of libsystemd's five dependent libraries.
+        .systemLibrary(
+            name: "CSystemdBus",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
         // Linux file-system calls Glibc's module lacks (renameat2) and variadic ones, as typed helpers.
         .systemLibrary(name: "CLinuxSystem"),
         // The one home for file-system system calls: typed descriptors and errno, checked
@@ -99,7 +107,7 @@ let package = Package(
         // MemberImportVisibility (SE-0444): a file sees only the extension members of modules it
         // imports itself, so a file importing FoundationEssentials cannot reach Foundation proper
         // (and link ICU into the CLI) through another file's `import Foundation`.
-        .target(name: "LinuxReachability", dependencies: ["CNetlink", "ReachabilityBase", "LinuxSystem"],
+        .target(name: "LinuxReachability", dependencies: ["CNetlink", "CSystemdBus", "ReachabilityBase", "LinuxSystem"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),

@@ -11,6 +11,9 @@ packages=(
   nginx-light openssl                    # integration tests start their own nginx (TLS too)
   python3                                # holds tun devices open in the VPN test
   python3-prometheus-client              # the real OpenMetrics/Prometheus parser the metrics tests use
+  libsystemd-dev                         # CSystemdBus (sd-bus headers; libsystemd0 is loaded at run time)
+  dbus-daemon python3-dbusmock python3-dbus  # a private system bus with mocked NetworkManager/ModemManager
+  python3-gi gir1.2-glib-2.0             # GLib's Gio.NetworkMonitor, the peer the NetworkManager tests agree with
   systemd                                # systemd-socket-activate (the agent's socket activation test)
 )
 for option in "$@"; do

@@ -96,19 +96,32 @@ public struct ConnectivityCheck: Sendable, Hashable {
 /// What the last connectivity check saw, for `status --explain`: not part of a path's identity
 /// (a repeated check with the same answer is not an update).
 public struct ConnectivityEvidence: Sendable, Hashable, Codable {
-    /// The probe URL.
+    /// Who answered.
+    public enum Source: String, Sendable, Hashable, Codable {
+        /// The monitor's own `ConnectivityCheck`.
+        case check
+        /// NetworkManager's connectivity check, read over D-Bus when no check of our own is
+        /// configured (`url` is then empty).
+        case networkManager = "NetworkManager"
+    }
+
+    /// The probe URL; empty for NetworkManager's answer.
     public var url: String
     /// When the answer below was obtained; nil while the first check runs.
     public var time: Date?
     /// What happened, e.g. `HTTP 204 from 10.77.9.1:80 via enp3s0 (10.77.1.2) in 3 ms`,
-    /// `timed out after 5 s connecting to 10.77.9.1:80`, `checking`.
+    /// `timed out after 5 s connecting to 10.77.9.1:80`, `checking`,
+    /// `NetworkManager: Ip4Connectivity=portal on wlp2s0`.
     public var answer: String
+    /// Who answered.
+    public var source: Source
 
     /// Creates evidence.
-    public init(url: String, time: Date?, answer: String) {
+    public init(url: String, time: Date?, answer: String, source: Source = .check) {
         self.url = url
         self.time = time
         self.answer = answer
+        self.source = source
     }
 }
 

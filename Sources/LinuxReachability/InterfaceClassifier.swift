@@ -60,11 +60,14 @@ public struct InterfaceFacts: Sendable, Hashable {
     public var driver: String?
     /// IFF_LOOPBACK.
     public var isLoopback: Bool
+    /// What a service managing the interface says it is (NetworkManager's DeviceType, a
+    /// ModemManager modem's data port); nil without one.
+    public var managerEvidence: ManagerEvidence?
 
     /// Creates a fact set.
     public init(name: String, hardwareType: UInt16 = HardwareType.ether, linkKind: String? = nil,
                 deviceType: String? = nil, hasWirelessDirectory: Bool = false, driver: String? = nil,
-                isLoopback: Bool = false) {
+                isLoopback: Bool = false, managerEvidence: ManagerEvidence? = nil) {
         self.name = name
         self.hardwareType = hardwareType
         self.linkKind = linkKind
@@ -72,6 +75,7 @@ public struct InterfaceFacts: Sendable, Hashable {
         self.hasWirelessDirectory = hasWirelessDirectory
         self.driver = driver
         self.isLoopback = isLoopback
+        self.managerEvidence = managerEvidence
     }
 }
 
@@ -97,13 +101,19 @@ public struct Classification: Sendable, Hashable {
     public var type: InterfaceType
     /// Human-readable evidence, e.g. `driver qmi_wwan (raw-IP modem)`.
     public var reason: String
+    /// Whether a user override decided it (it then decides the cost too, over NetworkManager).
+    var isOverride = false
 }
 
 /// Decides an interface's type from facts, strongest evidence first.
 ///
 /// Order: user override > uevent DEVTYPE (wlan, wwan) and `wireless`/`phy80211` > ARPHRD_PPP,
 /// ARPHRD_RAWIP, raw-IP modem drivers > USB-tethered phone drivers > tunnel link kinds >
-/// systemd predictable-name prefixes > virtual link kinds (veth, ifb) > ARPHRD_ETHER.
+/// NetworkManager's DeviceType or a ModemManager data port > systemd predictable-name prefixes >
+/// virtual link kinds (veth, ifb) > ARPHRD_ETHER.
+///
+/// NetworkManager's word ranks below the kernel's device facts on purpose: it calls a USB-tethered
+/// phone (`rndis_host`, `ipheth`) `ethernet`, which is true of the framing and wrong about the cost.
 public struct InterfaceClassifier: Sendable {
     /// User rules, first match wins.
     public var overrides: [ClassificationOverride]
@@ -130,7 +140,8 @@ public struct InterfaceClassifier: Sendable {
     /// Classifies one interface.
     public func classify(_ facts: InterfaceFacts) -> Classification {
         if let rule = overrides.first(where: { $0.matches(facts.name) }) {
-            return Classification(type: rule.type, reason: "override '\(rule.pattern)=\(rule.type.rawValue)' from \(rule.source)")
+            return Classification(type: rule.type, reason: "override '\(rule.pattern)=\(rule.type.rawValue)' from \(rule.source)",
+                                  isOverride: true)
         }
         if facts.isLoopback || facts.hardwareType == HardwareType.loopback {
             return Classification(type: .loopback, reason: "loopback device")
@@ -160,6 +171,9 @@ public struct InterfaceClassifier: Sendable {
         }
         if let kind = facts.linkKind, Self.tunnelKinds.contains(kind) {
             return Classification(type: .other, reason: "link kind \(kind) (tunnel/VPN)")
+        }
+        if let evidence = facts.managerEvidence {
+            return Classification(type: evidence.type, reason: evidence.reason)
         }
         for (prefix, type) in [("wl", InterfaceType.wifi), ("ww", .cellular), ("en", .wired)]
         where facts.name.hasPrefix(prefix) {

@@ -38,11 +38,15 @@ final class MonitorEngine: Sendable {
     private let state: Mutex<EngineState>
     /// The monitored namespace, joined by the monitor thread when it must open probe sockets there.
     private let namespaceDescriptor: FileDescriptor?
+    /// NetworkManager's and ModemManager's facts over D-Bus; nil without a system bus. Used by
+    /// `start()` on the caller's thread, then by the monitor thread only (the lock is never
+    /// contended; it lets the engine stay `Sendable`).
+    private let systemBus: Mutex<SystemFactsClient?>
 
     private struct EngineState: ~Copyable {
         var table = LinkTable()
         /// Classifications of listed links, with the facts they were made from.
-        var classifications: [Int32: (link: LinkInfo, classification: Classification)] = [:]
+        var classifications: [Int32: (link: LinkInfo, evidence: ManagerEvidence?, classification: Classification)] = [:]
         /// Interfaces derived from `table` at `interfacesGeneration`; route storms reuse them.
         var interfaces: [NetworkInterface] = []
         var interfacesGeneration = -1
@@ -82,7 +86,10 @@ final class MonitorEngine: Sendable {
         var publishedHosts: [String: HostPath] = [:]
         /// Classifications of links a host path leaves by that are not listed (loopback, a link
         /// without a usable address), with the facts they were made from.
-        var unlistedClassifications: [Int32: (link: LinkInfo, classification: Classification)] = [:]
+        var unlistedClassifications: [Int32: (link: LinkInfo, evidence: ManagerEvidence?, classification: Classification)] = [:]
+        /// What NetworkManager and ModemManager said, and when it last changed.
+        var systemFacts: SystemFacts
+        var systemFactsTime = Date()
     }
 
     /// Datagrams read per drain before resolving the path and checking deadlines.
@@ -93,8 +100,25 @@ final class MonitorEngine: Sendable {
         self.configuration = configuration
         self.publish = publish
         self.publishHost = publishHost
+        let client: SystemFactsClient?
+        let facts: SystemFacts
+        switch SystemFactsClient.address(for: configuration.systemBus) {
+        case .success(let address):
+            // The namespace whose interfaces NetworkManager's devices must be: the named one, or
+            // this thread's (the netlink sockets below are opened on it).
+            let namespacePath = configuration.networkNamespace.map { "/run/netns/\($0)" } ?? "/proc/thread-self/ns/net"
+            client = SystemFactsClient(settings: .init(
+                address: address, monitoredNamespace: try? SystemFactsClient.namespaceIdentity(at: namespacePath).get(),
+                isOwnNamespace: configuration.networkNamespace == nil, logger: configuration.logger))
+            facts = client?.facts ?? SystemFacts()
+        case .failure(let unavailable):
+            client = nil
+            facts = .none(.noSystemBus, unavailable.detail)
+        }
+        systemBus = Mutex(client)
         state = Mutex(EngineState(budget: TokenBucket(burst: 4, interval: configuration.minimumEvaluationInterval),
-                                  scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init)))
+                                  scheduler: configuration.connectivityCheck.map(ConnectivityScheduler.init),
+                                  systemFacts: facts))
         classifier = InterfaceClassifier(overrides: configuration.classificationOverrides)
         guard let v4 = IPAddress.parse(configuration.probeIPv4), v4.count == 4,
               let v6 = IPAddress.parse(configuration.probeIPv6), v6.count == 16 else {
@@ -149,13 +173,23 @@ final class MonitorEngine: Sendable {
         if !state.withLock({ $0.isRunning }) {
             wake.close()
             namespaceDescriptor?.close()
+            systemBus.withLock { $0?.close() }
         }
     }
 
     var statistics: MonitorStatistics { state.withLock { $0.statistics } }
 
-    /// Loads links and addresses, publishes the first path, then starts listening.
+    /// Asks NetworkManager and ModemManager (when a system bus exists; at most
+    /// `SystemFactsClient.firstAnswerWait`), loads links and addresses, publishes the first
+    /// path, then starts listening.
     func start() throws {
+        let facts = systemBus.withLock { client -> SystemFacts? in
+            guard let client else { return nil }
+            client.start()
+            client.waitForFirstAnswers()
+            return client.facts
+        }
+        if let facts { state.withLock { $0.systemFacts = facts; $0.systemFactsTime = Date() } }
         try resynchronise()
         state.withLock { $0.isRunning = true }
         SystemThread.detach(name: "path-monitor") { [self] in run() }
@@ -176,6 +210,10 @@ final class MonitorEngine: Sendable {
             events.close()
             query.close()
             wake.close()
+            systemBus.withLock { client in
+                client?.close()
+                client = nil
+            }
         }
         if let namespaceDescriptor {
             // Probe sockets and the resolvers' must live in the monitored namespace; setns()
@@ -203,7 +241,8 @@ final class MonitorEngine: Sendable {
                                      state.hosts.deadline].compactMap { $0 }.min())
             }
             if cancelled { return }
-            let deadline = [due, probe?.deadline].compactMap { $0 }.min()
+            let (busRequest, busDeadline) = systemBus.withLock { ($0?.pollRequest, $0?.deadline) }
+            let deadline = [due, probe?.deadline, busDeadline].compactMap { $0 }.min()
             var timeout: Int32 = -1
             if let deadline {
                 let remaining = deadline - ContinuousClock.now
@@ -211,6 +250,8 @@ final class MonitorEngine: Sendable {
             }
             let probeEntry = probe?.pollRequest
             var entries = [netlinkEntry, wakeEntry] + (probeEntry.map { [$0] } ?? [])
+            let busIndex = entries.count
+            if let busRequest { entries.append(busRequest) }
             do {
                 try Poll.wait(&entries, timeoutMilliseconds: timeout)
             } catch {
@@ -220,7 +261,11 @@ final class MonitorEngine: Sendable {
             if state.withLock({ $0.isCancelled }) { return }
             if entries[1].isReady { wake.reset() }
             if entries[0].isReady { drain() }
-            if let probe, let (id, outcome) = probe.advance(isReady: entries.count > 2 && entries[2].isReady, at: .now) {
+            if busRequest != nil || busDeadline != nil,
+               (busRequest != nil && entries[busIndex].isReady) || busDeadline.map({ $0 <= ContinuousClock.now }) == true {
+                processSystemBus()
+            }
+            if let probe, let (id, outcome) = probe.advance(isReady: probeEntry != nil && entries[2].isReady, at: .now) {
                 record(id, outcome)
             }
             fireDueDeadlines()
@@ -252,12 +297,38 @@ final class MonitorEngine: Sendable {
         let path = state.withLock { state -> NetworkPath? in
             guard state.scheduler?.finished(id: id, outcome, at: .now, date: Date()) != nil,
                   let last = state.lastPath, !state.isCancelled else { return nil }
-            return state.scheduler?.apply(to: last)
+            return decorated(last, state)
         }
         configuration.logger.debug("connectivity checked", metadata: ["result": outcome.connectivity.rawValue, "answer": outcome.answer])
         if let path { publish(path) }
         let hosts = state.withLock { state in state.isCancelled ? [] : changedHosts(&state) }
         for (key, host) in hosts { publishHost(key, host) }
+    }
+
+    /// Reads the system bus; new facts re-derive the interfaces and re-evaluate the path at once
+    /// (within the evaluation budget, as netlink changes are).
+    private func processSystemBus() {
+        guard let facts = systemBus.withLock({ $0?.process() }) else { return }
+        state.withLock { state in
+            state.systemFacts = facts
+            state.systemFactsTime = Date()
+            state.interfacesGeneration = -1
+            state.unlistedClassifications = [:]
+            state.isDirty = true
+        }
+        configuration.logger.debug("system facts changed", metadata: ["sources": facts.sources.map { "\($0.service.rawValue)=\($0.state.rawValue)" }.joined(separator: " ")])
+        evaluateSoon()
+    }
+
+    /// `path` with its connectivity (the configured check's, else NetworkManager's) and the
+    /// services' sources.
+    private func decorated(_ path: NetworkPath, _ state: borrowing EngineState) -> NetworkPath {
+        guard let scheduler = state.scheduler else {
+            return state.systemFacts.apply(to: path, receivedAt: state.systemFactsTime)
+        }
+        var path = scheduler.apply(to: path)
+        path.factSources = state.systemFacts.sources
+        return path
     }
 
     private func fireDueDeadlines() {
@@ -440,7 +511,7 @@ final class MonitorEngine: Sendable {
                     state.probeActions += actions
                     if !actions.isEmpty, state.isRunning { wake.signal() }
                 }
-                path = state.scheduler?.apply(to: path) ?? path
+                path = decorated(path, state)
                 state.statistics.evaluations += 1
                 state.isDirty = false
                 published = path
@@ -460,7 +531,7 @@ final class MonitorEngine: Sendable {
 
     /// The watched hosts whose published path differs from what it should now be, recorded as published.
     private func changedHosts(_ state: inout EngineState) -> [(String, HostPath)] {
-        let primary = state.lastPath.map { state.scheduler?.apply(to: $0) ?? $0 }
+        let primary = state.lastPath.map { decorated($0, state) }
         var updates: [(String, HostPath)] = []
         for key in state.hosts.watches.keys.sorted() {
             guard let watch = state.hosts.watches[key] else { continue }
@@ -482,16 +553,19 @@ final class MonitorEngine: Sendable {
     private func hostInterface(_ link: LinkInfo, _ state: inout EngineState) -> NetworkInterface {
         if let listed = state.interfaces.first(where: { $0.index == link.index }) { return listed }
         let classification: Classification
+        let evidence = state.systemFacts.interfaces[link.name]?.evidence
         if let known = state.unlistedClassifications[link.index], known.link.name == link.name,
-           known.link.kind == link.kind, known.link.hardwareType == link.hardwareType {
+           known.link.kind == link.kind, known.link.hardwareType == link.hardwareType, known.evidence == evidence {
             classification = known.classification
         } else {
-            let facts = sysfs?.facts(for: link)
+            var facts = sysfs?.facts(for: link)
                 ?? InterfaceFacts(name: link.name, hardwareType: link.hardwareType, linkKind: link.kind, isLoopback: link.isLoopback)
+            facts.managerEvidence = evidence
             classification = classifier.classify(facts)
-            state.unlistedClassifications[link.index] = (link, classification)
+            state.unlistedClassifications[link.index] = (link, evidence, classification)
         }
-        return PathEvaluator.interface(link, table: state.table, classification: classification)
+        return PathEvaluator.interface(link, table: state.table, classification: classification,
+                                       facts: state.systemFacts.interfaces[link.name])
     }
 
     // MARK: Hosts
@@ -579,20 +653,23 @@ final class MonitorEngine: Sendable {
         let generation = includesAll ? state.table.generation : state.table.pathGeneration
         if state.interfacesGeneration == generation { return state.interfaces }
         let listed = PathEvaluator.listedLinks(table: state.table, all: includesAll)
-        var updated: [Int32: (link: LinkInfo, classification: Classification)] = [:]
+        var updated: [Int32: (link: LinkInfo, evidence: ManagerEvidence?, classification: Classification)] = [:]
         updated.reserveCapacity(listed.count)
         for link in listed {
+            let evidence = state.systemFacts.interfaces[link.name]?.evidence
             if let previous = state.classifications[link.index], previous.link.name == link.name,
-               previous.link.kind == link.kind, previous.link.hardwareType == link.hardwareType {
+               previous.link.kind == link.kind, previous.link.hardwareType == link.hardwareType, previous.evidence == evidence {
                 updated[link.index] = previous
                 continue
             }
-            let facts = sysfs?.facts(for: link)
+            var facts = sysfs?.facts(for: link)
                 ?? InterfaceFacts(name: link.name, hardwareType: link.hardwareType, linkKind: link.kind, isLoopback: link.isLoopback)
-            updated[link.index] = (link, classifier.classify(facts))
+            facts.managerEvidence = evidence
+            updated[link.index] = (link, evidence, classifier.classify(facts))
         }
         state.interfaces = listed.map { link in
-            PathEvaluator.interface(link, table: state.table, classification: updated[link.index]?.classification)
+            PathEvaluator.interface(link, table: state.table, classification: updated[link.index]?.classification,
+                                    facts: state.systemFacts.interfaces[link.name])
         }
         state.classifications = updated
         state.interfacesGeneration = generation

@@ -28,16 +28,34 @@ public struct NetworkInterface: Sendable, Hashable, Codable {
     public var hasCarrier: Bool
     /// Usable (non-tentative) IPv4 and IPv6 addresses, in presentation form.
     public var addresses: [String]
+    /// Whether traffic through it costs money or battery: cellular-like, or metered by
+    /// NetworkManager (`Metered` yes or guess-yes: a phone's hotspot, a connection the user marked),
+    /// unless a classification override decides (see `costReason`).
+    public var isExpensive: Bool
+    /// Why `isExpensive` is what it is, e.g. `NetworkManager: Metered=guess-yes (DHCP ANDROID_METERED)`.
+    public var costReason: String
+    /// NetworkManager's per-device `Metered`, when NetworkManager manages the interface.
+    public var metered: Metered?
+    /// ModemManager's view of the modem behind a cellular interface.
+    public var cellular: CellularStatus?
 
     /// Whether traffic could leave through this interface: up, with carrier and an address.
     public var isUsable: Bool { isUp && hasCarrier && !addresses.isEmpty }
 
-    /// Cellular-like interfaces cost money or battery.
-    public var isExpensive: Bool { type == .cellular }
+    /// Whether the modem behind it is registered on a visited network (ModemManager).
+    public var isRoaming: Bool { cellular?.isRoaming ?? false }
 
-    /// Creates an interface description.
+    /// Whether the user asked to save data on it: NetworkManager's `Metered=yes`, set on the
+    /// connection (GNOME's "Metered connection: has data limits"), Linux's nearest to Apple's Low
+    /// Data Mode, which `NWPath.isConstrained` reports. A classification override that says the
+    /// interface is not expensive clears it, as it does the cost.
+    public var isConstrained: Bool { metered == .yes && isExpensive }
+
+    /// Creates an interface description; without `isExpensive`, cellular interfaces are the
+    /// expensive ones.
     public init(name: String, index: Int32, type: InterfaceType, classificationReason: String,
-                isUp: Bool, hasCarrier: Bool, addresses: [String]) {
+                isUp: Bool, hasCarrier: Bool, addresses: [String], isExpensive: Bool? = nil,
+                costReason: String? = nil, metered: Metered? = nil, cellular: CellularStatus? = nil) {
         self.name = name
         self.index = index
         self.type = type
@@ -45,6 +63,10 @@ public struct NetworkInterface: Sendable, Hashable, Codable {
         self.isUp = isUp
         self.hasCarrier = hasCarrier
         self.addresses = addresses
+        self.isExpensive = isExpensive ?? (type == .cellular)
+        self.costReason = costReason ?? (type == .cellular ? "cellular-like" : "not cellular-like")
+        self.metered = metered
+        self.cellular = cellular
     }
 }
 
@@ -132,6 +154,9 @@ public struct NetworkPath: Sendable, Hashable, Codable {
     /// The last check's answer and time; nil when no check is configured. Not part of equality:
     /// a periodic check with the same answer is not a new path.
     public var connectivityEvidence: ConnectivityEvidence?
+    /// Which system services (NetworkManager, ModemManager) contributed facts, and why not when
+    /// they did not. Evidence, not part of equality: what they said is in the interfaces.
+    public var factSources: [FactSource] = []
 
     /// Creates a path.
     public init(status: Status, unsatisfiedReason: UnsatisfiedReason?, primaryInterface: NetworkInterface?,
@@ -178,11 +203,24 @@ public struct NetworkPath: Sendable, Hashable, Codable {
     /// Whether the path is satisfied.
     public var isSatisfied: Bool { status == .satisfied }
 
-    /// Whether the primary path is cellular-like (or a tunnel carried by a cellular-like link).
+    /// Whether the path costs money or battery: an interface a route leaves through is expensive
+    /// (cellular-like, or metered per NetworkManager), or the link carrying a tunnel is.
     public var isExpensive: Bool {
         guard isSatisfied else { return false }
-        return effectiveType == .cellular
-            || routes.contains { route in interfaces.first { $0.index == route.interfaceIndex }?.isExpensive ?? false }
+        return carrier?.isExpensive == true || routeInterfaces.contains(where: \.isExpensive)
+    }
+
+    /// Whether the path leaves through a modem registered on a visited network (ModemManager).
+    public var isRoaming: Bool {
+        guard isSatisfied else { return false }
+        return carrier?.isRoaming == true || routeInterfaces.contains(where: \.isRoaming)
+    }
+
+    /// Whether the path leaves through an interface the user asked to save data on
+    /// (`NetworkInterface.isConstrained`), as `NWPath.isConstrained` says of Low Data Mode.
+    public var isConstrained: Bool {
+        guard isSatisfied else { return false }
+        return carrier?.isConstrained == true || routeInterfaces.contains(where: \.isConstrained)
     }
 
     /// The primary interface's type; for a tunnel, the type of the physical link likely carrying it
@@ -190,7 +228,19 @@ public struct NetworkPath: Sendable, Hashable, Codable {
     public var effectiveType: InterfaceType? {
         guard isSatisfied, let primary = primaryInterface else { return nil }
         guard primary.type == .other else { return primary.type }
-        return availableInterfaces.first { $0.type != .other && $0.type != .loopback }?.type ?? .other
+        return carrier?.type ?? .other
+    }
+
+    /// For a tunnel primary, the physical link likely carrying it; else the primary interface.
+    private var carrier: NetworkInterface? {
+        guard isSatisfied, let primary = primaryInterface else { return nil }
+        guard primary.type == .other else { return primary }
+        return availableInterfaces.first { $0.type != .other && $0.type != .loopback }
+    }
+
+    /// The interfaces the per-family routes leave through.
+    private var routeInterfaces: [NetworkInterface] {
+        routes.compactMap { route in interfaces.first { $0.index == route.interfaceIndex } }
     }
 
     /// Whether an IPv4 route exists.

@@ -145,12 +145,16 @@ enum PathEvaluator {
         }
     }
 
-    static func interface(_ link: LinkInfo, table: LinkTable, classification: Classification?) -> NetworkInterface {
+    /// One interface, with its cost decided from `classification` and the services' `facts`.
+    static func interface(_ link: LinkInfo, table: LinkTable, classification: Classification?,
+                          facts: SystemFacts.Interface? = nil) -> NetworkInterface {
         let classification = classification ?? Classification(type: .other, reason: "not yet classified")
+        let cost = InterfaceCost.decide(classification, facts: facts)
         return NetworkInterface(
             name: link.name, index: link.index, type: classification.type,
             classificationReason: classification.reason, isUp: link.isUp, hasCarrier: link.hasCarrier,
-            addresses: table.usableAddresses(of: link.index).map(\.presentation))
+            addresses: table.usableAddresses(of: link.index).map(\.presentation),
+            isExpensive: cost.isExpensive, costReason: cost.reason, metered: facts?.metered, cellular: facts?.cellular)
     }
 
     static func evaluate(table: LinkTable, classifications: [Int32: Classification],

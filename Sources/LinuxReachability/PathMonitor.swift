@@ -37,15 +37,31 @@ public final class PathMonitor: Sendable {
         /// interfaces all day, every path would otherwise carry, and change with, all of them.
         public var includesAllInterfaces: Bool
         /// An HTTP check of the Internet beyond the route (`NetworkPath.connectivity`); nil, the
-        /// default, sends nothing and reports `unknown`.
+        /// default, sends nothing and reports `unknown` (or NetworkManager's answer, see `systemBus`).
         public var connectivityCheck: ConnectivityCheck?
+        /// Where to ask NetworkManager and ModemManager what they know (metered links, device
+        /// types, their connectivity check, roaming).
+        public var systemBus: SystemBus
+
+        /// The D-Bus system bus the monitor reads NetworkManager's and ModemManager's facts from.
+        /// Their facts are used only when the service runs in the monitored network namespace.
+        public enum SystemBus: Sendable, Hashable {
+            /// `$DBUS_SYSTEM_BUS_ADDRESS`, else `/run/dbus/system_bus_socket` when that socket
+            /// exists; without one nothing is loaded or connected. The default.
+            case automatic
+            /// A D-Bus address, e.g. `unix:path=/tmp/test-bus/socket` (a private bus in tests).
+            case address(String)
+            /// Kernel facts only.
+            case disabled
+        }
 
         /// Creates a configuration.
         public init(networkNamespace: String? = nil, classificationOverrides: [ClassificationOverride] = [],
                     receiveBufferSize: Int = 8 << 20, quietPeriod: Duration = .milliseconds(50),
                     probeIPv4: String = "8.8.8.8", probeIPv6: String = "2001:4860:4860::8888",
                     logger: Logger = .silent, minimumEvaluationInterval: Duration = .milliseconds(1),
-                    includesAllInterfaces: Bool = false, connectivityCheck: ConnectivityCheck? = nil) {
+                    includesAllInterfaces: Bool = false, connectivityCheck: ConnectivityCheck? = nil,
+                    systemBus: SystemBus = .automatic) {
             self.networkNamespace = networkNamespace
             self.classificationOverrides = classificationOverrides
             self.receiveBufferSize = receiveBufferSize
@@ -56,6 +72,7 @@ public final class PathMonitor: Sendable {
             self.minimumEvaluationInterval = minimumEvaluationInterval
             self.includesAllInterfaces = includesAllInterfaces
             self.connectivityCheck = connectivityCheck
+            self.systemBus = systemBus
         }
     }
 

@@ -6,6 +6,7 @@ public struct ReachabilityError: Error, Sendable, Hashable, CustomStringConverti
         case permissionDenied
         case invalidOverride
         case invalidConfiguration
+        case systemBus
     }
 
     let code: Code
@@ -25,6 +26,9 @@ public struct ReachabilityError: Error, Sendable, Hashable, CustomStringConverti
     public static let permissionDenied = ReachabilityError(.permissionDenied, "permission denied")
     /// A classification override could not be parsed.
     public static let invalidOverride = ReachabilityError(.invalidOverride, "invalid classification override")
+    /// The D-Bus system bus (NetworkManager's and ModemManager's facts) could not be used; the
+    /// monitor goes on with kernel facts alone and never throws this from `start()`.
+    public static let systemBus = ReachabilityError(.systemBus, "system bus failure")
 
     /// Errors compare by kind, so `error == .namespaceNotFound` works whatever the message.
     public static func == (lhs: ReachabilityError, rhs: ReachabilityError) -> Bool { lhs.code == rhs.code }

@@ -4,11 +4,11 @@ import Glibc
 import Musl
 #endif
 
-/// poll(2) over a few descriptors: the monitor thread's one wait, for netlink, its wake signal
-/// and the connectivity probe's socket.
+/// poll(2) over a few descriptors: the monitor thread's one wait, for netlink, its wake signal,
+/// the connectivity probe's socket and the system bus's (which can want both directions).
 package struct PollEntry: Sendable {
     /// What to wait for.
-    package enum Interest: Sendable { case readable, writable }
+    package enum Interest: Sendable { case readable, writable, readableOrWritable }
 
     package var descriptor: FileDescriptor
     package var interest: Interest
@@ -26,8 +26,13 @@ package enum Poll {
     /// marks the ready ones. An interrupted wait is retried with the same timeout (the callers
     /// recompute their deadlines on every return).
     package static func wait(_ entries: inout [PollEntry], timeoutMilliseconds: Int32) throws(Errno) {
-        var descriptors = entries.map {
-            pollfd(fd: $0.descriptor.rawValue, events: Int16($0.interest == .readable ? POLLIN : POLLOUT), revents: 0)
+        var descriptors = entries.map { entry -> pollfd in
+            let events = switch entry.interest {
+            case .readable: POLLIN
+            case .writable: POLLOUT
+            case .readableOrWritable: POLLIN | POLLOUT
+            }
+            return pollfd(fd: entry.descriptor.rawValue, events: Int16(events), revents: 0)
         }
         _ = try Syscall.poll(&descriptors, timeoutMilliseconds)
         for index in entries.indices { entries[index].isReady = descriptors[index].revents != 0 }

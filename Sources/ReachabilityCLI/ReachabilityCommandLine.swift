@@ -21,8 +21,8 @@ public enum ReachabilityCommandLine {
         // bare chroot) even the program's name is missing, and every command would read as none.
         guard !CommandLine.arguments.isEmpty else {
             let message = "Error: cannot read the command line from /proc/self/cmdline: mount /proc first (mount -t proc proc /proc)\n"
-            _ = message.utf8CString.withUnsafeBufferPointer { write(STDERR_FILENO, $0.baseAddress, $0.count - 1) }
-            exit(71)   // EX_OSERR
+            try? FileDescriptor(rawValue: STDERR_FILENO).writeAll(Array(message.utf8))
+            CurrentProcess.exit(71)   // EX_OSERR
         }
         let arguments = Array(CommandLine.arguments.dropFirst())
         Task.detached {

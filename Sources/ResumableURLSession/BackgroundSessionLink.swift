@@ -12,6 +12,10 @@ import Synchronization
 /// delegate has returned. When the agent goes away (stopped, killed) it connects again, the
 /// agent replays what this process has not acknowledged, and what it had handled already is
 /// not handed to the delegate twice.
+//
+// Longer than 400 lines on purpose: one connection's life (attach, reconnect, the tasks it mirrors,
+// the ordered events and their acknowledgements, closing) under one lock whose state stays private
+// here; the protocol's messages and the agent side are in ReachabilityAgent.
 final class BackgroundSessionLink: Sendable {
     enum Phase: Sendable {
         case connecting

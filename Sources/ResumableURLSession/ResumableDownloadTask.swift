@@ -427,8 +427,9 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
             return handle(.startFailed(Self.storageFailure(error)))
         }
         do {
-            let options = DownloadOptions(allowsExpensive: session.allowsExpensive, priority: priority,
-                                          requestHeaders: requestHeaders, requestTimeout: requestTimeout)
+            let options = DownloadOptions(allowsExpensive: session.allowsExpensive, allowsRoaming: session.allowsRoaming,
+                                          allowsConstrained: session.allowsConstrained,
+                                          priority: priority, requestHeaders: requestHeaders, requestTimeout: requestTimeout)
             let download = try await agent.makeDownload(from: url, to: directory.destination(for: id), options: options,
                                                         resuming: resumeState) { download in
                 // Set before the download is scheduled: no event or progress can be missed.

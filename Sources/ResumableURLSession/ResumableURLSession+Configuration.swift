@@ -37,13 +37,32 @@ extension ResumableURLSession {
         /// `taskIsWaitingForConnectivity` once) and continues from its stored bytes, for drops in
         /// the middle of the transfer too, and rides out resets and server errors with backoff.
         public var waitsForConnectivity = false
-        /// Whether expensive (cellular-like) paths may be used; on by default, as on Apple platforms.
-        /// Off: the transfer uses a non-expensive interface that is up (binding to it needs root)
-        /// or waits/fails with `notConnectedToInternet` and `networkUnavailableReason == .expensive`.
+        /// Whether expensive paths may be used: cellular-like interfaces, and links NetworkManager
+        /// reports metered (a phone's hotspot, as Apple platforms count a Personal Hotspot); on by
+        /// default, as on Apple platforms. Off: the transfer uses a non-expensive interface that is
+        /// up (binding to it needs root) or waits/fails with `notConnectedToInternet` and
+        /// `networkUnavailableReason == .expensive`; a transfer whose path turns expensive stops
+        /// (checkpointed) and goes on when a cheap path is back.
         public var allowsExpensiveNetworkAccess = true
         /// Whether cellular paths may be used; on by default. Off acts like the expensive rule for
-        /// cellular paths (`networkUnavailableReason == .cellular`).
+        /// cellular paths (`networkUnavailableReason == .cellular`); the engine has one rule for
+        /// both, so it also keeps tasks off metered links.
         public var allowsCellularAccess = true
+        /// Whether a modem registered on a visited network (roaming, per ModemManager) may be
+        /// used; on by default. Not in Apple's API, whose platforms leave data roaming to a system
+        /// setting; off acts like `allowsCellularAccess` for roaming paths only.
+        public var allowsRoaming = true
+        /// Whether links the user asked to save data on may be used: NetworkManager's
+        /// `Metered=yes`, set on the connection, Linux's nearest to Apple's Low Data Mode
+        /// (`NetworkPath.isConstrained`); on by default, as on Apple platforms. Off: such a link
+        /// is avoided as `allowsExpensiveNetworkAccess` avoids expensive ones
+        /// (`networkUnavailableReason == .constrained`).
+        public var allowsConstrainedNetworkAccess = true
+        /// Off by default, as on Apple platforms. On: the tasks are background work that waits for
+        /// good conditions, here a path that is neither expensive nor roaming (Apple also waits
+        /// for power; BITS and Android's `setRequiredNetworkType(UNMETERED)` do the same). For
+        /// background sessions too: the agent's tasks then wait for such a path.
+        public var isDiscretionary = false
         /// Seconds a transfer may go without data (and the limit for connecting) before it is
         /// dropped; 60 by default, as on Apple platforms. A stalled transfer ends with
         /// `networkConnectionLost` and resume data.
@@ -98,9 +117,6 @@ extension ResumableURLSession {
         /// session, the agent starts the program (`launchUnit`, else `launchCommand`) with the
         /// identifier in `REACHABILITY_BACKGROUND_SESSION`; true by default, as on Apple platforms.
         public var sessionSendsLaunchEvents = true
-        /// Background sessions: tasks wait for a path that is not expensive (Apple's
-        /// `isDiscretionary` lets the system pick a good time; here, a good network).
-        public var isDiscretionary = false
         /// Background sessions: the program the agent runs for launch events (argv, no shell;
         /// `launchCommand[0]` is looked up on the agent's PATH unless it is a path).
         public var launchCommand: [String]?
@@ -131,6 +147,8 @@ extension ResumableURLSession {
             settings.sendsLaunchEvents = sessionSendsLaunchEvents
             settings.isDiscretionary = isDiscretionary
             settings.allowsExpensiveNetworkAccess = allowsExpensiveNetworkAccess && allowsCellularAccess
+            settings.allowsRoaming = allowsRoaming
+            settings.allowsConstrainedNetworkAccess = allowsConstrainedNetworkAccess
             settings.launchCommand = launchCommand
             settings.launchUnit = launchUnit
             settings.timeoutIntervalForResource = timeoutIntervalForResource.isFinite && timeoutIntervalForResource > 0

@@ -20,6 +20,10 @@ import Synchronization
 /// authenticated with a key kept in the state directory, so data that was altered, or made with
 /// another state directory, is refused with a clear error (`ResumeDataError`), and it never names
 /// a path: the partial file lives in the session's own directory under the download's id.
+//
+// Longer than 400 lines on purpose: URLSession's public surface reads in one place, in Apple's
+// order, over one lock; the configuration, the async forms, tasks and the background link are
+// their own files.
 public final class ResumableURLSession: Sendable {
     /// The configuration the session was created with (a copy).
     public let configuration: Configuration
@@ -271,14 +275,24 @@ public final class ResumableURLSession: Sendable {
         return nil
     }
 
-    /// Whether tasks may use expensive (cellular-like) paths.
-    var allowsExpensive: Bool { configuration.allowsExpensiveNetworkAccess && configuration.allowsCellularAccess }
+    /// Whether tasks may use expensive (cellular-like or metered) paths.
+    var allowsExpensive: Bool {
+        configuration.allowsExpensiveNetworkAccess && configuration.allowsCellularAccess && !configuration.isDiscretionary
+    }
+
+    /// Whether tasks may use a roaming modem.
+    var allowsRoaming: Bool { configuration.allowsRoaming && !configuration.isDiscretionary }
+
+    /// Whether tasks may use a link the user asked to save data on (NetworkManager `Metered=yes`).
+    var allowsConstrained: Bool { configuration.allowsConstrainedNetworkAccess && !configuration.isDiscretionary }
 
     /// Why the current path is unusable because of the configuration's access rules, if it is.
     func networkUnavailableReason() -> URLError.NetworkUnavailableReason? {
         guard let path = latestPath.latest, path.isSatisfied else { return nil }
         if !configuration.allowsCellularAccess, path.connection == .cellular { return .cellular }
+        if !allowsRoaming, path.isRoaming { return .cellular }
         if !allowsExpensive, path.isExpensive { return .expensive }
+        if !allowsConstrained, path.isConstrained { return .constrained }
         return nil
     }
 

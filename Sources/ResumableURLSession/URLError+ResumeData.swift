@@ -18,7 +18,8 @@ extension URLError {
         case cellular = 0
         /// Only an expensive path exists and the configuration forbids expensive access.
         case expensive = 1
-        /// Only a constrained (low data mode) path exists; never reported on Linux.
+        /// Only a constrained path exists (Low Data Mode; on Linux a link NetworkManager has
+        /// `Metered=yes` set on) and the configuration forbids constrained access.
         case constrained = 2
     }
 

@@ -32,8 +32,9 @@ enum EventSchemaValidator {
             case "failed", "waitingForServer": problems += errorProblems(object["error"], line)
             case "restarted": if !(object["reason"] is String) { problems.append("restarted without reason") }
             case "waiting":
+                // portalURL is null when NetworkManager's check found the portal (it names none).
                 if object.index(forKey: "reason") != nil,
-                   object["reason"] as? String != "portal" || !(object["portalURL"] is String) {
+                   object["reason"] as? String != "portal" || !(object["portalURL"] is String || object["portalURL"] is NSNull) {
                     problems.append("waiting with a reason other than portal, or without its portalURL: \(line)")
                 }
             default: break

@@ -223,6 +223,46 @@ struct URLSessionLoopbackTests {
         await client.shutDown()
     }
 
+    @Test("isDiscretionary keeps tasks off a wifi NetworkManager reports metered, allowsRoaming off a roaming modem, allowsConstrainedNetworkAccess off a connection marked metered")
+    func discretionaryAndRoaming() async throws {
+        let fixture = try Fixture()
+        try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 30), at: "f.bin")
+        let hotspot = NetworkInterface(name: "wlan0", index: 4, type: .wifi, classificationReason: "test", isUp: true,
+                                       hasCarrier: true, addresses: ["10.0.0.2"], isExpensive: true,
+                                       costReason: "NetworkManager: Metered=guess-yes", metered: .guessYes)
+        let marked = NetworkInterface(name: "wlan0", index: 4, type: .wifi, classificationReason: "test", isUp: true,
+                                      hasCarrier: true, addresses: ["10.0.0.2"], isExpensive: true,
+                                      costReason: "NetworkManager: Metered=yes (set on the connection)", metered: .yes)
+        let roaming = NetworkInterface(name: "wwan0", index: 3, type: .cellular, classificationReason: "test", isUp: true,
+                                       hasCarrier: true, addresses: ["10.0.0.2"],
+                                       cellular: CellularStatus(isRoaming: true, registration: "roaming", accessTechnologies: ["lte"]))
+        for (path, edit, reason) in [
+            (ScriptedPaths.online(via: hotspot), { (c: inout ResumableURLSession.Configuration) in c.isDiscretionary = true },
+             URLError.NetworkUnavailableReason.expensive),
+            (ScriptedPaths.online(via: roaming), { (c: inout ResumableURLSession.Configuration) in c.allowsRoaming = false },
+             .cellular),
+            (ScriptedPaths.online(via: marked),
+             { (c: inout ResumableURLSession.Configuration) in c.allowsConstrainedNetworkAccess = false },
+             .constrained),
+        ] {
+            let client = fixture.session(initialPath: path, edit: edit)
+            let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
+            task.resume()
+            #expect(await client.delegate.waitForCompletion(of: task, timeout: .seconds(5)))
+            let error = try #require(client.delegate.error(of: task))
+            #expect(error.code == .notConnectedToInternet)
+            #expect(error.networkUnavailableReason == reason)
+            await client.shutDown()
+        }
+        // The same paths are fine by default, as on Apple platforms.
+        let client = fixture.session(initialPath: ScriptedPaths.online(via: hotspot))
+        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
+        task.resume()
+        #expect(await client.delegate.waitForCompletion(of: task), "\(client.delegate.transcript)")
+        #expect(client.delegate.error(of: task) == nil)
+        await client.shutDown()
+    }
+
     @Test func waitsForConnectivityWaitsForAPath() async throws {
         let fixture = try Fixture()
         let content = F.randomData(count: 1 << 20, seed: 29)

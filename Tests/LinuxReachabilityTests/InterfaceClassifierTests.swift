@@ -30,6 +30,13 @@ struct InterfaceClassifierTests {
         (InterfaceFacts(name: "lo", hardwareType: HardwareType.loopback, isLoopback: true), .loopback, "loopback"),
         (InterfaceFacts(name: "sit0", hardwareType: 776, linkKind: "sit"), .other, "sit"),
         (InterfaceFacts(name: "weird0", hardwareType: 999), .other, "hardware type 999"),
+        // NetworkManager's DeviceType / a ModemManager data port: above names, below the kernel's device facts.
+        (InterfaceFacts(name: "eth3", managerEvidence: .init(type: .wifi, reason: "NetworkManager DeviceType=wifi")), .wifi, "DeviceType=wifi"),
+        (InterfaceFacts(name: "wlan9", linkKind: "veth", managerEvidence: .init(type: .wired, reason: "NetworkManager DeviceType=ethernet")), .wired, "DeviceType=ethernet"),
+        (InterfaceFacts(name: "rchmodem0", linkKind: "veth", managerEvidence: .init(type: .cellular, reason: "ModemManager: data port of modem 0")), .cellular, "ModemManager"),
+        (InterfaceFacts(name: "eth1", driver: "ipheth", managerEvidence: .init(type: .wired, reason: "NetworkManager DeviceType=ethernet")), .cellular, "tethered"),
+        (InterfaceFacts(name: "wlp2s0", deviceType: "wlan", managerEvidence: .init(type: .wired, reason: "NetworkManager DeviceType=ethernet")), .wifi, "DEVTYPE=wlan"),
+        (InterfaceFacts(name: "wg0", hardwareType: HardwareType.none, linkKind: "wireguard", managerEvidence: .init(type: .wifi, reason: "x")), .other, "wireguard"),
     ]
 
     @Test("kernel facts decide the type, strongest evidence first", arguments: cases)
@@ -49,6 +56,9 @@ struct InterfaceClassifierTests {
         #expect(modem.reason == "override 'wlan[0-9]=cellular' from --classify")
         #expect(classifier.classify(InterfaceFacts(name: "eth0")).type == .wifi)
         #expect(classifier.classify(InterfaceFacts(name: "enp1s0")).type == .wired)
+        #expect(modem.isOverride)
+        let managed = classifier.classify(InterfaceFacts(name: "eth7", managerEvidence: .init(type: .cellular, reason: "NetworkManager DeviceType=modem")))
+        #expect(managed.type == .wifi && managed.isOverride, "an override beats NetworkManager's word too")
     }
 
     @Test("bad overrides are clear errors", arguments: ["eth0", "=wifi", "eth0=satellite", ""])

@@ -110,6 +110,7 @@ struct CommandOptionTests {
         (["--require=WIRED"], PathRequirement(connection: .wired, allowsExpensive: true)),
         (["--require", "cellular"], PathRequirement(connection: .cellular, allowsExpensive: true)),
         (["--require", "any"], PathRequirement(connection: .any, allowsExpensive: true)),
+        (["--not-roaming"], PathRequirement(connection: .any, allowsExpensive: true, allowsRoaming: false)),
     ])
     func waitRequirements(arguments: [String], expected: PathRequirement) throws {
         let wait = try WaitCommand(arguments: ParsedArguments.parse(arguments, options: WaitCommand.options))

@@ -183,5 +183,6 @@ struct ConnectivityCommandTests {
         let pathLine = try #require(JSONSerialization.jsonObject(with: Data(EventSchema.pathLine(portal, at: Fixtures.time).utf8)) as? [String: Any])
         #expect(pathLine["connectivity"] as? String == "portal")
         #expect(pathLine["portalURL"] as? String == "http://portal.example/login")
+        #expect(pathLine["isRoaming"] as? Bool == false && pathLine["isConstrained"] as? Bool == false)
     }
 }

@@ -17,12 +17,12 @@ struct DownloadCommandTests {
 
     @Test func parsesOptions() throws {
         let hex = String(repeating: "aB", count: 32)
-        let command = try Self.parse(["--sha256", hex, "--no-expensive", "--json", "--max-outage", "2.5",
+        let command = try Self.parse(["--sha256", hex, "--no-expensive", "--no-roaming", "--json", "--max-outage", "2.5",
                                       "--state-dir", "/tmp/s", "-d", "out", "http://example.com/a.iso",
                                       "https://example.com/b/c.tar.gz?x=1"])
         #expect(command.urls.map(\.absoluteString) == ["http://example.com/a.iso", "https://example.com/b/c.tar.gz?x=1"])
         #expect(command.expectedSHA256 == hex.lowercased())
-        #expect(!command.allowsExpensive)
+        #expect(!command.allowsExpensive && !command.allowsRoaming)
         #expect(command.isJSON)
         #expect(command.maximumOutageWait == .milliseconds(2500))
         #expect(command.stateDirectoryOverride == "/tmp/s")
@@ -32,7 +32,8 @@ struct DownloadCommandTests {
 
     @Test func defaultsAndOutput() throws {
         let command = try Self.parse(["http://example.com/dir/file%20name.bin"])
-        #expect(command.allowsExpensive && !command.isJSON && command.expectedSHA256 == nil && command.maximumOutageWait == nil)
+        #expect(command.allowsExpensive && command.allowsRoaming && !command.isJSON && command.expectedSHA256 == nil
+                && command.maximumOutageWait == nil)
         #expect(try command.jobs(workingDirectory: "/w").map(\.destination.path) == ["/w/file name.bin"])
         let explicit = try Self.parse(["-o", "x/y.bin", "http://example.com/"])
         #expect(try explicit.jobs(workingDirectory: "/w").map(\.destination.path) == ["/w/x/y.bin"])

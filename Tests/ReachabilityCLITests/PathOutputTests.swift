@@ -46,7 +46,7 @@ struct PathOutputTests {
     @Test func explanationShowsEvidenceStateAddressesAndRoutes() {
         #expect(PathText.explanation(Fixtures.satisfiedWifi) == """
             reachable via wifi (wlp2s0, 192.0.2.20, gw 192.0.2.1)
-              expensive: no, ipv4: yes, ipv6: no
+              expensive: no, roaming: no, ipv4: yes, ipv6: no
             connectivity:
               not checked (no --connectivity-url, reachability.conf or NetworkManager [connectivity])
             routes:
@@ -55,10 +55,12 @@ struct PathOutputTests {
             interfaces:
               eth0 (index 2): wired
                 evidence: ARPHRD_ETHER
+                expensive: no (not cellular-like)
                 up: yes, carrier: no
                 addresses: none
               wlp2s0 (index 3): wifi [primary]
                 evidence: uevent DEVTYPE=wlan
+                expensive: no (not cellular-like)
                 up: yes, carrier: yes
                 addresses: 192.0.2.20, fe80::20
             """)
@@ -67,7 +69,7 @@ struct PathOutputTests {
     @Test func jsonForSatisfiedWifiWithGateway() throws {
         let line = PathJSON.line(Fixtures.satisfiedWifi, at: Fixtures.time)
         #expect(!line.contains("\n"))
-        #expect(line.hasPrefix(#"{"time":"2026-11-30T06:00:00.125Z","status":"satisfied","reason":null,"connection":"wifi","interface":"wlp2s0","index":3,"sourceAddress":"192.0.2.20","isExpensive":false,"supportsIPv4":true,"supportsIPv6":false,"gateways":["192.0.2.1"],"routes":[{"family":"ipv4","interface":"wlp2s0","index":3,"gateway":"192.0.2.1","sourceAddress":"192.0.2.20"}],"interfaces":[{"name":"eth0","index":2,"type":"wired","reason":"ARPHRD_ETHER","isUp":true,"hasCarrier":false,"addresses":[]},"#))
+        #expect(line.hasPrefix(#"{"time":"2026-11-30T06:00:00.125Z","status":"satisfied","reason":null,"connection":"wifi","interface":"wlp2s0","index":3,"sourceAddress":"192.0.2.20","isExpensive":false,"isRoaming":false,"isConstrained":false,"supportsIPv4":true,"supportsIPv6":false,"gateways":["192.0.2.1"],"routes":[{"family":"ipv4","interface":"wlp2s0","index":3,"gateway":"192.0.2.1","sourceAddress":"192.0.2.20"}],"interfaces":[{"name":"eth0","index":2,"type":"wired","reason":"ARPHRD_ETHER","isUp":true,"hasCarrier":false,"addresses":[],"isExpensive":false,"costReason":"not cellular-like","metered":null,"cellular":null},"#))
         let object = try decode(line)
         let interfaces = try #require(object["interfaces"] as? [[String: Any]])
         #expect(interfaces.map { $0["name"] as? String } == ["eth0", "wlp2s0"])
@@ -100,7 +102,8 @@ struct PathOutputTests {
 
     @Test func jsonKeyOrderIsStable() {
         let keys = ["time", "status", "reason", "connection", "interface", "index", "sourceAddress", "isExpensive",
-                    "supportsIPv4", "supportsIPv6", "gateways", "routes", "interfaces", "connectivity", "portalURL", "connectivityCheck"]
+                    "isRoaming", "isConstrained", "supportsIPv4", "supportsIPv6", "gateways", "routes", "interfaces", "connectivity",
+                    "portalURL", "connectivityCheck", "sources"]
         for path in [Fixtures.satisfiedWifi, Fixtures.noRoute, Fixtures.cellular] {
             guard case .object(let members) = PathJSON.object(path, at: Fixtures.time) else {
                 Issue.record("not an object"); continue

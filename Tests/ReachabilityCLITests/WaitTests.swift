@@ -14,6 +14,10 @@ struct WaitTests {
         (PathRequirement(connection: .cellular, allowsExpensive: false), Fixtures.cellular, false),
         (PathRequirement(allowsExpensive: false), Fixtures.cellular, false),
         (PathRequirement(allowsExpensive: false), Fixtures.wiredOnLink, true),
+        (PathRequirement(allowsRoaming: false), Fixtures.cellular, true),
+        (PathRequirement(allowsRoaming: false), Fixtures.roamingCellular, false),
+        (PathRequirement(allowsExpensive: false), Fixtures.meteredWifi, false),
+        (PathRequirement(connection: .wifi), Fixtures.meteredWifi, true),
     ])
     func qualification(requirement: PathRequirement, path: NetworkPath, expected: Bool) {
         #expect(requirement.isMet(by: path) == expected)

@@ -59,4 +59,25 @@ public enum PathFixtures {
         routes: [PathRoute(family: .ipv4, interfaceName: "wwan0", interfaceIndex: 5,
                            gateway: "10.64.0.1", sourceAddress: "10.64.0.2")],
         interfaces: [modem])
+
+    /// The same modem registered on a visited network (ModemManager).
+    public static let roamingCellular: NetworkPath = {
+        var path = cellular
+        let status = CellularStatus(isRoaming: true, registration: "roaming", accessTechnologies: ["lte"])
+        path.primaryInterface?.cellular = status
+        path.interfaces[0].cellular = status
+        return path
+    }()
+
+    /// A phone's hotspot: wifi that NetworkManager reports metered (guess-yes).
+    public static let meteredWifi: NetworkPath = {
+        var path = satisfiedWifi
+        for index in path.interfaces.indices where path.interfaces[index].type == .wifi {
+            path.interfaces[index].isExpensive = true
+            path.interfaces[index].metered = .guessYes
+            path.interfaces[index].costReason = "NetworkManager: Metered=guess-yes"
+        }
+        path.primaryInterface = path.interfaces.first { $0.type == .wifi }
+        return path
+    }()
 }

@@ -12,10 +12,15 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
     /// When a task of the session finishes or fails for good while no process is attached, start
     /// the program (`launchUnit` or `launchCommand`).
     package var sendsLaunchEvents: Bool = true
-    /// Tasks wait for a path that is not expensive (the engine's allowsExpensive false).
+    /// Tasks wait for a path that is neither expensive nor roaming (the engine's allowsExpensive
+    /// and allowsRoaming false).
     package var isDiscretionary: Bool = false
-    /// Whether tasks may use expensive (cellular-like) paths at all.
+    /// Whether tasks may use expensive (cellular-like or metered) paths at all.
     package var allowsExpensiveNetworkAccess: Bool = true
+    /// Whether tasks may use a roaming modem (ModemManager).
+    package var allowsRoaming: Bool = true
+    /// Whether tasks may use a link the user asked to save data on (NetworkManager `Metered=yes`).
+    package var allowsConstrainedNetworkAccess: Bool = true
     /// argv the agent runs (no shell) for launch events.
     package var launchCommand: [String]?
     /// A systemd user unit the agent starts for launch events (`name.service`, or a template
@@ -31,7 +36,8 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
     package init() {}
 
     private enum CodingKeys: String, CodingKey {
-        case sendsLaunchEvents, isDiscretionary, allowsExpensiveNetworkAccess, launchCommand, launchUnit
+        case sendsLaunchEvents, isDiscretionary, allowsExpensiveNetworkAccess, allowsRoaming, allowsConstrainedNetworkAccess
+        case launchCommand, launchUnit
         case timeoutIntervalForResource, timeoutIntervalForRequest, additionalHeaders
     }
 
@@ -43,6 +49,9 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
         isDiscretionary = try container.decodeIfPresent(Bool.self, forKey: .isDiscretionary) ?? defaults.isDiscretionary
         allowsExpensiveNetworkAccess = try container.decodeIfPresent(Bool.self, forKey: .allowsExpensiveNetworkAccess)
             ?? defaults.allowsExpensiveNetworkAccess
+        allowsRoaming = try container.decodeIfPresent(Bool.self, forKey: .allowsRoaming) ?? defaults.allowsRoaming
+        allowsConstrainedNetworkAccess = try container.decodeIfPresent(Bool.self, forKey: .allowsConstrainedNetworkAccess)
+            ?? defaults.allowsConstrainedNetworkAccess
         launchCommand = try container.decodeIfPresent([String].self, forKey: .launchCommand)
         launchUnit = try container.decodeIfPresent(String.self, forKey: .launchUnit)
         timeoutIntervalForResource = try container.decodeIfPresent(Double.self, forKey: .timeoutIntervalForResource)

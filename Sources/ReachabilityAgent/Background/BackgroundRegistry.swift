@@ -11,6 +11,10 @@ import ReachabilityBase
 /// requests). A transfer starts when its first task is resumed and may run (not before
 /// `earliestBeginDate`, not while `countOfBytesClientExpectsToReceive` does not fit the disk), is
 /// paused when no task on it is running, and is cancelled when its last task is.
+//
+// Longer than 400 lines on purpose: one pure state machine whose inputs all read and write the same
+// sessions, tasks and transfers; its task operations are in BackgroundRegistry+Tasks.swift, and the
+// messages, records and launch policy are their own types.
 package struct BackgroundRegistry: Sendable {
     /// A control connection of the agent (the server numbers them).
     package typealias ConnectionID = UInt64
@@ -107,6 +111,8 @@ package struct BackgroundRegistry: Sendable {
         package var timeout: Double
         package var priority: Float
         package var allowsExpensive: Bool
+        package var allowsRoaming: Bool
+        package var allowsConstrained: Bool = true
         package var resumeState: BackgroundResumeState?
     }
 
@@ -429,6 +435,8 @@ package struct BackgroundRegistry: Sendable {
                              headers: settings.additionalHeaders + task.spec.headers,
                              timeout: task.spec.timeout ?? settings.timeoutIntervalForRequest, priority: task.spec.priority,
                              allowsExpensive: settings.allowsExpensiveNetworkAccess && !settings.isDiscretionary,
+                             allowsRoaming: settings.allowsRoaming && !settings.isDiscretionary,
+                             allowsConstrained: settings.allowsConstrainedNetworkAccess && !settings.isDiscretionary,
                              resumeState: task.spec.resumeState)
     }
 }

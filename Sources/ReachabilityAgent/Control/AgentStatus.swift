@@ -8,8 +8,10 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     public var startedAt: String
     /// Downloads transferring at once.
     public var maximumConcurrentDownloads: Int
-    /// Whether new downloads may use expensive (cellular-like) paths.
+    /// Whether new downloads may use expensive (cellular-like or metered) paths.
     public var allowsExpensive: Bool
+    /// Whether new downloads may use a roaming modem (nil from older agents: yes).
+    public var allowsRoaming: Bool?
     /// `satisfied` or `unsatisfied`; nil before the first path.
     public var pathStatus: String?
     /// `wired`, `wifi`, `cellular`, `other` or `unavailable`.
@@ -18,6 +20,8 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     public var interface: String?
     /// Whether the path is expensive.
     public var isExpensive: Bool?
+    /// Whether the path is roaming (nil from older agents).
+    public var isRoaming: Bool?
     /// Downloads per state name (`AgentDownload.State` raw values).
     public var counts: [String: Int]
     /// The sd_notify STATUS text, e.g. `3 downloading, 1 waiting for network`.
@@ -27,8 +31,8 @@ public struct AgentStatus: Codable, Sendable, Hashable {
 
     /// A status report (the agent makes these).
     public init(pid: Int32, stateDirectory: String, startedAt: String, maximumConcurrentDownloads: Int, allowsExpensive: Bool,
-                pathStatus: String?, connection: String?, interface: String?, isExpensive: Bool?, counts: [String: Int],
-                summary: String) {
+                pathStatus: String?, connection: String?, interface: String?, isExpensive: Bool?,
+                allowsRoaming: Bool? = nil, isRoaming: Bool? = nil, counts: [String: Int], summary: String) {
         self.pid = pid
         self.stateDirectory = stateDirectory
         self.startedAt = startedAt
@@ -38,6 +42,8 @@ public struct AgentStatus: Codable, Sendable, Hashable {
         self.connection = connection
         self.interface = interface
         self.isExpensive = isExpensive
+        self.allowsRoaming = allowsRoaming
+        self.isRoaming = isRoaming
         self.counts = counts
         self.summary = summary
     }

@@ -72,16 +72,19 @@ package enum EventSchema {
     package static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date, path: NetworkPath? = nil) -> String {
         var (name, fields) = describe(event)
         if event == .waitingForConnectivity, let portal = portal(of: path) {
-            fields += [.init(key: "reason", value: .string("portal")), .init(key: "portalURL", value: .string(portal))]
+            fields += [.init(key: "reason", value: .string("portal")),
+                       .init(key: "portalURL", value: .string(portal.isEmpty ? nil : portal))]
         }
         return downloadLine(name, facts, at: time, fields)
     }
 
     /// The login URL when `path` is satisfied but behind a captive portal (the probe URL when the
-    /// portal named none).
+    /// portal named none; empty when NetworkManager's check found it, which names no URL).
     package static func portal(of path: NetworkPath?) -> String? {
         guard let path, path.isSatisfied, path.connectivity == .portal else { return nil }
-        return path.portalURL ?? path.connectivityEvidence?.url ?? ""
+        if let url = path.portalURL { return url }
+        guard let evidence = path.connectivityEvidence, evidence.source == .check else { return "" }
+        return evidence.url
     }
 
     /// A download line for an event name and its fields.
@@ -138,6 +141,8 @@ package enum EventSchema {
             .init(key: "interface", value: .string(path.isSatisfied ? path.primaryInterface?.name : nil)),
             .init(key: "sourceAddress", value: .string(path.primaryRoute?.sourceAddress)),
             .init(key: "isExpensive", value: .bool(path.isExpensive)),
+            .init(key: "isRoaming", value: .bool(path.isRoaming)),
+            .init(key: "isConstrained", value: .bool(path.isConstrained)),
             .init(key: "connectivity", value: .string(path.connectivity.rawValue)),
             .init(key: "portalURL", value: .string(path.portalURL)),
         ])

@@ -34,7 +34,7 @@ extension AgentService {
         var restored = 0
         var actions: [BackgroundRegistry.Action] = []
         for (start, isPaused) in background.restorePlan() {
-            if let download = await agent.restoreDownload(id: start.id, options: Self.options(start),
+            if let download = await agent.restoreDownload(id: start.id, options: options(start),
                                                           destination: store.destination(of: start.id)) {
                 background.adopt(start)
                 backgroundDownloads[start.id] = download
@@ -275,7 +275,7 @@ extension AgentService {
             ?? ResumeState(id: start.id, url: url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
         let download: Download
         do {
-            download = try await agent.makeDownload(from: url, to: store.destination(of: start.id), options: Self.options(start),
+            download = try await agent.makeDownload(from: url, to: store.destination(of: start.id), options: options(start),
                                                     resuming: state)
         } catch {
             let failure = (error as? DownloadError).map { BackgroundFailure($0, resumeState: start.resumeState) }
@@ -320,9 +320,13 @@ extension AgentService {
         }
     }
 
-    static func options(_ start: BackgroundRegistry.TransferStart) -> DownloadOptions {
-        DownloadOptions(allowsExpensive: start.allowsExpensive, priority: start.priority, requestHeaders: start.headers,
-                        requestTimeout: Duration(clampingTimeInterval: start.timeout))
+    /// The engine's options for a background transfer: the session's rules, within the agent's
+    /// own (`--no-expensive`, `--no-roaming`, agent.conf) as for queued downloads.
+    func options(_ start: BackgroundRegistry.TransferStart) -> DownloadOptions {
+        DownloadOptions(allowsExpensive: start.allowsExpensive && settings.allowsExpensive,
+                        allowsRoaming: start.allowsRoaming && settings.allowsRoaming, allowsConstrained: start.allowsConstrained,
+                        priority: start.priority,
+                        requestHeaders: start.headers, requestTimeout: Duration(clampingTimeInterval: start.timeout))
     }
 
     // MARK: the engine's news

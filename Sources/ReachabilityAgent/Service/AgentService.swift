@@ -10,6 +10,9 @@ import ResumableDownloads
 /// The `DownloadAgent` it drives is replaced when a reload changes the concurrency limit
 /// (`DownloadAgent.Configuration` is fixed at creation): the old one is shut down, which
 /// checkpoints every transfer, and the new one restores them from their records.
+//
+// Longer than 400 lines on purpose: the actor's stored state must be declared here, beside the
+// commands that change it; background sessions are in AgentService+Background.swift.
 package actor AgentService {
     /// The outside world the service reports to and builds agents with.
     package struct Environment: Sendable {
@@ -48,7 +51,7 @@ package actor AgentService {
     }
 
     let environment: Environment
-    private var settings: AgentSettings
+    private(set) var settings: AgentSettings
     private(set) var agent: DownloadAgent
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
@@ -150,6 +153,7 @@ package actor AgentService {
         }
         emitAgent("reloaded", [.init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
                                    .init(key: "allowsExpensive", value: .bool(newSettings.allowsExpensive)),
+                                   .init(key: "allowsRoaming", value: .bool(newSettings.allowsRoaming)),
                                    .init(key: "changed", value: .bool(newSettings != old))])
     }
 
@@ -215,7 +219,8 @@ package actor AgentService {
                 let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
                                                         options: DownloadOptions(expectedSHA256: sha256,
                                                                                  allowsExpensive: settings.allowsExpensive,
-                                                                                 replacesExistingFile: replace))
+                                                                                 replacesExistingFile: replace,
+                                                                                 allowsRoaming: settings.allowsRoaming))
                 observe(download)
                 emitDownload(.queued, download)
                 refreshSummary()
@@ -310,6 +315,7 @@ package actor AgentService {
             maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
             interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
+            allowsRoaming: settings.allowsRoaming, isRoaming: path?.isRoaming,
             counts: counts, summary: Self.summary(downloads.map(\.state)))
     }
 

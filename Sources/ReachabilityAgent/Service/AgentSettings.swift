@@ -5,15 +5,19 @@ import ReachabilityBase
 package struct AgentSettings: Sendable, Equatable {
     /// Downloads transferring at once.
     package var maximumConcurrentDownloads: Int
-    /// Whether new downloads may use expensive (cellular-like) paths.
+    /// Whether new downloads may use expensive (cellular-like or metered) paths.
     package var allowsExpensive: Bool
+    /// Whether new downloads may use a roaming modem.
+    package var allowsRoaming: Bool
     /// Directories (absolute, normalised) where `queue add -o` may put files, besides
     /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
     package var downloadDirectories: [String] = []
 
-    package init(maximumConcurrentDownloads: Int, allowsExpensive: Bool, downloadDirectories: [String] = []) {
+    package init(maximumConcurrentDownloads: Int, allowsExpensive: Bool, allowsRoaming: Bool = true,
+                 downloadDirectories: [String] = []) {
         self.maximumConcurrentDownloads = maximumConcurrentDownloads
         self.allowsExpensive = allowsExpensive
+        self.allowsRoaming = allowsRoaming
         self.downloadDirectories = downloadDirectories
     }
 
@@ -21,7 +25,7 @@ package struct AgentSettings: Sendable, Equatable {
     package static let concurrency = Count(1...64)
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64),
-    /// `no-expensive` (true/false), `download-dir` (an absolute directory; repeatable). Values
+    /// `no-expensive` and `no-roaming` (true/false), `download-dir` (an absolute directory; repeatable). Values
     /// present in the file override `base`.
     package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
         var settings = base
@@ -46,6 +50,8 @@ package struct AgentSettings: Sendable, Equatable {
                 settings.maximumConcurrentDownloads = try value(Self.concurrency)
             case "no-expensive":
                 settings.allowsExpensive = !(try value(YesOrNo()))
+            case "no-roaming":
+                settings.allowsRoaming = !(try value(YesOrNo()))
             case "download-dir":
                 guard let directory = AgentDestination.normalizedAbsolutePath(parts[1]) else {
                     throw AgentFailure("\(location): download-dir must be an absolute path without . or .. components",
@@ -53,7 +59,7 @@ package struct AgentSettings: Sendable, Equatable {
                 }
                 directories.append(directory)
             default:
-                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive, download-dir)",
+                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive, no-roaming, download-dir)",
                                 kind: .configuration)
             }
         }

@@ -11,7 +11,7 @@ import ReachabilityBase
 ///   agent.lock        flock: one agent per directory (holds its pid)
 ///   agent.sock        control socket, 0600
 ///   agent.log         NDJSON events, rotated to agent.log.1 ... agent.log.3
-///   agent.conf        max-concurrent=N, no-expensive=true|false (re-read on SIGHUP)
+///   agent.conf        max-concurrent=N, no-expensive=|no-roaming=true|false (re-read on SIGHUP)
 ///   agent-state.json  downloads paused by a user (kept paused across restarts)
 ///   records/          ResumableDownloads resume records
 ///   files/            downloads queued without -o

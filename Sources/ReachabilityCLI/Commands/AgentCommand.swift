@@ -18,11 +18,13 @@ struct AgentCommand: Command {
     static let maximumConcurrent = Option.value(
         "max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4).")
     static let noExpensive = Option.flag(
-        "no-expensive", help: "Keep new downloads off expensive (cellular-like) paths: they pin to a cheaper interface or wait.")
+        "no-expensive", help: "Keep new downloads off expensive paths (cellular-like, or metered per NetworkManager): they pin to a cheaper interface or wait, and stop (checkpointed) when their path turns expensive.")
+    static let noRoaming = Option.flag(
+        "no-roaming", help: "Keep new downloads off modems registered on a visited network (roaming, per ModemManager).")
     static let logSize = Option.value(
         "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1m; k, m, g, t suffixes); three old files are kept.")
     static let logSizeValue = ByteCount(1024...(1 << 40))
-    static let options = [stateDirectory, maximumConcurrent, noExpensive, logSize] + TransportOptions.all
+    static let options = [stateDirectory, maximumConcurrent, noExpensive, noRoaming, logSize] + TransportOptions.all
         + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
         Events (path changes, download events, control requests) are printed as NDJSON on stdout and \
@@ -33,8 +35,9 @@ struct AgentCommand: Command {
         are not kept (see 'reachability help queue add').
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
-        (lines 'max-concurrent=N', 'no-expensive=true|false' and 'download-dir=/abs/dir'; values there \
-        override the command line; no-expensive applies to downloads queued afterwards). Queued files go \
+        (lines 'max-concurrent=N', 'no-expensive=true|false', 'no-roaming=true|false' and \
+        'download-dir=/abs/dir'; values there override the command line; no-expensive and no-roaming \
+        apply to downloads queued afterwards). Queued files go \
         to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
         an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
         sd_notify (READY=1, STATUS=, WATCHDOG=1 at half of WATCHDOG_USEC); started by a systemd .socket unit \
@@ -63,7 +66,8 @@ struct AgentCommand: Command {
         stateDirectoryArgument = arguments.value(Self.stateDirectory)
         settings = AgentSettings(
             maximumConcurrentDownloads: try arguments.value(Self.maximumConcurrent, as: AgentSettings.concurrency) ?? 4,
-            allowsExpensive: !arguments.isSet(Self.noExpensive))
+            allowsExpensive: !arguments.isSet(Self.noExpensive),
+            allowsRoaming: !arguments.isSet(Self.noRoaming))
         logSizeLimit = Int(try arguments.value(Self.logSize, as: Self.logSizeValue) ?? 1 << 20)
         monitor = try MonitorOptions(arguments: arguments)
         metrics = try MetricsOptions(arguments: arguments)

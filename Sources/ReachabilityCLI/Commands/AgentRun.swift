@@ -90,7 +90,8 @@ final class AgentRun: Sendable {
         emit(.agent, "started", [.init(key: "pid", value: .integer(Int(CurrentProcess.id))),
                                  .init(key: "stateDirectory", value: .string(plan.path)),
                                  .init(key: "maxConcurrent", value: .integer(plan.settings.maximumConcurrentDownloads)),
-                                 .init(key: "allowsExpensive", value: .bool(plan.settings.allowsExpensive))])
+                                 .init(key: "allowsExpensive", value: .bool(plan.settings.allowsExpensive)),
+                                 .init(key: "allowsRoaming", value: .bool(plan.settings.allowsRoaming))])
         let pathTask = Task { [self] in
             for await path in source.paths {
                 await service.pathChanged(path)

@@ -25,7 +25,9 @@ struct DownloadCommand: Command {
         "sha256", valueName: "hex",
         help: "The SHA-256 (64 hex digits) the file must have; with several URLs it applies to each.")
     static let noExpensive = Option.flag(
-        "no-expensive", help: "Never use an expensive (cellular-like) path; wait for another one.")
+        "no-expensive", help: "Never use an expensive path (cellular-like, or a link NetworkManager reports metered such as a phone's hotspot); a transfer stops, checkpointed, the moment its path turns expensive and waits for another one.")
+    static let noRoaming = Option.flag(
+        "no-roaming", help: "Never use a modem registered on a visited network (roaming, per ModemManager); wait for another path.")
     static let stateDirectory = Option.value(
         "state-dir", valueName: "dir",
         help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
@@ -47,7 +49,7 @@ struct DownloadCommand: Command {
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
     static let proxy = TransportOptions.proxy
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
-    static let options = [output, directory, sha256, noExpensive, stateDirectory, maximumOutage, json, quiet,
+    static let options = [output, directory, sha256, noExpensive, noRoaming, stateDirectory, maximumOutage, json, quiet,
                           header, limitRate, certificateAuthorities, insecure, proxy]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
@@ -91,6 +93,7 @@ struct DownloadCommand: Command {
     var directory: String?
     var expectedSHA256: String?
     var allowsExpensive: Bool
+    var allowsRoaming: Bool
     var stateDirectoryOverride: String?
     var maximumOutageWait: Duration?
     var isJSON: Bool
@@ -130,6 +133,7 @@ struct DownloadCommand: Command {
             expectedSHA256 = digest
         }
         allowsExpensive = !arguments.isSet(Self.noExpensive)
+        allowsRoaming = !arguments.isSet(Self.noRoaming)
         stateDirectoryOverride = arguments.value(Self.stateDirectory)
         if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
             throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")

@@ -123,7 +123,7 @@ final class DownloadReporter: Sendable {
         guard !isQuiet else { return }
         var words = Self.text(of: event)
         if event == .waitingForConnectivity, let portal = EventSchema.portal(of: currentPath()) {
-            words = "waiting for login at \(PathText.escaped(portal))"
+            words = portal.isEmpty ? "waiting for login (NetworkManager found a captive portal)" : "waiting for login at \(PathText.escaped(portal))"
         }
         if case .completed = event, writesToStandardOutput { words = "completed and verified; writing it to stdout" }
         let line = TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): \(words)")

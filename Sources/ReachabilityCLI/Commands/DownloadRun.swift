@@ -202,7 +202,8 @@ final class DownloadRun: Sendable {
     }
 
     private var downloadOptions: DownloadOptions {
-        DownloadOptions(expectedSHA256: command.expectedSHA256, allowsExpensive: command.allowsExpensive)
+        DownloadOptions(expectedSHA256: command.expectedSHA256, allowsExpensive: command.allowsExpensive,
+                        allowsRoaming: command.allowsRoaming)
     }
 
     /// The engine's configuration for a job's state directory: the command's options, then the knobs.

@@ -13,6 +13,8 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     var connection: Connection = .any
     /// False for `--not-expensive`.
     var allowsExpensive = true
+    /// False for `--not-roaming`.
+    var allowsRoaming = true
     /// `--host`: the path is the route to this host, not the default route.
     var host: String?
 
@@ -20,6 +22,7 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
     func isMet(by path: NetworkPath) -> Bool {
         guard path.isSatisfied else { return false }
         if !allowsExpensive && path.isExpensive { return false }
+        if !allowsRoaming && path.isRoaming { return false }
         switch connection {
         case .any: return true
         case .wired: return path.connection == .wired
@@ -34,7 +37,8 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
         let kind = connection == .any || connection == .internet ? "" : "\(connection.rawValue) "
         let internet = connection == .internet ? " with full internet connectivity" : ""
         let destination = host.map { " to \(PathText.escaped($0))" } ?? ""
-        return "a reachable \(kind)path\(destination)\(internet)" + (allowsExpensive ? "" : " that is not expensive")
+        let limits = [allowsExpensive ? nil : "expensive", allowsRoaming ? nil : "roaming"].compactMap { $0 }
+        return "a reachable \(kind)path\(destination)\(internet)" + (limits.isEmpty ? "" : " that is not " + limits.joined(separator: " or "))
     }
 
     /// How waiting ended.

@@ -233,7 +233,7 @@ struct AgentStatusCommand: Command {
         }
         context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
         context.output.line(TerminalText.escaped("path: \(path)"))
-        context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths"))")
+        context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths")\(status.allowsRoaming == false ? ", no roaming" : ""))")
         for session in status.backgroundSessions ?? [] {
             context.output.line(TerminalText.escaped(Self.describe(session)))
         }

@@ -11,11 +11,14 @@ struct WaitCommand: Command {
     static let require = Option.value(
         "require", valueName: "kind",
         help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any; 'internet' needs the connectivity check to read full. Default: any.")
-    static let notExpensive = Option.flag("not-expensive", help: "Only a path that is not expensive (cellular) qualifies.")
+    static let notExpensive = Option.flag(
+        "not-expensive", help: "Only a path that is not expensive (cellular-like, or metered per NetworkManager) qualifies.")
+    static let notRoaming = Option.flag(
+        "not-roaming", help: "Only a path that is not over a roaming modem (per ModemManager) qualifies.")
     static let host = Option.value(
         "host", valueName: "name",
         help: "Wait for the route to this host (a name or an IP address) instead of the default route, as SCNetworkReachability did for a name: a server on the local network, a link-local address or this host needs no default route.")
-    static let options = [timeout, require, notExpensive, host] + MonitorOptions.all
+    static let options = [timeout, require, notExpensive, notRoaming, host] + MonitorOptions.all
     static let discussion: String? = """
         EXIT STATUS: 0 as soon as the path qualifies, 1 on timeout or when the monitor stops, \
         64 for a usage error, 66 when --netns names no namespace, 77 when --netns lacks privilege, \
@@ -39,6 +42,7 @@ struct WaitCommand: Command {
             requirement.connection = connection
         }
         requirement.allowsExpensive = !arguments.isSet(Self.notExpensive)
+        requirement.allowsRoaming = !arguments.isSet(Self.notRoaming)
         if let host = arguments.value(Self.host) {
             guard HostPath.isValidHost(host) else {
                 throw UsageError.invalidValue(host, for: Self.host, "expected a host name or an IP address")
@@ -58,14 +62,18 @@ struct WaitCommand: Command {
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let requirement = requirement
+        let noCheck = "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri"
         let (source, configuration) = try monitor.startPathSource(in: context) { configuration in
-            if requirement.connection == .internet, configuration.connectivityCheck == nil {
-                throw CommandFailure(
-                    message: "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri",
-                    exitCode: .usage)
+            if requirement.connection == .internet, configuration.connectivityCheck == nil, configuration.systemBus == .disabled {
+                throw CommandFailure(message: noCheck, exitCode: .usage)
             }
         }
         defer { source.cancel() }
+        if requirement.connection == .internet, configuration.connectivityCheck == nil,
+           !source.currentPath.factSources.contains(where: { $0.service == .networkManager && $0.state == .used }) {
+            // Without a check of ours, NetworkManager's own answer (over D-Bus) is the only source.
+            throw CommandFailure(message: noCheck + " (NetworkManager, whose own check would do, is not in use here)", exitCode: .usage)
+        }
         var timeout = timeoutDuration
         if requirement.connection == .internet, timeout == .zero, let check = configuration.connectivityCheck {
             // "Check once" includes the one connectivity check that runs at start.

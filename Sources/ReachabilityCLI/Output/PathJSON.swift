@@ -16,6 +16,8 @@ enum PathJSON {
             "index": path.isSatisfied ? path.primaryInterface.map { .integer(Int($0.index)) } ?? .null : .null,
             "sourceAddress": .string(path.primaryRoute?.sourceAddress),
             "isExpensive": .bool(path.isExpensive),
+            "isRoaming": .bool(path.isRoaming),
+            "isConstrained": .bool(path.isConstrained),
             "supportsIPv4": .bool(path.supportsIPv4),
             "supportsIPv6": .bool(path.supportsIPv6),
             "gateways": .array(path.gateways.map(JSONValue.string)),
@@ -24,12 +26,14 @@ enum PathJSON {
             "connectivity": .string(path.connectivity.rawValue),
             "portalURL": .string(path.portalURL),
             "connectivityCheck": path.connectivityEvidence.map(evidence) ?? .null,
+            "sources": .array(path.factSources.map(source)),
         ])
     }
 
     static func evidence(_ evidence: ConnectivityEvidence) -> JSONValue {
         .object([
-            "url": .string(evidence.url),
+            "source": .string(evidence.source == .check ? "check" : "NetworkManager"),
+            "url": .string(evidence.source == .check ? evidence.url : nil),
             "time": .string(evidence.time.map(PathText.timestamp)),
             "answer": .string(evidence.answer),
         ])
@@ -59,6 +63,29 @@ enum PathJSON {
             "isUp": .bool(interface.isUp),
             "hasCarrier": .bool(interface.hasCarrier),
             "addresses": .array(interface.addresses.map(JSONValue.string)),
+            "isExpensive": .bool(interface.isExpensive),
+            "costReason": .string(interface.costReason),
+            "metered": .string(interface.metered?.rawValue),
+            "cellular": interface.cellular.map(cellular) ?? .null,
+        ])
+    }
+
+    /// `{"isRoaming":false,"registration":"home","accessTechnologies":["lte"],"operatorName":"..."}`
+    static func cellular(_ cellular: CellularStatus) -> JSONValue {
+        .object([
+            "isRoaming": .bool(cellular.isRoaming),
+            "registration": .string(cellular.registration),
+            "accessTechnologies": .array(cellular.accessTechnologies.map(JSONValue.string)),
+            "operatorName": .string(cellular.operatorName),
+        ])
+    }
+
+    /// `{"service":"NetworkManager","state":"used","detail":"pid 812, ..."}`
+    static func source(_ source: FactSource) -> JSONValue {
+        .object([
+            "service": .string(source.service.rawValue),
+            "state": .string(source.state.rawValue),
+            "detail": .string(source.detail),
         ])
     }
 }

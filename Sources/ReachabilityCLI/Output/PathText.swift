@@ -34,6 +34,7 @@ enum PathText {
         // Interface names may hold ESC and other controls the kernel allows (not whitespace).
         if !parts.isEmpty { text += " (\(TerminalText.escaped(parts.joined(separator: "; "))))" }
         if path.isExpensive { text += " expensive" }
+        if path.isRoaming { text += " roaming" }
         if path.isConnectivityChecked { text += ", " + internet(path) }
         return text
     }
@@ -67,14 +68,25 @@ enum PathText {
         Timestamp.iso8601(time)
     }
 
-    /// The summary followed by routes and every interface with its classification evidence.
+    /// The summary followed by the sources of facts, routes and every interface with the
+    /// evidence for its type and its cost.
     static func explanation(_ path: NetworkPath) -> String {
         var lines = [summary(path)]
-        lines.append("  expensive: \(yesNo(path.isExpensive)), ipv4: \(yesNo(path.supportsIPv4)), ipv6: \(yesNo(path.supportsIPv6))")
+        lines.append("  expensive: \(yesNo(path.isExpensive)), roaming: \(yesNo(path.isRoaming)), ipv4: \(yesNo(path.supportsIPv4)), ipv6: \(yesNo(path.supportsIPv6))")
+        if !path.factSources.isEmpty {
+            lines.append("sources:")
+            lines.append("  kernel: links, addresses and routes (rtnetlink), device facts (sysfs)")
+            for source in path.factSources {
+                lines.append("  \(source.service.rawValue): \(source.state.rawValue.split(separator: "-").joined(separator: " ")) (\(escaped(source.detail)))")
+            }
+        }
         lines.append("connectivity:")
         if let evidence = path.connectivityEvidence {
             lines.append("  \(path.isSatisfied ? internet(path) : "internet: none")")
-            lines.append("  check: GET \(escaped(evidence.url))")
+            switch evidence.source {
+            case .check: lines.append("  check: GET \(escaped(evidence.url))")
+            case .networkManager: lines.append("  source: NetworkManager's own check (no check of ours is configured)")
+            }
             let when = evidence.time.map { " at \(timestamp($0))" } ?? ""
             lines.append("  last answer: \(escaped(evidence.answer))\(when)")
         } else {
@@ -100,11 +112,23 @@ enum PathText {
             let primary = interface.index == path.primaryInterface?.index ? " [primary]" : ""
             lines.append("  \(escaped(interface.name)) (index \(interface.index)): \(interface.type.rawValue)\(primary)")
             lines.append("    evidence: \(escaped(interface.classificationReason))")
+            lines.append("    expensive: \(yesNo(interface.isExpensive)) (\(escaped(interface.costReason)))")
+            if let cellular = interface.cellular {
+                lines.append("    modem: " + cellularText(cellular) + " (ModemManager)")
+            }
             lines.append("    up: \(yesNo(interface.isUp)), carrier: \(yesNo(interface.hasCarrier))")
             let addresses = interface.addresses.isEmpty ? "none" : interface.addresses.joined(separator: ", ")
             lines.append("    addresses: \(addresses)")
         }
         return lines.map(TerminalText.escaped).joined(separator: "\n")
+    }
+
+    /// `roaming, lte, operator Example` from ModemManager's facts.
+    static func cellularText(_ cellular: CellularStatus) -> String {
+        var parts = [cellular.registration]
+        if !cellular.accessTechnologies.isEmpty { parts.append(cellular.accessTechnologies.joined(separator: "+")) }
+        if let name = cellular.operatorName { parts.append("operator \(escaped(name))") }
+        return parts.joined(separator: ", ")
     }
 
     /// Routes with IPv4 first, as `NetworkPath.primaryRoute` prefers it.

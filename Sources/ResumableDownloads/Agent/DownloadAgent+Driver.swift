@@ -87,7 +87,7 @@ extension DownloadAgent {
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
                                      mailbox: mailbox)
         var machine = DownloadStateMachine(policy: machinePolicy)
-        let start = pathWaiters.facts(allowsExpensive: download.options.allowsExpensive,
+        let start = pathWaiters.facts(access: PathAccess(download.options),
                                       host: entries[id]?.followsHost == true ? entry.host : nil)
         var actions = machine.handle(.start(driver.facts, start), now: .now, random: .random(in: 0...1))
         var iterator = inputs.makeAsyncIterator()
@@ -226,7 +226,7 @@ extension DownloadAgent {
         let id = driver.id
         let file = driver.file
         let host = entries[id]?.followsHost == true ? entries[id]?.host : nil
-        let usability = pathWaiters.usability(allowsExpensive: driver.download.options.allowsExpensive, host: host)
+        let usability = pathWaiters.usability(access: PathAccess(driver.download.options), host: host)
         let pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
         file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
         let record = file.record

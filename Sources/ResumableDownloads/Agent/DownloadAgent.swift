@@ -293,6 +293,8 @@ public actor DownloadAgent {
         var record = ResumeRecord(id: id, url: url, destination: destination,
                                   expectedSHA256: digest, totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
+        record.allowsRoaming = options.allowsRoaming ? nil : false
+        record.allowsConstrained = options.allowsConstrained ? nil : false
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -380,6 +382,8 @@ public actor DownloadAgent {
         }
         if let length = options.expectedLength { record.expectedLength = length }
         record.allowsExpensive = options.allowsExpensive
+        record.allowsRoaming = options.allowsRoaming ? nil : false
+        record.allowsConstrained = options.allowsConstrained ? nil : false
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -414,7 +418,9 @@ public actor DownloadAgent {
         guard entries[record.id] == nil else { return nil }
         let options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                                allowsExpensive: record.allowsExpensive,
-                                               replacesExistingFile: record.replacesExistingFile ?? false)
+                                               replacesExistingFile: record.replacesExistingFile ?? false,
+                                               allowsRoaming: record.allowsRoaming ?? true,
+                                               allowsConstrained: record.allowsConstrained ?? true)
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableEnd(record: record, stateDirectory: $0) }
@@ -555,7 +561,7 @@ public actor DownloadAgent {
     private func listeners() -> [PathWaiters.Listener] {
         creationOrder.compactMap { id -> PathWaiters.Listener? in
             guard let entry = entries[id], entry.mailbox != nil else { return nil }
-            return PathWaiters.Listener(id: id, allowsExpensive: entry.download.options.allowsExpensive,
+            return PathWaiters.Listener(id: id, access: PathAccess(entry.download.options),
                                         host: entry.followsHost ? entry.host : nil,
                                         transfer: entry.transfer.map { ($0.pathKey, $0.pinnedInterface) })
         }

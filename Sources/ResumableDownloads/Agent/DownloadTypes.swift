@@ -7,9 +7,21 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     public var expectedSHA256: String?
     /// Length the finished file must have; nil trusts the server's announced length.
     public var expectedLength: Int64?
-    /// Whether cellular-like (expensive) paths may carry this download. When false the download
-    /// pins itself to a non-expensive interface if one is up, and otherwise waits.
+    /// Whether expensive paths may carry this download: cellular-like interfaces, and links
+    /// NetworkManager reports metered (a phone's hotspot, a connection marked metered). When false
+    /// the download pins itself to a non-expensive interface if one is up, and otherwise waits;
+    /// a transfer running when its path turns expensive stops at once (checkpointed) and resumes
+    /// when a path it may use is back.
     public var allowsExpensive: Bool
+    /// Whether a modem registered on a visited network (roaming, per ModemManager) may carry this
+    /// download; true by default, as Android's `setAllowedOverRoaming` is. When false it is kept
+    /// off roaming paths the way `allowsExpensive` keeps it off expensive ones.
+    public var allowsRoaming: Bool = true
+    /// Whether a link the user asked to save data on (NetworkManager `Metered=yes`, set on the
+    /// connection; `NetworkPath.isConstrained`) may carry this download; true by default, as
+    /// Apple's `allowsConstrainedNetworkAccess` is. When false it is kept off such links the
+    /// way `allowsExpensive` keeps it off expensive ones.
+    public var allowsConstrained: Bool = true
     /// Whether the finished file may replace a file that exists at the destination when it
     /// completes. By default it never does: the download fails with `destinationExists` and
     /// keeps the verified bytes in `NAME.part`.
@@ -27,12 +39,15 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
 
     /// Creates options.
     public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,
-                replacesExistingFile: Bool = false, priority: Float = 0.5, requestHeaders: [String] = [],
-                requestTimeout: Duration? = nil) {
+                replacesExistingFile: Bool = false, allowsRoaming: Bool = true, allowsConstrained: Bool = true,
+                priority: Float = 0.5,
+                requestHeaders: [String] = [], requestTimeout: Duration? = nil) {
         self.expectedSHA256 = expectedSHA256
         self.expectedLength = expectedLength
         self.allowsExpensive = allowsExpensive
         self.replacesExistingFile = replacesExistingFile
+        self.allowsRoaming = allowsRoaming
+        self.allowsConstrained = allowsConstrained
         self.priority = priority.isNaN ? 0.5 : min(1, max(0, priority))
         self.requestHeaders = requestHeaders
         self.requestTimeout = requestTimeout

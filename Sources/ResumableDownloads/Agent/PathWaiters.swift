@@ -14,21 +14,21 @@ struct PathWaiters: Sendable {
     /// A download that hears about path changes.
     struct Listener: Sendable, Hashable {
         var id: UUID
-        var allowsExpensive: Bool
+        var access: PathAccess
         /// Where its traffic goes first (the server, or the proxy), nil to follow the primary path.
         var host: String?
         /// The running transfer's path at its start and its pinned interface, if one runs.
         var transfer: (key: PathKey, pinnedInterface: String?)?
 
-        init(id: UUID, allowsExpensive: Bool, host: String? = nil, transfer: (key: PathKey, pinnedInterface: String?)? = nil) {
+        init(id: UUID, access: PathAccess, host: String? = nil, transfer: (key: PathKey, pinnedInterface: String?)? = nil) {
             self.id = id
-            self.allowsExpensive = allowsExpensive
+            self.access = access
             self.host = host
             self.transfer = transfer
         }
 
         static func == (lhs: Listener, rhs: Listener) -> Bool {
-            lhs.id == rhs.id && lhs.allowsExpensive == rhs.allowsExpensive && lhs.host == rhs.host
+            lhs.id == rhs.id && lhs.access == rhs.access && lhs.host == rhs.host
                 && lhs.transfer?.key == rhs.transfer?.key && lhs.transfer?.pinnedInterface == rhs.transfer?.pinnedInterface
         }
 
@@ -89,22 +89,22 @@ struct PathWaiters: Sendable {
     }
 
     /// What the path means for a download to `host` now.
-    func usability(allowsExpensive: Bool, host: String? = nil) -> PathUsability {
+    func usability(access: PathAccess, host: String? = nil) -> PathUsability {
         switch gate(host: host) {
         case .pending: return .unknown
-        case .path(let path): return PathPolicy.usability(of: path, hasPathSource: hasPathSource, allowsExpensive: allowsExpensive)
+        case .path(let path): return PathPolicy.usability(of: path, hasPathSource: hasPathSource, access: access)
         }
     }
 
     /// The facts for a download to `host` whose transfer (if any) started under `transfer`.
-    func facts(allowsExpensive: Bool, host: String? = nil, transfer: (key: PathKey, pinnedInterface: String?)? = nil,
+    func facts(access: PathAccess, host: String? = nil, transfer: (key: PathKey, pinnedInterface: String?)? = nil,
                isNewPath: Bool = false) -> DownloadStateMachine.PathFacts {
         var invalidates = false
         if let transfer, let path = gatingPath(host: host) {
             invalidates = PathPolicy.mustAbort(startedUnder: transfer.key, pinnedInterface: transfer.pinnedInterface,
-                                               allowsExpensive: allowsExpensive, newPath: path)
+                                               access: access, newPath: path)
         }
-        return .init(usability: usability(allowsExpensive: allowsExpensive, host: host), invalidatesTransfer: invalidates,
+        return .init(usability: usability(access: access, host: host), invalidatesTransfer: invalidates,
                      isNewPath: isNewPath)
     }
 
@@ -149,7 +149,7 @@ struct PathWaiters: Sendable {
     private func notices(for listeners: [Listener], isNewPath: (Listener) -> Bool) -> [Notice] {
         var rank = 0
         return listeners.map { listener in
-            let facts = facts(allowsExpensive: listener.allowsExpensive, host: listener.host, transfer: listener.transfer,
+            let facts = facts(access: listener.access, host: listener.host, transfer: listener.transfer,
                               isNewPath: isNewPath(listener))
             let notice = Notice(id: listener.id, facts: facts, rank: facts.isUsable ? rank : 0)
             if facts.isUsable { rank += 1 }

@@ -2,20 +2,49 @@ import LinuxReachability
 
 /// What about a path matters to a running transfer: when any of it changes, the socket is
 /// probably dead or leaving through the wrong interface, so the transfer restarts at once
-/// instead of waiting for TCP to notice.
+/// instead of waiting for TCP to notice. Its cost is not part of it: a wifi that turns metered
+/// keeps its sockets, and `PathPolicy.mustAbort` stops only the transfers that may not use it.
 struct PathKey: Sendable, Hashable {
     var isSatisfied: Bool
     var interfaceName: String?
     var interfaceIndex: Int32?
     var sourceAddress: String?
-    var isExpensive: Bool
 
     init(_ path: NetworkPath?) {
         isSatisfied = path?.isSatisfied ?? true
         interfaceName = path?.primaryInterface?.name
         interfaceIndex = path?.primaryInterface?.index
         sourceAddress = path?.primaryRoute?.sourceAddress
-        isExpensive = path?.isExpensive ?? false
+    }
+}
+
+/// Which paths a download may use: `DownloadOptions.allowsExpensive`, `allowsRoaming` and
+/// `allowsConstrained`.
+struct PathAccess: Sendable, Hashable {
+    var allowsExpensive: Bool
+    var allowsRoaming: Bool
+    var allowsConstrained: Bool
+
+    init(allowsExpensive: Bool = true, allowsRoaming: Bool = true, allowsConstrained: Bool = true) {
+        self.allowsExpensive = allowsExpensive
+        self.allowsRoaming = allowsRoaming
+        self.allowsConstrained = allowsConstrained
+    }
+
+    init(_ options: DownloadOptions) {
+        self.init(allowsExpensive: options.allowsExpensive, allowsRoaming: options.allowsRoaming,
+                  allowsConstrained: options.allowsConstrained)
+    }
+
+    /// Whether traffic may leave through `path` as routed.
+    func permits(_ path: NetworkPath) -> Bool {
+        (allowsExpensive || !path.isExpensive) && (allowsRoaming || !path.isRoaming) && (allowsConstrained || !path.isConstrained)
+    }
+
+    /// Whether a transfer may be pinned to `interface`.
+    func permits(_ interface: NetworkInterface) -> Bool {
+        (allowsExpensive || !interface.isExpensive) && (allowsRoaming || !interface.isRoaming)
+            && (allowsConstrained || !interface.isConstrained)
     }
 }
 
@@ -31,7 +60,7 @@ enum PathUsability: Sendable, Hashable {
 
 enum PathPolicy {
     /// `path` nil with no source means "assume connected" (no monitor wired in).
-    static func usability(of path: NetworkPath?, hasPathSource: Bool, allowsExpensive: Bool) -> PathUsability {
+    static func usability(of path: NetworkPath?, hasPathSource: Bool, access: PathAccess) -> PathUsability {
         guard let path else { return hasPathSource ? .unknown : .usable(pinnedInterface: nil) }
         guard path.isSatisfied else { return .unusable }
         // Behind a captive portal every request meets the login page: wait (no hammering) until
@@ -42,9 +71,10 @@ enum PathPolicy {
         // answers within milliseconds or its timeout): wait quietly rather than risk fetching a
         // portal's login page into the file.
         guard !(path.isConnectivityChecked && path.connectivity == .unknown) else { return .unknown }
-        guard !allowsExpensive, path.isExpensive else { return .usable(pinnedInterface: nil) }
-        // Cellular-like primary: use a cheap interface that is up, if any, by pinning to it.
-        if let cheap = path.availableInterfaces.first(where: { !$0.isExpensive && $0.type != .loopback }) {
+        guard !access.permits(path) else { return .usable(pinnedInterface: nil) }
+        // An expensive (cellular-like, metered) or roaming primary the download may not use: use
+        // an interface it may use that is up, if any, by pinning to it.
+        if let cheap = path.availableInterfaces.first(where: { access.permits($0) && $0.type != .loopback }) {
             return .usable(pinnedInterface: cheap.name)
         }
         return .unusable
@@ -52,12 +82,13 @@ enum PathPolicy {
 
     /// Whether a transfer started under `key` (pinned to `pinnedInterface`, if any) must be
     /// aborted now that the path is `path`.
-    static func mustAbort(startedUnder key: PathKey, pinnedInterface: String?, allowsExpensive: Bool,
+    static func mustAbort(startedUnder key: PathKey, pinnedInterface: String?, access: PathAccess,
                           newPath path: NetworkPath) -> Bool {
         if let pinnedInterface {
-            return !path.isSatisfied || !path.availableInterfaces.contains { $0.name == pinnedInterface }
+            // The pinned interface itself may have become metered or roaming.
+            return !path.isSatisfied || !path.availableInterfaces.contains { $0.name == pinnedInterface && access.permits($0) }
         }
         if PathKey(path) != key { return true }
-        return usability(of: path, hasPathSource: true, allowsExpensive: allowsExpensive) != .usable(pinnedInterface: nil)
+        return usability(of: path, hasPathSource: true, access: access) != .usable(pinnedInterface: nil)
     }
 }

@@ -32,6 +32,10 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     /// The length the caller expects, checked at completion (optional; absent in older records).
     var expectedLength: Int64?
     var allowsExpensive: Bool
+    /// `DownloadOptions.allowsRoaming`: false, or absent (older records, and the default) for true.
+    var allowsRoaming: Bool?
+    /// `DownloadOptions.allowsConstrained`: false, or absent (older records, and the default) for true.
+    var allowsConstrained: Bool?
     /// `DownloadOptions.replacesExistingFile` (absent in older records: never replace).
     var replacesExistingFile: Bool?
     /// Transfer attempts made so far (all attempts, for diagnostics).

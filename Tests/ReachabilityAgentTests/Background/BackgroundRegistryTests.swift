@@ -79,7 +79,25 @@ struct BackgroundRegistryTests {
         #expect(start.headers == ["X-App: 1", "Authorization: Bearer x"])
         #expect(start.priority == 0.9)
         #expect(!start.allowsExpensive, "isDiscretionary waits for a path that is not expensive")
+        #expect(!start.allowsRoaming && !start.allowsConstrained, "nor roaming, nor constrained")
         #expect(performed.actions.contains(.wake(at: Self.now.addingTimeInterval(7 * 24 * 3600))), "the resource deadline")
+    }
+
+    /// allowsRoaming false keeps the session's transfers off a roaming modem only; a client of an
+    /// older version that does not send it gets roaming allowed, the default.
+    @Test func roamingIsTheSessionsChoice() throws {
+        var (registry, _) = try Self.attached(tasks: [Self.spec(1)])
+        var settings = Self.settings()
+        settings.allowsRoaming = false
+        _ = registry.detach(1, now: Self.now)
+        _ = try registry.attach(Self.key, settings: settings, connection: 2, pid: 42, now: Self.now).get()
+        let performed = try registry.perform(.resume, on: 1, in: Self.key, connection: 2, now: Self.now, availableBytes: Self.plenty).get()
+        let start = try #require(Self.starts(performed.actions).first)
+        #expect(!start.allowsRoaming && start.allowsExpensive)
+        let old = try JSONDecoder().decode(BackgroundSessionSettings.self, from: Data(#"{"isDiscretionary":false}"#.utf8))
+        #expect(old.allowsRoaming && old.allowsExpensiveNetworkAccess && old.allowsConstrainedNetworkAccess)
+        let sent = try JSONDecoder().decode(BackgroundSessionSettings.self, from: JSONEncoder().encode(settings))
+        #expect(!sent.allowsRoaming)
     }
 
     @Test func aTaskWaitsForItsDateThenStarts() throws {

@@ -104,7 +104,7 @@ struct AgentClientTests {
         let started = ContinuousClock.now
         let error = await #expect(throws: AgentClientError.noReply) { try await client.status() }
         #expect(ContinuousClock.now - started < .seconds(10))
-        #expect(error?.description == "the agent on \(directory.path) did not answer within 0.2 s")
+        #expect(error?.description == "the agent on \(directory.path) did not answer within 0.2 s; if systemd starts it from a socket unit, see 'systemctl --user status reachability-agent' (or 'systemctl status' for the system one)")
     }
 
     /// A fake agent that accepts one connection and hands it to `behave` on a thread.

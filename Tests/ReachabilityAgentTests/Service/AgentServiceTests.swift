@@ -42,6 +42,28 @@ struct AgentServiceTests {
         var all: [String] { lines.withLock { $0 } }
     }
 
+    /// A background transfer keeps its session's rules within the agent's own: an agent started
+    /// with --no-expensive or --no-roaming (or agent.conf) keeps background tasks off those paths
+    /// as it does queued downloads.
+    @Test func backgroundTransfersKeepTheAgentsCostRules() async throws {
+        let scratch = try ScratchDirectory("ab")
+        let service = try Self.offlineService(scratch.url, events: EventSink())
+        let start = BackgroundRegistry.TransferStart(
+            id: UUID(), session: BackgroundSessionKey(uid: 1000, identifier: "s"), url: "http://192.0.2.9/f", headers: [],
+            timeout: 60, priority: 0.5, allowsExpensive: true, allowsRoaming: true, resumeState: nil)
+        var options = await service.options(start)
+        #expect(options.allowsExpensive && options.allowsRoaming)
+        await service.reload(AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: false, allowsRoaming: false))
+        options = await service.options(start)
+        #expect(!options.allowsExpensive && !options.allowsRoaming)
+        var refused = start
+        refused.allowsRoaming = false
+        await service.reload(AgentSettings(maximumConcurrentDownloads: 2, allowsExpensive: true))
+        options = await service.options(refused)
+        #expect(options.allowsExpensive && !options.allowsRoaming, "the session's own refusal stays")
+        await service.shutdown()
+    }
+
     @Test func handlerAddsListsPausesResumesAndCancels() async throws {
         let scratch = try ScratchDirectory("au")
         let directory = scratch.url

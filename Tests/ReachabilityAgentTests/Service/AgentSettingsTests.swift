@@ -17,5 +17,9 @@ struct AgentSettingsTests {
         #expect(throws: AgentFailure.self) { try AgentSettings.parse("max-concurrent=0", base: base, path: "a") }
         #expect(throws: AgentFailure.self) { try AgentSettings.parse("speed=3", base: base, path: "a") }
         #expect(throws: AgentFailure.self) { try AgentSettings.parse("no-expensive", base: base, path: "a") }
+        #expect(try AgentSettings.parse("no-roaming=true", base: base, path: "a").allowsRoaming == false)
+        #expect(try AgentSettings.parse("no-roaming = no", base: AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true,
+                                                                                 allowsRoaming: false), path: "a").allowsRoaming)
+        #expect(throws: AgentFailure.self) { try AgentSettings.parse("no-roaming=maybe", base: base, path: "a") }
     }
 }

@@ -17,17 +17,17 @@ struct PathWaitersTests {
 
     @Test func aLANHostIsUsableWithoutADefaultRoute() {
         var waiters = PathWaiters(hasPathSource: true, followsHosts: true)
-        let download = PathWaiters.Listener(id: UUID(), allowsExpensive: true, host: "10.77.0.1")
+        let download = PathWaiters.Listener(id: UUID(), access: PathAccess(allowsExpensive: true), host: "10.77.0.1")
         #expect(waiters.update(Self.noDefaultRoute, listeners: [download]).isEmpty, "the primary path is not its gate")
         // Until the host's first answer: wait quietly.
-        #expect(waiters.usability(allowsExpensive: true, host: "10.77.0.1") == .unknown)
+        #expect(waiters.usability(access: PathAccess(allowsExpensive: true), host: "10.77.0.1") == .unknown)
         let first = waiters.update(Self.host(Self.lan), for: "10.77.0.1", listeners: [download])
         #expect(first.map(\.facts) == [.init(usability: .usable(pinnedInterface: nil), isNewPath: true)])
         // The default route comes and goes: nothing for this download.
         #expect(waiters.update(Self.wifi, listeners: [download]).isEmpty)
         #expect(waiters.update(Self.noDefaultRoute, listeners: [download]).isEmpty)
         // The same route again: no news; the LAN link going away invalidates the running transfer.
-        let running = PathWaiters.Listener(id: download.id, allowsExpensive: true, host: "10.77.0.1",
+        let running = PathWaiters.Listener(id: download.id, access: PathAccess(allowsExpensive: true), host: "10.77.0.1",
                                            transfer: (PathKey(Self.lan), nil))
         let same = waiters.update(Self.host(Self.lan), for: "10.77.0.1", listeners: [running])
         #expect(same.map(\.facts) == [.init(usability: .usable(pinnedInterface: nil))])
@@ -38,7 +38,7 @@ struct PathWaitersTests {
     @Test("a name that does not resolve, or host paths that stop, hand the download back to the primary path")
     func fallbacks() {
         var waiters = PathWaiters(hasPathSource: true, followsHosts: true)
-        let download = PathWaiters.Listener(id: UUID(), allowsExpensive: true, host: "10.77.0.1")
+        let download = PathWaiters.Listener(id: UUID(), access: PathAccess(allowsExpensive: true), host: "10.77.0.1")
         _ = waiters.update(Self.wifi, listeners: [download])
         let unresolved = waiters.update(Self.host(nil, failure: "Name or service not known"), for: "10.77.0.1", listeners: [download])
         #expect(unresolved.map(\.facts.usability) == [.usable(pinnedInterface: nil)])
@@ -48,7 +48,7 @@ struct PathWaitersTests {
         #expect(ended.unfollow("10.77.0.1", listeners: [download]).map(\.facts) == [.init(usability: .usable(pinnedInterface: nil), isNewPath: true)])
         // Without host paths at all, everything follows the primary path, as before.
         let plain = PathWaiters(hasPathSource: true)
-        #expect(plain.usability(allowsExpensive: true, host: "10.77.0.1") == .unknown)
+        #expect(plain.usability(access: PathAccess(allowsExpensive: true), host: "10.77.0.1") == .unknown)
         #expect(plain.followsPrimaryPath(host: "10.77.0.1"))
     }
 

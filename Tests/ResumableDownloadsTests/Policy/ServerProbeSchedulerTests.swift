@@ -357,20 +357,20 @@ struct RecoveryPartsTests {
         let wifi = Self.path("wlan0", 3, .wifi, "192.168.1.2")
         let cellular = Self.path("wwan0", 4, .cellular, "10.64.0.2")
         var waiters = PathWaiters(hasPathSource: true)
-        #expect(waiters.usability(allowsExpensive: true) == .unknown)
+        #expect(waiters.usability(access: PathAccess(allowsExpensive: true)) == .unknown)
         let (a, b, c) = (UUID(), UUID(), UUID())
-        let first = waiters.update(wifi, listeners: [.init(id: a, allowsExpensive: true), .init(id: b, allowsExpensive: false),
-                                                     .init(id: c, allowsExpensive: true)])
+        let first = waiters.update(wifi, listeners: [.init(id: a, access: PathAccess(allowsExpensive: true)), .init(id: b, access: PathAccess(allowsExpensive: false)),
+                                                     .init(id: c, access: PathAccess(allowsExpensive: true))])
         #expect(first.map(\.rank) == [0, 1, 2])
         #expect(first.allSatisfy { $0.facts.isNewPath && $0.facts.isUsable && !$0.facts.invalidatesTransfer })
         let running = (key: PathKey(wifi), pinnedInterface: String?.none)
-        let second = waiters.update(cellular, listeners: [.init(id: a, allowsExpensive: true, transfer: running),
-                                                          .init(id: b, allowsExpensive: false),
-                                                          .init(id: c, allowsExpensive: true)])
+        let second = waiters.update(cellular, listeners: [.init(id: a, access: PathAccess(allowsExpensive: true), transfer: running),
+                                                          .init(id: b, access: PathAccess(allowsExpensive: false)),
+                                                          .init(id: c, access: PathAccess(allowsExpensive: true))])
         #expect(second[0].facts.invalidatesTransfer)
         #expect(second[1].facts.usability == .unusable && second[1].rank == 0)
         #expect(second[2].rank == 1, "the cheap-only download is not counted")
-        let same = waiters.update(cellular, listeners: [.init(id: c, allowsExpensive: true)])
+        let same = waiters.update(cellular, listeners: [.init(id: c, access: PathAccess(allowsExpensive: true))])
         #expect(!same[0].facts.isNewPath)
     }
 }
