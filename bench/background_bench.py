@@ -57,6 +57,7 @@ class Agent:
         """One control request on a fresh connection; returns (reply, seconds)."""
         started = time.perf_counter()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)   # an agent that does not answer fails the run instead of hanging it
             sock.connect(f"{self.state}/agent.sock")
             sock.sendall((json.dumps({"version": 1, "id": 1, "command": command, **fields}) + "\n").encode())
             data = b""
@@ -110,6 +111,7 @@ def killed_mid_download(args, content):
         workdir = tempfile.mkdtemp(prefix="bg-bench-")
         network = Network(PREFIX, "k" + name[0], workdir, args.rate, subnet=SUBNET)
         agent = Agent(f"{workdir}/state")
+        probes = []
         try:
             network.serve("file.bin", content)
             url = f"http://{SERVER}/file.bin"
@@ -117,10 +119,12 @@ def killed_mid_download(args, content):
             if name.startswith("foreground"):
                 common = [f"{args.build}/urlsession-probe", "--state-dir", f"{workdir}/session", "--exit-when-done"]
                 first = Probe(network, env=QUIET, arguments=common + ["--url", url])
+                probes.append(first)
                 first.wait_line(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= half, 60)
                 first.close()
                 # No resume data survives a killed process: the file is fetched again.
                 second = Probe(network, env=QUIET, arguments=common + ["--url", url])
+                probes.append(second)
                 done = second.wait_line(lambda l: l.get("call") == "completed", 120)
                 second.close()
                 ok = done is not None and "code" not in done
@@ -129,16 +133,20 @@ def killed_mid_download(args, content):
                 common = [f"{args.build}/background-probe", "--state-dir", agent.state, "--session", "bench",
                           "--agent", f"{args.build}/reachability"]
                 first = Probe(network, env=QUIET, arguments=common + ["--url", url])
+                probes.append(first)
                 first.wait_line(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= half, 60)
                 first.close()
                 agent.wait_session("bench", lambda s: s["pendingEvents"] == 1)
                 second = Probe(network, env=QUIET, arguments=common + ["--exit-after-events"])
+                probes.append(second)
                 done = second.wait_line(lambda l: l.get("call") == "finished", 60)
                 second.process.wait(timeout=30)
                 ok = done is not None
                 sent = network.bytes_after(1)
             rows.append((name, ok, sent - len(content), len(network.requests())))
         finally:
+            for probe in probes:
+                probe.close()
             agent.kill()
             network.close()
             shutil.rmtree(workdir, ignore_errors=True)
@@ -149,6 +157,7 @@ def replay_latency(args):
     workdir = tempfile.mkdtemp(prefix="bg-bench-")
     network = Network(PREFIX, "r", workdir, "100m", subnet=SUBNET, worker_connections=1024)
     agent = Agent(f"{workdir}/state")
+    probes = []
     try:
         count = 100
         for index in range(count):
@@ -160,17 +169,25 @@ def replay_latency(args):
         results = []
         for _ in range(args.replays):
             first = Probe(network, env=QUIET, arguments=common + urls)
+            probes.append(first)
             first.wait_line(lambda l: l.get("call") == "created" and len(first.calls("created")) >= count, 60)
             first.close()
             agent.wait_session("replay", lambda s: s["pendingEvents"] == count)
             second = Probe(network, env=QUIET, arguments=common + ["--exit-after-events"])
+            probes.append(second)
             done = second.wait_line(lambda l: l.get("call") == "didFinishEvents", 60)
             second.process.wait(timeout=30)
+            # The agent notices the exit a few ms after it: the next replay's first probe must not
+            # attach before that (it would be refused as a second attach and create nothing).
+            agent.wait_session("replay", lambda s: s.get("attachedPID") is None and s["pendingEvents"] == 0)
             launched = second.calls("launched")[0]
             finished = second.calls("finished")
             results.append(((finished[0]["us"] - launched["us"]) / 1000, (done["us"] - launched["us"]) / 1000, len(finished)))
         return results
     finally:
+        # Probes first: an attached probe whose agent dies starts a new one.
+        for probe in probes:
+            probe.close()
         agent.kill()
         network.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -137,7 +137,8 @@ class Probe:
 
     def __init__(self, network, arguments, env=None):
         self.lines = []
-        self.lock = threading.Lock()
+        # Reentrant: a wait_for predicate may look at the other lines (calls()) while it runs.
+        self.lock = threading.RLock()
         self.process = subprocess.Popen(["ip", "netns", "exec", network.client] + arguments, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         threading.Thread(target=self._read, daemon=True).start()
