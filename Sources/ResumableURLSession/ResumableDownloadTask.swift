@@ -7,6 +7,9 @@ import Synchronization
 /// A download task of a `ResumableURLSession`, shaped like `URLSessionDownloadTask`: created
 /// suspended, started with `resume()`, observed through the session's delegate, `progress` and
 /// the byte counts.
+//
+// Longer than 400 lines on purpose: URLSessionDownloadTask's public surface and the task's one
+// locked state (hints, counts, the engine download or the background link) read together.
 public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConvertible {
     /// URLSessionTask.State's cases and raw values.
     public enum State: Int, Sendable {

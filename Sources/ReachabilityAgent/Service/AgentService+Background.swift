@@ -6,6 +6,9 @@ import ResumableDownloads
 /// Background sessions in the agent (issue 17): `BackgroundRegistry` decides, this carries out
 /// its actions against the engine (`DownloadAgent`), the files (`BackgroundStore`), the
 /// attached connections (`ControlPeer`), the launcher and one timer.
+//
+// Longer than 400 lines on purpose: it applies every BackgroundRegistry action against the actor's
+// state (engine, store, connections, launcher, timer); the decisions are the registry's.
 extension AgentService {
     // MARK: start and restore
 

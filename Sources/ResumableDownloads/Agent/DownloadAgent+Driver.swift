@@ -4,6 +4,9 @@ import ReachabilityBase
 
 /// What a driver's mailbox carries: inputs for its machine, from the engine thread, timers, the
 /// path consumer, the probe scheduler and the public API.
+//
+// Longer than 400 lines on purpose: the executor of DownloadStateMachine's actions, kept beside
+// the driver's mailbox it serves; the decisions are the machine's (DownloadStateMachine.swift).
 enum DriverInput: Sendable {
     /// An input for the machine as it is.
     case machine(DownloadStateMachine.Input)

@@ -5,6 +5,9 @@ import ReachabilityBase
 /// requests, mapping their endings, and finishing the group as one attempt. Engine thread only;
 /// nothing here adds or removes an easy handle from inside a libcurl callback (inputs that can
 /// open or close members are queued by the callbacks and settled after `perform()`).
+//
+// Longer than 400 lines on purpose: every step touches the engine thread's easy handles and the
+// group's members together, which stay private to the engine; the decisions are SegmentPlanner's.
 extension TransferEngine {
     /// How often a group's planner is ticked (growth rounds, stalls, seam checks waiting).
     static let groupTick: Duration = .milliseconds(50)

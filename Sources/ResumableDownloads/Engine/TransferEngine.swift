@@ -15,6 +15,10 @@ import ReachabilityBase
 /// handles and their contexts) are touched only on the engine thread inside `run()`. Other
 /// threads only append to `commands` (a Mutex) and call `curl_multi_wakeup`, which libcurl
 /// documents as thread-safe.
+//
+// Longer than 400 lines on purpose: the engine thread's loop and the state only it may touch
+// (the `@unchecked Sendable` invariant below) are checked in one place; segments are in
+// TransferEngine+Segments.swift, one transfer's callbacks in Transfer.swift.
 final class TransferEngine: @unchecked Sendable {
     enum Command {
         case start(UInt64, TransferRequest, PartialFile, TransferCallbacks)

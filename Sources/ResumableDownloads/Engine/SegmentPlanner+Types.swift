@@ -1,0 +1,181 @@
+import FoundationEssentials
+import ReachabilityBase
+
+// The planner's vocabulary: paths, its configuration, what it is told and what it asks for
+// (SegmentPlanner.swift is the state machine).
+extension SegmentPlanner {
+    /// A way out of the host for a connection.
+    struct Path: Sendable, Hashable, CustomStringConvertible {
+        /// The interface connections are bound to (`SO_BINDTODEVICE` with its address); nil
+        /// follows the routing table.
+        var interface: String?
+        /// A cellular-like or metered path.
+        var isExpensive: Bool
+
+        init(interface: String?, isExpensive: Bool = false) {
+            self.interface = interface
+            self.isExpensive = isExpensive
+        }
+
+        /// The routing table's choice (no binding).
+        static let routingTable = Path(interface: nil)
+
+        var description: String { interface ?? "default" }
+    }
+
+    /// When expensive paths may carry connections (cheap ones always may).
+    enum ExpensiveUse: Sendable, Hashable {
+        /// Tried after the cheap paths stop gaining; kept while they add throughput.
+        case whenUseful
+        /// Only while no cheap path is usable.
+        case fallbackOnly
+    }
+
+    struct Configuration: Sendable, Hashable {
+        /// Most connections this download may hold at once (its share of the per-host cap).
+        var maximumConnections: Int
+        /// Split points are multiples of this (the block journal's block), so a block has one writer.
+        var alignment: Int64 = 256 << 10
+        /// No split leaves a connection less than this (except in the tail, see `SegmentPlanner`).
+        var minimumSegment: Int64 = 1 << 20
+        /// Bytes compared across a seam on each side.
+        var seamOverlap: Int64 = 16 << 10
+        /// How long new connections deliver before their round is judged, until the round trip
+        /// is known (then eight round trips within `minimumWindow`...`maximumWindow`).
+        var evaluationWindow: Duration = .milliseconds(300)
+        var minimumWindow: Duration = .milliseconds(150)
+        var maximumWindow: Duration = .seconds(1)
+        /// A round on a path in use is kept when each added connection raised the aggregate by at
+        /// least this share of the path's average connection before the round.
+        var usefulGain: Double = 0.5
+        /// A round that adds a path is kept when the aggregate grew by at least this share; an
+        /// expensive path whose share of the aggregate falls under it is dropped.
+        var newPathGain: Double = 0.1
+        /// No connection is added when the rest would take less than this at the current rate.
+        var minimumRemainingTime: Duration = .seconds(1)
+        /// How long an added connection may take to deliver its first byte before its round is
+        /// judged without it.
+        var firstByteTimeout: Duration = .seconds(2)
+        /// A full path (or a dropped expensive one) is tried again after this.
+        var reprobeInterval: Duration = .seconds(10)
+        /// No connection is added before the attempt has run this long (after a failed attempt:
+        /// a server that just dropped a connection has not shown it serves more).
+        var growthDelay: Duration = .zero
+        var expensiveUse: ExpensiveUse = .whenUseful
+
+        init(maximumConnections: Int) {
+            self.maximumConnections = max(1, maximumConnections)
+        }
+    }
+
+    /// Whether this attempt may fetch ranges over several connections.
+    enum Capability: Sendable, Hashable {
+        /// No range answer seen yet.
+        case untested
+        /// A 206 with the right Content-Range and the download's validator came back.
+        case shown
+        /// Not in this attempt (a range was refused).
+        case refused
+    }
+
+    /// A request to open.
+    struct Request: Sendable, Hashable {
+        var connection: Int
+        var path: Path
+        /// The bytes this connection stores (the executor adds the overlaps before and after).
+        var range: Range<Int64>
+    }
+
+    /// How a connection ended.
+    enum Ending: Sendable, Hashable {
+        /// Its range is stored and its request is over.
+        case finished
+        /// The transport failed; `delivered` tells whether it had stored any byte.
+        case transport(delivered: Bool)
+        /// The server said it is busy (5xx, 408, 429): it wants fewer connections.
+        case serverBusy
+        /// The server answered the range with something other than the range (a 200, another
+        /// range, a missing or different validator, another length): no more segments.
+        case rangeRefused
+        /// Closed on the planner's request.
+        case closed
+        /// The attempt cannot go on (HTTP 4xx, write failure, ...): it ends with this
+        /// connection's result.
+        case fatal
+    }
+
+    enum Input: Sendable, Hashable {
+        /// The attempt starts: what is stored, the unverified seams kept with it, the length when
+        /// known, whether segments are allowed when that is already known (a resume), the usable
+        /// paths best first.
+        case start(stored: RangeSet<Int64>, seams: Set<Int64>, total: Int64?, allowsSegments: Bool?, paths: [Path])
+        /// A connection's response was accepted. `isRange`: a 206 for the range asked;
+        /// `allowsSegments`: whether the response allows splitting (strong validator or an
+        /// expected checksum, a length, ranges not refused); the first answer decides.
+        case accepted(connection: Int, total: Int64?, isRange: Bool, allowsSegments: Bool)
+        /// A connection stored everything up to its end (the executor asks before going past it).
+        case reachedEnd(connection: Int)
+        case ended(connection: Int, Ending)
+        /// The bytes on both sides of `at` were compared and agree.
+        case seamVerified(at: Int64)
+        /// The bytes across a seam (or a resume overlap) differ: the pieces are not one version.
+        case seamMismatch(at: Int64)
+        /// A connection received nothing for longer than its pace explains.
+        case stallSuspected(connection: Int)
+        /// The usable paths, best first (already filtered by policy).
+        case pathsChanged([Path])
+        /// The disk fell behind (the writer paused a transfer): more connections would not help.
+        case backpressure
+        /// The only connection's answer was the whole entity (a 200 to a resume): everything
+        /// stored is being replaced by its body, from zero.
+        case restartedInPlace(connection: Int, total: Int64?, allowsSegments: Bool)
+        /// How many connections this download may hold now: its share of the per-host bound,
+        /// which other downloads to the same server take from. Connections over it are closed.
+        case allowance(Int)
+        /// A connection to the server took this long to set up (about a round trip).
+        case roundTrip(Duration)
+        case tick
+    }
+
+    enum Action: Sendable, Hashable {
+        case open(Request)
+        /// Move a running connection's end: shrink it for a thief, or extend it in place.
+        case setEnd(connection: Int, end: Int64)
+        /// Abort a connection; its remaining range is free again.
+        case close(connection: Int)
+        /// Fetch `request.range` (the seam `at` with `seamOverlap` on each side) and compare it
+        /// with the disk, storing nothing.
+        case verifySeam(Request, at: Int64)
+        /// The unverified seams grew; keep them with the resume data before the next byte.
+        case seamsChanged(Set<Int64>)
+        /// Every byte is stored and every seam verified.
+        case complete
+        /// Nothing can continue: end the attempt with this connection's result.
+        case endAttempt(connection: Int)
+        /// The stored pieces are not one version: start over.
+        case restart(reason: String)
+    }
+
+    /// One open request.
+    struct Connection: Sendable, Hashable {
+        var id: Int
+        var path: Path
+        /// Its first byte.
+        var start: Int64
+        /// The next byte it stores.
+        var position: Int64
+        /// One past its last byte.
+        var end: Int64
+        /// One past the last byte its request covers: it can extend up to here without a new request.
+        var coveredEnd: Int64
+        var openedAt: Instant
+        var firstByteAt: Instant?
+        var lastByteAt: Instant?
+        var meter = ThroughputWindow()
+        /// A seam check: compares, stores nothing. `seam` is the boundary it checks.
+        var seam: Int64?
+
+        var remaining: Int64 { max(0, end - position) }
+        var isSeamCheck: Bool { seam != nil }
+    }
+}
