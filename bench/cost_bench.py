@@ -40,6 +40,8 @@ import sys
 import tempfile
 import time
 
+from benchnet import random_file
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = f"rchC{os.getpid()}"
 CHILDREN = []
@@ -146,17 +148,6 @@ http {{
         self.proc.kill()
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def random_file(path, mib, seed):
-    generator = random.Random(seed)
-    digest = hashlib.sha256()
-    with open(path, "wb") as out:
-        for _ in range(mib):
-            block = generator.randbytes(1 << 20)
-            digest.update(block)
-            out.write(block)
-    return digest.hexdigest()
 
 
 def file_sha256(path):
