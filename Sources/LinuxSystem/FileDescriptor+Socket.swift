@@ -93,6 +93,20 @@ extension FileDescriptor {
         return try Syscall.recv(rawValue, buffer, flags: flags)
     }
 
+    /// Whether the other end of a connected stream socket has closed or reset it, without
+    /// consuming anything or waiting (recv with MSG_PEEK | MSG_DONTWAIT): bytes still queued
+    /// count as open.
+    package func peerHasClosed() -> Bool {
+        var byte: UInt8 = 0
+        let result = withUnsafeMutableBytes(of: &byte) { raw in
+            Result { () throws(Errno) in try Syscall.recv(rawValue, raw, flags: Int32(MSG_PEEK) | Int32(MSG_DONTWAIT)) }
+        }
+        switch result {
+        case .success(let count): return count == 0
+        case .failure(let error): return error != .wouldBlock && error != .interrupted
+        }
+    }
+
     /// Reads up to `maximum` bytes; empty at the end of the stream.
     package func receive(maximum: Int = 16 << 10) throws(Errno) -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: maximum)

@@ -55,7 +55,10 @@ struct MultipathDownloadTests {
         #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)")
         #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
         let (wired, cellular) = (Self.received(net, "eth1") - wiredBase, Self.received(net, "ww0") - cellularBase)
-        #expect(cellular > Self.size / 8, "ww0 carried \(cellular) bytes, eth1 \(wired)\n\(cli.transcript)")
+        // The expensive uplink joins only once the cheap one stops gaining (rounds of 150 ms - 1 s
+        // in a 2-3 s download), so its share varies from run to run (1/13 to 1/3 seen); 1/32 is
+        // eight times what ARP and neighbour discovery bring (`noExpensive`), and far from 0.
+        #expect(cellular > Self.size / 32, "ww0 carried \(cellular) bytes, eth1 \(wired)\n\(cli.transcript)")
         #expect(wired > Self.size / 2, "eth1 carried \(wired) bytes")
         #expect(cli.lines.flatMap(EventSchemaValidator.problems).isEmpty, "\(cli.lines.flatMap(EventSchemaValidator.problems))")
         // The connections event named both paths.

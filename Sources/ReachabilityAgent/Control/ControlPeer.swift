@@ -50,6 +50,14 @@ package final class ControlPeer: Sendable {
     /// Whether this connection carries an attached session.
     package var isStreaming: Bool { state.withLock { $0.isStreaming } }
 
+    /// Whether the process at the other end is gone: it closed the connection (exited, killed) or
+    /// the connection was dropped here, even when the serving thread has not told the agent yet.
+    package var hasHungUp: Bool {
+        // Under the lock: `finish` marks the connection closed before it closes the descriptor,
+        // so a descriptor number is never peeked after it was closed (and perhaps reused).
+        state.withLock { $0.isClosed || socket.peerHasClosed() }
+    }
+
     /// Sends one line (a reply, or an event). On a streaming connection it is queued; one whose
     /// `coalescingKey` matches an unsent line replaces it. Returns false once the connection is gone.
     @discardableResult

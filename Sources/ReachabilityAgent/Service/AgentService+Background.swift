@@ -93,6 +93,13 @@ extension AgentService {
         switch command {
         case .attach(let session, let settings):
             let key = key(session)
+            // A program relaunched at once (or started by a launch event) may attach before the
+            // agent has heard that the previous process's connection ended: if that process is
+            // gone, detach it now instead of refusing its successor.
+            if let holder = background.sessions[key]?.attachment?.connection, holder != peer.id,
+               let holderPeer = backgroundPeers[holder], holderPeer.hasHungUp {
+                await connectionClosed(holderPeer)
+            }
             switch background.attach(key, settings: settings, connection: peer.id, pid: peer.credentials.pid, now: now) {
             case .failure(let error):
                 emitBackground("attachRefused", key, [.init(key: "pid", value: .integer(Int(peer.credentials.pid))),
