@@ -92,6 +92,7 @@ def main():
         script.write("  }\n} INSERT BEFORE .text;\n")
     os.replace(OUTPUT + ".tmp", OUTPUT)
     print(f"{OUTPUT}: {len(hot)} of {len(executed)} executed functions have a section of their own")
+    print("swift build does not relink when only a linker script changed: remove .build/release/reachability first")
 
 
 if __name__ == "__main__":
