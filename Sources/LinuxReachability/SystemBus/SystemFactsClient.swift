@@ -125,8 +125,8 @@ final class SystemFactsClient {
         case .address(let address):
             return address.isEmpty ? .failure(FactsUnavailable(detail: "an empty address in the monitor's configuration")) : .success(address)
         case .automatic:
-            if let variable = getenv("DBUS_SYSTEM_BUS_ADDRESS"), variable.pointee != 0 {
-                return .success(String(cString: variable))
+            if let variable = ProcessInfo.processInfo.environment["DBUS_SYSTEM_BUS_ADDRESS"], !variable.isEmpty {
+                return .success(variable)
             }
             guard (try? FileSystem.status(ofPath: defaultSocket, followingLinks: true))??.kind == .socket else {
                 return .failure(FactsUnavailable(detail: "\(defaultSocket) absent, DBUS_SYSTEM_BUS_ADDRESS unset"))
