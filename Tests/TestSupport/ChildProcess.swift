@@ -38,19 +38,26 @@ public enum ChildProcess {
         try process.run()
         // Written from a thread of its own: a child that answers while it reads must not block
         // on a full output pipe while we block on its full input pipe.
+        // Each thread signals when it is done, so joining them waits for exactly that.
+        let threadsDone = DispatchSemaphore(value: 0)
         let writer = Thread {
             if let stdin, let input {
                 stdin.fileHandleForWriting.write(input)
                 try? stdin.fileHandleForWriting.close()
             }
+            threadsDone.signal()
         }
         writer.start()
         let errorData = Mutex<Data>(Data())
-        let reader = Thread { errorData.withLock { $0 = error.fileHandleForReading.readDataToEndOfFile() } }
+        let reader = Thread {
+            errorData.withLock { $0 = error.fileHandleForReading.readDataToEndOfFile() }
+            threadsDone.signal()
+        }
         reader.start()
         let outputData = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        while !reader.isFinished || !writer.isFinished { usleep(1000) }   // join the threads
+        threadsDone.wait()   // join the two threads
+        threadsDone.wait()
         return Result(status: process.terminationStatus, standardOutput: String(decoding: outputData, as: UTF8.self),
                       standardError: String(decoding: errorData.withLock { $0 }, as: UTF8.self))
     }
