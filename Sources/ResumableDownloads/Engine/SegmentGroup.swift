@@ -118,7 +118,7 @@ final class SegmentGroup {
         request.observedEntityTag = validators ? record.observedEntityTag : nil
         request.knownTotalLength = total
         request.ifRange = validators ? record.validator : nil
-        if let seam {
+        if seam != nil {
             // Every byte compared, none written: the "resume point" is the check's end.
             request.offset = end
             request.overlap = end - start
