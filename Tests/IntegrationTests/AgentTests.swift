@@ -325,7 +325,7 @@ struct AgentTests {
 
         try "max-concurrent=1\nno-expensive=true\n".write(to: state.appendingPathComponent("agent.conf"), atomically: true, encoding: .utf8)
         kill(agent.pid, SIGHUP)
-        #expect(agent.waitForLine { $0.contains(#""event":"reloaded","maxConcurrent":1,"allowsExpensive":false,"allowsRoaming":true,"changed":true"#) } != nil)
+        #expect(agent.waitForLine { $0.contains(#""event":"reloaded","maxConcurrent":1,"maxConnectionsPerHost":6,"allowsExpensive":false,"allowsRoaming":true,"changed":true"#) } != nil)
         let status = try agent.control(["agent", "status", "--json"])
         #expect(status.standardOutput.contains(#""maximumConcurrentDownloads":1"#), "\(status)")
 

@@ -91,13 +91,13 @@ struct AgentCommandTests {
         let directory = try Directory()
         let conf = directory.state + "/agent.conf"
         let harness = Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, staysOpen: true),
-                              files: [conf: "max-concurrent=3\n"])
-        let agent = await Self.start(["--state-dir", directory.state, "--max-concurrent", "7"], harness: harness)
+                              files: [conf: "max-concurrent=3\nconnections=2\n"])
+        let agent = await Self.start(["--state-dir", directory.state, "--max-concurrent", "7", "--connections", "9"], harness: harness)
         #expect(await agent.waitFor(#""event":"listening""#))
-        #expect(harness.standardOutput.text.contains(#""maxConcurrent":3"#), "agent.conf wins over the command line")
+        #expect(harness.standardOutput.text.contains(#""maxConcurrent":3,"maxConnectionsPerHost":2"#), "agent.conf wins over the command line")
         #expect(harness.handles(SIGHUP), "the handlers are in place before the agent says it is listening")
         #expect(harness.signal(SIGHUP))
-        #expect(await agent.waitFor(#""event":"reloaded","maxConcurrent":3"#))
+        #expect(await agent.waitFor(#""event":"reloaded","maxConcurrent":3,"maxConnectionsPerHost":2"#))
         #expect(await agent.terminate() == 0)
     }
 

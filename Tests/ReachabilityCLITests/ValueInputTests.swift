@@ -114,16 +114,21 @@ struct ValueInputTests {
         #expect(interval("0") == nil, "0 turns NetworkManager's check off")
     }
 
-    @Test(arguments: ["max-concurrent", "no-expensive"])
+    @Test(arguments: ["max-concurrent", "connections", "no-expensive"])
     func agentConfKeys(key: String) {
-        let expectation = key == "max-concurrent" ? "a number from 1 to 64" : "true or false"
+        let expectation = switch key {
+        case "max-concurrent": "a number from 1 to 64"
+        case "connections": "a number from 1 to 16"
+        default: "true or false"
+        }
         for text in Self.texts {
             let base = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true)
             do {
                 let settings = try AgentSettings.parse("\(key)=\(text)\n", base: base, path: "/s/agent.conf")
                 // Padding is the file's syntax: ' 5' is 5.
+                let number = key == "connections" ? settings.maximumConnectionsPerHost : settings.maximumConcurrentDownloads
                 #expect(key == "no-expensive" ? text == "0" && settings.allowsExpensive
-                                              : text.count == 2 && settings.maximumConcurrentDownloads == 5, "\(key)=\(text)")
+                                              : text.count == 2 && number == 5, "\(key)=\(text)")
             } catch let failure as AgentFailure {
                 let shown = text.trimmingCharacters(in: .whitespaces)
                 #expect(failure.kind == .configuration)

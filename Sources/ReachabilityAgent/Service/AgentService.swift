@@ -134,11 +134,13 @@ package actor AgentService {
         return restored.count + background
     }
 
-    /// Applies new settings; a different concurrency limit replaces the download agent.
+    /// Applies new settings; a different concurrency limit or per-server connection bound
+    /// replaces the download agent (its transfers are checkpointed and restored).
     package func reload(_ newSettings: AgentSettings) async {
         let old = settings
         settings = newSettings
-        if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads {
+        if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads
+            || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost {
             let finished = await agent.downloads.filter { $0.state.isFinal }
             history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
             await agent.shutdown()
@@ -152,6 +154,7 @@ package actor AgentService {
             _ = await restore()
         }
         emitAgent("reloaded", [.init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
+                                   .init(key: "maxConnectionsPerHost", value: .integer(newSettings.maximumConnectionsPerHost)),
                                    .init(key: "allowsExpensive", value: .bool(newSettings.allowsExpensive)),
                                    .init(key: "allowsRoaming", value: .bool(newSettings.allowsRoaming)),
                                    .init(key: "changed", value: .bool(newSettings != old))])

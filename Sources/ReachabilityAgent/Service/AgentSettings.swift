@@ -1,5 +1,6 @@
 import LinuxReachability
 import ReachabilityBase
+import ResumableDownloads
 
 /// The settings SIGHUP can change, from the command line and `agent.conf`.
 package struct AgentSettings: Sendable, Equatable {
@@ -9,6 +10,8 @@ package struct AgentSettings: Sendable, Equatable {
     package var allowsExpensive: Bool
     /// Whether new downloads may use a roaming modem.
     package var allowsRoaming: Bool
+    /// Connections open at once to one server, over every download (`--connections`).
+    package var maximumConnectionsPerHost = DownloadAgent.defaultConnectionsPerHost
     /// Directories (absolute, normalised) where `queue add -o` may put files, besides
     /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
     package var downloadDirectories: [String] = []
@@ -23,8 +26,10 @@ package struct AgentSettings: Sendable, Equatable {
 
     /// `--max-concurrent` and `max-concurrent=`.
     package static let concurrency = Count(1...64)
+    /// `--connections` and `connections=`.
+    package static let connections = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
 
-    /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64),
+    /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64), `connections` (1...16),
     /// `no-expensive` and `no-roaming` (true/false), `download-dir` (an absolute directory; repeatable). Values
     /// present in the file override `base`.
     package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
@@ -48,6 +53,8 @@ package struct AgentSettings: Sendable, Equatable {
             switch parts[0] {
             case "max-concurrent":
                 settings.maximumConcurrentDownloads = try value(Self.concurrency)
+            case "connections":
+                settings.maximumConnectionsPerHost = try value(Self.connections)
             case "no-expensive":
                 settings.allowsExpensive = !(try value(YesOrNo()))
             case "no-roaming":
@@ -59,7 +66,7 @@ package struct AgentSettings: Sendable, Equatable {
                 }
                 directories.append(directory)
             default:
-                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, no-expensive, no-roaming, download-dir)",
+                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, download-dir)",
                                 kind: .configuration)
             }
         }

@@ -17,6 +17,9 @@ struct AgentCommand: Command {
         help: "State directory (socket, lock, log, resume records). Default: $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability.")
     static let maximumConcurrent = Option.value(
         "max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4).")
+    static let connections = Option.value(
+        "connections", valueName: "n",
+        help: "Open at most this many connections to one server at once, over every download (1-\(DownloadAgent.maximumConnectionsPerHostLimit), default \(DownloadAgent.defaultConnectionsPerHost)); see 'reachability help download'.")
     static let noExpensive = Option.flag(
         "no-expensive", help: "Keep new downloads off expensive paths (cellular-like, or metered per NetworkManager): they pin to a cheaper interface or wait, and stop (checkpointed) when their path turns expensive.")
     static let noRoaming = Option.flag(
@@ -24,7 +27,7 @@ struct AgentCommand: Command {
     static let logSize = Option.value(
         "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1m; k, m, g, t suffixes); three old files are kept.")
     static let logSizeValue = ByteCount(1024...(1 << 40))
-    static let options = [stateDirectory, maximumConcurrent, noExpensive, noRoaming, logSize] + TransportOptions.all
+    static let options = [stateDirectory, maximumConcurrent, connections, noExpensive, noRoaming, logSize] + TransportOptions.all
         + MetricsOptions.all + MonitorOptions.all
     static let discussion: String? = """
         Events (path changes, download events, control requests) are printed as NDJSON on stdout and \
@@ -35,7 +38,7 @@ struct AgentCommand: Command {
         are not kept (see 'reachability help queue add').
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
-        (lines 'max-concurrent=N', 'no-expensive=true|false', 'no-roaming=true|false' and \
+        (lines 'max-concurrent=N', 'connections=N', 'no-expensive=true|false', 'no-roaming=true|false' and \
         'download-dir=/abs/dir'; values there override the command line; no-expensive and no-roaming \
         apply to downloads queued afterwards). Queued files go \
         to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
@@ -68,6 +71,8 @@ struct AgentCommand: Command {
             maximumConcurrentDownloads: try arguments.value(Self.maximumConcurrent, as: AgentSettings.concurrency) ?? 4,
             allowsExpensive: !arguments.isSet(Self.noExpensive),
             allowsRoaming: !arguments.isSet(Self.noRoaming))
+        settings.maximumConnectionsPerHost = try arguments.value(Self.connections, as: AgentSettings.connections)
+            ?? DownloadAgent.defaultConnectionsPerHost
         logSizeLimit = Int(try arguments.value(Self.logSize, as: Self.logSizeValue) ?? 1 << 20)
         monitor = try MonitorOptions(arguments: arguments)
         metrics = try MetricsOptions(arguments: arguments)

@@ -90,6 +90,7 @@ final class AgentRun: Sendable {
         emit(.agent, "started", [.init(key: "pid", value: .integer(Int(CurrentProcess.id))),
                                  .init(key: "stateDirectory", value: .string(plan.path)),
                                  .init(key: "maxConcurrent", value: .integer(plan.settings.maximumConcurrentDownloads)),
+                                 .init(key: "maxConnectionsPerHost", value: .integer(plan.settings.maximumConnectionsPerHost)),
                                  .init(key: "allowsExpensive", value: .bool(plan.settings.allowsExpensive)),
                                  .init(key: "allowsRoaming", value: .bool(plan.settings.allowsRoaming))])
         let pathTask = Task { [self] in
@@ -129,6 +130,7 @@ final class AgentRun: Sendable {
                                                                 maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
                                                                 logger: logger)
                 transport.apply(to: &configuration, workingDirectory: workingDirectory)
+                configuration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
                 return try DownloadAgent(configuration: configuration, paths: source.paths, hostPaths: { source.paths(to: $0) })
             },
             emit: emitLine,

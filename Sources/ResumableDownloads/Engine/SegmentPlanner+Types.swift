@@ -38,6 +38,16 @@ extension SegmentPlanner {
         var alignment: Int64 = 256 << 10
         /// No split leaves a connection less than this (except in the tail, see `SegmentPlanner`).
         var minimumSegment: Int64 = 1 << 20
+        /// A thief takes at most this long's worth of bytes at its expected rate (within
+        /// `minimumChunk`...`maximumChunk`), from the end of the holder's range: the holder's
+        /// request runs on to its new end and is cut once, late; the thief's request ends with
+        /// its range, so its connection is kept for the next range instead of being closed.
+        var chunkDuration: Duration = .seconds(4)
+        var minimumChunk: Int64 = 8 << 20
+        var maximumChunk: Int64 = 256 << 20
+        /// In the tail, pieces under `minimumSegment` are taken only from a holder still busy for
+        /// longer than this (and than a window).
+        var tailSteal: Duration = .milliseconds(500)
         /// Bytes compared across a seam on each side.
         var seamOverlap: Int64 = 16 << 10
         /// How long new connections deliver before their round is judged, until the round trip

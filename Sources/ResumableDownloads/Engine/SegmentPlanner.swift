@@ -349,25 +349,48 @@ struct SegmentPlanner: Sendable {
         let onPath = running.filter { $0.path == path }.map { rate(of: $0, at: now) }
         let measured = (onPath.isEmpty ? rates : onPath).filter { $0 > 0 }
         let thiefRate = measured.isEmpty ? 0 : measured.reduce(0, +) / Double(measured.count)
+        // A holder not measured yet (opened in this batch) is taken as an average one.
+        let holderRates = Dictionary(uniqueKeysWithValues: running.map { connection in
+            let measured = rate(of: connection, at: now)
+            return (connection.id, measured > 0 ? measured : thiefRate)
+        })
         let isTail = unassigned.ranges.allSatisfy { $0.lowerBound >= (total ?? Int64.max) }
+        // The thief's fair share of the work left, so that everyone ends together (a share of
+        // a shrinking rest: the last pieces are small and nobody waits on a long one), and at
+        // most a chunk (see `Configuration.chunkDuration`).
+        let work = running.reduce(Int64(0)) { $0 + $1.remaining }
+        let aggregate = holderRates.values.reduce(0, +) + thiefRate
+        let fair = thiefRate > 0 && aggregate > 0 ? Int64(Double(work) * thiefRate / aggregate) : Int64.max
+        let piece = max(configuration.minimumSegment, min(chunkSize(at: thiefRate), fair))
         var best: (id: Int, split: Int64, finish: Double)?
+        let align = configuration.alignment
         for connection in running.sorted(by: { $0.id < $1.id }) {
             let remaining = connection.remaining
             guard remaining > 0 else { continue }
-            let holderRate = rate(of: connection, at: now)
+            let holderRate = holderRates[connection.id] ?? 0
             let share = holderRate > 0 && thiefRate > 0 ? holderRate / (holderRate + thiefRate) : 0.5
-            let align = configuration.alignment
-            let split = (connection.position + Int64(Double(remaining) * share) + align - 1) / align * align
+            var split = (connection.position + Int64(Double(remaining) * share) + align - 1) / align * align
+            // The piece comes from the end of the range: the holder's request runs on to its new
+            // end and is cut once; the thief's ends with its range and its connection is kept.
+            if connection.end - split > piece { split = (connection.end - piece + align - 1) / align * align }
             // In the tail (nothing left unassigned) pieces down to one block are taken from a
-            // holder that would otherwise still be busy for more than a window.
+            // holder that would otherwise still be busy for long (`tailSteal`, at least a window):
+            // each such steal cuts the holder's response, which costs its connection.
             let busyFor = holderRate > 0 ? Double(remaining) / holderRate : .infinity
-            let seconds = Double(window.milliseconds) / 1000
+            let seconds = Double(max(window, configuration.tailSteal).milliseconds) / 1000
             let minimum = isTail && busyFor > seconds ? align : configuration.minimumSegment
             guard split > connection.position, split < connection.end, connection.end - split >= minimum else { continue }
             let finish = holderRate > 0 ? Double(remaining) / holderRate : Double(remaining)
             if best == nil || finish > best!.finish { best = (connection.id, split, finish) }
         }
         return best.map { ($0.id, $0.split) }
+    }
+
+    /// What a thief at `rate` takes at most outside the tail.
+    private func chunkSize(at rate: Double) -> Int64 {
+        let seconds = Double(configuration.chunkDuration.milliseconds) / 1000
+        let wanted = rate > 0 ? Int64(min(Double(configuration.maximumChunk), rate * seconds)) : configuration.minimumChunk
+        return min(configuration.maximumChunk, max(configuration.minimumChunk, wanted))
     }
 
     // MARK: ending
