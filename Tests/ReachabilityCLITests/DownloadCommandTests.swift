@@ -38,6 +38,12 @@ struct DownloadCommandTests {
         #expect(command.usesExpensivePathsOnlyAsFallback)
         let plain = try Self.parse(["http://example.com/a.iso"])
         #expect(plain.maximumConnections == nil && plain.interfaces.isEmpty && !plain.usesExpensivePathsOnlyAsFallback)
+        // An interface the kernel does not have now is waited for, and the user is told at once.
+        let path = PathFixtures.satisfiedWifi
+        #expect(DownloadRun.missingInterfaceNotice(["eth0", "wlp2s0"], on: path) == nil)
+        #expect(DownloadRun.missingInterfaceNotice(["wwan0"], on: path)
+                == "reachability: no interface named 'wwan0' now (there are: eth0, wlp2s0); the download waits for it to appear (--max-outage bounds the wait, Ctrl-C stops)")
+        #expect(DownloadRun.missingInterfaceNotice(["wwan0"], on: .unsatisfied(.noInterfaceUp)) == nil, "not listed yet: nothing said")
     }
 
     @Test func defaultsAndOutput() throws {

@@ -115,6 +115,7 @@ final class DownloadRun: Sendable {
                                         usesColor: context.environment["NO_COLOR"].map(\.isEmpty) ?? true,
                                         isQuiet: command.isQuiet, writesToStandardOutput: command.writesToStandardOutput,
                                         currentPath: { source.currentPath })
+        if let notice = Self.missingInterfaceNotice(command.interfaces, on: source.currentPath) { context.errorOutput.line(notice) }
         let removeHandler = await installSignalHandlers()
         control.start { [self] in await runJobs(source: source, reporter: reporter) }
         let outcome = await control.result()
@@ -125,6 +126,18 @@ final class DownloadRun: Sendable {
             return ExitCode(rawValue: 128 + control.interruption)
         }
         return await settle(openingFailures: openingFailures)
+    }
+
+    /// What to say when an `--interface` names no interface the kernel has now: the download
+    /// waits for it (a modem or a USB adapter may come later), so the user learns why at once.
+    static func missingInterfaceNotice(_ names: [String], on path: NetworkPath) -> String? {
+        let known = path.interfaces.map(\.name)
+        guard !known.isEmpty else { return nil }   // the monitor has not listed them yet
+        let missing = names.filter { !known.contains($0) }
+        guard !missing.isEmpty else { return nil }
+        let listed = missing.map { "'\(TerminalText.escaped($0))'" }.joined(separator: ", ")
+        return "reachability: no interface named \(listed) now (there are: \(known.sorted().joined(separator: ", "))); "
+            + "the download waits for \(missing.count == 1 ? "it" : "them") to appear (--max-outage bounds the wait, Ctrl-C stops)"
     }
 
     /// Installed before any transfer starts, so no signal finds the default action: the first

@@ -23,9 +23,12 @@ import ReachabilityBase
 ///   as full (tried again after `reprobeInterval`). A server with no per-connection cap gains
 ///   nothing from a second connection, so a download from it keeps one.
 /// - **Work stealing.** A connection that finishes its range takes the first range nobody holds,
-///   else part of the range expected to finish last, split at `alignment` boundaries so both
-///   finish together at their measured rates, never leaving a piece under `minimumSegment` (in
-///   the tail, under `alignment`, and only from a holder busy for more than a window). A
+///   else a piece from the end of the range expected to finish last: at most a chunk
+///   (`chunkDuration` at its rate) and its fair share of the rest, split at `alignment`
+///   boundaries so both finish together at their measured rates, never leaving a piece under
+///   `minimumSegment` (in the tail, under `alignment`, and only from a holder busy for longer than
+///   `tailSteal`). Pieces from the end keep connections open: only the holder's request is cut,
+///   once, and the thief's ends with its range, so its connection serves the next piece. A
 ///   connection that reaches its end goes on in place when the bytes after it are free or held by
 ///   one that has not delivered a byte yet (closed then: a server slow to answer new connections
 ///   never holds up one that flows). A connection suspected of stalling, or on a path that went
