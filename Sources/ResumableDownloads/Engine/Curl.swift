@@ -241,7 +241,14 @@ struct CurlMulti {
         }
         self.handle = handle
         self.api = api
+        // libcurl keeps four idle connections per handle still added by default, so the pool
+        // shrinks as a segmented download's last connections finish and the pieces left then
+        // open new connections; this keeps every connection the per-host bound allows, twice.
+        _ = ccurl_multi_setopt_long(api, handle, CURLMOPT_MAXCONNECTS, Self.idleConnections)
     }
+
+    /// Idle connections kept (`CURLMOPT_MAXCONNECTS`).
+    static let idleConnections = 2 * DownloadAgent.maximumConnectionsPerHostLimit
 
     /// Adds a configured handle; false when libcurl refuses.
     func add(_ easy: CurlEasy) -> Bool { api.pointee.multi_add_handle(handle, easy.handle) == CURLM_OK }

@@ -364,29 +364,23 @@ struct SegmentPlanner: Sendable {
         let work = running.reduce(Int64(0)) { $0 + $1.remaining }
         let aggregate = holderRates.values.reduce(0, +) + thiefRate
         let fair = thiefRate > 0 && aggregate > 0 ? Int64(Double(work) * thiefRate / aggregate) : Int64.max
-        let wanted = min(chunkSize(at: thiefRate), fair)
+        let piece = max(configuration.minimumSegment, min(chunkSize(at: thiefRate), fair))
         var best: (id: Int, split: Int64, finish: Double)?
         let align = configuration.alignment
-        let limit = total ?? Int64.max
         for connection in running.sorted(by: { $0.id < $1.id }) {
             let remaining = connection.remaining
             guard remaining > 0 else { continue }
             let holderRate = holderRates[connection.id] ?? 0
-            // A holder whose end already moved below what it asked for is cut at its end anyway:
-            // taking more from it costs no connection, so pieces down to a block may go.
-            let asked = connection.coveredEnd >= limit ? limit : connection.coveredEnd - configuration.seamOverlap
-            let isCutAnyway = connection.end < asked
-            let piece = max(isCutAnyway ? align : configuration.minimumSegment, wanted)
             let share = holderRate > 0 && thiefRate > 0 ? holderRate / (holderRate + thiefRate) : 0.5
             var split = (connection.position + Int64(Double(remaining) * share) + align - 1) / align * align
             // The piece comes from the end of the range: the holder's request runs on to its new
             // end and is cut once; the thief's ends with its range and its connection is kept.
             if connection.end - split > piece { split = (connection.end - piece + align - 1) / align * align }
             // In the tail (nothing left unassigned) pieces down to one block are taken from a
-            // holder that would otherwise still be busy for more than a window, and for longer
-            // than `tailSteal` when the steal is what cuts its response (costing its connection).
+            // holder that would otherwise still be busy for long (`tailSteal`, at least a window):
+            // each such steal cuts the holder's response, which costs its connection.
             let busyFor = holderRate > 0 ? Double(remaining) / holderRate : .infinity
-            let seconds = Double((isCutAnyway ? window : max(window, configuration.tailSteal)).milliseconds) / 1000
+            let seconds = Double(max(window, configuration.tailSteal).milliseconds) / 1000
             let minimum = isTail && busyFor > seconds ? align : configuration.minimumSegment
             guard split > connection.position, split < connection.end, connection.end - split >= minimum else { continue }
             let finish = holderRate > 0 ? Double(remaining) / holderRate : Double(remaining)
