@@ -380,8 +380,7 @@ struct SegmentPlanner: Sendable {
             // holder that would otherwise still be busy for long (`tailSteal`, at least a window):
             // each such steal cuts the holder's response, which costs its connection.
             let busyFor = holderRate > 0 ? Double(remaining) / holderRate : .infinity
-            let seconds = Double(max(window, configuration.tailSteal).milliseconds) / 1000
-            let minimum = isTail && busyFor > seconds ? align : configuration.minimumSegment
+            let minimum = isTail && busyFor > max(window, configuration.tailSteal).timeInterval ? align : configuration.minimumSegment
             guard split > connection.position, split < connection.end, connection.end - split >= minimum else { continue }
             let finish = holderRate > 0 ? Double(remaining) / holderRate : Double(remaining)
             if best == nil || finish > best!.finish { best = (connection.id, split, finish) }
@@ -391,9 +390,10 @@ struct SegmentPlanner: Sendable {
 
     /// What a thief at `rate` takes at most outside the tail.
     private func chunkSize(at rate: Double) -> Int64 {
-        let seconds = Double(configuration.chunkDuration.milliseconds) / 1000
-        let wanted = rate > 0 ? Int64(min(Double(configuration.maximumChunk), rate * seconds)) : configuration.minimumChunk
-        return min(configuration.maximumChunk, max(configuration.minimumChunk, wanted))
+        // Within the maximum before the conversion (a Double past Int64's range would trap).
+        let wanted = rate > 0 ? Int64(min(Double(configuration.maximumChunk), rate * configuration.chunkDuration.timeInterval))
+                              : configuration.minimumChunk
+        return max(configuration.minimumChunk, wanted)
     }
 
     // MARK: ending
