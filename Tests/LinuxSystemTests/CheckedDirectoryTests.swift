@@ -186,6 +186,20 @@ struct CheckedFileTests {
         #expect(FileManager.default.contents(atPath: scratch.at("victim")) == Data("keep".utf8))
     }
 
+    @Test func aHardLinkNeverFollowsAPlantedSymbolicLink() throws {
+        let scratch = try Scratch()
+        let outside = try Scratch()
+        _ = FileManager.default.createFile(atPath: outside.at("victim"), contents: Data("keep".utf8))
+        symlink(outside.at("victim"), scratch.at("finished"))
+        let directory = try CheckedDirectory.open(scratch.path, policy: .privateState)
+        // linkat(2) without AT_SYMLINK_FOLLOW: the new name is the link itself, not the victim.
+        try directory.link("finished", to: "delivered")
+        #expect(try directory.status(of: "delivered")?.kind == .symbolicLink)
+        let victim = try #require(try CheckedDirectory.open(outside.path, policy: .privateState).status(of: "victim"))
+        #expect(victim.linkCount == 1, "no second name for the file the link points at")
+        #expect(FileManager.default.contents(atPath: outside.at("victim")) == Data("keep".utf8))
+    }
+
     @Test func refusesAFIFOWithoutHanging() throws {
         let scratch = try Scratch()
         mkfifo(scratch.at("f.part"), 0o600)
