@@ -1,4 +1,5 @@
 import LinuxSystem
+import ReachabilityBase
 
 /// systemd socket activation (sd_listen_fds(3)), by hand: a `.socket` unit binds
 /// `agent.sock` and starts the agent on the first connection, passing the listening socket as
@@ -12,10 +13,15 @@ package enum SocketActivation {
     /// The number of descriptors passed to process `pid`, or nil when the environment does not
     /// pass any to it (no variables, another process's, or malformed values). Pure.
     package static func passedDescriptorCount(environment: [String: String], pid: Int32) -> Int? {
-        guard let owner = environment["LISTEN_PID"], Int32(owner) == pid,
-              let text = environment["LISTEN_FDS"], let count = Int(text), count > 0, count <= 64 else { return nil }
+        guard let owner = environment["LISTEN_PID"].flatMap(processID.value(from:)), owner == Int(pid),
+              let count = environment["LISTEN_FDS"].flatMap(descriptorCount.value(from:)) else { return nil }
         return count
     }
+
+    /// `LISTEN_PID`: a process identifier, in decimal digits alone.
+    static let processID = Count(1...Int(Int32.max))
+    /// `LISTEN_FDS`: how many descriptors, in decimal digits alone (more than 64 is not systemd's).
+    static let descriptorCount = Count(1...64)
 
     /// What was passed, checked.
     package enum Outcome: Equatable {
