@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
+import ReachabilityBase
 
 /// The final header block of one HTTP response.
 struct ResponseHead: Sendable, Hashable {
@@ -83,6 +84,9 @@ struct ResponseHead: Sendable, Hashable {
 /// Collects header lines as libcurl's header callback delivers them (every response, including
 /// interim 1xx and followed redirects, starts with its status line).
 struct HeaderAccumulator: Sendable {
+    /// A status line's code: three decimal digits (RFC 9110 section 15), nothing else.
+    static let statusCode = Count(100...999)
+
     private var statusCode: Int?
     private var fields: [String: String] = [:]
 
@@ -96,7 +100,7 @@ struct HeaderAccumulator: Sendable {
         }
         if line.hasPrefix("HTTP/") {
             let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-            statusCode = parts.count >= 2 ? Int(parts[1]) : nil
+            statusCode = parts.count >= 2 ? Self.statusCode.value(from: String(parts[1])) : nil
             fields = [:]
             return nil
         }

@@ -236,4 +236,16 @@ struct ResponseStateMachineTests {
         #expect(heads[1]["X-A"] == "1, 2")
         #expect(heads[1]["location"] == nil)
     }
+
+    /// A status line whose code is not three decimal digits gives no head (its fields are not
+    /// taken either); no value may crash the parser.
+    @Test(arguments: ["0", "-1", "+206", "1e16", "9e18", "9223372036854775807", "1e300", "inf", "nan", "2O6", "99", "1000", ""])
+    func aStatusCodeThatIsNotThreeDigitsGivesNoHead(code: String) {
+        var accumulator = HeaderAccumulator()
+        var heads: [ResponseHead] = []
+        for line in ["HTTP/1.1 \(code) Odd\r\n", "Content-Range: bytes 1-2/3\r\n", "\r\n"] {
+            if let head = accumulator.feed(line) { heads.append(head) }
+        }
+        #expect(heads.isEmpty, "\(code)")
+    }
 }
