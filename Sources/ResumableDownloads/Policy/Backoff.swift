@@ -16,11 +16,9 @@ struct Backoff: Sendable, Hashable {
     /// `initial * 2^(failures-1)` capped at `maximum`, scaled by `jitter` in 0.5...1.0
     /// ("equal jitter": never less than half the step, so retries still spread out).
     func delay(afterFailures failures: Int, jitter: Double) -> Duration {
-        guard failures > 0 else { return .zero }
-        let exponent = min(failures - 1, 30)
-        let base = min(initial.timeInterval * Double(1 << exponent), maximum.timeInterval)
+        let base = ExponentialBackoff(initial: initial, maximum: maximum).delay(afterFailures: failures)
         let factor = 0.5 + 0.5 * min(max(jitter, 0), 1)
-        return Duration(clampingTimeInterval: base * factor)
+        return Duration(clampingTimeInterval: base.timeInterval * factor)
     }
 
     /// The delay for an HTTP status answer: the server's `Retry-After` when present (capped),
