@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 
 /// Which proxy libcurl will use for a URL, by its own rules, so errors can name it:

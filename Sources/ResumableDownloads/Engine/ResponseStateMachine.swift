@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 
 /// Why we stopped a transfer ourselves.
