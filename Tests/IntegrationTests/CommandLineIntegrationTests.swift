@@ -62,16 +62,8 @@ final class RunningCommand: Sendable {
 @Suite("reachability status / watch / wait in namespaces", .serialized, .enabled(if: isRoot, rootReason))
 struct CommandLineIntegrationTests {
     func run(_ arguments: [String]) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = try builtBinary()
-        process.arguments = arguments
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        let result = try ChildProcess.run(try builtBinary().path, arguments, environment: nil)
+        return (result.status, result.standardOutput)
     }
 
     @Test func statusJSONAndExplain() throws {
