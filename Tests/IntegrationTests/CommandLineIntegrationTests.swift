@@ -115,13 +115,7 @@ struct CommandLineIntegrationTests {
         #expect(expensive == 1)
         let waiter = try RunningCommand(["wait", "--netns", net.client, "--require", "wired", "--timeout", "10"])
         try ip("-n \(net.client) route replace default via 10.77.2.1 dev enp3s0")
-        let exited = await withTaskGroup(of: Bool.self) { group in
-            group.addTask { waiter.process.waitUntilExit(); return true }
-            group.addTask { await deadline(.seconds(10)); return false }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        let exited = await waitUntil(deadline: .now + .seconds(10)) { !waiter.process.isRunning }
         #expect(exited)
         #expect(waiter.process.terminationStatus == 0)
     }

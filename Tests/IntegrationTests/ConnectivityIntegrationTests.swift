@@ -262,13 +262,7 @@ struct ConnectivityCommandLineTests {
         let second = await watch.line { $0.contains("\"status\"") }
         #expect(second?.contains("\"connectivity\":\"portal\"") == true, "\(second ?? "nothing")")
         try server.mode("online")
-        let exited = await withTaskGroup(of: Bool.self) { group in
-            group.addTask { waiter.process.waitUntilExit(); return true }
-            group.addTask { await deadline(.seconds(20)); return false }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        let exited = await waitUntil(deadline: .now + .seconds(20)) { !waiter.process.isRunning }
         #expect(exited && waiter.process.terminationStatus == 0)
         let third = await watch.line(timeout: .seconds(20)) { $0.contains("\"status\"") }
         #expect(third?.contains("\"connectivity\":\"full\"") == true, "\(third ?? "nothing")")
