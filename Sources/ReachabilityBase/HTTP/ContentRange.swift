@@ -9,6 +9,7 @@ package struct ContentRange: Hashable, Sendable {
     /// The complete length; nil when the server wrote `*`.
     package var totalLength: Int64?
 
+    /// A value as parsed (tests and callers that build one).
     package init(range: ClosedRange<Int64>?, totalLength: Int64?) {
         self.range = range
         self.totalLength = totalLength

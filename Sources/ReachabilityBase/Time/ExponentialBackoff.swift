@@ -8,6 +8,7 @@ package struct ExponentialBackoff: Sendable, Hashable {
     /// The longest delay.
     package var maximum: Duration
 
+    /// A back-off from `initial`, doubling up to `maximum`.
     package init(initial: Duration, maximum: Duration) {
         self.initial = initial
         self.maximum = maximum
@@ -17,13 +18,23 @@ package struct ExponentialBackoff: Sendable, Hashable {
     /// `initial * 2^(failures-1)`, capped at `maximum`; zero when nothing failed.
     package func delay(afterFailures failures: Int) -> Duration {
         guard failures > 0 else { return .zero }
-        // 2^30 times any initial delay is past every maximum the package uses; the cap keeps the
-        // shift from overflowing for a count that keeps growing.
-        return min(initial * (1 << min(failures - 1, 30)), maximum)
+        // Doubled step by step rather than multiplied by 2^(failures-1): a delay from a library
+        // caller's configuration (`.seconds(Int64.max)`) times 2^30 would overflow Duration and
+        // trap. Each step stops at the maximum, so at most 128 steps are ever taken.
+        var delay = min(initial, maximum)
+        for _ in 1..<min(failures, 129) where delay > .zero && delay < maximum {
+            delay = doubled(delay)
+        }
+        return delay
     }
 
     /// The delay that follows `previous` (nil: the first failure): doubled, capped at `maximum`.
     package func delay(after previous: Duration?) -> Duration {
-        previous.map { min($0 * 2, maximum) } ?? initial
+        previous.map(doubled) ?? initial
+    }
+
+    /// `delay * 2`, capped at `maximum` without overflowing.
+    private func doubled(_ delay: Duration) -> Duration {
+        delay > maximum / 2 ? maximum : min(delay * 2, maximum)
     }
 }

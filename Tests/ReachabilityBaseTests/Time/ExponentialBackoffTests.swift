@@ -16,6 +16,16 @@ struct ExponentialBackoffTests {
         #expect(backoff.delay(afterFailures: failures) == .seconds(30))
     }
 
+    @Test("a huge delay from a caller's configuration saturates instead of trapping")
+    func hugeDelays() {
+        let huge = ExponentialBackoff(initial: .seconds(Int64.max), maximum: .seconds(Int64.max))
+        #expect(huge.delay(afterFailures: 40) == .seconds(Int64.max))
+        #expect(huge.delay(after: .seconds(Int64.max)) == .seconds(Int64.max))
+        let tiny = ExponentialBackoff(initial: .nanoseconds(1), maximum: .seconds(Int64.max))
+        #expect(tiny.delay(afterFailures: Int.max) == .seconds(Int64.max))
+        #expect(ExponentialBackoff(initial: .zero, maximum: .seconds(1)).delay(afterFailures: 1_000) == .zero)
+    }
+
     @Test func negativeCountsAreNoFailure() {
         #expect(backoff.delay(afterFailures: -1) == .zero)
         #expect(backoff.delay(afterFailures: Int.min) == .zero)
