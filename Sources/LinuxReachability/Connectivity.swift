@@ -180,7 +180,7 @@ struct ProbeURL: Sendable, Hashable {
         }
         var port: UInt16 = 80
         if let portText {
-            guard !portText.isEmpty, portText.count <= 5, portText.allSatisfy(\.isASCII), let value = UInt16(portText), value > 0 else {
+            guard let value = HTTPWire.port(portText) else {
                 throw invalid("invalid port")
             }
             port = value

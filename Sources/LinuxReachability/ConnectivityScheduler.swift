@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// When to check connectivity and what to report meanwhile. Pure: the engine feeds it path
 /// changes, check results and the clock, and executes the actions it returns.
@@ -81,7 +82,7 @@ struct ConnectivityScheduler: Sendable {
             backoff = nil
             deadline = now + check.interval
         } else {
-            let delay = backoff.map { min($0 * 2, check.maximumBackoff) } ?? check.initialBackoff
+            let delay = ExponentialBackoff(initial: check.initialBackoff, maximum: check.maximumBackoff).delay(after: backoff)
             backoff = delay
             deadline = now + delay
         }

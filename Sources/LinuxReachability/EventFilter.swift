@@ -64,6 +64,7 @@ enum EventFilter {
     /// about 2,500 instructions, within the kernel's 4,096.
     static let maximumDestinationsPerFamily = 32
 
+    // Over 60 lines on purpose: the BPF program reads top to bottom as the kernel runs it; split, its jumps would cross functions.
     /// The program for these lookup destinations: the primary path's two probes, plus the
     /// addresses of the hosts being watched.
     static func program(destinations: [RoutePrefix]) -> [Instruction] {

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import LinuxSystem
+import ReachabilityBase
 
 /// One address a host stands for, with the link a link-local address is scoped to.
 struct HostTarget: Hashable, Sendable {
@@ -172,7 +173,7 @@ struct HostWatches: Sendable {
     }
 
     private func fail(_ watch: inout Watch, _ message: String, now: ContinuousClock.Instant) {
-        let delay = watch.retryDelay.map { min($0 * 2, Self.maximumRetry) } ?? Self.initialRetry
+        let delay = ExponentialBackoff(initial: Self.initialRetry, maximum: Self.maximumRetry).delay(after: watch.retryDelay)
         watch.retryDelay = delay
         watch.retryAt = now + delay
         // A name that resolved before keeps its addresses: a resolver that stops answering is not

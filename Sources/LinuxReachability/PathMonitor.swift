@@ -1,6 +1,5 @@
 import Dispatch
 import FoundationEssentials
-import Glibc
 import Synchronization
 
 /// Watches rtnetlink and publishes the current `NetworkPath`, like Network.framework's `NWPathMonitor`.

@@ -1,3 +1,5 @@
+import ReachabilityBase
+
 /// Reads the answer to a connectivity probe: an HTTP/1.1 response, as bytes arrive. Pure, so
 /// every hostile shape (endless headers, lying lengths, broken chunking) is tested without a
 /// socket; the probe stops reading at `maximumResponseBytes` whatever the server sends.
@@ -120,12 +122,11 @@ struct ProbeResponseParser: Sendable {
               statusLine[statusLine.startIndex + 8] == 0x20 else {
             return .failure(Problem(reason: "not an HTTP/1.x status line"))
         }
-        let digits = statusLine[(statusLine.startIndex + 9)..<(statusLine.startIndex + 12)]
-        guard digits.allSatisfy({ (0x30...0x39).contains($0) }),
+        guard let status = HTTPWire.statusCode(statusLine[(statusLine.startIndex + 9)..<(statusLine.startIndex + 12)]),
               statusLine.count == 12 || statusLine[statusLine.startIndex + 12] == 0x20 else {
             return .failure(Problem(reason: "invalid status code"))
         }
-        var head = Head(status: digits.reduce(0) { $0 * 10 + Int($1 - 0x30) }, isMarkedOnline: isMarkedOnline)
+        var head = Head(status: status, isMarkedOnline: isMarkedOnline)
         for line in lines.dropFirst() {
             guard let first = line.first else { continue }
             if first == 0x20 || first == 0x09 { return .failure(Problem(reason: "folded header line")) }
@@ -133,16 +134,15 @@ struct ProbeResponseParser: Sendable {
                 return .failure(Problem(reason: "header line without a name"))
             }
             let name = String(decoding: line[..<colon], as: UTF8.self).lowercased()
-            guard name.utf8.allSatisfy(isTokenCharacter) else { return .failure(Problem(reason: "invalid header name")) }
+            guard HTTPWire.isToken(name) else { return .failure(Problem(reason: "invalid header name")) }
             let value = trimmed(line[line.index(after: colon)...])
             switch name {
             case "location":
                 if head.location == nil { head.location = String(decoding: value, as: UTF8.self) }
             case "content-length":
-                guard !value.isEmpty, value.count <= 18, value.allSatisfy({ (0x30...0x39).contains($0) }) else {
+                guard value.count <= 18, let digits = HTTPWire.digits(value), let length = Int(exactly: digits) else {
                     return .failure(Problem(reason: "invalid Content-Length"))
                 }
-                let length = value.reduce(0) { $0 * 10 + Int($1 - 0x30) }
                 if let previous = head.contentLength, previous != length {
                     return .failure(Problem(reason: "conflicting Content-Length headers"))
                 }
@@ -196,7 +196,7 @@ struct ProbeResponseParser: Sendable {
             if sizeText.last == 0x0D { sizeText = sizeText.dropLast() }
             if let semicolon = sizeText.firstIndex(of: 0x3B) { sizeText = sizeText[..<semicolon] }
             sizeText = trimmed(sizeText)
-            guard !sizeText.isEmpty, sizeText.count <= 8, let size = Int(String(decoding: sizeText, as: UTF8.self), radix: 16) else {
+            guard let size = HTTPWire.chunkSize(sizeText) else {
                 return .malformed("invalid chunk size")
             }
             index = lineEnd + 1
@@ -213,13 +213,6 @@ struct ProbeResponseParser: Sendable {
             } else {
                 return body.count >= bodyLimit || isEnd ? result(whole: false) : .needMore
             }
-        }
-    }
-
-    static func isTokenCharacter(_ byte: UInt8) -> Bool {
-        switch byte {
-        case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: return true
-        default: return Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
         }
     }
 

@@ -1,4 +1,3 @@
-import Glibc
 import LinuxSystem
 
 /// One netlink message of interest, parsed.

@@ -71,32 +71,24 @@ final class AgentProcess: Sendable {
     /// Waits (deadline, not a fixed sleep) for an output line matching `predicate`.
     @discardableResult
     func waitForLine(timeout: Duration = .seconds(30), _ predicate: (String) -> Bool) -> String? {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if let line = output.first(where: predicate) { return line }
-            if !process.isRunning { return output.first(where: predicate) }
-            usleep(5_000)
+        var line: String?
+        _ = waitUntilBlocking(deadline: .now + timeout) {
+            line = output.first(where: predicate)
+            return line != nil || !process.isRunning
         }
-        return nil
+        return line ?? output.first(where: predicate)
     }
 
     /// Waits for `count` lines matching `predicate`.
     func waitForLines(_ count: Int, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if output.filter(predicate).count >= count { return true }
-            usleep(5_000)
-        }
-        return output.filter(predicate).count >= count
+        waitUntilBlocking(deadline: .now + timeout) { output.filter(predicate).count >= count }
     }
 
     /// Sends `signal` and waits for the exit; returns the status and how long it took, or nil on timeout.
     func terminate(_ signal: Int32 = SIGTERM, timeout: Duration = .seconds(10)) -> (status: Int32, elapsed: Duration)? {
         let start = ContinuousClock.now
         kill(process.processIdentifier, signal)
-        let deadline = start + timeout
-        while process.isRunning, ContinuousClock.now < deadline { usleep(2_000) }
-        guard !process.isRunning else { return nil }
+        guard waitUntilBlocking(deadline: start + timeout, every: .milliseconds(2), { !process.isRunning }) else { return nil }
         return (process.terminationStatus, ContinuousClock.now - start)
     }
 

@@ -309,13 +309,14 @@ struct AgentTests {
         setsockopt(listener, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var messages: [String] = []
         func receive(until predicate: ([String]) -> Bool) -> Bool {
-            let deadline = ContinuousClock.now + .seconds(20)
             var buffer = [UInt8](repeating: 0, count: 4096)
-            while !predicate(messages), ContinuousClock.now < deadline {
+            // No pause between checks: recv itself waits up to the 100 ms receive timeout.
+            return waitUntilBlocking(deadline: .now + .seconds(20), every: .zero) {
+                if predicate(messages) { return true }
                 let count = recv(listener, &buffer, buffer.count, 0)
                 if count > 0 { messages.append(String(decoding: buffer[0..<count], as: UTF8.self)) }
+                return predicate(messages)
             }
-            return predicate(messages)
         }
 
         let agent = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name, "--log-size", "2048"],

@@ -62,16 +62,8 @@ final class RunningCommand: Sendable {
 @Suite("reachability status / watch / wait in namespaces", .serialized, .enabled(if: isRoot, rootReason))
 struct CommandLineIntegrationTests {
     func run(_ arguments: [String]) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = try builtBinary()
-        process.arguments = arguments
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        let result = try ChildProcess.run(try builtBinary().path, arguments, environment: nil)
+        return (result.status, result.standardOutput)
     }
 
     @Test func statusJSONAndExplain() throws {
@@ -123,13 +115,7 @@ struct CommandLineIntegrationTests {
         #expect(expensive == 1)
         let waiter = try RunningCommand(["wait", "--netns", net.client, "--require", "wired", "--timeout", "10"])
         try ip("-n \(net.client) route replace default via 10.77.2.1 dev enp3s0")
-        let exited = await withTaskGroup(of: Bool.self) { group in
-            group.addTask { waiter.process.waitUntilExit(); return true }
-            group.addTask { await deadline(.seconds(10)); return false }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        let exited = await waitUntil(deadline: .now + .seconds(10)) { !waiter.process.isRunning }
         #expect(exited)
         #expect(waiter.process.terminationStatus == 0)
     }

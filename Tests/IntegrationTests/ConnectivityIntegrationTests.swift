@@ -2,6 +2,7 @@ import Foundation
 import LinuxReachability
 import Synchronization
 import Testing
+import TestSupport
 
 /// An HTTP probe server in the router namespace at 10.77.9.1:80 whose answer the test switches:
 /// `full` (204), `online` (200 with NetworkManager's text), `redirect` (302 to a login page),
@@ -54,10 +55,8 @@ struct ProbeServer {
         """
         _ = try topology.lab.spawn(["ip", "netns", "exec", topology.router, "python3", "-c", script, directory.path])
         let ready = directory.appendingPathComponent("ready")
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !FileManager.default.fileExists(atPath: ready.path) {
-            guard ContinuousClock.now < deadline else { throw CommandFailure(description: "probe server did not start") }
-            Thread.sleep(forTimeInterval: 0.01)  // bounded poll for a process start-up, not a timing assumption
+        guard waitUntilBlocking(deadline: .now + .seconds(10), every: .milliseconds(10), { FileManager.default.fileExists(atPath: ready.path) }) else {
+            throw CommandFailure(description: "probe server did not start")
         }
     }
 
@@ -263,13 +262,7 @@ struct ConnectivityCommandLineTests {
         let second = await watch.line { $0.contains("\"status\"") }
         #expect(second?.contains("\"connectivity\":\"portal\"") == true, "\(second ?? "nothing")")
         try server.mode("online")
-        let exited = await withTaskGroup(of: Bool.self) { group in
-            group.addTask { waiter.process.waitUntilExit(); return true }
-            group.addTask { await deadline(.seconds(20)); return false }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        let exited = await waitUntil(deadline: .now + .seconds(20)) { !waiter.process.isRunning }
         #expect(exited && waiter.process.terminationStatus == 0)
         let third = await watch.line(timeout: .seconds(20)) { $0.contains("\"status\"") }
         #expect(third?.contains("\"connectivity\":\"full\"") == true, "\(third ?? "nothing")")
@@ -313,11 +306,7 @@ struct ConnectivityDownloadTests {
         let event = download.events.first { $0["event"] as? String == "waiting" }
         #expect(event?["portalURL"] as? String == "http://10.77.9.1/login?from=check")
         // Let the check back off once (a second probe request), then count: the file was never asked for.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while server.requests(for: "/check") < 2, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))  // polling the server's count, bounded by the deadline
-        }
-        #expect(server.requests(for: "/check") >= 2)
+        #expect(await waitUntil(deadline: .now + .seconds(10), every: .milliseconds(20)) { server.requests(for: "/check") >= 2 })
         #expect(server.requests(for: "/file") == 0, "the download went to the portal")
         try server.mode("full")  // logged in
         let loggedIn = ContinuousClock.now

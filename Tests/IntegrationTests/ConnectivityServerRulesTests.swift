@@ -1,6 +1,7 @@
 import Foundation
 import LinuxReachability
 import Testing
+import TestSupport
 
 /// NetworkManager's `[connectivity]` as Ubuntu and Fedora ship it, against servers answering as
 /// theirs do, read through `reachability status` and `wait --require internet`.
@@ -97,16 +98,7 @@ struct ConnectivityServerRulesTests {
 
 /// Runs the built binary with `environment` added to this process's; returns status, stdout, stderr.
 func runBuilt(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
-    let process = Process()
-    process.executableURL = try builtBinary()
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    try process.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    let errors = err.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self), String(decoding: errors, as: UTF8.self))
+    let result = try ChildProcess.run(try builtBinary().path, arguments,
+                                      environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
+    return (result.status, result.standardOutput, result.standardError)
 }

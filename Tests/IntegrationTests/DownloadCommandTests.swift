@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ResumableDownloads
 
 /// The built `reachability download` binary against nginx on 127.0.0.1: exit statuses, NDJSON on
@@ -65,18 +66,10 @@ struct DownloadCommandTests {
         try nginx.serve(F.randomData(count: 3 << 20, seed: 9), at: "slow/tty.bin")
         let command = [try CLIProcess.binaryPath(), "download", "--state-dir", directory.file("state").path,
                        nginx.url("slow/tty.bin").absoluteString].joined(separator: " ")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
-        process.arguments = ["-qec", command, "/dev/null"]
-        process.currentDirectoryURL = directory.url
-        process.environment = ["PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": directory.url.path, "TERM": "xterm"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(text)")
+        let result = try ChildProcess.run("/usr/bin/script", ["-qec", command, "/dev/null"], directory: directory.url,
+                                          environment: ["PATH": "/usr/bin:/bin", "NO_COLOR": "1", "HOME": directory.url.path, "TERM": "xterm"])
+        let text = result.standardOutput
+        #expect(result.status == 0, "\(text)")
         #expect(text.contains("tty.bin  [#"), "\(text)")
         #expect(text.contains("MiB / 3.0 MiB"))
         #expect(text.contains("ETA "))

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import ResumableDownloads
 
 /// Disk full on a small tmpfs: a clear error, the partial file and record kept, and completion
@@ -12,12 +13,7 @@ struct DownloadDiskFullTests {
 
     @discardableResult
     static func run(_ arguments: [String]) throws -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
-        try process.run()
-        process.waitUntilExit()
-        return process.terminationStatus
+        try ChildProcess.run(arguments[0], Array(arguments.dropFirst()), environment: nil).status
     }
 
     @Test func diskFullKeepsThePartialFileAndCompletesAfterSpaceIsFreed() async throws {

@@ -42,12 +42,7 @@ enum DownloadFixtures {
     /// `wait` for synchronous conditions (process, file and socket checks): polls every 5 ms
     /// until the condition holds or the deadline passes; returns whether it held.
     static func waitSync(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if condition() { return true }
-            usleep(5_000)
-        }
-        return condition()
+        waitUntilBlocking(deadline: .now + timeout, condition)
     }
 
     /// The nginx directives every test server shares: foreground, one process, files under

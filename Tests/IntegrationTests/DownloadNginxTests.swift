@@ -2,6 +2,7 @@ import Foundation
 import LinuxSystem
 import LinuxReachability
 import Testing
+import TestSupport
 @testable import ResumableDownloads
 
 /// The download agent against a real nginx on 127.0.0.1.
@@ -179,12 +180,11 @@ struct DownloadNginxTests {
         // Sample states until all are done: never more than two transferring, and some queued.
         var maximumRunning = 0
         var sawQueued = false
-        let deadline = ContinuousClock.now + .seconds(60)
-        while !downloads.allSatisfy(\.state.isFinal), ContinuousClock.now < deadline {
+        _ = await waitUntil(deadline: .now + .seconds(60), every: .milliseconds(1)) {
             let states = downloads.map(\.state)
             maximumRunning = max(maximumRunning, states.filter { $0 == .running }.count)
             sawQueued = sawQueued || states.contains(.queued)
-            try await Task.sleep(for: .milliseconds(1))
+            return states.allSatisfy(\.isFinal)
         }
         #expect(maximumRunning <= 2)
         #expect(sawQueued)

@@ -2,7 +2,7 @@ import Dispatch
 import Foundation
 import Testing
 
-/// Every ```swift block of README.md compiles as shown, in a package of its own that depends on
+/// Every ```swift block of README.md and docs/libraries.md compiles as shown, in a package of its own that depends on
 /// this one the way the README says.
 ///
 /// The manifest block becomes the scratch package's `Package.swift` word for word, plus one
@@ -40,7 +40,10 @@ struct ReadmeSnippetTests {
     }
 
     @Test func everySwiftSnippetInTheReadmeCompiles() throws {
-        let readme = try String(contentsOf: Self.packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        // The README's library section lives in docs/libraries.md; both are read, as one text.
+        let readme = try ["README.md", "docs/libraries.md"].map {
+            try String(contentsOf: Self.packageRoot.appendingPathComponent($0), encoding: .utf8)
+        }.joined(separator: "\n")
         let blocks = Self.swiftBlocks(in: readme)
         let manifests = blocks.filter { $0.hasPrefix("// swift-tools-version") }
         let programs = blocks.filter { !$0.hasPrefix("// swift-tools-version") }

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Synchronization
 import Testing
+import TestSupport
 
 let systemBusLabReason: Comment = "needs root, dbus-daemon and Debian's python3-dbusmock (scripts/setup.sh installs them; CI runs as root)"
 
@@ -403,22 +404,26 @@ final class RequestReplyProcess: Sendable {
     /// The next line printed, waiting at most `timeout`.
     func readLine(timeout: Duration = .seconds(20)) throws -> String {
         let deadline = ContinuousClock.now + timeout
-        while true {
-            if let line = buffer.withLock({ buffer -> String? in
+        var line: String?
+        // No pause between checks: poll(2) itself waits for output, up to the time left.
+        let answered = try waitUntilBlocking(deadline: deadline, every: .zero) {
+            line = buffer.withLock { buffer -> String? in
                 guard let newline = buffer.firstIndex(of: 0x0A) else { return nil }
                 defer { buffer.removeFirst(newline + 1) }
                 return String(decoding: buffer[..<newline], as: UTF8.self)
-            }) { return line }
-            let remaining = deadline - ContinuousClock.now
-            guard remaining > .zero else { throw CommandFailure(description: "no answer from \(process.arguments ?? []) within \(timeout)") }
+            }
+            if line != nil { return true }
             var descriptor = pollfd(fd: output, events: Int16(POLLIN), revents: 0)
-            _ = poll(&descriptor, 1, Int32(remaining / .milliseconds(1)) + 1)
-            guard descriptor.revents != 0 else { continue }
+            _ = poll(&descriptor, 1, Int32(max(deadline - .now, .zero) / .milliseconds(1)) + 1)
+            guard descriptor.revents != 0 else { return false }
             var chunk = [UInt8](repeating: 0, count: 65536)
             let count = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
             if count <= 0 { throw CommandFailure(description: "\(process.arguments ?? []) ended") }
             buffer.withLock { $0 += chunk[0..<count] }
+            return false
         }
+        guard answered, let line else { throw CommandFailure(description: "no answer from \(process.arguments ?? []) within \(timeout)") }
+        return line
     }
 
     func close() {

@@ -55,6 +55,15 @@ struct ProbeResponseParserTests {
         "HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n", "HTTP/1.1 200 OK\r\n folded: x\r\n\r\n",
         "HTTP/1.1 200 OK\r\n: no name\r\n\r\n", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nabc\r\n", "HTTP/1.1 200 OK\r\nX",
+        // Numbers read through HTTPWire: a sign, an exponent or a code below 100 is no number.
+        "HTTP/1.1 +20 OK\r\n\r\n", "HTTP/1.1 -01 OK\r\n\r\n", "HTTP/1.1 099 OK\r\n\r\n", "HTTP/1.1 000 OK\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 9e18\r\n\r\n", "HTTP/1.1 200 OK\r\nContent-Length: inf\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: nan\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-1\r\nabc\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+f\r\nabc\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x1\r\nabc\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n123456789\r\nabc\r\n",
     ])
     func malformed(text: String) {
         switch parse(text, bodyLimit: 2) {
@@ -184,7 +193,10 @@ struct ConnectivityClassifierTests {
 
     @Test(arguments: ["https://check.example/", "ftp://x/", "http://", "http://user@host/", "http://host:0/",
                       "http://host:65536/", "http://host/a b", "http://host/\r\nX-Injected: 1", "http://[::1/",
-                      "http://ho$t/", "check.example", "http://host:80x/"])
+                      "http://ho$t/", "check.example", "http://host:80x/",
+                      // Ports read through HTTPWire: no sign, no exponent, nothing past 65535.
+                      "http://host:+80/", "http://host:-1/", "http://host:1e3/", "http://host:000080/", "http://host:1e16/",
+                      "http://host:9e18/", "http://host:1e300/", "http://host:inf/", "http://host:nan/", "http://host:/"])
     func invalidURLs(text: String) {
         #expect(throws: ReachabilityError.self) { try ProbeURL(parsing: text) }
     }

@@ -63,6 +63,7 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
     /// Whether NetworkManager's connectivity values are its check's verdicts.
     var checksConnectivity: Bool { (isCheckAvailable ?? true) && (isCheckEnabled ?? true) }
 
+    // Over 60 lines on purpose: one case per NetworkManager interface and property, beside the value each may take.
     /// Applies changed (or added) properties of one object's interface.
     mutating func update(path: String, interface: String, properties: [String: DBusValue]) -> [SystemServiceProblem] {
         var problems: [SystemServiceProblem] = []

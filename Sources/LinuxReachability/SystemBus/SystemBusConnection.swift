@@ -372,6 +372,7 @@ final class SystemBusConnection: @unchecked Sendable {
         return properties
     }
 
+    // Over 60 lines on purpose: one case per D-Bus type code, each with its sd-bus read, in one place to check against the spec.
     /// The next value, whatever its type, within `DBusValue`'s bounds.
     private func readValue(_ message: OpaquePointer, depth: Int) throws(DecodeError) -> DBusValue {
         var type: CChar = 0

@@ -1,6 +1,6 @@
 import FoundationEssentials
-import Glibc
 import LinuxSystem
+import ReachabilityBase
 
 /// The monitor's D-Bus side: one system-bus connection that follows NetworkManager and
 /// ModemManager (their arrival and departure, their objects, their property signals) and
@@ -242,7 +242,7 @@ final class SystemFactsClient {
         settings.logger.warning("system bus unavailable; NetworkManager and ModemManager facts are not used until it is back",
                                 metadata: ["error": "\(error)", "retry": "\(reconnectDelay)"])
         reconnectAt = .now + reconnectDelay
-        reconnectDelay = min(reconnectDelay * 2, Self.longestReconnectDelay)
+        reconnectDelay = ExponentialBackoff(initial: Self.firstReconnectDelay, maximum: Self.longestReconnectDelay).delay(after: reconnectDelay)
     }
 
     private func send(_ kind: RequestKind, for index: Int, destination: String, path: String, interface: String,

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 
 /// `PATTERN=TYPE` rules from `--classify` and classify.conf files.

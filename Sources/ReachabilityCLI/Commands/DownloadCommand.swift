@@ -123,6 +123,7 @@ struct DownloadCommand: Command {
     /// `-o -`.
     var writesToStandardOutput: Bool { explicitOutput == "-" }
 
+    // Over 60 lines on purpose: every option of `download` read once, with the checks between options beside them.
     init(arguments: ParsedArguments) throws {
         urls = try arguments.positional(Self.urls).map(Self.parseURL)
         explicitOutput = arguments.value(Self.output)

@@ -5,9 +5,6 @@ import Synchronization
 import ReachabilityBase
 import ReachabilityAgent
 import LinuxSystem
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// Turns download events and progress into output: NDJSON on stdout (`--json`) or text lines on
 /// stderr, plus one progress bar per download on stderr when it is a terminal.

@@ -4,9 +4,6 @@ import LinuxSystem
 import ResumableDownloads
 import Synchronization
 import ReachabilityAgent
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// Where `download` keeps resume data.
 enum DownloadStateDirectory {

@@ -34,6 +34,7 @@ struct ParsedArguments: Sendable, Equatable {
     /// The values of a positional argument.
     func positional(_ positional: Positional) -> [String] { positionals[positional.name] ?? [] }
 
+    // Over 60 lines on purpose: one pass over the arguments, every spelling (`--a b`, `--a=b`, `-ab`, `--`) handled where it is met.
     /// Parses `arguments` (everything after the subcommand name).
     ///
     /// Accepts `--name value`, `--name=value`, `-x value`, `-xvalue`, and `--` to end options.

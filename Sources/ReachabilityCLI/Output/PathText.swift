@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 
 /// Human-readable renderings of a `NetworkPath`.

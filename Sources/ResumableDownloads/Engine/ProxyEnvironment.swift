@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 
 /// Which proxy libcurl will use for a URL, by its own rules, so errors can name it:
@@ -50,8 +49,7 @@ public enum HeaderValidation {
     public static func problem(with line: String) -> String? {
         guard let colon = line.firstIndex(of: ":") else { return "expected 'Name: value'" }
         let name = line[..<colon]
-        let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        guard !name.isEmpty, name.allSatisfy({ tokenCharacters.contains($0) }) else {
+        guard HTTPWire.isToken(name) else {
             return "the header name must be letters, digits and !#$%&'*+-.^_`|~"
         }
         guard isSafeOnTheWire(line) else { return "control characters (CR, LF, NUL, ...) are not allowed" }
@@ -61,8 +59,8 @@ public enum HeaderValidation {
         return nil
     }
 
-    /// No byte below 0x20 except tab, and no DEL.
+    /// No byte below 0x20 except tab, and no DEL (`HTTPWire`'s rule).
     static func isSafeOnTheWire(_ line: String) -> Bool {
-        !line.unicodeScalars.contains { ($0.value < 0x20 && $0 != "\t") || $0.value == 0x7F }
+        HTTPWire.isSafeOnTheWire(line)
     }
 }

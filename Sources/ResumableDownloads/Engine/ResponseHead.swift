@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 import ReachabilityBase
 
@@ -53,7 +52,7 @@ struct ResponseHead: Sendable, Hashable {
         switch contentLengthField {
         case .conflicting?: "the server sent conflicting Content-Length headers (\(self["content-length"] ?? ""))"
         case .invalid(let text)?:
-            text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 })
+            text.utf8.allSatisfy(HTTPWire.isDigit)
                 ? "the server sent an impossible Content-Length (\(text): more than any file can hold)"
                 : "the server sent an invalid Content-Length (\(text))"
         case .value?, nil: nil
@@ -66,7 +65,7 @@ struct ResponseHead: Sendable, Hashable {
         guard let text = self["content-length"] else { return nil }
         let values = text.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingWhitespace() }
         guard let first = values.first, values.allSatisfy({ $0 == first }) else { return .conflicting }
-        guard !first.isEmpty, first.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let length = Int64(first) else {
+        guard let length = HTTPWire.digits(first) else {
             return .invalid(String(first.prefix(40)))
         }
         return .value(length)
@@ -84,9 +83,6 @@ struct ResponseHead: Sendable, Hashable {
 /// Collects header lines as libcurl's header callback delivers them (every response, including
 /// interim 1xx and followed redirects, starts with its status line).
 struct HeaderAccumulator: Sendable {
-    /// A status line's code: three decimal digits (RFC 9110 section 15), nothing else.
-    static let statusCode = Count(100...999)
-
     private var statusCode: Int?
     private var fields: [String: String] = [:]
 
@@ -100,7 +96,7 @@ struct HeaderAccumulator: Sendable {
         }
         if line.hasPrefix("HTTP/") {
             let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-            statusCode = parts.count >= 2 ? Self.statusCode.value(from: String(parts[1])) : nil
+            statusCode = parts.count >= 2 ? HTTPWire.statusCode(parts[1]) : nil
             fields = [:]
             return nil
         }

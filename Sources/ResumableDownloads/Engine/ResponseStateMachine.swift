@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 
 /// Why we stopped a transfer ourselves.
@@ -183,6 +182,7 @@ struct ResponseStateMachine: Sendable {
         return nil
     }
 
+    // Over 60 lines on purpose: one switch over (state, event), the whole transition table in one view.
     mutating func event(_ event: Event) -> Action {
         switch (state, event) {
         case (.awaitingHead, .head(let head)):

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxSystem
 
 /// Everything needed to continue a download after a crash or relaunch, stored as versioned JSON

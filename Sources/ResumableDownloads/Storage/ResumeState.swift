@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 
 /// A download's durable resume state as a value: what its resume record says after the last
 /// checkpoint. Package-level, for facades (such as `ResumableURLSession`) that hand resume data

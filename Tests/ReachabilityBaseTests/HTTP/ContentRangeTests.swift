@@ -1,5 +1,5 @@
 import Testing
-@testable import ResumableDownloads
+@testable import ReachabilityBase
 
 @Suite("Content-Range parsing")
 struct ContentRangeTests {
@@ -21,6 +21,9 @@ struct ContentRangeTests {
         "", "bytes", "bytes ", "items 0-9/10", "bytes 9-0/10", "bytes 0-10/10", "bytes */*", "bytes 0-9",
         "bytes -1-9/10", "bytes 0-9/ten", "bytes 0 - 9/10", "bytes=0-9/10", "bytes 0-9/99999999999999999999",
         "bytes0-9/10", "bytes +1-9/10",
+        // Hostile numbers (HTTPWire.digits): signs, exponents, overflow, words.
+        "bytes 0-9/+10", "bytes 0-+9/10", "bytes 0-9/1e16", "bytes 0-9/9e18", "bytes 0-9/1e300", "bytes 0-9/inf",
+        "bytes 0-9/nan", "bytes 0-9/9223372036854775808", "bytes 1e1-20/30", "bytes 0-9/-1", "bytes 0-0/0",
     ])
     func rejectsMalformedValues(text: String) {
         #expect(ContentRange(text) == nil)

@@ -1,23 +1,23 @@
-import LinuxReachability
-
-/// A parsed `Content-Range` header value (RFC 9110 §14.4), bytes unit only.
+/// A parsed `Content-Range` header value (RFC 9110 §14.4), bytes unit only; positions read
+/// through `HTTPWire.digits`.
 ///
 /// `bytes 100-199/1000` has `range` 100...199 and `totalLength` 1000; `bytes */1000` (sent with
 /// 416) has no range; `bytes 0-9/*` has no total.
-struct ContentRange: Hashable, Sendable {
+package struct ContentRange: Hashable, Sendable {
     /// First and last byte positions, inclusive; nil for the unsatisfied form `*/T`.
-    var range: ClosedRange<Int64>?
+    package var range: ClosedRange<Int64>?
     /// The complete length; nil when the server wrote `*`.
-    var totalLength: Int64?
+    package var totalLength: Int64?
 
-    init(range: ClosedRange<Int64>?, totalLength: Int64?) {
+    /// A value as parsed (tests and callers that build one).
+    package init(range: ClosedRange<Int64>?, totalLength: Int64?) {
         self.range = range
         self.totalLength = totalLength
     }
 
     /// Parses a header value; nil when it is malformed, uses another unit, or is inconsistent
     /// (last before first, last beyond the total, neither range nor total).
-    init?(_ value: String) {
+    package init?(_ value: String) {
         let trimmed = value.trimmingWhitespace()
         guard trimmed.count > 6, trimmed.prefix(5).lowercased() == "bytes",
               let afterUnit = trimmed.dropFirst(5).first, afterUnit == " " || afterUnit == "\t"
@@ -29,7 +29,7 @@ struct ContentRange: Hashable, Sendable {
 
         var total: Int64?
         if totalPart != "*" {
-            guard let parsed = Self.number(totalPart) else { return nil }
+            guard let parsed = HTTPWire.digits(totalPart) else { return nil }
             total = parsed
         }
         if rangePart == "*" {
@@ -38,16 +38,10 @@ struct ContentRange: Hashable, Sendable {
             return
         }
         let bounds = rangePart.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
-        guard bounds.count == 2, let first = Self.number(bounds[0]), let last = Self.number(bounds[1]),
+        guard bounds.count == 2, let first = HTTPWire.digits(bounds[0]), let last = HTTPWire.digits(bounds[1]),
               first <= last
         else { return nil }
         if let total, last >= total { return nil }
         self.init(range: first...last, totalLength: total)
-    }
-
-    /// Digits only: no sign, no spaces, no overflow.
-    private static func number(_ text: Substring) -> Int64? {
-        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
-        return Int64(text)
     }
 }
