@@ -99,7 +99,7 @@ struct WaitTests {
     @Test(arguments: [
         // Default: a routable default path; an unplugged second NIC does not matter.
         ([], wifi(plus: [lanDown]), []),
-        ([], Fixtures.noRoute, ["no default route (no route)"]),
+        ([], Fixtures.noRoute, ["no default route"]),
         ([], NetworkPath.unsatisfied(.noCarrier), ["no default route (no carrier)"]),
         (["--ignore", "wlp*"], Fixtures.satisfiedWifi, ["no default route (leaves only through ignored wlp2s0)"]),
         (["--ignore", "docker*"], Fixtures.satisfiedWifi, []),
@@ -109,7 +109,7 @@ struct WaitTests {
         (["--ipv6"], Fixtures.ipv6OnlyWired, []),
         (["--ipv4", "--ipv6"], Fixtures.ipv6OnlyWired, ["no IPv4 default route"]),
         (["--ipv4", "--ipv6"], Fixtures.dualStackWifi, []),
-        (["--ipv4"], Fixtures.noRoute, ["no IPv4 default route (no route)"]),
+        (["--ipv4"], Fixtures.noRoute, ["no IPv4 default route"]),
         // Interfaces: all of them, or one with --any.
         (["--interface", "eth1"], wifi(plus: [lanDown]), ["eth1: no carrier"]),
         (["--interface", "eth2:carrier"], wifi(plus: [adminDown]), ["eth2: down"]),
@@ -123,7 +123,7 @@ struct WaitTests {
         (["--interface", "wlan0:carrier"], wifi(plus: [linkLocalOnly]), []),
         (["--interface", "wlan0", "--ipv4"], wifi(plus: [v6Only]), ["wlan0: no IPv4 address yet"]),
         (["--interface", "wlan0", "--ipv6"], NetworkPath.unsatisfied(.noRoute, interfaces: [v6Only]),
-         ["no IPv6 default route (no route)"]),
+         ["no IPv6 default route"]),
         // An interface condition alone needs no default route.
         (["--interface", "wlan0"], NetworkPath.unsatisfied(.noRoute, interfaces: [v6Only]), []),
         // --require and friends.
@@ -146,7 +146,7 @@ struct WaitTests {
             == ["DNS: no nameserver in /etc/resolv.conf"])
         #expect(dns.missing(.init(path: Fixtures.satisfiedWifi, dns: .answered(server: "10.0.0.1"))).isEmpty)
         // Both conditions named at once, as the waiting line shows them.
-        #expect(dns.missing(.init(path: Fixtures.noRoute, dns: .answered(server: "10.0.0.1"))) == ["no default route (no route)"])
+        #expect(dns.missing(.init(path: Fixtures.noRoute, dns: .answered(server: "10.0.0.1"))) == ["no default route"])
 
         let host = try Self.plan(["--host", "10.77.0.1"])
         let lan = HostPath(host: "10.77.0.1", addresses: ["10.77.0.1"], resolutionFailure: nil, path: Fixtures.wiredOnLink)
@@ -181,11 +181,11 @@ struct WaitTests {
         #expect(machine.start() == .keepWaiting)
         #expect(machine.handle(.path(.unsatisfied(.noCarrier))) == .keepWaiting)
         #expect(machine.handle(.path(Fixtures.noRoute)) == .keepWaiting)
-        #expect(machine.handle(.tick(elapsed: .seconds(3))) == .timedOut(elapsed: .seconds(3), missing: ["no default route (no route)"]))
+        #expect(machine.handle(.tick(elapsed: .seconds(3))) == .timedOut(elapsed: .seconds(3), missing: ["no default route"]))
         #expect(machine.handle(.path(Fixtures.satisfiedWifi)) == .keepWaiting)
 
         var stopping = WaitStateMachine(plan: try Self.plan([]), timeout: nil, path: Fixtures.noRoute)
-        #expect(stopping.handle(.monitorStopped) == .stopped(missing: ["no default route (no route)"]))
+        #expect(stopping.handle(.monitorStopped) == .stopped(missing: ["no default route"]))
         var online = WaitStateMachine(plan: try Self.plan([]), timeout: nil, path: Fixtures.satisfiedWifi)
         #expect(online.start() == .online)
     }
@@ -290,10 +290,10 @@ struct WaitTests {
         #expect(await waiting.run(["wait", "--json", "--timeout", "5"]) == 1)
         let time = Fixtures.timeText
         #expect(waiting.standardOutput.lines == [
-            #"{"schema":1,"time":"\#(time)","type":"wait","event":"waiting","elapsedMilliseconds":0,"missing":["no default route (no route)"]}"#,
-            #"{"schema":1,"time":"\#(time)","type":"wait","event":"timedOut","elapsedMilliseconds":5000,"missing":["no default route (no route)"]}"#,
+            #"{"schema":1,"time":"\#(time)","type":"wait","event":"waiting","elapsedMilliseconds":0,"missing":["no default route"]}"#,
+            #"{"schema":1,"time":"\#(time)","type":"wait","event":"timedOut","elapsedMilliseconds":5000,"missing":["no default route"]}"#,
         ])
-        #expect(waiting.standardError.lines == ["reachability wait: timed out after 5s: no default route (no route)"])
+        #expect(waiting.standardError.lines == ["reachability wait: timed out after 5s: no default route"])
 
         let online = Harness(source: ScriptedPathSource(current: Fixtures.noRoute, script: [Fixtures.satisfiedWifi], staysOpen: true))
         #expect(await online.run(["wait", "--json"]) == 0)

@@ -162,7 +162,8 @@ struct WaitCommand: Command {
         let dnsCheck = WaitDNSCheck(
             name: plan.dnsName ?? configuration.connectivityCheck?.hostName ?? ".", readFile: context.readFile,
             ask: { server, name, timeout in await ResolverProbe.ask(server, name: name, timeout: timeout) })
-        let (plan, timeout, sleep) = (plan, timeoutDuration, context.sleep)
+        let (plan, timeout) = (plan, timeoutDuration)
+        let pause = context.sleep
         return await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await path in paths { sink.yield(.path(path)) }
@@ -179,7 +180,7 @@ struct WaitCommand: Command {
                 // Ticks fall on whole multiples of 5 s and on the timeout, whatever the events did.
                 var elapsed = Duration.zero
                 while let next = WaitStateMachine.nextTick(after: elapsed, timeout: timeout) {
-                    do { try await sleep(next - elapsed) } catch { return }
+                    do { try await pause(next - elapsed) } catch { return }
                     elapsed = next
                     sink.yield(.tick(elapsed: elapsed))
                 }
@@ -193,7 +194,7 @@ struct WaitCommand: Command {
                             let state = await dnsCheck.round()
                             sink.yield(.dns(state))
                             if case .answered = state { return }
-                            do { try await sleep(WaitDNSCheck.retryInterval) } catch { return }
+                            do { try await pause(WaitDNSCheck.retryInterval) } catch { return }
                             if !source.currentPath.isSatisfied { break }
                         }
                     }

@@ -159,19 +159,20 @@ struct WaitPlan: Sendable, Equatable {
             !ignored.contains { NetworkInterface.name(route.interfaceName, matchesGlob: $0) }
         } : []
         let ignoredOnly = path.isSatisfied && counted.isEmpty && !path.routes.isEmpty
+        // Why there is none, when it is more than "no route": " (no carrier)".
         func why() -> String {
             if ignoredOnly {
-                return "leaves only through ignored " + path.routes.map { PathText.escaped($0.interfaceName) }.joined(separator: ", ")
+                return " (leaves only through ignored " + path.routes.map { PathText.escaped($0.interfaceName) }.joined(separator: ", ") + ")"
             }
-            return path.unsatisfiedReason?.rawValue ?? "no route"
+            guard !path.isSatisfied, let reason = path.unsatisfiedReason, reason != .noRoute else { return "" }
+            return " (\(reason.rawValue))"
         }
         if families.isEmpty {
-            return counted.isEmpty ? ["no default route (\(why()))"] : []
+            return counted.isEmpty ? ["no default route\(why())"] : []
         }
         return families.compactMap { family in
             guard !counted.contains(where: { $0.family == family }) else { return nil }
-            let label = family == .ipv4 ? "IPv4" : "IPv6"
-            return path.isSatisfied && !ignoredOnly ? "no \(label) default route" : "no \(label) default route (\(why()))"
+            return "no \(family == .ipv4 ? "IPv4" : "IPv6") default route\(why())"
         }
     }
 
@@ -181,7 +182,9 @@ struct WaitPlan: Sendable, Equatable {
         if let failure = hostPath.resolutionFailure { return "\(name): cannot resolve (\(TerminalText.escaped(failure)))" }
         guard let path = hostPath.path else { return "\(name): not resolved yet" }
         guard requirement.isMet(by: path) else {
-            return path.isSatisfied ? "\(name): the route is not \(requirement)" : "\(name): no route (\(path.unsatisfiedReason?.rawValue ?? "unreachable"))"
+            guard !path.isSatisfied else { return "\(name): the route is not \(requirement)" }
+            let reason = path.unsatisfiedReason.flatMap { $0 == .noRoute ? nil : " (\($0.rawValue))" } ?? ""
+            return "\(name): no route\(reason)"
         }
         return nil
     }
