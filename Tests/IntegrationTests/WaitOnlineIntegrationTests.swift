@@ -25,6 +25,21 @@ struct WaitOnlineIntegrationTests {
         return command.process.terminationStatus
     }
 
+    /// A veth `name` in the client whose router end `up1` has `routerAddress` and is up; the client
+    /// end is left bare (no address, down) for a bridge or a bond to take, or the test to address.
+    static func bareUplink(_ name: String, in net: Topology, routerAddress: String = "10.77.1.1/24") throws {
+        try ip("link add \(name) netns \(net.client) type veth peer name up1 netns \(net.router)")
+        try ip("-n \(net.router) addr add \(routerAddress) dev up1" + (routerAddress.contains(":") ? " nodad" : ""))
+        try ip("-n \(net.router) link set up1 up")
+    }
+
+    /// `dev` of the client gets 10.77.1.2/24, comes up, and takes the default route via the router.
+    static func addressAndRoute(_ dev: String, in net: Topology) throws {
+        try ip("-n \(net.client) addr add 10.77.1.2/24 dev \(dev)")
+        try ip("-n \(net.client) link set \(dev) up")
+        try ip("-n \(net.client) route add default via 10.77.1.1 dev \(dev)")
+    }
+
     @Test("the default: an unplugged second interface does not delay it; --interface waits for it, --any does not")
     func secondInterfaceWithoutCarrier() throws {
         let net = try Topology()
@@ -49,8 +64,7 @@ struct WaitOnlineIntegrationTests {
     func interfaceStates() throws {
         let net = try Topology()
         defer { net.close() }
-        try ip("link add eth2 netns \(net.client) type veth peer name peer2 netns \(net.router)")
-        try ip("-n \(net.router) link set peer2 up")
+        try Self.bareUplink("eth2", in: net)
         try ip("-n \(net.client) addr add 169.254.7.2/16 dev eth2")
         try ip("-n \(net.client) link set eth2 up")
         for state in ["carrier", "address"] {
@@ -70,15 +84,11 @@ struct WaitOnlineIntegrationTests {
     func bridgeOverVeth() throws {
         let net = try Topology()
         defer { net.close() }
-        try ip("link add enp3s0 netns \(net.client) type veth peer name up1 netns \(net.router)")
-        try ip("-n \(net.router) addr add 10.77.1.1/24 dev up1")
-        try ip("-n \(net.router) link set up1 up")
+        try Self.bareUplink("enp3s0", in: net)
         try ip("-n \(net.client) link add br0 type bridge")
         try ip("-n \(net.client) link set enp3s0 master br0")
         try ip("-n \(net.client) link set enp3s0 up")
-        try ip("-n \(net.client) addr add 10.77.1.2/24 dev br0")
-        try ip("-n \(net.client) link set br0 up")
-        try ip("-n \(net.client) route add default via 10.77.1.1 dev br0")
+        try Self.addressAndRoute("br0", in: net)
         let (code, _, errors) = try runBuilt(["wait", "--netns", net.client, "--interface", "br0", "--timeout", "20"])
         #expect(code == 0, "\(errors)")
         let (plain, _, _) = try runBuilt(["wait", "--netns", net.client, "--timeout", "20"])
@@ -96,13 +106,9 @@ struct WaitOnlineIntegrationTests {
             print("wait-online bond test skipped: this kernel cannot create a bond (\(error))")
             return
         }
-        try ip("link add enp3s0 netns \(net.client) type veth peer name up1 netns \(net.router)")
-        try ip("-n \(net.router) addr add 10.77.1.1/24 dev up1")
-        try ip("-n \(net.router) link set up1 up")
+        try Self.bareUplink("enp3s0", in: net)
         try ip("-n \(net.client) link set enp3s0 master bond0")
-        try ip("-n \(net.client) addr add 10.77.1.2/24 dev bond0")
-        try ip("-n \(net.client) link set bond0 up")
-        try ip("-n \(net.client) route add default via 10.77.1.1 dev bond0")
+        try Self.addressAndRoute("bond0", in: net)
         let (code, _, errors) = try runBuilt(["wait", "--netns", net.client, "--interface", "bond0", "--timeout", "20"])
         #expect(code == 0, "\(errors)")
     }
@@ -111,9 +117,7 @@ struct WaitOnlineIntegrationTests {
     func ipv6Only() throws {
         let net = try Topology()
         defer { net.close() }
-        try ip("link add enp3s0 netns \(net.client) type veth peer name up1 netns \(net.router)")
-        try ip("-n \(net.router) addr add 2001:db8:77::1/64 dev up1 nodad")
-        try ip("-n \(net.router) link set up1 up")
+        try Self.bareUplink("enp3s0", in: net, routerAddress: "2001:db8:77::1/64")
         try ip("-n \(net.client) addr add 2001:db8:77::2/64 dev enp3s0 nodad")
         try ip("-n \(net.client) link set enp3s0 up")
         try ip("-n \(net.client) -6 route add default via 2001:db8:77::1 dev enp3s0")
