@@ -164,67 +164,68 @@ struct WaitCommand: Command {
             ask: { server, name, timeout in await ResolverProbe.ask(server, name: name, timeout: timeout) })
         let (plan, timeout) = (plan, timeoutDuration)
         let pause = context.sleep
-        return await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                for await path in paths { sink.yield(.path(path)) }
+        // Unstructured, cancelled and not awaited: the answer (and the exit a boot is waiting
+        // for) must not wait until every feeder has wound down.
+        var feeders: [Task<Void, Never>] = []
+        defer {
+            for feeder in feeders { feeder.cancel() }
+            kick.finish()
+            sink.finish()
+        }
+        feeders.append(Task {
+            for await path in paths { sink.yield(.path(path)) }
+            sink.yield(.monitorStopped)
+        })
+        if let host = plan.requirement.host {
+            let hostPaths = source.paths(to: host)
+            feeders.append(Task {
+                for await hostPath in hostPaths { sink.yield(.host(hostPath)) }
                 sink.yield(.monitorStopped)
+            })
+        }
+        feeders.append(Task {
+            // Ticks fall on whole multiples of 5 s and on the timeout, whatever the events did.
+            var elapsed = Duration.zero
+            while let next = WaitStateMachine.nextTick(after: elapsed, timeout: timeout) {
+                do { try await pause(next - elapsed) } catch { return }
+                elapsed = next
+                sink.yield(.tick(elapsed: elapsed))
             }
-            if let host = plan.requirement.host {
-                let hostPaths = source.paths(to: host)
-                group.addTask {
-                    for await hostPath in hostPaths { sink.yield(.host(hostPath)) }
-                    sink.yield(.monitorStopped)
-                }
-            }
-            group.addTask {
-                // Ticks fall on whole multiples of 5 s and on the timeout, whatever the events did.
-                var elapsed = Duration.zero
-                while let next = WaitStateMachine.nextTick(after: elapsed, timeout: timeout) {
-                    do { try await pause(next - elapsed) } catch { return }
-                    elapsed = next
-                    sink.yield(.tick(elapsed: elapsed))
-                }
-            }
-            if plan.checksDNS {
-                if source.currentPath.isSatisfied { kick.yield() }
-                group.addTask {
-                    // A round when a path appears, then one a second while nobody answers.
-                    for await _ in dnsKicks {
-                        while !Task.isCancelled {
-                            let state = await dnsCheck.round()
-                            sink.yield(.dns(state))
-                            if case .answered = state { return }
-                            do { try await pause(WaitDNSCheck.retryInterval) } catch { return }
-                            if !source.currentPath.isSatisfied { break }
-                        }
+        })
+        if plan.checksDNS {
+            if source.currentPath.isSatisfied { kick.yield() }
+            feeders.append(Task {
+                // A round when a path appears, then one a second while nobody answers.
+                for await _ in dnsKicks {
+                    while !Task.isCancelled {
+                        let state = await dnsCheck.round()
+                        sink.yield(.dns(state))
+                        if case .answered = state { return }
+                        do { try await pause(WaitDNSCheck.retryInterval) } catch { return }
+                        if !source.currentPath.isSatisfied { break }
                     }
                 }
-            }
-            defer {
-                group.cancelAll()
-                kick.finish()
-                sink.finish()
-            }
-            for await event in events {
-                if case .path(let path) = event, plan.checksDNS, path.isSatisfied { kick.yield() }
-                switch machine.handle(event) {
-                case .keepWaiting:
-                    continue
-                case .report(let elapsed, let missing):
-                    report.waiting(elapsed: elapsed, missing: missing, isFirst: false)
-                case .online:
-                    report.online()
-                    return .success
-                case .timedOut(let elapsed, let missing):
-                    report.timedOut(elapsed: elapsed, missing: missing)
-                    return .failure
-                case .stopped(let missing):
-                    report.stopped(missing: missing)
-                    return .failure
-                }
-            }
-            return .failure
+            })
         }
+        for await event in events {
+            if case .path(let path) = event, plan.checksDNS, path.isSatisfied { kick.yield() }
+            switch machine.handle(event) {
+            case .keepWaiting:
+                continue
+            case .report(let elapsed, let missing):
+                report.waiting(elapsed: elapsed, missing: missing, isFirst: false)
+            case .online:
+                report.online()
+                return .success
+            case .timedOut(let elapsed, let missing):
+                report.timedOut(elapsed: elapsed, missing: missing)
+                return .failure
+            case .stopped(let missing):
+                report.stopped(missing: missing)
+                return .failure
+            }
+        }
+        return .failure
     }
 }
 
