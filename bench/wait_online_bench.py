@@ -27,6 +27,7 @@ nsenter -n), both started before the change. Scenarios, each RUNS times:
                 NIC); `wait` vs networkd-wait-online with default arguments and with --any
   dns-silent  : a default route but resolv.conf's server never answers; `wait` (default), `wait
                 --dns` and networkd-wait-online: who says online
+  late        : as route-late, the peer comes up --late seconds after both started (once)
 For each waiter: time from the kernel's default-route message (ip monitor in the container's
 namespace) to its exit, its exit status, or 'never' within --timeout.
 
@@ -117,7 +118,15 @@ class Waiter:
     def wait_for_first_line(self, timeout=10):
         ready, _, _ = select.select([self.process.stdout], [], [], timeout)
         self.first_line = self.process.stdout.readline() if ready else None
+        self.online_at = None
+        threading.Thread(target=self._read_rest, daemon=True).start()
         return self.first_line
+
+    def _read_rest(self):
+        # The `online` event's arrival: the decision, before the process winds down and exits.
+        for line in self.process.stdout:
+            if '"online"' in line and self.online_at is None:
+                self.online_at = time.monotonic()
 
     def join(self, timeout):
         deadline = time.monotonic() + timeout
@@ -166,7 +175,7 @@ def part_one(binary, runs, late, idle):
     }
     rows = []
     for name, (arguments, change, pattern, undo) in scenarios.items():
-        latencies, early, never = [], 0, 0
+        latencies, decisions, early, never = [], [], 0, 0
         for _ in range(runs):
             waiter = Waiter([binary, "wait", "--netns", client, "--json", "--timeout", "30"] + arguments)
             line = waiter.wait_for_first_line()
@@ -185,13 +194,19 @@ def part_one(binary, runs, late, idle):
                 never += 1
             else:
                 latencies.append(exited - kernel)
+                for _ in range(100):   # the reader thread may see the line just after the exit
+                    if waiter.online_at is not None:
+                        break
+                    time.sleep(0.001)
+                if waiter.online_at is not None:
+                    decisions.append(waiter.online_at - kernel)
             if name == "carrier":
                 mark = monitor.mark()
                 sh("ip", "-n", router, "link", "set", "up2", "down")
                 monitor.first_after(mark, r"eth1.*NO-CARRIER", timeout=5)
             else:
                 sh("ip", "-n", client, *undo)
-        rows.append((name, latencies, early, never))
+        rows.append((name, latencies, early, never, decisions))
 
     # The network arriving late, once.
     if late > 0:
@@ -204,28 +219,30 @@ def part_one(binary, runs, late, idle):
         kernel = monitor.first_after(mark, r"^default via 10\.77\.1\.1")
         exited = waiter.join(10)
         ok = exited is not None and waiter.status == 0 and kernel is not None
-        rows.append((f"late ({late:g} s)", [exited - kernel] if ok else [], early, 0 if ok else 1))
+        rows.append((f"late ({late:g} s)", [exited - kernel] if ok else [], early, 0 if ok else 1, []))
         sh("ip", "-n", client, "route", "del", "default")
 
-    print(f"{'scenario':<14} {'runs':>4} {'p50':>10} {'p90':>10} {'worst':>10} {'early 0':>8} {'never':>6}")
-    for name, latencies, early, never in rows:
+    print("exit: the process has exited; online: its `online` event arrived (the decision), both after ip monitor's line")
+    print(f"{'scenario':<14} {'runs':>4} {'exit p50':>10} {'p90':>10} {'worst':>10} {'online p50':>11} {'worst':>10} {'early 0':>8} {'never':>6}")
+    for name, latencies, early, never, decisions in rows:
+        decided = (f"{ms(statistics.median(decisions)):>11} {ms(max(decisions)):>10}" if decisions else f"{'-':>11} {'-':>10}")
         if latencies:
             print(f"{name:<14} {len(latencies) + early + never:>4} {ms(statistics.median(latencies)):>10} "
-                  f"{ms(percentile(latencies, 0.9)):>10} {ms(max(latencies)):>10} {early:>8} {never:>6}")
+                  f"{ms(percentile(latencies, 0.9)):>10} {ms(max(latencies)):>10} {decided} {early:>8} {never:>6}")
         else:
-            print(f"{name:<14} {early + never:>4} {'-':>10} {'-':>10} {'-':>10} {early:>8} {never:>6}")
+            print(f"{name:<14} {early + never:>4} {'-':>10} {'-':>10} {'-':>10} {decided} {early:>8} {never:>6}")
 
     if idle > 0:
         def stat(pid):
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            switches = 0
+            switches = {}
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/status") as f:
                     for line in f:
                         if line.startswith("voluntary_ctxt_switches:"):
-                            switches += int(line.split()[1])
+                            switches[task] = int(line.split()[1])
             return cpu, switches
         wait = subprocess.Popen([binary, "wait", "--netns", client, "--timeout", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         watch = subprocess.Popen([binary, "watch", "--netns", client], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -237,14 +254,15 @@ def part_one(binary, runs, late, idle):
         print(f"\nidle {idle:g} s, nothing changing (wait is unsatisfied and prints a line every 5 s):")
         for label, process in (("wait --timeout 0", wait), ("watch", watch)):
             cpu = after[process.pid][0] - before[process.pid][0]
-            switches = after[process.pid][1] - before[process.pid][1]
+            # Wakeups of the threads alive at both ends (a thread that ended takes its count along).
+            switches = sum(count - before[process.pid][1].get(task, count) for task, count in after[process.pid][1].items())
             print(f"  {label:<18} CPU {cpu:.3f} s, {switches} voluntary context switches")
         for process in (wait, watch):
             process.kill()
             process.wait()
 
 
-def part_two(binary, runs, timeout):
+def part_two(binary, runs, timeout, late):
     for tool in ("debootstrap", "systemd-nspawn", "nsenter"):
         if shutil.which(tool) is None:
             sys.exit(f"--networkd needs {tool}: ./scripts/setup.sh --package")
@@ -310,7 +328,10 @@ def part_two(binary, runs, timeout):
             sh(*net, "ip", "link", "del", "rch0", check=False)
             sh(*net, "ip", "link", "del", "rch1", check=False)
 
+        late_timeout = str(int(late) + 30)
         waiters_for = {
+            "late": [("reachability wait", [binary, "wait", "--timeout", late_timeout]),
+                     ("networkd-wait-online", ["/lib/systemd/systemd-networkd-wait-online", f"--timeout={late_timeout}"])],
             "route-late": [("reachability wait", [binary, "wait", "--timeout", str(timeout)]),
                            ("networkd-wait-online", ["/lib/systemd/systemd-networkd-wait-online", f"--timeout={timeout}"])],
             "second-nic": [("reachability wait", [binary, "wait", "--timeout", str(timeout)]),
@@ -322,10 +343,10 @@ def part_two(binary, runs, timeout):
         }
         with open(os.path.join(root, "etc/resolv.conf"), "w") as f:
             f.write("nameserver 10.78.0.53\n")  # nobody answers there
-        print(f"{'scenario':<12} {'waiter':<28} {'runs':>4} {'p50 exit after route':>22} {'worst':>10} {'exit 0 early':>13} {'never/failed':>13}")
+        print(f"{'scenario':<12} {'waiter':<28} {'runs':>4} {'p50 exit after route':>22} {'worst':>10} {'exit 0 early':>13} {'exit 0':>7} {'never/failed':>13}")
         for scenario, waiters in waiters_for.items():
-            results = {label: ([], 0, 0) for label, _ in waiters}
-            for _ in range(runs):
+            results = {label: ([], 0, 0, 0) for label, _ in waiters}
+            for _ in range(1 if scenario == "late" else runs):
                 unlink()
                 links(second_nic=(scenario == "second-nic"))
                 if scenario == "dns-silent":
@@ -336,7 +357,8 @@ def part_two(binary, runs, timeout):
                 for label, command in waiters:
                     # Both inside the container: its namespaces, /sys and /etc/resolv.conf.
                     started.append((label, Waiter(inside + command)))
-                time.sleep(0.5)  # every waiter is waiting (or already wrongly exited)
+                # Every waiter is waiting (or already wrongly exited); "late": the network comes after `late` s.
+                time.sleep(late if scenario == "late" else 0.5)
                 mark = monitor.mark()
                 # dns-silent has its route before the waiters start: there, exiting 0 is the answer, not early.
                 early = {label: scenario != "dns-silent" and waiter.exited_at is not None and waiter.status == 0
@@ -347,19 +369,22 @@ def part_two(binary, runs, timeout):
                 else:
                     kernel = time.monotonic()
                 for label, waiter in started:
-                    exited = waiter.join(timeout + 5)
-                    latencies, early_count, never = results[label]
+                    exited = waiter.join((int(late) + 35) if scenario == "late" else timeout + 5)
+                    latencies, early_count, online, never = results[label]
                     if early[label]:
                         early_count += 1
                     elif exited is None or waiter.status != 0 or kernel is None:
                         never += 1
                     else:
-                        latencies.append(exited - kernel)
-                    results[label] = (latencies, early_count, never)
-            for label, (latencies, early_count, never) in results.items():
+                        online += 1
+                        if scenario != "dns-silent":   # there the route came before the waiters
+                            latencies.append(exited - kernel)
+                    results[label] = (latencies, early_count, online, never)
+            for label, (latencies, early_count, online, never) in results.items():
                 p50 = ms(statistics.median(latencies)) if latencies else "-"
                 worst = ms(max(latencies)) if latencies else "-"
-                print(f"{scenario:<12} {label:<28} {runs:>4} {p50:>22} {worst:>10} {early_count:>13} {never:>13}")
+                count = 1 if scenario == "late" else runs
+                print(f"{scenario:<12} {label:<28} {count:>4} {p50:>22} {worst:>10} {early_count:>13} {online:>7} {never:>13}")
         unlink()
     finally:
         if nspawn is not None:
@@ -388,7 +413,7 @@ def main():
     try:
         part_one(binary, options.runs, options.late, options.idle)
         if options.networkd:
-            part_two(binary, options.networkd_runs, options.networkd_timeout)
+            part_two(binary, options.networkd_runs, options.networkd_timeout, options.late)
     finally:
         for child in CHILDREN:
             if child.poll() is None:
