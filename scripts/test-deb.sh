@@ -162,7 +162,8 @@ if command -v systemd-nspawn >/dev/null 2>&1; then
     in_container systemctl show -p Wants --value network-online.target | tr ' ' '\n' | grep -qx reachability-wait-online.service \
       || fail "network-online.target does not pull in reachability-wait-online.service once enabled"
     # The container has only loopback (--private-network): no default route, so the wait waits.
-    printf '[Unit]\nWants=network-online.target\nAfter=network-online.target\n[Service]\nType=oneshot\nExecStart=/bin/true\n' \
+    # RemainAfterExit: a finished oneshot without it is unloaded, and its timestamps read 0 again.
+    printf '[Unit]\nWants=network-online.target\nAfter=network-online.target\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n' \
       > "$root/etc/systemd/system/rchonline.service"
     in_container systemctl daemon-reload
     in_container systemctl start --no-block rchonline.service

@@ -202,6 +202,9 @@ struct WaitOnlineIntegrationTests {
         try ip("-n \(net.client) route add default via 10.77.1.1 dev enp3s0")
         let online = await waiter.line(timeout: .seconds(10)) { $0.contains(#""event":"online""#) }
         #expect(online != nil)
+        // Both lines are the shared schema's (docs/events.md, type wait).
+        let problems = [waiting, online].compactMap { $0 }.flatMap(EventSchemaValidator.problems)
+        #expect(problems.isEmpty, "\(problems)")
         #expect(await Self.exitStatus(of: waiter, within: .seconds(10)) == 0)
     }
 }
