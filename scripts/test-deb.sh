@@ -10,7 +10,9 @@
 #      starts (Type=notify), the commands its header documents work as written
 #      (DynamicUser's /var/lib/reachability link included), reload and stop; a user's socket
 #      (enabled by the package for everyone) starts that user's agent on the first
-#      `reachability queue list`;
+#      `reachability queue list`; the wait-online unit (installed, not enabled) once enabled orders
+#      network-online.target after it, and a service After=network-online.target starts only once
+#      a default route appears (issue 33);
 #   5. `apt-get purge`: nothing of the package is left.
 # Where nspawn cannot boot, step 4 says so and checks the units with systemd-analyze verify.
 # Usage: scripts/test-deb.sh [--deb FILE]   (an already built .deb: skips step 1)
@@ -148,6 +150,52 @@ if command -v systemd-nspawn >/dev/null 2>&1; then
       || fail "the agent did not stop cleanly: $(in_container journalctl -u reachability-agent --no-pager | tail -5)"
     [ -e "$root/usr/share/man/man1/reachability.1.gz" ] || fail "Documentation=man:reachability(1) is not installed"
 
+    step "wait-online unit: orders network-online.target, holds back an After=network-online.target service until the route"
+    [ "$(in_container systemctl is-enabled reachability-wait-online.service || true)" = disabled ] \
+      || fail "the package enabled reachability-wait-online.service (it must only be installed)"
+    [ -f "$root/etc/reachability/wait-online.conf" ] || fail "/etc/reachability/wait-online.conf is not installed"
+    grep -qx /etc/reachability/wait-online.conf "$root/var/lib/dpkg/info/reachability.conffiles" \
+      || fail "/etc/reachability/wait-online.conf is not a conffile"
+    in_container systemctl enable reachability-wait-online.service 2>&1 | sed 's/^/  /' >&2
+    in_container systemctl show -p After --value network-online.target | tr ' ' '\n' | grep -qx reachability-wait-online.service \
+      || fail "network-online.target is not ordered after reachability-wait-online.service"
+    in_container systemctl show -p Wants --value network-online.target | tr ' ' '\n' | grep -qx reachability-wait-online.service \
+      || fail "network-online.target does not pull in reachability-wait-online.service once enabled"
+    # The container has only loopback (--private-network): no default route, so the wait waits.
+    # RemainAfterExit: a finished oneshot without it is unloaded, and its timestamps read 0 again.
+    printf '[Unit]\nWants=network-online.target\nAfter=network-online.target\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n' \
+      > "$root/etc/systemd/system/rchonline.service"
+    in_container systemctl daemon-reload
+    in_container systemctl start --no-block rchonline.service
+    for attempt in $(seq 100); do   # until the wait runs (the journal has its first waiting line at 5 s)
+      [ "$(in_container systemctl show -p ActiveState --value reachability-wait-online.service)" = activating ] && break
+      sleep 0.1
+    done
+    [ "$(in_container systemctl show -p ActiveState --value reachability-wait-online.service)" = activating ] \
+      || fail "reachability-wait-online did not start: $(in_container journalctl -u reachability-wait-online --no-pager | tail -3)"
+    [ "$(in_container systemctl show -p ExecMainStartTimestampMonotonic --value rchonline.service)" = 0 ] \
+      || fail "an After=network-online.target service started before the network was online"
+    # The network arrives: a link with an address and a default route, made from the host.
+    nsenter -t "$init" -n ip link add rch0 type veth peer name rch1
+    nsenter -t "$init" -n ip addr add 10.201.0.2/24 dev rch0
+    nsenter -t "$init" -n ip link set rch1 up
+    nsenter -t "$init" -n ip link set rch0 up
+    nsenter -t "$init" -n ip route add default via 10.201.0.1 dev rch0
+    for attempt in $(seq 100); do
+      [ "$(in_container systemctl show -p ExecMainStartTimestampMonotonic --value rchonline.service)" != 0 ] && break
+      sleep 0.1
+    done
+    waited=$(in_container systemctl show -p ExecMainExitTimestampMonotonic --value reachability-wait-online.service)
+    started_after=$(in_container systemctl show -p ExecMainStartTimestampMonotonic --value rchonline.service)
+    [ "$(in_container systemctl show -p Result --value reachability-wait-online.service)" = success ] \
+      || fail "reachability-wait-online failed: $(in_container journalctl -u reachability-wait-online --no-pager | tail -3)"
+    [ "$started_after" != 0 ] && [ "$started_after" -ge "$waited" ] \
+      || fail "rchonline.service started at $started_after, the wait ended at $waited"
+    echo "  the wait ended at ${waited} us, the After=network-online.target service started at ${started_after} us" >&2
+    in_container journalctl -u reachability-wait-online --no-pager -o cat | sed 's/^/  journal: /' >&2
+    in_container systemctl disable reachability-wait-online.service 2>/dev/null
+    rm -f "$root/etc/systemd/system/rchonline.service"
+
     step "user units: the socket the package enabled starts the user's agent"
     in_container useradd --create-home --shell /bin/sh rchtester
     uid=$(in_container id -u rchtester)
@@ -179,6 +227,7 @@ if [ "$systemd_checked" = no ]; then
   echo "test-deb: systemd as PID 1 unavailable here: units checked with systemd-analyze verify only" >&2
   mount -t proc proc "$root/proc"
   in_root systemd-analyze verify /lib/systemd/system/reachability-agent.service || fail "system unit"
+  in_root systemd-analyze verify /lib/systemd/system/reachability-wait-online.service || fail "wait-online unit"
   umount "$root/proc"
 fi
 

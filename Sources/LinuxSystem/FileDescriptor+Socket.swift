@@ -31,6 +31,11 @@ extension FileDescriptor {
         return FileDescriptor(rawValue: try Syscall.socket(domain, type))
     }
 
+    /// A close-on-exec UDP socket of `family` (a DNS query: one datagram out, one back).
+    package static func udpSocket(_ family: SocketAddress.Family) throws(Errno) -> FileDescriptor {
+        FileDescriptor(rawValue: try Syscall.socket(family == .ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_DGRAM.rawValue)))
+    }
+
     /// connect(2). On a non-blocking socket, `EINPROGRESS` (and an interrupted connect) means
     /// it goes on: wait until writable, then read `pendingConnectionError()`.
     package func connect(to address: SocketAddress) throws(Errno) {

@@ -5,7 +5,8 @@ import Foundation
 enum EventSchemaValidator {
     static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
                                               "waitingForServer", "retrying", "restarted", "paused", "completed", "failed"]
-    static let types: Set<String> = ["download", "path", "agent", "control"]
+    static let types: Set<String> = ["download", "path", "agent", "control", "wait"]
+    static let waitEvents: Set<String> = ["waiting", "online", "timedOut", "stopped"]
 
     static func problems(_ line: String) -> [String] {
         guard let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] else {
@@ -47,6 +48,12 @@ enum EventSchemaValidator {
         case "path":
             for key in ["status", "connection", "isExpensive"] where object[key] == nil {
                 problems.append("path line without \(key): \(line)")
+            }
+        case "wait":
+            if !waitEvents.contains(event) { problems.append("unknown wait event \(event)") }
+            if event != "stopped", !(object["elapsedMilliseconds"] is Int) { problems.append("wait line without elapsedMilliseconds: \(line)") }
+            if event != "online", (object["missing"] as? [String])?.isEmpty != false {
+                problems.append("wait line without what is missing: \(line)")
             }
         default:
             break

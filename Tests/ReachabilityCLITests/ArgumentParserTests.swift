@@ -87,14 +87,14 @@ struct ArgumentParserTests {
 struct CommandOptionTests {
     @Test func waitDefaults() throws {
         let wait = try WaitCommand(arguments: ParsedArguments.parse([], options: WaitCommand.options))
-        #expect(wait.timeoutDuration == .seconds(30))
+        #expect(wait.timeoutDuration == .seconds(120))
         #expect(wait.requirement == PathRequirement(connection: .any, allowsExpensive: true))
         #expect(wait.monitor.networkNamespace == nil)
     }
 
     @Test(arguments: [
         (["--timeout", "2.5"], Duration?.some(.milliseconds(2500))),
-        (["--timeout=0"], .some(.zero)),
+        (["--timeout=0"], nil),
         (["--timeout", "inf"], nil),
         (["--timeout", "1e-3"], .some(.milliseconds(1))),
         (["--timeout", "0.0001"], .some(.milliseconds(1))),

@@ -47,4 +47,26 @@ struct PackagingTests {
         #expect(Self.values("Requires", in: userService) == ["reachability-agent.socket"])
         #expect(Self.values("SocketMode", in: userSocket) == ["0600"] && Self.values("DirectoryMode", in: userSocket) == ["0700"])
     }
+
+    /// The wait-online unit is what issue 33 asks of one: a oneshot before network-online.target,
+    /// pulled in by it once enabled, outside the default dependencies, its arguments from a
+    /// conffile whose variable the command line names, and the package installs both.
+    @Test func theWaitOnlineUnitOrdersNetworkOnline() throws {
+        let unit = try Self.text("packaging/reachability-wait-online.service")
+        #expect(Self.values("Type", in: unit) == ["oneshot"])
+        #expect(Self.values("DefaultDependencies", in: unit) == ["no"])
+        #expect(Self.values("Before", in: unit).first?.split(separator: " ").contains("network-online.target") == true)
+        #expect(Self.values("WantedBy", in: unit) == ["network-online.target"])
+        #expect(Self.values("EnvironmentFile", in: unit) == ["-/etc/reachability/wait-online.conf"])
+        #expect(Self.values("ExecStart", in: unit) == ["/usr/local/bin/reachability wait $WAIT_ONLINE_ARGUMENTS"])
+        #expect(Self.values("Documentation", in: unit) == ["man:reachability(1)"])
+        let configuration = try Self.text("packaging/wait-online.conf")
+        let arguments = try #require(Self.values("WAIT_ONLINE_ARGUMENTS", in: configuration).first)
+        // What the unit would run parses as a wait command line.
+        let parsed = try ParsedArguments.parse(arguments.split(separator: " ").map(String.init), options: WaitCommand.options)
+        #expect(try WaitCommand(arguments: parsed).timeoutDuration == .seconds(120))
+        let rules = try Self.text("debian/rules")
+        #expect(rules.contains("$(PACKAGE_ROOT)/lib/systemd/system/reachability-wait-online.service"))
+        #expect(rules.contains("packaging/wait-online.conf $(PACKAGE_ROOT)/etc/reachability/wait-online.conf"))
+    }
 }

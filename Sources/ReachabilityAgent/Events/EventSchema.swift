@@ -20,6 +20,8 @@ package enum EventSchema {
         case download, path, agent, control
         /// Background sessions: attached, detached, launches (issue 17).
         case background
+        /// `reachability wait --json`: waiting, online, timedOut, stopped.
+        case wait
     }
 
     /// Download event names, in one spelling for both commands.

@@ -40,39 +40,4 @@ struct PathRequirement: Sendable, Equatable, CustomStringConvertible {
         let limits = [allowsExpensive ? nil : "expensive", allowsRoaming ? nil : "roaming"].compactMap { $0 }
         return "a reachable \(kind)path\(destination)\(internet)" + (limits.isEmpty ? "" : " that is not " + limits.joined(separator: " or "))
     }
-
-    /// How waiting ended.
-    enum Outcome: Equatable {
-        /// This path qualified.
-        case qualified(NetworkPath)
-        /// The deadline passed first.
-        case timedOut
-        /// The updates finished (the monitor was cancelled) without a qualifying path.
-        case ended
-    }
-
-    /// Checks `current`, then waits for the first qualifying path in `updates`, racing `timeout`
-    /// (nil waits forever; zero checks `current` only). `sleep` is injected so tests need no clock.
-    func firstQualifyingPath(current: NetworkPath, updates: AsyncStream<NetworkPath>, timeout: Duration?,
-                             sleep: @escaping @Sendable (Duration) async throws -> Void) async -> Outcome {
-        if isMet(by: current) { return .qualified(current) }
-        if timeout == .zero { return .timedOut }
-        return await withTaskGroup(of: Outcome?.self) { group in
-            group.addTask {
-                for await path in updates where isMet(by: path) { return .qualified(path) }
-                return Task.isCancelled ? nil : .ended
-            }
-            if let timeout {
-                group.addTask {
-                    do { try await sleep(timeout) } catch { return nil }
-                    return .timedOut
-                }
-            }
-            defer { group.cancelAll() }
-            while let outcome = await group.next() {
-                if let outcome { return outcome }
-            }
-            return .timedOut
-        }
-    }
 }
