@@ -289,6 +289,9 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
         }
         var headers = configuration.httpAdditionalHeaders ?? [:]
         for (name, value) in request.allHTTPHeaderFields ?? [:] { headers[name] = value }
+        // libcurl writes these from the request itself (its body, its URL); a caller's value
+        // could only contradict them, and Apple's URLSession ignores them too.
+        headers = headers.filter { !Self.requestOwnedHeaders.contains($0.key.lowercased()) }
         for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
             if let problem = HeaderValidation.problem(with: "\(name): \(value)") {
                 return .failure(.init(code: .badURL, description: "the request's header \(name): \(problem)"))
@@ -300,6 +303,9 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
         return .success(DataExchangeRequest(url: url, method: method, headers: headers,
                                             body: body ?? request.httpBody.map { .data($0) }, timeout: min(own, configured)))
     }
+
+    /// Headers the exchange writes from the request itself.
+    static let requestOwnedHeaders: Set<String> = ["content-length", "transfer-encoding", "connection", "expect", "host"]
 
     /// RFC 9110's `tchar`: what a method name may hold.
     private static let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
