@@ -1,9 +1,9 @@
 // StormWatch: the WWDC 2022 "Efficiency awaits: Background tasks in SwiftUI" sample on Linux.
 //
-// On iOS, an app refresh task (`.backgroundTask(.appRefresh(...))`) asks whether it is stormy;
-// when the system ends the refresh before the answer arrives, the task is cancelled and its
-// `withTaskCancellationHandler { } onCancel: { }` hands the request to a background session's
-// download task; the system later relaunches the app for that session
+// On iOS, an app refresh task (`.backgroundTask(.appRefresh(...))`) asks whether it is stormy
+// with `try await URLSession.shared.data(for: request)`; when the system ends the refresh before
+// the answer arrives, the task is cancelled and its `withTaskCancellationHandler { } onCancel: { }`
+// hands the request to a background session's download task; the system later relaunches the app for that session
 // (`.backgroundTask(.urlSession("isStormy"))`) and the answer is read from the finished file.
 //
 // Here a systemd user timer runs the program (the app refresh): it asks within --budget seconds,
@@ -108,10 +108,14 @@ let output = options.output ?? URL(fileURLWithPath: NSHomeDirectory()).appending
 
 // MARK: the answer
 
-/// "stormy: yes (fetched ...)", from the forecast's JSON.
+/// "stormy: yes (fetched ...)", from the forecast's JSON in a file.
 func record(_ file: URL, how: String) -> Bool {
-    guard let data = try? Data(contentsOf: file),
-          let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+    record(data: (try? Data(contentsOf: file)) ?? Data(), how: how)
+}
+
+/// "stormy: yes (fetched ...)", from the forecast's JSON.
+func record(data: Data, how: String) -> Bool {
+    guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
           let stormy = object["stormy"] as? Bool else {
         say("the forecast could not be read")
         return false
@@ -170,19 +174,23 @@ if launchedForEvents {
 
 // MARK: the app refresh (a timer run)
 
+/// iOS: `URLSession.shared`, which asks in this process. Every session has a state directory;
+/// this one keeps nothing (a data task stores no bytes), beside the answer.
+let sharedSession = ResumableURLSession(configuration: ResumableURLSession.Configuration(
+    stateDirectory: output.deletingLastPathComponent().appendingPathComponent(".stormwatch-session", isDirectory: true)))
+
 /// iOS: the body of `.backgroundTask(.appRefresh("myapprefresh"))`.
 func isStormy() async throws -> Bool {
     let request = URLRequest(url: forecastURL)
-    let (file, _) = try await withTaskCancellationHandler {
-        try await session.download(for: request)
+    let (data, _) = try await withTaskCancellationHandler {
+        try await sharedSession.data(for: request)
     } onCancel: {
-        // The refresh is over: the background session finishes the request (joining the transfer
-        // above, which the agent removes as a duplicate) and starts this program again for it.
+        // The refresh is over: the background session asks again and starts this program for
+        // the answer.
         let task = session.downloadTask(with: request)
         task.resume()
     }
-    defer { try? FileManager.default.removeItem(at: file) }
-    return record(file, how: "fetched in the refresh")
+    return record(data: data, how: "fetched in the refresh")
 }
 
 let refresh = Task {
