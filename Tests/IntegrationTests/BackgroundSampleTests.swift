@@ -31,6 +31,19 @@ struct BackgroundSampleTests {
         #expect(lab.net.requests.count == 2, "each track fetched once: \(lab.net.requests)")
     }
 
+    @Test func stormWatchAnswersWithinItsBudgetWithADataTask() async throws {
+        let lab = try BackgroundLab(files: [:], seed: 1803)
+        defer { lab.close() }
+        try lab.net.serve(Data(#"{"stormy": false}"#.utf8), at: "forecast.json")
+        let output = lab.net.directory.file("storm.txt")
+        let run = try LineProcess("StormWatch", ["--url", lab.url("forecast.json"), "--budget", "10", "--output", output.path,
+                                                 "--state-dir", lab.state.path, "--agent", try BuiltProducts.url("reachability").path],
+                                  namespace: lab.net.client)
+        #expect(await run.waitForExit(timeout: .seconds(20)) == 0, "\(run.transcript)")
+        #expect(run.texts.contains { $0.hasPrefix("stormy: no (fetched in the refresh") }, "\(run.transcript)")
+        #expect(lab.net.requests.count == 1 && lab.agentEvents("background", "launching").isEmpty, "\(lab.net.requests)")
+    }
+
     @Test func stormWatchHandsItsRequestToTheBackgroundAndIsStartedForTheAnswer() async throws {
         let lab = try BackgroundLab(files: [:], seed: 1802)
         defer { lab.close() }
