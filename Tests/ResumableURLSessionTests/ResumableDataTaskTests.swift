@@ -156,6 +156,39 @@ struct ResumableDataTaskTests {
         await fixture.shutDown()
     }
 
+    @Test func anUploadSendsItsBodyReportsProgressAndHandsOverTheServersAnswer() async throws {
+        let fixture = try Fixture()
+        #expect(await fixture.waitForPath(Self.online))
+        var request = URLRequest(url: Self.url)
+        request.httpMethod = "PUT"
+        let body = Data(repeating: 7, count: 300)
+        let task: ResumableUploadTask = fixture.session.uploadTask(with: request, from: body)
+        task.resume()
+        let exchange = try #require(await fixture.exchanger.waitForExchange(1))
+        guard case .data(let sent)? = exchange.request.body else { Issue.record("no body: \(exchange.request)"); return }
+        #expect(sent == body && exchange.request.method == "PUT")
+        exchange.play(.sent(bytes: 100, total: 300))
+        exchange.play(.sent(bytes: 300, total: 300))
+        exchange.play(.response(.init(statusCode: 201, headers: [:], url: Self.url)))
+        exchange.play(.body(Data("stored".utf8)))
+        exchange.play(.finished(nil))
+        #expect(await fixture.delegate.waitForCompletion(of: task))
+        #expect(fixture.delegate.transcript == ["sent 100 100/300", "sent 200 300/300", "response 201", "data 6", "complete nil"])
+        #expect(task.countOfBytesSent == 300 && task.countOfBytesExpectedToSend == 300)
+
+        let file = fixture.directory.url.appendingPathComponent("photo.jpg")
+        let answer = Task { try await fixture.session.upload(for: request, fromFile: file) }
+        let second = try #require(await fixture.exchanger.waitForExchange(2))
+        guard case .file(let url)? = second.request.body else { Issue.record("no file: \(second.request)"); return }
+        #expect(url == file)
+        second.play(.response(.init(statusCode: 200, headers: [:], url: Self.url)))
+        second.play(.body(Data("ok".utf8)))
+        second.play(.finished(nil))
+        let (data, response) = try await answer.value
+        #expect(data == Data("ok".utf8) && (response as? HTTPURLResponse)?.statusCode == 200)
+        await fixture.shutDown()
+    }
+
     @Test func aRefusedResponseCancelsAndAStreamBodyIsRefused() async throws {
         let fixture = try Fixture()
         #expect(await fixture.waitForPath(Self.online))
@@ -253,5 +286,10 @@ final class RecordingDataDelegate: ResumableURLSessionDataDelegate {
 
     func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDataTask) {
         note("waiting")
+    }
+
+    func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didSendBodyData bytesSent: Int64,
+                    totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        note("sent \(bytesSent) \(totalBytesSent)/\(totalBytesExpectedToSend)")
     }
 }
