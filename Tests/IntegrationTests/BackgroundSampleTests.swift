@@ -31,17 +31,24 @@ struct BackgroundSampleTests {
         #expect(lab.net.requests.count == 2, "each track fetched once: \(lab.net.requests)")
     }
 
-    @Test func stormWatchAnswersWithinItsBudgetWithADataTask() async throws {
+    @Test func stormWatchAnswersWithinItsBudgetWithADataTaskThenUploadsThePhoto() async throws {
         let lab = try BackgroundLab(files: [:], seed: 1803)
         defer { lab.close() }
         try lab.net.serve(Data(#"{"stormy": false}"#.utf8), at: "forecast.json")
         let output = lab.net.directory.file("storm.txt")
+        // Stormy's photo, uploaded after the forecast.
+        let photo = lab.net.directory.file("sky.jpg")
+        let picture = DownloadFixtures.randomData(count: 1 << 20, seed: 1804)
+        try picture.write(to: photo)
         let run = try LineProcess("StormWatch", ["--url", lab.url("forecast.json"), "--budget", "10", "--output", output.path,
+                                                 "--photo", photo.path, "--upload-url", lab.url("uploads/sky.jpg"),
                                                  "--state-dir", lab.state.path, "--agent", try BuiltProducts.url("reachability").path],
                                   namespace: lab.net.client)
         #expect(await run.waitForExit(timeout: .seconds(20)) == 0, "\(run.transcript)")
         #expect(run.texts.contains { $0.hasPrefix("stormy: no (fetched in the refresh") }, "\(run.transcript)")
-        #expect(lab.net.requests.count == 1 && lab.agentEvents("background", "launching").isEmpty, "\(lab.net.requests)")
+        #expect(run.texts.contains("photo upload: HTTP 201"), "\(run.transcript)")
+        #expect(DownloadFixtures.sha256(fileAt: lab.net.directory.file("www/uploads/sky.jpg")) == DownloadFixtures.sha256(picture))
+        #expect(lab.net.requests.count == 2 && lab.agentEvents("background", "launching").isEmpty, "\(lab.net.requests)")
     }
 
     @Test func stormWatchHandsItsRequestToTheBackgroundAndIsStartedForTheAnswer() async throws {
