@@ -152,6 +152,32 @@ final class DataProbe: ResumableURLSessionDataDelegate {
     }
 }
 
+/// Foundation's URLSession data delegate, printing DataProbe's lines (the bench's peer for --data).
+final class FoundationDataProbe: NSObject, URLSessionDataDelegate, Sendable {
+    let exitWhenDone: Bool
+    private let received = Mutex(0)
+
+    init(exitWhenDone: Bool) { self.exitWhenDone = exitWhenDone }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        let total = received.withLock { total in
+            total += data.count
+            return total
+        }
+        emit(["call": "received", "task": dataTask.taskIdentifier, "bytes": data.count, "total": total])
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
+        if let error = error as NSError? {
+            line["code"] = error.code
+            line["message"] = error.localizedDescription
+        }
+        emit(line)
+        if exitWhenDone { exit(0) }
+    }
+}
+
 /// Foundation's URLSession delegate, printing the same lines.
 final class FoundationProbe: NSObject, URLSessionDownloadDelegate, Sendable {
     let exitWhenDone: Bool
@@ -237,9 +263,10 @@ final class Driver: Sendable {
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 if options.usesFoundation, let url = options.url {
-    let session = URLSession(configuration: .default, delegate: FoundationProbe(exitWhenDone: options.exitWhenDone),
-                             delegateQueue: nil)
-    let task = session.downloadTask(with: url)
+    let delegate: any URLSessionDelegate = options.usesDataTask ? FoundationDataProbe(exitWhenDone: options.exitWhenDone)
+        : FoundationProbe(exitWhenDone: options.exitWhenDone)
+    let session = URLSession(configuration: .default, delegate: delegate, delegateQueue: nil)
+    let task: URLSessionTask = options.usesDataTask ? session.dataTask(with: url) : session.downloadTask(with: url)
     emit(["call": "started", "task": task.taskIdentifier, "url": url.absoluteString])
     task.resume()
     dispatchMain()
