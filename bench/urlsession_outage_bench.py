@@ -12,9 +12,13 @@ what finishing the file costs: for resume data, a new process resumes from it (t
 recipe: data written to disk while offline) and the bytes the server sent for it are counted
 from nginx's log; without resume data the whole file must be fetched again.
 
+With --data the same cut falls under a data task (`dataTask(with:)`, the body in memory):
+measured are the time from the cut to didCompleteWithError and its code (a data task has no
+resume data: the request is made again).
+
 Needs root and a built probe (swift build). Namespaces are named rchU<pid>-*, always removed.
 Usage: bench/urlsession_outage_bench.py [--probe .build/debug/urlsession-probe] [--size-mib 16]
-                                        [--rate 2m] [--timeout 90]
+                                        [--rate 2m] [--timeout 90] [--data]
 """
 import argparse
 import hashlib
@@ -37,9 +41,10 @@ def measure(name, foundation, args, content, digest, workdir):
         saved = f"{workdir}/resume.data"
         common = ["--state-dir", f"{workdir}/session", "--exit-when-done"]
         first = Probe(network, [args.probe] + common + ["--url", f"http://{SERVER}/file.bin", "--save-resume-data", saved]
-                      + (["--foundation"] if foundation else []))
+                      + (["--foundation"] if foundation else []) + (["--data"] if args.data else []))
         quarter = len(content) // 4
-        _, reached = first.wait_for(lambda l: l.get("call") == "wrote" and l.get("total", 0) >= quarter, 60)
+        progress = "received" if args.data else "wrote"
+        _, reached = first.wait_for(lambda l: l.get("call") == progress and l.get("total", 0) >= quarter, 60)
         if reached is None:
             raise RuntimeError(f"{name}: never reached a quarter of the file")
         cut = time.monotonic()   # before the command: the probe can hear of it before `ip` exits
@@ -53,7 +58,9 @@ def measure(name, foundation, args, content, digest, workdir):
             row.update(error=f"{arrival - cut:.3f} s", code=str(completed.get("code", "none")),
                        resume=f"{completed['resumeData']} B" if completed.get("resumeData") else "nil")
         network.restore()
-        if completed is not None and completed.get("resumeData") and os.path.exists(saved):
+        if args.data:
+            row["finish"] = f"{len(content):,} B (a data task is made again)"
+        elif completed is not None and completed.get("resumeData") and os.path.exists(saved):
             before = network.bytes_sent()
             second = Probe(network, [args.probe] + common + ["--resume-data", saved])
             _, done = second.wait_for(lambda l: l.get("call") == "completed", 120)
@@ -76,6 +83,7 @@ def main():
     parser.add_argument("--size-mib", type=int, default=16)
     parser.add_argument("--rate", default="2m")
     parser.add_argument("--timeout", type=int, default=90)
+    parser.add_argument("--data", action="store_true", help="a data task instead of a download task")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
@@ -89,7 +97,8 @@ def main():
             rows.append(measure(name, foundation, args, content, digest, workdir))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{args.size_mib} MiB at {args.rate}/s, client link cut once a quarter has arrived:\n")
+    kind = "data task" if args.data else "download task"
+    print(f"{args.size_mib} MiB at {args.rate}/s ({kind}), client link cut once a quarter has arrived:\n")
     print("| URLSession | cut -> didCompleteWithError | code | resume data | to finish after the link is back |")
     print("|---|---|---|---|---|")
     for row in rows:

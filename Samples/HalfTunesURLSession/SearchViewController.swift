@@ -37,8 +37,11 @@ final class SearchViewController {
         return ResumableURLSession(configuration: configuration, delegate: self, delegateQueue: .main)
     }()
 
-    init(urls: [URL], documentsPath: URL, stateDirectory: URL, background: BackgroundOptions? = nil, tableView: TerminalTableView) {
-        tracks = urls.enumerated().map { Track(name: $1.lastPathComponent, previewURL: $1, index: $0) }
+    init(urls: [URL], names: [String] = [], documentsPath: URL, stateDirectory: URL, background: BackgroundOptions? = nil,
+         tableView: TerminalTableView) {
+        tracks = urls.enumerated().map { index, url in
+            Track(name: index < names.count ? names[index] : url.lastPathComponent, previewURL: url, index: index)
+        }
         self.documentsPath = documentsPath
         self.stateDirectory = stateDirectory
         self.background = background

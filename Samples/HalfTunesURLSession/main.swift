@@ -9,7 +9,7 @@ import Foundation
 import LinuxReachability
 import Synchronization
 
-let usage = "USAGE: HalfTunesURLSession <url> ... [-d <dir>] [--state-dir <dir>] [--background [--agent <path>] [--connections <n>]]"
+let usage = "USAGE: HalfTunesURLSession (<url> ... | --search <term> [--search-url <url>]) [-d <dir>] [--state-dir <dir>] [--background [--agent <path>] [--connections <n>]]"
 
 func fail(_ message: String, _ status: Int32) -> Never {
     restoreTerminal()
@@ -26,6 +26,8 @@ var stateDirectory: String?
 var background: BackgroundOptions?
 var agent: String?
 var connections: Int?
+var searchTerm: String?
+var searchURL = URL(string: "https://itunes.apple.com/search")!
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.contains("--help") || arguments.contains("-h") {
     print("""
@@ -38,6 +40,10 @@ if arguments.contains("--help") || arguments.contains("-h") {
       <url>               http or https URLs.
 
     OPTIONS:
+      --search <term>     Search for songs first, as the seed does (a data task), and download
+                          their previews.
+      --search-url <url>  The search endpoint (default https://itunes.apple.com/search; it gets
+                          media=music&entity=song&term=<term> and answers iTunes' JSON).
       -d <dir>            Directory for the files and their saved resume data (default: current directory).
       --state-dir <dir>   The session's state directory (default: <dir>/.halftunes-urlsession; with
                           --background, the agent's: its own default unless given).
@@ -67,12 +73,18 @@ var index = 0
 while index < arguments.count {
     let argument = arguments[index]
     switch argument {
-    case "-d", "--state-dir", "--agent", "--connections":
+    case "-d", "--state-dir", "--agent", "--connections", "--search", "--search-url":
         index += 1
         guard index < arguments.count else { fail("Missing value for '\(argument)'", 64) }
         switch argument {
         case "-d": directory = arguments[index]
         case "--agent": agent = arguments[index]
+        case "--search": searchTerm = arguments[index]
+        case "--search-url":
+            guard let url = URL(string: arguments[index]), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
+                fail("The value '\(arguments[index])' is invalid for '--search-url': expected an http or https URL", 64)
+            }
+            searchURL = url
         case "--connections":
             guard let count = Int(arguments[index]), (1...16).contains(count) else {
                 fail("The value '\(arguments[index])' is invalid for '--connections': expected a number from 1 to 16", 64)
@@ -91,7 +103,7 @@ while index < arguments.count {
     }
     index += 1
 }
-guard !urls.isEmpty else { fail("Missing expected argument '<url> ...'", 64) }
+guard !urls.isEmpty || searchTerm != nil else { fail("Missing expected argument '<url> ...' (or --search <term>)", 64) }
 if agent != nil, background == nil { fail("--agent goes with --background", 64) }
 if connections != nil, background == nil { fail("--connections goes with --background", 64) }
 if background != nil {
@@ -134,10 +146,36 @@ do {
 } catch {
     fail("cannot create \(documents.path): \(error.localizedDescription)", 1)
 }
+let stateRoot = stateDirectory.map { URL(fileURLWithPath: $0, isDirectory: true) }
+    ?? documents.appendingPathComponent(".halftunes-urlsession", isDirectory: true)
+
+// The seed's search bar: the results become the track list (after any URLs given).
+var names = urls.map(\.lastPathComponent)
+if let searchTerm {
+    // The search's session keeps nothing, but every session has a state directory: its own,
+    // beside the documents (with --background, --state-dir is the agent's, not ours to fill).
+    let queryService = QueryService(searchURL: searchURL,
+                                    stateDirectory: documents.appendingPathComponent(".halftunes-urlsession/search", isDirectory: true))
+    let answer = Mutex<([SearchResult], String)?>(nil)
+    let answered = DispatchSemaphore(value: 0)
+    queryService.getSearchResults(searchTerm: searchTerm) { results, errorMessage in
+        answer.withLock { $0 = (results, errorMessage) }
+        answered.signal()
+    }
+    answered.wait()
+    let (results, errorMessage) = answer.withLock { $0 } ?? ([], "no answer")
+    print("search: \(results.count) results for \(searchTerm)")
+    for result in results { print("found: \(result.artist) - \(result.name)") }
+    if results.isEmpty && urls.isEmpty {
+        fail(errorMessage.isEmpty ? "the search found no songs" : "search failed: \(errorMessage)", 1)
+    }
+    urls += results.map(\.previewURL)
+    names += results.map(\.name)
+}
+
 let controller = SearchViewController(
-    urls: urls, documentsPath: documents,
-    stateDirectory: stateDirectory.map { URL(fileURLWithPath: $0, isDirectory: true) }
-        ?? documents.appendingPathComponent(".halftunes-urlsession", isDirectory: true),
+    urls: urls, names: names, documentsPath: documents,
+    stateDirectory: stateRoot,
     background: background,
     tableView: TerminalTableView(isInteractive: isInteractive))
 

@@ -1,9 +1,9 @@
 // StormWatch: the WWDC 2022 "Efficiency awaits: Background tasks in SwiftUI" sample on Linux.
 //
-// On iOS, an app refresh task (`.backgroundTask(.appRefresh(...))`) asks whether it is stormy;
-// when the system ends the refresh before the answer arrives, the task is cancelled and its
-// `withTaskCancellationHandler { } onCancel: { }` hands the request to a background session's
-// download task; the system later relaunches the app for that session
+// On iOS, an app refresh task (`.backgroundTask(.appRefresh(...))`) asks whether it is stormy
+// with `try await URLSession.shared.data(for: request)`; when the system ends the refresh before
+// the answer arrives, the task is cancelled and its `withTaskCancellationHandler { } onCancel: { }`
+// hands the request to a background session's download task; the system later relaunches the app for that session
 // (`.backgroundTask(.urlSession("isStormy"))`) and the answer is read from the finished file.
 //
 // Here a systemd user timer runs the program (the app refresh): it asks within --budget seconds,
@@ -16,7 +16,7 @@ import Foundation
 import FoundationNetworking
 import ResumableURLSession
 
-let usage = "USAGE: StormWatch --url <url> [--budget <seconds>] [--output <file>] [--launch-unit <unit>] [--state-dir <dir>] [--agent <path>] [--connections <n>]"
+let usage = "USAGE: StormWatch --url <url> [--photo <file> --upload-url <url>] [--budget <seconds>] [--output <file>] [--launch-unit <unit>] [--state-dir <dir>] [--agent <path>] [--connections <n>]"
 
 func fail(_ message: String, _ status: Int32) -> Never {
     FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
@@ -39,6 +39,9 @@ struct Options: Sendable {
     var agent: URL?
     /// `httpMaximumConnectionsPerHost` (`--connections`); nil keeps the default (6).
     var connections: Int?
+    /// The "photo" (`--photo`) and where it is uploaded (`--upload-url`).
+    var photo: URL?
+    var uploadURL: URL?
 }
 
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -52,6 +55,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
 
     OPTIONS:
       --url <url>           The forecast (a JSON object with "stormy": true or false).
+      --photo <file>        The photo of the sky, uploaded after the forecast (Stormy's upload).
+      --upload-url <url>    Where the photo goes (an HTTP PUT; with --photo).
       --budget <seconds>    How long a timer run may take before it hands over (default 20).
       --output <file>       Where the answer is written (default ~/.local/state/stormwatch/latest).
       --launch-unit <unit>  The systemd user unit the agent starts for the answer (a template
@@ -89,6 +94,12 @@ while index < arguments.count {
         }
         options.budget = seconds
     case "--output": options.output = URL(fileURLWithPath: value)
+    case "--photo": options.photo = URL(fileURLWithPath: value)
+    case "--upload-url":
+        guard let url = URL(string: value), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host != nil else {
+            fail("The value '\(value)' is invalid for '--upload-url': expected an http or https URL", 64)
+        }
+        options.uploadURL = url
     case "--launch-unit": options.launchUnit = value
     case "--state-dir": options.stateDirectory = URL(fileURLWithPath: value, isDirectory: true)
     case "--agent": options.agent = URL(fileURLWithPath: value)
@@ -100,6 +111,7 @@ while index < arguments.count {
     default: fail("Unknown option '\(argument)'", 64)
     }
 }
+if (options.photo == nil) != (options.uploadURL == nil) { fail("--photo and --upload-url go together", 64) }
 let launchedForEvents = ProcessInfo.processInfo.environment["REACHABILITY_BACKGROUND_SESSION"] == "isStormy"
 guard let forecastURL = options.url ?? (launchedForEvents ? URL(string: "http://localhost/") : nil) else {
     fail("Missing expected option '--url <url>'", 64)
@@ -108,10 +120,14 @@ let output = options.output ?? URL(fileURLWithPath: NSHomeDirectory()).appending
 
 // MARK: the answer
 
-/// "stormy: yes (fetched ...)", from the forecast's JSON.
+/// "stormy: yes (fetched ...)", from the forecast's JSON in a file.
 func record(_ file: URL, how: String) -> Bool {
-    guard let data = try? Data(contentsOf: file),
-          let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+    record(data: (try? Data(contentsOf: file)) ?? Data(), how: how)
+}
+
+/// "stormy: yes (fetched ...)", from the forecast's JSON.
+func record(data: Data, how: String) -> Bool {
+    guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
           let stormy = object["stormy"] as? Bool else {
         say("the forecast could not be read")
         return false
@@ -170,24 +186,51 @@ if launchedForEvents {
 
 // MARK: the app refresh (a timer run)
 
+/// iOS: `URLSession.shared`, which asks in this process. Every session has a state directory;
+/// this one keeps nothing (a data task stores no bytes), beside the answer.
+let sharedSession = ResumableURLSession(configuration: ResumableURLSession.Configuration(
+    stateDirectory: output.deletingLastPathComponent().appendingPathComponent(".stormwatch-session", isDirectory: true)))
+
 /// iOS: the body of `.backgroundTask(.appRefresh("myapprefresh"))`.
 func isStormy() async throws -> Bool {
     let request = URLRequest(url: forecastURL)
-    let (file, _) = try await withTaskCancellationHandler {
-        try await session.download(for: request)
+    let (data, _) = try await withTaskCancellationHandler {
+        try await sharedSession.data(for: request)
     } onCancel: {
-        // The refresh is over: the background session finishes the request (joining the transfer
-        // above, which the agent removes as a duplicate) and starts this program again for it.
+        // The refresh is over: the background session asks again and starts this program for
+        // the answer.
         let task = session.downloadTask(with: request)
         task.resume()
     }
-    defer { try? FileManager.default.removeItem(at: file) }
-    return record(file, how: "fetched in the refresh")
+    return record(data: data, how: "fetched in the refresh")
+}
+
+/// Stormy's upload: the photo of the sky, sent after the forecast in an upload task. (Apple's
+/// sample uploads it in a background session; background upload tasks do not exist here yet,
+/// so it is sent by this process, within the refresh.)
+let photoUpload = options.photo.flatMap { photo in options.uploadURL.map { (photo: photo, url: $0) } }
+
+func uploadPhoto() async -> Bool {
+    guard let (photo, uploadURL) = photoUpload else { return true }
+    var request = URLRequest(url: uploadURL)
+    request.httpMethod = "PUT"
+    request.setValue("image/jpeg", forHTTPHeaderField: "Content-Type")
+    do {
+        let (_, response) = try await sharedSession.upload(for: request, fromFile: photo)
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        say("photo upload: HTTP \(status)")
+        return (200..<300).contains(status)
+    } catch {
+        say("photo upload failed: \(error.localizedDescription)")
+        return false
+    }
 }
 
 let refresh = Task {
     do {
-        exit(try await isStormy() ? 0 : 1)
+        let answered = try await isStormy()
+        let uploaded = await uploadPhoto()
+        exit(answered && uploaded ? 0 : 1)
     } catch let error as URLError where error.code == .cancelled {
         say("the refresh budget (\(options.budget) s) ran out: the background session finishes the download")
         // The download task's messages are on their way to the agent before this line; the

@@ -93,11 +93,16 @@ static const long CCURL_GLOBAL_DEFAULT = CURL_GLOBAL_DEFAULT;
 /* Returned from a write callback to pause the transfer; libcurl keeps the chunk and
  * delivers it again after curl_easy_pause(CURLPAUSE_CONT). */
 static const size_t CCURL_WRITEFUNC_PAUSE = CURL_WRITEFUNC_PAUSE;
+/* Returned from a read callback (a request body) to end the transfer with
+ * CURLE_ABORTED_BY_CALLBACK: the file being sent failed or changed. */
+static const size_t CCURL_READFUNC_ABORT = CURL_READFUNC_ABORT;
 
 /* --- callback signatures, named so Swift sees one function type each --- */
 
 /* CURLOPT_WRITEFUNCTION and CURLOPT_HEADERFUNCTION share this shape. */
 typedef size_t (*ccurl_data_callback)(char *buffer, size_t size, size_t count, void *userdata);
+/* CURLOPT_READFUNCTION: fills `buffer` with up to size * count bytes of the request body. */
+typedef size_t (*ccurl_read_callback)(char *buffer, size_t size, size_t count, void *userdata);
 /* CURLOPT_XFERINFOFUNCTION. */
 typedef int (*ccurl_xferinfo_callback)(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
                                        curl_off_t ultotal, curl_off_t ulnow);
@@ -131,6 +136,12 @@ static inline CURLcode ccurl_easy_setopt_off_t(const ccurl_api *api, CURL *handl
 static inline CURLcode ccurl_easy_setopt_data_callback(const ccurl_api *api, CURL *handle, CURLoption option,
                                                        ccurl_data_callback callback) {
     return api->easy_setopt(handle, option, callback);
+}
+
+/* CURLOPT_READFUNCTION (a request body sent from a file or from memory). */
+static inline CURLcode ccurl_easy_setopt_read_callback(const ccurl_api *api, CURL *handle,
+                                                       ccurl_read_callback callback) {
+    return api->easy_setopt(handle, CURLOPT_READFUNCTION, callback);
 }
 
 /* CURLOPT_XFERINFOFUNCTION. */

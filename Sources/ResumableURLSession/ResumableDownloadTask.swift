@@ -320,7 +320,7 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
     func deliverFile(at location: URL, expectedLength: Int64?) {
         if let completionHandler {
             completionHandler(location, response(for: location, expectedLength: expectedLength), nil)
-        } else if let delegate = session.delegate {
+        } else if let delegate = session.downloadDelegate {
             delegate.urlSession(session, downloadTask: self, didFinishDownloadingTo: location)
         }
     }
@@ -329,7 +329,7 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
     func complete(with error: URLError?) {
         if let completionHandler {
             if let error { completionHandler(nil, nil, error) }
-        } else if let delegate = session.delegate {
+        } else if let delegate = session.downloadDelegate {
             delegate.urlSession(session, task: self, didCompleteWithError: error)
         }
     }

@@ -28,7 +28,7 @@ extension ResumableURLSession {
     private func awaitDownload(
         _ make: (@escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void) -> ResumableDownloadTask
     ) async throws -> (URL, URLResponse) {
-        let running = RunningDownload()
+        let running = RunningTask<ResumableDownloadTask>()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(URL, URLResponse), any Error>) in
                 let task = make { location, response, error in
@@ -78,26 +78,5 @@ extension ResumableURLSession {
             try FileManager.default.copyItem(at: location, to: kept)
         }
         return kept
-    }
-}
-
-/// The task of one awaited download, and whether the awaiting task was cancelled before it existed.
-private final class RunningDownload: Sendable {
-    private let state = Mutex<(task: ResumableDownloadTask?, isCancelled: Bool)>((nil, false))
-
-    /// Records the task; true when the cancel came first (the caller cancels it now).
-    func started(_ task: ResumableDownloadTask) -> Bool {
-        state.withLock { state in
-            state.task = task
-            return state.isCancelled
-        }
-    }
-
-    /// Records the cancel; the task to cancel, if it exists yet.
-    func cancel() -> ResumableDownloadTask? {
-        state.withLock { state in
-            state.isCancelled = true
-            return state.task
-        }
     }
 }

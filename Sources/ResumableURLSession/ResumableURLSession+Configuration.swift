@@ -67,6 +67,11 @@ extension ResumableURLSession {
         /// dropped; 60 by default, as on Apple platforms. A stalled transfer ends with
         /// `networkConnectionLost` and resume data.
         public var timeoutIntervalForRequest: TimeInterval = 60
+        /// Data tasks with an idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE): when the
+        /// network path goes away or moves under the request before its response reached the
+        /// delegate, try it once more on the next path instead of failing with -1005. Off by
+        /// default, as URLSession never repeats a request on its own; a POST is never repeated.
+        public var retriesIdempotentRequestsAfterPathChange = false
         /// With `waitsForConnectivity`, seconds a task may wait for a usable path before it fails
         /// with `timedOut` (and resume data); 7 days by default.
         public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
@@ -138,6 +143,20 @@ extension ResumableURLSession {
 
         /// `waitsForConnectivity` as tasks apply it: always on for background sessions.
         var effectiveWaitsForConnectivity: Bool { isBackground || waitsForConnectivity }
+
+        /// `timeoutIntervalForRequest` as a duration, held to 1 ms...1 day (NaN and negative
+        /// values are the default 60 s), so no caller's value traps in a conversion.
+        var requestTimeout: Duration {
+            timeoutIntervalForRequest.isFinite && timeoutIntervalForRequest > 0
+                ? max(.milliseconds(1), Duration(clampingTimeInterval: min(timeoutIntervalForRequest, 86_400))) : .seconds(60)
+        }
+
+        /// `timeoutIntervalForResource` as a duration, held to 1 ms...100 years (default 7 days).
+        var resourceTimeout: Duration {
+            timeoutIntervalForResource.isFinite && timeoutIntervalForResource > 0
+                ? max(.milliseconds(1), Duration(clampingTimeInterval: min(timeoutIntervalForResource, 100 * 365 * 86_400)))
+                : .seconds(7 * 24 * 3600)
+        }
 
         /// The agent's own default state directory (the one resolver's).
         static func defaultAgentDirectory(environment: [String: String], system: StateDirectoryLocation.System = .current) -> URL {

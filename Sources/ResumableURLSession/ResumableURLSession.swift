@@ -44,9 +44,12 @@ public final class ResumableURLSession: Sendable {
     }
 
     private struct State {
-        var delegate: (any ResumableURLSessionDownloadDelegate)?
+        var delegate: (any ResumableURLSessionDelegate)?
         var sessionDescription: String?
         var tasks: [Int: ResumableDownloadTask] = [:]
+        var dataTasks: [Int: ResumableDataTask] = [:]
+        /// Data tasks watching the path, by observation.
+        var pathObservers: [UUID: @Sendable (DataTaskStateMachine.PathState) -> Void] = [:]
         var isInvalidating = false
         var shutdown: Task<Void, Never>?
         var isInvalidated = false
@@ -54,6 +57,8 @@ public final class ResumableURLSession: Sendable {
     }
 
     let engine: Result<Engine, DownloadTaskStateMachine.Failure>
+    /// What runs data and upload tasks' requests (in this process, also for background sessions).
+    let exchanger: Result<any DataExchanger, DownloadTaskStateMachine.Failure>
     /// A background session's connection to the agent (nil for other sessions, and for a
     /// background configuration that cannot be used, whose tasks then fail with the reason).
     private let backgroundLink = Mutex<BackgroundSessionLink?>(nil)
@@ -61,13 +66,28 @@ public final class ResumableURLSession: Sendable {
     private let nextIdentifier = Atomic<Int>(0)
     private let latestPath = PathRecorder()
 
-    /// The last path the engine was given, for `networkUnavailableReason`.
+    /// The last path the engine was given, for `networkUnavailableReason`, and whoever else
+    /// follows the engine's paths (data tasks: the same signal downloads follow).
     final class PathRecorder: Sendable {
-        private let path = Mutex<NetworkPath?>(nil)
-        var latest: NetworkPath? { path.withLock { $0 } }
+        private let state = Mutex<(latest: NetworkPath?, observers: [UUID: @Sendable (NetworkPath) -> Void])>((nil, [:]))
+        var latest: NetworkPath? { state.withLock { $0.latest } }
         func record(_ latest: NetworkPath) -> NetworkPath {
-            path.withLock { $0 = latest }
+            let observers = state.withLock { state in
+                state.latest = latest
+                return Array(state.observers.values)
+            }
+            for observer in observers { observer(latest) }
             return latest
+        }
+
+        func observe(_ observer: @escaping @Sendable (NetworkPath) -> Void) -> UUID {
+            let id = UUID()
+            state.withLock { $0.observers[id] = observer }
+            return id
+        }
+
+        func stopObserving(_ id: UUID) {
+            _ = state.withLock { $0.observers.removeValue(forKey: id) }
         }
     }
 
@@ -75,23 +95,23 @@ public final class ResumableURLSession: Sendable {
     /// `delegateQueue` nil makes a serial queue. Failures to set up the state directory or the
     /// engine do not throw here: every task then completes with them.
     public convenience init(configuration: Configuration = .default,
-                            delegate: (any ResumableURLSessionDownloadDelegate)? = nil,
+                            delegate: (any ResumableURLSessionDelegate)? = nil,
                             delegateQueue: OperationQueue? = nil) {
-        self.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pathSource: .monitor)
+        self.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, pathSource: .monitor, exchanger: nil)
     }
 
     /// The same, with delegate calls on a dispatch queue (serial, for ordered calls).
     public convenience init(configuration: Configuration = .default,
-                            delegate: (any ResumableURLSessionDownloadDelegate)?,
+                            delegate: (any ResumableURLSessionDelegate)?,
                             delegateDispatchQueue: DispatchQueue) {
         let queue = OperationQueue()
         queue.underlyingQueue = delegateDispatchQueue
         queue.maxConcurrentOperationCount = 1
-        self.init(configuration: configuration, delegate: delegate, delegateQueue: queue, pathSource: .monitor)
+        self.init(configuration: configuration, delegate: delegate, delegateQueue: queue, pathSource: .monitor, exchanger: nil)
     }
 
-    init(configuration: Configuration, delegate: (any ResumableURLSessionDownloadDelegate)?,
-         delegateQueue: OperationQueue?, pathSource: PathSource) {
+    init(configuration: Configuration, delegate: (any ResumableURLSessionDelegate)?,
+         delegateQueue: OperationQueue?, pathSource: PathSource, exchanger: (any DataExchanger)? = nil) {
         self.configuration = configuration
         if let delegateQueue {
             self.delegateQueue = delegateQueue
@@ -105,13 +125,27 @@ public final class ResumableURLSession: Sendable {
         if configuration.isBackground {
             engine = .failure(.init(code: .backgroundSessionWasDisconnected,
                                     description: configuration.problem ?? "a background session's tasks run in the agent"))
+            // As on Apple platforms, where a background session takes upload and download tasks only.
+            self.exchanger = exchanger.map { .success($0) } ?? .failure(.init(
+                code: .unsupportedURL,
+                description: "a background session runs download and upload tasks only: make requests with a default session"))
             if configuration.problem == nil {
                 let link = BackgroundSessionLink(session: self, identifier: configuration.identifier ?? "")
                 backgroundLink.withLock { $0 = link }
                 link.start()
             }
         } else {
-            engine = Self.makeEngine(configuration, pathSource: pathSource, latestPath: latestPath)
+            let engine = Self.makeEngine(configuration, pathSource: pathSource, latestPath: latestPath)
+            self.engine = engine
+            self.exchanger = exchanger.map { .success($0) } ?? engine.map { AgentExchanger(agent: $0.agent) }
+            if exchanger == nil, case .success(let engine) = engine {
+                // The agent takes in paths from its first use on. An exchange that is that first
+                // use would start on "no path yet" and be ended (-1005) by the first path the
+                // agent then reads, so the agent starts reading them now (this returns at once
+                // when it has no path yet, or when the path is usable).
+                let agent = engine.agent
+                Task { try? await agent.waitForUsablePath() }
+            }
         }
     }
 
@@ -124,8 +158,12 @@ public final class ResumableURLSession: Sendable {
         }
     }
 
-    /// The delegate; nil after invalidation.
-    public var delegate: (any ResumableURLSessionDownloadDelegate)? { state.withLock { $0.delegate } }
+    /// The delegate (a `ResumableURLSessionDownloadDelegate`, a `ResumableURLSessionDataDelegate`,
+    /// or both); nil after invalidation.
+    public var delegate: (any ResumableURLSessionDelegate)? { state.withLock { $0.delegate } }
+
+    /// The delegate, when it handles download tasks.
+    var downloadDelegate: (any ResumableURLSessionDownloadDelegate)? { delegate as? any ResumableURLSessionDownloadDelegate }
 
     /// A label of your choosing.
     public var sessionDescription: String? {
@@ -254,10 +292,12 @@ public final class ResumableURLSession: Sendable {
     /// Cancels every task (each delegate hears `URLError.cancelled`), then invalidates as
     /// `finishTasksAndInvalidate()` does.
     public func invalidateAndCancel() {
-        let tasks = state.withLock { state in
+        let (tasks, dataTasks) = state.withLock { state in
             state.isInvalidating = true
-            return Array(state.tasks.values)
+            return (Array(state.tasks.values), Array(state.dataTasks.values))
         }
+        // Data tasks run in this process, also in a background session.
+        for task in dataTasks { task.cancel() }
         if let link = backgroundLink.withLock({ $0 }) {
             // The agent cancels every task of the session, this process's and earlier ones'.
             link.invalidate()
@@ -288,7 +328,12 @@ public final class ResumableURLSession: Sendable {
 
     /// Why the current path is unusable because of the configuration's access rules, if it is.
     func networkUnavailableReason() -> URLError.NetworkUnavailableReason? {
-        guard let path = latestPath.latest, path.isSatisfied else { return nil }
+        latestPath.latest.flatMap(networkUnavailableReason(on:))
+    }
+
+    /// Why `path` is unusable because of the configuration's access rules, if it is.
+    func networkUnavailableReason(on path: NetworkPath) -> URLError.NetworkUnavailableReason? {
+        guard path.isSatisfied else { return nil }
         if !configuration.allowsCellularAccess, path.connection == .cellular { return .cellular }
         if !allowsRoaming, path.isRoaming { return .cellular }
         if !allowsExpensive, path.isExpensive { return .expensive }
@@ -308,6 +353,34 @@ public final class ResumableURLSession: Sendable {
         }
     }
 
+    func register(_ task: ResumableDataTask) {
+        state.withLock { $0.dataTasks[task.taskIdentifier] = task }
+    }
+
+    func unregister(_ task: ResumableDataTask) {
+        state.withLock { _ = $0.dataTasks.removeValue(forKey: task.taskIdentifier) }
+        finishInvalidationIfIdle()
+    }
+
+    /// A task identifier unique in this session (a background session's come from its link, so
+    /// a data task's never meets a download task's).
+    func makeTaskIdentifier() -> Int {
+        backgroundLink.withLock({ $0 })?.makeIdentifier() ?? makeIdentifier()
+    }
+
+    /// The last path the engine was given.
+    var latestPathValue: NetworkPath? { latestPath.latest }
+
+    /// Calls `observer` with every path the engine is given from now on.
+    func observeEnginePaths(_ observer: @escaping @Sendable (NetworkPath) -> Void) -> UUID {
+        latestPath.observe(observer)
+    }
+
+    /// Ends an `observePaths`.
+    func stopObservingPaths(_ id: UUID) {
+        latestPath.stopObserving(id)
+    }
+
     func register(_ task: ResumableDownloadTask) {
         state.withLock { $0.tasks[task.taskIdentifier] = task }
     }
@@ -317,10 +390,10 @@ public final class ResumableURLSession: Sendable {
         finishInvalidationIfIdle()
     }
 
-    /// Queues a delegate call (dropped when there is no delegate, or after invalidation).
+    /// Queues a delegate call (dropped when there is no download delegate, or after invalidation).
     func deliver(_ call: @escaping @Sendable (any ResumableURLSessionDownloadDelegate) -> Void) {
         delegateQueue.addOperation { [self] in
-            if let delegate { call(delegate) }
+            if let delegate = downloadDelegate { call(delegate) }
         }
     }
 
@@ -340,7 +413,7 @@ public final class ResumableURLSession: Sendable {
         let engine = engine
         let link = backgroundLink.withLock { $0 }
         let shouldFinish = state.withLock { state -> Bool in
-            guard state.isInvalidating, state.tasks.isEmpty, state.shutdown == nil else { return false }
+            guard state.isInvalidating, state.tasks.isEmpty, state.dataTasks.isEmpty, state.shutdown == nil else { return false }
             if let link {
                 // Detach; the tasks (none left here) are the agent's.
                 state.shutdown = Task { link.close() }

@@ -7,7 +7,7 @@ import Foundation
 /// Calls arrive on the session's `delegateQueue`, one at a time and in order per task when that
 /// queue is serial (the default). The session holds its delegate strongly until it is
 /// invalidated, as URLSession does.
-public protocol ResumableURLSessionDownloadDelegate: AnyObject, Sendable {
+public protocol ResumableURLSessionDownloadDelegate: ResumableURLSessionDelegate {
     /// The download finished: `location` is a temporary file the delegate must move or open
     /// before returning; it is deleted afterwards.
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didFinishDownloadingTo location: URL)
@@ -30,18 +30,6 @@ public protocol ResumableURLSessionDownloadDelegate: AnyObject, Sendable {
     /// With `waitsForConnectivity`, the task is waiting for a usable network path (at most once
     /// per task).
     func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask)
-
-    /// The session was invalidated and will call the delegate no more. A background session
-    /// whose identifier another live process holds ends here at once, with
-    /// `URLError.backgroundSessionInUseByAnotherProcess` (-996), as does one that cannot reach or
-    /// start the agent (`backgroundSessionWasDisconnected`, -997, the message says why).
-    func urlSession(_ session: ResumableURLSession, didBecomeInvalidWithError error: (any Error)?)
-
-    /// Background sessions: every event that waited for this process (tasks that finished or
-    /// failed while nobody had the session) has been handed to the delegate. Apple's
-    /// `urlSessionDidFinishEvents(forBackgroundURLSession:)`; a program started for launch
-    /// events (`REACHABILITY_BACKGROUND_SESSION`) may exit once it is called.
-    func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession)
 }
 
 extension ResumableURLSessionDownloadDelegate {
@@ -55,8 +43,4 @@ extension ResumableURLSessionDownloadDelegate {
     public func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {}
     /// Does nothing.
     public func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {}
-    /// Does nothing.
-    public func urlSession(_ session: ResumableURLSession, didBecomeInvalidWithError error: (any Error)?) {}
-    /// Does nothing.
-    public func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession) {}
 }

@@ -31,6 +31,26 @@ struct BackgroundSampleTests {
         #expect(lab.net.requests.count == 2, "each track fetched once: \(lab.net.requests)")
     }
 
+    @Test func stormWatchAnswersWithinItsBudgetWithADataTaskThenUploadsThePhoto() async throws {
+        let lab = try BackgroundLab(files: [:], seed: 1803)
+        defer { lab.close() }
+        try lab.net.serve(Data(#"{"stormy": false}"#.utf8), at: "forecast.json")
+        let output = lab.net.directory.file("storm.txt")
+        // Stormy's photo, uploaded after the forecast.
+        let photo = lab.net.directory.file("sky.jpg")
+        let picture = DownloadFixtures.randomData(count: 1 << 20, seed: 1804)
+        try picture.write(to: photo)
+        let run = try LineProcess("StormWatch", ["--url", lab.url("forecast.json"), "--budget", "10", "--output", output.path,
+                                                 "--photo", photo.path, "--upload-url", lab.url("uploads/sky.jpg"),
+                                                 "--state-dir", lab.state.path, "--agent", try BuiltProducts.url("reachability").path],
+                                  namespace: lab.net.client)
+        #expect(await run.waitForExit(timeout: .seconds(20)) == 0, "\(run.transcript)")
+        #expect(run.texts.contains { $0.hasPrefix("stormy: no (fetched in the refresh") }, "\(run.transcript)")
+        #expect(run.texts.contains("photo upload: HTTP 201"), "\(run.transcript)")
+        #expect(DownloadFixtures.sha256(fileAt: lab.net.directory.file("www/uploads/sky.jpg")) == DownloadFixtures.sha256(picture))
+        #expect(lab.net.requests.count == 2 && lab.agentEvents("background", "launching").isEmpty, "\(lab.net.requests)")
+    }
+
     @Test func stormWatchHandsItsRequestToTheBackgroundAndIsStartedForTheAnswer() async throws {
         let lab = try BackgroundLab(files: [:], seed: 1802)
         defer { lab.close() }
@@ -49,7 +69,10 @@ struct BackgroundSampleTests {
             ((try? String(contentsOf: output, encoding: .utf8)) ?? "").hasPrefix("stormy: yes (downloaded in the background")
         }, "\(lab.agentEvents("background", "launchFailed"))")
         #expect(lab.agentEvents("background", "launching").count == 1)
-        #expect(await lab.bytesSent(afterRequests: 1) == forecast.count && lab.net.requests.count == 1,
-                "the download task joined the cancelled one's transfer: \(lab.net.requests)")
+        // The WWDC code's two requests: the refresh's data(for:), cut off with it, and the
+        // background session's download, which has the whole forecast.
+        _ = await lab.bytesSent(afterRequests: 2)
+        #expect(lab.net.requests.count == 2 && lab.net.requests.contains { $0.bytes == forecast.count },
+                "the refresh's request, then the background one: \(lab.net.requests)")
     }
 }

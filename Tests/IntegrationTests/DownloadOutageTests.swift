@@ -77,6 +77,12 @@ final class OutageLab: Sendable {
                 listen \(Self.serverAddress):80;
                 root \(directory.file("www").path);
                 limit_rate \(rate);
+                # Uploads (StormWatch's photo): PUT stores the body under www/uploads/.
+                location /uploads/ {
+                    dav_methods PUT;
+                    create_full_put_path on;
+                    client_max_body_size 64m;
+                }
                 location / {
                     # Flag files make the server answer 503 (with or without Retry-After: 1).
                     if (-f \(busyFlag(retryAfter: true).path)) { add_header Retry-After 1 always; return 503; }

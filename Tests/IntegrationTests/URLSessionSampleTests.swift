@@ -44,6 +44,30 @@ struct URLSessionSampleTests {
         #expect(F.sha256(fileAt: directory.file("song.mp3")) == F.sha256(content))
     }
 
+    /// The seed's search, back: a data task against an iTunes-shaped endpoint (a file nginx
+    /// serves whatever the query), then the results' previews downloaded.
+    @Test(.enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"),
+          .enabled(if: SampleSmokeTests.hostHasDefaultRoute, "the host has no default route; the sample would see no network"))
+    func searchesWithADataTaskThenDownloadsTheResults() throws {
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory("halftunes-search")
+        let content = F.randomData(count: 256 << 10, seed: 73)
+        try nginx.serve(content, at: "storm.m4a")
+        let answer = #"{"resultCount":2,"results":[{"trackName":"Storm Song","artistName":"The Clouds","previewUrl":"\#(nginx.url("storm.m4a").absoluteString)"},{"trackName":"No Preview"}]}"#
+        try nginx.serve(Data(answer.utf8), at: "search")
+        let result = try BuiltProducts.run("HalfTunesURLSession", ["--search", "storm", "--search-url", nginx.url("search").absoluteString,
+                                                                   "-d", directory.url.path])
+        #expect(result.status == 0, "\(result)")
+        let lines = result.standardOutput.split(separator: "\n").map(String.init)
+        #expect(lines.contains("search: 1 results for storm") && lines.contains("found: The Clouds - Storm Song"), "\(result)")
+        #expect(lines.contains("1. Storm Song: downloaded to \(directory.file("storm.m4a").path)"), "\(result)")
+        #expect(F.sha256(fileAt: directory.file("storm.m4a")) == F.sha256(content))
+
+        let missing = try BuiltProducts.run("HalfTunesURLSession", ["--search", "storm", "--search-url", nginx.url("nothing").absoluteString,
+                                                                    "-d", directory.url.path])
+        #expect(missing.status == 1 && missing.standardError.contains("search failed: the search answered HTTP 404"), "\(missing)")
+    }
+
     /// The recipe end to end: offline, the resume data goes to disk; after Ctrl-C and with the
     /// network back, the next launch resumes from it.
     @Test(.enabled(if: isRoot, rootReason), .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))

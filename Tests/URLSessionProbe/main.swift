@@ -8,7 +8,9 @@
 //   stdin: cancel-with-data | resume (continue from the last resume data, in this process) | quit
 //
 // With --foundation the same download runs on Foundation's own URLSession (FoundationNetworking),
-// the peer bench/urlsession_outage_bench.py compares against.
+// the peer bench/urlsession_outage_bench.py compares against. With --data the URL is fetched
+// with a data task instead (lines: started, response, received, waiting, completed with the
+// body's SHA-256); --retries opts in to one retry of the idempotent request after a path change.
 
 import Foundation
 import FoundationNetworking
@@ -37,6 +39,8 @@ struct Options: Sendable {
     var usesFoundation = false
     var allowsExpensive = true
     var classify: [String] = []
+    var usesDataTask = false
+    var retries = false
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -57,6 +61,8 @@ struct Options: Sendable {
             case "--foundation": options.usesFoundation = true
             case "--no-expensive": options.allowsExpensive = false
             case "--classify": options.classify.append(value())
+            case "--data": options.usesDataTask = true
+            case "--retries": options.retries = true
             default: fail("unknown argument \(argument)")
             }
         }
@@ -104,6 +110,71 @@ final class Probe: ResumableURLSessionDownloadDelegate {
         }
         emit(line)
         if options.exitWhenDone { exit(0) }
+    }
+}
+
+/// A data task's delegate: the same lines, for the body as it arrives.
+final class DataProbe: ResumableURLSessionDataDelegate {
+    let exitWhenDone: Bool
+    private let body = Mutex(Data())
+
+    init(exitWhenDone: Bool) { self.exitWhenDone = exitWhenDone }
+
+    func urlSession(_ session: ResumableURLSession, dataTask: ResumableDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        emit(["call": "response", "task": dataTask.taskIdentifier, "status": (response as? HTTPURLResponse)?.statusCode ?? 0])
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: ResumableURLSession, dataTask: ResumableDataTask, didReceive data: Data) {
+        let total = body.withLock { body in
+            body.append(data)
+            return body.count
+        }
+        emit(["call": "received", "task": dataTask.taskIdentifier, "bytes": data.count, "total": total])
+    }
+
+    func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDataTask) {
+        emit(["call": "waiting", "task": task.taskIdentifier])
+    }
+
+    func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didCompleteWithError error: (any Error)?) {
+        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
+        if let error = error as NSError? {
+            line["code"] = error.code
+            line["message"] = error.localizedDescription
+        } else {
+            line["sha256"] = SHA256.hex(body.withLock { [UInt8]($0) })
+            line["bytes"] = body.withLock { $0.count }
+        }
+        emit(line)
+        if exitWhenDone { exit(0) }
+    }
+}
+
+/// Foundation's URLSession data delegate, printing DataProbe's lines (the bench's peer for --data).
+final class FoundationDataProbe: NSObject, URLSessionDataDelegate, Sendable {
+    let exitWhenDone: Bool
+    private let received = Mutex(0)
+
+    init(exitWhenDone: Bool) { self.exitWhenDone = exitWhenDone }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        let total = received.withLock { total in
+            total += data.count
+            return total
+        }
+        emit(["call": "received", "task": dataTask.taskIdentifier, "bytes": data.count, "total": total])
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
+        if let error = error as NSError? {
+            line["code"] = error.code
+            line["message"] = error.localizedDescription
+        }
+        emit(line)
+        if exitWhenDone { exit(0) }
     }
 }
 
@@ -192,9 +263,21 @@ final class Driver: Sendable {
 
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 if options.usesFoundation, let url = options.url {
-    let session = URLSession(configuration: .default, delegate: FoundationProbe(exitWhenDone: options.exitWhenDone),
-                             delegateQueue: nil)
-    let task = session.downloadTask(with: url)
+    let delegate: any URLSessionDelegate = options.usesDataTask ? FoundationDataProbe(exitWhenDone: options.exitWhenDone)
+        : FoundationProbe(exitWhenDone: options.exitWhenDone)
+    let session = URLSession(configuration: .default, delegate: delegate, delegateQueue: nil)
+    let task: URLSessionTask = options.usesDataTask ? session.dataTask(with: url) : session.downloadTask(with: url)
+    emit(["call": "started", "task": task.taskIdentifier, "url": url.absoluteString])
+    task.resume()
+    dispatchMain()
+}
+if options.usesDataTask, let url = options.url {
+    var configuration = ResumableURLSession.Configuration(stateDirectory: URL(fileURLWithPath: options.stateDirectory))
+    configuration.waitsForConnectivity = options.waitsForConnectivity
+    configuration.retriesIdempotentRequestsAfterPathChange = options.retries
+    configuration.timeoutIntervalForRequest = 10
+    let session = ResumableURLSession(configuration: configuration, delegate: DataProbe(exitWhenDone: options.exitWhenDone))
+    let task = session.dataTask(with: url)
     emit(["call": "started", "task": task.taskIdentifier, "url": url.absoluteString])
     task.resume()
     dispatchMain()

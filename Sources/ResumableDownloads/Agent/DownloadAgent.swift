@@ -186,6 +186,11 @@ public actor DownloadAgent {
     var isShutDown = false
     /// The state directory, opened and checked once.
     private var checkedStateDirectory: CheckedDirectory?
+    /// Running exchanges and the path each started on, nil before the first path is known
+    /// (DownloadAgent+Exchanges.swift).
+    var exchangePaths: [UInt64: PathKey?] = [:]
+    /// Exchanges waiting for a usable path, resumed with false when cancelled.
+    var connectivityWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
 
     /// An agent that assumes the network is always usable (no path source).
     public init(configuration: Configuration) throws {
@@ -553,7 +558,7 @@ public actor DownloadAgent {
 
     // MARK: path
 
-    private func activate() {
+    func activate() {
         guard pathConsumer == nil, let relay = pathRelay, !isShutDown else { return }
         pathConsumer = Task { [weak self] in
             for await path in relay {
@@ -571,6 +576,7 @@ public actor DownloadAgent {
                 "source": newPath.primaryRoute?.sourceAddress ?? "-"])
         }
         post(pathWaiters.update(newPath, listeners: listeners()))
+        exchangesFollow(newPath)
     }
 
     /// The downloads whose drivers hear about paths, in creation order.

@@ -81,6 +81,16 @@ struct CurlRequestOptions {
     var proxy: String?
 }
 
+/// What an exchange's handle needs beyond `CurlRequestOptions`, decided by the engine.
+struct CurlExchangeOptions {
+    /// An HTTP token (`HTTPMethod`), upper case.
+    var method: String
+    /// The request body's length when there is a body (read through the context's `fillBody`).
+    var bodyLength: Int64?
+    /// Whether 3xx answers are followed (a body cannot be sent twice: no seek callback).
+    var followsRedirects: Bool
+}
+
 /// One libcurl easy handle with its header list. Not thread-safe: confined to the engine thread.
 final class CurlEasy {
     let handle: UnsafeMutableRawPointer
@@ -91,15 +101,89 @@ final class CurlEasy {
     /// receiving data from the peer"). Freed in `cleanup()`.
     private let errorBuffer: UnsafeMutablePointer<CChar>
 
-    /// Creates and configures a handle; `context` is passed back to the callbacks unretained (the
-    /// engine keeps the context alive until after `cleanup()`).
-    init?(options: CurlRequestOptions, context: Unmanaged<TransferContext>) {
+    /// Creates and configures a download's handle; `context` is passed back to the callbacks
+    /// unretained (the engine keeps the context alive until after `cleanup()`).
+    convenience init?(options: CurlRequestOptions, context: Unmanaged<TransferContext>) {
+        self.init(options: options, extraHeaders: [])
+        let userdata = context.toOpaque()
+        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_HEADERFUNCTION) { buffer, size, count, userdata in
+            guard let buffer, let userdata else { return 0 }
+            let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+            let bytes = UnsafeRawBufferPointer(start: buffer, count: size * count)
+            return context.didReceiveHeaderLine(bytes) ? size * count : 0
+        }
+        setPointer(CURLOPT_HEADERDATA, userdata)
+        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_WRITEFUNCTION) { buffer, size, count, userdata in
+            guard let buffer, let userdata else { return 0 }
+            let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+            switch context.didReceiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count)) {
+            case .consumed: return size * count
+            case .pause: return CCURL_WRITEFUNC_PAUSE
+            case .abort: return 0
+            }
+        }
+        setPointer(CURLOPT_WRITEDATA, userdata)
+    }
+
+    /// Creates and configures a one-shot exchange's handle (`HTTPExchange`): its method, its
+    /// request body read through `context`, upload progress; `context` is passed unretained as
+    /// for downloads.
+    convenience init?(options: CurlRequestOptions, exchange: CurlExchangeOptions, context: Unmanaged<ExchangeContext>) {
+        // "Expect:" turns off libcurl's `Expect: 100-continue` (a second's wait for servers that
+        // never send 100); the body's length is always known, so no chunked encoding either.
+        self.init(options: options, extraHeaders: exchange.bodyLength != nil ? ["Expect:"] : [])
+        let userdata = context.toOpaque()
+        if !exchange.followsRedirects { setLong(CURLOPT_FOLLOWLOCATION, 0) }
+        switch exchange.method {
+        case "GET":
+            break
+        case "HEAD":
+            setLong(CURLOPT_NOBODY, 1)
+        case "POST":
+            setLong(CURLOPT_POST, 1)
+            setOffset(CURLOPT_POSTFIELDSIZE_LARGE, exchange.bodyLength ?? 0)
+        default:
+            if exchange.bodyLength != nil { setLong(CURLOPT_UPLOAD, 1) }
+            if exchange.method != "PUT" || exchange.bodyLength == nil { setString(CURLOPT_CUSTOMREQUEST, exchange.method) }
+        }
+        if let length = exchange.bodyLength, exchange.method != "POST" { setOffset(CURLOPT_INFILESIZE_LARGE, length) }
+        if exchange.bodyLength != nil {
+            ccurl_easy_setopt_read_callback(api, handle) { buffer, size, count, userdata in
+                guard let buffer, let userdata else { return CCURL_READFUNC_ABORT }
+                let context = Unmanaged<ExchangeContext>.fromOpaque(userdata).takeUnretainedValue()
+                return context.fillBody(UnsafeMutableRawBufferPointer(start: buffer, count: size * count)) ?? CCURL_READFUNC_ABORT
+            }
+            setPointer(CURLOPT_READDATA, userdata)
+        }
+        setLong(CURLOPT_NOPROGRESS, 0)
+        ccurl_easy_setopt_xferinfo_callback(api, handle) { userdata, _, _, _, sent in
+            guard let userdata else { return 1 }
+            Unmanaged<ExchangeContext>.fromOpaque(userdata).takeUnretainedValue().didSend(Int64(sent))
+            return 0
+        }
+        setPointer(CURLOPT_XFERINFODATA, userdata)
+        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_HEADERFUNCTION) { buffer, size, count, userdata in
+            guard let buffer, let userdata else { return 0 }
+            let context = Unmanaged<ExchangeContext>.fromOpaque(userdata).takeUnretainedValue()
+            return context.didReceiveHeaderLine(UnsafeRawBufferPointer(start: buffer, count: size * count)) ? size * count : 0
+        }
+        setPointer(CURLOPT_HEADERDATA, userdata)
+        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_WRITEFUNCTION) { buffer, size, count, userdata in
+            guard let buffer, let userdata else { return 0 }
+            let context = Unmanaged<ExchangeContext>.fromOpaque(userdata).takeUnretainedValue()
+            return context.didReceiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count)) ? size * count : 0
+        }
+        setPointer(CURLOPT_WRITEDATA, userdata)
+    }
+
+    /// The settings every handle shares (connection, TLS, proxy, headers); callbacks are set by
+    /// the convenience initialisers.
+    private init?(options: CurlRequestOptions, extraHeaders: [String]) {
         guard let api = try? Curl.api().table, let handle = api.pointee.easy_init() else { return nil }
         self.handle = handle
         self.api = api
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
-        let userdata = context.toOpaque()
 
         setLong(CURLOPT_NOSIGNAL, 1)   // we run on our own thread; no SIGALRM for DNS timeouts
         setPointer(CURLOPT_ERRORBUFFER, UnsafeMutableRawPointer(errorBuffer))
@@ -140,26 +224,9 @@ final class CurlEasy {
         // A CR or LF would let a header value start another header (or end the head) on the wire;
         // HeaderValidation refuses them up front, and this keeps them off the wire regardless.
         headers += options.additionalHeaders.filter { HeaderValidation.isSafeOnTheWire($0) }
+        headers += extraHeaders
         for header in headers { headerList = api.pointee.slist_append(headerList, header) }
         setPointer(CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))
-
-        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_HEADERFUNCTION) { buffer, size, count, userdata in
-            guard let buffer, let userdata else { return 0 }
-            let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
-            let bytes = UnsafeRawBufferPointer(start: buffer, count: size * count)
-            return context.didReceiveHeaderLine(bytes) ? size * count : 0
-        }
-        setPointer(CURLOPT_HEADERDATA, userdata)
-        ccurl_easy_setopt_data_callback(api, handle, CURLOPT_WRITEFUNCTION) { buffer, size, count, userdata in
-            guard let buffer, let userdata else { return 0 }
-            let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
-            switch context.didReceiveBody(UnsafeRawBufferPointer(start: buffer, count: size * count)) {
-            case .consumed: return size * count
-            case .pause: return CCURL_WRITEFUNC_PAUSE
-            case .abort: return 0
-            }
-        }
-        setPointer(CURLOPT_WRITEDATA, userdata)
     }
 
     /// The status code of the response being received (valid inside callbacks).
@@ -223,6 +290,7 @@ final class CurlEasy {
 
     private func setLong(_ option: CURLoption, _ value: Int) { _ = ccurl_easy_setopt_long(api, handle, option, value) }
     private func setString(_ option: CURLoption, _ value: String) { _ = ccurl_easy_setopt_string(api, handle, option, value) }
+    private func setOffset(_ option: CURLoption, _ value: Int64) { _ = ccurl_easy_setopt_off_t(api, handle, option, curl_off_t(value)) }
     private func setPointer(_ option: CURLoption, _ value: UnsafeMutableRawPointer?) {
         _ = ccurl_easy_setopt_pointer(api, handle, option, value)
     }

@@ -45,15 +45,18 @@ public enum HeaderValidation {
 
     /// Why `line` cannot be sent as a header, or nil when it can. `Name: value`, the name an
     /// RFC 9110 token, the value without control characters (a CR or LF would start another
-    /// header on the wire).
-    public static func problem(with line: String) -> String? {
+    /// header on the wire), and not one of `reservedNames`.
+    public static func problem(with line: String) -> String? { problem(with: line, reserved: reservedNames) }
+
+    /// `problem(with:)` with another set of reserved names (an exchange reserves fewer).
+    package static func problem(with line: String, reserved: Set<String>) -> String? {
         guard let colon = line.firstIndex(of: ":") else { return "expected 'Name: value'" }
         let name = line[..<colon]
         guard HTTPWire.isToken(name) else {
             return "the header name must be letters, digits and !#$%&'*+-.^_`|~"
         }
         guard isSafeOnTheWire(line) else { return "control characters (CR, LF, NUL, ...) are not allowed" }
-        if reservedNames.contains(name.lowercased()) {
+        if reserved.contains(name.lowercased()) {
             return "\(name) is set by the downloader itself (resuming depends on it)"
         }
         return nil

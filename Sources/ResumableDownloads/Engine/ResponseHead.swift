@@ -3,17 +3,17 @@ import LinuxReachability
 import ReachabilityBase
 
 /// The final header block of one HTTP response.
-struct ResponseHead: Sendable, Hashable {
-    var statusCode: Int
+package struct ResponseHead: Sendable, Hashable {
+    package var statusCode: Int
     /// Field values by lowercased name; repeated fields are joined with ", ".
-    var fields: [String: String]
+    package var fields: [String: String]
 
-    init(statusCode: Int, fields: [String: String] = [:]) {
+    package init(statusCode: Int, fields: [String: String] = [:]) {
         self.statusCode = statusCode
         self.fields = Dictionary(uniqueKeysWithValues: fields.map { ($0.key.lowercased(), $0.value) })
     }
 
-    subscript(name: String) -> String? { fields[name.lowercased()] }
+    package subscript(name: String) -> String? { fields[name.lowercased()] }
 
     /// The ETag when it is strong (`ResumeValidator`); weak ETags (`W/"..."`) cannot validate
     /// byte ranges, and one that is not quoted or not header-safe would be refused when read back.

@@ -26,6 +26,8 @@ final class TransferEngine: @unchecked Sendable {
         case race(UInt64, connectTimeout: Duration)
         case unpause(UInt64)
         case paths(UInt64, [SegmentPlanner.Path])
+        /// A one-shot exchange (TransferEngine+Exchanges.swift).
+        case exchange(UInt64, ExchangeRequest, TransferSettings, ExchangeHandlers, @Sendable (ExchangeOutcome) -> Void)
         case shutdown
     }
 
@@ -37,6 +39,9 @@ final class TransferEngine: @unchecked Sendable {
     var handles: [UnsafeMutableRawPointer: TransferContext] = [:]
     /// Attempts fetched over several connections, by the owner's id (`SegmentGroup`).
     var groups: [UInt64: SegmentGroup] = [:]
+    /// Running exchanges by id, and by easy handle.
+    var exchanges: [UInt64: ExchangeContext] = [:]
+    var exchangeHandles: [UnsafeMutableRawPointer: ExchangeContext] = [:]
 
     /// Starts the engine thread; throws when libcurl cannot be initialised.
     init() throws {
@@ -100,8 +105,13 @@ final class TransferEngine: @unchecked Sendable {
                     } else {
                         start(id: id, request: request, file: file, callbacks: callbacks)
                     }
+                case .exchange(let id, let request, let settings, let handlers, let completion):
+                    startExchange(ExchangeContext(id: id, request: request, handlers: handlers, completion: completion),
+                                  settings: settings)
                 case .abort(let id, let reason):
-                    if groups[id] != nil {
+                    if exchanges[id] != nil {
+                        finishExchange(id, forced: Self.exchangeError(for: reason), failure: nil, detail: "")
+                    } else if groups[id] != nil {
                         abortGroup(id, reason: reason)
                     } else {
                         finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
@@ -129,17 +139,23 @@ final class TransferEngine: @unchecked Sendable {
             guard isRunning else { break }
             multi.perform()
             while let done = multi.nextCompleted() {
+                if let exchange = exchangeHandles[done.handle] {
+                    finishExchange(exchange.id, forced: nil, failure: done.failure,
+                                   detail: exchange.easy?.errorText ?? done.detail)
+                    continue
+                }
                 guard let context = handles[done.handle] else { continue }
                 // libcurl's own words when it wrote some, else the name of its code.
                 ended(context, failure: done.failure, detail: context.easy?.errorText ?? done.detail)
             }
             settleRaces()
-            let wake = min(watchStalls(), tickGroups())
+            let wake = min(watchStalls(), tickGroups(), max(1, Int(watchExchanges().milliseconds) + 1))
             // Short enough for the watchdog's granularity; wakeups cut it anyway.
             multi.poll(milliseconds: wake)
         }
         for id in Array(groups.keys) { abortGroup(id, reason: .shutdown) }
         for id in Array(transfers.keys) { finish(id, forcedResult: .aborted(.shutdown), failure: nil, detail: "") }
+        for id in Array(exchanges.keys) { finishExchange(id, forced: Self.exchangeError(for: .shutdown), failure: nil, detail: "") }
         multi.cleanup()
     }
 

@@ -1,0 +1,96 @@
+import FoundationEssentials
+import LinuxReachability
+import ReachabilityBase
+
+/// One-shot exchanges that follow the path: a request that starts without a usable path waits
+/// for one (or fails at once with `-1009`), and one whose path goes away or moves (another
+/// interface or source address) while it runs ends at once with `-1005`, instead of a `-1001`
+/// once a timer runs out.
+extension DownloadAgent {
+    /// Sends `request` once and returns the response (any status: a 4xx/5xx is a response, not an
+    /// error). Throws `DownloadError`: `-1005` when the path goes during the exchange, `-1009` when
+    /// there is none and `waitsForConnectivity` is false, `-1001` after the request's idle
+    /// timeout, `cancelled` when the task is cancelled, transport errors as downloads map them.
+    package func exchange(_ request: ExchangeRequest, waitsForConnectivity: Bool = false,
+                          handlers: ExchangeHandlers = ExchangeHandlers()) async throws(DownloadError) -> ExchangeResponse {
+        try await exchangeOutcome(request, waitsForConnectivity: waitsForConnectivity, handlers: handlers).result.get()
+    }
+
+    /// `exchange`, with how many body bytes were handed to the connection also when it failed
+    /// (what a resumable upload may have to resend).
+    package func exchangeOutcome(_ request: ExchangeRequest, waitsForConnectivity: Bool = false,
+                                 handlers: ExchangeHandlers = ExchangeHandlers()) async throws(DownloadError) -> (result: Result<ExchangeResponse, DownloadError>, bytesSent: Int64) {
+        activate()
+        guard !isShutDown else { throw DownloadError.invalidRequest.with(description: "the agent is shut down") }
+        try request.validate()
+        if !hasUsablePath {
+            guard waitsForConnectivity else {
+                throw DownloadError.notConnectedToInternet.with(description:
+                    "not connected: no usable network path (set waitsForConnectivity to wait for one)")
+            }
+            handlers.waitingForConnectivity()
+            try await waitForUsablePath()
+        }
+        guard !Task.isCancelled else { throw DownloadError.cancelled }
+        let id = engine.makeTransferID()
+        // updateValue: a subscript assignment of a nil key would remove the entry instead.
+        exchangePaths.updateValue(pathWaiters.path.map(PathKey.init), forKey: id)
+        defer { exchangePaths[id] = nil }
+        let engine = engine
+        let settings = settings
+        let outcome = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<ExchangeOutcome, Never>) in
+                let started = engine.exchange(id, request, settings: settings, handlers: handlers) { continuation.resume(returning: $0) }
+                if !started {
+                    continuation.resume(returning: ExchangeOutcome(
+                        result: .failure(.invalidRequest.with(description: "the agent is shut down")), bytesSent: 0))
+                }
+            }
+        } onCancel: {
+            engine.abort(id, reason: .cancelled)
+        }
+        return (outcome.result, outcome.bytesSent)
+    }
+
+    /// Whether a request may be sent now: the path is satisfied, or no path source says otherwise.
+    package var hasUsablePath: Bool { pathWaiters.path?.isSatisfied ?? true }
+
+    /// Waits until the path is usable; throws `cancelled` when the task is cancelled first.
+    package func waitForUsablePath() async throws(DownloadError) {
+        activate()
+        while !hasUsablePath {
+            let id = engine.makeTransferID()
+            let usable = await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                    if Task.isCancelled {
+                        continuation.resume(returning: false)
+                    } else {
+                        connectivityWaiters[id] = continuation
+                    }
+                }
+            } onCancel: {
+                Task { await self.stopWaiting(id) }
+            }
+            guard usable else { throw DownloadError.cancelled }
+        }
+    }
+
+    private func stopWaiting(_ id: UInt64) {
+        connectivityWaiters.removeValue(forKey: id)?.resume(returning: false)
+    }
+
+    /// A new path: exchanges that started on another path end (`-1005`), waiters go on when it
+    /// is usable.
+    func exchangesFollow(_ path: NetworkPath) {
+        let key = PathKey(path)
+        for (id, started) in exchangePaths {
+            // Started before any path was known: only losing the path ends it.
+            let isLost = started.map { $0 != key } ?? !path.isSatisfied
+            if isLost { engine.abort(id, reason: .pathChanged) }
+        }
+        guard path.isSatisfied else { return }
+        let waiters = connectivityWaiters
+        connectivityWaiters = [:]
+        for waiter in waiters.values { waiter.resume(returning: true) }
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import LinuxSystem
+import ResumableDownloads
+
+/// Data tasks' exchanges on the session's engine: `DownloadAgent.exchange`, the engine's
+/// one-shot HTTP exchange on its libcurl multi. The task's state machine decides when to start
+/// and stop one; the agent also ends one whose path moves, which the task hears as -1005.
+struct AgentExchanger: DataExchanger {
+    let agent: DownloadAgent
+
+    func start(_ request: DataExchangeRequest, events: @escaping @Sendable (DataExchangeEvent) -> Void) -> any DataExchange {
+        let agent = agent
+        let task = Task {
+            var opened: FileDescriptor?
+            defer { opened?.close() }
+            // ResumableDataTask.check let only tokens through.
+            guard let method = HTTPMethod(request.method) else {
+                return events(.finished(.init(code: .badURL, description: "the request's method \(request.method) is not an HTTP token")))
+            }
+            do throws(DownloadError) {
+                let handlers = ExchangeHandlers(
+                    response: { head in
+                        events(.response(.init(statusCode: head.statusCode, headers: head.fields, url: request.url)))
+                    },
+                    bodyData: { events(.body($0)) },
+                    bytesSent: { sent, expected in events(.sent(bytes: sent, total: expected)) })
+                // The task waits for paths itself (DataTaskStateMachine); waiting here too only
+                // covers the moment the agent hears of a path the task already saw.
+                let body: ExchangeBody
+                switch request.body {
+                case nil: body = .empty
+                case .data(let data): body = .data(data)
+                case .file(let url):
+                    let range: ExchangeFileRange
+                    switch Self.open(url) {
+                    case .failure(let failure): return events(.finished(failure))
+                    case .success(let opened): range = opened
+                    }
+                    opened = range.descriptor
+                    body = .file(range)
+                }
+                _ = try await agent.exchange(Self.exchangeRequest(request, method: method, body: body), waitsForConnectivity: true, handlers: handlers)
+                events(.finished(nil))
+            } catch {
+                events(.finished(.init(error)))
+            }
+        }
+        return RunningExchange(task: task)
+    }
+
+    static func exchangeRequest(_ request: DataExchangeRequest, method: HTTPMethod, body: ExchangeBody) -> ExchangeRequest {
+        return ExchangeRequest(method: method, url: request.url,
+                               headerFields: request.headers.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" },
+                               body: body, idleTimeout: request.timeout, responseBodyLimit: .max)
+    }
+
+    /// The upload's file, open: a regular file this process may read, whole, with its identity so
+    /// the engine notices a change before the last byte goes. Never waits for a FIFO's writer.
+    static func open(_ url: URL) -> Result<ExchangeFileRange, DataTaskStateMachine.Failure> {
+        let path = url.path
+        let descriptor: FileDescriptor
+        do {
+            descriptor = try FileDescriptor.openForReading(path, nonBlocking: true)
+        } catch {
+            let code: URLError.Code = error == .noSuchFile || error == .notDirectory ? .fileDoesNotExist
+                : error == .permissionDenied || error == .operationNotPermitted ? .noPermissionsToReadFile : .cannotOpenFile
+            return .failure(.init(code: code, description: "cannot read the upload's file \(path): \(error)"))
+        }
+        let status: FileStatus
+        do {
+            status = try descriptor.status()
+        } catch {
+            descriptor.close()
+            return .failure(.init(code: .cannotOpenFile, description: "cannot read the upload's file \(path): \(error)"))
+        }
+        switch status.kind {
+        case .regular:
+            return .success(ExchangeFileRange(descriptor: descriptor, offset: 0, length: status.size, identity: status))
+        case .directory:
+            descriptor.close()
+            return .failure(.init(code: .fileIsDirectory, description: "the upload's file \(path) is a directory: give a regular file"))
+        default:
+            descriptor.close()
+            return .failure(.init(code: .noPermissionsToReadFile,
+                                  description: "the upload's file \(path) is not a regular file (\(status.kind)): only regular files can be sent again after a drop"))
+        }
+    }
+
+    /// Cancelling the Swift task aborts the engine's transfer (the agent's cancellation handler).
+    private struct RunningExchange: DataExchange {
+        let task: Task<Void, Never>
+        func cancel() { task.cancel() }
+    }
+}

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""An HTTP server for the upload and exchange tests (and bench/upload_bench.py).
+
+Speaks draft-ietf-httpbis-resumable-upload-05 (Upload-Draft-Interop-Version 6) under /ietf/,
+plain PUT/POST under /plain/, and echoes any request under /echo. Every body byte it reads is
+counted (GET /_stats), so a test can tell bytes sent twice; --lie makes it misreport offsets.
+
+    upload_server.py --port 0 --directory DIR [--lie MODE] [--port-file FILE]
+
+Prints "port N" on stdout once it listens. Files land in DIR/<upload id>.
+"""
+import argparse
+import hashlib
+import json
+import os
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOCK = threading.Lock()
+STATS = {"body_bytes": 0, "requests": []}
+UPLOADS = {}  # id -> {"offset": int, "complete": bool, "length": int or None}
+
+
+STATS_FILE = None
+
+
+def record(method, path, count):
+    with LOCK:
+        STATS["body_bytes"] += count
+        STATS["requests"].append({"method": method, "path": path, "bytes": count})
+        if STATS_FILE:
+            # Also on disk, so a test reads it without an HTTP client of its own.
+            with open(STATS_FILE + ".tmp", "w") as out:
+                json.dump(STATS, out)
+            os.replace(STATS_FILE + ".tmp", STATS_FILE)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    directory = "."
+    lie = None
+
+    def log_message(self, *args):
+        pass
+
+    # --- helpers ---
+    def reply(self, status, headers=(), body=b""):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def interim_104(self, location):
+        # http.server has no interim responses: written raw before the body is read.
+        self.wfile.write(("HTTP/1.1 104 Upload Resumption Supported\r\n"
+                          "Upload-Draft-Interop-Version: 6\r\nLocation: %s\r\n\r\n" % location).encode())
+        self.wfile.flush()
+
+    def read_body_into(self, path, offset):
+        """Reads Content-Length bytes, appending each chunk to the file at once; returns the count."""
+        length = int(self.headers.get("Content-Length", "0"))
+        got = 0
+        with open(path, "r+b" if os.path.exists(path) else "wb") as out:
+            out.seek(offset)
+            out.truncate()
+            while got < length:
+                chunk = self.rfile.read1(min(65536, length - got)) if hasattr(self.rfile, "read1") else self.rfile.read(min(65536, length - got))
+                if not chunk:
+                    break
+                out.write(chunk)
+                out.flush()
+                got += len(chunk)
+        record(self.command, self.path, got)
+        return got, length
+
+    def file_path(self, upload_id):
+        return os.path.join(self.directory, upload_id)
+
+    # --- stats and echo ---
+    def do_GET(self):
+        if self.path == "/_stats":
+            with LOCK:
+                body = json.dumps(STATS).encode()
+            return self.reply(200, [("Content-Type", "application/json")], body)
+        if self.path.startswith("/echo"):
+            return self.echo()
+        if self.path == "/hold":
+            # Accepts and never answers (a request the path change must end).
+            record(self.command, self.path, 0)
+            time.sleep(60)
+            return self.reply(204)
+        if self.path.startswith("/files/"):
+            name = os.path.basename(self.path)
+            try:
+                with open(self.file_path(name), "rb") as f:
+                    data = f.read()
+            except OSError:
+                return self.reply(404)
+            return self.reply(200, [], data)
+        self.reply(404)
+
+    def echo(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        data = self.rfile.read(length) if length else b""
+        record(self.command, self.path, len(data))
+        body = json.dumps({"method": self.command, "path": self.path,
+                           "headers": {k.lower(): v for k, v in self.headers.items()},
+                           "length": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode()
+        self.reply(200, [("Content-Type", "application/json"), ("X-Echo", "yes")], body)
+
+    # --- IETF draft-05 ---
+    def ietf_state(self):
+        upload_id = self.path.rsplit("/", 1)[-1]
+        with LOCK:
+            return upload_id, UPLOADS.get(upload_id)
+
+    def offset_fields(self, state):
+        offset = state["offset"]
+        if self.lie == "past-end" and not state["complete"]:
+            offset = state["offset"] + 4096
+        elif self.lie == "backwards" and offset > 0:
+            offset = max(0, offset - 65536)
+        elif self.lie == "beyond":
+            offset = 1 << 40
+        elif self.lie == "forget" and offset > 0:
+            # acknowledges what it had, then truncates: the next append does not match
+            pass
+        fields = [("Upload-Offset", str(offset)), ("Upload-Complete", "?1" if state["complete"] else "?0"),
+                  ("Upload-Draft-Interop-Version", "6"), ("Cache-Control", "no-store")]
+        if state.get("length") is not None:
+            fields.append(("Upload-Length", str(state["length"])))
+        return fields
+
+    def do_POST(self):
+        if self.path.startswith("/echo"):
+            return self.echo()
+        if self.path.startswith("/plain/"):
+            return self.plain()
+        if self.path.startswith("/ietf"):
+            if self.headers.get("Upload-Draft-Interop-Version") != "6":
+                return self.plain()
+            upload_id = uuid.uuid4().hex
+            complete = self.headers.get("Upload-Complete") == "?1"
+            with LOCK:
+                UPLOADS[upload_id] = {"offset": 0, "complete": False, "length": None}
+            self.interim_104("/ietf/" + upload_id)
+            got, length = self.read_body_into(self.file_path(upload_id), 0)
+            with LOCK:
+                state = UPLOADS[upload_id]
+                state["offset"] = got
+                state["complete"] = complete and got == length
+            if got < length:
+                self.close_connection = True
+                return
+            return self.reply(201 if state["complete"] else 201,
+                              [("Location", "/ietf/" + upload_id)] + self.offset_fields(state))
+        self.reply(404)
+
+    def do_HEAD(self):
+        if self.path.startswith("/ietf/"):
+            upload_id, state = self.ietf_state()
+            if state is None:
+                return self.reply(404)
+            return self.reply(204, self.offset_fields(state))
+        self.reply(404)
+
+    def do_PATCH(self):
+        if self.path.startswith("/echo"):
+            return self.echo()
+        if not self.path.startswith("/ietf/"):
+            return self.reply(404)
+        upload_id, state = self.ietf_state()
+        if state is None:
+            return self.reply(404)
+        if self.headers.get("Content-Type") != "application/partial-upload":
+            return self.reply(415)
+        offset = int(self.headers.get("Upload-Offset", "-1"))
+        if self.lie == "forget" and state["offset"] > 0 and not state.get("forgotten"):
+            with LOCK:
+                state["forgotten"] = True
+                state["offset"] = max(0, state["offset"] - 65536)
+        if state["complete"] or offset != state["offset"]:
+            length = int(self.headers.get("Content-Length", "0"))
+            self.close_connection = length > 0
+            return self.reply(409, self.offset_fields(state))
+        complete = self.headers.get("Upload-Complete") == "?1"
+        got, length = self.read_body_into(self.file_path(upload_id), offset)
+        with LOCK:
+            state["offset"] = offset + got
+            state["complete"] = complete and got == length
+        if got < length:
+            self.close_connection = True
+            return
+        self.reply(201 if state["complete"] else 204, self.offset_fields(state),
+                   b"stored\n" if state["complete"] else b"")
+
+    def do_DELETE(self):
+        if self.path.startswith("/echo"):
+            return self.echo()
+        self.reply(404)
+
+    def do_OPTIONS(self):
+        if self.path.startswith("/echo"):
+            return self.echo()
+        self.reply(404)
+
+    # --- plain PUT/POST ---
+    def plain(self):
+        name = os.path.basename(self.path) or "plain"
+        got, length = self.read_body_into(self.file_path(name), 0)
+        if got < length:
+            self.close_connection = True
+            return
+        self.reply(201, [("Content-Type", "text/plain")], b"stored %d bytes\n" % got)
+
+    def do_PUT(self):
+        if self.path.startswith("/echo"):
+            return self.echo()
+        return self.plain()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--address", default="127.0.0.1")
+    parser.add_argument("--directory", required=True)
+    parser.add_argument("--lie", choices=["past-end", "backwards", "beyond", "forget"])
+    arguments = parser.parse_args()
+    Handler.directory = arguments.directory
+    global STATS_FILE
+    STATS_FILE = os.path.join(arguments.directory, "_stats.json")
+    Handler.lie = arguments.lie
+    server = ThreadingHTTPServer((arguments.address, arguments.port), Handler)
+    server.daemon_threads = True
+    print("port %d" % server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
