@@ -42,6 +42,7 @@ extension AgentService {
                 background.adopt(start)
                 backgroundDownloads[start.id] = download
                 backgroundEngineIDs.insert(start.id)
+                downloadOwners[start.id] = start.session.uid
                 observe(download, isBackground: true)
                 emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived))),
                                                    .init(key: "session", value: .string(start.session.identifier))])
@@ -294,6 +295,7 @@ extension AgentService {
             return
         }
         backgroundEngineIDs.insert(start.id)
+        downloadOwners[start.id] = start.session.uid
         guard background.wants(start.id) else {
             // Cancelled while it was being created.
             await agent.cancel(download)

@@ -98,6 +98,9 @@ public actor DownloadAgent {
         /// with the entity's validator (or an expected SHA-256 guards the file). 6 by default, as a
         /// web browser; 1 fetches every file over one connection.
         public var maximumConnectionsPerHost = DownloadAgent.defaultConnectionsPerHost
+        /// Test hook (package-level): runs right after a verified file is renamed into place,
+        /// before its record is removed; crash tests kill the process there.
+        package var afterRenameHook: (@Sendable () -> Void)?
 
         /// Creates a configuration with production defaults.
         public init(stateDirectory: URL, maximumConcurrentDownloads: Int = 4, maximumOutageWait: Duration? = nil,
