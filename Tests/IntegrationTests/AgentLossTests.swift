@@ -182,4 +182,32 @@ struct AgentLossTests {
         #expect(result.contains("dropped 40"), "\(result)")
         _ = agent.terminate()
     }
+
+    /// A background task's finished file that cannot be given its delivery name (the downloads
+    /// directory made immutable: EPERM even for root, as mode 500 is EACCES for its user) ends
+    /// with Apple's -3002 "cannot move" and the real reason, not -3001 "gone", and the file is
+    /// kept where the message says, whole.
+    @Test func aFinishedFileThatCannotBeLinkedEndsWithTheRealReasonAndIsKept() async throws {
+        let lab = try BackgroundLab(files: ["a.bin": 1 << 20], seed: 2904)
+        defer { lab.close() }
+        let first = try lab.probe("locked", ["--url", lab.url("a.bin")])
+        #expect(await BackgroundSessionTests.waitForProgress(first, tasks: [1], bytes: 64 << 10), "\(first.transcript)")
+        first.kill()
+        #expect(await lab.waitForSession("locked") { ($0["pendingEvents"] as? Int) == 1 && ($0["tasks"] as? Int) == 0 },
+                "\(String(describing: lab.status()))")
+        let downloads = lab.state.appendingPathComponent("background/downloads").path
+        let locked = try ChildProcess.run("/usr/bin/chattr", ["+i", downloads])
+        try #require(locked.status == 0, "chattr +i is needed to refuse root a link: \(locked)")
+        defer { _ = try? ChildProcess.run("/usr/bin/chattr", ["-i", downloads]) }
+
+        let next = try lab.probe("locked", ["--exit-after-events"])
+        #expect(await next.waitForExit(timeout: .seconds(30)) == 0, "\(next.transcript)")
+        let completed = next.calls("completed")
+        #expect(completed.count == 1 && completed.first?.object["code"]?.int == -3002, "\(next.transcript)")
+        let message = completed.first?.object["message"]?.string ?? ""
+        #expect(message.contains("Operation not permitted") && message.contains("kept at"), "\(message)")
+        let kept = try FileManager.default.contentsOfDirectory(atPath: downloads).filter { $0.hasSuffix(".download") }
+        #expect(kept.count == 1, "\(kept)")
+        #expect(kept.first.map { DownloadFixtures.sha256(fileAt: URL(fileURLWithPath: downloads + "/" + $0)) } == lab.sha256("a.bin"))
+    }
 }
