@@ -47,8 +47,10 @@ struct DownloadScheduler: Sendable, Hashable {
         guard active.count < limit else { return [] }
         var admitted: Set<UUID> = []
         var order: [UUID] = []
-        for id in queue {
-            guard active.count < limit else { break }
+        var visited = queue.startIndex
+        while visited < queue.endIndex, active.count < limit {
+            let id = queue[visited]
+            visited += 1
             if isRunnable(id) {
                 active.insert(id)
                 admitted.insert(id)
@@ -56,7 +58,9 @@ struct DownloadScheduler: Sendable, Hashable {
             }
         }
         guard !order.isEmpty else { return [] }
-        queue.removeAll { admitted.contains($0) }
+        // Only the part looked at is filtered (a completion among 10,000 queued touches the
+        // front of the line, not all of it).
+        queue.replaceSubrange(..<visited, with: queue[..<visited].filter { !admitted.contains($0) })
         queued.subtract(admitted)
         for id in order { priorities[id] = nil }
         return order
