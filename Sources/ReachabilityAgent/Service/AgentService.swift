@@ -233,7 +233,7 @@ package actor AgentService {
             addsByClientKey[key] = response.download.flatMap { UUID(uuidString: $0.id) }.map { .added($0) }
             return response
         case .list:
-            let live = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
+            let live = agent.downloadsNow.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
             return .success(id: id, downloads: history + live + backgroundRows(visibleTo: uid))
         case .status:
             var status = await status(visibleTo: uid)
@@ -349,7 +349,8 @@ package actor AgentService {
     /// The agent's status as `uid` sees it: counts and summary of its own downloads; the total
     /// of every user's only for root.
     private func status(visibleTo uid: UInt32) async -> AgentStatus {
-        let every = await agent.downloads
+        // Not through the download agent's actor: it may be busy with adds and completions.
+        let every = agent.downloadsNow
         let downloads = every.filter { isVisible($0.id, to: uid) }
         let counts = stateCounts(downloads, visibleTo: uid)
         return AgentStatus(
@@ -435,7 +436,7 @@ package actor AgentService {
 
     private func publishSummary() async {
         isSummaryScheduled = false
-        let summary = Self.summary(await agent.downloads.map(\.state))
+        let summary = Self.summary(agent.downloadsNow.map(\.state))
         guard summary != lastSummary else { return }
         lastSummary = summary
         environment.summaryChanged(summary)

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Synchronization
 import Glibc
 import LinuxReachability
 import LinuxSystem
@@ -186,6 +187,9 @@ public actor DownloadAgent {
     let probes: ServerProbeCoordinator
     var entries: [UUID: Entry] = [:]
     private var creationOrder: [UUID] = []
+    /// The downloads in creation order, readable without waiting for the actor: the agent's
+    /// `status` and `list` must not queue behind the adds and completions it is carrying out.
+    private let listed = Mutex<[Download]>([])
     /// The latest download made for each destination path: a new one is refused while that one
     /// has not ended, without comparing every entry's URL (10,000 queued downloads).
     private var destinationHolders: [String: UUID] = [:]
@@ -250,11 +254,10 @@ public actor DownloadAgent {
     }
 
     /// Every download this agent knows, in creation order.
-    public var downloads: [Download] {
-        // Reads the one field in place: `entries[id]?.download` copied (and retained) every
-        // field of the entry, most of a 10,000-download list's cost.
-        creationOrder.compactMap { id in entries.index(forKey: id).map { entries.values[$0].download } }
-    }
+    public var downloads: [Download] { listed.withLock { $0 } }
+
+    /// `downloads`, read without waiting for the actor (package-level, for the agent's service).
+    package nonisolated var downloadsNow: [Download] { listed.withLock { $0 } }
 
     /// Starts downloading `url` to `destination` (a file URL). The partial data goes to
     /// `destination.part`; the file appears at `destination` only when complete and verified.
@@ -294,6 +297,7 @@ public actor DownloadAgent {
             }
             entries[id] = nil
             creationOrder.removeAll { $0 == id }
+            listed.withLock { $0.removeAll { $0.id == id } }
         }
         let destination = destination.standardizedFileURL
         if let holder = destinationHolders[destination.path].flatMap({ entries[$0] }),
@@ -336,6 +340,7 @@ public actor DownloadAgent {
         entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
         destinationHolders[destination.path] = id
         creationOrder.append(id)
+        listed.withLock { $0.append(download) }
         scheduler.enqueue(id, priority: options.priority)
         configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": URLRedaction.redacted(url)])
         schedule()
@@ -461,6 +466,7 @@ public actor DownloadAgent {
             destinationHolders[record.destination.path] = record.id
         }
         creationOrder.append(record.id)
+        listed.withLock { $0.append(download) }
         scheduler.enqueue(record.id, priority: options.priority)
         configuration.logger.info("download restored", metadata: ["id": record.id.uuidString,
                                                                   "checkpoint": "\(record.verifiedOffset)",
@@ -482,6 +488,7 @@ public actor DownloadAgent {
         entries[download.id] = nil
         scheduler.dequeue(download.id)
         creationOrder.removeAll { $0 == download.id }
+        listed.withLock { $0.removeAll { $0 === download } }
     }
 
     /// Stops a download's transfer and keeps its resume data; returns once it is paused (the
