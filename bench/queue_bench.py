@@ -13,6 +13,7 @@ Every file is checked (size) afterwards. Judge by the worst of --runs, not the m
 Needs root (namespaces rchQ<pid>-*, always removed), nginx, aria2c and a release build
 (`swift build -c release --product reachability`).
 Usage: bench/queue_bench.py [--build .build/release] [--files 10000] [--size 4096] [--concurrent 4] [--runs 1]
+       [--tools aria2c,agent]
 """
 import argparse
 import json
@@ -127,6 +128,7 @@ def run_agent(build, network, urls, directory, concurrent):
     watcher = threading.Thread(target=honest, daemon=True)
     watcher.start()
     sock = agent.connect()
+    sock.settimeout(None)   # 10,000 adds take longer than one request's timeout
     lines = [json.dumps({"version": 1, "id": i, "command": "add", "url": url, "clientKey": f"q{i}"}).encode() + b"\n"
              for i, url in enumerate(urls)]
     started = time.monotonic()
@@ -169,6 +171,7 @@ def main():
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--concurrent", type=int, default=4)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--tools", default="aria2c,agent", help="comma-separated: aria2c, agent")
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     workdir = tempfile.mkdtemp(prefix="queue-bench-")
@@ -179,9 +182,11 @@ def main():
         for index in range(args.files):
             network.serve(f"f{index}.bin", payload)
             urls.append(f"http://{network.address}/f{index}.bin")
+        tools = [("aria2c", lambda d: run_aria2c(network, urls, d, args.concurrent)),
+                 ("agent", lambda d: run_agent(build, network, urls, d, args.concurrent))]
+        tools = [tool for tool in tools if tool[0] in args.tools.split(",")]
         for run in range(args.runs):
-            for name, measure in (("aria2c", lambda d: run_aria2c(network, urls, d, args.concurrent)),
-                                  ("agent", lambda d: run_agent(build, network, urls, d, args.concurrent))):
+            for name, measure in tools:
                 directory = os.path.join(workdir, f"{name}-{run}")
                 os.makedirs(directory)
                 result = measure(directory)

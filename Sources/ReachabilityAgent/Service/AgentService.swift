@@ -3,6 +3,7 @@ import Glibc
 import LinuxSystem
 import LinuxReachability
 import ResumableDownloads
+import Synchronization
 
 /// What the agent does with downloads, separate from sockets, signals and files: handles
 /// control commands, keeps user pauses across restarts, reports events and the status summary.
@@ -62,6 +63,8 @@ package actor AgentService {
     var downloadOwners: [UUID: UInt32] = [:]
     /// A summary refresh is on its way (changes meanwhile are in it).
     private var isSummaryScheduled = false
+    /// The fixed parts of each download's report.
+    let reportCache = ReportCache()
     /// Downloads that ended under an earlier `DownloadAgent` of this process (after a reload).
     private var history: [AgentDownload] = []
     private var path: NetworkPath?
@@ -233,8 +236,9 @@ package actor AgentService {
             addsByClientKey[key] = response.download.flatMap { UUID(uuidString: $0.id) }.map { .added($0) }
             return response
         case .list:
-            let live = agent.downloadsNow.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
-            return .success(id: id, downloads: history + live + backgroundRows(visibleTo: uid))
+            let earlier = history, rows = backgroundRows(visibleTo: uid)
+            let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache)
+            return .success(id: id, downloads: earlier + live + rows)
         case .status:
             var status = await status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
@@ -494,6 +498,14 @@ package actor AgentService {
         }
     }
 
+    /// The reports of `downloads` but `excluded`, made off the actor (nonisolated and async: a
+    /// list of 10,000 took the actor for hundreds of milliseconds, and every add and status
+    /// waited), their fixed parts taken from `cache`.
+    nonisolated static func reports(of downloads: [Download], excluding excluded: Set<UUID>,
+                                    cache: ReportCache) async -> [AgentDownload] {
+        downloads.compactMap { excluded.contains($0.id) ? nil : cache.report($0) }
+    }
+
     package static func snapshot(_ download: Download) -> AgentDownload {
         let progress = download.progress
         var error: String?
@@ -520,4 +532,33 @@ enum ClientKeyedAdd: Sendable, Equatable {
     case pending
     /// Queued as this download.
     case added(UUID)
+}
+
+/// The parts of a download's report that never change (its id, redacted URL and destination
+/// path), made once: for a list of 10,000 they were most of the work, made again per request.
+final class ReportCache: Sendable {
+    private struct Fixed: Sendable {
+        var id: String
+        var url: String
+        var destination: String
+    }
+
+    private let fixed = Mutex<[UUID: Fixed]>([:])
+
+    /// `AgentService.snapshot(download)`, its fixed parts from the cache.
+    func report(_ download: Download) -> AgentDownload {
+        let parts = fixed.withLock { cache in
+            if let parts = cache[download.id] { return parts }
+            let parts = Fixed(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
+                              destination: download.destination.path)
+            cache[download.id] = parts
+            return parts
+        }
+        let progress = download.progress
+        var error: String?
+        if case .failed(let failure) = download.state { error = failure.description }
+        return AgentDownload(id: parts.id, url: parts.url, destination: parts.destination,
+                             state: AgentService.reportedState(download.state), bytesReceived: progress.bytesReceived,
+                             totalBytes: progress.totalBytes, bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
+    }
 }
