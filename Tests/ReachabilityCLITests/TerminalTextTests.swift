@@ -15,6 +15,26 @@ struct TerminalTextTests {
         #expect(TerminalText.escaped("evil\u{202E}txt.exe") == #"evil\u{202E}txt.exe"#)
     }
 
+    /// Session names (issue 29): two names that differ never print alike. Zero-width and other
+    /// invisible characters are written out, and so is every non-ASCII scalar of a name that
+    /// mixes scripts; a name in one script is kept.
+    @Test func sessionNamesThatCouldPassForOthersAreWrittenOut() {
+        #expect(TerminalText.escapedName("com.example.sync") == "com.example.sync")
+        #expect(TerminalText.escapedName("com.exam\u{200B}ple") == #"com.exam\u{200B}ple"#)
+        #expect(TerminalText.escapedName("com.example\u{2060}") == #"com.example\u{2060}"#)
+        #expect(TerminalText.escapedName("a\u{00A0}b") == #"a\u{A0}b"#)
+        #expect(TerminalText.escapedName("e\u{301}x") == #"e\u{301}x"#)
+        // Latin with a Cyrillic "а" (U+0430): looks like "paypal".
+        #expect(TerminalText.escapedName("p\u{430}ypal") == #"p\u{430}ypal"#)
+        #expect(TerminalText.escapedName("Ωmega") == #"\u{3A9}mega"#)
+        #expect(TerminalText.escapedName("синхронизация") == "синхронизация")
+        #expect(TerminalText.escapedName("同期") == "同期")
+        #expect(TerminalText.escapedName("同期.app") == #"\u{540C}\u{671F}.app"#, "CJK beside Latin letters")
+        #expect(TerminalText.escapedName("évian") == "évian")
+        #expect(TerminalText.escapedName("evil\u{202E}txt") == #"evil\u{202E}txt"#)
+        #expect(TerminalText.escapedName("a\nb") == #"a\nb"#)
+    }
+
     /// Every way an argument is echoed in a usage error, and runtime errors: one line each,
     /// no CR, LF or ESC from the argument.
     @Test(arguments: [

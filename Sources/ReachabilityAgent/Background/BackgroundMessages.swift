@@ -82,6 +82,11 @@ package struct BackgroundSessionSettings: Codable, Sendable, Hashable {
                 return "a launchCommand argument is longer than \(Self.maximumArgumentLength) bytes or holds a NUL"
             }
             if launchCommand[0].isEmpty { return "launchCommand's program is empty" }
+            // The agent starts it from its own working directory, not the registering
+            // program's: a relative path would name another file (issue 29), so it is refused.
+            if !launchCommand[0].hasPrefix("/"), launchCommand[0].contains("/") {
+                return "launchCommand's program '\(launchCommand[0])' is a relative path; give an absolute path (or a bare name, looked up on the agent's PATH)"
+            }
         }
         if let launchUnit, let problem = SystemdUnitName.problem(launchUnit) { return "launchUnit: \(problem)" }
         if !timeoutIntervalForResource.isFinite || timeoutIntervalForResource <= 0 || timeoutIntervalForResource > Self.maximumSeconds {

@@ -73,8 +73,8 @@ package struct BackgroundRegistry: Sendable {
         /// Write the session's record now, before the actions that follow (an event is on disk
         /// before it is sent; a transfer's session before the transfer exists).
         case persist(BackgroundSessionKey)
-        /// Write it soon (coalesced): what a crash may lose without harm (an acknowledgement,
-        /// whose event is then delivered again; a task not resumed yet, or its description).
+        /// Write it soon (coalesced): what a crash may lose without harm (a task not resumed
+        /// yet, or its description).
         case persistSoon(BackgroundSessionKey)
         /// Remove the session's record (invalidated, every event acknowledged).
         case removeSession(BackgroundSessionKey)
@@ -285,7 +285,9 @@ package struct BackgroundRegistry: Sendable {
             sessions[key] = nil
             actions.append(.removeSession(key))
         } else {
-            actions.append(.persistSoon(key))
+            // On disk before the reply (issue 29): a process told its acknowledgement was taken
+            // must not get the event again after a crash a moment later.
+            actions.append(.persist(key))
         }
         return .success(actions)
     }

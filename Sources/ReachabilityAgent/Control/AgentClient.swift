@@ -43,9 +43,12 @@ public struct AgentClient: Sendable {
     /// Queues a download of `url` (http or https). The file goes to `output` (an absolute path
     /// in one of the agent's `download-dir=` directories) or, by default, to `STATE_DIR/files`
     /// under a name taken from the URL. An existing file is refused unless `replacing`.
+    /// `clientKey` (1-128 visible ASCII characters) names the job for retries: an add repeated
+    /// with a key this user already used, after a reset or a timeout, is answered with that
+    /// first job instead of queueing the file twice.
     public func add(_ url: URL, output: String? = nil, sha256: String? = nil,
-                    replacing: Bool = false) async throws(AgentClientError) -> AgentDownload {
-        try await download(.add(url: url, output: output, sha256: sha256, replace: replacing))
+                    replacing: Bool = false, clientKey: String? = nil) async throws(AgentClientError) -> AgentDownload {
+        try await download(.add(url: url, output: output, sha256: sha256, replace: replacing, clientKey: clientKey))
     }
 
     /// Every download the agent knows, finished ones included.

@@ -28,11 +28,15 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     public var summary: String
     /// Background sessions (of the asking user; root sees every user's); nil from older agents.
     public var backgroundSessions: [BackgroundSessionStatus]?
+    /// Every download the agent holds, every user's: only in root's status (`counts` and
+    /// `summary` are the asking user's own downloads); nil otherwise and from older agents.
+    public var totalDownloads: Int?
 
     /// A status report (the agent makes these).
     public init(pid: Int32, stateDirectory: String, startedAt: String, maximumConcurrentDownloads: Int, allowsExpensive: Bool,
                 pathStatus: String?, connection: String?, interface: String?, isExpensive: Bool?,
-                allowsRoaming: Bool? = nil, isRoaming: Bool? = nil, counts: [String: Int], summary: String) {
+                allowsRoaming: Bool? = nil, isRoaming: Bool? = nil, counts: [String: Int], summary: String,
+                totalDownloads: Int? = nil) {
         self.pid = pid
         self.stateDirectory = stateDirectory
         self.startedAt = startedAt
@@ -46,6 +50,7 @@ public struct AgentStatus: Codable, Sendable, Hashable {
         self.isRoaming = isRoaming
         self.counts = counts
         self.summary = summary
+        self.totalDownloads = totalDownloads
     }
 }
 

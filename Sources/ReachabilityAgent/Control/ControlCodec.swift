@@ -45,8 +45,12 @@ package enum ControlCodec {
                 }
                 digest = normalized
             }
+            if let key = request.clientKey, !ControlProtocol.isValidClientKey(key) {
+                return .failure(ControlRejection(id: id, error: .invalidArgument(
+                    "'clientKey' must be 1 to \(ControlProtocol.maximumClientKeyLength) visible ASCII characters")))
+            }
             return .success((id, .add(url: url, output: request.output, sha256: digest,
-                                      replace: request.replace ?? false)))
+                                      replace: request.replace ?? false, clientKey: request.clientKey)))
         case .list: return .success((id, .list))
         case .status: return .success((id, .status))
         case .metrics:

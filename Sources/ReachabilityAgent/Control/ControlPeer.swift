@@ -22,6 +22,9 @@ package final class ControlPeer: Sendable {
 
     package static let maximumQueuedLines = 4096
     package static let sendTimeout = 30_000
+    /// A plain (request and reply) connection whose reply is not taken within this many
+    /// milliseconds is dropped.
+    package static let plainSendTimeout = 10_000
 
     private struct Line {
         var bytes: [UInt8]

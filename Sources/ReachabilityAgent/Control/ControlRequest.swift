@@ -42,6 +42,9 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var sha256: String?
     /// `add`: replace an existing file at the destination (otherwise the request is refused).
     package var replace: Bool?
+    /// `add`: the client's own name for this job; an add repeated with the same key (a retry
+    /// after a reset) is answered with the first job instead of making a second one.
+    package var clientKey: String?
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
@@ -65,11 +68,12 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         self.id = id
         self.command = command.name
         switch command {
-        case .add(let url, let output, let sha256, let replace):
+        case .add(let url, let output, let sha256, let replace, let clientKey):
             self.url = url.absoluteString
             self.output = output
             self.sha256 = sha256
             self.replace = replace ? true : nil
+            self.clientKey = clientKey
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .metrics(let format):
@@ -99,7 +103,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case version, id, command, url, output, sha256, replace, download, format
+        case version, id, command, url, output, sha256, replace, clientKey, download, format
         case session, settings, task, taskIdentifier, changes, action, sequence
     }
 
@@ -118,6 +122,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         output = try container.decodeIfPresent(String.self, forKey: .output)
         sha256 = try container.decodeIfPresent(String.self, forKey: .sha256)
         replace = try container.decodeIfPresent(Bool.self, forKey: .replace)
+        clientKey = try container.decodeIfPresent(String.self, forKey: .clientKey)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
         session = try container.decodeIfPresent(String.self, forKey: .session)
@@ -133,8 +138,9 @@ package struct ControlRequest: Codable, Sendable, Equatable {
 /// What a valid request asks for.
 package enum ControlCommand: Sendable, Equatable {
     /// Queue a download; `output` is an absolute path inside the agent's download directories,
-    /// or nil for the agent's files directory; `replace` allows replacing an existing file.
-    case add(url: URL, output: String?, sha256: String?, replace: Bool = false)
+    /// or nil for the agent's files directory; `replace` allows replacing an existing file;
+    /// `clientKey` makes a repeated add (a retry after a reset) answer with the first job.
+    case add(url: URL, output: String?, sha256: String?, replace: Bool = false, clientKey: String? = nil)
     /// Every download the agent knows.
     case list
     /// Pause the download with this ID (or unique ID prefix).

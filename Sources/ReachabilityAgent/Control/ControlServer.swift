@@ -106,7 +106,10 @@ package final class ControlServer: Sendable {
         // others out, this holds even if someone loosens the permissions.
         guard let credentials = try? connection.peerCredentials() else { connection.close(); return }
         let peer = ControlPeer(id: nextPeerID.add(1, ordering: .relaxed).newValue, credentials: credentials, socket: connection,
-                               promote: { [admission] in admission.withLock { $0.promote(uid: credentials.uid) } })
+                               promote: { [admission] in admission.withLock { $0.promote(uid: credentials.uid, program: credentials.pid) } })
+        // A reply that stays unread this long drops the peer (its slot is freed): a program that
+        // writes requests and never reads cannot hold a serving thread and a slot for ever.
+        try? connection.setSendTimeout(milliseconds: ControlPeer.plainSendTimeout)
         defer { peer.finish() }
         func reply(_ response: ControlResponse) -> Bool { peer.send(response) }
         let ownUID = CurrentProcess.effectiveUserID
@@ -115,12 +118,12 @@ package final class ControlServer: Sendable {
             _ = reply(.failure(.refused(uid: credentials.uid), id: nil))
             return
         }
-        guard admission.withLock({ $0.admit(uid: credentials.uid) }) else {
-            _ = reply(.failure(.failed("too many control connections from uid \(credentials.uid)"), id: nil))
+        guard admission.withLock({ $0.admit(uid: credentials.uid, program: credentials.pid) }) else {
+            _ = reply(.failure(.failed("too many control connections from uid \(credentials.uid) (pid \(credentials.pid)); close some, or read their replies"), id: nil))
             return
         }
         defer {
-            admission.withLock { $0.release(uid: credentials.uid, attached: peer.isStreaming) }
+            admission.withLock { $0.release(uid: credentials.uid, program: credentials.pid, attached: peer.isStreaming) }
             _ = wait { await self.closed(peer); return nil }
         }
         var machine = ControlConnectionStateMachine()
@@ -153,6 +156,11 @@ package final class ControlServer: Sendable {
             if !wasInsideRequest, !bytes.isEmpty { requestStarted = .now }
             if !machine.isInsideRequest { requestStarted = nil }
             if !actions.isEmpty { idleSince = .now }
+            defer {
+                // The deadline covers reading one line, not carrying out the lines before it: a
+                // pipelining client's partial next line starts its clock once they are answered.
+                if !actions.isEmpty, machine.isInsideRequest { requestStarted = .now }
+            }
             for action in actions {
                 switch action {
                 case .handle(let id, let command):
@@ -195,46 +203,55 @@ private final class AdmissionBox: Sendable {
 
 /// How many control connections each uid may hold. The agent's user cannot fill every slot:
 /// root always has `reservedForRoot` of its own (to inspect or stop a flooded agent), and no
-/// other uid may hold more than `perUser`. Pure: tested without sockets.
+/// other uid may hold more than `perUser`. One program (a pid) holds at most `perProgram` of its
+/// uid's request slots: a stuck program that opens connections and never reads them cannot lock
+/// its user's other programs out (`agent status`, a background session's attach) in the 10 s
+/// before its connections are dropped. Pure: tested without sockets.
 package struct ControlAdmission: Sendable, Equatable {
     package var perUser = 16
     package var shared = 32
     package var reservedForRoot = 4
+    package var perProgram = 8
     /// Attached background sessions per uid: long-lived by design, so they leave the request
     /// slots above (a program with a session still gets `queue list` answered) for their own.
     package var attachedPerUser = 256
     private(set) var open: [UInt32: Int] = [:]
     private(set) var attached: [UInt32: Int] = [:]
+    /// Request slots per program (pid), for the connections admitted with one.
+    private(set) var programs: [Int32: Int] = [:]
 
-    /// Takes a slot for `uid`; false when its share is used up.
-    package mutating func admit(uid: UInt32) -> Bool {
+    /// Takes a slot for `uid` (and `program`, its pid, when known); false when a share is used up.
+    package mutating func admit(uid: UInt32, program: Int32? = nil) -> Bool {
         let held = open[uid, default: 0]
         let others = open.filter { $0.key != 0 }.values.reduce(0, +)
+        if let program, programs[program, default: 0] >= perProgram { return false }
         if uid == 0 {
             guard held < reservedForRoot || others + held < shared else { return false }
         } else {
             guard held < perUser, others < shared else { return false }
         }
         open[uid] = held + 1
+        if let program { programs[program, default: 0] += 1 }
         return true
     }
 
-    /// Gives back a slot taken by `admit`, or (`attached`) by `promote`.
-    package mutating func release(uid: UInt32, attached isAttached: Bool = false) {
+    /// Gives back a slot taken by `admit` (with the same `program`), or (`attached`) by `promote`.
+    package mutating func release(uid: UInt32, program: Int32? = nil, attached isAttached: Bool = false) {
         if isAttached {
             guard let held = attached[uid] else { return }
             attached[uid] = held > 1 ? held - 1 : nil
             return
         }
+        if let program, let held = programs[program] { programs[program] = held > 1 ? held - 1 : nil }
         guard let held = open[uid] else { return }
         open[uid] = held > 1 ? held - 1 : nil
     }
 
     /// Moves one of `uid`'s connections from a request slot to an attached-session slot; false
     /// when it holds `attachedPerUser` already.
-    package mutating func promote(uid: UInt32) -> Bool {
+    package mutating func promote(uid: UInt32, program: Int32? = nil) -> Bool {
         guard attached[uid, default: 0] < attachedPerUser else { return false }
-        release(uid: uid)
+        release(uid: uid, program: program)
         attached[uid, default: 0] += 1
         return true
     }

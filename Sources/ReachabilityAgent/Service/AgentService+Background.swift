@@ -42,6 +42,7 @@ extension AgentService {
                 background.adopt(start)
                 backgroundDownloads[start.id] = download
                 backgroundEngineIDs.insert(start.id)
+                downloadOwners[start.id] = start.session.uid
                 observe(download, isBackground: true)
                 emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived))),
                                                    .init(key: "session", value: .string(start.session.identifier))])
@@ -271,9 +272,19 @@ extension AgentService {
             do {
                 event.location = try store.link(finished: pending.task.transfer, as: pending.deliveryName)
             } catch {
-                // Removed behind the agent's back: the task fails instead of handing out nothing.
+                let finishedName = BackgroundRegistry.finishedFileName(pending.task.transfer)
                 event.kind = .failed
-                event.failure = BackgroundFailure(code: -3001, message: "the finished file is gone from \(store.downloadsPath): \(error)")
+                if store.exists(finishedName) {
+                    // The file is there but cannot be given a name of its own (the directory made
+                    // read-only, EACCES/EPERM/EROFS): Apple's "cannot move" with the real reason,
+                    // and the file itself handed out; it stays until the event is acknowledged.
+                    let kept = store.downloads.child(finishedName)
+                    event.location = kept
+                    event.failure = BackgroundFailure(code: -3002, message: "cannot hand out the finished file under its own name: \(error); the file is kept at \(kept) until this event is acknowledged")
+                } else {
+                    // Removed behind the agent's back: the task fails instead of handing out nothing.
+                    event.failure = BackgroundFailure(code: -3001, message: "the finished file is gone from \(store.downloadsPath): \(error)")
+                }
             }
         }
         peer.send(.push(event))
@@ -294,6 +305,7 @@ extension AgentService {
             return
         }
         backgroundEngineIDs.insert(start.id)
+        downloadOwners[start.id] = start.session.uid
         guard background.wants(start.id) else {
             // Cancelled while it was being created.
             await agent.cancel(download)

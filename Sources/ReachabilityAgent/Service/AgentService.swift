@@ -3,6 +3,7 @@ import Glibc
 import LinuxSystem
 import LinuxReachability
 import ResumableDownloads
+import Synchronization
 
 /// What the agent does with downloads, separate from sockets, signals and files: handles
 /// control commands, keeps user pauses across restarts, reports events and the status summary.
@@ -55,6 +56,15 @@ package actor AgentService {
     private(set) var agent: DownloadAgent
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
+    /// `add`s with a client key, by `uid/key`: a repeated add is answered with the first job.
+    private var addsByClientKey: [String: ClientKeyedAdd] = [:]
+    /// Who asked for each download (the uid of an `add`, a background session's uid); restored
+    /// downloads without one are the agent's own user's. `agent status` counts the asker's only.
+    var downloadOwners: [UUID: UInt32] = [:]
+    /// A summary refresh is on its way (changes meanwhile are in it).
+    private var isSummaryScheduled = false
+    /// The fixed parts of each download's report.
+    let reportCache = ReportCache()
     /// Downloads that ended under an earlier `DownloadAgent` of this process (after a reload).
     private var history: [AgentDownload] = []
     private var path: NetworkPath?
@@ -174,7 +184,7 @@ package actor AgentService {
 
     /// Every metric family: the path's, the downloads', then the background sessions'.
     package func metricFamilies() async -> [MetricFamily] {
-        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: await stateCounts(), at: environment.now())
+        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: stateCounts(await agent.downloads, visibleTo: 0), at: environment.now())
             + backgroundMetricFamilies()
     }
 
@@ -207,35 +217,30 @@ package actor AgentService {
         switch command {
         case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
             return await handleBackground(command, id: id, peer: peer)
-        case .add(let url, let output, let sha256, let replace):
-            let destination: String
-            switch AgentDestination.resolve(output: output, url: url,
-                                            filesDirectory: AgentStateDirectory.filesDirectory(in: environment.stateDirectory),
-                                            allowed: settings.downloadDirectories, aliases: environment.directoryAliases) {
-            case .success(let path): destination = path
-            case .failure(let error): return .failure(error, id: id)
+        case .add(let url, let output, let sha256, let replace, let clientKey):
+            guard let clientKey else { return await add(url, output: output, sha256: sha256, replace: replace, id: id, uid: uid) }
+            let key = "\(uid)/\(clientKey)"
+            // Reserved before the first await: a retry arriving while the first add is still
+            // being carried out waits for it instead of racing it.
+            while case .pending? = addsByClientKey[key] { try? await Task.sleep(for: .milliseconds(5)) }
+            if case .added(let downloadID)? = addsByClientKey[key] {
+                if let download = await agent.downloads.first(where: { $0.id == downloadID }) {
+                    return .success(id: id, download: Self.snapshot(download))
+                }
+                if let earlier = history.last(where: { $0.id == downloadID.uuidString.lowercased() }) {
+                    return .success(id: id, download: earlier)
+                }
             }
-            if !replace, (try? FileSystem.status(ofPath: destination, followingLinks: false)) ?? nil != nil {
-                return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
-            }
-            do {
-                let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
-                                                        options: DownloadOptions(expectedSHA256: sha256,
-                                                                                 allowsExpensive: settings.allowsExpensive,
-                                                                                 replacesExistingFile: replace,
-                                                                                 allowsRoaming: settings.allowsRoaming))
-                observe(download)
-                emitDownload(.queued, download)
-                refreshSummary()
-                return .success(id: id, download: Self.snapshot(download))
-            } catch {
-                return .failure(.failed("\(error)"), id: id)
-            }
+            addsByClientKey[key] = .pending
+            let response = await add(url, output: output, sha256: sha256, replace: replace, id: id, uid: uid)
+            addsByClientKey[key] = response.download.flatMap { UUID(uuidString: $0.id) }.map { .added($0) }
+            return response
         case .list:
-            let live = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
-            return .success(id: id, downloads: history + live + backgroundRows(visibleTo: uid))
+            let earlier = history, rows = backgroundRows(visibleTo: uid)
+            let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache)
+            return .success(id: id, downloads: earlier + live + rows)
         case .status:
-            var status = await status()
+            var status = await status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
             return .success(id: id, status: status)
         case .metrics(let format):
@@ -255,6 +260,35 @@ package actor AgentService {
                 }
                 return await control(command, download, id: id)
             }
+        }
+    }
+
+    /// Queues one download for `add`.
+    private func add(_ url: URL, output: String?, sha256: String?, replace: Bool, id: ControlRequestID?,
+                     uid: UInt32) async -> ControlResponse {
+        let destination: String
+        switch AgentDestination.resolve(output: output, url: url,
+                                        filesDirectory: AgentStateDirectory.filesDirectory(in: environment.stateDirectory),
+                                        allowed: settings.downloadDirectories, aliases: environment.directoryAliases) {
+        case .success(let path): destination = path
+        case .failure(let error): return .failure(error, id: id)
+        }
+        if !replace, (try? FileSystem.status(ofPath: destination, followingLinks: false)) ?? nil != nil {
+            return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
+        }
+        do {
+            let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
+                                                    options: DownloadOptions(expectedSHA256: sha256,
+                                                                             allowsExpensive: settings.allowsExpensive,
+                                                                             replacesExistingFile: replace,
+                                                                             allowsRoaming: settings.allowsRoaming))
+            downloadOwners[download.id] = uid
+            observe(download)
+            emitDownload(.queued, download)
+            refreshSummary()
+            return .success(id: id, download: Self.snapshot(download))
+        } catch {
+            return .failure(.failed("\(error)"), id: id)
         }
     }
 
@@ -301,17 +335,28 @@ package actor AgentService {
         }
     }
 
+    /// Whether `uid` sees download `id` in its status: its own (root sees every one).
+    private func isVisible(_ id: UUID, to uid: UInt32) -> Bool {
+        uid == 0 || (downloadOwners[id] ?? CurrentProcess.effectiveUserID) == uid
+    }
+
     /// Downloads per state name, the ones finished under an earlier `DownloadAgent` included.
-    private func stateCounts() async -> [String: Int] {
+    private func stateCounts(_ downloads: [Download], visibleTo uid: UInt32) -> [String: Int] {
         var counts: [String: Int] = [:]
-        for download in await agent.downloads { counts[Self.stateName(download.state), default: 0] += 1 }
-        for entry in history { counts[entry.state.rawValue, default: 0] += 1 }
+        for download in downloads { counts[Self.stateName(download.state), default: 0] += 1 }
+        for entry in history where UUID(uuidString: entry.id).map({ isVisible($0, to: uid) }) ?? (uid == 0) {
+            counts[entry.state.rawValue, default: 0] += 1
+        }
         return counts
     }
 
-    private func status() async -> AgentStatus {
-        let downloads = await agent.downloads
-        let counts = await stateCounts()
+    /// The agent's status as `uid` sees it: counts and summary of its own downloads; the total
+    /// of every user's only for root.
+    private func status(visibleTo uid: UInt32) async -> AgentStatus {
+        // Not through the download agent's actor: it may be busy with adds and completions.
+        let every = agent.downloadsNow
+        let downloads = every.filter { isVisible($0.id, to: uid) }
+        let counts = stateCounts(downloads, visibleTo: uid)
         return AgentStatus(
             pid: CurrentProcess.id, stateDirectory: environment.stateDirectory,
             startedAt: Timestamp.iso8601(startedAt),
@@ -319,7 +364,7 @@ package actor AgentService {
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
             interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
             allowsRoaming: settings.allowsRoaming, isRoaming: path?.isRoaming,
-            counts: counts, summary: Self.summary(downloads.map(\.state)))
+            counts: counts, summary: Self.summary(downloads.map(\.state)), totalDownloads: uid == 0 ? every.count + history.count : nil)
     }
 
     // MARK: events
@@ -383,11 +428,19 @@ package actor AgentService {
     }
 
     func refreshSummary() {
-        Task { await self.publishSummary() }
+        // One pass over every download per 100 ms of changes, not one per change: with 10,000
+        // downloads queued, a pass per add was most of an add's cost.
+        guard !isSummaryScheduled else { return }
+        isSummaryScheduled = true
+        Task {
+            try? await Task.sleep(for: .milliseconds(100))
+            await self.publishSummary()
+        }
     }
 
     private func publishSummary() async {
-        let summary = Self.summary(await agent.downloads.map(\.state))
+        isSummaryScheduled = false
+        let summary = Self.summary(agent.downloadsNow.map(\.state))
         guard summary != lastSummary else { return }
         lastSummary = summary
         environment.summaryChanged(summary)
@@ -445,6 +498,14 @@ package actor AgentService {
         }
     }
 
+    /// The reports of `downloads` but `excluded`, made off the actor (nonisolated and async: a
+    /// list of 10,000 took the actor for hundreds of milliseconds, and every add and status
+    /// waited), their fixed parts taken from `cache`.
+    nonisolated static func reports(of downloads: [Download], excluding excluded: Set<UUID>,
+                                    cache: ReportCache) async -> [AgentDownload] {
+        downloads.compactMap { excluded.contains($0.id) ? nil : cache.report($0) }
+    }
+
     package static func snapshot(_ download: Download) -> AgentDownload {
         let progress = download.progress
         var error: String?
@@ -462,5 +523,42 @@ package actor AgentService {
 
     func emitAgent(_ event: String, _ fields: [JSONValue.Member]) {
         environment.emit(EventSchema.line(.agent, event, at: environment.now(), fields))
+    }
+}
+
+/// Where an `add` with a client key stands.
+enum ClientKeyedAdd: Sendable, Equatable {
+    /// Being carried out: a repeat waits for it.
+    case pending
+    /// Queued as this download.
+    case added(UUID)
+}
+
+/// The parts of a download's report that never change (its id, redacted URL and destination
+/// path), made once: for a list of 10,000 they were most of the work, made again per request.
+final class ReportCache: Sendable {
+    private struct Fixed: Sendable {
+        var id: String
+        var url: String
+        var destination: String
+    }
+
+    private let fixed = Mutex<[UUID: Fixed]>([:])
+
+    /// `AgentService.snapshot(download)`, its fixed parts from the cache.
+    func report(_ download: Download) -> AgentDownload {
+        let parts = fixed.withLock { cache in
+            if let parts = cache[download.id] { return parts }
+            let parts = Fixed(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
+                              destination: download.destination.path)
+            cache[download.id] = parts
+            return parts
+        }
+        let progress = download.progress
+        var error: String?
+        if case .failed(let failure) = download.state { error = failure.description }
+        return AgentDownload(id: parts.id, url: parts.url, destination: parts.destination,
+                             state: AgentService.reportedState(download.state), bytesReceived: progress.bytesReceived,
+                             totalBytes: progress.totalBytes, bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
     }
 }

@@ -55,6 +55,9 @@ struct AgentPlan: Sendable {
 /// the path monitor, metrics, the control server, signals, sd_notify and the watchdog, until
 /// SIGTERM or SIGINT.
 final class AgentRun: Sendable {
+    /// Test hook: `renamed` makes the agent SIGKILL itself right after a verified file is renamed
+    /// into place, before its record is removed (the crash window of issue 29).
+    static let killPointVariable = "REACHABILITY_AGENT_TEST_KILL_AT"
     let command: AgentCommand
     let plan: AgentPlan
     let context: CommandContext
@@ -122,6 +125,9 @@ final class AgentRun: Sendable {
         let logger = command.monitor.isVerbose
             ? Logger(label: "agent", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
         let (transport, workingDirectory, notifier) = (command.transport, context.currentDirectory, notifier)
+        // Crash tests stop the agent at an exact instant (docs/agent.md, "Test hooks").
+        let killsAfterRename = context.environment[Self.killPointVariable] == "renamed"
+        if killsAfterRename { context.errorOutput.line("warning: \(Self.killPointVariable)=renamed: the agent kills itself after finishing a download") }
         return try AgentService(settings: plan.settings, environment: .init(
             stateDirectory: plan.path,
             directoryAliases: plan.directoryAliases,
@@ -131,6 +137,9 @@ final class AgentRun: Sendable {
                                                                 logger: logger)
                 transport.apply(to: &configuration, workingDirectory: workingDirectory)
                 configuration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
+                if killsAfterRename {
+                    configuration.afterRenameHook = { try? CurrentProcess.send(signal: SIGKILL, to: CurrentProcess.id) }
+                }
                 return try DownloadAgent(configuration: configuration, paths: source.paths, hostPaths: { source.paths(to: $0) })
             },
             emit: emitLine,

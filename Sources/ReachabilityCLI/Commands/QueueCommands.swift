@@ -35,7 +35,7 @@ enum DownloadLine {
         var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.rawValue.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
         if let session = download.session {
             let tasks = (download.taskIdentifiers ?? []).map(String.init).joined(separator: ",")
-            line += "  [background session '\(session)'\(tasks.isEmpty ? "" : ", task \(tasks)")]"
+            line += "  [background session '\(TerminalText.escapedName(session))'\(tasks.isEmpty ? "" : ", task \(tasks)")]"
         }
         if let reason = download.waitingReason { line += "  (\(reason))" }
         if let error = download.error { line += "  (\(error))" }
@@ -242,7 +242,7 @@ struct AgentStatusCommand: Command {
 
     /// `background session 'ID' (uid 1000): 3 tasks, 1 event pending, attached by pid 42; launcher command /usr/bin/app failing (3 in a row: ...), next at T`.
     static func describe(_ session: BackgroundSessionStatus) -> String {
-        var line = "background session '\(session.identifier)' (uid \(session.uid)): \(session.tasks) task\(session.tasks == 1 ? "" : "s")"
+        var line = "background session '\(TerminalText.escapedName(session.identifier))' (uid \(session.uid)): \(session.tasks) task\(session.tasks == 1 ? "" : "s")"
         line += ", \(session.pendingEvents) event\(session.pendingEvents == 1 ? "" : "s") pending"
         line += session.attachedPID.map { ", attached by pid \($0)" } ?? ", not attached"
         if let launcher = session.launcher {

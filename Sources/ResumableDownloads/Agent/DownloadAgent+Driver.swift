@@ -81,9 +81,15 @@ extension DownloadAgent {
         let file: PartialFile
         do {
             let state = try stateDirectory()
+            if PartialFile.finishedBefore(entry.record, stateDirectory: state) {
+                // Killed between renaming the verified file into place and removing its record.
+                finishRestored(id, entry.record)
+                return
+            }
             let highWater = max(256 << 10, configuration.writeBufferLimit)
-            let limits = PartialFile.Limits(highWater: highWater, lowWater: highWater / 4,
+            var limits = PartialFile.Limits(highWater: highWater, lowWater: highWater / 4,
                                             checkpointInterval: max(1 << 20, configuration.checkpointInterval))
+            limits.afterRename = configuration.afterRenameHook
             file = try PartialFile(record: entry.record, stateDirectory: state, limits: limits)
         } catch {
             let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
@@ -386,6 +392,21 @@ extension DownloadAgent {
             await failDriver(id, driver, error)
             return
         }
+        schedule()
+    }
+
+    /// A restored download whose file was already in place: completed without a transfer.
+    private func finishRestored(_ id: UUID, _ record: ResumeRecord) {
+        guard let entry = entries[id] else { return }
+        entries[id]?.driver = nil
+        entries[id]?.mailbox?.finish()
+        entries[id]?.mailbox = nil
+        stopFollowingHost(of: id)
+        scheduler.release(id)
+        let size = record.finishedFile?.size ?? record.totalLength ?? 0
+        entry.download.report(bytesReceived: size, totalBytes: size)
+        configuration.logger.info("download completed before a restart", metadata: ["id": id.uuidString, "bytes": "\(size)"])
+        entry.download.update(state: .completed, event: .completed(record.destination))
         schedule()
     }
 

@@ -40,6 +40,9 @@ final class PartialFile: Sendable {
         var writeBackDepth = 3
         /// Test hook simulating a slow disk: the writer waits this long before each chunk.
         var simulatedWriteDelay: Duration? = nil
+        /// Test hook: runs right after the verified file is renamed into place, before its
+        /// record is removed (a crash test kills the process there).
+        var afterRename: (@Sendable () -> Void)? = nil
     }
 
     /// Observed buffer behaviour, for tests and diagnostics.
@@ -557,6 +560,16 @@ final class PartialFile: Sendable {
                 }
             }
             let name = record.destination.lastPathComponent
+            // The rename and the record's removal cannot be one step: the record first says which
+            // file it is about to become, so a crash between the two is recognised on restart as
+            // finished (`finishedBefore`), not fetched again and failed against its own file.
+            do throws(Errno) {
+                let finished = ResumeRecord.FinishedFile(try file.status())
+                state.withLock { $0.record.finishedFile = finished }
+            } catch {
+                throw DownloadError.fileSystem("stat", path: path, errno: error.rawValue)
+            }
+            try writeRecord()
             do throws(FileTrustError) {
                 try destinationDirectory.rename(partialName, to: name, replacing: record.replacesExistingFile == true)
             } catch where error.isAlreadyExisting {
@@ -574,12 +587,36 @@ final class PartialFile: Sendable {
             } catch {
                 throw DownloadError.file(error)
             }
+            limits.afterRename?()
             closeOnQueue()
             journal.withLock { $0?.remove() }
             try? stateDirectory.remove(recordName)
             try? stateDirectory.sync()
             return record.destination
         }
+    }
+
+    /// Whether `record` belongs to a download that finished before a crash: its partial file is
+    /// gone and the destination is the very file the record names as renamed into place (same
+    /// device, inode, length and modification time; and the expected SHA-256 when there is
+    /// one). Then its journal and record are removed and true returned; the download is done.
+    static func finishedBefore(_ record: ResumeRecord, stateDirectory: CheckedDirectory) -> Bool {
+        guard let finished = record.finishedFile,
+              let folder = try? CheckedDirectory.open(record.destination.deletingLastPathComponent().path, policy: .shared),
+              (try? folder.status(of: record.partialName)) == .some(nil),
+              let placed = try? folder.status(of: record.destination.lastPathComponent), finished.matches(placed)
+        else { return false }
+        if let expected = record.expectedSHA256.flatMap(SHA256.normalizedHexDigest) {
+            guard let opened = try? folder.openOwnedFile(record.destination.lastPathComponent, creating: .existing, writable: false) else { return false }
+            defer { opened.descriptor.close() }
+            guard opened.status.isSameFile(as: placed),
+                  (try? SHA256.hex(file: opened.descriptor, length: placed.size, path: record.destination.path)) == expected
+            else { return false }
+        }
+        try? stateDirectory.remove(BlockJournal.fileName(for: record.id))
+        try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
+        try? stateDirectory.sync()
+        return true
     }
 
     /// Deletes the partial file and the record (cancel, or data that failed verification).

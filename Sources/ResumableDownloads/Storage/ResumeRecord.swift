@@ -47,6 +47,11 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var replacesExistingFile: Bool?
     /// Transfer attempts made so far (all attempts, for diagnostics).
     var attempts: Int
+    /// Set just before the verified `NAME.part` is renamed to `NAME` (issue 29): a crash between
+    /// the rename and the removal of this record leaves a record whose partial file is gone and
+    /// whose destination is this very file, which a restart recognises as finished instead of
+    /// fetching it again. Absent until then, and in older records.
+    var finishedFile: FinishedFile?
     var createdAt: Date
     var updatedAt: Date
 
@@ -158,6 +163,29 @@ struct ResumeRecord: Codable, Sendable, Hashable {
             throw DownloadError.fileSystem.with(description: "unsupported resume record version \(version)")
         }
         return try decoder().decode(ResumeRecord.self, from: data)
+    }
+
+    /// The identity of a verified download as it was renamed into place: the same file on the
+    /// same device, unchanged since (its modification time and length).
+    struct FinishedFile: Codable, Sendable, Hashable {
+        var device: UInt64
+        var inode: UInt64
+        var size: Int64
+        /// Modification time in nanoseconds since 1970 (a rename keeps it).
+        var modified: Int64
+
+        init(_ status: FileStatus) {
+            device = status.device
+            inode = status.inode
+            size = status.size
+            modified = status.modified
+        }
+
+        /// Whether `status` is this file, unchanged.
+        func matches(_ status: FileStatus) -> Bool {
+            status.kind == .regular && status.device == device && status.inode == inode && status.size == size
+                && status.modified == modified
+        }
     }
 
     /// Why a record read back cannot be used.

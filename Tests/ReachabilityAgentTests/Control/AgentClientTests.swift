@@ -26,7 +26,7 @@ struct AgentClientTests {
         try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id, _ in
             seen.commands.withLock { $0.append(command) }
             switch command {
-            case .add(let url, _, _, _):
+            case .add(let url, _, _, _, _):
                 var download = sample
                 download.url = url.absoluteString
                 return .success(id: id, download: download)
@@ -67,6 +67,10 @@ struct AgentClientTests {
         #expect(try await client.metrics(format: .prometheus) == "# prometheus\n")
         #expect(seen.commands.withLock { $0 }.first == .add(url: URL(string: "http://192.0.2.9/b.iso")!, output: nil,
                                                      sha256: String(repeating: "a", count: 64)))
+        // The client key travels with the add (issue 29).
+        _ = try await client.add(URL(string: "http://192.0.2.9/b.iso")!, clientKey: "job-1")
+        #expect(seen.commands.withLock { $0 }.last == .add(url: URL(string: "http://192.0.2.9/b.iso")!, output: nil,
+                                                    sha256: nil, clientKey: "job-1"))
     }
 
     @Test func refusalsCarryTheAgentsReason() async throws {

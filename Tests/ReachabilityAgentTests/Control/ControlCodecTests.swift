@@ -45,6 +45,9 @@ struct ControlCodecTests {
         (#"{"version":1,"command":"attach","session":"s"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"attach","session":"","settings":{}}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"attach","session":"a\u0000b","settings":{}}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","clientKey":""}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","clientKey":"a b"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","clientKey":"\u200bk"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"taskAction","session":"s","taskIdentifier":1,"action":"explode"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"taskAction","session":"s","action":"resume"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"acknowledge","session":"s"}"#, ControlErrorCode.invalidArgument),
@@ -56,6 +59,17 @@ struct ControlCodecTests {
         case .success(let value): Issue.record("accepted \(value)")
         case .failure(let rejection): #expect(rejection.error.code == code)
         }
+    }
+
+    /// The agent starts a session's program from its own working directory: a relative path
+    /// would name another file, so it is refused with a message saying what to give (issue 29).
+    @Test(arguments: [(["bin/app"], false), (["./app", "-x"], false), (["../app"], false),
+                      (["/usr/bin/app"], true), (["app"], true)])
+    func relativeLaunchCommandsAreRefused(command: [String], isAccepted: Bool) {
+        var settings = BackgroundSessionSettings()
+        settings.launchCommand = command
+        #expect((settings.problem == nil) == isAccepted, "\(settings.problem ?? "accepted")")
+        if !isAccepted { #expect(settings.problem?.contains("absolute path") == true) }
     }
 
     /// Background session commands round-trip through the codec with their fields.

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""The agent's queue at scale (issue 29), beside `aria2c -i` in the same run.
+
+N small files from nginx (a server namespace, no rate limit) to a client namespace:
+  aria2c    `aria2c -i LIST -j C`: wall time, peak RSS (/usr/bin/time).
+  agent     `reachability agent --max-concurrent C` in the client namespace; one client writes N
+            `add` lines on one connection (reading replies as they come: adds/s, first and last
+            thousand separately, so a per-add cost growing with the queue shows), while an honest
+            client times `status` every 50 ms and `queue list` every 500 ms. Time from the first
+            add to the N-th `completed` line; peak RSS (VmHWM) of the agent.
+Every file is checked (size) afterwards. Judge by the worst of --runs, not the median.
+
+Needs root (namespaces rchQ<pid>-*, always removed), nginx, aria2c and a release build
+(`swift build -c release --product reachability`).
+Usage: bench/queue_bench.py [--build .build/release] [--files 10000] [--size 4096] [--concurrent 4] [--runs 1]
+       [--tools aria2c,agent]
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchnet import Network  # noqa: E402
+
+
+def percentile(values, fraction):
+    ordered = sorted(values)
+    return ordered[max(0, int(len(ordered) * fraction) - 1)] if ordered else float("nan")
+
+
+def run_aria2c(network, urls, directory, concurrent):
+    listing = os.path.join(directory, "list.txt")
+    with open(listing, "w") as f:
+        f.write("\n".join(urls) + "\n")
+    out = os.path.join(directory, "aria2c")
+    os.makedirs(out)
+    started = time.monotonic()
+    result = subprocess.run(["ip", "netns", "exec", network.client, "/usr/bin/time", "-f", "%M",
+                             "aria2c", "-i", listing, "-d", out, "-j", str(concurrent), "--file-allocation=none",
+                             "--console-log-level=error", "--summary-interval=0", "--download-result=hide",
+                             "--max-connection-per-server=1", "--split=1"],
+                            capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    rss_kib = int(result.stderr.strip().split("\n")[-1])
+    done = len(os.listdir(out))
+    return {"seconds": elapsed, "rssMiB": rss_kib / 1024, "files": done, "status": result.returncode}
+
+
+class AgentRun:
+    def __init__(self, build, network, state, concurrent):
+        self.state = state
+        os.makedirs(state, mode=0o700)
+        self.completed = 0
+        self.lock = threading.Lock()
+        self.process = subprocess.Popen(["ip", "netns", "exec", network.client, f"{build}/reachability", "agent",
+                                         "--state-dir", state, "--max-concurrent", str(concurrent)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.listening = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.listening.wait(20):
+            raise RuntimeError("the agent did not start listening")
+
+    def _read(self):
+        for line in self.process.stdout:
+            if '"event":"listening"' in line:
+                self.listening.set()
+            elif '"type":"download","event":"completed"' in line:
+                with self.lock:
+                    self.completed += 1
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(30)
+        sock.connect(f"{self.state}/agent.sock")
+        return sock
+
+    def request(self, command):
+        started = time.monotonic()
+        sock = self.connect()
+        sock.sendall(json.dumps({"version": 1, "id": 1, "command": command}).encode() + b"\n")
+        reply = sock.makefile("rb").readline()
+        sock.close()
+        return time.monotonic() - started, json.loads(reply)
+
+    def peak_rss_mib(self):
+        # `ip netns exec` execs the agent in place: the child is the agent.
+        with open(f"/proc/{self.process.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def run_agent(build, network, urls, directory, concurrent):
+    agent = AgentRun(build, network, os.path.join(directory, "state"), concurrent)
+    count = len(urls)
+    add_times = []
+    status_latencies, list_latencies = [], []
+    stop = threading.Event()
+
+    def honest():
+        next_list = time.monotonic()
+        while not stop.is_set():
+            latency, _ = agent.request("status")
+            status_latencies.append(latency)
+            if time.monotonic() >= next_list:
+                latency, reply = agent.request("list")
+                list_latencies.append((latency, len(reply.get("downloads", []))))
+                next_list = time.monotonic() + 0.5
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=honest, daemon=True)
+    watcher.start()
+    sock = agent.connect()
+    sock.settimeout(None)   # 10,000 adds take longer than one request's timeout
+    lines = [json.dumps({"version": 1, "id": i, "command": "add", "url": url, "clientKey": f"q{i}"}).encode() + b"\n"
+             for i, url in enumerate(urls)]
+    started = time.monotonic()
+    writer = threading.Thread(target=lambda: sock.sendall(b"".join(lines)), daemon=True)
+    writer.start()
+    reader = sock.makefile("rb")
+    failures = 0
+    for _ in range(count):
+        reply = json.loads(reader.readline())
+        add_times.append(time.monotonic())
+        failures += 0 if reply.get("ok") else 1
+    sock.close()
+    deadline = time.monotonic() + 3600
+    while agent.completed < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    stop.set()
+    watcher.join()
+    rss = agent.peak_rss_mib()
+    agent.stop()
+    files = os.path.join(directory, "state", "files")
+    done = len([n for n in os.listdir(files) if not n.endswith(".part")]) if os.path.isdir(files) else 0
+    thousand = min(1000, count // 2)
+    first = (add_times[thousand - 1] - started) if thousand else float("nan")
+    last = (add_times[-1] - add_times[-thousand - 1]) if thousand else float("nan")
+    big_lists = [latency for latency, size in list_latencies if size >= count]
+    return {"seconds": elapsed, "rssMiB": rss, "files": done, "addFailures": failures,
+            "addsPerSecond": count / (add_times[-1] - started), "firstThousandAddsPerSecond": thousand / first,
+            "lastThousandAddsPerSecond": thousand / last,
+            "statusP99ms": percentile(status_latencies, 0.99) * 1000, "statusMaxMs": max(status_latencies) * 1000,
+            "listP99ms": percentile([l for l, _ in list_latencies], 0.99) * 1000,
+            "listOfAllP99ms": percentile(big_lists, 0.99) * 1000 if big_lists else float("nan"),
+            "statusSamples": len(status_latencies), "listSamples": len(list_latencies)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=".build/release")
+    parser.add_argument("--files", type=int, default=10000)
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--concurrent", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--tools", default="aria2c,agent", help="comma-separated: aria2c, agent")
+    args = parser.parse_args()
+    build = os.path.abspath(args.build)
+    workdir = tempfile.mkdtemp(prefix="queue-bench-")
+    network = Network(f"rchQ{os.getpid()}", "q", workdir, rate="0", subnet="10.89.0", worker_connections=1024)
+    try:
+        payload = os.urandom(args.size)
+        urls = []
+        for index in range(args.files):
+            network.serve(f"f{index}.bin", payload)
+            urls.append(f"http://{network.address}/f{index}.bin")
+        tools = [("aria2c", lambda d: run_aria2c(network, urls, d, args.concurrent)),
+                 ("agent", lambda d: run_agent(build, network, urls, d, args.concurrent))]
+        tools = [tool for tool in tools if tool[0] in args.tools.split(",")]
+        for run in range(args.runs):
+            for name, measure in tools:
+                directory = os.path.join(workdir, f"{name}-{run}")
+                os.makedirs(directory)
+                result = measure(directory)
+                result.update({"tool": name, "run": run, "filesQueued": args.files, "size": args.size})
+                print(json.dumps(result), flush=True)
+                shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        network.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
