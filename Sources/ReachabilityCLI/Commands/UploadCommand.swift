@@ -164,14 +164,18 @@ final class UploadReporter: Sendable {
     }
 
     private func progress(_ sent: Int64, _ length: Int64) {
-        guard drawsProgress else { return }
+        guard drawsProgress || (isJSON && !isQuiet) else { return }
         let now = ContinuousClock.now
         let due = lastDrawn.withLock { last -> Bool in
-            guard last.map({ now - $0 >= .milliseconds(200) }) ?? true else { return false }
+            guard last.map({ now - $0 >= .milliseconds(isJSON ? 500 : 200) }) ?? true else { return false }
             last = now
             return true
         }
         guard due else { return }
+        if isJSON {
+            emit([("event", .string("progress")), ("sent", .integer(Int(sent))), ("length", .integer(Int(length)))], text: "")
+            return
+        }
         let percent = length > 0 ? sent * 100 / length : 100
         context.errorOutput.write("\r\(UploadCommand.commandPath): \(sent)/\(length) bytes sent (\(percent)%)   ")
     }

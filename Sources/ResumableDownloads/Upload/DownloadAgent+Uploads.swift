@@ -131,7 +131,8 @@ extension DownloadAgent {
                 let (event, response) = await send(plan, descriptor: descriptor, opened: opened, options: options, handlers: handlers)
                 action = machine.event(event)
                 if hadURL == nil, let created = machine.uploadURL { handlers.event(.created(created)) }
-                if case .send(let next) = action, next.method == .patch, let offset = next.bodyOffset, offset > 0 {
+                if case .send(let next) = action, next.method == .patch, let offset = next.bodyOffset, plan.method == .head {
+                    // An append after the server was asked its offset continues an interrupted upload.
                     handlers.event(.resumed(from: offset))
                 }
                 if case .finish(let head) = action {
@@ -168,7 +169,7 @@ extension DownloadAgent {
         let length = opened.size
         let base = plan.bodyOffset ?? 0
         let body: ExchangeBody = plan.bodyOffset.map {
-            .file(ExchangeFileRange(descriptor: descriptor, offset: $0, length: length - $0, identity: opened))
+            .file(ExchangeFileRange(descriptor: descriptor, offset: $0, length: plan.bodyLength ?? (length - $0), identity: opened))
         } ?? .empty
         let isCreation = plan.bodyOffset == 0 && plan.method != .patch
         let request = ExchangeRequest(method: plan.method, url: plan.url,

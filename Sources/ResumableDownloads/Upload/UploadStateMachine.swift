@@ -20,6 +20,8 @@ struct UploadStateMachine: Sendable {
         var headerFields: [String]
         /// The file's bytes sent as the body: from `offset` to the end; nil sends no body.
         var bodyOffset: Int64?
+        /// How many bytes from `bodyOffset`; nil sends the rest of the file.
+        var bodyLength: Int64? = nil
     }
 
     enum Action: Sendable, Equatable {
@@ -48,6 +50,10 @@ struct UploadStateMachine: Sendable {
     }
 
     static let tusVersion = "1.0.0"
+    /// tus appends are sent in pieces of this size: a tus server may keep nothing of an append
+    /// that breaks off (aiohttp-tus writes a piece only once it has all of it), so a piece is the
+    /// most an outage can make us send again.
+    static let tusPieceSize: Int64 = 1 << 20
     static let draftInteropVersion = "6"
     /// Failures in a row without new acknowledged bytes before the upload gives up (keeping its
     /// resume state).
@@ -165,7 +171,8 @@ struct UploadStateMachine: Sendable {
         let fields = protocolInUse == .tus
             ? tusFields + ["Upload-Offset: \(offset)", "Content-Type: application/offset+octet-stream"]
             : draftFields + ["Upload-Offset: \(offset)", "Upload-Complete: ?1", "Content-Type: application/partial-upload"]
-        return .send(Request(method: .patch, url: uploadURL, headerFields: fields, bodyOffset: offset))
+        let pieceLength = protocolInUse == .tus ? min(length - offset, Self.tusPieceSize) : nil
+        return .send(Request(method: .patch, url: uploadURL, headerFields: fields, bodyOffset: offset, bodyLength: pieceLength))
     }
 
     // MARK: answers

@@ -51,6 +51,7 @@ struct UploadStateMachineTests {
         #expect(patch.bodyOffset == 0)
         #expect(patch.headerFields.contains("Content-Type: application/offset+octet-stream"))
         #expect(patch.headerFields.contains("Upload-Offset: 0"))
+        #expect(patch.bodyLength == Self.length)   // under the 1 MiB piece size
         let done = machine.event(.answered(Self.head(204, ["Upload-Offset": "10000"]), interim: [], bytesSent: Self.length))
         #expect(done == .finish(Self.head(204, ["Upload-Offset": "10000"])))
         #expect(machine.totalBytesSent == Self.length)
