@@ -7,7 +7,8 @@ tc tbf (--rate, 64 Mbit/s by default). The server namespace runs a real tus serv
 Tests/Servers/tus_server.py) and the test server that speaks the IETF resumable-upload draft-05
 and plain PUT (Tests/Servers/upload_server.py). Each tool uploads the same file (--size-mib,
 64 by default); once a quarter of it has left the client interface (its tx counter), the link
-goes down for --outage seconds and comes back. Measured: wall time from start to exit, bytes the
+goes down for --outage seconds and comes back (link), or the server namespace resets every
+connection to the client with `ss -K` (reset). Measured: wall time from start to exit, bytes the
 client interface sent (the wire, headers included) against the file's size, exit status, and
 whether the server's file has the file's SHA-256.
 
@@ -18,7 +19,7 @@ its retries: retries=30, retry_delay=1 s, default chunk size, the file name in U
 Needs root, a built `reachability` (swift build), aiohttp-tus and tuspy (scripts/setup.sh
 --bench). Namespaces are named rchB<pid>-*, always removed.
 Usage: bench/upload_bench.py [--binary .build/debug/reachability] [--size-mib 64] [--rate 64mbit]
-                             [--outage 5] [--runs 1]
+                             [--outage 5] [--runs 1] [--modes link,reset]
 """
 import argparse
 import hashlib
@@ -122,7 +123,12 @@ def stored_file(kind, directories, name):
     return os.path.join(directories["draft"], ids[0]) if len(ids) == 1 else ""
 
 
-def measure(name, command, kind, args, path, digest, directories, size):
+def reset_connections():
+    """The server resets every connection to the client (a restart, a load balancer)."""
+    run("ip", "netns", "exec", SERVER, "ss", "-K", "dst", "10.90.0.2")
+
+
+def measure(name, command, kind, args, path, digest, directories, size, mode):
     for directory in directories.values():
         for entry in os.listdir(directory):
             if entry != "_stats.json":
@@ -135,10 +141,13 @@ def measure(name, command, kind, args, path, digest, directories, size):
     cut = None
     while process.poll() is None and cut is None:
         if transmitted() - before >= size // 4:
-            link_down()
+            if mode == "link":
+                link_down()
+            else:
+                reset_connections()
             cut = time.monotonic()
         time.sleep(0.01)
-    if cut is not None:
+    if cut is not None and mode == "link":
         time.sleep(max(0, args.outage - (time.monotonic() - cut)))
         link_up()
     try:
@@ -150,7 +159,7 @@ def measure(name, command, kind, args, path, digest, directories, size):
     wire = transmitted() - before
     stored = stored_file(kind, directories, os.path.basename(path))
     same = os.path.exists(stored) and sha256(stored) == digest
-    return {"tool": name, "time": f"{elapsed:.1f} s", "wire": f"{wire / (1 << 20):.1f} MiB",
+    return {"outage": mode, "tool": name, "time": f"{elapsed:.1f} s", "wire": f"{wire / (1 << 20):.1f} MiB",
             "extra": f"{(wire - size) / (1 << 20):+.1f} MiB", "exit": str(status), "identical": "yes" if same else "NO",
             "cut": "yes" if cut is not None else "finished first"}
 
@@ -163,6 +172,7 @@ def main():
     parser.add_argument("--outage", type=float, default=5)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--modes", default="link,reset")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("upload_bench: needs root (network namespaces)")
@@ -183,10 +193,12 @@ def main():
         digest = sha256(path)
         rows = []
         for _ in range(args.runs):
-            for name, command, kind in tools(args, path):
-                rows.append(measure(name, command, kind, args, path, digest, directories, size))
-        print(f"upload of {args.size_mib} MiB at {args.rate}, link down {args.outage} s at a quarter:")
-        columns = ["tool", "time", "wire", "extra", "exit", "identical", "cut"]
+            for mode in args.modes.split(","):
+                for name, command, kind in tools(args, path):
+                    rows.append(measure(name, command, kind, args, path, digest, directories, size, mode))
+        print(f"upload of {args.size_mib} MiB at {args.rate}; at a quarter: link down {args.outage} s (link), "
+              "or the server resets every connection (reset):")
+        columns = ["outage", "tool", "time", "wire", "extra", "exit", "identical", "cut"]
         widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns}
         print("  ".join(c.ljust(widths[c]) for c in columns))
         for row in rows:

@@ -75,6 +75,24 @@ class Handler(BaseHTTPRequestHandler):
                 state["readers"] = state.get("readers", 0) + 1
         got = 0
         started = time.monotonic()
+        try:
+            got = self.copy_body(path, offset, length, state, generation, started)
+        except OSError:
+            # The connection broke (reset, killed): what was written stays, as a real server's.
+            self.close_connection = True
+            got = -1
+        finally:
+            if state is not None:
+                with LOCK:
+                    state["readers"] -= 1
+        if got < 0:
+            with LOCK:
+                got = (state["offset"] - offset) if state is not None else 0
+        record(self.command, self.path, got)
+        return got, length
+
+    def copy_body(self, path, offset, length, state, generation, started):
+        got = 0
         with open(path, "r+b" if os.path.exists(path) else "wb") as out:
             out.seek(offset)
             out.truncate()
@@ -96,11 +114,7 @@ class Handler(BaseHTTPRequestHandler):
                     due = started + got / self.rate
                     if due > time.monotonic():
                         time.sleep(due - time.monotonic())
-        if state is not None:
-            with LOCK:
-                state["readers"] -= 1
-        record(self.command, self.path, got)
-        return got, length
+        return got
 
     def take_over(self, state):
         """A new request for an upload stops the one still reading it, and waits for it."""
