@@ -20,8 +20,8 @@ struct ExchangeTests {
         let agent: DownloadAgent
         let paths: AsyncStream<NetworkPath>.Continuation
 
-        init(initialPath: NetworkPath = ScriptedPaths.online()) throws {
-            server = try UploadTestServer()
+        init(initialPath: NetworkPath = ScriptedPaths.online(), lie: String? = nil, bytesPerSecond: Int? = nil) throws {
+            server = try UploadTestServer(lie: lie, bytesPerSecond: bytesPerSecond)
             state = try ScratchDirectory("exchange")
             let (stream, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
             continuation.yield(initialPath)
