@@ -7,8 +7,16 @@ import ResumableDownloads
 /// and stop one; the agent also ends one whose path moves, which the task hears as -1005.
 struct AgentExchanger: DataExchanger {
     let agent: DownloadAgent
+    /// The session directory's key, which signs upload resume data.
+    let resumeDataKey: [UInt8]
+
+    /// File uploads run on `DownloadAgent.upload` (AgentExchanger+Uploads).
+    var runsResumableUploads: Bool { true }
 
     func start(_ request: DataExchangeRequest, events: @escaping @Sendable (DataExchangeEvent) -> Void) -> any DataExchange {
+        if let plan = request.upload, case .file(let file) = request.body {
+            return startUpload(request, file: file, plan: plan, events: events)
+        }
         let agent = agent
         let task = Task {
             var opened: FileDescriptor?
@@ -87,7 +95,7 @@ struct AgentExchanger: DataExchanger {
     }
 
     /// Cancelling the Swift task aborts the engine's transfer (the agent's cancellation handler).
-    private struct RunningExchange: DataExchange {
+    struct RunningExchange: DataExchange {
         let task: Task<Void, Never>
         func cancel() { task.cancel() }
     }
