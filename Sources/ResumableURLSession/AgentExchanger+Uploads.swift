@@ -36,6 +36,9 @@ extension AgentExchanger {
                     switch event {
                     case .resumed(let offset): counter.withLock { $0.position = offset }
                     case .interrupted(let error) where plan.stopsAtInterruption: stopper.stop(interruptedBy: error)
+                    case .waitingForConnectivity where plan.stopsAtInterruption:
+                        // The path went between two requests (the task began on a usable one).
+                        stopper.stop(interruptedBy: .networkConnectionLost)
                     default: break
                     }
                 })
