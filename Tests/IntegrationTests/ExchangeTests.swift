@@ -169,6 +169,17 @@ struct ExchangeTests {
         await fixture.agent.shutdown()
     }
 
+    @Test func aSilentServerEndsTheRequestAfterItsIdleTimeout() async throws {
+        let fixture = try Fixture()
+        let started = ContinuousClock.now
+        await #expect {
+            _ = try await fixture.agent.exchange(ExchangeRequest(url: fixture.server.url("hold"), idleTimeout: .milliseconds(300)))
+        } throws: { ($0 as? DownloadError)?.errorCode == -1001 && "\($0)".contains("nothing sent or received for 0.3 s") }
+        // The deadline is the request's idle timeout, not URLSession's 60 s.
+        #expect(ContinuousClock.now - started < .seconds(10))
+        await fixture.agent.shutdown()
+    }
+
     @Test func offlineFailsAtOnceOrWaits() async throws {
         let fixture = try Fixture(initialPath: ScriptedPaths.offline)
         _ = await F.wait { await fixture.agent.currentPath?.isSatisfied == false }

@@ -125,6 +125,36 @@ struct UploadOutageTests {
         #expect(readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
     }
 
+    @Test func anUpstreamBlackholeIsWaitedOutAndResumed() async throws {
+        let lab = try Lab()
+        try lab.startServer("upload_server.py")
+        let content = F.randomData(count: Self.length, seed: 29)
+        let file = lab.clientDirectory.url("blackhole.bin")
+        try content.write(to: file)
+        let upload = try LineProcess("reachability", ["upload", "--json", "--idle-timeout", "1", file.path,
+                                                      "http://\(Self.serverAddress):8080/ietf/"], namespace: lab.client)
+        defer { upload.kill() }
+        _ = await upload.waitForLine(timeout: .seconds(30)) {
+            guard $0.contains("\"progress\""), let object = try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            else { return false }
+            return (object["sent"] as? Int ?? 0) >= 4 << 20
+        }
+        // The server side drops everything from the client: the path stays up, nothing answers.
+        let rule = ["INPUT", "-s", "10.89.0.2", "-j", "DROP"]
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-A"] + rule)
+        let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+        #expect(interrupted?.text.contains("-1001") == true, "\(upload.transcript)")
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + rule)
+        let restoredAt = ContinuousClock.now
+        let resumed = await upload.waitForLine(timeout: .seconds(30)) { $0.contains("\"resumed\"") }
+        #expect(resumed != nil, "\(upload.transcript)")
+        print("upload through a blackhole: resumed \((resumed?.arrival ?? .now) - restoredAt) after the DROP was removed")
+        #expect(await upload.waitForExit(timeout: .seconds(60)) == 0, "\(upload.transcript)")
+        let created = try #require(upload.texts.first { $0.contains("\"created\"") })
+        let id = try #require(created.split(separator: "/").last?.split(separator: "\"").first.map(String.init))
+        #expect(try Data(contentsOf: lab.directory.url(id)) == content, "the server's file differs")
+    }
+
     @Test(.enabled(if: (try? sh(["python3", "-c", "import aiohttp_tus"])) != nil, "aiohttp-tus is not installed (scripts/setup.sh)"))
     func aTusServerGetsTheFileOnce() async throws {
         let lab = try Lab()

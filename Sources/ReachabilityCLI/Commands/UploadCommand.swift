@@ -57,8 +57,11 @@ struct UploadCommand: Command {
     var monitor: MonitorOptions
 
     init(arguments: ParsedArguments) throws {
-        path = try arguments.positional(Self.file)[0]
-        target = try DownloadCommand.parseURL(arguments.positional(Self.url)[0])
+        guard let path = arguments.positional(Self.file).first, let url = arguments.positional(Self.url).first else {
+            throw UsageError("'\(Self.commandPath)' needs a file and a URL")
+        }
+        self.path = path
+        target = try DownloadCommand.parseURL(url)
         uploadOptions = UploadOptions()
         if let name = arguments.value(Self.protocolOption) {
             guard let choice = UploadProtocol(rawValue: name.lowercased()) else {
