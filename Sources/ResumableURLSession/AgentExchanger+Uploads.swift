@@ -8,14 +8,27 @@ import Synchronization
 /// `waitsForConnectivity` it stops when the path goes and continues from the server's offset
 /// when it is back; without, the first interruption ends it with -1005 and resume data.
 extension AgentExchanger {
-    func startUpload(_ request: DataExchangeRequest, file: URL, plan: UploadPlan,
+    func startUpload(_ request: DataExchangeRequest, body: DataExchangeBody, plan: UploadPlan,
                      events: @escaping @Sendable (DataExchangeEvent) -> Void) -> any DataExchange {
         let agent = agent
-        let key = resumeDataKey
+        let directory = directory
         let stopper = UploadStopper()
         let task = Task {
             guard let method = HTTPMethod(request.method) else {
                 return events(.finished(.init(code: .badURL, description: "the request's method \(request.method) is not an HTTP token")))
+            }
+            let file: URL
+            switch body {
+            case .file(let url): file = url
+            case .data(let data):
+                // Kept as a file: what a drop leaves unsent goes again from there.
+                do {
+                    file = try directory.writeUploadBody(data)
+                } catch {
+                    return events(.finished(.init(code: .cannotCreateFile, description:
+                        "cannot keep the upload's body in \(directory.downloads.path) to send it again after a drop: \(error)",
+                        underlying: .storage(SessionStorageError("\(error)")))))
+                }
             }
             // The file's problems as Foundation names them (a missing file, a directory, a FIFO),
             // before anything reaches the server; the agent opens it again for itself.
@@ -47,13 +60,16 @@ extension AgentExchanger {
                                                     resuming: plan.resuming, handlers: handlers)
                 // The agent's own count of bytes handed to connections is the exact one.
                 if let sent = counter.withLock({ $0.settled(result.bytesSent) }) { events(.sent(bytes: sent, total: result.length)) }
+                directory.removeUploadBody(file)
                 events(.response(.init(statusCode: result.response.statusCode, headers: result.response.fields, url: request.url)))
                 if !result.body.isEmpty { events(.body(result.body)) }
                 events(.finished(nil))
             } catch {
                 // Stopped at an interruption: the task ends with that error (-1005), not "cancelled".
                 var failure = DataTaskStateMachine.Failure(error.error == .cancelled ? stopper.interruption ?? error.error : error.error)
-                failure.uploadResumeData = error.resumeState.flatMap { try? UploadResumeData.encoded($0, key: key) }
+                failure.uploadResumeData = error.resumeState.flatMap { try? UploadResumeData.encoded($0, key: directory.key) }
+                // A kept body stays while resume data names it.
+                if failure.uploadResumeData == nil { directory.removeUploadBody(file) }
                 events(.finished(failure))
             }
         }

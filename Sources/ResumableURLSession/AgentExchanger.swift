@@ -7,15 +7,16 @@ import ResumableDownloads
 /// and stop one; the agent also ends one whose path moves, which the task hears as -1005.
 struct AgentExchanger: DataExchanger {
     let agent: DownloadAgent
-    /// The session directory's key, which signs upload resume data.
-    let resumeDataKey: [UInt8]
+    /// The session's directory: its key signs upload resume data, and it keeps the bodies of
+    /// resumable uploads from `Data`.
+    let directory: SessionDirectory
 
     /// File uploads run on `DownloadAgent.upload` (AgentExchanger+Uploads).
     var runsResumableUploads: Bool { true }
 
     func start(_ request: DataExchangeRequest, events: @escaping @Sendable (DataExchangeEvent) -> Void) -> any DataExchange {
-        if let plan = request.upload, case .file(let file) = request.body {
-            return startUpload(request, file: file, plan: plan, events: events)
+        if let plan = request.upload, let body = request.body {
+            return startUpload(request, body: body, plan: plan, events: events)
         }
         let agent = agent
         let task = Task {

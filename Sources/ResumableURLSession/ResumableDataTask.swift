@@ -67,7 +67,7 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
         var options = DataTaskStateMachine.Options(waitsForConnectivity: waits)
         // A file upload becomes a resumable one where the transport runs those.
         let resumable: Bool
-        if case .success(let exchanger) = session.exchanger, exchanger.runsResumableUploads, case .file = body {
+        if case .success(let exchanger) = session.exchanger, exchanger.runsResumableUploads, body != nil {
             resumable = true
         } else {
             resumable = false

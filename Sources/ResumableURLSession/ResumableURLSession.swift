@@ -137,7 +137,7 @@ public final class ResumableURLSession: Sendable {
         } else {
             let engine = Self.makeEngine(configuration, pathSource: pathSource, latestPath: latestPath)
             self.engine = engine
-            self.exchanger = exchanger.map { .success($0) } ?? engine.map { AgentExchanger(agent: $0.agent, resumeDataKey: $0.directory.key) }
+            self.exchanger = exchanger.map { .success($0) } ?? engine.map { AgentExchanger(agent: $0.agent, directory: $0.directory) }
         }
     }
 

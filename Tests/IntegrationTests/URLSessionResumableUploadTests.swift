@@ -171,6 +171,41 @@ struct URLSessionResumableUploadTests {
         await fixture.shutDown()
     }
 
+    /// The upload's body files the session keeps in its directory.
+    static func keptBodies(_ fixture: Fixture) -> [String] {
+        let downloads = fixture.directory.url("state").appendingPathComponent("downloads").path
+        return ((try? FileManager.default.contentsOfDirectory(atPath: downloads)) ?? []).filter { $0.hasSuffix(".upload-body") }
+    }
+
+    @Test func anUploadFromDataIsResumableToo() async throws {
+        let fixture = try Fixture(waitsForConnectivity: true)
+        let content = DownloadFixtures.randomData(count: Self.length, seed: 2817)
+        let task = fixture.session.uploadTask(with: Self.post(fixture.server.url("ietf/")), from: content)
+        task.resume()
+        #expect(await fixture.waitUntilSent(task, 2 << 20))
+        #expect(Self.keptBodies(fixture).count == 1, "the body is kept as a file while it goes")
+        fixture.paths.yield(ScriptedPaths.offline)
+        fixture.paths.yield(ScriptedPaths.online())
+        #expect(await fixture.delegate.waitForCompletion(of: task))
+        #expect(fixture.delegate.error(of: task) == nil, "\(String(describing: task.error))")
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: fixture.server.directory.url.path)) ?? []
+        #expect(names.contains { fixture.server.stored($0) == content }, "the server holds the body")
+        #expect(Self.keptBodies(fixture).isEmpty, "the kept body is gone once the upload completed")
+
+        // Without waiting, a drop leaves resume data, and the body stays for it.
+        let stopping = try Fixture()
+        let second = stopping.session.uploadTask(with: Self.post(stopping.server.url("ietf/")), from: content)
+        second.resume()
+        #expect(await stopping.waitUntilSent(second, 2 << 20))
+        stopping.paths.yield(ScriptedPaths.offline)
+        #expect(await stopping.delegate.waitForCompletion(of: second))
+        let error = try #require(stopping.delegate.error(of: second))
+        #expect(error.code == .networkConnectionLost && error.uploadTaskResumeData != nil, "\(error)")
+        #expect(Self.keptBodies(stopping).count == 1)
+        await stopping.shutDown()
+        await fixture.shutDown()
+    }
+
     @Test func aPlainServerGetsFoundationsBehaviour() async throws {
         let fixture = try Fixture()
         let (file, _) = try fixture.file(seed: 2814)
