@@ -49,7 +49,6 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
     private enum Work {
         case start(attempt: Int)
         case abort(any DataExchange)
-        case resumeData(Data?, [@Sendable (Data?) -> Void])
         case answer(allow: Bool)
     }
 
@@ -204,7 +203,6 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
             switch item {
             case .start(let attempt): start(attempt: attempt)
             case .abort(let exchange): exchange.cancel()
-            case .resumeData(let data, let callbacks): for callback in callbacks { callback(data) }
             case .answer(let allow): handle(.responseAnswered(allow: allow))
             }
         }
@@ -223,8 +221,10 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
             // The attempt stays current: its end carries the resume data.
             if let exchange = core.exchange { work.append(.abort(exchange)) }
         case .deliverResumeData(let data):
-            work.append(.resumeData(data, core.resumeDataCallbacks))
+            // On the delegate queue, in order, before the completion (as download tasks do).
+            let callbacks = core.resumeDataCallbacks
             core.resumeDataCallbacks = []
+            session.enqueue { for callback in callbacks { callback(data) } }
         case .startConnectivityGrace:
             Task { [weak self] in
                 try? await Task.sleep(for: DataTaskStateMachine.connectivityGrace)
