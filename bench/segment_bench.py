@@ -5,10 +5,13 @@ Scenarios (each in its own pair of network namespaces, every tool in the same ru
 
   capped       nginx `limit_rate 4m` (per request, so per connection), a --size-mib file, over an
                unshaped veth pair (several Gbit/s, far faster than the cap): curl, aria2c with its
-               defaults, `aria2c -x16 -s16 --min-split-size=1M`, and reachability with its defaults
-               and with each `--ours` variant. Wall time, connections at once (polled on the server
-               with ss every 20 ms), connections opened and requests (nginx log), bytes sent.
-  unthrottled  the same without limit_rate: curl against reachability (ratio, connections).
+               defaults, `aria2c -x16 -s16 --min-split-size=1M` (--peers chooses among them), and
+               reachability with its defaults and with each `--ours` variant, --runs times in a
+               shuffled order (--tls: over HTTPS, nginx with a self-signed certificate given to
+               every client). Worst, median and best wall time, and the ratio to the same run's
+               aria2c -x16 (worst, median, best), connections at once (polled on the server with ss
+               every 20 ms), connections opened (nginx log), bytes sent, the load average.
+  unthrottled  the same without limit_rate: curl, `curl && sync -f` against reachability.
   paths        the client has two uplinks to one server, shaped on the server side with `tc tbf`
                (--rates, default 100 and 50 Mbit/s; the second is named ww0, so it classifies as
                cellular, hence expensive): reachability (both paths allowed), reachability
@@ -31,6 +34,7 @@ Scenarios (each in its own pair of network namespaces, every tool in the same ru
 Needs root, nginx, curl, aria2c, tc. Namespaces are named rchS<pid>-*, always removed.
 Usage: sudo bench/segment_bench.py --binary .build/release/reachability [--scenarios capped,...]
        [--size-mib 512] [--runs 1] [--trials 30] [--ours '' --ours '--connections 16'] [--seed N]
+       [--peers aria2c-x16] [--tls] [--rate 1m]
 """
 import argparse
 import hashlib

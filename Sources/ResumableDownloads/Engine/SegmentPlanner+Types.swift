@@ -65,8 +65,8 @@ extension SegmentPlanner {
         /// A per-connection cap: each added connection carried at least this share of what an
         /// older one carried over the same span, and the older ones kept this share of their rate.
         var capShare = 0.6
-        /// How many times a round that reads as no gain is measured again, on a capped path or
-        /// after a writer pause, before its connections are closed.
+        /// How many times a round that reads as no gain on a path already seen capped is
+        /// measured again before its connections are closed.
         var remeasures = 2
         /// A round on a path in use is kept when each added connection raised the aggregate by at
         /// least this share of the path's average connection before the round.

@@ -25,8 +25,8 @@ import ReachabilityBase
 ///   `maximumJudgement`. It is kept on a cap, or when the aggregate rate grew by `newPathGain` of
 ///   itself (a new path) or by `usefulGain` of the path's average connection for each connection
 ///   added. Otherwise the added connections are closed and the path counts as full (tried again
-///   after `reprobeInterval`), except that a round on a capped path, or one the writer paused,
-///   is measured again (`remeasures` times) first: one noisy span never parks a capped path. A
+///   after `reprobeInterval`), except that a round on a path already seen capped is measured
+///   again (`remeasures` times) first: one noisy span never parks a capped path. A
 ///   server with no per-connection cap gains nothing from a second connection, so a download
 ///   from it keeps one.
 /// - **Work stealing.** A connection that finishes its range takes the first range nobody holds,
@@ -745,10 +745,11 @@ struct SegmentPlanner: Sendable {
             changedAt = now - window
             return []
         }
-        // One span that reads as no gain does not park a capped path, nor one the writer paused
-        // meanwhile (every connection stopped: the span says nothing about the server).
-        let paused = lastBackpressure.map { $0 >= (round.measuredFrom ?? round.startedAt) } ?? false
-        if !added.isEmpty, round.measuredFrom != nil, cappedPaths.contains(round.path) || paused,
+        // One span that reads as no gain does not park a capped path (a writer pause, a burst
+        // missed). Not so before a cap was seen: a server without one (the common case when the
+        // disk is what pauses the writer) keeps one connection, and a test connection kept longer
+        // costs the bytes in flight when it is cut.
+        if !added.isEmpty, round.measuredFrom != nil, cappedPaths.contains(round.path),
            round.remeasured < configuration.remeasures {
             var again = round
             again.remeasured += 1
