@@ -643,7 +643,7 @@ struct SegmentPlanner: Sendable {
     /// over one (a connection that replaced one that finished its range does not count as a change).
     private func settled(now: Instant) -> Bool {
         guard meter.total > 0, let first = connections.values.compactMap(\.firstByteAt).min(),
-              now - first >= window, now - first >= judgement(on: preferredPaths.first ?? .routingTable) else { return false }
+              now - first >= window, now - first >= bursts(on: preferredPaths.first ?? .routingTable) else { return false }
         return changedAt.map { now - $0 >= window } ?? true
     }
 
@@ -703,6 +703,13 @@ struct SegmentPlanner: Sendable {
         let gap = connections.values.filter { $0.path == path && !$0.isSeamCheck }.map(\.longestGap).max() ?? .zero
         return min(configuration.maximumJudgement,
                    max(window, configuration.minimumJudgement, gap * configuration.burstsPerJudgement))
+    }
+
+    /// Four of the longest silences on `path` (within `maximumJudgement`): how long a rate must be
+    /// measured before a round to hold several bursts; a server sending evenly needs only a window.
+    private func bursts(on path: Path) -> Duration {
+        let gap = connections.values.filter { $0.path == path && !$0.isSeamCheck }.map(\.longestGap).max() ?? .zero
+        return min(configuration.maximumJudgement, gap * configuration.burstsPerJudgement)
     }
 
     /// The mean rate of `connections` over `span`.
