@@ -15,6 +15,7 @@ packages=(
   dbus-daemon python3-dbusmock python3-dbus  # a private system bus with mocked NetworkManager/ModemManager
   python3-gi gir1.2-glib-2.0             # GLib's Gio.NetworkMonitor, the peer the NetworkManager tests agree with
   systemd                                # systemd-socket-activate (the agent's socket activation test)
+  python3-pip                            # installs aiohttp-tus below (PyPI only)
 )
 for option in "$@"; do
   case "$option" in
@@ -36,6 +37,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# aiohttp-tus is on PyPI only: the real tus 1.0 server the upload tests run (tuspy, the tus
+# client bench/upload_bench.py measures against, with --bench). PIP_BREAK_SYSTEM_PACKAGES lets
+# pip install beside Debian's packages (PEP 668), PIP_ROOT_USER_ACTION keeps it quiet as root;
+# older pips ignore both.
+python_packages=(aiohttp_tus:aiohttp-tus)
+for option in "$@"; do [ "$option" = --bench ] && python_packages+=(tusclient:tuspy); done
+for entry in "${python_packages[@]}"; do
+  module=${entry%%:*} package=${entry#*:}
+  if ! python3 -c "import $module" >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "setup: installing $package (pip)" >&2
+    $sudo env PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check "$package" >/dev/null
+  fi
+done
 
 # The Debian nginx package starts a system nginx on port 80; tests start their own and do not
 # need it, so stop it when this script is what installed it.

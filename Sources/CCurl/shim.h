@@ -167,6 +167,11 @@ static inline CURLcode ccurl_easy_getinfo_string(const ccurl_api *api, CURL *han
     return api->easy_getinfo(handle, info, value);
 }
 
+/* CURLINFO_ACTIVESOCKET: the connection's socket, CURL_SOCKET_BAD when there is none. */
+static inline CURLcode ccurl_easy_getinfo_socket(const ccurl_api *api, CURL *handle, curl_socket_t *value) {
+    return api->easy_getinfo(handle, CURLINFO_ACTIVESOCKET, value);
+}
+
 /* --- curl_multi_setopt --- */
 
 static inline CURLMcode ccurl_multi_setopt_long(const ccurl_api *api, CURLM *multi, CURLMoption option, long value) {

@@ -157,6 +157,13 @@ extension FileDescriptor {
     /// Shuts both directions down; wakes a thread blocked in accept(2) on a listening socket.
     package func shutdown() { Syscall.shutdown(rawValue) }
 
+    /// SO_LINGER with a zero timeout: close(2) then resets the connection and drops what is still
+    /// queued to send, instead of the kernel sending it on after the owner gave up on it.
+    package func setResetOnClose() throws(Errno) {
+        var option = linger(l_onoff: 1, l_linger: 0)
+        try setOption(level: SOL_SOCKET, name: SO_LINGER, value: &option)
+    }
+
     /// setsockopt(2) with `value`'s bytes.
     package func setOption<Value>(level: Int32, name: Int32, value: inout Value) throws(Errno) {
         try withUnsafeBytes(of: &value) { raw in

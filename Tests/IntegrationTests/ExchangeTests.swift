@@ -20,8 +20,8 @@ struct ExchangeTests {
         let agent: DownloadAgent
         let paths: AsyncStream<NetworkPath>.Continuation
 
-        init(initialPath: NetworkPath = ScriptedPaths.online()) throws {
-            server = try UploadTestServer()
+        init(initialPath: NetworkPath = ScriptedPaths.online(), lie: String? = nil, bytesPerSecond: Int? = nil) throws {
+            server = try UploadTestServer(lie: lie, bytesPerSecond: bytesPerSecond)
             state = try ScratchDirectory("exchange")
             let (stream, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
             continuation.yield(initialPath)
@@ -152,6 +152,17 @@ struct ExchangeTests {
         let wasAnswered = answered.load(ordering: .relaxed)
         #expect(!wasAnswered)
         #expect(ContinuousClock.now - started < .seconds(15))
+        await fixture.agent.shutdown()
+    }
+
+    @Test func aSilentServerEndsTheRequestAfterItsIdleTimeout() async throws {
+        let fixture = try Fixture()
+        let started = ContinuousClock.now
+        await #expect {
+            _ = try await fixture.agent.exchange(ExchangeRequest(url: fixture.server.url("hold"), idleTimeout: .milliseconds(300)))
+        } throws: { ($0 as? DownloadError)?.errorCode == -1001 && "\($0)".contains("nothing sent or received for 0.3 s") }
+        // The deadline is the request's idle timeout, not URLSession's 60 s.
+        #expect(ContinuousClock.now - started < .seconds(10))
         await fixture.agent.shutdown()
     }
 

@@ -14,12 +14,14 @@ final class UploadTestServer: Sendable {
         .appendingPathComponent("Servers/upload_server.py")
     static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") }
 
-    /// Starts the server; `lie` makes it misreport offsets (past-end, backwards, beyond, forget).
-    init(lie: String? = nil) throws {
+    /// Starts the server; `lie` makes it misreport offsets (past-end, backwards, beyond, forget),
+    /// `bytesPerSecond` reads bodies at that pace.
+    init(lie: String? = nil, bytesPerSecond: Int? = nil) throws {
         directory = try ScratchDirectory("upload-server")
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
         process.arguments = [Self.script.path, "--directory", directory.url.path] + (lie.map { ["--lie", $0] } ?? [])
+            + (bytesPerSecond.map { ["--rate", String($0)] } ?? [])
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice

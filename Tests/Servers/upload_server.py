@@ -41,6 +41,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     directory = "."
     lie = None
+    rate = 0  # body bytes per second read, 0 for as fast as it comes
 
     def log_message(self, *args):
         pass
@@ -61,9 +62,36 @@ class Handler(BaseHTTPRequestHandler):
                           "Upload-Draft-Interop-Version: 6\r\nLocation: %s\r\n\r\n" % location).encode())
         self.wfile.flush()
 
-    def read_body_into(self, path, offset):
-        """Reads Content-Length bytes, appending each chunk to the file at once; returns the count."""
+    def read_body_into(self, path, offset, state=None):
+        """Reads Content-Length bytes, appending each chunk to the file at once; returns the count.
+        With an upload's `state`, its offset follows each chunk, and the read stops when a newer
+        request for the same upload takes over (as tusd does), so a HEAD sees a settled offset."""
         length = int(self.headers.get("Content-Length", "0"))
+        generation = None
+        if state is not None:
+            with LOCK:
+                state["generation"] = state.get("generation", 0) + 1
+                generation = state["generation"]
+                state["readers"] = state.get("readers", 0) + 1
+        got = 0
+        started = time.monotonic()
+        try:
+            got = self.copy_body(path, offset, length, state, generation, started)
+        except OSError:
+            # The connection broke (reset, killed): what was written stays, as a real server's.
+            self.close_connection = True
+            got = -1
+        finally:
+            if state is not None:
+                with LOCK:
+                    state["readers"] -= 1
+        if got < 0:
+            with LOCK:
+                got = (state["offset"] - offset) if state is not None else 0
+        record(self.command, self.path, got)
+        return got, length
+
+    def copy_body(self, path, offset, length, state, generation, started):
         got = 0
         with open(path, "r+b" if os.path.exists(path) else "wb") as out:
             out.seek(offset)
@@ -72,11 +100,29 @@ class Handler(BaseHTTPRequestHandler):
                 chunk = self.rfile.read1(min(65536, length - got)) if hasattr(self.rfile, "read1") else self.rfile.read(min(65536, length - got))
                 if not chunk:
                     break
+                if state is not None and state.get("generation") != generation:
+                    break
                 out.write(chunk)
                 out.flush()
                 got += len(chunk)
-        record(self.command, self.path, got)
-        return got, length
+                if state is not None:
+                    with LOCK:
+                        state["offset"] = offset + got
+                if self.rate:
+                    # Reading slowly lets TCP's window slow the client: an upload lasts long
+                    # enough for a test to cut it in the middle.
+                    due = started + got / self.rate
+                    if due > time.monotonic():
+                        time.sleep(due - time.monotonic())
+        return got
+
+    def take_over(self, state):
+        """A new request for an upload stops the one still reading it, and waits for it."""
+        with LOCK:
+            state["generation"] = state.get("generation", 0) + 1
+        deadline = time.monotonic() + 5
+        while state.get("readers", 0) > 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     def file_path(self, upload_id):
         return os.path.join(self.directory, upload_id)
@@ -123,8 +169,6 @@ class Handler(BaseHTTPRequestHandler):
         offset = state["offset"]
         if self.lie == "past-end" and not state["complete"]:
             offset = state["offset"] + 4096
-        elif self.lie == "backwards" and offset > 0:
-            offset = max(0, offset - 65536)
         elif self.lie == "beyond":
             offset = 1 << 40
         elif self.lie == "forget" and offset > 0:
@@ -149,10 +193,9 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 UPLOADS[upload_id] = {"offset": 0, "complete": False, "length": None}
             self.interim_104("/ietf/" + upload_id)
-            got, length = self.read_body_into(self.file_path(upload_id), 0)
+            state = UPLOADS[upload_id]
+            got, length = self.read_body_into(self.file_path(upload_id), 0, state)
             with LOCK:
-                state = UPLOADS[upload_id]
-                state["offset"] = got
                 state["complete"] = complete and got == length
             if got < length:
                 self.close_connection = True
@@ -166,6 +209,7 @@ class Handler(BaseHTTPRequestHandler):
             upload_id, state = self.ietf_state()
             if state is None:
                 return self.reply(404)
+            self.take_over(state)
             return self.reply(204, self.offset_fields(state))
         self.reply(404)
 
@@ -180,6 +224,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Content-Type") != "application/partial-upload":
             return self.reply(415)
         offset = int(self.headers.get("Upload-Offset", "-1"))
+        self.take_over(state)
         if self.lie == "forget" and state["offset"] > 0 and not state.get("forgotten"):
             with LOCK:
                 state["forgotten"] = True
@@ -189,15 +234,17 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = length > 0
             return self.reply(409, self.offset_fields(state))
         complete = self.headers.get("Upload-Complete") == "?1"
-        got, length = self.read_body_into(self.file_path(upload_id), offset)
+        got, length = self.read_body_into(self.file_path(upload_id), offset, state)
         with LOCK:
-            state["offset"] = offset + got
             state["complete"] = complete and got == length
         if got < length:
             self.close_connection = True
             return
-        self.reply(201 if state["complete"] else 204, self.offset_fields(state),
-                   b"stored\n" if state["complete"] else b"")
+        fields = self.offset_fields(state)
+        if self.lie == "backwards":
+            # Acknowledges less than the offset this append started from.
+            fields = [(n, str(offset - 1) if n == "Upload-Offset" else v) for n, v in fields]
+        self.reply(201 if state["complete"] else 204, fields, b"stored\n" if state["complete"] else b"")
 
     def do_DELETE(self):
         if self.path.startswith("/echo"):
@@ -229,12 +276,14 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--address", default="127.0.0.1")
     parser.add_argument("--directory", required=True)
+    parser.add_argument("--rate", type=int, default=0)
     parser.add_argument("--lie", choices=["past-end", "backwards", "beyond", "forget"])
     arguments = parser.parse_args()
     Handler.directory = arguments.directory
     global STATS_FILE
     STATS_FILE = os.path.join(arguments.directory, "_stats.json")
     Handler.lie = arguments.lie
+    Handler.rate = arguments.rate
     server = ThreadingHTTPServer((arguments.address, arguments.port), Handler)
     server.daemon_threads = True
     print("port %d" % server.server_address[1], flush=True)

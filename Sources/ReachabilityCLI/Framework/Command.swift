@@ -51,6 +51,7 @@ enum CommandRegistry {
         WatchCommand.self,
         WaitCommand.self,
         DownloadCommand.self,
+        UploadCommand.self,
         AgentCommand.self,
         AgentStatusCommand.self,
         AgentMetricsCommand.self,

@@ -254,6 +254,13 @@ final class CurlEasy {
         return .microseconds(Int64(microseconds))
     }
 
+    /// The connection's socket descriptor, when there is one.
+    var activeSocket: Int32? {
+        var socket = CURL_SOCKET_BAD
+        guard ccurl_easy_getinfo_socket(api, handle, &socket) == CURLE_OK, socket != CURL_SOCKET_BAD else { return nil }
+        return Int32(socket)
+    }
+
     /// Facts about the finished transfer.
     func info() -> CurlTransferInfo {
         var code = 0, osErrno = 0

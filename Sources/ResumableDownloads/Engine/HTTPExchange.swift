@@ -115,7 +115,7 @@ package struct ExchangeRequest: Sendable {
     }
 
     /// Header names libcurl writes from the request itself: a caller's value would contradict it.
-    static let reservedHeaderNames: Set<String> = ["content-length", "transfer-encoding", "connection", "expect", "host"]
+    package static let reservedHeaderNames: Set<String> = ["content-length", "transfer-encoding", "connection", "expect", "host"]
 
     /// Throws `invalidRequest` with the reason when the request cannot be sent as it is.
     package func validate() throws(DownloadError) {

@@ -187,6 +187,13 @@ extension TransferEngine {
         var info: CurlTransferInfo?
         if let easy = context.easy {
             info = easy.info()
+            if forced != nil, let socket = easy.activeSocket {
+                // An exchange we end (the path went, the server went silent) must not go on
+                // without us: closing a socket normally lets the kernel keep sending its queued
+                // body once the link is back, and a resumable upload's server would then apply
+                // a stale append after the one that resumed it. A reset drops the queue.
+                try? FileDescriptor(rawValue: socket).setResetOnClose()
+            }
             exchangeHandles.removeValue(forKey: easy.handle)
             multi.remove(easy)
             easy.cleanup()
