@@ -47,7 +47,9 @@ struct ValueInputTests {
     @Test(arguments: texts)
     func waitTimeout(text: String) throws {
         let (outcome, command, message) = Self.parse(WaitCommand.self, ["--timeout", text])
-        if let expected = Self.limits[text] {
+        if let limit = Self.limits[text] {
+            // For `wait`, 0 waits for ever, as systemd-networkd-wait-online's --timeout=0 does.
+            let expected: Duration? = limit == .zero ? nil : limit
             #expect(outcome == .accepted, "\(message)")
             #expect((command as? WaitCommand)?.timeoutDuration == expected)
         } else {
