@@ -4,6 +4,7 @@ import LinuxReachability
 import Testing
 @testable import ReachabilityAgent
 @testable import ReachabilityCLI
+@testable import ReachabilityEvents
 
 /// `reachability agent` run whole under the harness: a scripted path source instead of netlink,
 /// signals through the context, `agent.conf` from the harness's files, a real state directory and

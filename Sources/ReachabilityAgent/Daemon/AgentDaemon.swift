@@ -5,6 +5,7 @@ import LinuxSystem
 import ReachabilityBase
 import ResumableDownloads
 import Synchronization
+import ReachabilityEvents
 
 /// What an agent run needs before it listens, checked first: the state directory (made, checked
 /// and locked for the life of the process), the settings with `agent.conf`, the caller's own
