@@ -166,6 +166,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Tests/TestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "TestSupport"]),
         .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "TestSupport"]),
+        .testTarget(name: "ReachabilityEventsTests", dependencies: ["ReachabilityEvents", "TestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "TestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["TestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
                                                           "ResumableURLSession"]),

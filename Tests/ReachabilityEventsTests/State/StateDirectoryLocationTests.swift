@@ -1,5 +1,4 @@
 import Testing
-@testable import ReachabilityAgent
 @testable import ReachabilityEvents
 
 /// The one state-directory resolver of every product (`download`, `agent`, `queue`,
