@@ -76,8 +76,9 @@ struct AgentCommand: Command {
         transport = try TransportOptions(arguments: arguments)
     }
 
-    /// Parses nothing more: the options become the daemon's, with this context's seams (scripted
-    /// paths, clocks, signals and files in tests), and `AgentDaemon.run` does the rest.
+    /// Hands the parsed options to `AgentDaemon.run`, which owns the agent's whole life, with this
+    /// context's seams (scripted paths, clocks, signals and files in tests); the CLI-only parts
+    /// (the `--cacert` check, `--metrics-file`, `--limit-rate`/`--proxy`) go in as closures.
     func run(in context: CommandContext) async throws -> ExitCode {
         let errorOutput = context.errorOutput
         let logger = monitor.isVerbose
