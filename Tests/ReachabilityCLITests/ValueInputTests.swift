@@ -4,6 +4,7 @@ import ResumableDownloads
 import Testing
 @testable import ReachabilityAgent
 @testable import ReachabilityCLI
+@testable import ReachabilityEvents
 
 /// Every numeric option, configuration key and environment knob against the texts issue 20
 /// names (`--max-outage 1e16` once died with SIGILL): each gives a usage or configuration error
