@@ -111,14 +111,19 @@ let package = Package(
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         .target(name: "ResumableDownloads", dependencies: ["CCurl", "CCrypto", "LinuxReachability", "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        // The download agent as a library: the service, its control protocol, server and typed
-        // client (`AgentClient`, public: other programs talk to the agent with it), the one
-        // state-directory resolver, the agent's log and sd_notify; and the event lines and
-        // metrics the agent and the CLI both write.
-        .target(name: "ReachabilityAgent", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem", "ReachabilityBase"],
+        // The vocabulary the agent and the CLI's `download` both write: event lines, JSON values,
+        // metric families, the one state-directory resolver and `AgentFailure`. Below both, so
+        // `download` does not read through the agent (ReachabilityAgent re-exports it).
+        .target(name: "ReachabilityEvents", dependencies: ["LinuxReachability", "ResumableDownloads", "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
-        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "ReachabilityAgent", "LinuxSystem",
-                                                        "ReachabilityBase"],
+        // The download agent as a library: the daemon (`AgentDaemon.run`), the service, its
+        // control protocol, server and typed client (`AgentClient`, public: other programs talk
+        // to the agent with it), the agent's log and sd_notify.
+        .target(name: "ReachabilityAgent", dependencies: ["ReachabilityEvents", "LinuxReachability", "ResumableDownloads", "LinuxSystem",
+                                                          "ReachabilityBase"],
+                swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
+        .target(name: "ReachabilityCLI", dependencies: ["LinuxReachability", "ResumableDownloads", "ReachabilityAgent", "ReachabilityEvents",
+                                                        "LinuxSystem", "ReachabilityBase"],
                 swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]),
         // Release builds link with GNU ld and pack the ~40,000 relative relocations of a static-stdlib
         // PIE into DT_RELR (when glibc >= 2.36, see above): the dynamic loader then touches 8 KiB of relocations
@@ -161,6 +166,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Tests/TestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "TestSupport"]),
         .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "TestSupport"]),
+        .testTarget(name: "ReachabilityEventsTests", dependencies: ["ReachabilityEvents", "TestSupport"]),
         .testTarget(name: "ReachabilityCLITests", dependencies: ["ReachabilityCLI", "TestSupport"]),
         .testTarget(name: "IntegrationTests", dependencies: ["TestSupport", "LinuxReachability", "ResumableDownloads", "ReachabilityCLI", "LinuxSystem",
                                                           "ResumableURLSession"]),

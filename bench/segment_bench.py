@@ -5,10 +5,13 @@ Scenarios (each in its own pair of network namespaces, every tool in the same ru
 
   capped       nginx `limit_rate 4m` (per request, so per connection), a --size-mib file, over an
                unshaped veth pair (several Gbit/s, far faster than the cap): curl, aria2c with its
-               defaults, `aria2c -x16 -s16 --min-split-size=1M`, and reachability with its defaults
-               and with each `--ours` variant. Wall time, connections at once (polled on the server
-               with ss every 20 ms), connections opened and requests (nginx log), bytes sent.
-  unthrottled  the same without limit_rate: curl against reachability (ratio, connections).
+               defaults, `aria2c -x16 -s16 --min-split-size=1M` (--peers chooses among them), and
+               reachability with its defaults and with each `--ours` variant, --runs times in a
+               shuffled order (--tls: over HTTPS, nginx with a self-signed certificate given to
+               every client). Worst, median and best wall time, and the ratio to the same run's
+               aria2c -x16 (worst, median, best), connections at once (polled on the server with ss
+               every 20 ms), connections opened (nginx log), bytes sent, the load average.
+  unthrottled  the same without limit_rate: curl, `curl && sync -f` against reachability.
   paths        the client has two uplinks to one server, shaped on the server side with `tc tbf`
                (--rates, default 100 and 50 Mbit/s; the second is named ww0, so it classifies as
                cellular, hence expensive): reachability (both paths allowed), reachability
@@ -31,6 +34,7 @@ Scenarios (each in its own pair of network namespaces, every tool in the same ru
 Needs root, nginx, curl, aria2c, tc. Namespaces are named rchS<pid>-*, always removed.
 Usage: sudo bench/segment_bench.py --binary .build/release/reachability [--scenarios capped,...]
        [--size-mib 512] [--runs 1] [--trials 30] [--ours '' --ours '--connections 16'] [--seed N]
+       [--peers aria2c-x16] [--tls] [--rate 1m]
 """
 import argparse
 import hashlib
@@ -54,6 +58,7 @@ SERVER = "10.87.0.1"
 CLIENT1 = "10.87.0.2"
 CLIENT2 = "10.87.0.3"
 PORT = 80
+TLS_PORT = 443
 
 
 def sha256_file(path):
@@ -78,6 +83,7 @@ class Lab:
         self.workdir = workdir
         self.nginx = None
         self.hostile = None
+        self.port = PORT
         for ns in (self.client, self.server):
             ip(f"netns add {ns}")
             ip(f"-n {ns} link set lo up")
@@ -110,9 +116,16 @@ class Lab:
     def route(self, name, metric):
         ip(f"-n {self.client} route replace default via {SERVER} dev {name} onlink metric {metric}")
 
-    def start_nginx(self, rate=None):
+    def start_nginx(self, rate=None, tls=False):
         p = f"{self.workdir}/nginx"
         limit = f"limit_rate {rate};" if rate else ""
+        listen = f"{SERVER}:{PORT}"
+        if tls:
+            # A self-signed certificate for the server's address; every client is given it as its CA.
+            sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={SERVER}",
+               "-addext", f"subjectAltName=IP:{SERVER}", "-keyout", f"{p}/key.pem", "-out", f"{p}/cert.pem")
+            listen = f"{SERVER}:{TLS_PORT} ssl; ssl_certificate {p}/cert.pem; ssl_certificate_key {p}/key.pem"
+        self.port = TLS_PORT if tls else PORT
         conf = f"""
 daemon off; master_process off; worker_processes 1;
 error_log {p}/error.log warn; pid {p}/nginx.pid;
@@ -124,7 +137,7 @@ http {{
   uwsgi_temp_path {p}/tmp/u; scgi_temp_path {p}/tmp/s;
   default_type application/octet-stream;
   keepalive_requests 100000;
-  server {{ listen {SERVER}:{PORT}; root {self.workdir}/www; {limit} }}
+  server {{ listen {listen}; root {self.workdir}/www; {limit} }}
 }}
 """
         with open(f"{p}/nginx.conf", "w") as f:
@@ -138,7 +151,7 @@ http {{
 
     def wait_listening(self):
         deadline = time.monotonic() + 10
-        while not sh("ip", "netns", "exec", self.server, "ss", "-Hltn", f"sport = :{PORT}").strip():
+        while not sh("ip", "netns", "exec", self.server, "ss", "-Hltn", f"sport = :{self.port}").strip():
             if time.monotonic() > deadline:
                 raise RuntimeError("the server did not start")
             time.sleep(0.01)
@@ -169,14 +182,14 @@ http {{
         return rows
 
     def established(self):
-        out = sh("ip", "netns", "exec", self.server, "ss", "-Htn", "state", "established", f"sport = :{PORT}")
+        out = sh("ip", "netns", "exec", self.server, "ss", "-Htn", "state", "established", f"sport = :{self.port}")
         return len([line for line in out.splitlines() if line.strip()])
 
     def wait_idle(self, timeout=10):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             out = sh("ip", "netns", "exec", self.server, "ss", "-Htn", "state", "established",
-                     "state", "close-wait", "state", "fin-wait-1", "state", "fin-wait-2", f"sport = :{PORT}")
+                     "state", "close-wait", "state", "fin-wait-1", "state", "fin-wait-2", f"sport = :{self.port}")
             if not out.strip():
                 return
             time.sleep(0.05)
@@ -263,29 +276,32 @@ def ours(binary, url, out, state, extra=()):
     return [binary, "download", "-q", "--state-dir", state, "-o", out, *extra, url]
 
 
-def peer(tool, url, out):
+def peer(tool, url, out, cacert=None):
     directory, name = os.path.split(out)
+    curl_ca = ["--cacert", cacert] if cacert else []
+    aria_ca = [f"--ca-certificate={cacert}"] if cacert else []
     if tool == "curl":
-        return ["curl", "-sS", "-o", out, url]
+        return ["curl", "-sS", *curl_ca, "-o", out, url]
     if tool == "curl+sync":
         # What making curl's file durable costs (ours is fsynced when it says completed).
-        return ["sh", "-c", 'curl -sS -o "$1" "$2" && sync -f "$1"', "curl-sync", out, url]
+        return ["sh", "-c", f'curl -sS {" ".join(curl_ca)} -o "$1" "$2" && sync -f "$1"', "curl-sync", out, url]
     if tool == "aria2c":
-        return ["aria2c", "-q", "--allow-overwrite=true", "--auto-file-renaming=false", "-d", directory, "-o", name, url]
+        return ["aria2c", "-q", *aria_ca, "--allow-overwrite=true", "--auto-file-renaming=false", "-d", directory, "-o", name, url]
     if tool == "aria2c-x16":
-        return ["aria2c", "-q", "-x16", "-s16", "--min-split-size=1M", "--allow-overwrite=true",
+        return ["aria2c", "-q", *aria_ca, "-x16", "-s16", "--min-split-size=1M", "--allow-overwrite=true",
                 "--auto-file-renaming=false", "-d", directory, "-o", name, url]
     raise ValueError(tool)
 
 
-def tool_command(tool, args, url, out, state):
+def tool_command(tool, args, url, out, state, cacert=None):
+    ca = ["--cacert", cacert] if cacert else []
     if tool.startswith("baseline"):
         extra = shlex.split(tool[len("baseline"):].strip(" []"))
-        return ours(args.baseline, url, out, state, extra)
+        return ours(args.baseline, url, out, state, ca + extra)
     if tool.startswith("reachability"):
         extra = shlex.split(tool[len("reachability"):].strip(" []"))
-        return ours(args.binary, url, out, state, extra)
-    return peer(tool, url, out)
+        return ours(args.binary, url, out, state, ca + extra)
+    return peer(tool, url, out, cacert)
 
 
 def clean_outputs(out, state):
@@ -309,6 +325,12 @@ def tools_for(args, base):
     return base + [("reachability " + variant).strip() for variant in args.ours]
 
 
+def load():
+    """The 1-minute load average (the machine may be shared: each figure is printed beside it)."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def measure_transfer(args, scenario, rate):
     """capped / unthrottled: every tool fetches the file from nginx over an unshaped veth."""
     workdir = tempfile.mkdtemp(prefix="segment-bench-")
@@ -318,11 +340,15 @@ def measure_transfer(args, scenario, rate):
         lab.uplink("eth1", CLIENT1, 100)
         digest = random_file(f"{workdir}/www/file.bin", args.size_mib, args.seed)
         size = args.size_mib << 20
-        lab.start_nginx(rate)
-        url = f"http://{SERVER}/file.bin"
+        lab.start_nginx(rate, tls=args.tls)
+        cacert = f"{workdir}/nginx/cert.pem" if args.tls else None
+        url = f"{'https' if args.tls else 'http'}://{SERVER}/file.bin"
         out, state = f"{workdir}/client/file.bin", f"{workdir}/state"
         os.makedirs(f"{workdir}/client", exist_ok=True)
-        base = ["curl", "aria2c", "aria2c-x16"] if scenario == "capped" else ["curl", "curl+sync", "aria2c-x16"]
+        if args.peers is not None:
+            base = [tool for tool in args.peers.split(",") if tool]
+        else:
+            base = ["curl", "aria2c", "aria2c-x16"] if scenario == "capped" else ["curl", "curl+sync", "aria2c-x16"]
         tools = tools_for(args, base) + (["baseline"] if args.baseline else [])
         for run in range(args.runs):
             order = tools[:]
@@ -330,17 +356,19 @@ def measure_transfer(args, scenario, rate):
             for tool in order:
                 clean_outputs(out, state)
                 lab.reset_log()
-                proc, elapsed, most = run_timed(lab, tool_command(tool, args, url, out, state), args.timeout)
+                before = load()
+                proc, elapsed, most = run_timed(lab, tool_command(tool, args, url, out, state, cacert), args.timeout)
                 lab.wait_idle()
                 log = lab.log()
                 ok = proc.returncode == 0 and sha256_file(out) == digest
                 if not ok:
                     print(f"# {tool}: exit {proc.returncode}: {proc.stderr[-500:]}", file=sys.stderr)
-                results.append({"tool": tool, "seconds": elapsed, "ok": ok, "most": most,
+                results.append({"tool": tool, "run": run, "seconds": elapsed, "ok": ok, "most": most,
                                 "opened": len({row[0] for row in log}), "requests": len(log),
-                                "sent": sum(row[2] for row in log), "size": size})
+                                "sent": sum(row[2] for row in log), "size": size, "load": max(before, load())})
                 print(f"# {scenario} run {run + 1} {tool}: {elapsed:.2f} s, {most} at once, "
-                      f"{results[-1]['opened']} opened, {len(log)} requests, ok={ok}", file=sys.stderr, flush=True)
+                      f"{results[-1]['opened']} opened, {len(log)} requests, load {results[-1]['load']:.1f}, ok={ok}",
+                      file=sys.stderr, flush=True)
     finally:
         lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -348,22 +376,27 @@ def measure_transfer(args, scenario, rate):
 
 
 def report_transfer(scenario, results, args):
+    """Worst, median and best per tool; the ratios against aria2c -x16 (or curl+sync, or curl) are
+    taken run by run (the same run's peer), and their worst is the one that counts."""
     tools = list(dict.fromkeys(r["tool"] for r in results))
-    curl = statistics.median([r["seconds"] for r in results if r["tool"] == "curl"])
-    x16 = [r["seconds"] for r in results if r["tool"] == "aria2c-x16"]
-    x16 = statistics.median(x16) if x16 else None
-    title = f"nginx limit_rate {args.rate} per connection" if scenario == "capped" else "nginx, no limit"
-    print(f"\n## {scenario}: {args.size_mib} MiB, {title}, veth pair, {args.runs} run(s), seed {args.seed}\n")
-    print("| tool | time (median) | min-max | x curl | x aria2c -x16 | connections at once (max) | connections opened | requests | bytes sent / size | sha256 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    present = set(tools)
+    peer_name = next((t for t in ("aria2c-x16", "curl+sync", "curl") if t in present), None)
+    peer_of = {r["run"]: r["seconds"] for r in results if r["tool"] == peer_name}
+    rate = f"nginx limit_rate {args.rate} per connection" if scenario == "capped" else "nginx, no limit"
+    scheme = "HTTPS (nginx with TLS)" if args.tls else "HTTP"
+    print(f"\n## {scenario}: {args.size_mib} MiB, {rate}, {scheme}, veth pair, {args.runs} run(s), seed {args.seed}\n")
+    print(f"| tool | worst | median | best | x {peer_name} (same run): worst | median | best | connections at once (max) "
+          f"| connections opened (max) | bytes sent / size (max) | load (max) | sha256 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for tool in tools:
         rows = [r for r in results if r["tool"] == tool]
-        times = [r["seconds"] for r in rows]
-        median = statistics.median(times)
-        ratio_x16 = f"{median / x16:.2f}x" if x16 else "-"
-        print(f"| {tool} | {median:.2f} s | {min(times):.2f}-{max(times):.2f} | {median / curl:.2f}x | {ratio_x16} "
-              f"| {max(r['most'] for r in rows)} | {max(r['opened'] for r in rows)} | {max(r['requests'] for r in rows)} "
-              f"| {max(r['sent'] for r in rows) / rows[0]['size']:.3f} | {'ok' if all(r['ok'] for r in rows) else 'WRONG'} |")
+        times = sorted(r["seconds"] for r in rows)
+        ratios = sorted(r["seconds"] / peer_of[r["run"]] for r in rows if r["run"] in peer_of)
+        ratio = (f"{ratios[-1]:.2f}x | {statistics.median(ratios):.2f}x | {ratios[0]:.2f}x" if ratios else "- | - | -")
+        print(f"| {tool} | {times[-1]:.2f} s | {statistics.median(times):.2f} s | {times[0]:.2f} s | {ratio} "
+              f"| {max(r['most'] for r in rows)} | {max(r['opened'] for r in rows)} "
+              f"| {max(r['sent'] for r in rows) / rows[0]['size']:.3f} | {max(r['load'] for r in rows):.1f} "
+              f"| {'ok' if all(r['ok'] for r in rows) else 'WRONG'} |")
 
 
 # MARK: two paths
@@ -713,6 +746,9 @@ def main():
     parser.add_argument("--baseline", help="another reachability build measured as 'baseline' (capped, unthrottled)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--seed", type=int, default=18)
+    parser.add_argument("--peers", help="capped/unthrottled: the other tools, comma-separated (default: curl, aria2c, "
+                        "aria2c-x16 capped; curl, curl+sync, aria2c-x16 unthrottled)")
+    parser.add_argument("--tls", action="store_true", help="capped/unthrottled over HTTPS (nginx with a self-signed certificate)")
     args = parser.parse_args()
     if args.ours is None:
         args.ours = [""]

@@ -3,6 +3,7 @@ import Glibc
 import LinuxReachability
 import ReachabilityAgent
 import LinuxSystem
+import ReachabilityEvents
 
 /// The `reachability` command-line tool: parses arguments, runs a subcommand, returns the exit status.
 public enum ReachabilityCommandLine {

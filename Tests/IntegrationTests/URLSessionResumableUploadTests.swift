@@ -125,7 +125,9 @@ struct URLSessionResumableUploadTests {
         let elapsed = ContinuousClock.now - cut
         let error = try #require(fixture.delegate.error(of: task))
         #expect(error.code == .networkConnectionLost, "\(error)")
-        #expect(elapsed < .milliseconds(500), "-1005 after \(elapsed)")
+        // Far below the 10 s request timeout (run beside other suites on 2 cores it took 0.94 s
+        // once); the namespace test measures the cut itself (URLSessionUploadOutageTests).
+        #expect(elapsed < .seconds(3), "-1005 after \(elapsed)")
         let resumeData = try #require(error.uploadTaskResumeData, "a resumable server's upload gives resume data")
         #expect(task.countOfBytesSent >= 2 << 20 && task.countOfBytesSent <= Int64(content.count))
         fixture.paths.yield(ScriptedPaths.online())

@@ -4,6 +4,7 @@ import LinuxReachability
 import Testing
 @testable import ReachabilityAgent
 @testable import ReachabilityCLI
+@testable import ReachabilityEvents
 
 /// `reachability agent` run whole under the harness: a scripted path source instead of netlink,
 /// signals through the context, `agent.conf` from the harness's files, a real state directory and
@@ -214,7 +215,7 @@ struct AgentCommandTests {
 struct AgentShutdownBoundTests {
     @Test func returnsAtTheLimitWhenTheWorkIsStuck() async {
         let start = ContinuousClock.now
-        let finished = await AgentCommand.finishes(within: .milliseconds(50)) {
+        let finished = await AgentDaemon.finishes(within: .milliseconds(50)) {
             // Stuck for as long as the test could run: nothing cancels it.
             try? await Task.sleep(for: .seconds(3600))
         }
@@ -225,7 +226,7 @@ struct AgentShutdownBoundTests {
     }
 
     @Test func saysSoWhenTheWorkEnds() async {
-        #expect(await AgentCommand.finishes(within: .seconds(30)) {})
+        #expect(await AgentDaemon.finishes(within: .seconds(30)) {})
     }
 }
 

@@ -4,6 +4,7 @@ import ResumableDownloads
 import Testing
 @testable import ReachabilityAgent
 @testable import ReachabilityCLI
+@testable import ReachabilityEvents
 
 /// Every numeric option, configuration key and environment knob against the texts issue 20
 /// names (`--max-outage 1e16` once died with SIGILL): each gives a usage or configuration error
@@ -47,7 +48,9 @@ struct ValueInputTests {
     @Test(arguments: texts)
     func waitTimeout(text: String) throws {
         let (outcome, command, message) = Self.parse(WaitCommand.self, ["--timeout", text])
-        if let expected = Self.limits[text] {
+        if let limit = Self.limits[text] {
+            // For `wait`, 0 waits for ever, as systemd-networkd-wait-online's --timeout=0 does.
+            let expected: Duration? = limit == .zero ? nil : limit
             #expect(outcome == .accepted, "\(message)")
             #expect((command as? WaitCommand)?.timeoutDuration == expected)
         } else {

@@ -2,6 +2,7 @@ import FoundationEssentials
 import LinuxSystem
 import LinuxReachability
 import ReachabilityBase
+import ReachabilityEvents
 
 /// A program's handle on the download agent of one state directory: typed requests over its
 /// control socket (`STATE_DIR/agent.sock`, one JSON line each way, `ControlProtocol`).

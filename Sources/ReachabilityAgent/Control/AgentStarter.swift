@@ -1,6 +1,7 @@
 import FoundationEssentials
 import LinuxSystem
 import ReachabilityBase
+import ReachabilityEvents
 
 /// Finds the user's agent for a background session, starting one when none runs.
 ///

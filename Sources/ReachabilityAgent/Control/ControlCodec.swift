@@ -1,5 +1,6 @@
 import FoundationEssentials
 import ResumableDownloads
+import ReachabilityEvents
 
 /// Encoding and decoding of lines; decoding also validates.
 package enum ControlCodec {

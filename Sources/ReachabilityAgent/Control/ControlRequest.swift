@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityEvents
 
 /// A request's `id`, echoed in its reply: a number or a string, as the client chose.
 package enum ControlRequestID: Codable, Sendable, Hashable {

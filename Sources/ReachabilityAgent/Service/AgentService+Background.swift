@@ -2,6 +2,7 @@ import FoundationEssentials
 import LinuxSystem
 import ReachabilityBase
 import ResumableDownloads
+import ReachabilityEvents
 
 /// Background sessions in the agent (issue 17): `BackgroundRegistry` decides, this carries out
 /// its actions against the engine (`DownloadAgent`), the files (`BackgroundStore`), the

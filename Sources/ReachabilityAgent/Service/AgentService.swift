@@ -4,6 +4,7 @@ import LinuxSystem
 import LinuxReachability
 import ResumableDownloads
 import Synchronization
+import ReachabilityEvents
 
 /// What the agent does with downloads, separate from sockets, signals and files: handles
 /// control commands, keeps user pauses across restarts, reports events and the status summary.

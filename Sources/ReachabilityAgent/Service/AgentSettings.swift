@@ -1,6 +1,7 @@
 import LinuxReachability
 import ReachabilityBase
 import ResumableDownloads
+import ReachabilityEvents
 
 /// The settings SIGHUP can change, from the command line and `agent.conf`.
 package struct AgentSettings: Sendable, Equatable {

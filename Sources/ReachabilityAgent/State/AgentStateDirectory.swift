@@ -3,6 +3,7 @@ import LinuxReachability
 import Glibc
 import LinuxSystem
 import ReachabilityBase
+import ReachabilityEvents
 
 /// Where the agent keeps its socket, lock, log, configuration and resume records.
 ///

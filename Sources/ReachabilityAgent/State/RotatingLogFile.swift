@@ -2,6 +2,7 @@ import FoundationEssentials
 import Glibc
 import LinuxSystem
 import Synchronization
+import ReachabilityEvents
 
 /// Appends lines to `agent.log` (0600) and rotates it at `maximumSize` bytes to `agent.log.1`,
 /// keeping `keep` old files. Thread-safe; a failed write is dropped (stdout still has the line).

@@ -1,11 +1,8 @@
-import Dispatch
 import FoundationEssentials
-import Glibc
 import LinuxReachability
 import LinuxSystem
 import ReachabilityBase
 import ResumableDownloads
-import Synchronization
 import ReachabilityAgent
 
 /// `reachability agent`: the long-running download agent with a control socket.
@@ -79,55 +76,50 @@ struct AgentCommand: Command {
         transport = try TransportOptions(arguments: arguments)
     }
 
-    /// Test knob (not in --help): how long a control request may take from its first byte.
-    static let requestDeadline = EnvironmentValue("REACHABILITY_CONTROL_REQUEST_DEADLINE", Seconds.positive(upTo: .seconds(86_400)))
-
+    /// Hands the parsed options to `AgentDaemon.run`, which owns the agent's whole life, with this
+    /// context's seams (scripted paths, clocks, signals and files in tests); the CLI-only parts
+    /// (the `--cacert` check, `--metrics-file`, `--limit-rate`/`--proxy`) go in as closures.
     func run(in context: CommandContext) async throws -> ExitCode {
-        let plan = try AgentPlan.prepare(self, in: context)
-        return try await AgentRun(command: self, plan: plan, context: context).execute()
-    }
-
-    /// Reads `agent.conf` over the command line's settings (at start and on SIGHUP).
-    func loadSettings(_ path: String, in context: CommandContext) throws -> AgentSettings {
-        guard let text = try context.readFile(path) else { return settings }
-        return try AgentSettings.parse(text, base: settings, path: path)
-    }
-
-    /// Runs `work` and says whether it ended within `limit`, returning at the limit either way.
-    /// (A task group would not do: leaving its scope waits for every child, so a stuck
-    /// `shutdown()` would hold the process past systemd's stop timeout.) Work still running is
-    /// left behind; the process exits soon after.
-    static func finishes(within limit: Duration, _ work: @escaping @Sendable () async -> Void) async -> Bool {
-        let (outcome, continuation) = AsyncStream.makeStream(of: Bool.self)
-        Task {
-            await work()
-            continuation.yield(true)
-        }
-        let timer = Task {
-            try? await Task.sleep(for: limit)
-            continuation.yield(false)
-        }
-        var iterator = outcome.makeAsyncIterator()
-        let finished = await iterator.next() ?? false
-        timer.cancel()
-        continuation.finish()
-        return finished
-    }
-
-    /// A control-server event as an event name and fields.
-    static func describe(_ event: ControlServerEvent) -> (String, [JSONValue.Member]) {
-        switch event {
-        case .refused(let peer):
-            return ("refused", [.init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
-        case .request(let command, let peer):
-            return ("request", [.init(key: "command", value: .string(ControlRequest(id: nil, command: command).command.rawValue)),
-                                .init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
-        case .rejected(let error, let peer):
-            return ("rejected", [.init(key: "code", value: .string(error.code.rawValue)),
-                                 .init(key: "message", value: .string(error.message)), .init(key: "uid", value: .integer(Int(peer.uid)))])
-        case .error(let message):
-            return ("error", [.init(key: "message", value: .string(message))])
-        }
+        let errorOutput = context.errorOutput
+        let logger = monitor.isVerbose
+            ? Logger(label: "agent", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
+        let (monitor, transport, metrics, workingDirectory) = (monitor, transport, metrics, context.currentDirectory)
+        let options = AgentDaemon.Options(
+            stateDirectory: stateDirectoryArgument, settings: settings, logSizeLimit: logSizeLimit, logger: logger,
+            startPaths: {
+                let source = try monitor.startPathSource(in: context)
+                return AgentDaemon.PathFeed(paths: { source.paths }, hostPaths: { source.paths(to: $0) }, cancel: { source.cancel() })
+            },
+            configureDownloads: { transport.apply(to: &$0, workingDirectory: workingDirectory) },
+            openMetrics: {
+                // A CA file that cannot be read would fail every TLS download later, one by one: say so now.
+                if let authorities = transport.certificateAuthorityURL(workingDirectory: workingDirectory),
+                   !FileManager.default.isReadableFile(atPath: authorities.path) {
+                    throw CommandFailure(message: "cannot read --cacert \(authorities.path)", exitCode: .noInput)
+                }
+                return try metrics.open(in: context).map { AgentMetricsFile(file: $0, interval: metrics.interval, sleep: context.sleep) }
+            })
+        try await AgentDaemon.run(options, host: AgentDaemon.Host(
+            output: { context.output.line($0) }, errorOutput: { errorOutput.line($0) },
+            environment: context.environment, now: context.now, readFile: context.readFile,
+            onSignals: context.onSignals, effectiveUserID: context.effectiveUserID,
+            currentDirectory: context.currentDirectory))
+        return .success
     }
 }
 
+/// `--metrics-file` as the agent keeps it: a `MetricsPublisher` every `--metrics-interval`.
+struct AgentMetricsFile: AgentMetricsTarget {
+    let file: MetricsFile
+    let interval: Duration
+    let sleep: @Sendable (Duration) async throws -> Void
+
+    var path: String { file.path }
+
+    func publish(render: @escaping @Sendable () async -> String,
+                 report: @escaping @Sendable (String?) -> Void) async throws -> any AgentMetricsPublication {
+        try await MetricsPublisher(file: file, interval: interval, sleep: sleep, render: render, report: report)
+    }
+}
+
+extension MetricsPublisher: AgentMetricsPublication {}

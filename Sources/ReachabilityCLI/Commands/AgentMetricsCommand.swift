@@ -1,4 +1,5 @@
 import ReachabilityAgent
+import ReachabilityEvents
 /// `reachability agent metrics [--format openmetrics|prometheus]`.
 struct AgentMetricsCommand: Command {
     static let name = "agent metrics"

@@ -3,8 +3,8 @@ import LinuxReachability
 import ResumableDownloads
 import Synchronization
 import ReachabilityBase
-import ReachabilityAgent
 import LinuxSystem
+import ReachabilityEvents
 
 /// Turns download events and progress into output: NDJSON on stdout (`--json`) or text lines on
 /// stderr, plus one progress bar per download on stderr when it is a terminal.

@@ -2,7 +2,6 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import LinuxSystem
-import ReachabilityAgent
 import ResumableDownloads
 
 /// What a `download` run will do, decided and checked before anything starts: knobs read, the

@@ -3,7 +3,7 @@ import LinuxReachability
 import LinuxSystem
 import ResumableDownloads
 import Synchronization
-import ReachabilityAgent
+import ReachabilityEvents
 
 /// Where `download` keeps resume data.
 enum DownloadStateDirectory {

@@ -1,7 +1,7 @@
 import FoundationEssentials
 import Glibc
 import LinuxReachability
-import ReachabilityAgent
+import ReachabilityEvents
 import ReachabilityBase
 import ResumableDownloads
 import Synchronization

@@ -1,7 +1,7 @@
 import FoundationEssentials
 import LinuxReachability
-import ReachabilityAgent
 import ReachabilityBase
+import ReachabilityEvents
 
 /// `reachability wait`: exit 0 as soon as every condition holds, 1 on timeout; while waiting, say
 /// every 5 s what is still missing. Built to run at boot as a wait-online service

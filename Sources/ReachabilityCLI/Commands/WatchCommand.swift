@@ -1,6 +1,6 @@
 import LinuxReachability
 import Synchronization
-import ReachabilityAgent
+import ReachabilityEvents
 
 /// `reachability watch`: print the current path, then one timestamped line per change, until
 /// SIGINT/SIGTERM (exit 0).

@@ -2,8 +2,8 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import LinuxSystem
-import ReachabilityAgent
 import ReachabilityBase
+import ReachabilityEvents
 
 /// Where a command's paths come from: `PathMonitor` in the tool, a script in tests.
 ///

@@ -1,4 +1,4 @@
-import ReachabilityAgent
+import ReachabilityEvents
 
 /// A mistake on the command line: printed as `Error: ...` with the usage line, exit 64.
 struct UsageError: Error, Sendable, Equatable, CustomStringConvertible {

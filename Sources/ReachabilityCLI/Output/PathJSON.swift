@@ -1,6 +1,6 @@
 import FoundationEssentials
 import LinuxReachability
-import ReachabilityAgent
+import ReachabilityEvents
 
 /// The `--json` object for one path; the key order is part of the output format.
 enum PathJSON {

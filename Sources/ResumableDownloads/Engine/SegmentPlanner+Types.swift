@@ -55,6 +55,19 @@ extension SegmentPlanner {
         var evaluationWindow: Duration = .milliseconds(300)
         var minimumWindow: Duration = .milliseconds(150)
         var maximumWindow: Duration = .seconds(1)
+        /// A round is judged over at least this long once its connections deliver, and over at
+        /// least `burstsPerJudgement` times the longest silence a connection on its path showed
+        /// (a server pacing in bursts, a writer pause), at most `maximumJudgement`: nginx's
+        /// `limit_rate` with an 85 ms writer pause read as "no gain" over 150 ms (issue 30).
+        var minimumJudgement: Duration = .milliseconds(300)
+        var maximumJudgement: Duration = .seconds(2)
+        var burstsPerJudgement = 4
+        /// A per-connection cap: each added connection carried at least this share of what an
+        /// older one carried over the same span, and the older ones kept this share of their rate.
+        var capShare = 0.6
+        /// How many times a round that reads as no gain on a path already seen capped is
+        /// measured again before its connections are closed.
+        var remeasures = 2
         /// A round on a path in use is kept when each added connection raised the aggregate by at
         /// least this share of the path's average connection before the round.
         var usefulGain: Double = 0.5
@@ -184,6 +197,8 @@ extension SegmentPlanner {
         var meter = ThroughputWindow()
         /// A seam check: compares, stores nothing. `seam` is the boundary it checks.
         var seam: Int64?
+        /// The longest silence between two deliveries (bursts, writer pauses).
+        var longestGap: Duration = .zero
 
         var remaining: Int64 { max(0, end - position) }
         var isSeamCheck: Bool { seam != nil }

@@ -15,13 +15,20 @@ import ReachabilityBase
 ///   first connection carries on.
 /// - **Adaptive.** Connections are added in rounds, only while the rest of the download would
 ///   take longer than `minimumRemainingTime` and the disk keeps up (no backpressure). A round adds
-///   a connection on a path not used yet, or doubles the connections of a path in use (quadruples
-///   them after a round whose connections each added nearly a whole one's rate); after the
-///   new connections have delivered for `evaluationWindow` it is kept when the aggregate rate grew
-///   by `newPathGain` of itself (a new path) or by `usefulGain` of the path's average connection
-///   for each connection added. Otherwise the added connections are closed and the path counts
-///   as full (tried again after `reprobeInterval`). A server with no per-connection cap gains
-///   nothing from a second connection, so a download from it keeps one.
+///   a connection on a path not used yet, or doubles the connections of a path in use; once a
+///   round showed a **per-connection cap** (each added connection carried at least `capShare` of
+///   what an older one carried over the same span, and the older ones kept `capShare` of their
+///   rate before), the next round opens every connection allowed at once, as aria2c does. A
+///   round is judged once its connections have delivered for a judgement span: at least
+///   `minimumJudgement`, a window, and `burstsPerJudgement` times the longest silence any
+///   connection on the path showed (a server pacing in bursts, the writer pausing), at most
+///   `maximumJudgement`. It is kept on a cap, or when the aggregate rate grew by `newPathGain` of
+///   itself (a new path) or by `usefulGain` of the path's average connection for each connection
+///   added. Otherwise the added connections are closed and the path counts as full (tried again
+///   after `reprobeInterval`), except that a round on a path already seen capped is measured
+///   again (`remeasures` times) first: one noisy span never parks a capped path. A
+///   server with no per-connection cap gains nothing from a second connection, so a download
+///   from it keeps one.
 /// - **Work stealing.** A connection that finishes its range takes the first range nobody holds,
 ///   else a piece from the end of the range expected to finish last: at most a chunk
 ///   (`chunkDuration` at its rate) and its fair share of the rest, split at `alignment`
@@ -61,8 +68,10 @@ struct SegmentPlanner: Sendable {
         var pathCountBefore: Int
         var added: [Int]
         var startedAt: Instant
-        /// When the last added connection delivered its first byte.
+        /// When the last added connection delivered its first byte (or a new measurement began).
         var measuredFrom: Instant?
+        /// Measurements started again after one that read as no gain.
+        var remeasured = 0
     }
 
     let configuration: Configuration
@@ -80,6 +89,11 @@ struct SegmentPlanner: Sendable {
     private(set) var targets: [Path: Int] = [:]
     /// Paths that gained nothing from their last round, and since when.
     private var fullPaths: [Path: Instant] = [:]
+    /// Paths whose server was seen capping each connection: the next round opens all allowed.
+    private(set) var cappedPaths = Set<Path>()
+    /// The aggregate and the path's rate over the last kept round's judgement span: the next
+    /// round's "before" (a fresh short span of a bursty server would read anything).
+    private var lastJudged: (at: Instant, path: Path, aggregate: Double, onPath: Double)?
     private var round: Round?
     private var meter = ThroughputWindow()
     private var pathMeters: [Path: ThroughputWindow] = [:]
@@ -123,9 +137,6 @@ struct SegmentPlanner: Sendable {
 
     /// Most connections now: the configured maximum within the allowance.
     var maximumConnections: Int { max(1, min(configuration.maximumConnections, allowance)) }
-    /// How many times over the next round multiplies a path's connections: 2, or 4 after a round
-    /// whose connections each added nearly a whole average connection (a per-connection cap).
-    private var growthFactor = 2
 
     init(configuration: Configuration) {
         self.configuration = configuration
@@ -164,6 +175,10 @@ struct SegmentPlanner: Sendable {
     mutating func record(position: Int64, of id: Int, at now: Instant) {
         guard var connection = connections[id], !connection.isSeamCheck, position > connection.position else { return }
         let count = position - connection.position
+        if let last = connection.lastByteAt {
+            // A server pacing in bursts (or a writer pause) shows as silences between deliveries.
+            connection.longestGap = max(connection.longestGap, now - last)
+        }
         if connection.firstByteAt == nil {
             connection.firstByteAt = now
             if let round, round.added.contains(id),
@@ -628,7 +643,7 @@ struct SegmentPlanner: Sendable {
     /// over one (a connection that replaced one that finished its range does not count as a change).
     private func settled(now: Instant) -> Bool {
         guard meter.total > 0, let first = connections.values.compactMap(\.firstByteAt).min(),
-              now - first >= window else { return false }
+              now - first >= window, now - first >= bursts(on: preferredPaths.first ?? .routingTable) else { return false }
         return changedAt.map { now - $0 >= window } ?? true
     }
 
@@ -645,18 +660,27 @@ struct SegmentPlanner: Sendable {
     private mutating func grow(now: Instant) -> [Action] {
         guard let total, connectionCount < maximumConnections else { return [] }
         if let startedAt, now - startedAt < configuration.growthDelay { return [] }
-        let rate = bytesPerSecond(at: now)
-        guard rate > 0 else { return [] }
-        let seconds = Double(total - storedBytes) / rate
+        let current = bytesPerSecond(at: now)
+        guard current > 0 else { return [] }
+        let seconds = Double(total - storedBytes) / current
         guard seconds * 1000 >= Double(configuration.minimumRemainingTime.milliseconds) else { return [] }
         if let lastBackpressure, now - lastBackpressure < window * 2 { return [] }
         // Until a range answer has come back, one extra connection tests the server.
         guard capability == .shown || connectionCount == 1, let path = nextGrowthPath() else { return [] }
         let onPath = count(on: path)
-        var add = min(max(1, onPath * (growthFactor - 1)), maximumConnections - connectionCount,
-                      capability == .shown ? Int.max : 1)
+        // A capped server rewards every connection allowed: all of them at once; otherwise double.
+        let wanted = cappedPaths.contains(path) ? maximumConnections - connectionCount : max(1, onPath)
+        var add = min(wanted, maximumConnections - connectionCount, capability == .shown ? Int.max : 1)
         if let serverLimit, connectionCount + add > serverLimit { add = 1 }
-        let pathRate = pathMeters[path]?.bytesPerSecond(over: window, at: now) ?? 0
+        // The rates before are taken over as long as there is (up to a second): a short span of a
+        // server pacing in bursts reads anything from nothing to twice its rate.
+        let first = connections.values.compactMap(\.firstByteAt).min() ?? now
+        let span = min(now - first, max(window, judgement(on: path)))
+        var rate = meter.bytesPerSecond(over: span, at: now)
+        var pathRate = pathMeters[path]?.bytesPerSecond(over: span, at: now) ?? 0
+        if let lastJudged, lastJudged.path == path, now - lastJudged.at <= max(window, Self.replacementDelay) {
+            (rate, pathRate) = (lastJudged.aggregate, lastJudged.onPath)
+        }
         targets[path] = onPath + add
         let before = Set(connections.keys)
         let actions = fill(now: now)
@@ -673,43 +697,85 @@ struct SegmentPlanner: Sendable {
         return actions
     }
 
+    /// How long a round on `path` is measured once its connections deliver: long enough to hold
+    /// several of the longest silences its connections showed (bursts, writer pauses).
+    private func judgement(on path: Path) -> Duration {
+        let gap = connections.values.filter { $0.path == path && !$0.isSeamCheck }.map(\.longestGap).max() ?? .zero
+        return min(configuration.maximumJudgement,
+                   max(window, configuration.minimumJudgement, gap * configuration.burstsPerJudgement))
+    }
+
+    /// Four of the longest silences on `path` (within `maximumJudgement`): how long a rate must be
+    /// measured before a round to hold several bursts; a server sending evenly needs only a window.
+    private func bursts(on path: Path) -> Duration {
+        let gap = connections.values.filter { $0.path == path && !$0.isSeamCheck }.map(\.longestGap).max() ?? .zero
+        return min(configuration.maximumJudgement, gap * configuration.burstsPerJudgement)
+    }
+
+    /// The mean rate of `connections` over `span`.
+    private func meanRate(_ connections: [Connection], over span: Duration, at now: Instant) -> Double {
+        guard !connections.isEmpty else { return 0 }
+        return connections.reduce(0) { $0 + $1.meter.bytesPerSecond(over: span, at: now) } / Double(connections.count)
+    }
+
     /// Keeps a measured round, or closes what it added.
     private mutating func judge(_ round: Round, now: Instant) -> [Action] {
         let from: Instant
         if let measured = round.measuredFrom {
             from = measured
+            guard now - from >= judgement(on: round.path) else { return [] }
         } else if now - round.startedAt >= configuration.firstByteTimeout {
             from = now - window
         } else {
             return []
         }
-        guard now - from >= window else { return [] }
         self.round = nil
-        let after = bytesPerSecond(at: now)
-        let added = round.added.filter { connections[$0] != nil }
+        let span = max(window, now - from)
+        let after = meter.bytesPerSecond(over: span, at: now)
+        let added = round.added.compactMap { connections[$0] }
+        let older = connections.values.filter { $0.path == round.path && !$0.isSeamCheck && !round.added.contains($0.id) }
         let gain = after - round.before
         let needed = round.isNewPath
             ? configuration.newPathGain * round.before
             : configuration.usefulGain * round.pathBefore / Double(max(1, round.pathCountBefore)) * Double(added.count)
-        if !added.isEmpty, gain > 0, gain >= needed {
-            // Measured for a window already: the next round may start at once, and when every
-            // added connection carried nearly as much as the others, it grows faster.
+        // A per-connection cap: the added connections carried about what the older ones did over
+        // the same span, and the older ones did not lose their rate to them (on a shared
+        // bottleneck each would have dropped to a share).
+        let perAdded = meanRate(added, over: span, at: now), perOlder = meanRate(older, over: span, at: now)
+        let perBefore = round.pathBefore / Double(max(1, round.pathCountBefore))
+        let capped = !round.isNewPath && !added.isEmpty && !older.isEmpty && perOlder > 0
+            && perAdded >= configuration.capShare * perOlder && perOlder >= configuration.capShare * perBefore
+        if !added.isEmpty, capped || (gain > 0 && gain >= needed) {
+            // Measured for a window already: the next round may start at once.
+            if capped { cappedPaths.insert(round.path) }
+            lastJudged = (now, round.path, after, pathMeters[round.path]?.bytesPerSecond(over: span, at: now) ?? 0)
             changedAt = now - window
-            growthFactor = !round.isNewPath && gain >= 0.9 * needed / configuration.usefulGain ? 4 : 2
             return []
         }
-        growthFactor = 2
+        // One span that reads as no gain does not park a capped path (a writer pause, a burst
+        // missed). Not so before a cap was seen: a server without one (the common case when the
+        // disk is what pauses the writer) keeps one connection, and a test connection kept longer
+        // costs the bytes in flight when it is cut.
+        if !added.isEmpty, round.measuredFrom != nil, cappedPaths.contains(round.path),
+           round.remeasured < configuration.remeasures {
+            var again = round
+            again.remeasured += 1
+            again.measuredFrom = now
+            self.round = again
+            return []
+        }
         // Not worth it: the path is full; what the round added is closed (its ranges go to
         // whoever reaches them first).
         fullPaths[round.path] = now
+        cappedPaths.remove(round.path)
         // A path whose new connection never delivered is not full but failing: tried again soon.
         if round.measuredFrom == nil { stalledPaths.insert(round.path) }
         targets[round.path] = max(0, count(on: round.path) - added.count)
         var actions: [Action] = []
-        for id in added {
-            guard let connection = connections.removeValue(forKey: id) else { continue }
+        for connection in added {
+            connections.removeValue(forKey: connection.id)
             if connection.position > connection.start, connection.position < connection.end { seams.insert(connection.position) }
-            actions.append(.close(connection: id))
+            actions.append(.close(connection: connection.id))
         }
         if connectionCount == 0, let path = preferredPaths.first { targets[path] = max(1, targets[path] ?? 0) }
         // The count is back to what was measured before the round: the next path may be tried at once.

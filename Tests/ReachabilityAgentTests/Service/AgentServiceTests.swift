@@ -5,6 +5,7 @@ import Synchronization
 import Testing
 @testable import ReachabilityAgent
 import TestSupport
+@testable import ReachabilityEvents
 
 /// The request handler against a download agent that never gets a usable path, and the status summary.
 @Suite("Agent service")

@@ -5,6 +5,7 @@ import Synchronization
 import Testing
 @testable import ReachabilityAgent
 import TestSupport
+@testable import ReachabilityEvents
 
 /// `agent.conf` over the command line's settings.
 @Suite("agent.conf")

@@ -4,6 +4,7 @@ import ResumableDownloads
 import Testing
 @testable import ReachabilityAgent
 import ReachabilityAgent
+@testable import ReachabilityEvents
 
 /// The agent's defences that need no socket: where queued files may go, and who may hold
 /// control connections.

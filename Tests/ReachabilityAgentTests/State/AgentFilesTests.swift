@@ -4,6 +4,7 @@ import Testing
 import TestSupport
 @testable import ReachabilityAgent
 import ReachabilityAgent
+@testable import ReachabilityEvents
 
 /// The agent's files without a running agent: state directory mode, the lock, log rotation.
 @Suite("Agent files")

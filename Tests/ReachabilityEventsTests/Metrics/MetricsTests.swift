@@ -3,7 +3,7 @@ import LinuxReachability
 import ResumableDownloads
 import Testing
 import TestSupport
-@testable import ReachabilityAgent
+@testable import ReachabilityEvents
 
 /// The agent's metric families and their two text formats, read back by a real parser
 /// (prometheus_client), with hostile label values and the counters.

@@ -2,20 +2,20 @@ import FoundationEssentials
 import Glibc
 import LinuxReachability
 import LinuxSystem
-import ReachabilityAgent
 import ReachabilityBase
 import ResumableDownloads
 import Synchronization
+import ReachabilityEvents
 
 /// What an agent run needs before it listens, checked first: the state directory (made, checked
-/// and locked for the life of the process), the settings with `agent.conf`, a readable `--cacert`,
-/// the metrics file's directory, the request deadline knob.
+/// and locked for the life of the process), the settings with `agent.conf`, the caller's own
+/// checks (a readable `--cacert`, the metrics file's directory), the request deadline knob.
 struct AgentPlan: Sendable {
     var directory: CheckedDirectory
     /// Held until the process exits; flock is released by the kernel even after SIGKILL.
     var lock: FileDescriptor
     var settings: AgentSettings
-    var metricsFile: MetricsFile?
+    var metricsFile: (any AgentMetricsTarget)?
     var requestDeadline: Duration
     /// Other spellings of the state directory (`AgentService.Environment.directoryAliases`).
     var directoryAliases: [String: String]
@@ -25,69 +25,93 @@ struct AgentPlan: Sendable {
     var path: String { directory.path }
     var configurationPath: String { AgentStateDirectory.configurationPath(in: path) }
 
-    static func prepare(_ command: AgentCommand, in context: CommandContext) throws -> AgentPlan {
-        let requestDeadline = try AgentCommand.requestDeadline.value(in: context) ?? .seconds(10)
-        let requested = try AgentStateDirectory.resolve(command.stateDirectoryArgument, environment: context.environment,
-                                                        system: .current(context))
+    static func prepare(_ options: AgentDaemon.Options, host: AgentDaemon.Host) throws -> AgentPlan {
+        let requestDeadline: Duration
+        do {
+            requestDeadline = try AgentDaemon.requestDeadline.value(in: host.environment) ?? .seconds(10)
+        } catch {
+            throw AgentFailure(error.message(for: AgentDaemon.requestDeadline.name), kind: .configuration)
+        }
+        let requested = try AgentStateDirectory.resolve(options.stateDirectory, environment: host.environment,
+                                                        system: .current(effectiveUserID: host.effectiveUserID,
+                                                                                 workingDirectory: host.currentDirectory))
         let directory = try AgentStateDirectory.prepare(requested)
         // The spelling the agent was given stays valid for `queue add -o` when links lead from it
         // (systemd's DynamicUser= link /var/lib/reachability -> private/reachability): the
         // control commands name the state directory as their user knows it.
         let aliases = AgentDestination.normalizedAbsolutePath(requested).flatMap { $0 == directory.path ? nil : [$0: directory.path] } ?? [:]
         let lock = try AgentStateDirectory.lock(directory)
-        let settings = try command.loadSettings(AgentStateDirectory.configurationPath(in: directory.path), in: context)
-        // A CA file that cannot be read would fail every TLS download later, one by one: say so now.
-        if let authorities = command.transport.certificateAuthorityURL(workingDirectory: context.currentDirectory),
-           !FileManager.default.isReadableFile(atPath: authorities.path) {
-            throw CommandFailure(message: "cannot read --cacert \(authorities.path)", exitCode: .noInput)
-        }
-        let metricsFile = try command.metrics.open(in: context)
-        let activation = SocketActivation.take(environment: context.environment)
+        let settings = try AgentDaemon.loadSettings(AgentStateDirectory.configurationPath(in: directory.path),
+                                                    base: options.settings, host: host)
+        // The caller's checks (a CA file that cannot be read would fail every TLS download later,
+        // one by one) and its metrics file, in the order the command always made them.
+        let metricsFile = try options.openMetrics()
+        let activation = SocketActivation.take(environment: host.environment)
         if case .unusable(let message) = activation {
-            throw CommandFailure(message: message, exitCode: .configuration)
+            throw AgentFailure(message, kind: .configuration)
         }
         return AgentPlan(directory: directory, lock: lock, settings: settings, metricsFile: metricsFile,
                          requestDeadline: requestDeadline, directoryAliases: aliases, activation: activation)
     }
 }
 
-/// One run of `reachability agent` carrying out its plan: the log and events, the service over
-/// the path monitor, metrics, the control server, signals, sd_notify and the watchdog, until
-/// SIGTERM or SIGINT.
-final class AgentRun: Sendable {
+/// The agent daemon: `run` is the one entry point, and owns the whole life of an agent process:
+/// the state directory and its lock, `agent.conf`, the log and events, the service over the
+/// path monitor, metrics, the control server, signals, sd_notify and the watchdog, until
+/// SIGTERM or SIGINT checkpoints every transfer. The command line only parses its options into
+/// `Options` and calls it.
+package final class AgentDaemon: Sendable {
     /// Test hook: `renamed` makes the agent SIGKILL itself right after a verified file is renamed
     /// into place, before its record is removed (the crash window of issue 29).
     static let killPointVariable = "REACHABILITY_AGENT_TEST_KILL_AT"
-    let command: AgentCommand
+    /// Test knob (not in --help): how long a control request may take from its first byte.
+    static let requestDeadline = EnvironmentValue("REACHABILITY_CONTROL_REQUEST_DEADLINE", Seconds.positive(upTo: .seconds(86_400)))
+
+    let options: Options
     let plan: AgentPlan
-    let context: CommandContext
+    let host: Host
     private let log: RotatingLogFile
     private let notifier: SystemdNotifier
     /// Set once the metrics file has its first contents; path changes rewrite it.
-    private let metricsPublisher = Mutex<MetricsPublisher?>(nil)
+    private let metricsPublisher = Mutex<(any AgentMetricsPublication)?>(nil)
 
     private enum AgentSignal: Sendable { case terminate, reload }
 
-    init(command: AgentCommand, plan: AgentPlan, context: CommandContext) throws {
-        self.command = command
+    /// Runs an agent until SIGTERM or SIGINT: prepares and locks the state directory, reads
+    /// `agent.conf`, serves the control socket, follows signals and speaks sd_notify, and
+    /// returns after checkpointing every transfer. Throws `AgentFailure` (or what `options`'
+    /// parts throw) when the agent cannot start.
+    package static func run(_ options: Options, host: Host) async throws {
+        let plan = try AgentPlan.prepare(options, host: host)
+        try await AgentDaemon(options: options, plan: plan, host: host).execute()
+    }
+
+    private init(options: Options, plan: AgentPlan, host: Host) throws {
+        self.options = options
         self.plan = plan
-        self.context = context
-        log = try RotatingLogFile(directory: plan.directory, maximumSize: command.logSizeLimit)
-        notifier = SystemdNotifier(environment: context.environment)
+        self.host = host
+        log = try RotatingLogFile(directory: plan.directory, maximumSize: options.logSizeLimit)
+        notifier = SystemdNotifier(environment: host.environment)
+    }
+
+    /// Reads `agent.conf` over the command line's settings (at start and on SIGHUP).
+    static func loadSettings(_ path: String, base: AgentSettings, host: Host) throws -> AgentSettings {
+        guard let text = try host.readFile(path) else { return base }
+        return try AgentSettings.parse(text, base: base, path: path)
     }
 
     /// An event line to stdout and to `agent.log`.
     @Sendable private func emitLine(_ line: String) {
-        context.output.line(line)
+        host.output(line)
         log.append(line)
     }
 
     @Sendable private func emit(_ kind: EventSchema.Kind, _ event: String, _ fields: [JSONValue.Member]) {
-        emitLine(EventSchema.line(kind, event, at: context.now(), fields))
+        emitLine(EventSchema.line(kind, event, at: host.now(), fields))
     }
 
-    func execute() async throws -> ExitCode {
-        let source = try command.monitor.startPathSource(in: context)
+    private func execute() async throws {
+        let source = try options.startPaths()
         defer { source.cancel() }
         let service = try makeService(source: source)
         emit(.agent, "started", [.init(key: "pid", value: .integer(Int(CurrentProcess.id))),
@@ -97,7 +121,7 @@ final class AgentRun: Sendable {
                                  .init(key: "allowsExpensive", value: .bool(plan.settings.allowsExpensive)),
                                  .init(key: "allowsRoaming", value: .bool(plan.settings.allowsRoaming))])
         let pathTask = Task { [self] in
-            for await path in source.paths {
+            for await path in source.paths() {
                 await service.pathChanged(path)
                 metricsPublisher.withLock { $0 }?.refresh()
             }
@@ -114,20 +138,16 @@ final class AgentRun: Sendable {
         }
         defer { server.stop() }
         await serve(service, server: server)
-        return .success
     }
 
     /// The service over a download agent that follows the monitor's paths, rebuilt when a reload
     /// changes the concurrency limit.
-    private func makeService(source: any PathSource) throws -> AgentService {
+    private func makeService(source: PathFeed) throws -> AgentService {
         let records = URL(fileURLWithPath: AgentStateDirectory.recordsDirectory(in: plan.path))
-        let errorOutput = context.errorOutput
-        let logger = command.monitor.isVerbose
-            ? Logger(label: "agent", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
-        let (transport, workingDirectory, notifier) = (command.transport, context.currentDirectory, notifier)
+        let (logger, configureDownloads, notifier) = (options.logger, options.configureDownloads, notifier)
         // Crash tests stop the agent at an exact instant (docs/agent.md, "Test hooks").
-        let killsAfterRename = context.environment[Self.killPointVariable] == "renamed"
-        if killsAfterRename { context.errorOutput.line("warning: \(Self.killPointVariable)=renamed: the agent kills itself after finishing a download") }
+        let killsAfterRename = host.environment[Self.killPointVariable] == "renamed"
+        if killsAfterRename { host.errorOutput("warning: \(Self.killPointVariable)=renamed: the agent kills itself after finishing a download") }
         return try AgentService(settings: plan.settings, environment: .init(
             stateDirectory: plan.path,
             directoryAliases: plan.directoryAliases,
@@ -135,24 +155,23 @@ final class AgentRun: Sendable {
                 var configuration = DownloadAgent.Configuration(stateDirectory: records,
                                                                 maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
                                                                 logger: logger)
-                transport.apply(to: &configuration, workingDirectory: workingDirectory)
+                configureDownloads(&configuration)
                 configuration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
                 if killsAfterRename {
                     configuration.afterRenameHook = { try? CurrentProcess.send(signal: SIGKILL, to: CurrentProcess.id) }
                 }
-                return try DownloadAgent(configuration: configuration, paths: source.paths, hostPaths: { source.paths(to: $0) })
+                return try DownloadAgent(configuration: configuration, paths: source.paths(), hostPaths: { source.hostPaths($0) })
             },
             emit: emitLine,
             summaryChanged: { summary in notifier.notify("STATUS=\(summary)") },
-            now: context.now))
+            now: host.now))
     }
 
     /// Writes the metrics file once (a file that cannot be written stops the agent at start),
     /// then on every path change, every interval and at exit.
     private func publishMetrics(_ service: AgentService) async throws {
         guard let file = plan.metricsFile else { return }
-        let publisher = try await MetricsPublisher(
-            file: file, interval: command.metrics.interval, sleep: context.sleep,
+        let publisher = try await file.publish(
             render: { await service.metricsText(.prometheus) },
             report: { [self] failure in
                 if let failure {
@@ -169,7 +188,7 @@ final class AgentRun: Sendable {
         let handler: ControlServer.Handler = { command, id, peer in await service.handle(command, id: id, peer: peer) }
         let closed: ControlServer.Closed = { peer in await service.connectionClosed(peer) }
         let observer: ControlServer.Observer = { [self] event in
-            let (name, fields) = AgentCommand.describe(event)
+            let (name, fields) = Self.describe(event)
             emit(.control, name, fields)
         }
         if case .listener(let descriptor, let path) = plan.activation {
@@ -180,7 +199,7 @@ final class AgentRun: Sendable {
             return try ControlServer(path: socket, requestDeadline: plan.requestDeadline,
                                      handler: handler, closed: closed, observer: observer)
         } catch {
-            throw CommandFailure(message: "cannot listen on \(socket): \(error)", exitCode: .failure)
+            throw AgentFailure("cannot listen on \(socket): \(error)", kind: .unavailable)
         }
     }
 
@@ -190,7 +209,7 @@ final class AgentRun: Sendable {
     /// blocking them); a signal before the loop below waits in the stream.
     private func serve(_ service: AgentService, server: ControlServer) async {
         let (signals, signalContinuation) = AsyncStream.makeStream(of: AgentSignal.self)
-        let removeHandlers = await context.onSignals([SIGINT, SIGTERM, SIGHUP]) { number in
+        let removeHandlers = await host.onSignals([SIGINT, SIGTERM, SIGHUP]) { number in
             signalContinuation.yield(number == SIGHUP ? .reload : .terminate)
         }
         defer { removeHandlers() }
@@ -225,7 +244,7 @@ final class AgentRun: Sendable {
     /// SIGHUP: `agent.conf` again.
     private func reload(_ service: AgentService) async {
         do {
-            let settings = try command.loadSettings(plan.configurationPath, in: context)
+            let settings = try Self.loadSettings(plan.configurationPath, base: options.settings, host: host)
             notifier.notify("RELOADING=1")
             await service.reload(settings)
         } catch {
@@ -242,10 +261,47 @@ final class AgentRun: Sendable {
         notifier.notify("STOPPING=1")
         emit(.agent, "stopping", [])
         server.stop()
-        let finished = await AgentCommand.finishes(within: .milliseconds(1500)) { await service.shutdown() }
+        let finished = await Self.finishes(within: .milliseconds(1500)) { await service.shutdown() }
         if let publisher = metricsPublisher.withLock({ $0 }) {
-            _ = await AgentCommand.finishes(within: .milliseconds(300)) { await publisher.finish() }
+            _ = await Self.finishes(within: .milliseconds(300)) { await publisher.finish() }
         }
         emit(.agent, "stopped", [.init(key: "checkpointed", value: .bool(finished))])
+    }
+
+    /// Runs `work` and says whether it ended within `limit`, returning at the limit either way.
+    /// (A task group would not do: leaving its scope waits for every child, so a stuck
+    /// `shutdown()` would hold the process past systemd's stop timeout.) Work still running is
+    /// left behind; the process exits soon after.
+    static func finishes(within limit: Duration, _ work: @escaping @Sendable () async -> Void) async -> Bool {
+        let (outcome, continuation) = AsyncStream.makeStream(of: Bool.self)
+        Task {
+            await work()
+            continuation.yield(true)
+        }
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            continuation.yield(false)
+        }
+        var iterator = outcome.makeAsyncIterator()
+        let finished = await iterator.next() ?? false
+        timer.cancel()
+        continuation.finish()
+        return finished
+    }
+
+    /// A control-server event as an event name and fields.
+    static func describe(_ event: ControlServerEvent) -> (String, [JSONValue.Member]) {
+        switch event {
+        case .refused(let peer):
+            return ("refused", [.init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
+        case .request(let command, let peer):
+            return ("request", [.init(key: "command", value: .string(ControlRequest(id: nil, command: command).command.rawValue)),
+                                .init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
+        case .rejected(let error, let peer):
+            return ("rejected", [.init(key: "code", value: .string(error.code.rawValue)),
+                                 .init(key: "message", value: .string(error.message)), .init(key: "uid", value: .integer(Int(peer.uid)))])
+        case .error(let message):
+            return ("error", [.init(key: "message", value: .string(message))])
+        }
     }
 }

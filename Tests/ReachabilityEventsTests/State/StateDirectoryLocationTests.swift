@@ -1,5 +1,5 @@
 import Testing
-@testable import ReachabilityAgent
+@testable import ReachabilityEvents
 
 /// The one state-directory resolver of every product (`download`, `agent`, `queue`,
 /// `AgentClient()`, `ResumableURLSession.Configuration.default`).
