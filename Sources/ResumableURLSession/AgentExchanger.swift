@@ -7,8 +7,17 @@ import ResumableDownloads
 /// and stop one; the agent also ends one whose path moves, which the task hears as -1005.
 struct AgentExchanger: DataExchanger {
     let agent: DownloadAgent
+    /// The session's directory: its key signs upload resume data, and it keeps the bodies of
+    /// resumable uploads from `Data`.
+    let directory: SessionDirectory
+
+    /// File uploads run on `DownloadAgent.upload` (AgentExchanger+Uploads).
+    var runsResumableUploads: Bool { true }
 
     func start(_ request: DataExchangeRequest, events: @escaping @Sendable (DataExchangeEvent) -> Void) -> any DataExchange {
+        if let plan = request.upload, let body = request.body {
+            return startUpload(request, body: body, plan: plan, events: events)
+        }
         let agent = agent
         let task = Task {
             var opened: FileDescriptor?
@@ -87,7 +96,7 @@ struct AgentExchanger: DataExchanger {
     }
 
     /// Cancelling the Swift task aborts the engine's transfer (the agent's cancellation handler).
-    private struct RunningExchange: DataExchange {
+    struct RunningExchange: DataExchange {
         let task: Task<Void, Never>
         func cancel() { task.cancel() }
     }

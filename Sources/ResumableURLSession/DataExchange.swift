@@ -8,6 +8,15 @@ protocol DataExchanger: Sendable {
     /// Starts `request`; `events` hears the response head, body bytes, sent bytes and the end
     /// (exactly one `.finished`, also after `cancel()`), from any thread, in order.
     func start(_ request: DataExchangeRequest, events: @escaping @Sendable (DataExchangeEvent) -> Void) -> any DataExchange
+
+    /// Whether a request with an `upload` plan runs as a resumable upload that follows the path
+    /// itself (and ends with resume data), rather than as one plain exchange.
+    var runsResumableUploads: Bool { get }
+}
+
+extension DataExchanger {
+    /// Plain exchanges only, unless the transport says otherwise.
+    var runsResumableUploads: Bool { false }
 }
 
 /// A running exchange.
@@ -24,6 +33,17 @@ struct DataExchangeRequest: Sendable {
     var body: DataExchangeBody?
     /// The idle timeout (`timeoutIntervalForRequest`, or the request's own when shorter).
     var timeout: Duration
+    /// An upload from a file that may resume, when the transport runs such uploads.
+    var upload: UploadPlan? = nil
+}
+
+/// How an upload task's file goes out when the server can resume it (IETF draft or tus).
+struct UploadPlan: Sendable {
+    /// Where an earlier task left it (`uploadTask(withResumeData:)`).
+    var resuming: UploadResumeState?
+    /// The first interruption ends the task with -1005 and resume data (no
+    /// `waitsForConnectivity`), instead of waiting for the path and continuing.
+    var stopsAtInterruption: Bool
 }
 
 /// A request body: in memory, or a file the task opened.

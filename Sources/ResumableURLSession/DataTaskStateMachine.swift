@@ -15,6 +15,11 @@ import Foundation
 ///   that the delegate holds part of a body a second exchange would repeat.
 /// - Body bytes that arrive while the delegate decides on the response are held and handed over
 ///   once it allows it, so nothing is delivered before `didReceive response`.
+/// - A resumable upload (a file body, sent with the IETF draft or tus when the server speaks
+///   one) follows the path in its transport, as a download does: the transport continues it
+///   from the server's offset when the path is back (`waitsForConnectivity`), or ends it with
+///   -1005 and resume data. A path change alone does not end it here, and
+///   `cancel(byProducingResumeData:)` stops the transport and waits for its resume data.
 struct DataTaskStateMachine: Sendable {
     typealias Failure = DownloadTaskStateMachine.Failure
 
@@ -22,6 +27,8 @@ struct DataTaskStateMachine: Sendable {
         var waitsForConnectivity: Bool
         /// The caller opted in to one more attempt after a path change, and the method is idempotent.
         var retriesAfterPathChange: Bool = false
+        /// A resumable upload: its transport follows the path and makes resume data.
+        var transportFollowsPath: Bool = false
     }
 
     /// The network path as a task needs to see it.
@@ -44,6 +51,8 @@ struct DataTaskStateMachine: Sendable {
 
     enum Input: Sendable, Hashable {
         case resume, suspend, cancel
+        /// `cancel(byProducingResumeData:)`.
+        case cancelProducingResumeData
         case path(PathState)
         /// The grace after a start without a path ran out.
         case connectivityGraceExpired
@@ -63,6 +72,10 @@ struct DataTaskStateMachine: Sendable {
         /// Run the request (a new exchange; an earlier one was aborted first).
         case startExchange
         case abortExchange
+        /// Stop the exchange and let its end (with its resume data) still arrive.
+        case stopExchangeForResumeData
+        /// Hand `cancel(byProducingResumeData:)` its answer.
+        case deliverResumeData(Data?)
         /// Report `.connectivityGraceExpired` after `DataTaskStateMachine.connectivityGrace`.
         case startConnectivityGrace
         /// Report `.resourceTimeoutExpired` after the configuration's resource timeout.
@@ -93,6 +106,8 @@ struct DataTaskStateMachine: Sendable {
         var heldBody: [Data] = []
         /// The exchange ended while the delegate had not answered yet.
         var heldEnd: Failure??
+        /// `cancel(byProducingResumeData:)` stopped it; its end brings the resume data.
+        var isCancellingForResumeData = false
     }
 
     private enum Answer: Sendable, Hashable { case notAsked, pending, allowed }
@@ -134,6 +149,7 @@ struct DataTaskStateMachine: Sendable {
         case .resume: resumed()
         case .suspend: suspended()
         case .cancel: cancelled()
+        case .cancelProducingResumeData: cancelledProducingResumeData()
         case .path(let state): pathChanged(to: state)
         case .connectivityGraceExpired: graceExpired()
         case .resourceTimeoutExpired: resourceTimeoutExpired()
@@ -171,6 +187,22 @@ struct DataTaskStateMachine: Sendable {
         }
     }
 
+    /// Resume data comes only from a running resumable upload's transport; any other task
+    /// cancels at once with none.
+    private mutating func cancelledProducingResumeData() -> [Action] {
+        switch phase {
+        case .completed:
+            return [.deliverResumeData(nil)]
+        case .exchanging(var exchange) where options.transportFollowsPath:
+            guard !exchange.isCancellingForResumeData else { return [] }
+            exchange.isCancellingForResumeData = true
+            phase = .exchanging(exchange)
+            return [.stopExchangeForResumeData]
+        default:
+            return [.deliverResumeData(nil)] + cancelled()
+        }
+    }
+
     private mutating func startOrWait() -> [Action] {
         if case .usable(let primary, _) = path ?? .usable(primary: nil, up: []) {
             phase = .exchanging(Exchange(interface: primary))
@@ -194,7 +226,7 @@ struct DataTaskStateMachine: Sendable {
             guard case .usable = state else { return [] }
             return startOrWait()
         case .exchanging(let exchange):
-            guard Self.isLost(exchange, on: state) else { return [] }
+            guard !options.transportFollowsPath, Self.isLost(exchange, on: state) else { return [] }
             let loss = Failure(code: .networkConnectionLost,
                                description: state == .unusable ? "the network path went away during the request"
                                    : "the interface the request used went away during it")
@@ -268,6 +300,17 @@ struct DataTaskStateMachine: Sendable {
 
     private mutating func exchangeFinished(_ failure: Failure?) -> [Action] {
         guard case .exchanging(var exchange) = phase else { return [] }
+        if exchange.isCancellingForResumeData {
+            // Stopped for its resume data: cancelled, unless it completed first.
+            guard let failure else {
+                exchange.isCancellingForResumeData = false
+                phase = .exchanging(exchange)
+                return [.deliverResumeData(nil)] + exchangeFinished(nil)
+            }
+            var cancelled = Failure.cancelled
+            cancelled.uploadResumeData = failure.uploadResumeData
+            return [.deliverResumeData(failure.uploadResumeData)] + finish(cancelled)
+        }
         if failure?.code == .networkConnectionLost, options.retriesAfterPathChange, !hasRetried, exchange.answer == .notAsked {
             // The transport saw the path go (or its connection die) before the path did here.
             hasRetried = true

@@ -29,6 +29,8 @@ struct DownloadTaskStateMachine: Sendable {
         var description: String
         var underlying: Underlying?
         var networkUnavailableReason: URLError.NetworkUnavailableReason?
+        /// What continues an upload task that ended this way (`uploadTask(withResumeData:)`).
+        var uploadResumeData: Data? = nil
 
         enum Underlying: Sendable, Hashable {
             case download(DownloadError)

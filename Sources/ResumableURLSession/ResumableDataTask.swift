@@ -41,6 +41,8 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
         var pathObservation: UUID?
         var taskDescription: String?
         var priority: Float = ResumableDownloadTask.defaultPriority
+        /// `cancel(byProducingResumeData:)`'s handlers, waiting for the transport's resume data.
+        var resumeDataCallbacks: [@Sendable (Data?) -> Void] = []
     }
 
     /// What to do once the lock is released: things that may call back into the task.
@@ -52,17 +54,43 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
 
     private let core: Mutex<Core>
 
+    /// `resuming`: an upload task made from resume data (or the reason that data was refused).
     init(session: ResumableURLSession, identifier: Int, request: URLRequest, body: DataExchangeBody?,
+         resuming: Result<UploadResumeState, ResumeDataError>? = nil,
          completionHandler: (@Sendable (Data?, URLResponse?, (any Error)?) -> Void)?) {
         self.session = session
         taskIdentifier = identifier
         originalRequest = request
         self.completionHandler = completionHandler
-        self.request = Self.check(request, body: body, configuration: session.configuration)
-        var options = DataTaskStateMachine.Options(waitsForConnectivity: session.configuration.effectiveWaitsForConnectivity)
+        let waits = session.configuration.effectiveWaitsForConnectivity
+        var options = DataTaskStateMachine.Options(waitsForConnectivity: waits)
+        // A file upload becomes a resumable one where the transport runs those.
+        let resumable: Bool
+        if case .success(let exchanger) = session.exchanger, exchanger.runsResumableUploads, body != nil {
+            resumable = true
+        } else {
+            resumable = false
+        }
+        switch resuming {
+        case .failure(let error):
+            self.request = .failure(.init(code: .cannotWriteToFile, description: error.description, underlying: .resumeData(error)))
+        case .success(let state):
+            self.request = Self.check(request, body: body, configuration: session.configuration).map {
+                var checked = $0
+                checked.upload = UploadPlan(resuming: state, stopsAtInterruption: !waits)
+                return checked
+            }
+        case nil:
+            self.request = Self.check(request, body: body, configuration: session.configuration).map {
+                var checked = $0
+                if resumable { checked.upload = UploadPlan(resuming: nil, stopsAtInterruption: !waits) }
+                return checked
+            }
+        }
+        options.transportFollowsPath = resumable
         let method = request.httpMethod?.uppercased() ?? "GET"
         options.retriesAfterPathChange = session.configuration.retriesIdempotentRequestsAfterPathChange
-            && Self.idempotentMethods.contains(method)
+            && Self.idempotentMethods.contains(method) && !resumable
         progress = Progress(totalUnitCount: -1)
         core = Mutex(Core(machine: DataTaskStateMachine(options: options)))
     }
@@ -132,6 +160,21 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
     /// Ends the task; the delegate hears `didCompleteWithError` with `URLError.cancelled`.
     public func cancel() { handle(.cancel) }
 
+    /// Ends an upload task and hands `completionHandler` what continues it with
+    /// `ResumableURLSession.uploadTask(withResumeData:)`: nil unless the upload runs from a file
+    /// to a server that keeps what it received (IETF resumable upload draft or tus) and has
+    /// started. The task completes with `URLError.cancelled`, the same data in its `userInfo`.
+    public func cancel(byProducingResumeData completionHandler: @escaping @Sendable (Data?) -> Void) {
+        handle(.cancelProducingResumeData, resumeDataCallback: completionHandler)
+    }
+
+    /// `cancel(byProducingResumeData:)` as an async call.
+    public func cancelByProducingResumeData() async -> Data? {
+        await withCheckedContinuation { continuation in
+            cancel { continuation.resume(returning: $0) }
+        }
+    }
+
     /// The identifier, URL and state.
     public var description: String {
         "ResumableDataTask(\(taskIdentifier) \(originalRequest?.url.map { URLRedaction.redacted($0) } ?? "-") \(state))"
@@ -147,8 +190,10 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
     /// Feeds the state machine. Delegate calls are queued while the lock is held, so they keep
     /// the machine's order whichever thread (the engine's, the path's, a timer) fed it; starting
     /// and aborting exchanges happens after, since an exchange may report back at once.
-    private func handle(_ input: DataTaskStateMachine.Input, attempt: Int? = nil) {
+    private func handle(_ input: DataTaskStateMachine.Input, attempt: Int? = nil,
+                        resumeDataCallback: (@Sendable (Data?) -> Void)? = nil) {
         let work = core.withLock { core -> [Work] in
+            if let resumeDataCallback { core.resumeDataCallbacks.append(resumeDataCallback) }
             if let attempt, attempt != core.attempt { return [] }   // an aborted exchange's late events
             var work: [Work] = []
             for action in core.machine.handle(input) { apply(action, &core, &work) }
@@ -172,6 +217,14 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
             core.attempt += 1
             if let exchange = core.exchange { work.append(.abort(exchange)) }
             core.exchange = nil
+        case .stopExchangeForResumeData:
+            // The attempt stays current: its end carries the resume data.
+            if let exchange = core.exchange { work.append(.abort(exchange)) }
+        case .deliverResumeData(let data):
+            // On the delegate queue, in order, before the completion (as download tasks do).
+            let callbacks = core.resumeDataCallbacks
+            core.resumeDataCallbacks = []
+            session.enqueue { for callback in callbacks { callback(data) } }
         case .startConnectivityGrace:
             Task { [weak self] in
                 try? await Task.sleep(for: DataTaskStateMachine.connectivityGrace)
@@ -263,6 +316,7 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
         var info: [String: Any] = [NSLocalizedDescriptionKey: failure.description]
         if let url = originalRequest?.url { info[NSURLErrorFailingURLErrorKey] = url }
         if let reason = failure.networkUnavailableReason { info[NSURLErrorNetworkUnavailableReasonKey] = reason.rawValue }
+        if let resumeData = failure.uploadResumeData { info[NSURLSessionUploadTaskResumeData] = resumeData }
         switch failure.underlying {
         case .download(let error): info[NSUnderlyingErrorKey] = error
         case .resumeData(let error): info[NSUnderlyingErrorKey] = error

@@ -71,6 +71,7 @@ extension ResumableURLSession {
         /// network path goes away or moves under the request before its response reached the
         /// delegate, try it once more on the next path instead of failing with -1005. Off by
         /// default, as URLSession never repeats a request on its own; a POST is never repeated.
+        /// Upload tasks do not use it: they continue from the server's offset where it keeps one.
         public var retriesIdempotentRequestsAfterPathChange = false
         /// With `waitsForConnectivity`, seconds a task may wait for a usable path before it fails
         /// with `timedOut` (and resume data); 7 days by default.

@@ -1,9 +1,16 @@
 import Foundation
 import FoundationNetworking
+import ResumableDownloads
 
 /// An upload task: as on Apple platforms, a data task whose request body comes from `Data` or a
 /// file; the response and its body reach the data delegate or the completion handler, and
 /// `didSendBodyData` reports the body going out.
+///
+/// An upload from a file is resumable when its server is (IETF resumable upload draft or tus,
+/// asked before the file goes): a drop ends it with -1005 and
+/// `URLError.uploadTaskResumeData`, or with `waitsForConnectivity` it continues by itself from
+/// the server's offset when the path is back; `cancel(byProducingResumeData:)` stops it with
+/// resume data. A plain server gets one request and, on a drop, -1005 without resume data.
 public typealias ResumableUploadTask = ResumableDataTask
 
 /// URLSession's upload tasks and their async forms, run in this process.
@@ -33,6 +40,57 @@ extension ResumableURLSession {
     public func uploadTask(with request: URLRequest, from bodyData: Data?,
                            completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> ResumableUploadTask {
         makeDataTask(request, body: .data(bodyData ?? Data()), completionHandler: completionHandler)
+    }
+
+    /// A suspended task that continues the upload `resumeData` describes (from a failed or
+    /// cancelled upload task of a session with the same state directory): the server is asked
+    /// its offset and only the rest of the file is sent. Data that is not such resume data, was
+    /// altered, or whose file changed since makes the task complete with `cannotWriteToFile`
+    /// (-3003) and the reason as its underlying `ResumeDataError`, or with the file's error.
+    public func uploadTask(withResumeData resumeData: Data) -> ResumableUploadTask {
+        makeResumedUploadTask(resumeData, completionHandler: nil)
+    }
+
+    /// `uploadTask(withResumeData:)`, its outcome (the server's response and body) to `completionHandler`.
+    public func uploadTask(withResumeData resumeData: Data,
+                           completionHandler: @escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> ResumableUploadTask {
+        makeResumedUploadTask(resumeData, completionHandler: completionHandler)
+    }
+
+    /// Continues the upload `resumeData` describes and returns the server's response body and response.
+    public func upload(withResumeData resumeData: Data) async throws -> (Data, URLResponse) {
+        try await awaitData { uploadTask(withResumeData: resumeData, completionHandler: $0) }
+    }
+
+    private func makeResumedUploadTask(_ resumeData: Data,
+                                       completionHandler: (@Sendable (Data?, URLResponse?, (any Error)?) -> Void)?) -> ResumableUploadTask {
+        let state: Result<UploadResumeState, ResumeDataError>
+        switch engine {
+        case .failure(let failure):
+            state = .failure(.malformed.with(failure.description))
+        case .success(let engine):
+            do {
+                state = .success(try UploadResumeData.decode(resumeData, key: engine.directory.key))
+            } catch let error as ResumeDataError {
+                state = .failure(error)
+            } catch {
+                state = .failure(.malformed.with("\(error)"))
+            }
+        }
+        var request: URLRequest
+        let body: DataExchangeBody?
+        switch state {
+        case .success(let state):
+            request = URLRequest(url: state.url)
+            body = .file(URL(fileURLWithPath: state.filePath))
+        case .failure:
+            // Never started: the task completes with the refusal when resumed.
+            request = URLRequest(url: URL(string: "http://invalid.invalid/")!)
+            body = nil
+        }
+        request.httpMethod = "POST"
+        return ResumableDataTask(session: self, identifier: makeTaskIdentifier(), request: request, body: body,
+                                 resuming: state, completionHandler: completionHandler)
     }
 
     /// Sends `request` with the file as its body and returns the server's response body and response.

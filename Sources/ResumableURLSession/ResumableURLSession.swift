@@ -137,15 +137,7 @@ public final class ResumableURLSession: Sendable {
         } else {
             let engine = Self.makeEngine(configuration, pathSource: pathSource, latestPath: latestPath)
             self.engine = engine
-            self.exchanger = exchanger.map { .success($0) } ?? engine.map { AgentExchanger(agent: $0.agent) }
-            if exchanger == nil, case .success(let engine) = engine {
-                // The agent takes in paths from its first use on. An exchange that is that first
-                // use would start on "no path yet" and be ended (-1005) by the first path the
-                // agent then reads, so the agent starts reading them now (this returns at once
-                // when it has no path yet, or when the path is usable).
-                let agent = engine.agent
-                Task { try? await agent.waitForUsablePath() }
-            }
+            self.exchanger = exchanger.map { .success($0) } ?? engine.map { AgentExchanger(agent: $0.agent, directory: $0.directory) }
         }
     }
 

@@ -33,7 +33,6 @@ struct ResumeData: Sendable, Hashable, Codable {
     /// Far above any real blob (a long URL and two validators); bounds what is parsed.
     static let maximumSize = 64 << 10
     static let maximumURLLength = 8 << 10
-    private static let headerSize = magic.count + 1 + 4
 
     var id: UUID
     var url: URL
@@ -62,9 +61,14 @@ struct ResumeData: Sendable, Hashable, Codable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         encoder.dateEncodingStrategy = .iso8601
-        let payload = try encoder.encode(self)
-        var data = Data(Self.magic)
-        data.append(Self.version)
+        return Self.sealed(try encoder.encode(self), magic: Self.magic, version: Self.version, key: key)
+    }
+
+    /// `payload` framed as described above (magic, version, length, payload, MAC keyed by `key`);
+    /// upload resume data shares the framing under its own magic.
+    static func sealed(_ payload: Data, magic: [UInt8], version: UInt8, key: [UInt8]) -> Data {
+        var data = Data(magic)
+        data.append(version)
         withUnsafeBytes(of: UInt32(payload.count).bigEndian) { data.append(contentsOf: $0) }
         data.append(payload)
         data.append(contentsOf: HMACSHA256.authenticationCode(key: key, message: [data]))
@@ -75,32 +79,12 @@ struct ResumeData: Sendable, Hashable, Codable {
 
     /// Decodes and validates `data`, authenticated with `key`; throws `ResumeDataError`.
     static func decode(_ data: Data, key: [UInt8]) throws -> ResumeData {
-        let bytes = [UInt8](data.prefix(maximumSize + 1))
-        guard bytes.count <= maximumSize else {
-            throw ResumeDataError.malformed.with("resume data is \(data.count) bytes, more than any this library makes (\(maximumSize))")
-        }
-        guard bytes.count >= headerSize + HMACSHA256.length, Array(bytes[0..<magic.count]) == magic else {
-            throw ResumeDataError.malformed.with(foreignFormatHint(bytes))
-        }
-        let version = bytes[magic.count]
-        guard version == Self.version else {
-            throw ResumeDataError.unsupportedVersion.with(
-                "resume data version \(version) is not supported (this library reads version \(Self.version))")
-        }
-        let length = bytes[(magic.count + 1)..<headerSize].reduce(0) { $0 << 8 | Int($1) }
-        guard length == bytes.count - headerSize - HMACSHA256.length else {
-            throw ResumeDataError.malformed.with("resume data is truncated or has bytes appended")
-        }
-        let signed = Data(bytes[0..<(headerSize + length)])
-        let mac = Array(bytes[(headerSize + length)...])
-        guard HMACSHA256.isEqual(mac, HMACSHA256.authenticationCode(key: key, message: [signed])) else {
-            throw ResumeDataError.notAuthentic
-        }
+        let payload = try unsealed(data, magic: magic, version: version, key: key, foreignHint: foreignFormatHint)
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         let value: ResumeData
         do {
-            value = try decoder.decode(ResumeData.self, from: Data(bytes[headerSize..<(headerSize + length)]))
+            value = try decoder.decode(ResumeData.self, from: payload)
         } catch {
             throw ResumeDataError.malformed.with("resume data payload does not decode: \(error)")
         }
@@ -141,6 +125,35 @@ struct ResumeData: Sendable, Hashable, Codable {
     }
 
     /// Says what the bytes look like when they are not ours, for the error message.
+    /// The payload of data framed by `sealed`, checked as hostile: size and framing first, then
+    /// the MAC (so no byte of a forged blob is ever parsed); throws `ResumeDataError`.
+    static func unsealed(_ data: Data, magic: [UInt8], version: UInt8, key: [UInt8],
+                         foreignHint: ([UInt8]) -> String) throws -> Data {
+        let headerSize = magic.count + 1 + 4
+        let bytes = [UInt8](data.prefix(maximumSize + 1))
+        guard bytes.count <= maximumSize else {
+            throw ResumeDataError.malformed.with("resume data is \(data.count) bytes, more than any this library makes (\(maximumSize))")
+        }
+        guard bytes.count >= headerSize + HMACSHA256.length, Array(bytes[0..<magic.count]) == magic else {
+            throw ResumeDataError.malformed.with(foreignHint(bytes))
+        }
+        let found = bytes[magic.count]
+        guard found == version else {
+            throw ResumeDataError.unsupportedVersion.with(
+                "resume data version \(found) is not supported (this library reads version \(version))")
+        }
+        let length = bytes[(magic.count + 1)..<headerSize].reduce(0) { $0 << 8 | Int($1) }
+        guard length == bytes.count - headerSize - HMACSHA256.length else {
+            throw ResumeDataError.malformed.with("resume data is truncated or has bytes appended")
+        }
+        let signed = Data(bytes[0..<(headerSize + length)])
+        let mac = Array(bytes[(headerSize + length)...])
+        guard HMACSHA256.isEqual(mac, HMACSHA256.authenticationCode(key: key, message: [signed])) else {
+            throw ResumeDataError.notAuthentic
+        }
+        return Data(bytes[headerSize..<(headerSize + length)])
+    }
+
     private static func foreignFormatHint(_ bytes: [UInt8]) -> String {
         let prefix = String(decoding: bytes.prefix(8), as: UTF8.self)
         if prefix.hasPrefix("bplist") || prefix.hasPrefix("<?xml") {

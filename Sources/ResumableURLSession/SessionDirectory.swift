@@ -122,8 +122,31 @@ final class SessionDirectory: Sendable {
         throw SessionStorageError("could not lock \(name): it keeps being replaced")
     }
 
-    /// Removes download `id`'s files (partial, finished file, record); missing ones are fine.
+    /// Keeps the body of an upload task from `Data` as a private file (`downloads/ID.upload-body`,
+    /// never replacing one), so a resumable upload can send its rest again after a drop, also
+    /// from resume data in a later process. Removed when the task no longer needs it, or with
+    /// the leftovers after the resume data lifetime.
+    func writeUploadBody(_ data: Data) throws(FileTrustError) -> URL {
+        let name = UUID().uuidString + Self.uploadBodySuffix
+        try downloadsDirectory.writeAtomically([UInt8](data), to: name, mode: 0o600, replacing: false,
+                                               temporaryName: CheckedDirectory.uniqueTemporaryName(for: name))
+        return downloads.appendingPathComponent(name)
+    }
+
+    /// Removes `file` when it is an upload body `writeUploadBody` kept (any other file is left alone).
+    func removeUploadBody(_ file: URL) {
+        let name = file.lastPathComponent
+        guard file.deletingLastPathComponent().standardizedFileURL.path == downloads.standardizedFileURL.path,
+              name.hasSuffix(Self.uploadBodySuffix), UUID(uuidString: String(name.prefix(36))) != nil else { return }
+        try? downloadsDirectory.remove(name)
+    }
+
+    static let uploadBodySuffix = ".upload-body"
+
+    /// Removes download `id`'s files (partial, finished file, record, a kept upload body);
+    /// missing ones are fine.
     func removeFiles(of id: UUID) {
+        try? downloadsDirectory.remove(id.uuidString + Self.uploadBodySuffix)
         try? downloadsDirectory.remove(ResumeData.partialFileName(for: id))
         try? downloadsDirectory.remove(id.uuidString + ".download")
         try? recordsDirectory.remove(id.uuidString + ".json")

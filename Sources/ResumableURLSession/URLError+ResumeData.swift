@@ -7,6 +7,10 @@ import Foundation
 /// as on Apple platforms.
 public let NSURLSessionDownloadTaskResumeData = "NSURLSessionDownloadTaskResumeData"
 
+/// The `userInfo` key under which a failed or cancelled upload task's resume data is stored, as
+/// on Apple platforms (iOS 17 and later).
+public let NSURLSessionUploadTaskResumeData = "NSURLSessionUploadTaskResumeData"
+
 /// The `userInfo` key for why no network was usable (`URLError.NetworkUnavailableReason`'s raw
 /// value), as on Apple platforms.
 public let NSURLErrorNetworkUnavailableReasonKey = "NSURLErrorNetworkUnavailableReasonKey"
@@ -27,6 +31,13 @@ extension URLError {
     /// pass it to `ResumableURLSession.downloadTask(withResumeData:)`.
     public var downloadTaskResumeData: Data? {
         userInfo[NSURLSessionDownloadTaskResumeData] as? Data
+    }
+
+    /// The resume data of an upload task that failed or was cancelled, when the server keeps
+    /// what it received (IETF resumable upload draft or tus): pass it to
+    /// `ResumableURLSession.uploadTask(withResumeData:)`.
+    public var uploadTaskResumeData: Data? {
+        userInfo[NSURLSessionUploadTaskResumeData] as? Data
     }
 
     /// Why the network was unavailable, when the configuration's access rules were the cause.

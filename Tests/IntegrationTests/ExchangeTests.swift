@@ -155,6 +155,20 @@ struct ExchangeTests {
         await fixture.agent.shutdown()
     }
 
+    /// The agent's first use is an exchange while old paths wait in its stream (offline, then
+    /// online, as a session whose task saw them both before the agent read any): the first path
+    /// the agent reads is where the exchange starts, not a change that ends it with -1005.
+    @Test func anExchangeThatIsTheAgentsFirstUseIsNotEndedByTheFirstPathRead() async throws {
+        let fixture = try Fixture(initialPath: ScriptedPaths.offline, bytesPerSecond: 4 << 20)
+        fixture.paths.yield(ScriptedPaths.online())
+        let body = Data(repeating: 0x5A, count: 1 << 20)
+        let response = try await fixture.agent.exchange(
+            ExchangeRequest(method: .put, url: fixture.server.url("echo"), body: .data(body)), waitsForConnectivity: true)
+        #expect(response.head.statusCode == 200)
+        #expect(try Self.echo(response)["length"] as? Int == body.count)
+        await fixture.agent.shutdown()
+    }
+
     @Test func aSilentServerEndsTheRequestAfterItsIdleTimeout() async throws {
         let fixture = try Fixture()
         let started = ContinuousClock.now

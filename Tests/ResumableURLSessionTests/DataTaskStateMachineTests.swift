@@ -193,4 +193,60 @@ struct DataTaskStateMachineTests {
         #expect(machine.bytesSent == 300)
         #expect(machine.bytesExpectedToSend == 300)
     }
+
+    // MARK: resumable uploads
+
+    static func uploading(waits: Bool = false) -> Machine {
+        var machine = Machine(options: .init(waitsForConnectivity: waits, transportFollowsPath: true))
+        _ = machine.handle(.path(.through("eth0")))
+        #expect(machine.handle(.resume) == [.startResourceTimer, .startExchange])
+        return machine
+    }
+
+    static let resumeData = Data("RCHUPLOAD...".utf8)
+
+    @Test func aResumableUploadLeavesThePathToItsTransportAndEndsWithItsResumeData() {
+        var machine = Self.uploading()
+        // The path going (or moving) does not end it here: the transport stops it and makes
+        // resume data, or waits and continues (waitsForConnectivity).
+        #expect(machine.handle(.path(.unusable)) == [])
+        #expect(machine.handle(.path(.through("wlan0"))) == [])
+        #expect(machine.publicState == .running)
+        #expect(machine.handle(.sent(bytes: 1 << 20, total: 4 << 20)) == [.notifySent(bytes: 1 << 20, total: 1 << 20, expected: 4 << 20)])
+        var lost = Machine.Failure(code: .networkConnectionLost, description: "the network connection was lost")
+        lost.uploadResumeData = Self.resumeData
+        #expect(machine.handle(.exchangeFinished(lost)) == [.complete(lost)])
+        #expect(machine.failure?.uploadResumeData == Self.resumeData)
+    }
+
+    @Test func cancellingAnUploadForResumeDataWaitsForTheTransportsEnd() {
+        var machine = Self.uploading()
+        _ = machine.handle(.sent(bytes: 1 << 20, total: 4 << 20))
+        #expect(machine.handle(.cancelProducingResumeData) == [.stopExchangeForResumeData])
+        #expect(machine.publicState == .running, "not completed before the resume data is known")
+        #expect(machine.handle(.cancelProducingResumeData) == [], "asked twice: one stop")
+        var stopped = Machine.Failure.cancelled
+        stopped.uploadResumeData = Self.resumeData
+        #expect(machine.handle(.exchangeFinished(stopped)) == [.deliverResumeData(Self.resumeData), .complete(stopped)])
+        #expect(machine.failure?.code == .cancelled)
+    }
+
+    @Test func anUploadThatCompletesWhileBeingCancelledForResumeDataCompletes() {
+        var machine = Self.uploading()
+        _ = machine.handle(.response(Self.head))
+        _ = machine.handle(.responseAnswered(allow: true))
+        #expect(machine.handle(.cancelProducingResumeData) == [.stopExchangeForResumeData])
+        #expect(machine.handle(.exchangeFinished(nil)) == [.deliverResumeData(nil), .complete(nil)])
+    }
+
+    @Test func resumeDataFromATaskThatIsNotARunningResumableUploadIsNil() {
+        // A plain exchange (a data task, an upload to a plain server) keeps nothing to resume.
+        var plain = Self.exchanging()
+        #expect(plain.handle(.cancelProducingResumeData) == [.deliverResumeData(nil), .abortExchange, .complete(.cancelled)])
+        var waiting = Machine(options: .init(waitsForConnectivity: true, transportFollowsPath: true))
+        _ = waiting.handle(.path(.unusable))
+        _ = waiting.handle(.resume)
+        #expect(waiting.handle(.cancelProducingResumeData) == [.deliverResumeData(nil), .complete(.cancelled)])
+        #expect(waiting.handle(.cancelProducingResumeData) == [.deliverResumeData(nil)], "a completed task answers nil")
+    }
 }

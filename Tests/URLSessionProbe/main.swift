@@ -11,6 +11,8 @@
 // the peer bench/urlsession_outage_bench.py compares against. With --data the URL is fetched
 // with a data task instead (lines: started, response, received, waiting, completed with the
 // body's SHA-256); --retries opts in to one retry of the idempotent request after a path change.
+// With --upload FILE the file is POSTed to the URL in an upload task (lines: started, sent,
+// response, received, completed with the code and the size of its upload resume data).
 
 import Foundation
 import FoundationNetworking
@@ -41,6 +43,7 @@ struct Options: Sendable {
     var classify: [String] = []
     var usesDataTask = false
     var retries = false
+    var uploadFile: String?
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -63,6 +66,7 @@ struct Options: Sendable {
             case "--classify": options.classify.append(value())
             case "--data": options.usesDataTask = true
             case "--retries": options.retries = true
+            case "--upload": options.uploadFile = value()
             default: fail("unknown argument \(argument)")
             }
         }
@@ -138,11 +142,19 @@ final class DataProbe: ResumableURLSessionDataDelegate {
         emit(["call": "waiting", "task": task.taskIdentifier])
     }
 
+    func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didSendBodyData bytesSent: Int64,
+                    totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        emit(["call": "sent", "task": task.taskIdentifier, "bytes": bytesSent, "total": totalBytesSent])
+    }
+
     func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didCompleteWithError error: (any Error)?) {
         var line: [String: Any] = ["call": "completed", "task": task.taskIdentifier]
+        // Read before the NSError bridge below, which loses the URLError type on Linux.
+        let resumeData = (error as? URLError)?.uploadTaskResumeData
         if let error = error as NSError? {
             line["code"] = error.code
             line["message"] = error.localizedDescription
+            line["uploadResumeData"] = resumeData?.count ?? NSNull()
         } else {
             line["sha256"] = SHA256.hex(body.withLock { [UInt8]($0) })
             line["bytes"] = body.withLock { $0.count }
@@ -271,13 +283,20 @@ if options.usesFoundation, let url = options.url {
     task.resume()
     dispatchMain()
 }
-if options.usesDataTask, let url = options.url {
+if options.usesDataTask || options.uploadFile != nil, let url = options.url {
     var configuration = ResumableURLSession.Configuration(stateDirectory: URL(fileURLWithPath: options.stateDirectory))
     configuration.waitsForConnectivity = options.waitsForConnectivity
     configuration.retriesIdempotentRequestsAfterPathChange = options.retries
     configuration.timeoutIntervalForRequest = 10
     let session = ResumableURLSession(configuration: configuration, delegate: DataProbe(exitWhenDone: options.exitWhenDone))
-    let task = session.dataTask(with: url)
+    let task: ResumableDataTask
+    if let file = options.uploadFile {
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
+    } else {
+        task = session.dataTask(with: url)
+    }
     emit(["call": "started", "task": task.taskIdentifier, "url": url.absoluteString])
     task.resume()
     dispatchMain()

@@ -23,6 +23,11 @@ extension DownloadAgent {
         activate()
         guard !isShutDown else { throw DownloadError.invalidRequest.with(description: "the agent is shut down") }
         try request.validate()
+        // The path this exchange starts on is the one the agent has read. On its first use the
+        // agent has read none yet, and the paths waiting in its stream may be old (offline, then
+        // online): an exchange started before them would take the first as a change and end with
+        // -1005. So it starts only once the agent has read its first path.
+        try await waitForFirstPath()
         if !hasUsablePath {
             guard waitsForConnectivity else {
                 throw DownloadError.notConnectedToInternet.with(description:
@@ -59,19 +64,32 @@ extension DownloadAgent {
     package func waitForUsablePath() async throws(DownloadError) {
         activate()
         while !hasUsablePath {
-            let id = engine.makeTransferID()
-            let usable = await withTaskCancellationHandler {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                    if Task.isCancelled {
-                        continuation.resume(returning: false)
-                    } else {
-                        connectivityWaiters[id] = continuation
-                    }
+            guard await waitForNextPath() else { throw DownloadError.cancelled }
+        }
+    }
+
+    /// Waits until the agent has read a path from its source (at once when it has no source);
+    /// throws `cancelled` when the task is cancelled first.
+    func waitForFirstPath() async throws(DownloadError) {
+        activate()
+        while pathWaiters.hasPathSource, pathWaiters.path == nil {
+            guard await waitForNextPath() else { throw DownloadError.cancelled }
+        }
+    }
+
+    /// Waits for the next path the agent reads; false when the task is cancelled first.
+    private func waitForNextPath() async -> Bool {
+        let id = engine.makeTransferID()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                if Task.isCancelled {
+                    continuation.resume(returning: false)
+                } else {
+                    connectivityWaiters[id] = continuation
                 }
-            } onCancel: {
-                Task { await self.stopWaiting(id) }
             }
-            guard usable else { throw DownloadError.cancelled }
+        } onCancel: {
+            Task { await self.stopWaiting(id) }
         }
     }
 
@@ -79,16 +97,15 @@ extension DownloadAgent {
         connectivityWaiters.removeValue(forKey: id)?.resume(returning: false)
     }
 
-    /// A new path: exchanges that started on another path end (`-1005`), waiters go on when it
-    /// is usable.
+    /// A new path: exchanges that started on another path end (`-1005`); waiters look again
+    /// (each waits for what it needs: a first path, a usable one).
     func exchangesFollow(_ path: NetworkPath) {
         let key = PathKey(path)
         for (id, started) in exchangePaths {
-            // Started before any path was known: only losing the path ends it.
+            // Started with no path source: only losing the path ends it.
             let isLost = started.map { $0 != key } ?? !path.isSatisfied
             if isLost { engine.abort(id, reason: .pathChanged) }
         }
-        guard path.isSatisfied else { return }
         let waiters = connectivityWaiters
         connectivityWaiters = [:]
         for waiter in waiters.values { waiter.resume(returning: true) }
