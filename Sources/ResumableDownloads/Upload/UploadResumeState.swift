@@ -62,18 +62,23 @@ package struct UploadResumeState: Codable, Sendable, Hashable {
     package var protocolInUse: UploadProtocol
     /// Bytes the server confirmed it holds.
     package var acknowledgedOffset: Int64
+    /// The most bytes of the file ever handed to a connection: the server may hold up to this
+    /// many (an append whose answer was lost in the cut), so an offset up to it is no lie. Absent
+    /// in older resume data: then the file's length bounds it.
+    package var sentUpTo: Int64?
     /// The file's length.
     package var length: Int64
     package var file: UploadFileIdentity
     /// The file's path when the upload began.
     package var filePath: String
 
-    package init(url: URL, uploadURL: URL, protocolInUse: UploadProtocol, acknowledgedOffset: Int64, length: Int64,
-                 file: UploadFileIdentity, filePath: String) {
+    package init(url: URL, uploadURL: URL, protocolInUse: UploadProtocol, acknowledgedOffset: Int64,
+                 sentUpTo: Int64? = nil, length: Int64, file: UploadFileIdentity, filePath: String) {
         self.url = url
         self.uploadURL = uploadURL
         self.protocolInUse = protocolInUse
         self.acknowledgedOffset = acknowledgedOffset
+        self.sentUpTo = sentUpTo
         self.length = length
         self.file = file
         self.filePath = filePath
@@ -88,7 +93,8 @@ package struct UploadResumeState: Codable, Sendable, Hashable {
         guard protocolInUse == .ietf || protocolInUse == .tus else {
             throw DownloadError.invalidRequest.with(description: "the upload resume data names a protocol without resumption")
         }
-        guard length >= 0, (0...length).contains(acknowledgedOffset), file.size == length else {
+        guard length >= 0, (0...length).contains(acknowledgedOffset), file.size == length,
+              (acknowledgedOffset...length).contains(sentUpTo ?? length) else {
             throw DownloadError.invalidRequest.with(description: "the upload resume data has offsets out of bounds")
         }
         for candidate in [url, uploadURL] {

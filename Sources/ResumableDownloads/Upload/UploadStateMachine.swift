@@ -88,7 +88,8 @@ struct UploadStateMachine: Sendable {
         if let state {
             uploadURL = state.uploadURL
             acknowledged = state.acknowledgedOffset
-            sentUpTo = state.acknowledgedOffset
+            // The server may hold what was sent but not acknowledged before the cut.
+            sentUpTo = state.sentUpTo ?? state.length
         }
     }
 
@@ -96,7 +97,7 @@ struct UploadStateMachine: Sendable {
     func resumeState(file: UploadFileIdentity, path: String) -> UploadResumeState? {
         guard let uploadURL, protocolInUse == .ietf || protocolInUse == .tus else { return nil }
         return UploadResumeState(url: url, uploadURL: uploadURL, protocolInUse: protocolInUse,
-                                 acknowledgedOffset: acknowledged, length: length, file: file, filePath: path)
+                                 acknowledgedOffset: acknowledged, sentUpTo: sentUpTo, length: length, file: file, filePath: path)
     }
 
     mutating func event(_ event: Event) -> Action {

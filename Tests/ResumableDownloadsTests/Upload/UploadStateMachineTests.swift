@@ -163,6 +163,36 @@ struct UploadStateMachineTests {
         #expect(!resumable)
     }
 
+    /// Resume data from a cut after 6000 bytes were sent and 4096 acknowledged: the server may
+    /// hold all 6000 (the answer to the append was lost), which is no lie; 6001 is.
+    @Test(arguments: [("6000", true), ("5000", true), ("6001", false), ("4000", false)])
+    func resumeDataKeepsWhatWasSentUnacknowledged(offset: String, isBelieved: Bool) throws {
+        var first = Self.interruptedDraft(sent: 6000)
+        _ = first.event(.retry)
+        _ = first.event(.answered(Self.head(204, ["Upload-Offset": "4096"]), interim: [], bytesSent: 0))
+        let state = try #require(first.resumeState(file: UploadFileIdentity(size: Self.length), path: "/p"))
+        #expect(state.acknowledgedOffset == 4096)
+        #expect(state.sentUpTo == 6000)
+        try state.validate()
+        var machine = UploadStateMachine(url: Self.url, fileName: "storm.jpg", length: Self.length, method: .post,
+                                         protocol: .auto, allowsPlainRetry: false, resuming: state)
+        #expect(Self.request(machine.event(.start))?.method == .head)
+        let action = machine.event(.answered(Self.head(204, ["Upload-Offset": offset]), interim: [], bytesSent: 0))
+        if isBelieved {
+            let patch = try #require(Self.request(action), "\(action)")
+            #expect(patch.bodyOffset == Int64(offset))
+        } else {
+            #expect(Self.failure(action) != nil, "\(action)")
+        }
+        var older = state
+        older.sentUpTo = nil   // resume data from before the field: the file's length bounds it
+        try older.validate()
+        older.sentUpTo = 4000  // below what was acknowledged
+        #expect(throws: DownloadError.self) { try older.validate() }
+        older.sentUpTo = Self.length + 1
+        #expect(throws: DownloadError.self) { try older.validate() }
+    }
+
     @Test func resumeStateRoundTripsAndIsChecked() throws {
         let state = UploadResumeState(url: Self.url, uploadURL: URL(string: "http://uploads.example/files/abc")!, protocolInUse: .tus,
                                       acknowledgedOffset: 400, length: Self.length, file: UploadFileIdentity(size: Self.length),
