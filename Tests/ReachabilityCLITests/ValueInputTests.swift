@@ -197,7 +197,7 @@ struct ValueInputTests {
         #expect(queued?.expectedSHA256 == expected)
         let line = #"{"version":1,"command":"add","url":"http://a/x","sha256":"\#(hex)"}"#
         switch ControlCodec.decodeRequest(Array(line.utf8)) {
-        case .success((_, .add(_, _, let sha256, _, _))): #expect(sha256 == expected && expected != nil)
+        case .success((_, .add(_, _, let sha256, _, _, _))): #expect(sha256 == expected && expected != nil)
         case .failure(let rejection): #expect(expected == nil && rejection.error.code == .invalidArgument)
         default: Issue.record("decoded to another command")
         }

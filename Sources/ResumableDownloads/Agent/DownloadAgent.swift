@@ -706,6 +706,14 @@ public actor DownloadAgent {
             return entry.driver == nil && entry.intent == .run
         }
         for id in admitted { startDriver(id) }
+        // A foreground download finding every slot taken: the victims checkpoint and end like a
+        // pause, and since their intent stays `.run` they are queued again (`end`), their slot
+        // going to the foreground one.
+        for id in scheduler.preempt() {
+            guard let mailbox = entries[id]?.mailbox else { continue }
+            configuration.logger.info("download gives its slot to a foreground one", metadata: ["id": id.uuidString])
+            mailbox.yield(.machine(.pause))
+        }
     }
 
     var settings: TransferSettings {
