@@ -124,6 +124,13 @@ struct AgentServiceTests {
         #expect(listed.map(\.connections) == [3, nil] && listed.map(\.allowsConstrained) == [false, nil])
         #expect(await service.handle(.status, id: nil).status?.priorities == ["high": 1, "normal": 1])
         await service.shutdown()
+
+        // The record keeps them: a restarted agent restores the job with its class and bound.
+        let restarted = try Self.offlineService(scratch.url, events: EventSink())
+        #expect(await restarted.start() == 2)
+        let restored = (await restarted.handle(.list, id: nil).downloads ?? []).first { $0.id == added.id }
+        #expect(restored?.priority == "high" && restored?.connections == 3 && restored?.allowsConstrained == false)
+        await restarted.shutdown()
     }
 
     @Test func userPausesSurviveARestart() async throws {
