@@ -31,6 +31,55 @@ struct DownloadNginxTests {
         await agent.shutdown()
     }
 
+    /// Issue 32 item 1: four low jobs fill the four slots (rate limited, so they stay busy); a
+    /// foreground job added then starts at once: the latest low one is checkpointed and queued
+    /// again (not failed), resumes with a range once a slot is free, and every file is right.
+    @Test func foregroundJobTakesASlotFromALowOne() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "1m")   // ~6 s per low job: busy when the foreground one comes
+        let directory = try F.Directory()
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.maximumConcurrentDownloads = 4
+        })
+        let low = DownloadOptions(maximumConnections: 1, priority: DownloadPriority.low.value)
+        var jobs: [(Download, F.EventLog, Data)] = []
+        for index in 0..<4 {
+            let content = F.randomData(count: 6 << 20, seed: UInt64(3200 + index))
+            try nginx.serve(content, at: "slow/low\(index).bin")
+            var options = low
+            options.expectedSHA256 = F.sha256(content)
+            let download = try await agent.download(from: nginx.url("slow/low\(index).bin"), to: directory.file("low\(index).bin"),
+                                                    options: options)
+            jobs.append((download, F.EventLog(download), content))
+        }
+        let lows = jobs.map(\.0)
+        #expect(await F.wait { lows.allSatisfy { $0.progress.bytesReceived > 0 } }, "the low jobs fill every slot")
+
+        let urgent = F.randomData(count: 1 << 20, seed: 3299)
+        try nginx.serve(urgent, at: "urgent.bin")
+        let added = ContinuousClock.now
+        let foreground = try await agent.download(from: nginx.url("urgent.bin"), to: directory.file("urgent.bin"),
+                                                  options: DownloadOptions(expectedSHA256: F.sha256(urgent),
+                                                                           priority: DownloadPriority.foreground.value))
+        let foregroundLog = F.EventLog(foreground)
+        // 100 ms is the goal (measured in bench/); the deadline only has to be well below a low
+        // job's 6 s, so that the start cannot come from a low job finishing.
+        #expect(await F.wait(timeout: .seconds(3)) { foreground.state != .queued }, "the foreground job starts at once")
+        let started = ContinuousClock.now - added
+        #expect(jobs.allSatisfy { $0.0.progress.bytesReceived < Int64($0.2.count) }, "no low job had finished: \(started)")
+        _ = try await F.finish(foreground, log: foregroundLog)
+        #expect(F.sha256(fileAt: directory.file("urgent.bin")) == F.sha256(urgent))
+
+        for (download, log, content) in jobs {
+            _ = try await F.finish(download, log: log)
+            #expect(F.sha256(fileAt: download.destination) == F.sha256(content))
+        }
+        // Exactly one low job gave its slot up, and it went on from its stored bytes.
+        let yielded = jobs.filter { !$0.1.resumedOffsets.isEmpty }
+        #expect(yielded.count == 1, "\(jobs.map { $0.1.all })")
+        #expect(yielded.first.map { $0.1.resumedOffsets.allSatisfy { $0 > 0 } && $0.1.restarts == 0 } == true)
+        await agent.shutdown()
+    }
+
     @Test func pauseKeepsResumeDataAndResumeUsesARange() async throws {
         let nginx = try DownloadTestNginx(slowRate: "2m")   // ~12 s: paused mid-transfer even under load
         let directory = try F.Directory()

@@ -45,6 +45,34 @@ struct ValueInputTests {
         }
     }
 
+    /// `queue add --connections` takes 1 to 16 (the agent bounds it further by its own per-server
+    /// bound); every other text is a usage error (exit 64) naming the range.
+    @Test(arguments: texts + ["1", "16", "17"])
+    func queueAddConnections(text: String) throws {
+        let (outcome, command, message) = Self.parse(QueueAddCommand.self, ["--connections", text, "http://a/x"])
+        if let number = Int(text), (1...16).contains(number) {
+            #expect(outcome == .accepted, "\(message)")
+            #expect((command as? QueueAddCommand)?.job.connections == number)
+        } else {
+            #expect(message == "The value '\(text)' is invalid for '--connections <n>': expected a number from 1 to 16", "\(message)")
+        }
+    }
+
+    /// `queue add --priority` takes BITS' four class names (any case), normal by default;
+    /// `--no-constrained` keeps the job off constrained paths.
+    @Test func queueAddPriorityAndConstrained() throws {
+        for priority in DownloadPriority.allCases {
+            let command = Self.parse(QueueAddCommand.self, ["--priority", priority.rawValue.uppercased(), "http://a/x"]).1 as? QueueAddCommand
+            #expect(command?.job.priority == priority)
+            #expect(command?.job.allowsConstrained == true)
+        }
+        let plain = Self.parse(QueueAddCommand.self, ["--no-constrained", "http://a/x"]).1 as? QueueAddCommand
+        #expect(plain?.job == QueueJobOptions(allowsConstrained: false))
+        let (outcome, _, message) = Self.parse(QueueAddCommand.self, ["--priority", "urgent", "http://a/x"])
+        #expect(outcome == .usage)
+        #expect(message == "The value 'urgent' is invalid for '--priority <class>': expected one of foreground, high, normal, low", "\(message)")
+    }
+
     @Test(arguments: texts)
     func waitTimeout(text: String) throws {
         let (outcome, command, message) = Self.parse(WaitCommand.self, ["--timeout", text])
@@ -197,7 +225,7 @@ struct ValueInputTests {
         #expect(queued?.expectedSHA256 == expected)
         let line = #"{"version":1,"command":"add","url":"http://a/x","sha256":"\#(hex)"}"#
         switch ControlCodec.decodeRequest(Array(line.utf8)) {
-        case .success((_, .add(_, _, let sha256, _, _))): #expect(sha256 == expected && expected != nil)
+        case .success((_, .add(_, _, let sha256, _, _, _))): #expect(sha256 == expected && expected != nil)
         case .failure(let rejection): #expect(expected == nil && rejection.error.code == .invalidArgument)
         default: Issue.record("decoded to another command")
         }

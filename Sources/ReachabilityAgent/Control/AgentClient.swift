@@ -3,6 +3,7 @@ import LinuxSystem
 import LinuxReachability
 import ReachabilityBase
 import ReachabilityEvents
+import ResumableDownloads
 
 /// A program's handle on the download agent of one state directory: typed requests over its
 /// control socket (`STATE_DIR/agent.sock`, one JSON line each way, `ControlProtocol`).
@@ -46,10 +47,17 @@ public struct AgentClient: Sendable {
     /// under a name taken from the URL. An existing file is refused unless `replacing`.
     /// `clientKey` (1-128 visible ASCII characters) names the job for retries: an add repeated
     /// with a key this user already used, after a reset or a timeout, is answered with that
-    /// first job instead of queueing the file twice.
+    /// first job instead of queueing the file twice. `connections` bounds the connections the
+    /// job opens (1-16, and never more than the agent's per-server bound; nil takes that bound);
+    /// `allowsConstrained` false keeps it off constrained paths; `priority` is its class in the
+    /// line for transfer slots (a `foreground` job takes a slot from a lower one at once).
     public func add(_ url: URL, output: String? = nil, sha256: String? = nil,
-                    replacing: Bool = false, clientKey: String? = nil) async throws(AgentClientError) -> AgentDownload {
-        try await download(.add(url: url, output: output, sha256: sha256, replace: replacing, clientKey: clientKey))
+                    replacing: Bool = false, clientKey: String? = nil, connections: Int? = nil,
+                    allowsConstrained: Bool = true,
+                    priority: DownloadPriority = .normal) async throws(AgentClientError) -> AgentDownload {
+        try await download(.add(url: url, output: output, sha256: sha256, replace: replacing, clientKey: clientKey,
+                                job: QueueJobOptions(connections: connections, allowsConstrained: allowsConstrained,
+                                                     priority: priority)))
     }
 
     /// Every download the agent knows, finished ones included.

@@ -50,11 +50,21 @@ public struct AgentDownload: Codable, Sendable, Hashable {
     public var taskIdentifiers: [Int]?
     /// Why it does not transfer yet (a background task not before a date, or waiting for disk space).
     public var waitingReason: String?
+    /// Its class in the line for transfer slots (`DownloadPriority`'s names); nil from older agents.
+    public var priority: String?
+    /// The most connections it opens, when the job set a bound of its own.
+    public var connections: Int?
+    /// False when it is kept off constrained paths; nil when they may carry it.
+    public var allowsConstrained: Bool?
 
     /// A download report (the agent makes these; tests and other agents may too).
     public init(id: String, url: String, destination: String, state: State, bytesReceived: Int64, totalBytes: Int64?,
                 bytesPerSecond: Int64, error: String? = nil, session: String? = nil, taskIdentifiers: [Int]? = nil,
-                waitingReason: String? = nil) {
+                waitingReason: String? = nil, priority: String? = nil, connections: Int? = nil,
+                allowsConstrained: Bool? = nil) {
+        self.priority = priority
+        self.connections = connections
+        self.allowsConstrained = allowsConstrained
         self.session = session
         self.taskIdentifiers = taskIdentifiers
         self.waitingReason = waitingReason

@@ -31,12 +31,16 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     /// Every download the agent holds, every user's: only in root's status (`counts` and
     /// `summary` are the asking user's own downloads); nil otherwise and from older agents.
     public var totalDownloads: Int?
+    /// Unfinished downloads (the asking user's) per priority class (`DownloadPriority` names),
+    /// classes without any left out; nil from older agents.
+    public var priorities: [String: Int]?
 
     /// A status report (the agent makes these).
     public init(pid: Int32, stateDirectory: String, startedAt: String, maximumConcurrentDownloads: Int, allowsExpensive: Bool,
                 pathStatus: String?, connection: String?, interface: String?, isExpensive: Bool?,
                 allowsRoaming: Bool? = nil, isRoaming: Bool? = nil, counts: [String: Int], summary: String,
-                totalDownloads: Int? = nil) {
+                totalDownloads: Int? = nil, priorities: [String: Int]? = nil) {
+        self.priorities = priorities
         self.pid = pid
         self.stateDirectory = stateDirectory
         self.startedAt = startedAt

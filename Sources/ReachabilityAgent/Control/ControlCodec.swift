@@ -50,8 +50,23 @@ package enum ControlCodec {
                 return .failure(ControlRejection(id: id, error: .invalidArgument(
                     "'clientKey' must be 1 to \(ControlProtocol.maximumClientKeyLength) visible ASCII characters")))
             }
+            var job = QueueJobOptions(allowsConstrained: request.constrained ?? true)
+            if let connections = request.connections {
+                let bound = DownloadAgent.maximumConnectionsPerHostLimit
+                guard (1...bound).contains(connections) else {
+                    return .failure(ControlRejection(id: id, error: .invalidArgument("'connections' must be 1 to \(bound)")))
+                }
+                job.connections = connections
+            }
+            if let name = request.priority {
+                guard let priority = DownloadPriority(rawValue: name) else {
+                    let names = DownloadPriority.allCases.map(\.rawValue).joined(separator: ", ")
+                    return .failure(ControlRejection(id: id, error: .invalidArgument("'priority' must be one of \(names)")))
+                }
+                job.priority = priority
+            }
             return .success((id, .add(url: url, output: request.output, sha256: digest,
-                                      replace: request.replace ?? false, clientKey: request.clientKey)))
+                                      replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
         case .list: return .success((id, .list))
         case .status: return .success((id, .status))
         case .metrics:

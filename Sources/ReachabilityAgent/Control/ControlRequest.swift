@@ -1,5 +1,6 @@
 import FoundationEssentials
 import ReachabilityEvents
+import ResumableDownloads
 
 /// A request's `id`, echoed in its reply: a number or a string, as the client chose.
 package enum ControlRequestID: Codable, Sendable, Hashable {
@@ -46,6 +47,12 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     /// `add`: the client's own name for this job; an add repeated with the same key (a retry
     /// after a reset) is answered with the first job instead of making a second one.
     package var clientKey: String?
+    /// `add`: the most connections the job opens (1-16; absent: the agent's bound).
+    package var connections: Int?
+    /// `add`: false keeps the job off constrained paths (absent: allowed).
+    package var constrained: Bool?
+    /// `add`: foreground, high, normal or low (absent: normal).
+    package var priority: String?
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
@@ -69,12 +76,16 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         self.id = id
         self.command = command.name
         switch command {
-        case .add(let url, let output, let sha256, let replace, let clientKey):
+        case .add(let url, let output, let sha256, let replace, let clientKey, let job):
             self.url = url.absoluteString
             self.output = output
             self.sha256 = sha256
             self.replace = replace ? true : nil
             self.clientKey = clientKey
+            // Defaults stay off the wire: an older agent reads the request as before.
+            connections = job.connections
+            constrained = job.allowsConstrained ? nil : false
+            priority = job.priority == .normal ? nil : job.priority.rawValue
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .metrics(let format):
@@ -104,7 +115,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case version, id, command, url, output, sha256, replace, clientKey, download, format
+        case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, priority, download, format
         case session, settings, task, taskIdentifier, changes, action, sequence
     }
 
@@ -124,6 +135,9 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         sha256 = try container.decodeIfPresent(String.self, forKey: .sha256)
         replace = try container.decodeIfPresent(Bool.self, forKey: .replace)
         clientKey = try container.decodeIfPresent(String.self, forKey: .clientKey)
+        connections = try container.decodeIfPresent(Int.self, forKey: .connections)
+        constrained = try container.decodeIfPresent(Bool.self, forKey: .constrained)
+        priority = try container.decodeIfPresent(String.self, forKey: .priority)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
         session = try container.decodeIfPresent(String.self, forKey: .session)
@@ -136,12 +150,31 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     }
 }
 
+/// A queued job's own transfer choices (`queue add --connections --no-constrained --priority`).
+package struct QueueJobOptions: Sendable, Hashable {
+    /// The most connections (1...`DownloadAgent.maximumConnectionsPerHostLimit`, and never more
+    /// than the agent's per-server bound); nil takes that bound.
+    package var connections: Int?
+    /// Whether constrained paths (`Metered=yes`) may carry it.
+    package var allowsConstrained: Bool
+    /// Its class in the line for transfer slots.
+    package var priority: DownloadPriority
+
+    package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal) {
+        self.connections = connections
+        self.allowsConstrained = allowsConstrained
+        self.priority = priority
+    }
+}
+
 /// What a valid request asks for.
 package enum ControlCommand: Sendable, Equatable {
     /// Queue a download; `output` is an absolute path inside the agent's download directories,
     /// or nil for the agent's files directory; `replace` allows replacing an existing file;
-    /// `clientKey` makes a repeated add (a retry after a reset) answer with the first job.
-    case add(url: URL, output: String?, sha256: String?, replace: Bool = false, clientKey: String? = nil)
+    /// `clientKey` makes a repeated add (a retry after a reset) answer with the first job;
+    /// `job` holds its connections, constrained-path rule and priority class.
+    case add(url: URL, output: String?, sha256: String?, replace: Bool = false, clientKey: String? = nil,
+             job: QueueJobOptions = QueueJobOptions())
     /// Every download the agent knows.
     case list
     /// Pause the download with this ID (or unique ID prefix).

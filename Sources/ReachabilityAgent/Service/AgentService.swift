@@ -218,8 +218,10 @@ package actor AgentService {
         switch command {
         case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
             return await handleBackground(command, id: id, peer: peer)
-        case .add(let url, let output, let sha256, let replace, let clientKey):
-            guard let clientKey else { return await add(url, output: output, sha256: sha256, replace: replace, id: id, uid: uid) }
+        case .add(let url, let output, let sha256, let replace, let clientKey, let job):
+            guard let clientKey else {
+                return await add(url, output: output, sha256: sha256, replace: replace, job: job, id: id, uid: uid)
+            }
             let key = "\(uid)/\(clientKey)"
             // Reserved before the first await: a retry arriving while the first add is still
             // being carried out waits for it instead of racing it.
@@ -233,7 +235,7 @@ package actor AgentService {
                 }
             }
             addsByClientKey[key] = .pending
-            let response = await add(url, output: output, sha256: sha256, replace: replace, id: id, uid: uid)
+            let response = await add(url, output: output, sha256: sha256, replace: replace, job: job, id: id, uid: uid)
             addsByClientKey[key] = response.download.flatMap { UUID(uuidString: $0.id) }.map { .added($0) }
             return response
         case .list:
@@ -265,8 +267,8 @@ package actor AgentService {
     }
 
     /// Queues one download for `add`.
-    private func add(_ url: URL, output: String?, sha256: String?, replace: Bool, id: ControlRequestID?,
-                     uid: UInt32) async -> ControlResponse {
+    private func add(_ url: URL, output: String?, sha256: String?, replace: Bool, job: QueueJobOptions,
+                     id: ControlRequestID?, uid: UInt32) async -> ControlResponse {
         let destination: String
         switch AgentDestination.resolve(output: output, url: url,
                                         filesDirectory: AgentStateDirectory.filesDirectory(in: environment.stateDirectory),
@@ -282,7 +284,10 @@ package actor AgentService {
                                                     options: DownloadOptions(expectedSHA256: sha256,
                                                                              allowsExpensive: settings.allowsExpensive,
                                                                              replacesExistingFile: replace,
-                                                                             allowsRoaming: settings.allowsRoaming))
+                                                                             allowsRoaming: settings.allowsRoaming,
+                                                                             allowsConstrained: job.allowsConstrained,
+                                                                             maximumConnections: job.connections,
+                                                                             priority: job.priority.value))
             downloadOwners[download.id] = uid
             observe(download)
             emitDownload(.queued, download)
@@ -365,7 +370,10 @@ package actor AgentService {
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
             interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
             allowsRoaming: settings.allowsRoaming, isRoaming: path?.isRoaming,
-            counts: counts, summary: Self.summary(downloads.map(\.state)), totalDownloads: uid == 0 ? every.count + history.count : nil)
+            counts: counts, summary: Self.summary(downloads.map(\.state)), totalDownloads: uid == 0 ? every.count + history.count : nil,
+            priorities: downloads.reduce(into: [:]) { classes, download in
+                if !download.state.isFinal { classes[DownloadPriority(value: download.options.priority).rawValue, default: 0] += 1 }
+            })
     }
 
     // MARK: events
@@ -514,7 +522,10 @@ package actor AgentService {
         return AgentDownload(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
                              destination: download.destination.path, state: reportedState(download.state),
                                 bytesReceived: progress.bytesReceived, totalBytes: progress.totalBytes,
-                                bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
+                                bytesPerSecond: Int64(progress.bytesPerSecond), error: error,
+                             priority: DownloadPriority(value: download.options.priority).rawValue,
+                             connections: download.options.maximumConnections,
+                             allowsConstrained: download.options.allowsConstrained ? nil : false)
     }
 
     func emitDownload(_ name: EventSchema.DownloadEventName, _ download: Download,
@@ -560,6 +571,9 @@ final class ReportCache: Sendable {
         if case .failed(let failure) = download.state { error = failure.description }
         return AgentDownload(id: parts.id, url: parts.url, destination: parts.destination,
                              state: AgentService.reportedState(download.state), bytesReceived: progress.bytesReceived,
-                             totalBytes: progress.totalBytes, bytesPerSecond: Int64(progress.bytesPerSecond), error: error)
+                             totalBytes: progress.totalBytes, bytesPerSecond: Int64(progress.bytesPerSecond), error: error,
+                             priority: DownloadPriority(value: download.options.priority).rawValue,
+                             connections: download.options.maximumConnections,
+                             allowsConstrained: download.options.allowsConstrained ? nil : false)
     }
 }

@@ -25,6 +25,15 @@ extension TextValueKind {
     }
 }
 
+/// One of a fixed set of names (`--priority low`): exactly a case's raw value, in any case.
+package struct Choice<Value: RawRepresentable & CaseIterable & Sendable>: TextValueKind where Value.RawValue == String {
+    package init() {}
+
+    package var expectation: String { "one of " + Value.allCases.map(\.rawValue).joined(separator: ", ") }
+
+    package func value(from text: String) -> Value? { Value(rawValue: text.lowercased()) }
+}
+
 /// A text that stands for no value of its kind.
 package struct InvalidValue: Error, Sendable, Hashable, CustomStringConvertible {
     /// What was given.

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Glibc
 import ReachabilityAgent
+import ReachabilityBase
 import ResumableDownloads
 
 /// `--state-dir` shared by the control commands, and the request round trip they all make.
@@ -37,6 +38,12 @@ enum DownloadLine {
             let tasks = (download.taskIdentifiers ?? []).map(String.init).joined(separator: ",")
             line += "  [background session '\(TerminalText.escapedName(session))'\(tasks.isEmpty ? "" : ", task \(tasks)")]"
         }
+        // The job's own choices, when they are not the defaults (`--json` always has the class).
+        var choices: [String] = []
+        if let priority = download.priority, priority != DownloadPriority.normal.rawValue { choices.append("priority \(priority)") }
+        if let connections = download.connections { choices.append("at most \(connections) connection\(connections == 1 ? "" : "s")") }
+        if download.allowsConstrained == false { choices.append("no constrained paths") }
+        if !choices.isEmpty { line += "  [\(choices.joined(separator: ", "))]" }
         if let reason = download.waitingReason { line += "  (\(reason))" }
         if let error = download.error { line += "  (\(error))" }
         return TerminalText.escaped(line)
@@ -51,7 +58,7 @@ enum DownloadLine {
     }
 }
 
-/// `reachability queue add URL [-o FILE] [--sha256 HEX]`.
+/// `reachability queue add URL [-o FILE] [--sha256 HEX] [--connections N] [--no-constrained] [--priority CLASS]`.
 struct QueueAddCommand: Command {
     static let name = "queue add"
     static let abstract = "Queue a download in the running agent."
@@ -59,7 +66,17 @@ struct QueueAddCommand: Command {
                                      help: "Where the finished file goes (relative to the current directory); it must be in STATE_DIR/files or a download-dir= of agent.conf. Default: STATE_DIR/files/NAME.")
     static let sha256 = Option.value("sha256", valueName: "hex", help: "Expected SHA-256 of the file; a mismatch fails the download.")
     static let replace = Option.flag("replace", help: "Replace a file that exists at the destination (otherwise the request is refused).")
-    static let options = [output, sha256, replace, ControlOptions.stateDirectory]
+    static let connections = Option.value(
+        "connections", valueName: "n",
+        help: "Open at most this many connections at once for this job (1-\(DownloadAgent.maximumConnectionsPerHostLimit)); the agent's own per-server bound (--connections of 'reachability agent') still applies. Default: that bound.")
+    static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
+    static let noConstrained = Option.flag(
+        "no-constrained", help: "Keep this job off constrained paths (a connection the user asked to save data on, NetworkManager Metered=yes): it waits for another path.")
+    static let priority = Option.value(
+        "priority", valueName: "class",
+        help: "The job's class for the agent's transfer slots: foreground, high, normal (default) or low, as BITS has them. Higher classes start first; within one, first come first served. A foreground job starts at once, taking a slot from the latest started job of the lowest class (which is checkpointed and queued again, nothing lost).")
+    static let priorityValue = Choice<DownloadPriority>()
+    static let options = [output, sha256, replace, connections, noConstrained, priority, ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL.")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -89,10 +106,14 @@ struct QueueAddCommand: Command {
     var outputPath: String?
     var expectedSHA256: String?
     var replacesExistingFile: Bool
+    var job: QueueJobOptions
     var control: ControlOptions
 
     init(arguments: ParsedArguments) throws {
         replacesExistingFile = arguments.isSet(Self.replace)
+        job = QueueJobOptions(connections: try arguments.value(Self.connections, as: Self.connectionsValue),
+                              allowsConstrained: !arguments.isSet(Self.noConstrained),
+                              priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal)
         url = try DownloadCommand.parseURL(arguments.positional(Self.positionals[0])[0])
         if let output = arguments.value(Self.output) {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
@@ -113,8 +134,9 @@ struct QueueAddCommand: Command {
             path.hasPrefix("/") ? path
                 : URL(fileURLWithPath: context.currentDirectory).appendingPathComponent(path).standardizedFileURL.path
         }
-        let response = try await control.send(.add(url: url, output: output, sha256: expectedSHA256, replace: replacesExistingFile),
-                                        in: context)
+        let response = try await control.send(.add(url: url, output: output, sha256: expectedSHA256, replace: replacesExistingFile,
+                                                   job: job),
+                                              in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
     }
@@ -127,7 +149,8 @@ struct QueueListCommand: Command {
     static let json = Option.flag("json", help: "Print one JSON object per download (NDJSON).")
     static let options = [json, ControlOptions.stateDirectory]
     static let discussion: String? = """
-        Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file.
+        Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file, \
+        then the job's own choices in brackets when it has any ([priority low, at most 2 connections, no constrained paths]).
         """ + "\n\n" + ControlOptions.discussion
 
     var isJSON: Bool
@@ -234,6 +257,10 @@ struct AgentStatusCommand: Command {
         context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
         context.output.line(TerminalText.escaped("path: \(path)"))
         context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths")\(status.allowsRoaming == false ? ", no roaming" : ""))")
+        if let classes = status.priorities, !classes.isEmpty {
+            let parts = DownloadPriority.allCases.compactMap { priority in classes[priority.rawValue].map { "\($0) \(priority.rawValue)" } }
+            context.output.line("priorities: \(parts.joined(separator: ", "))")
+        }
         for session in status.backgroundSessions ?? [] {
             context.output.line(TerminalText.escaped(Self.describe(session)))
         }

@@ -327,6 +327,8 @@ public actor DownloadAgent {
                                   allowsExpensive: options.allowsExpensive)
         record.allowsRoaming = options.allowsRoaming ? nil : false
         record.allowsConstrained = options.allowsConstrained ? nil : false
+        record.priority = options.priority == 0.5 ? nil : options.priority
+        record.maximumConnections = options.maximumConnections
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -420,6 +422,8 @@ public actor DownloadAgent {
         record.allowsExpensive = options.allowsExpensive
         record.allowsRoaming = options.allowsRoaming ? nil : false
         record.allowsConstrained = options.allowsConstrained ? nil : false
+        record.priority = options.priority == 0.5 ? nil : options.priority
+        record.maximumConnections = options.maximumConnections
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -456,7 +460,9 @@ public actor DownloadAgent {
                                                allowsExpensive: record.allowsExpensive,
                                                replacesExistingFile: record.replacesExistingFile ?? false,
                                                allowsRoaming: record.allowsRoaming ?? true,
-                                               allowsConstrained: record.allowsConstrained ?? true)
+                                               allowsConstrained: record.allowsConstrained ?? true,
+                                               maximumConnections: record.maximumConnections,
+                                               priority: record.priority ?? 0.5)
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
@@ -706,6 +712,14 @@ public actor DownloadAgent {
             return entry.driver == nil && entry.intent == .run
         }
         for id in admitted { startDriver(id) }
+        // A foreground download finding every slot taken: the victims checkpoint and end like a
+        // pause, and since their intent stays `.run` they are queued again (`end`), their slot
+        // going to the foreground one.
+        for id in scheduler.preempt() {
+            guard let mailbox = entries[id]?.mailbox else { continue }
+            configuration.logger.info("download gives its slot to a foreground one", metadata: ["id": id.uuidString])
+            mailbox.yield(.machine(.pause))
+        }
     }
 
     var settings: TransferSettings {

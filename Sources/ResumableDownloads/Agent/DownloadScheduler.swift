@@ -13,6 +13,17 @@ struct DownloadScheduler: Sendable, Hashable {
     private var priorities: [UUID: Float] = [:]
     /// Holding a slot.
     private(set) var active: Set<UUID> = []
+    /// The priority of each download holding a slot, and when it got it (the victim of a
+    /// preemption is the lowest, latest admitted: it has the least to lose).
+    private var held: [UUID: Holder] = [:]
+    /// A slot's holder: its priority and admission number.
+    private struct Holder: Sendable, Hashable { var priority: Float; var serial: Int }
+    /// Admissions so far (orders `held`).
+    private var admissions = 0
+    /// Holding a slot but asked to give it up for a foreground download (checkpointing).
+    private(set) var yielding: Set<UUID> = []
+    /// Gave a slot up for a foreground download: queued again at the front of its class.
+    private var preempted: Set<UUID> = []
 
     init(limit: Int) { self.limit = max(1, limit) }
 
@@ -21,8 +32,16 @@ struct DownloadScheduler: Sendable, Hashable {
     /// Puts `id` in line (once; not while it holds a slot): behind every download of the same or
     /// a higher `priority` (0...1), ahead of lower ones. Appending at the default priority with
     /// no lower one queued (every `queue add`) costs no scan.
+    /// A download that gave its slot up to a foreground one goes ahead of the others of its
+    /// priority instead (it was admitted before them).
     mutating func enqueue(_ id: UUID, priority: Float = 0.5) {
         guard !queued.contains(id), !active.contains(id) else { return }
+        if preempted.remove(id) != nil {
+            if priority != 0.5 { priorities[id] = priority }
+            queue.insert(id, at: queue.firstIndex { (priorities[$0] ?? 0.5) <= priority } ?? queue.endIndex)
+            queued.insert(id)
+            return
+        }
         let defaultsQueued = queue.count - priorities.count
         let hasLower = priorities.values.contains { $0 < priority } || (priority > 0.5 && defaultsQueued > 0)
         if priority != 0.5 { priorities[id] = priority }
@@ -36,10 +55,40 @@ struct DownloadScheduler: Sendable, Hashable {
         guard queued.remove(id) != nil else { return }
         queue.removeAll { $0 == id }
         priorities[id] = nil
+        preempted.remove(id)
     }
 
     /// `id` gave its slot back (its driver ended).
-    mutating func release(_ id: UUID) { active.remove(id) }
+    mutating func release(_ id: UUID) {
+        active.remove(id)
+        held[id] = nil
+        if yielding.remove(id) != nil { preempted.insert(id) }
+    }
+
+    /// The downloads holding a slot that must give it up (checkpoint and queue again) so that
+    /// the foreground downloads waiting in line (priority `DownloadPriority.foreground`, at the
+    /// front of the line) start now: one per foreground download that no free slot or earlier
+    /// preemption covers, the lowest priority first and, within one, the latest admitted.
+    /// Foreground downloads never preempt each other. Marks them yielding (`release` ends that).
+    mutating func preempt() -> [UUID] {
+        let foreground = DownloadPriority.foreground.value
+        var waiting = 0
+        for id in queue {
+            guard (priorities[id] ?? 0.5) >= foreground else { break }
+            waiting += 1
+        }
+        var needed = waiting - max(0, limit - active.count) - yielding.count
+        guard needed > 0 else { return [] }
+        let candidates = held.filter { $0.value.priority < foreground && !yielding.contains($0.key) }
+            .sorted { ($0.value.priority, -$0.value.serial) < ($1.value.priority, -$1.value.serial) }
+        var victims: [UUID] = []
+        for candidate in candidates where needed > 0 {
+            victims.append(candidate.key)
+            yielding.insert(candidate.key)
+            needed -= 1
+        }
+        return victims
+    }
 
     /// Hands free slots to queued downloads that `isRunnable` accepts, in order, and returns them;
     /// the others keep their place. Stops looking once the slots are full.
@@ -53,6 +102,8 @@ struct DownloadScheduler: Sendable, Hashable {
             visited += 1
             if isRunnable(id) {
                 active.insert(id)
+                admissions += 1
+                held[id] = Holder(priority: priorities[id] ?? 0.5, serial: admissions)
                 admitted.insert(id)
                 order.append(id)
             }

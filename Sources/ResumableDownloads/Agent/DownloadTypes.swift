@@ -1,6 +1,38 @@
 import FoundationEssentials
 import Glibc
 
+/// The four classes of BITS (`BG_JOB_PRIORITY`) a queued download is in: a higher class takes
+/// the transfer slots first; within one, first come first served. A `foreground` download that
+/// finds every slot taken makes the latest admitted download of the lowest class give its slot
+/// up (checkpointed and queued again, nothing lost). `DownloadOptions.priority` carries the
+/// class as a number in URLSessionTask.priority's range.
+public enum DownloadPriority: String, Sendable, Hashable, Codable, CaseIterable {
+    /// Starts at once, taking a slot from a lower class when none is free (priority 1).
+    case foreground
+    /// Before normal and low ones (0.75, `URLSessionTask.highPriority`).
+    case high
+    /// The default (0.5, `URLSessionTask.defaultPriority`).
+    case normal
+    /// After every other class (0.25, `URLSessionTask.lowPriority`).
+    case low
+
+    /// The class as `DownloadOptions.priority`.
+    public var value: Float {
+        switch self {
+        case .foreground: 1
+        case .high: 0.75
+        case .normal: 0.5
+        case .low: 0.25
+        }
+    }
+
+    /// The class of a `DownloadOptions.priority`: 1 is foreground, above 0.5 high, below it low.
+    public init(value: Float) {
+        let value = DownloadOptions.clampedPriority(value)
+        self = value >= 1 ? .foreground : value > 0.5 ? .high : value < 0.5 ? .low : .normal
+    }
+}
+
 /// Per-download choices.
 public struct DownloadOptions: Sendable, Hashable, Codable {
     /// Lowercase or uppercase hex SHA-256 the finished file must have; nil skips the check.

@@ -43,6 +43,11 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var allowsRoaming: Bool?
     /// `DownloadOptions.allowsConstrained`: false, or absent (older records, and the default) for true.
     var allowsConstrained: Bool?
+    /// `DownloadOptions.priority` when not the default 0.5 (absent in older records), so that a
+    /// restored job keeps its class (issue 32).
+    var priority: Float?
+    /// `DownloadOptions.maximumConnections` (absent: the agent's bound, and in older records).
+    var maximumConnections: Int?
     /// `DownloadOptions.replacesExistingFile` (absent in older records: never replace).
     var replacesExistingFile: Bool?
     /// Transfer attempts made so far (all attempts, for diagnostics).
@@ -219,6 +224,10 @@ struct ResumeRecord: Codable, Sendable, Hashable {
             throw Invalid(description: "its SHA-256 is not 64 hex digits")
         }
         guard attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
+        if let priority, !(0...1).contains(priority) { throw Invalid(description: "its priority is not within 0...1") }
+        if let maximumConnections, !(1...DownloadAgent.maximumConnectionsPerHostLimit).contains(maximumConnections) {
+            throw Invalid(description: "its connection bound is not 1 to \(DownloadAgent.maximumConnectionsPerHostLimit)")
+        }
         // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
         if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) {
             throw Invalid(description: problem)

@@ -26,7 +26,7 @@ struct AgentClientTests {
         try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id, _ in
             seen.commands.withLock { $0.append(command) }
             switch command {
-            case .add(let url, _, _, _, _):
+            case .add(let url, _, _, _, _, _):
                 var download = sample
                 download.url = url.absoluteString
                 return .success(id: id, download: download)

@@ -39,6 +39,11 @@ struct ControlCodecTests {
         (#"{"version":1,"command":"add","url":"http://h/x","output":"relative"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"add","url":"http://h/x","sha256":"abc"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"pause"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","connections":0}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","connections":17}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","connections":"4"}"#, ControlErrorCode.malformed),
+        (#"{"version":1,"command":"add","url":"http://h/x","priority":"urgent"}"#, ControlErrorCode.invalidArgument),
+        (#"{"version":1,"command":"add","url":"http://h/x","constrained":"no"}"#, ControlErrorCode.malformed),
         (#"{"version":1,"command":"metrics","format":"json"}"#, ControlErrorCode.invalidArgument),
         (#"{"version":1,"command":"metrics","format":7}"#, ControlErrorCode.malformed),
         (#"{"version":1,"command":"attach","settings":{}}"#, ControlErrorCode.invalidArgument),
@@ -105,7 +110,11 @@ struct ControlCodecTests {
 
     @Test func requestsRoundTrip() throws {
         let commands: [ControlCommand] = [.list, .status, .metrics(.openMetrics), .metrics(.prometheus), .pause("ab"), .resume("ab"), .cancel("ab"),
-                                          .add(url: URL(string: "https://example.org/f")!, output: "/o", sha256: nil)]
+                                          .add(url: URL(string: "https://example.org/f")!, output: "/o", sha256: nil),
+                                          .add(url: URL(string: "https://example.org/f")!, output: nil, sha256: nil,
+                                               job: QueueJobOptions(connections: 3, allowsConstrained: false, priority: .foreground)),
+                                          .add(url: URL(string: "https://example.org/f")!, output: nil, sha256: nil,
+                                               job: QueueJobOptions(connections: 16, priority: .low))]
         for command in commands {
             let line = ControlCodec.encode(ControlRequest(id: .number(9), command: command))
             #expect(!line.contains(UInt8(ascii: "\n")))
@@ -113,6 +122,20 @@ struct ControlCodecTests {
             #expect(id == .number(9))
             #expect(decoded == command)
         }
+    }
+
+    /// The job's choices are optional fields: an add from an older client (none of them) is a
+    /// normal job, and an add with the defaults sends none of them (an older agent reads it).
+    @Test func jobChoicesAreOptionalOnTheWire() throws {
+        let old = #"{"version":1,"command":"add","url":"http://h/x"}"#
+        let (_, command) = try ControlCodec.decodeRequest(Self.bytes(old)).get()
+        #expect(command == .add(url: URL(string: "http://h/x")!, output: nil, sha256: nil, job: QueueJobOptions()))
+        let line = String(decoding: ControlCodec.encode(ControlRequest(id: nil, command: command)), as: UTF8.self)
+        #expect(!line.contains("priority") && !line.contains("connections") && !line.contains("constrained"), "\(line)")
+        let chosen = #"{"version":1,"command":"add","url":"http://h/x","connections":4,"constrained":false,"priority":"high"}"#
+        let (_, decoded) = try ControlCodec.decodeRequest(Self.bytes(chosen)).get()
+        #expect(decoded == .add(url: URL(string: "http://h/x")!, output: nil, sha256: nil,
+                                job: QueueJobOptions(connections: 4, allowsConstrained: false, priority: .high)))
     }
 
     @Test func responsesRoundTrip() throws {

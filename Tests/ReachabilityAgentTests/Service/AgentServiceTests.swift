@@ -102,6 +102,37 @@ struct AgentServiceTests {
         #expect(events.all.contains { $0.contains(#""type":"download","event":"queued""#) })
     }
 
+    /// `queue add --connections 3 --no-constrained --priority high` reaches the download's own
+    /// options; `queue list` and `agent status` report them, and a plain add keeps the defaults.
+    @Test func jobChoicesReachTheDownloadsOptions() async throws {
+        let scratch = try ScratchDirectory("aj")
+        let service = try Self.offlineService(scratch.url, events: EventSink())
+        #expect(await service.start() == 0)
+        let job = QueueJobOptions(connections: 3, allowsConstrained: false, priority: .high)
+        let added = try #require(await service.handle(.add(url: URL(string: "http://192.0.2.9/a")!, output: nil, sha256: nil,
+                                                           job: job), id: nil).download)
+        let plain = try #require(await service.handle(.add(url: URL(string: "http://192.0.2.9/b")!, output: nil, sha256: nil),
+                                                      id: nil).download)
+        let downloads = await service.agent.downloads
+        let options = try #require(downloads.first { $0.id.uuidString.lowercased() == added.id }?.options)
+        #expect(options.maximumConnections == 3 && !options.allowsConstrained && options.priority == DownloadPriority.high.value)
+        let defaults = try #require(downloads.first { $0.id.uuidString.lowercased() == plain.id }?.options)
+        #expect(defaults.maximumConnections == nil && defaults.allowsConstrained && defaults.priority == 0.5)
+
+        let listed = await service.handle(.list, id: nil).downloads ?? []
+        #expect(listed.map(\.priority) == ["high", "normal"])
+        #expect(listed.map(\.connections) == [3, nil] && listed.map(\.allowsConstrained) == [false, nil])
+        #expect(await service.handle(.status, id: nil).status?.priorities == ["high": 1, "normal": 1])
+        await service.shutdown()
+
+        // The record keeps them: a restarted agent restores the job with its class and bound.
+        let restarted = try Self.offlineService(scratch.url, events: EventSink())
+        #expect(await restarted.start() == 2)
+        let restored = (await restarted.handle(.list, id: nil).downloads ?? []).first { $0.id == added.id }
+        #expect(restored?.priority == "high" && restored?.connections == 3 && restored?.allowsConstrained == false)
+        await restarted.shutdown()
+    }
+
     @Test func userPausesSurviveARestart() async throws {
         let scratch = try ScratchDirectory("au")
         let directory = scratch.url

@@ -155,7 +155,7 @@ struct AgentTrustTests {
             }
             bytes.append(10)
             for action in machine.received(bytes) {
-                if case .handle(_, let command) = action, case .add(let url, let output, let sha256, _, _) = command {
+                if case .handle(_, let command) = action, case .add(let url, let output, let sha256, _, _, _) = command {
                     #expect(["http", "https"].contains(url.scheme?.lowercased() ?? ""))
                     #expect(output.map { $0.hasPrefix("/") } ?? true)
                     #expect(sha256.map { SHA256.normalizedHexDigest($0) == $0 } ?? true)

@@ -38,6 +38,64 @@ struct DownloadSchedulerTests {
         #expect(scheduler.queue == [ids[2], ids[4], ids[1], ids[5]])
     }
 
+    /// BITS' classes: higher first, first come first served within one, whatever the order of
+    /// arrival.
+    @Test func classesLineUpInOrder() {
+        var scheduler = DownloadScheduler(limit: 1)
+        let blocker = UUID()
+        scheduler.enqueue(blocker)
+        #expect(scheduler.admit { _ in true } == [blocker])
+        let arrivals: [(UUID, DownloadPriority)] = [.low, .normal, .high, .low, .foreground, .normal, .high, .foreground]
+            .map { (UUID(), $0) }
+        for (id, priority) in arrivals { scheduler.enqueue(id, priority: priority.value) }
+        let expected = DownloadPriority.allCases.flatMap { priority in arrivals.filter { $0.1 == priority }.map(\.0) }
+        #expect(scheduler.queue == expected)
+        #expect(DownloadPriority.allCases.map { DownloadPriority(value: $0.value) } == DownloadPriority.allCases)
+    }
+
+    /// A foreground download finding every slot taken makes one lower download yield (the lowest
+    /// class, latest admitted); that one goes back at the front of its class, and the slot goes
+    /// to the foreground download. Foreground downloads never preempt each other, and a second
+    /// call before the slot is released asks nobody else.
+    @Test func foregroundPreemptsTheLatestLowestAndItComesBackFirst() {
+        var scheduler = DownloadScheduler(limit: 3)
+        let high = UUID(), lowFirst = UUID(), lowLatest = UUID(), lowWaiting = UUID()
+        scheduler.enqueue(high, priority: DownloadPriority.high.value)
+        scheduler.enqueue(lowFirst, priority: DownloadPriority.low.value)
+        scheduler.enqueue(lowLatest, priority: DownloadPriority.low.value)
+        #expect(scheduler.admit { _ in true } == [high, lowFirst, lowLatest])
+        scheduler.enqueue(lowWaiting, priority: DownloadPriority.low.value)
+        #expect(scheduler.preempt().isEmpty, "no foreground download waits")
+
+        let foreground = UUID()
+        scheduler.enqueue(foreground, priority: DownloadPriority.foreground.value)
+        #expect(scheduler.admit { _ in true }.isEmpty, "every slot is taken")
+        #expect(scheduler.preempt() == [lowLatest])
+        #expect(scheduler.preempt().isEmpty, "already yielding")
+        #expect(scheduler.yielding == [lowLatest])
+
+        // The victim's driver checkpoints and ends; it is queued again ahead of lowWaiting.
+        scheduler.release(lowLatest)
+        scheduler.enqueue(lowLatest, priority: DownloadPriority.low.value)
+        #expect(scheduler.queue == [foreground, lowLatest, lowWaiting])
+        #expect(scheduler.admit { _ in true } == [foreground])
+        #expect(scheduler.yielding.isEmpty)
+
+        // Two more foreground ones: the other low and then the high give way, never a foreground.
+        let second = UUID(), third = UUID(), fourth = UUID()
+        for id in [second, third, fourth] { scheduler.enqueue(id, priority: DownloadPriority.foreground.value) }
+        #expect(scheduler.preempt() == [lowFirst, high])
+        scheduler.release(lowFirst)
+        scheduler.release(high)
+        #expect(scheduler.admit { _ in true } == [second, third])
+        #expect(scheduler.preempt().isEmpty, "only foreground downloads hold slots")
+        #expect(scheduler.queue.first == fourth)
+        // A free slot covers a waiting foreground download without a preemption.
+        scheduler.release(foreground)
+        #expect(scheduler.preempt().isEmpty)
+        #expect(scheduler.admit { _ in true } == [fourth])
+    }
+
     /// 10,000 adds at the default priority, then admissions: cheap enough that the whole run is
     /// far below a second even unoptimised (it was a scan per add and per admission).
     @Test func tenThousandQueuedDownloads() {
