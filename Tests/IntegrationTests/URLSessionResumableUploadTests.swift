@@ -256,29 +256,9 @@ struct URLSessionResumableUploadTests {
 
         init() throws {
             directory = try ScratchDirectory("tus-server")
-            let process = Process()
             // The python3 on PATH, as `hasTus` asked (setup.sh's pip may install beside /usr/bin's).
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             let script = UploadTestServer.script.deletingLastPathComponent().appendingPathComponent("tus_server.py")
-            process.arguments = ["python3", script.path, "--directory", directory.url.path]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            self.process = process
-            // The first line is "port N".
-            var line = Data()
-            while !line.contains(10) {
-                let byte = output.fileHandleForReading.readData(ofLength: 1)
-                guard !byte.isEmpty else { break }
-                line.append(byte)
-            }
-            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard text.hasPrefix("port "), let port = UInt16(text.dropFirst(5)) else {
-                kill(process.processIdentifier, SIGKILL)
-                throw POSIXError(.ECONNREFUSED)   // tus_server.py did not print its port
-            }
-            self.port = port
+            (process, port) = try UploadTestServer.launch("/usr/bin/env", ["python3", script.path, "--directory", directory.url.path])
         }
 
         var url: URL { URL(string: "http://127.0.0.1:\(port)/uploads")! }

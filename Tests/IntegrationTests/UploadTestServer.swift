@@ -18,16 +18,19 @@ final class UploadTestServer: Sendable {
     /// `bytesPerSecond` reads bodies at that pace.
     init(lie: String? = nil, bytesPerSecond: Int? = nil) throws {
         directory = try ScratchDirectory("upload-server")
+        (process, port) = try Self.launch("/usr/bin/python3", [Self.script.path, "--directory", directory.url.path]
+            + (lie.map { ["--lie", $0] } ?? []) + (bytesPerSecond.map { ["--rate", String($0)] } ?? []))
+    }
+
+    /// Starts a test server program that prints "port N" as its first line, and reads the port.
+    static func launch(_ executable: String, _ arguments: [String]) throws -> (Process, UInt16) {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = [Self.script.path, "--directory", directory.url.path] + (lie.map { ["--lie", $0] } ?? [])
-            + (bytesPerSecond.map { ["--rate", String($0)] } ?? [])
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
         let output = Pipe()
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        self.process = process
-        // The first line is "port N".
         var line = Data()
         while !line.contains(10) {
             let byte = output.fileHandleForReading.readData(ofLength: 1)
@@ -37,9 +40,9 @@ final class UploadTestServer: Sendable {
         let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         guard text.hasPrefix("port "), let port = UInt16(text.dropFirst(5)) else {
             kill(process.processIdentifier, SIGKILL)
-            throw POSIXError(.ECONNREFUSED)   // upload_server.py did not print its port
+            throw POSIXError(.ECONNREFUSED)   // the server did not print its port
         }
-        self.port = port
+        return (process, port)
     }
 
     func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
