@@ -232,8 +232,7 @@ struct DownloadCommand: Command {
             if writesToStandardOutput {
                 let root = stateRoot ?? base
                 let name = Self.defaultFileName(for: url) ?? "download"
-                let key = DownloadStateDirectory.jobDirectory(for: Job(url: url, destination: URL(fileURLWithPath: "/dev/stdout")),
-                                                              in: root).lastPathComponent
+                let key = DownloadStateDirectory.stableName(url.absoluteString + "\n/dev/stdout")
                 return Job(url: url, destination: root.appendingPathComponent("stdout/\(key)/\(name)").standardizedFileURL,
                            isStandardOutput: true)
             } else if let explicitOutput {

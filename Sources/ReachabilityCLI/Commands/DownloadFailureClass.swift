@@ -37,14 +37,23 @@ struct DownloadFailureVerdict: Sendable, Equatable {
         }
     }
 
+    /// Set for a 401/403/410 after bytes were stored: the link expired, and the bytes wait for a new one.
+    var expiredLinkStatus: Int?
+
     /// Appended to the error line.
     var suffix: String {
-        keepsResumeData ? " (resume data kept; run the same command again to continue)" : ""
+        if let status = expiredLinkStatus {
+            return ": the link expired (HTTP \(status)): rerun with the new URL and the same -o to continue (resume data kept)"
+        }
+        return keepsResumeData ? " (resume data kept; run the same command again to continue)" : ""
     }
 
+    /// A 401/403/410 keeps the class of any 4xx (permanent, exit 1: the same URL gets the same
+    /// answer), but when bytes are stored it keeps them, as the engine does (`isExpiredLink`).
     init(_ error: DownloadError, storedBytes: Int64) {
         failureClass = Self.classify(error)
-        keepsResumeData = failureClass != .permanent && error.isResumable && storedBytes > 0
+        expiredLinkStatus = error.isExpiredLink && storedBytes > 0 ? error.httpStatusCode : nil
+        keepsResumeData = (failureClass != .permanent && error.isResumable || expiredLinkStatus != nil) && storedBytes > 0
     }
 
     /// The class of an engine error.

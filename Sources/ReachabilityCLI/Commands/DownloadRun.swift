@@ -205,6 +205,7 @@ final class DownloadRun: Sendable {
             if registry.isInterrupted || error is CancellationError { return nil }
             return .init(job: job, message: "\(error)", exitCode: .failure)
         }
+        if let previous = session.previousURL { reporter.reportNewURL(job, previous: previous) }
         if !registry.add(session) {
             await session.agent.shutdown()   // the interrupt came while it was opening
             return nil

@@ -20,19 +20,24 @@ enum DownloadStateDirectory {
         try StateDirectoryLocation.open(directory.path)
     }
 
-    /// The per-download subdirectory: a stable name from URL and destination, so running the same
-    /// command again finds the same resume record, and unrelated downloads (possibly run by another
-    /// `reachability download` at the same time) are never restored by this one.
+    /// The per-download subdirectory: a stable name from the destination alone, so running the
+    /// same command again finds the same resume record, a rerun with a new URL for the same file
+    /// (an expired link replaced) finds the stored bytes, and downloads to other files (possibly
+    /// run by another `reachability download` at the same time) are never restored by this one.
     static func jobDirectory(for job: DownloadCommand.Job, in root: URL) -> URL {
-        let key = job.url.absoluteString + "\n" + job.destination.path
+        root.appendingPathComponent("downloads", isDirectory: true)
+            .appendingPathComponent(stableName(job.destination.path), isDirectory: true)
+    }
+
+    /// 16 hex digits naming `key` the same in every run.
+    static func stableName(_ key: String) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325   // FNV-1a 64: stable across runs, unlike Hasher
         for byte in key.utf8 {
             hash ^= UInt64(byte)
             hash = hash &* 0x0000_0100_0000_01b3
         }
         let hex = String(hash, radix: 16)
-        return root.appendingPathComponent("downloads", isDirectory: true)
-            .appendingPathComponent(String(repeating: "0", count: 16 - hex.count) + hex, isDirectory: true)
+        return String(repeating: "0", count: 16 - hex.count) + hex
     }
 }
 
@@ -48,12 +53,15 @@ final class DownloadSession: Sendable {
     let job: DownloadCommand.Job
     let agent: DownloadAgent
     let download: Download
+    /// The URL the stored bytes came from when it was not this job's (a replaced link), else nil.
+    let previousURL: URL?
     private let directory: URL
     private let lockDescriptor: FileDescriptor
 
     private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: URL,
-                 lockDescriptor: FileDescriptor) {
+                 lockDescriptor: FileDescriptor, previousURL: URL? = nil) {
         self.job = job
+        self.previousURL = previousURL
         self.directory = directory
         self.agent = agent
         self.download = download
@@ -92,6 +100,12 @@ final class DownloadSession: Sendable {
             // Only this job's record is acted on; a --sha256 given now is adopted.
             if let match = await agent.restoreDownload(from: job.url, to: job.destination, options: options) {
                 return DownloadSession(job: job, agent: agent, download: match, directory: directory, lockDescriptor: descriptor)
+            }
+            // Bytes stored from another URL for this file (an expired link): continued from this
+            // one; the engine's resume rules (length, validator in If-Range) decide if they fit.
+            if let moved = await agent.restoreDownload(to: job.destination, replacingURLWith: job.url, options: options) {
+                return DownloadSession(job: job, agent: agent, download: moved.download, directory: directory,
+                                       lockDescriptor: descriptor, previousURL: moved.previousURL)
             }
             do {
                 let download = try await agent.download(from: job.url, to: job.destination, options: options)

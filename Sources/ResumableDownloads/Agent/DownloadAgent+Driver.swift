@@ -429,6 +429,9 @@ extension DownloadAgent {
         if failure.isResumable {
             _ = try? await driver.file.checkpoint()
             await driver.file.close()
+        } else if failure.isExpiredLink, let stored = try? await driver.file.checkpoint(), stored > 0 {
+            // An expired link strands no bytes: they stay for the same download from a new URL.
+            await driver.file.close()
         } else {
             // Nothing useful to resume (4xx, checksum mismatch, broken server): leave no debris.
             await driver.file.discard()
