@@ -90,12 +90,23 @@ final class DownloadSession: Sendable {
             throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
         }
         do {
-            try checkExistingDestination(job, options: options, directory: directory)
+            let finished = try checkExistingDestination(job, options: options, directory: directory)
             let agent: DownloadAgent
             do {
                 agent = try DownloadAgent(configuration: configuration(directory), paths: paths, hostPaths: hostPaths)
             } catch {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
+            }
+            if let finished {
+                let comparison = await compareWithServer(finished, job: job, agent: agent)
+                await agent.shutdown()
+                switch comparison {
+                case .same(let reason):
+                    throw AlreadyComplete(reason: "already complete (\(reason)); nothing downloaded")
+                case .different(let reason):
+                    throw CommandFailure(message: "\(job.destination.path) already exists and may not be the server's file: \(reason); "
+                                         + "delete it to download again", exitCode: .cannotCreate)
+                }
             }
             // Only this job's record is acted on; a --sha256 given now is adopted.
             if let match = await agent.restoreDownload(from: job.url, to: job.destination, options: options) {
@@ -128,10 +139,13 @@ final class DownloadSession: Sendable {
     /// the wanted one counts as done (`AlreadyComplete`), so re-running a finished command with
     /// --sha256, or an interrupted batch, succeeds. A directory, FIFO or device there is named as
     /// such, and nothing at the destination is ever opened in a way that could wait (a FIFO's
-    /// writer); hashing a large file stops when the command is interrupted.
-    static func checkExistingDestination(_ job: DownloadCommand.Job, options: DownloadOptions, directory: URL) throws {
+    /// writer); hashing a large file stops when the command is interrupted. Returns the marker
+    /// of a file an earlier, finished run completed: done if the server still serves it
+    /// (`compareWithServer`); nil when there is no file.
+    static func checkExistingDestination(_ job: DownloadCommand.Job, options: DownloadOptions,
+                                         directory: URL) throws -> CompletionMarker? {
         let path = job.destination.path
-        guard let status = (try? FileSystem.status(ofPath: path, followingLinks: false)) ?? nil else { return }
+        guard let status = (try? FileSystem.status(ofPath: path, followingLinks: false)) ?? nil else { return nil }
         switch status.kind {
         case .directory:
             throw CommandFailure(message: "\(path) is a directory; to download into it use -d \(path), or name a file in it with -o \(path)/NAME",
@@ -161,22 +175,43 @@ final class DownloadSession: Sendable {
             // Completed and renamed by a run that stopped before writing it out: only this
             // command writes in its 0700 state directory.
             throw AlreadyComplete(reason: "already complete (kept by an earlier run)")
-        } else if CompletionMarker.matches(in: directory, url: job.url, destination: job.destination) {
-            throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
+        } else if let marker = CompletionMarker.read(in: directory, destination: job.destination) {
+            if marker.isFinal == true { return marker }
+            if marker.url == job.url.absoluteString {
+                throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
+            }
         }
         let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
         throw CommandFailure(message: "\(path) already exists; \(hint)", exitCode: .cannotCreate)
     }
 
+    /// Asks the server (HEAD, through the job's agent: its headers, proxy, path) for the file's
+    /// length and validators now, and compares them with the ones recorded at completion.
+    static func compareWithServer(_ marker: CompletionMarker, job: DownloadCommand.Job,
+                                  agent: DownloadAgent) async -> ResumeValidator.Comparison {
+        do {
+            let response = try await agent.exchange(ExchangeRequest(method: .head, url: job.url, idleTimeout: .seconds(30),
+                                                                    responseBodyLimit: 0), waitsForConnectivity: true)
+            guard response.head.statusCode == 200 else {
+                return .different("the server answered HTTP \(response.head.statusCode) when asked for its length and validator")
+            }
+            return ResumeValidator.compare(stored: marker.entity, server: ResumeValidator.Entity(head: response.head))
+        } catch {
+            return .different("the server could not be asked for its length and validator (\(error.description))")
+        }
+    }
+
     /// The job's state directory.
     var jobDirectory: URL { directory }
 
-    /// Releases the lock. A completed download leaves a `CompletionMarker` when
-    /// `marksCompletion` (the batch ended unfinished); the job directory is removed when nothing
-    /// is left in it (a resume record or a marker keeps it).
-    func close(marksCompletion: Bool) {
-        if marksCompletion, download.state == .completed,
-           let marker = CompletionMarker(url: job.url, destination: job.destination) {
+    /// Releases the lock. A completed download leaves a `CompletionMarker` with the server's
+    /// validators, `isFinal` when the batch is finished (else the same command counts the file
+    /// as done without asking); the job directory is removed when nothing is left in it (a resume
+    /// record or a marker keeps it; `-o -` leaves no file, so no marker).
+    func close(batchIsFinished: Bool) async {
+        if download.state == .completed,
+           let marker = CompletionMarker(url: job.url, destination: job.destination,
+                                         entity: await agent.completedEntity(of: download), isFinal: batchIsFinished) {
             try? marker.write(in: directory)
         }
         Self.removeIfEmpty(directory)

@@ -230,6 +230,7 @@ extension DownloadAgent {
             do {
                 let url = try await driver.file.complete(totalLength: total, expectedLength: driver.download.options.expectedLength)
                 driver.download.report(bytesReceived: total, totalBytes: total)
+                entries[id]?.record = driver.file.record   // its validators, for `completedEntity(of:)`
                 configuration.logger.info("download completed", metadata: ["id": id.uuidString, "bytes": "\(total)"])
                 finishDriver(driver)
                 driver.download.update(state: .completed, event: .completed(url))

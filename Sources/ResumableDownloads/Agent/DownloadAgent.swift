@@ -446,6 +446,14 @@ public actor DownloadAgent {
         return (download, previous)
     }
 
+    /// The length and validators of the file a completed download put in place (what a later
+    /// rerun compares with the server's); nil when it is not completed.
+    package func completedEntity(of download: Download) -> ResumeValidator.Entity? {
+        guard download.state == .completed, let record = entries[download.id]?.record else { return nil }
+        return ResumeValidator.Entity(length: record.finishedFile?.size ?? record.totalLength,
+                                      entityTag: record.entityTag, lastModified: record.lastModified)
+    }
+
     /// The valid records in the state directory; invalid ones are moved aside.
     private func loadRecords() -> [ResumeRecord] {
         guard let state = try? stateDirectory() else { return [] }
