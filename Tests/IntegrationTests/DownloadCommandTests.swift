@@ -68,6 +68,14 @@ struct DownloadCommandTests {
         #expect(await verified.waitForExit() == 0, "\(verified.transcript)")
         #expect(verified.eventNames == ["completed"])
         #expect(verified.events.first?["bytes"] as? Int == content.count)
+
+        // A server that cannot be asked decides nothing: exit 75 (run again later), file kept.
+        nginx.stop()
+        let unreachable = try CLIProcess(["download", "--state-dir", directory.file("state").path,
+                                          nginx.url("files/data.bin").absoluteString], directory: directory.url)
+        #expect(await unreachable.waitForExit() == 75, "\(unreachable.transcript)")
+        #expect(unreachable.standardError.contains("the server could not be asked whether it is still its file"), "\(unreachable.transcript)")
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
     }
 
     /// stderr on a terminal (util-linux `script` provides one): bars with bytes, rate and ETA,

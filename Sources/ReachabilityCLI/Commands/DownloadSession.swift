@@ -98,7 +98,13 @@ final class DownloadSession: Sendable {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
             }
             if let finished {
-                let comparison = await compareWithServer(finished, job: job, agent: agent)
+                let comparison: ResumeValidator.Comparison
+                do {
+                    comparison = try await compareWithServer(finished, job: job, agent: agent)
+                } catch {
+                    await agent.shutdown()
+                    throw error
+                }
                 await agent.shutdown()
                 switch comparison {
                 case .same(let reason):
@@ -185,20 +191,47 @@ final class DownloadSession: Sendable {
         throw CommandFailure(message: "\(path) already exists; \(hint)", exitCode: .cannotCreate)
     }
 
+    /// How long a rerun waits for a path and the server's answer before giving up for now.
+    static let serverCheckLimit = Duration.seconds(30)
+
     /// Asks the server (HEAD, through the job's agent: its headers, proxy, path) for the file's
-    /// length and validators now, and compares them with the ones recorded at completion.
+    /// length and validators now, and compares them with the ones recorded at completion. A
+    /// server that cannot be asked (no path or no answer within `serverCheckLimit`) is a failure
+    /// for now (75): nothing is decided about the file.
     static func compareWithServer(_ marker: CompletionMarker, job: DownloadCommand.Job,
-                                  agent: DownloadAgent) async -> ResumeValidator.Comparison {
-        do {
-            let response = try await agent.exchange(ExchangeRequest(method: .head, url: job.url, idleTimeout: .seconds(30),
-                                                                    responseBodyLimit: 0), waitsForConnectivity: true)
+                                  agent: DownloadAgent) async throws -> ResumeValidator.Comparison {
+        let request = ExchangeRequest(method: .head, url: job.url, idleTimeout: serverCheckLimit, responseBodyLimit: 0)
+        let answer = await withTaskGroup(of: Result<ExchangeResponse, DownloadError>?.self) { group in
+            group.addTask {
+                do throws(DownloadError) {
+                    return .success(try await agent.exchange(request, waitsForConnectivity: true))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: serverCheckLimit)
+                return nil
+            }
+            let first: Result<ExchangeResponse, DownloadError>? = await group.next().flatMap { $0 }
+            group.cancelAll()
+            return first
+        }
+        if Task.isCancelled { throw CancellationError() }
+        let failure: String
+        switch answer {
+        case .success(let response)?:
             guard response.head.statusCode == 200 else {
                 return .different("the server answered HTTP \(response.head.statusCode) when asked for its length and validator")
             }
             return ResumeValidator.compare(stored: marker.entity, server: ResumeValidator.Entity(head: response.head))
-        } catch {
-            return .different("the server could not be asked for its length and validator (\(error.description))")
+        case .failure(let error)?:
+            failure = error.description
+        case nil:
+            failure = "no usable network path or no answer within \(Int(serverCheckLimit.components.seconds)) s"
         }
+        throw CommandFailure(message: "\(job.destination.path) already exists, and the server could not be asked whether it is still "
+                             + "its file (\(failure)); run the same command again when it can be reached", exitCode: .temporaryFailure)
     }
 
     /// The job's state directory.
