@@ -174,11 +174,6 @@ struct CompletionMarker: Codable, Sendable, Equatable {
         }
     }
 
-    /// Removes the marker from `directory`, if any.
-    static func remove(in directory: URL) {
-        try? CheckedDirectory.open(directory.path, policy: .privateState).remove(fileName)
-    }
-
     /// The status of `file` itself (a link is not followed), reached from / without untrusted
     /// links; nil when it cannot be seen.
     private static func status(of file: URL) -> FileStatus? {
