@@ -37,15 +37,29 @@ struct DownloadCommandTests {
         #expect(completed["bytes"] as? Int == content.count)
         #expect(completed["total"] as? Int == content.count)
         #expect(completed["url"] as? String == nginx.url("files/data.bin").absoluteString)
-        // Nothing left to resume: the job's state directory is gone.
+        // Nothing left to resume: the job's state directory holds only the completion marker.
         let jobs = (try? FileManager.default.contentsOfDirectory(atPath: directory.file("state/downloads").path)) ?? []
-        #expect(jobs.isEmpty)
+        #expect(jobs.count == 1)
+        let left = jobs.first.flatMap { try? FileManager.default.contentsOfDirectory(atPath: directory.file("state/downloads/\($0)").path) }
+        #expect(left == ["completed.json"], "\(left ?? [])")
 
-        // Running it again does not overwrite the finished file: exit 73 and a clear error.
-        let again = try CLIProcess(["download", "--state-dir", directory.file("state").path,
+        // Running it again (issue 34): the server still serves that length and ETag, so the file
+        // is done, as with `wget -c`: exit 0, one `completed` line saying so, nothing fetched.
+        let again = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path,
                                     nginx.url("files/data.bin").absoluteString], directory: directory.url)
-        #expect(await again.waitForExit() == 73)
-        #expect(again.standardError.contains("Error: \(nginx.url("files/data.bin").absoluteString): \(destination.path) already exists"))
+        #expect(await again.waitForExit() == 0, "\(again.transcript)")
+        #expect(again.eventNames == ["completed"], "\(again.transcript)")
+        #expect((again.events.first?["reason"] as? String)?.contains("length and ETag match the server's") == true, "\(again.transcript)")
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+
+        // Once the server's file changed, the rerun refuses, and says why: exit 73.
+        try nginx.serve(content + Data("more".utf8), at: "files/data.bin")
+        let changed = try CLIProcess(["download", "--state-dir", directory.file("state").path,
+                                      nginx.url("files/data.bin").absoluteString], directory: directory.url)
+        #expect(await changed.waitForExit() == 73, "\(changed.transcript)")
+        #expect(changed.standardError.contains("Error: \(nginx.url("files/data.bin").absoluteString): \(destination.path) already exists"
+                                               + " and may not be the server's file: its length differs"), "\(changed.transcript)")
+        try nginx.serve(content, at: "files/data.bin")
 
         // With the right --sha256 the existing file counts as done: exit 0, one `completed` line.
         let verified = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path,
@@ -54,6 +68,14 @@ struct DownloadCommandTests {
         #expect(await verified.waitForExit() == 0, "\(verified.transcript)")
         #expect(verified.eventNames == ["completed"])
         #expect(verified.events.first?["bytes"] as? Int == content.count)
+
+        // A server that cannot be asked decides nothing: exit 75 (run again later), file kept.
+        nginx.stop()
+        let unreachable = try CLIProcess(["download", "--state-dir", directory.file("state").path,
+                                          nginx.url("files/data.bin").absoluteString], directory: directory.url)
+        #expect(await unreachable.waitForExit() == 75, "\(unreachable.transcript)")
+        #expect(unreachable.standardError.contains("the server could not be asked whether it is still its file"), "\(unreachable.transcript)")
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
     }
 
     /// stderr on a terminal (util-linux `script` provides one): bars with bytes, rate and ETA,

@@ -155,7 +155,8 @@ final class DownloadTestNginx: Sendable {
 
     /// Starts nginx in the foreground as a child; waits (with a deadline) until it accepts.
     /// `accessLog`: requests are logged (`loggedRequests`).
-    init(slowRate: String = "2m", tls: Bool = false, accessLog: Bool = false) throws {
+    /// `locations`: more `location` blocks for the server (e.g. one that starts answering 403).
+    init(slowRate: String = "2m", tls: Bool = false, accessLog: Bool = false, locations: String = "") throws {
         prefix = FileManager.default.temporaryDirectory.appendingPathComponent("nginx-\(UUID().uuidString)")
         root = prefix.appendingPathComponent("www")
         try FileManager.default.createDirectory(at: root.appendingPathComponent("slow"), withIntermediateDirectories: true)
@@ -198,6 +199,7 @@ final class DownloadTestNginx: Sendable {
                 listen 127.0.0.1:\(port);
                 root \(root.path);
                 location /slow/ { limit_rate \(slowRate); }
+                \(locations)
             }
         \(tlsServer)
         }

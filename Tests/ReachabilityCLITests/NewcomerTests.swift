@@ -49,6 +49,10 @@ struct NewcomerTests {
     @Test(arguments: [
         (DownloadError.httpStatus(404), Int64(100), ExitCode.failure, false),
         (DownloadError.httpStatus(999), 100, .failure, false),
+        (DownloadError.httpStatus(403), 100, .failure, true),
+        (DownloadError.httpStatus(401), 100, .failure, true),
+        (DownloadError.httpStatus(410), 100, .failure, true),
+        (DownloadError.httpStatus(403), 0, .failure, false),
         (DownloadError.httpStatus(503), 100, .temporaryFailure, true),
         (DownloadError.httpStatus(503), 0, .temporaryFailure, false),
         (DownloadError.checksumMismatch, 100, .failure, false),
@@ -67,6 +71,7 @@ struct NewcomerTests {
         #expect(verdict.exitCode == code)
         #expect(verdict.keepsResumeData == keeps)
         #expect(verdict.suffix.contains("resume data kept") == keeps)
+        #expect(verdict.suffix.contains("the link expired") == (keeps && error.isExpiredLink))
     }
 
     @Test func combinedExitCodes() {

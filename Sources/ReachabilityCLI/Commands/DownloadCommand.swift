@@ -66,11 +66,13 @@ struct DownloadCommand: Command {
     static let discussion: String? = """
         Each file is written to NAME.part and moved to NAME only once it is complete (and matches \
         --sha256). A destination that already exists is never overwritten: delete it first; if it \
-        matches --sha256, or an interrupted run of the same command completed it, it counts as \
-        complete and nothing is downloaded. \
+        matches --sha256, or an earlier run completed it and the server still gives the same \
+        length and ETag (or Last-Modified), it counts as complete and nothing is downloaded. \
         Interrupting (Ctrl-C, SIGTERM) pauses and keeps the resume data; running the same command \
-        again (same URL and destination) continues from the stored offset, if the server's ETag or \
+        again (same destination) continues from the stored offset, if the server's ETag or \
         Last-Modified still match; a second Ctrl-C quits without waiting for the checkpoint. \
+        A link that expires (HTTP 401, 403, 410 after some bytes) keeps them: rerun with the new \
+        URL and the same -o to continue. \
         A progress bar per download is drawn on stderr when it is a \
         terminal; otherwise events are printed one per line.
         """ + "\n\n" + """
@@ -78,7 +80,8 @@ struct DownloadCommand: Command {
         all_proxy, no_proxy); --proxy overrides them. A proxy that cannot be reached is named in the error.
         """ + "\n\n" + """
         Exit status: 0 every file complete and verified; 1 a download failed for good (HTTP error, \
-        checksum mismatch, untrusted certificate, bad reply; nothing is kept); 64 usage error; \
+        checksum mismatch, untrusted certificate, bad reply; nothing is kept but an expired link's \
+        bytes); 64 usage error; \
         73 a destination already exists (also one that appears meanwhile: it is never replaced), \
         cannot be created or written, or its NAME.part is not a regular file of yours; 74 the disk is full or \
         failed; 75 gave up for now (--max-outage, or the server kept failing): run the same command \
@@ -232,8 +235,7 @@ struct DownloadCommand: Command {
             if writesToStandardOutput {
                 let root = stateRoot ?? base
                 let name = Self.defaultFileName(for: url) ?? "download"
-                let key = DownloadStateDirectory.jobDirectory(for: Job(url: url, destination: URL(fileURLWithPath: "/dev/stdout")),
-                                                              in: root).lastPathComponent
+                let key = DownloadStateDirectory.stableName(url.absoluteString + "\n/dev/stdout")
                 return Job(url: url, destination: root.appendingPathComponent("stdout/\(key)/\(name)").standardizedFileURL,
                            isStandardOutput: true)
             } else if let explicitOutput {

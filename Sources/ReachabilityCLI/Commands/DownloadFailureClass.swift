@@ -37,14 +37,23 @@ struct DownloadFailureVerdict: Sendable, Equatable {
         }
     }
 
+    /// Set for a 401/403/410 after bytes were stored: the link expired, and the bytes wait for a new one.
+    var expiredLinkStatus: Int?
+
     /// Appended to the error line.
     var suffix: String {
-        keepsResumeData ? " (resume data kept; run the same command again to continue)" : ""
+        if let status = expiredLinkStatus {
+            return ": the link expired (HTTP \(status)): rerun with the new URL and the same -o to continue (resume data kept)"
+        }
+        return keepsResumeData ? " (resume data kept; run the same command again to continue)" : ""
     }
 
+    /// A 401/403/410 keeps the class of any 4xx (permanent, exit 1: the same URL gets the same
+    /// answer), but when bytes are stored it keeps them, as the engine does (`isExpiredLink`).
     init(_ error: DownloadError, storedBytes: Int64) {
         failureClass = Self.classify(error)
-        keepsResumeData = failureClass != .permanent && error.isResumable && storedBytes > 0
+        expiredLinkStatus = error.isExpiredLink && storedBytes > 0 ? error.httpStatusCode : nil
+        keepsResumeData = (failureClass != .permanent && error.isResumable || expiredLinkStatus != nil) && storedBytes > 0
     }
 
     /// The class of an engine error.
@@ -85,10 +94,13 @@ struct DownloadFailureVerdict: Sendable, Equatable {
     }
 }
 
-/// Proof, kept in a job's state directory, that a run of `download` completed this destination:
-/// written when a batch ends unfinished (interrupted, or another URL failed), so the same
-/// command run again counts the file as done instead of refusing to overwrite it. It names the
-/// file's device, inode, size and modification time; a file changed since is not trusted.
+/// Proof, kept in a job's state directory, that a run of `download` completed this destination.
+/// It names the file's device, inode, size and modification time (a file changed since is not
+/// trusted) and the validators the server gave it. Written when a batch ends unfinished
+/// (interrupted, or another URL failed): the same command run again counts the file as done
+/// without asking. Kept, `isFinal`, once the batch is finished: a rerun then asks the server
+/// (HEAD) and the file is done when its length and validator still match
+/// (`ResumeValidator.compare`), as `wget -c` and `curl -C -` finish at once.
 struct CompletionMarker: Codable, Sendable, Equatable {
     var version = 1
     var url: String
@@ -97,25 +109,57 @@ struct CompletionMarker: Codable, Sendable, Equatable {
     var inode: UInt64
     var size: Int64
     var modifiedNanoseconds: Int64
+    /// The server's strong ETag for the file (absent in older markers).
+    var entityTag: String?
+    /// The server's strong Last-Modified for the file (absent in older markers).
+    var lastModified: String?
+    /// The batch that made it is finished: a rerun compares with the server (absent in older
+    /// markers, which were all written by unfinished batches).
+    var isFinal: Bool?
 
     static let fileName = "completed.json"
 
     /// The marker for the regular file now at `destination` (nil when it is not one).
-    init?(url: URL, destination: URL) {
+    init?(url: URL, destination: URL, entity: ResumeValidator.Entity? = nil, isFinal: Bool = false) {
         guard let status = Self.status(of: destination), status.kind == .regular else { return nil }
         self.url = url.absoluteString
         self.destination = destination.path
         (device, inode, size, modifiedNanoseconds) = (status.device, status.inode, status.size, status.modified)
+        (entityTag, lastModified) = (entity?.entityTag, entity?.lastModified)
+        self.isFinal = isFinal ? true : nil
     }
 
-    /// Whether the marker in `directory` describes the file now at `destination` for `url`.
-    static func matches(in directory: URL, url: URL, destination: URL) -> Bool {
+    /// The length and validators recorded for the file.
+    var entity: ResumeValidator.Entity { .init(length: size, entityTag: entityTag, lastModified: lastModified) }
+
+    /// The marker in `directory` when it describes the file now at `destination` (same device,
+    /// inode, size and modification time), else nil.
+    static func read(in directory: URL, destination: URL) -> CompletionMarker? {
         guard let job = try? CheckedDirectory.open(directory.path, policy: .privateState),
               let bytes = try? job.readOwnedFile(fileName, limit: 64 << 10),
               let marker = try? JSONDecoder().decode(CompletionMarker.self, from: Data(bytes)),
-              marker.version == 1, marker.url == url.absoluteString, marker.destination == destination.path,
-              let current = CompletionMarker(url: url, destination: destination) else { return false }
-        return marker == current
+              marker.version == 1, marker.destination == destination.path,
+              let status = Self.status(of: destination), status.kind == .regular,
+              (marker.device, marker.inode, marker.size, marker.modifiedNanoseconds)
+                == (status.device, status.inode, status.size, status.modified) else { return nil }
+        return marker
+    }
+
+    /// Whether an unfinished batch's marker in `directory` describes the file now at
+    /// `destination` for `url` (the same command, run again, counts it as done).
+    static func matches(in directory: URL, url: URL, destination: URL) -> Bool {
+        guard let marker = read(in: directory, destination: destination) else { return false }
+        return marker.isFinal != true && marker.url == url.absoluteString
+    }
+
+    /// Marks the marker in `directory`, if any, as the finished batch's (a rerun asks the server).
+    static func finalize(in directory: URL) {
+        guard let job = try? CheckedDirectory.open(directory.path, policy: .privateState),
+              let bytes = try? job.readOwnedFile(fileName, limit: 64 << 10),
+              var marker = try? JSONDecoder().decode(CompletionMarker.self, from: Data(bytes)),
+              marker.isFinal != true else { return }
+        marker.isFinal = true
+        try? marker.write(in: directory)
     }
 
     /// Writes the marker into `directory` atomically (`CheckedDirectory.writeAtomically`).
@@ -128,11 +172,6 @@ struct CompletionMarker: Codable, Sendable, Equatable {
         } catch {
             throw CommandFailure(message: "\(error)", exitCode: .cannotCreate)
         }
-    }
-
-    /// Removes the marker from `directory`, if any.
-    static func remove(in directory: URL) {
-        try? CheckedDirectory.open(directory.path, policy: .privateState).remove(fileName)
     }
 
     /// The status of `file` itself (a link is not followed), reached from / without untrusted

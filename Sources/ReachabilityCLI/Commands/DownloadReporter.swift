@@ -179,6 +179,18 @@ final class DownloadReporter: Sendable {
         }
     }
 
+    /// A rerun with a new URL found bytes stored from another one (text only: the `resumed` or
+    /// `restarted` event that follows says, in `--json` too, whether they were kept).
+    func reportNewURL(_ job: DownloadCommand.Job, previous: URL) {
+        guard !isJSON, !isQuiet else { return }
+        let line = TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(job.destination.lastPathComponent): continuing the bytes "
+            + "stored from \(URLRedaction.redacted(previous)) with the new URL if its length and validator match, else starting over")
+        state.withLock { state in
+            context.errorOutput.text(erase(state.drawnLines) + line + "\n")
+            state.drawnLines = 0
+        }
+    }
+
     /// The event as words for a text line.
     static func text(of event: DownloadEvent) -> String {
         switch event {

@@ -205,6 +205,7 @@ final class DownloadRun: Sendable {
             if registry.isInterrupted || error is CancellationError { return nil }
             return .init(job: job, message: "\(error)", exitCode: .failure)
         }
+        if let previous = session.previousURL { reporter.reportNewURL(job, previous: previous) }
         if !registry.add(session) {
             await session.agent.shutdown()   // the interrupt came while it was opening
             return nil
@@ -255,16 +256,16 @@ final class DownloadRun: Sendable {
         if settlement.isComplete, command.writesToStandardOutput {
             settlement.failures = DownloadSettlement.inCommandLineOrder(settlement.failures + writeToStandardOutput(), jobs: plan.jobs)
         }
-        // Completed files stay "done" for the next run of the same command only while the batch
-        // is unfinished; a finished batch leaves nothing behind.
+        // Completed files stay "done" for the next run of the same command without asking only
+        // while the batch is unfinished; once it is finished, a rerun asks the server.
         for session in sessions {
             await session.agent.shutdown()
-            session.close(marksCompletion: !settlement.isComplete)
+            await session.close(batchIsFinished: settlement.isComplete)
         }
         if settlement.isComplete {
             for job in registry.alreadyComplete {
                 let directory = DownloadStateDirectory.jobDirectory(for: job, in: plan.stateRoot)
-                CompletionMarker.remove(in: directory)
+                CompletionMarker.finalize(in: directory)
                 DownloadSession.removeIfEmpty(directory)
             }
         }

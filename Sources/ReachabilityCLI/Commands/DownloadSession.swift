@@ -20,19 +20,24 @@ enum DownloadStateDirectory {
         try StateDirectoryLocation.open(directory.path)
     }
 
-    /// The per-download subdirectory: a stable name from URL and destination, so running the same
-    /// command again finds the same resume record, and unrelated downloads (possibly run by another
-    /// `reachability download` at the same time) are never restored by this one.
+    /// The per-download subdirectory: a stable name from the destination alone, so running the
+    /// same command again finds the same resume record, a rerun with a new URL for the same file
+    /// (an expired link replaced) finds the stored bytes, and downloads to other files (possibly
+    /// run by another `reachability download` at the same time) are never restored by this one.
     static func jobDirectory(for job: DownloadCommand.Job, in root: URL) -> URL {
-        let key = job.url.absoluteString + "\n" + job.destination.path
+        root.appendingPathComponent("downloads", isDirectory: true)
+            .appendingPathComponent(stableName(job.destination.path), isDirectory: true)
+    }
+
+    /// 16 hex digits naming `key` the same in every run.
+    static func stableName(_ key: String) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325   // FNV-1a 64: stable across runs, unlike Hasher
         for byte in key.utf8 {
             hash ^= UInt64(byte)
             hash = hash &* 0x0000_0100_0000_01b3
         }
         let hex = String(hash, radix: 16)
-        return root.appendingPathComponent("downloads", isDirectory: true)
-            .appendingPathComponent(String(repeating: "0", count: 16 - hex.count) + hex, isDirectory: true)
+        return String(repeating: "0", count: 16 - hex.count) + hex
     }
 }
 
@@ -48,12 +53,15 @@ final class DownloadSession: Sendable {
     let job: DownloadCommand.Job
     let agent: DownloadAgent
     let download: Download
+    /// The URL the stored bytes came from when it was not this job's (a replaced link), else nil.
+    let previousURL: URL?
     private let directory: URL
     private let lockDescriptor: FileDescriptor
 
     private init(job: DownloadCommand.Job, agent: DownloadAgent, download: Download, directory: URL,
-                 lockDescriptor: FileDescriptor) {
+                 lockDescriptor: FileDescriptor, previousURL: URL? = nil) {
         self.job = job
+        self.previousURL = previousURL
         self.directory = directory
         self.agent = agent
         self.download = download
@@ -82,16 +90,39 @@ final class DownloadSession: Sendable {
             throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
         }
         do {
-            try checkExistingDestination(job, options: options, directory: directory)
+            let finished = try checkExistingDestination(job, options: options, directory: directory)
             let agent: DownloadAgent
             do {
                 agent = try DownloadAgent(configuration: configuration(directory), paths: paths, hostPaths: hostPaths)
             } catch {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
             }
+            if let finished {
+                let comparison: ResumeValidator.Comparison
+                do {
+                    comparison = try await compareWithServer(finished, job: job, agent: agent)
+                } catch {
+                    await agent.shutdown()
+                    throw error
+                }
+                await agent.shutdown()
+                switch comparison {
+                case .same(let reason):
+                    throw AlreadyComplete(reason: "already complete (\(reason)); nothing downloaded")
+                case .different(let reason):
+                    throw CommandFailure(message: "\(job.destination.path) already exists and may not be the server's file: \(reason); "
+                                         + "delete it to download again", exitCode: .cannotCreate)
+                }
+            }
             // Only this job's record is acted on; a --sha256 given now is adopted.
             if let match = await agent.restoreDownload(from: job.url, to: job.destination, options: options) {
                 return DownloadSession(job: job, agent: agent, download: match, directory: directory, lockDescriptor: descriptor)
+            }
+            // Bytes stored from another URL for this file (an expired link): continued from this
+            // one; the engine's resume rules (length, validator in If-Range) decide if they fit.
+            if let moved = await agent.restoreDownload(to: job.destination, replacingURLWith: job.url, options: options) {
+                return DownloadSession(job: job, agent: agent, download: moved.download, directory: directory,
+                                       lockDescriptor: descriptor, previousURL: moved.previousURL)
             }
             do {
                 let download = try await agent.download(from: job.url, to: job.destination, options: options)
@@ -114,10 +145,13 @@ final class DownloadSession: Sendable {
     /// the wanted one counts as done (`AlreadyComplete`), so re-running a finished command with
     /// --sha256, or an interrupted batch, succeeds. A directory, FIFO or device there is named as
     /// such, and nothing at the destination is ever opened in a way that could wait (a FIFO's
-    /// writer); hashing a large file stops when the command is interrupted.
-    static func checkExistingDestination(_ job: DownloadCommand.Job, options: DownloadOptions, directory: URL) throws {
+    /// writer); hashing a large file stops when the command is interrupted. Returns the marker
+    /// of a file an earlier, finished run completed: done if the server still serves it
+    /// (`compareWithServer`); nil when there is no file.
+    static func checkExistingDestination(_ job: DownloadCommand.Job, options: DownloadOptions,
+                                         directory: URL) throws -> CompletionMarker? {
         let path = job.destination.path
-        guard let status = (try? FileSystem.status(ofPath: path, followingLinks: false)) ?? nil else { return }
+        guard let status = (try? FileSystem.status(ofPath: path, followingLinks: false)) ?? nil else { return nil }
         switch status.kind {
         case .directory:
             throw CommandFailure(message: "\(path) is a directory; to download into it use -d \(path), or name a file in it with -o \(path)/NAME",
@@ -147,22 +181,70 @@ final class DownloadSession: Sendable {
             // Completed and renamed by a run that stopped before writing it out: only this
             // command writes in its 0700 state directory.
             throw AlreadyComplete(reason: "already complete (kept by an earlier run)")
-        } else if CompletionMarker.matches(in: directory, url: job.url, destination: job.destination) {
-            throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
+        } else if let marker = CompletionMarker.read(in: directory, destination: job.destination) {
+            if marker.isFinal == true { return marker }
+            if marker.url == job.url.absoluteString {
+                throw AlreadyComplete(reason: "already complete (downloaded by an earlier run of this command)")
+            }
         }
         let hint = options.expectedSHA256 == nil ? "delete it to download again" : "its SHA-256 differs from --sha256; delete it to download again"
         throw CommandFailure(message: "\(path) already exists; \(hint)", exitCode: .cannotCreate)
     }
 
+    /// How long a rerun waits for a path and the server's answer before giving up for now.
+    static let serverCheckLimit = Duration.seconds(30)
+
+    /// Asks the server (HEAD, through the job's agent: its headers, proxy, path) for the file's
+    /// length and validators now, and compares them with the ones recorded at completion. A
+    /// server that cannot be asked (no path or no answer within `serverCheckLimit`) is a failure
+    /// for now (75): nothing is decided about the file.
+    static func compareWithServer(_ marker: CompletionMarker, job: DownloadCommand.Job,
+                                  agent: DownloadAgent) async throws -> ResumeValidator.Comparison {
+        let request = ExchangeRequest(method: .head, url: job.url, idleTimeout: serverCheckLimit, responseBodyLimit: 0)
+        let answer = await withTaskGroup(of: Result<ExchangeResponse, DownloadError>?.self) { group in
+            group.addTask {
+                do throws(DownloadError) {
+                    return .success(try await agent.exchange(request, waitsForConnectivity: true))
+                } catch {
+                    return .failure(error)
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: serverCheckLimit)
+                return nil
+            }
+            let first: Result<ExchangeResponse, DownloadError>? = await group.next().flatMap { $0 }
+            group.cancelAll()
+            return first
+        }
+        if Task.isCancelled { throw CancellationError() }
+        let failure: String
+        switch answer {
+        case .success(let response)?:
+            guard response.head.statusCode == 200 else {
+                return .different("the server answered HTTP \(response.head.statusCode) when asked for its length and validator")
+            }
+            return ResumeValidator.compare(stored: marker.entity, server: ResumeValidator.Entity(head: response.head))
+        case .failure(let error)?:
+            failure = error.description
+        case nil:
+            failure = "no usable network path or no answer within \(Int(serverCheckLimit.components.seconds)) s"
+        }
+        throw CommandFailure(message: "\(job.destination.path) already exists, and the server could not be asked whether it is still "
+                             + "its file (\(failure)); run the same command again when it can be reached", exitCode: .temporaryFailure)
+    }
+
     /// The job's state directory.
     var jobDirectory: URL { directory }
 
-    /// Releases the lock. A completed download leaves a `CompletionMarker` when
-    /// `marksCompletion` (the batch ended unfinished); the job directory is removed when nothing
-    /// is left in it (a resume record or a marker keeps it).
-    func close(marksCompletion: Bool) {
-        if marksCompletion, download.state == .completed,
-           let marker = CompletionMarker(url: job.url, destination: job.destination) {
+    /// Releases the lock. A completed download leaves a `CompletionMarker` with the server's
+    /// validators, `isFinal` when the batch is finished (else the same command counts the file
+    /// as done without asking); the job directory is removed when nothing is left in it (a resume
+    /// record or a marker keeps it; `-o -` leaves no file, so no marker).
+    func close(batchIsFinished: Bool) async {
+        if download.state == .completed,
+           let marker = CompletionMarker(url: job.url, destination: job.destination,
+                                         entity: await agent.completedEntity(of: download), isFinal: batchIsFinished) {
             try? marker.write(in: directory)
         }
         Self.removeIfEmpty(directory)

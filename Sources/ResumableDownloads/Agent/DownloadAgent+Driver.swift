@@ -230,6 +230,7 @@ extension DownloadAgent {
             do {
                 let url = try await driver.file.complete(totalLength: total, expectedLength: driver.download.options.expectedLength)
                 driver.download.report(bytesReceived: total, totalBytes: total)
+                entries[id]?.record = driver.file.record   // its validators, for `completedEntity(of:)`
                 configuration.logger.info("download completed", metadata: ["id": id.uuidString, "bytes": "\(total)"])
                 finishDriver(driver)
                 driver.download.update(state: .completed, event: .completed(url))
@@ -428,6 +429,9 @@ extension DownloadAgent {
         let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
         if failure.isResumable {
             _ = try? await driver.file.checkpoint()
+            await driver.file.close()
+        } else if failure.isExpiredLink, let stored = try? await driver.file.checkpoint(), stored > 0 {
+            // An expired link strands no bytes: they stay for the same download from a new URL.
             await driver.file.close()
         } else {
             // Nothing useful to resume (4xx, checksum mismatch, broken server): leave no debris.

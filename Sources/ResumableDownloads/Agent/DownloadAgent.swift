@@ -430,6 +430,34 @@ public actor DownloadAgent {
         return download
     }
 
+    /// Restores the download to `destination` whatever URL its record names, to be fetched from
+    /// `url` from now on (an expired link replaced by a new one), and returns the URL it had.
+    /// The stored bytes stay: the next request asks for the rest with the recorded validators in
+    /// If-Range, so a different file (another length or validator) starts over from zero, with
+    /// the reason the resume rules give. Nil when no record has that destination.
+    package func restoreDownload(to destination: URL, replacingURLWith url: URL,
+                                 options: DownloadOptions) -> (download: Download, previousURL: URL)? {
+        activate()
+        let destination = destination.standardizedFileURL
+        guard var record = loadRecords().first(where: { $0.destination == destination }),
+              let state = try? stateDirectory() else { return nil }
+        let previous = record.url
+        if previous != url {
+            record.url = url
+            do { try record.write(to: state) } catch { return nil }
+        }
+        guard let download = restoreDownload(from: url, to: destination, options: options) else { return nil }
+        return (download, previous)
+    }
+
+    /// The length and validators of the file a completed download put in place (what a later
+    /// rerun compares with the server's); nil when it is not completed.
+    package func completedEntity(of download: Download) -> ResumeValidator.Entity? {
+        guard download.state == .completed, let record = entries[download.id]?.record else { return nil }
+        return ResumeValidator.Entity(length: record.finishedFile?.size ?? record.totalLength,
+                                      entityTag: record.entityTag, lastModified: record.lastModified)
+    }
+
     /// The valid records in the state directory; invalid ones are moved aside.
     private func loadRecords() -> [ResumeRecord] {
         guard let state = try? stateDirectory() else { return [] }

@@ -89,6 +89,13 @@ public struct DownloadError: Error, Sendable, Hashable, CustomStringConvertible 
         }
     }
 
+    /// Whether the server refused a URL it served before: 401, 403 or 410, the answers of an
+    /// expired presigned link or CDN token. Not resumable from the same URL, but the bytes
+    /// already stored are kept (when there are any) so the download can continue from a new one.
+    public var isExpiredLink: Bool {
+        code == .httpStatus && httpStatusCode.map { [401, 403, 410].contains($0) } == true
+    }
+
     /// Equal when the kinds match (for transport errors, the `URLError.Code` too).
     public static func == (lhs: DownloadError, rhs: DownloadError) -> Bool { lhs.code == rhs.code }
     /// Hashes the kind, consistently with `==`.

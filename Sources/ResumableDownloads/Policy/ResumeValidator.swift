@@ -31,3 +31,55 @@ package enum ResumeValidator {
         return nil
     }
 }
+
+extension ResumeValidator {
+    /// What identifies one version of a file: its length and validators (a strong ETag, a strong
+    /// Last-Modified). Either side of a comparison: the file a download completed, or what a
+    /// server serves now.
+    package struct Entity: Sendable, Equatable {
+        /// The length in bytes, when known.
+        package var length: Int64?
+        /// A strong ETag.
+        package var entityTag: String?
+        /// Last-Modified, when it was strong.
+        package var lastModified: String?
+
+        /// An entity from its parts.
+        package init(length: Int64?, entityTag: String?, lastModified: String?) {
+            (self.length, self.entityTag, self.lastModified) = (length, entityTag, lastModified)
+        }
+
+        /// What a response head (to HEAD, or a 200 GET) says about the entity.
+        package init(head: ResponseHead) {
+            self.init(length: head.contentLength, entityTag: head.strongEntityTag, lastModified: head.strongLastModified)
+        }
+    }
+
+    /// Whether a completed file is still the server's: `same` when the lengths are equal and a
+    /// validator both sides have is equal (the ETag first, else Last-Modified); `different` with
+    /// the reason otherwise (length differs, validator differs, or nothing to compare).
+    package enum Comparison: Sendable, Equatable {
+        case same(String)
+        case different(String)
+    }
+
+    /// The one rule for "this file is already the server's" (a rerun after success, `wget -c`'s
+    /// question), decided from values alone: a file of the same length is not proof (a new
+    /// version of the same size), so a strong validator must match too.
+    package static func compare(stored: Entity, server: Entity) -> Comparison {
+        guard let serverLength = server.length else { return .different("the server gives no length to compare") }
+        guard let storedLength = stored.length else { return .different("no length was recorded for the file") }
+        guard storedLength == serverLength else {
+            return .different("its length differs (\(storedLength) bytes here, \(serverLength) on the server)")
+        }
+        if let mine = stored.entityTag, let theirs = server.entityTag {
+            return mine == theirs ? .same("length and ETag match the server's")
+                                  : .different("its validator differs (ETag \(mine) here, \(theirs) on the server)")
+        }
+        if let mine = stored.lastModified, let theirs = server.lastModified {
+            return mine == theirs ? .same("length and Last-Modified match the server's")
+                                  : .different("its validator differs (Last-Modified \(mine) here, \(theirs) on the server)")
+        }
+        return .different("the server gives no validator to compare (no strong ETag or Last-Modified in common)")
+    }
+}

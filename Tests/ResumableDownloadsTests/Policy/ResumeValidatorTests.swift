@@ -25,4 +25,34 @@ struct ResumeValidatorTests {
         #expect(ResumeValidator.problem(entityTag: nil, lastModified: "Tue\r\nHost: evil") != nil)
         #expect(ResumeValidator.problem(entityTag: nil, lastModified: "") != nil)
     }
+
+    typealias E = ResumeValidator.Entity
+    static let lm = "Tue, 01 Dec 2026 10:00:00 GMT"
+
+    /// A rerun after success: the file is done only when length and a shared validator match.
+    @Test(arguments: [
+        (E(length: 10, entityTag: #""a""#, lastModified: nil), E(length: 10, entityTag: #""a""#, lastModified: nil), "length and ETag match"),
+        (E(length: 10, entityTag: #""a""#, lastModified: lm), E(length: 10, entityTag: #""b""#, lastModified: lm), "validator differs (ETag"),
+        (E(length: 10, entityTag: nil, lastModified: lm), E(length: 10, entityTag: #""b""#, lastModified: lm), "length and Last-Modified match"),
+        (E(length: 10, entityTag: nil, lastModified: lm), E(length: 10, entityTag: nil, lastModified: "Wed, 02 Dec 2026 10:00:00 GMT"),
+         "validator differs (Last-Modified"),
+        (E(length: 10, entityTag: #""a""#, lastModified: nil), E(length: 11, entityTag: #""a""#, lastModified: nil), "length differs (10 bytes here, 11"),
+        (E(length: 10, entityTag: #""a""#, lastModified: nil), E(length: 10, entityTag: nil, lastModified: lm), "no validator to compare"),
+        (E(length: 10, entityTag: nil, lastModified: nil), E(length: 10, entityTag: nil, lastModified: nil), "no validator to compare"),
+        (E(length: 10, entityTag: #""a""#, lastModified: nil), E(length: nil, entityTag: #""a""#, lastModified: nil), "no length to compare"),
+        (E(length: nil, entityTag: #""a""#, lastModified: nil), E(length: 10, entityTag: #""a""#, lastModified: nil), "no length was recorded"),
+    ] as [(E, E, String)])
+    func rerunComparison(stored: E, server: E, expected: String) {
+        let verdict = ResumeValidator.compare(stored: stored, server: server)
+        switch verdict {
+        case .same(let reason): #expect(expected.hasPrefix("length and") && reason.contains(expected), "\(reason)")
+        case .different(let reason): #expect(!expected.hasPrefix("length and") && reason.contains(expected), "\(reason)")
+        }
+    }
+
+    @Test func entityFromAHead() {
+        let head = ResponseHead(statusCode: 200, fields: ["etag": #"W/"weak""#, "content-length": "42", "last-modified": Self.lm,
+                                                          "date": "Tue, 01 Dec 2026 10:00:05 GMT"])
+        #expect(ResumeValidator.Entity(head: head) == E(length: 42, entityTag: nil, lastModified: Self.lm))
+    }
 }
