@@ -19,4 +19,13 @@ extension NetworkInterface {
     public static func name(_ name: String, matchesGlob pattern: String) -> Bool {
         ClassificationOverride(pattern: pattern, type: .other, source: "").matches(name)
     }
+
+    /// Whether `name` can be a kernel interface name: 1-15 bytes (IFNAMSIZ is 16 with the NUL),
+    /// not "." or "..", visible ASCII without '/' or ':' (the kernel refuses '/', whitespace and
+    /// ':' aliases; control characters would reach terminals). The one rule every option that
+    /// names an interface reads through.
+    public static func isValidName(_ name: String) -> Bool {
+        (1...15).contains(name.utf8.count) && name != "." && name != ".."
+            && name.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: ":") }
+    }
 }

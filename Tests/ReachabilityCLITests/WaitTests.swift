@@ -36,7 +36,8 @@ struct WaitTests {
         #expect(try WaitPlan.InterfaceCondition.parse(text).get().description == expected)
     }
 
-    @Test(arguments: ["", ":carrier", "eth1:up", "eth1:", "a/b", "has space", "sixteen-bytes-xx", "..", "eth1:carrier:x"])
+    @Test(arguments: ["", ":carrier", "eth1:up", "eth1:", "a/b", "has space", "sixteen-bytes-xx", "..", "eth1:carrier:x",
+                            "a\u{1B}[31mb", "tab\tname", "ünïcode"])
     func badInterfaceConditions(text: String) async {
         let harness = Harness()
         #expect(await harness.run(["wait", "--interface", text]) == 64)

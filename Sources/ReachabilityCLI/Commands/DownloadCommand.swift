@@ -155,9 +155,7 @@ struct DownloadCommand: Command {
         allowsRoaming = !arguments.isSet(Self.noRoaming)
         maximumConnections = try arguments.value(Self.connections, as: Self.connectionsValue)
         interfaces = try arguments.values(Self.interface).map { name in
-            // IFNAMSIZ is 16 with the terminating NUL; the kernel refuses '/', whitespace and ':' aliases.
-            guard (1...15).contains(name.utf8.count), name != ".", name != "..",
-                  name.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "/") && $0 != UInt8(ascii: ":") }) else {
+            guard NetworkInterface.isValidName(name) else {
                 throw UsageError.invalidValue(name, for: Self.interface, "expected an interface name (1-15 visible characters, no '/' or ':')")
             }
             return name

@@ -33,10 +33,8 @@ struct WaitPlan: Sendable, Equatable {
         static func parse(_ text: String) -> Result<InterfaceCondition, WaitPlan.ValueError> {
             let parts = text.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
             let name = String(parts[0])
-            // IFNAMSIZ is 16 with the NUL; the kernel refuses '/', whitespace and ':' in a name.
-            guard !name.isEmpty, name.utf8.count <= 15, name != ".", name != "..",
-                  !name.contains(where: { $0 == "/" || $0 == ":" || $0.isWhitespace }) else {
-                return .failure(.init("expected an interface name (at most 15 bytes, no '/' or spaces), optionally followed by :carrier, :address or :routable"))
+            guard NetworkInterface.isValidName(name) else {
+                return .failure(.init("expected an interface name (1-15 visible characters, no '/' or ':'), optionally followed by :carrier, :address or :routable"))
             }
             guard parts.count == 2 else { return .success(InterfaceCondition(name: name, state: .routable)) }
             guard let state = LinkState(rawValue: parts[1].lowercased()) else {
