@@ -269,6 +269,7 @@ def part_two(binary, runs, timeout, late):
     work = tempfile.mkdtemp(prefix="rchW", dir="/var/tmp")
     root = os.path.join(work, "root")
     nspawn = None
+    init = None
     try:
         mirror = "http://deb.debian.org/debian"
         for path in ("/etc/apt/sources.list.d/debian.sources",):
@@ -387,6 +388,10 @@ def part_two(binary, runs, timeout, late):
                 print(f"{scenario:<12} {label:<28} {count:>4} {p50:>22} {worst:>10} {early_count:>13} {online:>7} {never:>13}")
         unlink()
     finally:
+        # The container's systemd first: SIGKILL to systemd-nspawn alone leaves it running,
+        # orphaned in its own PID namespace with its root deleted below.
+        if init is not None:
+            subprocess.run(["kill", "-KILL", init], check=False)
         if nspawn is not None:
             nspawn.kill()
             nspawn.wait()
