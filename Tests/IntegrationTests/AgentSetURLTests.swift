@@ -59,6 +59,7 @@ struct AgentSetURLTests {
         #expect((try agent.list().first?["url"] as? String ?? "").hasSuffix("/slow/movie.bin"))
         // Bytes nginx sent twice (its access log, `$body_bytes_sent`): at most 1 MiB.
         let twice = DownloadExpiredLinkTests.bytesSentTwice(nginx.loggedRequests)
+        print("queue set-url after a 403: stored \(stored) bytes, resumed at \(resumed["offset"] as? Int ?? -1), \(twice) bytes sent twice")
         #expect(twice <= 1 << 20, "\(twice) bytes sent twice: \(nginx.loggedRequests)")
         _ = agent.terminate()
     }
