@@ -51,6 +51,21 @@ struct DownloadMirrorTests {
         #expect(problems.isEmpty, "\(problems)")
     }
 
+    /// A mirror answering 503 is left at its first retry, not waited out with back-off.
+    @Test func aBusyMirrorIsLeftAtOnce() async throws {
+        let busy = try DownloadTestNginx(locations: "location /busy/ { return 503; }"), fast = try DownloadTestNginx()
+        defer { busy.stop(); fast.stop() }
+        let directory = try F.Directory("mirror")
+        let content = F.randomData(count: 1 << 20, seed: 3404)
+        try fast.serve(content, at: "busy/f.bin")
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "--same-file",
+                                  busy.url("busy/f.bin").absoluteString, fast.url("busy/f.bin").absoluteString], directory: directory.url)
+        #expect(await run.waitForExit(timeout: .seconds(20)) == 0, "\(run.transcript)")
+        let change = try #require(run.events.first { $0["event"] as? String == "sourceChanged" }, "\(run.transcript)")
+        #expect((change["reason"] as? String ?? "").contains("503"), "\(change)")
+        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(content))
+    }
+
     @Test func withoutMirrorsLeftTheLastFailureStands() async throws {
         let bad = try DownloadTestNginx()
         defer { bad.stop() }

@@ -60,6 +60,15 @@ struct MirrorFailoverTests {
         #expect(failover.handle(.failed(.httpStatus)) == .stay)
     }
 
+    /// A busy server (5xx, 429) is not waited out while another source may answer; a dropped
+    /// connection is retried on the same source.
+    @Test func aBusyServerIsLeftAtItsFirstRetry() {
+        var failover = MirrorFailover(primary: Self.a, mirrors: [Self.b])
+        #expect(failover.handle(.retrying(after: .seconds(1), error: .networkConnectionLost)) == .stay)
+        let busy = DownloadError.httpStatus(503)
+        #expect(failover.handle(.retrying(after: .seconds(1), error: busy)) == .change(to: Self.b, reason: busy.description))
+    }
+
     @Test(arguments: [DownloadError.diskFull, .fileSystem, .cancelled, .destinationExists, .destinationInUse, .untrustedFile])
     func localFailuresStay(error: DownloadError) {
         var failover = MirrorFailover(primary: Self.a, mirrors: [Self.b])

@@ -235,6 +235,7 @@ final class DownloadRun: Sendable {
             do {
                 try await session.changeSource(to: change.url, options: downloadOptions)
             } catch {
+                if registry.isInterrupted { return nil }   // the interrupt stopped the agent meanwhile
                 return .init(job: session.job, message: "cannot continue from \(URLRedaction.redacted(change.url)): \(error)",
                              exitCode: .failure)
             }

@@ -13,7 +13,8 @@ struct MirrorOptions: Sendable, Equatable {
     /// `download --help`'s paragraph on mirrors.
     static let discussion = """
         Mirrors (--mirror, --same-file) are used one at a time, in the order given: the next one \
-        takes over when the source in use answers an HTTP error, does not answer while the network \
+        takes over when the source in use answers an HTTP error (a 5xx at once, without waiting \
+        out its back-off), does not answer while the network \
         path works, sends a file that fails --sha256 (its bytes are discarded and fetched again \
         from the next), or fails otherwise; a 'sourceChanged' event names the source left and why. \
         Bytes already stored are kept across a change only when the next source serves the same \
@@ -91,6 +92,9 @@ struct MirrorFailover: Sendable, Equatable {
         case .waitingForServer(let error):
             // The path works but this server does not answer: another may.
             reason = "it does not answer (\(error.description))"
+        case .retrying(_, let error) where error.httpStatusCode != nil:
+            // A 5xx, 408 or 429 the engine would wait out with back-off: another server may not be busy.
+            reason = error.description
         default:
             return .stay
         }
