@@ -24,6 +24,19 @@ def ip(command):
     run("ip", *command.split())
 
 
+def wait_for_port(port, timeout=10, host="127.0.0.1"):
+    """True once `host:port` accepts a connection, false at the deadline."""
+    import socket
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, port), timeout=0.2).close()
+            return True
+        except OSError:
+            time.sleep(0.02)
+    return False
+
+
 def random_file(path, mib, seed):
     """Writes `mib` MiB of seeded random bytes to `path`; returns their sha256 (hex)."""
     generator = random.Random(seed)

@@ -4,7 +4,8 @@ import Foundation
 /// `reachability agent` and `reachability download --json` must look like. Returns the problems.
 enum EventSchemaValidator {
     static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
-                                              "waitingForServer", "retrying", "restarted", "paused", "completed", "failed"]
+                                              "waitingForServer", "retrying", "restarted", "paused", "completed", "failed",
+                                              "sourceChanged"]
     static let types: Set<String> = ["download", "path", "agent", "control", "wait"]
     static let waitEvents: Set<String> = ["waiting", "online", "timedOut", "stopped"]
 
@@ -37,6 +38,8 @@ enum EventSchemaValidator {
                 problems += errorProblems(object["error"], line)
             case "failed", "waitingForServer": problems += errorProblems(object["error"], line)
             case "restarted": if !(object["reason"] is String) { problems.append("restarted without reason") }
+            case "sourceChanged":
+                if !(object["reason"] is String) || !(object["from"] is String) { problems.append("sourceChanged without from and reason") }
             case "waiting":
                 // portalURL is null when NetworkManager's check found the portal (it names none).
                 if object.index(forKey: "reason") != nil,

@@ -32,8 +32,7 @@ package enum ControlCodec {
         }
         switch request.command {
         case .add:
-            guard let text = request.url, let url = URL(string: text),
-                  let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
+            guard let url = downloadableURL(request.url) else {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("add needs an http or https 'url'")))
             }
             if let output = request.output, !output.hasPrefix("/") {
@@ -67,6 +66,8 @@ package enum ControlCodec {
             }
             return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
+        case .setURL:
+            return decodeSetURL(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .list: return .success((id, .list))
         case .status: return .success((id, .status))
         case .metrics:
@@ -88,6 +89,13 @@ package enum ControlCodec {
             }
             return .success((id, command))
         }
+    }
+
+    /// `text` as an http or https URL with a host, or nil.
+    static func downloadableURL(_ text: String?) -> URL? {
+        guard let text, let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", url.host != nil else { return nil }
+        return url
     }
 
     /// A background session's command, its fields present and well formed (their content is

@@ -30,6 +30,8 @@ package enum ControlRequestID: Codable, Sendable, Hashable {
 /// The commands of the protocol, as spelled on the wire.
 package enum ControlCommandName: String, Codable, Sendable, CaseIterable {
     case add, list, pause, resume, cancel, status, metrics
+    /// Replace a job's URL and keep its bytes (issue 34; ControlCommand+SetURL.swift).
+    case setURL
     /// Background sessions (issue 17): attach a session to this connection, then work with its tasks.
     case attach, createTask, updateTask, taskAction, acknowledge, invalidate
 }
@@ -88,6 +90,9 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             priority = job.priority == .normal ? nil : job.priority.rawValue
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
+        case .setURL(let download, let url):
+            self.download = download
+            self.url = url.absoluteString
         case .metrics(let format):
             self.format = format.rawValue
         case .list, .status:
@@ -183,6 +188,9 @@ package enum ControlCommand: Sendable, Equatable {
     case resume(String)
     /// Cancel it (deletes the partial file).
     case cancel(String)
+    /// Fetch the download with this ID (or unique ID prefix) from `url` from now on, keeping
+    /// its bytes (an expired link replaced).
+    case setURL(String, url: URL)
     /// The agent itself: path, limits, counts.
     case status
     /// The agent's metrics as text in this format.
@@ -208,6 +216,7 @@ package enum ControlCommand: Sendable, Equatable {
         case .pause: .pause
         case .resume: .resume
         case .cancel: .cancel
+        case .setURL: .setURL
         case .status: .status
         case .metrics: .metrics
         case .attach: .attach

@@ -72,7 +72,7 @@ package actor AgentService {
     private var lastSummary: String?
     /// Events reported per download, so a new subscription after `resume` of a failed download
     /// (whose event stream had ended) skips the replay.
-    private var reportedEvents: [UUID: Int] = [:]
+    var reportedEvents: [UUID: Int] = [:]
     let startedAt: Date
     /// Path status, changes and outage time for `metrics`.
     private var pathMetrics: PathMetrics
@@ -248,6 +248,8 @@ package actor AgentService {
             return .success(id: id, status: status)
         case .metrics(let format):
             return .success(id: id, metrics: await metricsText(format))
+        case .setURL(let text, let url):
+            return await setURL(text, to: url, id: id, uid: uid)
         case .pause(let text), .resume(let text), .cancel(let text):
             let downloads = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }
             let backgroundIDs = backgroundTransferIDs(visibleTo: uid)
@@ -556,6 +558,9 @@ final class ReportCache: Sendable {
     }
 
     private let fixed = Mutex<[UUID: Fixed]>([:])
+
+    /// The download's URL changed (`queue set-url`): its parts are made again.
+    func forget(_ id: UUID) { fixed.withLock { $0[id] = nil } }
 
     /// `AgentService.snapshot(download)`, its fixed parts from the cache.
     func report(_ download: Download) -> AgentDownload {

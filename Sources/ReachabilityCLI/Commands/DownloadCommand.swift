@@ -58,9 +58,11 @@ struct DownloadCommand: Command {
         "insecure", short: "k",
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
     static let proxy = TransportOptions.proxy
+    static let mirror = MirrorOptions.mirror
+    static let sameFile = MirrorOptions.sameFile
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy]
+                          maximumOutage, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, mirror, sameFile]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -73,6 +75,7 @@ struct DownloadCommand: Command {
         Last-Modified still match; a second Ctrl-C quits without waiting for the checkpoint. \
         A link that expires (HTTP 401, 403, 410 after some bytes) keeps them: rerun with the new \
         URL and the same -o to continue. \
+        \(MirrorOptions.discussion) \
         A progress bar per download is drawn on stderr when it is a \
         terminal; otherwise events are printed one per line.
         """ + "\n\n" + """
@@ -96,12 +99,17 @@ struct DownloadCommand: Command {
         var destination: URL
         /// `-o -`: the destination is a file in the state directory, written to stdout when done.
         var isStandardOutput = false
+        /// Other sources of the same file (`--mirror`, `--same-file`), tried in this order when
+        /// `url` fails (`MirrorFailover`).
+        var mirrors: [URL] = []
     }
 
     /// Downloads transferring at once (the agent's default); further URLs wait for a slot.
     static let maximumConcurrentDownloads = 4
 
     var urls: [URL]
+    /// `--mirror` and `--same-file`: the positional URLs (or the one with its mirrors) are one file.
+    var sources: MirrorOptions
     var explicitOutput: String?
     var directory: String?
     var expectedSHA256: String?
@@ -129,10 +137,11 @@ struct DownloadCommand: Command {
     // Over 60 lines on purpose: every option of `download` read once, with the checks between options beside them.
     init(arguments: ParsedArguments) throws {
         urls = try arguments.positional(Self.urls).map(Self.parseURL)
+        sources = try MirrorOptions(arguments: arguments, urls: urls)
         explicitOutput = arguments.value(Self.output)
         directory = arguments.value(Self.directory)
         if let explicitOutput {
-            if urls.count > 1 {
+            if urls.count > 1, !sources.isSameFile {
                 throw UsageError("'\(Self.output.synopsis)' names one file but \(urls.count) URLs were given; use '\(Self.directory.synopsis)' instead")
             }
             if directory != nil {
@@ -187,7 +196,7 @@ struct DownloadCommand: Command {
             throw UsageError("'\(Self.output.synopsis)' '-' and '\(Self.json.synopsis)' both write to stdout; use one")
         }
         if explicitOutput == nil || explicitOutput == "-" {
-            for url in urls where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
+            for url in (sources.isSameFile ? Array(urls.prefix(1)) : urls) where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
                 throw UsageError("Cannot name a file after '\(URLRedaction.redacted(url))' (no file name in its path); use '\(Self.output.synopsis)'")
             }
         }
@@ -228,6 +237,8 @@ struct DownloadCommand: Command {
     /// into `stateRoot/stdout/` first.
     func jobs(workingDirectory: String, stateRoot: URL? = nil) throws -> [Job] {
         let base = URL(fileURLWithPath: workingDirectory, isDirectory: true)
+        // One file from several sources is one job, named after the first URL.
+        let urls = sources.isSameFile ? Array(self.urls.prefix(1)) : self.urls
         let jobs = urls.map { url -> Job in
             let destination: URL
             if writesToStandardOutput {
@@ -235,14 +246,14 @@ struct DownloadCommand: Command {
                 let name = Self.defaultFileName(for: url) ?? "download"
                 let key = DownloadStateDirectory.stableName(url.absoluteString + "\n/dev/stdout")
                 return Job(url: url, destination: root.appendingPathComponent("stdout/\(key)/\(name)").standardizedFileURL,
-                           isStandardOutput: true)
+                           isStandardOutput: true, mirrors: sources.mirrors)
             } else if let explicitOutput {
                 destination = URL(fileURLWithPath: explicitOutput, relativeTo: base)
             } else {
                 let folder = directory.map { URL(fileURLWithPath: $0, isDirectory: true, relativeTo: base) } ?? base
                 destination = folder.appendingPathComponent(Self.defaultFileName(for: url)!)
             }
-            return Job(url: url, destination: destination.standardizedFileURL)
+            return Job(url: url, destination: destination.standardizedFileURL, mirrors: sources.mirrors)
         }
         var seen: Set<String> = []
         for job in jobs where !seen.insert(job.destination.path).inserted {

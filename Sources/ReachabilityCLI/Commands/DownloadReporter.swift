@@ -191,6 +191,25 @@ final class DownloadReporter: Sendable {
         }
     }
 
+    /// A job left a mirror for the next (`MirrorFailover`): the `sourceChanged` event, whose
+    /// `url` is the new source.
+    func reportSourceChange(_ download: Download, from previous: URL, reason: String) {
+        if isJSON {
+            let line = EventSchema.downloadLine(.sourceChanged, EventSchema.DownloadFacts(download), at: context.now(),
+                                                [.init(key: "from", value: .string(URLRedaction.redacted(previous))),
+                                                 .init(key: "reason", value: .string(reason))])
+            state.withLock { _ in context.output.line(line) }
+            return
+        }
+        guard !isQuiet else { return }
+        let line = TerminalText.escaped("\(Timestamp.iso8601(context.now())) \(download.destination.lastPathComponent): left "
+            + "\(URLRedaction.redacted(previous)) (\(reason)); continuing from \(URLRedaction.redacted(download.url))")
+        state.withLock { state in
+            context.errorOutput.text(erase(state.drawnLines) + line + "\n")
+            state.drawnLines = 0
+        }
+    }
+
     /// The event as words for a text line.
     static func text(of event: DownloadEvent) -> String {
         switch event {

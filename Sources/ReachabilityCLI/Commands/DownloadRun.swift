@@ -210,8 +210,37 @@ final class DownloadRun: Sendable {
             await session.agent.shutdown()   // the interrupt came while it was opening
             return nil
         }
-        await reporter.follow(session.download)
-        return nil
+        guard !job.mirrors.isEmpty else {
+            await reporter.follow(session.download)
+            return nil
+        }
+        return await followMirrors(session, reporter: reporter)
+    }
+
+    /// A job with mirrors: its events are reported until one says the source in use failed
+    /// (`MirrorFailover`), then the job moves to the next source and is followed there.
+    private func followMirrors(_ session: DownloadSession, reporter: DownloadReporter) async -> DownloadCommand.JobFailure? {
+        var failover = MirrorFailover(primary: session.download.url, mirrors: session.job.mirrors)
+        while true {
+            let download = session.download
+            var change: (url: URL, reason: String)?
+            for await event in download.events {
+                if case .change(let url, let reason) = failover.handle(event) {
+                    change = (url, reason)
+                    break
+                }
+                reporter.report(event, of: download)
+            }
+            guard let change, !registry.isInterrupted else { return nil }
+            do {
+                try await session.changeSource(to: change.url, options: downloadOptions)
+            } catch {
+                if registry.isInterrupted { return nil }   // the interrupt stopped the agent meanwhile
+                return .init(job: session.job, message: "cannot continue from \(URLRedaction.redacted(change.url)): \(error)",
+                             exitCode: .failure)
+            }
+            reporter.reportSourceChange(session.download, from: download.url, reason: change.reason)
+        }
     }
 
     private var downloadOptions: DownloadOptions {

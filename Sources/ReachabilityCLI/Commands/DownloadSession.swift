@@ -52,7 +52,9 @@ struct AlreadyComplete: Error {
 final class DownloadSession: Sendable {
     let job: DownloadCommand.Job
     let agent: DownloadAgent
-    let download: Download
+    /// The job's download; a new one (same record) when the job moves to another mirror.
+    var download: Download { current.withLock { $0 } }
+    private let current: Mutex<Download>
     /// The URL the stored bytes came from when it was not this job's (a replaced link), else nil.
     let previousURL: URL?
     private let directory: URL
@@ -64,8 +66,25 @@ final class DownloadSession: Sendable {
         self.previousURL = previousURL
         self.directory = directory
         self.agent = agent
-        self.download = download
+        current = Mutex(download)
         self.lockDescriptor = lockDescriptor
+    }
+
+    /// Moves the job to `url`, another source of the same file: the download stops
+    /// (checkpointed) if it still runs, and a new one continues its record from `url`, where the
+    /// resume rules keep the stored bytes only if `url` serves the same length and validator.
+    /// After a failure that discarded them (a file failing --sha256) it starts from zero.
+    func changeSource(to url: URL, options: DownloadOptions) async throws {
+        let previous = download
+        await agent.pause(previous)
+        await agent.forget(previous)
+        let next: Download
+        if let moved = await agent.restoreDownload(to: job.destination, replacingURLWith: url, options: options) {
+            next = moved.download
+        } else {
+            next = try await agent.download(from: url, to: job.destination, options: options)
+        }
+        current.withLock { $0 = next }
     }
 
     /// Restores the job's resume record if there is one, else starts a new download.

@@ -60,13 +60,14 @@ enum CommandRegistry {
         QueuePauseCommand.self,
         QueueResumeCommand.self,
         QueueCancelCommand.self,
+        QueueSetURLCommand.self,
         ManpageCommand.self,
         CompletionsCommand.self,
     ]
 
     /// OVERVIEW lines of the groups (first words shared by several commands that are no command themselves).
     static let groupAbstracts: [String: String] = [
-        "queue": "Queue downloads in the running agent, and list, pause, resume or cancel them.",
+        "queue": "Queue downloads in the running agent, and list, pause, resume or cancel them, or give one a new URL.",
     ]
 
     /// The commands one word longer than `name` that start with it (`agent status` for `agent`).

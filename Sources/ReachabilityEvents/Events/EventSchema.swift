@@ -31,6 +31,9 @@ package enum EventSchema {
         /// The agent found a resume record at start or after a reload (agent only).
         case restored
         case started, resumed, progress, connections, waiting, waitingForServer, retrying, restarted, paused, completed, failed
+        /// `download` left a source of the file for the next mirror (`from`, `reason`; the line's
+        /// `url` is the new source).
+        case sourceChanged
 
         /// Whether nothing follows this event for the download in this run (a `paused` download
         /// is only ever paused by an interrupt or a user, and its follower ends there).

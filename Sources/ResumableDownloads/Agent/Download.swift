@@ -11,8 +11,9 @@ import ReachabilityBase
 public final class Download: Sendable, Hashable, Identifiable, CustomStringConvertible {
     /// Stable across relaunches (it names the resume record).
     public let id: UUID
-    /// Where the bytes come from.
-    public let url: URL
+    /// Where the bytes come from (a download whose link expired may be given a new one:
+    /// `DownloadAgent.replaceURL(of:with:)`).
+    public var url: URL { observers.withLock { $0.url } }
     /// Where the verified file ends up.
     public let destination: URL
     /// The options it was created with.
@@ -20,6 +21,7 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
 
     private struct Observers {
         weak var agent: DownloadAgent?
+        var url: URL
         var state: DownloadState = .queued
         var progress = DownloadProgress()
         var rate = RateEstimator()
@@ -37,15 +39,17 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     init(id: UUID, url: URL, destination: URL, options: DownloadOptions, agent: DownloadAgent,
          state: DownloadState, progress: DownloadProgress) {
         self.id = id
-        self.url = url
         self.destination = destination
         self.options = options
-        var initial = Observers()
+        var initial = Observers(url: url)
         initial.agent = agent
         initial.state = state
         initial.progress = progress
         observers = Mutex(initial)
     }
+
+    /// Fetched from `url` from now on (the agent's record says so already).
+    func replaceURL(with url: URL) { observers.withLock { $0.url = url } }
 
     /// The current state.
     public var state: DownloadState { observers.withLock { $0.state } }

@@ -674,7 +674,7 @@ public actor DownloadAgent {
     }
 
     /// Where a download's traffic goes first: the proxy libcurl will use for it, else its server.
-    private func gateHost(for url: URL) -> String? {
+    func gateHost(for url: URL) -> String? {
         guard hostPathSource != nil else { return nil }
         if let proxy = ProxyEnvironment.proxy(for: url, explicit: configuration.proxy) {
             return URL(string: proxy.contains("://") ? proxy : "http://" + proxy)?.host

@@ -38,6 +38,12 @@ struct AgentClientTests {
                 return .success(id: id, download: download)
             case .pause(let text), .resume(let text), .cancel(let text):
                 return .failure(.notFound(text), id: id)
+            case .setURL(let text, let url) where sample.id.hasPrefix(text):
+                var download = sample
+                download.url = url.absoluteString
+                return .success(id: id, download: download)
+            case .setURL(let text, _):
+                return .failure(.notFound(text), id: id)
             case .status:
                 return .success(id: id, status: AgentStatus(
                     pid: 7, stateDirectory: "/s", startedAt: "2026-12-01T00:00:00.000Z", maximumConcurrentDownloads: 4,
@@ -71,6 +77,20 @@ struct AgentClientTests {
         _ = try await client.add(URL(string: "http://192.0.2.9/b.iso")!, clientKey: "job-1")
         #expect(seen.commands.withLock { $0 }.last == .add(url: URL(string: "http://192.0.2.9/b.iso")!, output: nil,
                                                     sha256: nil, clientKey: "job-1"))
+    }
+
+    /// `queue set-url`'s request (issue 34): the ID and the new URL travel, the reply is the job.
+    @Test func setURLSendsTheIDAndTheNewURL() async throws {
+        let directory = try ScratchDirectory("ac", permissions: 0o700)
+        let seen = Seen()
+        let server = try Self.server(in: directory, seen: seen)
+        defer { server.stop() }
+        let client = AgentClient(stateDirectory: directory.path)
+        let renewed = URL(string: "http://192.0.2.9/a.iso?token=new")!
+        #expect(try await client.setURL("0f0e", to: renewed).url == renewed.absoluteString)
+        #expect(seen.commands.withLock { $0 }.last == .setURL("0f0e", url: renewed))
+        let error = await #expect(throws: AgentClientError.rejected) { try await client.setURL("ffff", to: renewed) }
+        #expect(error?.agentCode == .notFound)
     }
 
     @Test func refusalsCarryTheAgentsReason() async throws {
