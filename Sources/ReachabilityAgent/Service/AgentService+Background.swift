@@ -375,7 +375,7 @@ extension AgentService {
                     .flatMap { $0.verifiedOffset > 0 && $0.validator != nil ? BackgroundResumeState($0) : nil }
             }
             await applyBackground(background.transferFailed(id, BackgroundFailure(error, resumeState: state), now: now))
-        case .started, .waitingForServer, .retrying, .paused:
+        case .started, .waitingForServer, .retrying, .paused, .waiting:
             break
         }
     }

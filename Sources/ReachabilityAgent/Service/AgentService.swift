@@ -151,9 +151,10 @@ package actor AgentService {
         let old = settings
         settings = newSettings
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads
-            || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost {
+            || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost
+            || newSettings.minimumFreeSpace != old.minimumFreeSpace {
             let finished = await agent.downloads.filter { $0.state.isFinal }
-            history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
+            history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map { Self.snapshot($0) }
             await agent.shutdown()
             backgroundEngineReplaced()
             do {
@@ -185,7 +186,9 @@ package actor AgentService {
 
     /// Every metric family: the path's, the downloads', then the background sessions'.
     package func metricFamilies() async -> [MetricFamily] {
-        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: stateCounts(await agent.downloads, visibleTo: 0), at: environment.now())
+        let downloads = await agent.downloads
+        return pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: stateCounts(downloads, visibleTo: 0), at: environment.now())
+            + [DownloadMetrics.waitReasonFamily(waitReasonCounts(downloads))]
             + backgroundMetricFamilies()
     }
 
@@ -240,7 +243,7 @@ package actor AgentService {
             return response
         case .list:
             let earlier = history, rows = backgroundRows(visibleTo: uid)
-            let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache)
+            let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache, path: path)
             return .success(id: id, downloads: earlier + live + rows)
         case .status:
             var status = await status(visibleTo: uid)
@@ -511,21 +514,23 @@ package actor AgentService {
     /// list of 10,000 took the actor for hundreds of milliseconds, and every add and status
     /// waited), their fixed parts taken from `cache`.
     nonisolated static func reports(of downloads: [Download], excluding excluded: Set<UUID>,
-                                    cache: ReportCache) async -> [AgentDownload] {
-        downloads.compactMap { excluded.contains($0.id) ? nil : cache.report($0) }
+                                    cache: ReportCache, path: NetworkPath? = nil) async -> [AgentDownload] {
+        downloads.compactMap { excluded.contains($0.id) ? nil : cache.report($0, path: path) }
     }
 
-    package static func snapshot(_ download: Download) -> AgentDownload {
+    package static func snapshot(_ download: Download, path: NetworkPath? = nil) -> AgentDownload {
         let progress = download.progress
         var error: String?
         if case .failed(let failure) = download.state { error = failure.description }
-        return AgentDownload(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
+        var report = AgentDownload(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
                              destination: download.destination.path, state: reportedState(download.state),
                                 bytesReceived: progress.bytesReceived, totalBytes: progress.totalBytes,
                                 bytesPerSecond: Int64(progress.bytesPerSecond), error: error,
                              priority: DownloadPriority(value: download.options.priority).rawValue,
                              connections: download.options.maximumConnections,
                              allowsConstrained: download.options.allowsConstrained ? nil : false)
+        addWaitReason(to: &report, of: download, path: path)
+        return report
     }
 
     func emitDownload(_ name: EventSchema.DownloadEventName, _ download: Download,
@@ -558,7 +563,7 @@ final class ReportCache: Sendable {
     private let fixed = Mutex<[UUID: Fixed]>([:])
 
     /// `AgentService.snapshot(download)`, its fixed parts from the cache.
-    func report(_ download: Download) -> AgentDownload {
+    func report(_ download: Download, path: NetworkPath? = nil) -> AgentDownload {
         let parts = fixed.withLock { cache in
             if let parts = cache[download.id] { return parts }
             let parts = Fixed(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
@@ -569,11 +574,13 @@ final class ReportCache: Sendable {
         let progress = download.progress
         var error: String?
         if case .failed(let failure) = download.state { error = failure.description }
-        return AgentDownload(id: parts.id, url: parts.url, destination: parts.destination,
+        var report = AgentDownload(id: parts.id, url: parts.url, destination: parts.destination,
                              state: AgentService.reportedState(download.state), bytesReceived: progress.bytesReceived,
                              totalBytes: progress.totalBytes, bytesPerSecond: Int64(progress.bytesPerSecond), error: error,
                              priority: DownloadPriority(value: download.options.priority).rawValue,
                              connections: download.options.maximumConnections,
                              allowsConstrained: download.options.allowsConstrained ? nil : false)
+        AgentService.addWaitReason(to: &report, of: download, path: path)
+        return report
     }
 }

@@ -58,9 +58,12 @@ struct DownloadCommand: Command {
         "insecure", short: "k",
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
     static let proxy = TransportOptions.proxy
+    static let waitForSpace = Option.flag(
+        "wait-for-space",
+        help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy]
+                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -107,6 +110,8 @@ struct DownloadCommand: Command {
     var expectedSHA256: String?
     var allowsExpensive: Bool
     var allowsRoaming: Bool
+    /// `--wait-for-space`: the free-space rule instead of exit 74 on a full disk.
+    var waitsForSpace: Bool
     /// `--connections`: nil keeps the agent's default.
     var maximumConnections: Int?
     /// `--interface`, in the order given.
@@ -152,6 +157,7 @@ struct DownloadCommand: Command {
             expectedSHA256 = digest
         }
         allowsExpensive = !arguments.isSet(Self.noExpensive)
+        waitsForSpace = arguments.isSet(Self.waitForSpace)
         allowsRoaming = !arguments.isSet(Self.noRoaming)
         maximumConnections = try arguments.value(Self.connections, as: Self.connectionsValue)
         interfaces = try arguments.values(Self.interface).map { name in

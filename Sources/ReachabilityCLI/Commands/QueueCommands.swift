@@ -44,7 +44,7 @@ enum DownloadLine {
         if let connections = download.connections { choices.append("at most \(connections) connection\(connections == 1 ? "" : "s")") }
         if download.allowsConstrained == false { choices.append("no constrained paths") }
         if !choices.isEmpty { line += "  [\(choices.joined(separator: ", "))]" }
-        if let reason = download.waitingReason { line += "  (\(reason))" }
+        if let reason = download.waitingReason { line += "  (waiting: \(reason))" }
         if let error = download.error { line += "  (\(error))" }
         return TerminalText.escaped(line)
     }

@@ -99,6 +99,10 @@ public actor DownloadAgent {
         /// with the entity's validator (or an expected SHA-256 guards the file). 6 by default, as a
         /// web browser; 1 fetches every file over one connection.
         public var maximumConnectionsPerHost = DownloadAgent.defaultConnectionsPerHost
+        /// The free space downloads leave on their file systems: a download that would leave
+        /// less, or meets `ENOSPC`, waits in line (`JobWaitReason.lowDiskSpace`) until space
+        /// returns. Nil (the default): no rule, and `ENOSPC` fails the download (`diskFull`).
+        public var spacePolicy: SpacePolicy?
         /// Test hook (package-level): runs right after a verified file is renamed into place,
         /// before its record is removed; crash tests kill the process there.
         package var afterRenameHook: (@Sendable () -> Void)?
@@ -201,6 +205,8 @@ public actor DownloadAgent {
     var exchangePaths: [UInt64: PathKey?] = [:]
     /// Exchanges waiting for a usable path, resumed with false when cancelled.
     var connectivityWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+    /// Downloads held back by the free-space rule, and its watch (DownloadAgent+Space.swift).
+    var space = SpaceWatch()
 
     /// An agent that assumes the network is always usable (no path source).
     public init(configuration: Configuration) throws {
@@ -735,9 +741,10 @@ public actor DownloadAgent {
 
     func schedule() {
         guard !isShutDown else { return }
+        var reserved = spaceReservations()
         let admitted = scheduler.admit { id in
             guard let entry = entries[id] else { return false }
-            return entry.driver == nil && entry.intent == .run
+            return entry.driver == nil && entry.intent == .run && admitsForSpace(id, reserved: &reserved)
         }
         for id in admitted { startDriver(id) }
         // A foreground download finding every slot taken: the victims checkpoint and end like a

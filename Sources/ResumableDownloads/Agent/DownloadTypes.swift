@@ -191,6 +191,9 @@ public enum DownloadEvent: Sendable, Hashable {
     /// per host however many downloads wait), bounded only by `maximumOutageWait`. The error is
     /// the failure that started the wait. The state stays `running`.
     case waitingForServer(DownloadError)
+    /// Held back in line by a rule (disk space, power, a time window); it starts by itself when
+    /// the rule lets it. The state stays `queued` (`Download.waitReason` has the reason).
+    case waiting(JobWaitReason)
     /// The stored bytes were dropped and the download starts over (the resource changed or the
     /// server broke the range rules).
     case restartedFromZero(reason: String)
