@@ -140,12 +140,12 @@ extension DownloadAgent {
     }
 
     /// The bytes `entry` still writes: its length (announced, recorded or expected) less what
-    /// it stored; 0 when the length is not known yet; at least `afterNoSpace` after `ENOSPC`.
+    /// it stored; when the length is not known, 0, or `afterNoSpace` after `ENOSPC`.
     private func stillNeeded(_ entry: Entry) -> Int64 {
         let progress = entry.download.progress
         let total = progress.totalBytes ?? entry.record.totalLength ?? entry.download.options.expectedLength
         let remaining = total.map { max(0, $0 - progress.bytesReceived) } ?? 0
-        return space.metNoSpace.contains(entry.download.id) ? max(remaining, SpacePolicy.afterNoSpace) : remaining
+        return total == nil && space.metNoSpace.contains(entry.download.id) ? SpacePolicy.afterNoSpace : remaining
     }
 
     private func hold(_ id: UUID, _ entry: Entry, _ reason: JobWaitReason) {

@@ -62,9 +62,9 @@ public struct SpacePolicy: Sendable, Hashable {
     /// How often a waiting download (and a running one) is checked again.
     public var recheckInterval: Duration
 
-    /// What a download that met `ENOSPC` is taken to still need at least, whatever its length
-    /// says: it wrote as much as was free and more was wanted (and a download of unknown length
-    /// must not be started again into the same full disk at every check).
+    /// What a download of unknown length that met `ENOSPC` is taken to still need: it wrote as
+    /// much as was free and more was wanted, and must not be started again into the same full
+    /// disk at every check.
     public static let afterNoSpace: Int64 = 16 << 20
 
     /// A rule keeping `minimumFree` (by default the larger of 1 GiB and 5 %), checked every 2 s.
