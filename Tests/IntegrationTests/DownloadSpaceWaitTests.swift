@@ -102,4 +102,48 @@ struct DownloadSpaceWaitTests {
         #expect(F.sha256(fileAt: destination) == F.sha256(content))
         await agent.shutdown()
     }
+
+    /// The agent end to end: `min-free-space=` from agent.conf, the reason in `queue list` (text
+    /// and `--json`), the `waiting` event and the metric, then completion once space returns.
+    @Test func theAgentShowsTheReasonEverywhereAndCompletesWhenSpaceReturns() throws {
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx()
+        let directory = try F.Directory("agent")
+        let content = F.randomData(count: 6 << 20, seed: 34)
+        try nginx.serve(content, at: "h.bin")
+        // 0700: `download-dir=` must be a directory only the agent's owner can write.
+        let disk = try SmallDisk(in: directory, size: "2m,mode=0700")
+        defer { disk.unmount() }
+        let state = directory.file("state")
+        try FileManager.default.createDirectory(at: state, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        try "download-dir=\(disk.mountPoint.path)\nmin-free-space=4m\n"
+            .write(to: state.appendingPathComponent("agent.conf"), atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        defer { agent.stop() }
+        let destination = disk.mountPoint.appendingPathComponent("h.bin")
+        let added = try agent.control(["queue", "add", nginx.url("h.bin").absoluteString, "-o", destination.path,
+                                       "--sha256", F.sha256(content)])
+        #expect(added.status == 0, "\(added)")
+
+        // 2 MiB free, 4 MiB to leave: held before its first byte.
+        #expect(F.waitSync { (try? agent.list())?.first?["waitingFor"] as? String == "lowDiskSpace" }, "\(agent.output)")
+        let row = try #require(try agent.list().first)
+        #expect(row["state"] as? String == "queued")
+        #expect((row["waitingReason"] as? String ?? "").hasSuffix(" free, needs 4 MiB"), "\(row)")
+        let text = try agent.control(["queue", "list"]).standardOutput
+        #expect(text.contains("(waiting: ") && text.contains(" free, needs 4 MiB)"), "\(text)")
+        #expect(agent.waitForLine { $0.contains(#""event":"waiting""#) && $0.contains(#""reason":"lowDiskSpace""#) } != nil,
+                "\(agent.output)")
+        let metrics = try agent.control(["agent", "metrics"]).standardOutput
+        #expect(metrics.contains("reachability_downloads_waiting{reason=\"lowDiskSpace\"} 1"), "\(metrics)")
+        let problems = agent.output.flatMap(EventSchemaValidator.problems)
+        #expect(problems.isEmpty, "\(problems)")
+
+        try disk.resize("32m")
+        #expect(agent.waitForLine(timeout: .seconds(60)) { $0.contains(#""type":"download","event":"completed""#) } != nil,
+                "\(agent.output)")
+        #expect(F.sha256(fileAt: destination) == F.sha256(content))
+        #expect(try agent.list().first?["waitingFor"] == nil)
+        _ = agent.terminate()
+    }
 }

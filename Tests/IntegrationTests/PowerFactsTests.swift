@@ -1,0 +1,47 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import LinuxReachability
+
+/// UPower's facts over the system bus (issue 32 item 3), against python-dbusmock's `upower`
+/// template on a private dbus-daemon the test starts (the system-facts tests' lab).
+@Suite("Power facts from UPower", .serialized, .enabled(if: systemBusLabUnavailable == nil, systemBusLabReason))
+struct PowerFactsTests {
+    @Test func onBatteryAndTheDisplayDevicesChargeAreReadAndShownByStatusExplain() throws {
+        let bus = try SystemBusLab()
+        defer { bus.close() }
+        // No UPower on the bus: unknown, with the reason (nothing started by asking).
+        let absent = PowerFacts.read(systemBusAddress: bus.address, timeout: .seconds(5))
+        #expect(absent.isOnBattery == nil)
+        #expect(absent.description == "unknown (UPower is not running)", "\(absent)")
+
+        try bus.startUPower()
+        let mains = PowerFacts.read(systemBusAddress: bus.address, timeout: .seconds(5))
+        #expect(mains == PowerFacts(isOnBattery: false), "\(mains)")
+        #expect(mains.description == "on AC power")
+
+        let device = "/org/freedesktop/UPower/devices/DisplayDevice"
+        try bus.set(device, "org.freedesktop.UPower.Device", "IsPresent", .boolean(true), service: SystemBusLab.upower)
+        try bus.set(device, "org.freedesktop.UPower.Device", "Percentage", .double(54.5), service: SystemBusLab.upower)
+        try bus.set("/org/freedesktop/UPower", "org.freedesktop.UPower", "OnBattery", .boolean(true), service: SystemBusLab.upower)
+        let battery = PowerFacts.read(systemBusAddress: bus.address, timeout: .seconds(5))
+        #expect(battery == PowerFacts(isOnBattery: true, batteryPercentage: 54.5), "\(battery)")
+        #expect(battery.description == "on battery (54 %)")
+
+        let status = try BuiltProducts.run("reachability", ["status", "--explain"],
+                                           environment: ChildProcess.quietEnvironment.merging(bus.environment) { $1 })
+        #expect(status.standardOutput.contains("\npower: on battery (54 %)\n"), "\(status)")
+    }
+
+    @Test func hostileValuesAreLeftOut() {
+        let facts = PowerFacts.from(manager: ["OnBattery": .variant(.string("yes"))],
+                                    displayDevice: ["Percentage": .variant(.double(.nan)), "IsPresent": .variant(.boolean(true))],
+                                    problem: nil)
+        #expect(facts.isOnBattery == nil && facts.batteryPercentage == nil)
+        #expect(PowerFacts.from(manager: ["OnBattery": .boolean(false)], displayDevice: ["Percentage": .double(140)],
+                                problem: nil) == PowerFacts(isOnBattery: false))
+        #expect(PowerFacts.from(manager: ["OnBattery": .boolean(true)],
+                                displayDevice: ["Percentage": .double(80), "IsPresent": .boolean(false)],
+                                problem: nil) == PowerFacts(isOnBattery: true), "no battery, no charge")
+    }
+}
