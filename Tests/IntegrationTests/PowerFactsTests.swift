@@ -31,6 +31,18 @@ struct PowerFactsTests {
         let status = try BuiltProducts.run("reachability", ["status", "--explain"],
                                            environment: ChildProcess.quietEnvironment.merging(bus.environment) { $1 })
         #expect(status.standardOutput.contains("\npower: on battery (54 %)\n"), "\(status)")
+
+        // The agent says the same in `agent status` (text and --json).
+        let directory = try DownloadFixtures.Directory("power")
+        let agent = try AgentProcess(stateDirectory: directory.file("state"), environment: bus.environment)
+        defer { agent.stop() }
+        let text = try agent.control(["agent", "status"])
+        #expect(text.standardOutput.contains("\npower: on battery (54 %)\n"), "\(text)")
+        let json = try agent.control(["agent", "status", "--json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.standardOutput.utf8)) as? [String: Any])
+        #expect(object["isOnBattery"] as? Bool == true, "\(json)")
+        #expect(object["power"] as? String == "on battery (54 %)", "\(json)")
+        _ = agent.terminate()
     }
 
     @Test func hostileValuesAreLeftOut() {

@@ -34,6 +34,9 @@ package actor AgentService {
         /// At most one `progress` event per download per interval (bytes, total, rate) while it
         /// transfers, so the log shows movement without a line per callback.
         package var progressInterval: Duration = .seconds(5)
+        /// UPower's facts for `status` (issue 32 item 3): asked at each request, a quarter of a
+        /// second at most (a wedged UPower must not hold the status up).
+        package var power: @Sendable () -> PowerFacts = { PowerFacts.read(timeout: .milliseconds(250)) }
         /// The environment programs launched for background sessions inherit.
         package var launchEnvironment: [String: String] = ProcessInfo.processInfo.environment
         /// How long the partial file behind background resume data nobody used is kept.
@@ -366,7 +369,7 @@ package actor AgentService {
         let every = agent.downloadsNow
         let downloads = every.filter { isVisible($0.id, to: uid) }
         let counts = stateCounts(downloads, visibleTo: uid)
-        return AgentStatus(
+        var status = AgentStatus(
             pid: CurrentProcess.id, stateDirectory: environment.stateDirectory,
             startedAt: Timestamp.iso8601(startedAt),
             maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
@@ -377,6 +380,9 @@ package actor AgentService {
             priorities: downloads.reduce(into: [:]) { classes, download in
                 if !download.state.isFinal { classes[DownloadPriority(value: download.options.priority).rawValue, default: 0] += 1 }
             })
+        let power = environment.power()
+        (status.power, status.isOnBattery) = (power.description, power.isOnBattery)
+        return status
     }
 
     // MARK: events

@@ -256,6 +256,7 @@ struct AgentStatusCommand: Command {
         }
         context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
         context.output.line(TerminalText.escaped("path: \(path)"))
+        if let power = status.power { context.output.line(TerminalText.escaped("power: \(power)")) }
         context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths")\(status.allowsRoaming == false ? ", no roaming" : ""))")
         if let classes = status.priorities, !classes.isEmpty {
             let parts = DownloadPriority.allCases.compactMap { priority in classes[priority.rawValue].map { "\($0) \(priority.rawValue)" } }
