@@ -56,4 +56,49 @@ struct PowerFactsTests {
                                 displayDevice: ["Percentage": .double(80), "IsPresent": .boolean(false)],
                                 problem: nil) == PowerFacts(isOnBattery: true), "no battery, no charge")
     }
+
+    /// `queue add --not-on-battery`: the job waits while UPower says on battery (the others run),
+    /// shows why, and completes once the machine is on AC power.
+    @Test func aNotOnBatteryJobWaitsOnBatteryAndRunsOnACPower() throws {
+        let bus = try SystemBusLab()
+        defer { bus.close() }
+        try bus.startUPower()
+        try bus.set("/org/freedesktop/UPower", "org.freedesktop.UPower", "OnBattery", .boolean(true), service: SystemBusLab.upower)
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx()
+        let directory = try DownloadFixtures.Directory("power")
+        let content = DownloadFixtures.randomData(count: 2 << 20, seed: 35)
+        try nginx.serve(content, at: "a.bin")
+        try nginx.serve(content, at: "b.bin")
+        try FileManager.default.createDirectory(at: directory.file("state"), withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        try "download-dir=\(directory.url.path)\n".write(to: directory.file("state/agent.conf"), atomically: true, encoding: .utf8)
+        let agent = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name],
+                                     environment: bus.environment)
+        defer { agent.stop() }
+        let sha = DownloadFixtures.sha256(content)
+        let held = try agent.control(["queue", "add", nginx.url("a.bin").absoluteString, "-o", directory.file("a.bin").path,
+                                      "--sha256", sha, "--not-on-battery"])
+        #expect(held.status == 0, "\(held)")
+        let free = try agent.control(["queue", "add", nginx.url("b.bin").absoluteString, "-o", directory.file("b.bin").path,
+                                      "--sha256", sha])
+        #expect(free.status == 0, "\(free)")
+
+        // The other job runs on battery; this one waits, and says why.
+        #expect(agent.waitForLine { $0.contains(#""event":"completed""#) && $0.contains("b.bin") } != nil, "\(agent.output)")
+        #expect(DownloadFixtures.waitSync {
+            (try? agent.list())?.contains { $0["waitingFor"] as? String == "onBattery" && $0["waitsForACPower"] as? Bool == true } == true
+        }, "\(agent.output)")
+        let text = try agent.control(["queue", "list"]).standardOutput
+        #expect(text.contains("[not on battery]  (waiting: on battery)"), "\(text)")
+        #expect(agent.waitForLine { $0.contains(#""event":"waiting""#) && $0.contains(#""reason":"onBattery""#) } != nil)
+        #expect(!FileManager.default.fileExists(atPath: directory.file("a.bin").path))
+
+        try bus.set("/org/freedesktop/UPower", "org.freedesktop.UPower", "OnBattery", .boolean(false), service: SystemBusLab.upower)
+        #expect(agent.waitForLine { $0.contains(#""event":"completed""#) && $0.contains("a.bin") } != nil, "\(agent.output)")
+        #expect(DownloadFixtures.sha256(fileAt: directory.file("a.bin")) == sha)
+        let problems = agent.output.flatMap(EventSchemaValidator.problems)
+        #expect(problems.isEmpty, "\(problems)")
+        _ = agent.terminate()
+    }
 }

@@ -60,6 +60,8 @@ public struct AgentDownload: Codable, Sendable, Hashable {
     public var connections: Int?
     /// False when it is kept off constrained paths; nil when they may carry it.
     public var allowsConstrained: Bool?
+    /// True when it waits for AC power (`--not-on-battery`); nil otherwise.
+    public var waitsForACPower: Bool?
 
     /// A download report (the agent makes these; tests and other agents may too).
     public init(id: String, url: String, destination: String, state: State, bytesReceived: Int64, totalBytes: Int64?,

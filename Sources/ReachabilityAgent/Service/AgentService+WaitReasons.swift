@@ -12,8 +12,10 @@ extension AgentService {
                         allowsConstrained: download.options.allowsConstrained)
     }
 
-    /// Fills a report's `waitingReason` and `waitingFor` from `waitReason(of:path:)`.
+    /// Fills a report's `waitingReason` and `waitingFor` from `waitReason(of:path:)`, and its
+    /// `waitsForACPower` (the job's own power rule).
     nonisolated static func addWaitReason(to report: inout AgentDownload, of download: Download, path: NetworkPath?) {
+        if download.options.waitsForACPower { report.waitsForACPower = true }
         guard let reason = waitReason(of: download, path: path) else { return }
         report.waitingReason = reason.description
         report.waitingFor = reason.kind.rawValue

@@ -60,6 +60,8 @@ package actor AgentService {
     private(set) var agent: DownloadAgent
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
+    /// Feeds UPower's facts to the download agent (AgentService+Power.swift).
+    var powerWatch: Task<Void, Never>?
     /// `add`s with a client key, by `uid/key`: a repeated add is answered with the first job.
     private var addsByClientKey: [String: ClientKeyedAdd] = [:]
     /// Who asked for each download (the uid of an `add`, a background session's uid); restored
@@ -121,6 +123,7 @@ package actor AgentService {
     }
 
     private func restore() async -> Int {
+        startPowerWatch()
         // Background sessions' downloads are restored with their own options (headers, priority).
         let owned = background.ownedTransferIDs
         // Records are input: the destination rule of `queue add` holds for them too.
@@ -286,14 +289,13 @@ package actor AgentService {
             return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
         }
         do {
-            let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
-                                                    options: DownloadOptions(expectedSHA256: sha256,
-                                                                             allowsExpensive: settings.allowsExpensive,
-                                                                             replacesExistingFile: replace,
-                                                                             allowsRoaming: settings.allowsRoaming,
-                                                                             allowsConstrained: job.allowsConstrained,
-                                                                             maximumConnections: job.connections,
-                                                                             priority: job.priority.value))
+            var options = DownloadOptions(expectedSHA256: sha256, allowsExpensive: settings.allowsExpensive,
+                                          replacesExistingFile: replace, allowsRoaming: settings.allowsRoaming,
+                                          allowsConstrained: job.allowsConstrained, maximumConnections: job.connections,
+                                          priority: job.priority.value)
+            options.waitsForACPower = job.waitsForACPower
+            if job.waitsForACPower { await refreshPower() }
+            let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination), options: options)
             downloadOwners[download.id] = uid
             observe(download)
             emitDownload(.queued, download)

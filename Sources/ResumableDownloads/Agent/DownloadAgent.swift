@@ -207,6 +207,8 @@ public actor DownloadAgent {
     var connectivityWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
     /// Downloads held back by the free-space rule, and its watch (DownloadAgent+Space.swift).
     var space = SpaceWatch()
+    /// The machine's power and the downloads waiting for AC power (DownloadAgent+Power.swift).
+    var power = PowerWatch()
 
     /// An agent that assumes the network is always usable (no path source).
     public init(configuration: Configuration) throws {
@@ -333,6 +335,7 @@ public actor DownloadAgent {
                                   allowsExpensive: options.allowsExpensive)
         record.allowsRoaming = options.allowsRoaming ? nil : false
         record.allowsConstrained = options.allowsConstrained ? nil : false
+        record.waitsForACPower = options.waitsForACPower ? true : nil
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
         record.expectedLength = options.expectedLength
@@ -428,6 +431,7 @@ public actor DownloadAgent {
         record.allowsExpensive = options.allowsExpensive
         record.allowsRoaming = options.allowsRoaming ? nil : false
         record.allowsConstrained = options.allowsConstrained ? nil : false
+        record.waitsForACPower = options.waitsForACPower ? true : nil
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
         if let state = try? stateDirectory() { try? record.write(to: state) }
@@ -490,13 +494,14 @@ public actor DownloadAgent {
 
     private func restore(_ record: ResumeRecord, options given: DownloadOptions? = nil) -> Download? {
         guard entries[record.id] == nil else { return nil }
-        let options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
+        var options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                                allowsExpensive: record.allowsExpensive,
                                                replacesExistingFile: record.replacesExistingFile ?? false,
                                                allowsRoaming: record.allowsRoaming ?? true,
                                                allowsConstrained: record.allowsConstrained ?? true,
                                                maximumConnections: record.maximumConnections,
                                                priority: record.priority ?? 0.5)
+        if given == nil { options.waitsForACPower = record.waitsForACPower ?? false }
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
@@ -744,7 +749,7 @@ public actor DownloadAgent {
         var reserved = spaceReservations()
         let admitted = scheduler.admit { id in
             guard let entry = entries[id] else { return false }
-            return entry.driver == nil && entry.intent == .run && admitsForSpace(id, reserved: &reserved)
+            return entry.driver == nil && entry.intent == .run && admitsForPower(id) && admitsForSpace(id, reserved: &reserved)
         }
         for id in admitted { startDriver(id) }
         // A foreground download finding every slot taken: the victims checkpoint and end like a

@@ -54,6 +54,10 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// Apple's `allowsConstrainedNetworkAccess` is. When false it is kept off such links the
     /// way `allowsExpensive` keeps it off expensive ones.
     public var allowsConstrained: Bool = true
+    /// Whether it waits for AC power: while the machine runs on battery (UPower's `OnBattery`,
+    /// fed to `DownloadAgent.updatePower`) it stays queued with `JobWaitReason.onBattery`, and a
+    /// transfer is checkpointed when the battery takes over (`queue add --not-on-battery`).
+    public var waitsForACPower: Bool = false
     /// Whether the finished file may replace a file that exists at the destination when it
     /// completes. By default it never does: the download fails with `destinationExists` and
     /// keeps the verified bytes in `NAME.part`.
