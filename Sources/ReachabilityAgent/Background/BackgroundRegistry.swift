@@ -109,6 +109,8 @@ package struct BackgroundRegistry: Sendable {
         package var resumeState: BackgroundResumeState?
         /// The session's `httpMaximumConnectionsPerHost`.
         package var maximumConnections: Int
+        /// `isDiscretionary`: waits for AC power too, as Apple's discretionary tasks do.
+        package var waitsForACPower = false
     }
 
     /// How often a task waiting for disk space looks again.
@@ -428,12 +430,14 @@ package struct BackgroundRegistry: Sendable {
     /// The engine download for `task` on `transfer`.
     static func start(_ task: BackgroundTaskRecord, transfer: UUID, session: BackgroundSessionRecord) -> TransferStart {
         let settings = session.settings
-        return TransferStart(id: transfer, session: session.key, url: task.spec.url,
+        var start = TransferStart(id: transfer, session: session.key, url: task.spec.url,
                              headers: settings.additionalHeaders + task.spec.headers,
                              timeout: task.spec.timeout ?? settings.timeoutIntervalForRequest, priority: task.spec.priority,
                              allowsExpensive: settings.allowsExpensiveNetworkAccess && !settings.isDiscretionary,
                              allowsRoaming: settings.allowsRoaming && !settings.isDiscretionary,
                              allowsConstrained: settings.allowsConstrainedNetworkAccess && !settings.isDiscretionary,
                              resumeState: task.spec.resumeState, maximumConnections: settings.maximumConnectionsPerHost)
+        start.waitsForACPower = settings.isDiscretionary
+        return start
     }
 }

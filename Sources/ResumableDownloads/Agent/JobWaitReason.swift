@@ -62,7 +62,8 @@ public enum JobWaitReason: Sendable, Hashable, CustomStringConvertible {
         case .expensivePath: "only expensive paths (the job stays off them)"
         case .onBattery: "on battery"
         case .lowDiskSpace(let free, let needed):
-            "\(Self.binaryBytes(free, scale: needed)) free, needs \(Self.binaryBytes(needed))"
+            // In the unit of `needed` unless that would read `0 TiB` for a free count.
+            "\(free > 0 && Self.binaryBytes(free, scale: needed).hasPrefix("0 ") ? Self.binaryBytes(free) : Self.binaryBytes(free, scale: needed)) free, needs \(Self.binaryBytes(needed))"
         case .notBefore(let date): "not before \(Timestamp.iso8601(date)) (earliestBeginDate)"
         case .timeWindow(let window): window
         }

@@ -81,6 +81,7 @@ struct BackgroundRegistryTests {
         #expect(start.priority == 0.9)
         #expect(!start.allowsExpensive, "isDiscretionary waits for a path that is not expensive")
         #expect(!start.allowsRoaming && !start.allowsConstrained, "nor roaming, nor constrained")
+        #expect(start.waitsForACPower, "and for AC power (issue 32 item 3)")
         #expect(performed.actions.contains(.wake(at: Self.now.addingTimeInterval(7 * 24 * 3600))), "the resource deadline")
     }
 

@@ -54,6 +54,8 @@ struct SpacePolicyTests {
         #expect(JobWaitReason.onBattery.description == "on battery")
         #expect(JobWaitReason.lowDiskSpace(free: 860_000_000, needed: Self.gib).description == "0.8 GiB free, needs 1 GiB")
         #expect(JobWaitReason.lowDiskSpace(free: 300, needed: 600).description == "300 B free, needs 600 B")
+        #expect(JobWaitReason.lowDiskSpace(free: 50 * Self.gib, needed: 1 << 60).description == "50 GiB free, needs 1048576 TiB")
+        #expect(JobWaitReason.lowDiskSpace(free: 0, needed: Self.gib).description == "0 GiB free, needs 1 GiB")
         #expect(JobWaitReason.lowDiskSpace(free: 5 * Self.mib, needed: 20 * Self.mib).description == "5 MiB free, needs 20 MiB")
         #expect(JobWaitReason.notBefore(Date(timeIntervalSince1970: 0)).description.contains("earliestBeginDate"))
         #expect(JobWaitReason.timeWindow("09:00-17:00 limit 2 MiB/s").description == "09:00-17:00 limit 2 MiB/s")
