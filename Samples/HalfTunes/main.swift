@@ -210,6 +210,7 @@ Task {
             case .resumed(let offset): text = "resumed at \(offset) bytes"
             case .waitingForConnectivity: text = "waiting for network"
             case .waitingForServer(let error): text = "waiting for server: \(error)"
+            case .waiting(let reason): text = "waiting: \(reason)"
             case .restartedFromZero(let reason): text = "restarted from zero: \(reason)"
             case .retrying(let delay, let error): text = "retrying in \(delay): \(error)"
             case .paused: text = "paused"

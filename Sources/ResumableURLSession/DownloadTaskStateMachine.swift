@@ -314,7 +314,7 @@ struct DownloadTaskStateMachine: Sendable {
             anchor = 0
             bytesWritten = 0
             return []
-        case .waitingForConnectivity:
+        case .waitingForConnectivity, .waiting:
             return []   // the task turns this into `.waitingForConnectivity(reason:)`
         case .retrying(_, let error), .waitingForServer(let error):
             // A server that does not answer is a failure to URLSession (-1004, -1001, ...);

@@ -280,7 +280,7 @@ struct BackgroundSessionTests {
         let huge = try lab.probe("huge", ["--url", lab.url("a.bin"), "--expects", "\(Int64(1) << 60)"])
         #expect(await huge.waitForCall("created") != nil)
         let row = await DownloadFixtures.wait(timeout: .seconds(10)) {
-            lab.list().contains { $0["session"] as? String == "huge" && ($0["waitingReason"] as? String ?? "").contains("disk space") }
+            lab.list().contains { $0["session"] as? String == "huge" && $0["waitingFor"] as? String == "lowDiskSpace" }
         }
         #expect(row, "\(lab.list())")
         let id = try #require(lab.list().first { $0["session"] as? String == "huge" }?["id"] as? String)

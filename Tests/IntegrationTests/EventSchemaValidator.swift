@@ -42,9 +42,17 @@ enum EventSchemaValidator {
                 if !(object["reason"] is String) || !(object["from"] is String) { problems.append("sourceChanged without from and reason") }
             case "waiting":
                 // portalURL is null when NetworkManager's check found the portal (it names none).
-                if object.index(forKey: "reason") != nil,
+                // A job held back by a rule (issue 32) names the rule and says it in `message`.
+                let rules: Set<String> = ["noPath", "constrainedPath", "expensivePath", "onBattery", "lowDiskSpace",
+                                          "notBefore", "timeWindow"]
+                if let reason = object["reason"] as? String, rules.contains(reason) {
+                    if !(object["message"] is String) { problems.append("waiting for \(reason) without message: \(line)") }
+                    if reason == "lowDiskSpace", !(object["free"] is Int && object["needed"] is Int) {
+                        problems.append("lowDiskSpace without free and needed: \(line)")
+                    }
+                } else if object.index(forKey: "reason") != nil,
                    object["reason"] as? String != "portal" || !(object["portalURL"] is String || object["portalURL"] is NSNull) {
-                    problems.append("waiting with a reason other than portal, or without its portalURL: \(line)")
+                    problems.append("waiting with a reason other than portal or a rule, or without its portalURL: \(line)")
                 }
             default: break
             }

@@ -107,6 +107,14 @@ final class SystemBusLab: Sendable {
         try addProperty(Self.managerPath, Self.managerInterface, "Metered", .uint32(4))
     }
 
+    static let upower = "org.freedesktop.UPower"
+
+    /// Starts python-dbusmock's `upower` template (OnBattery false, a display device without
+    /// a battery) and waits until it owns its name.
+    func startUPower() throws {
+        try startService(Self.upower, template: "upower", in: nil)
+    }
+
     /// Starts the ModemManager template (see the type's comment).
     func startModemManager(in namespace: String? = nil) throws {
         try startService(Self.modemManager, template: directory.appendingPathComponent("mm_template.py").path, in: namespace)
@@ -139,6 +147,7 @@ final class SystemBusLab: Sendable {
     enum Value {
         case uint32(UInt32)
         case boolean(Bool)
+        case double(Double)
         case string(String)
         case objectPath(String)
         /// A string of `count` copies of `character`.
@@ -150,6 +159,7 @@ final class SystemBusLab: Sendable {
             switch self {
             case .uint32(let value): return ["type": "u", "value": value]
             case .boolean(let value): return ["type": "b", "value": value]
+            case .double(let value): return ["type": "d", "value": value]
             case .string(let value): return ["type": "s", "value": value]
             case .objectPath(let value): return ["type": "o", "value": value]
             case .longString(let character, let count): return ["type": "s", "value": String(character), "count": count]
@@ -270,6 +280,7 @@ final class SystemBusLab: Sendable {
             kind = spec['type']
             if kind == 'u': return dbus.UInt32(spec['value'], variant_level=1)
             if kind == 'b': return dbus.Boolean(spec['value'], variant_level=1)
+            if kind == 'd': return dbus.Double(spec['value'], variant_level=1)
             if kind == 'o': return dbus.ObjectPath(spec['value'], variant_level=1)
             if kind == 's': return dbus.String(spec['value'] * spec.get('count', 1), variant_level=1)
             if kind == 'au': return dbus.Array([dbus.UInt32(i) for i in range(spec['count'])], signature='u', variant_level=1)

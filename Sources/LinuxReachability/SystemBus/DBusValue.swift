@@ -36,6 +36,7 @@ indirect enum DBusValue: Sendable, Hashable {
     // Typed views, looking through variants; nil for a value of another type.
     var uint32: UInt32? { if case .uint32(let value) = unwrapped { value } else { nil } }
     var boolean: Bool? { if case .boolean(let value) = unwrapped { value } else { nil } }
+    var double: Double? { if case .double(let value) = unwrapped { value } else { nil } }
     var string: String? { if case .string(let value) = unwrapped { value } else { nil } }
     var objectPath: String? { if case .objectPath(let value) = unwrapped { value } else { nil } }
     var elements: [DBusValue]? { if case .array(let values) = unwrapped { values } else { nil } }
@@ -126,6 +127,8 @@ enum SystemBusReply: Sendable, Equatable {
     case string(String)
     case uint32(UInt32)
     case objects(SystemBusEvent.Objects)
+    /// One interface's properties (Properties.GetAll), the wanted ones only.
+    case properties([String: DBusValue])
     /// A D-Bus error reply (`org.freedesktop.DBus.Error.NameHasNoOwner`, ...), or a reply of
     /// another shape than asked for.
     case error(name: String, message: String)

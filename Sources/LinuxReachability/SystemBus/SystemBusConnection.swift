@@ -49,6 +49,8 @@ final class SystemBusConnection: @unchecked Sendable {
         case uint32
         /// `a{oa{sa{sv}}}` (ObjectManager.GetManagedObjects).
         case objects
+        /// `a{sv}` (Properties.GetAll of `interface`), keeping the properties `wanted` names.
+        case properties(interface: String)
     }
 
     let address: String
@@ -260,6 +262,9 @@ final class SystemBusConnection: @unchecked Sendable {
             case .objects:
                 try expect(signature, "a{oa{sa{sv}}}")
                 return .objects(try readObjects(message))
+            case .properties(let interface):
+                try expect(signature, "a{sv}")
+                return .properties(try readProperties(message, keeping: wanted[interface] ?? []))
             }
         } catch {
             return .error(name: "reachability.MalformedReply", message: error.detail)

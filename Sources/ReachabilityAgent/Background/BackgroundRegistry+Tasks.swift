@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ResumableDownloads
 
 /// The task half of the registry: creating and changing tasks, what resume, suspend and cancel
 /// do to their transfers, and what the engine's outcomes mean for the tasks riding on them.
@@ -144,7 +145,7 @@ extension BackgroundRegistry {
                 return overflow ? .max : total
             }
             if let available = availableBytes(), promised > available || needed > available - promised {
-                update(key) { $0.waiting[identifier] = .diskSpace(needed: needed, available: max(0, available - promised)) }
+                update(key) { $0.waiting[identifier] = .lowDiskSpace(free: max(0, available - promised), needed: needed) }
                 return []
             }
         }

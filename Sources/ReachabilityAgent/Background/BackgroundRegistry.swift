@@ -1,5 +1,6 @@
 import FoundationEssentials
 import ReachabilityBase
+import ResumableDownloads
 
 /// Every background session the agent holds, and what happens to them: attaches and detaches,
 /// tasks and their transfers, events kept until acknowledged, launches. Pure (no files, no
@@ -19,20 +20,12 @@ package struct BackgroundRegistry: Sendable {
     /// A control connection of the agent (the server numbers them).
     package typealias ConnectionID = UInt64
 
-    /// Why a resumed task does not transfer yet.
-    package enum WaitReason: Sendable, Hashable, CustomStringConvertible {
-        case notBefore(Date)
-        case diskSpace(needed: Int64, available: Int64)
+    /// Why a resumed task does not transfer yet (`notBefore`, `lowDiskSpace`): the one typed
+    /// reason every job of the agent waits with.
+    package typealias WaitReason = JobWaitReason
 
-        package var description: String {
-            switch self {
-            case .notBefore(let date):
-                "not before \(Timestamp.iso8601(date)) (earliestBeginDate)"
-            case .diskSpace(let needed, let available):
-                "waiting for disk space: \(needed) bytes expected (countOfBytesClientExpectsToReceive), \(available) free; checked again every \(Int(BackgroundRegistry.diskRecheckInterval)) s"
-            }
-        }
-    }
+    /// Every resumed task's reason for waiting, one per task (`reachability_downloads_waiting`).
+    package var waitReasons: [JobWaitReason] { sessions.values.flatMap { Array($0.waiting.values) } }
 
     /// Why a transfer is being stopped for a task.
     package enum StopReason: Sendable, Hashable {
@@ -116,10 +109,12 @@ package struct BackgroundRegistry: Sendable {
         package var resumeState: BackgroundResumeState?
         /// The session's `httpMaximumConnectionsPerHost`.
         package var maximumConnections: Int
+        /// `isDiscretionary`: waits for AC power too, as Apple's discretionary tasks do.
+        package var waitsForACPower = false
     }
 
     /// How often a task waiting for disk space looks again.
-    package static let diskRecheckInterval: TimeInterval = 30
+    package static let diskRecheckInterval: TimeInterval = 5
     /// Sessions one user may hold.
     package static let maximumSessionsPerUser = 256
 
@@ -355,8 +350,8 @@ package struct BackgroundRegistry: Sendable {
                 if let deadline = task.deadline { consider(Date(timeIntervalSince1970: deadline)) }
                 switch session.waiting[task.spec.taskIdentifier] {
                 case .notBefore(let date): consider(date)
-                case .diskSpace: consider(now.addingTimeInterval(Self.diskRecheckInterval))
-                case nil: break
+                case .lowDiskSpace: consider(now.addingTimeInterval(Self.diskRecheckInterval))
+                default: break
                 }
             }
             if session.record.settings.sendsLaunchEvents, let next = session.launch.nextAttempt { consider(next) }
@@ -435,12 +430,14 @@ package struct BackgroundRegistry: Sendable {
     /// The engine download for `task` on `transfer`.
     static func start(_ task: BackgroundTaskRecord, transfer: UUID, session: BackgroundSessionRecord) -> TransferStart {
         let settings = session.settings
-        return TransferStart(id: transfer, session: session.key, url: task.spec.url,
+        var start = TransferStart(id: transfer, session: session.key, url: task.spec.url,
                              headers: settings.additionalHeaders + task.spec.headers,
                              timeout: task.spec.timeout ?? settings.timeoutIntervalForRequest, priority: task.spec.priority,
                              allowsExpensive: settings.allowsExpensiveNetworkAccess && !settings.isDiscretionary,
                              allowsRoaming: settings.allowsRoaming && !settings.isDiscretionary,
                              allowsConstrained: settings.allowsConstrainedNetworkAccess && !settings.isDiscretionary,
                              resumeState: task.spec.resumeState, maximumConnections: settings.maximumConnectionsPerHost)
+        start.waitsForACPower = settings.isDiscretionary
+        return start
     }
 }

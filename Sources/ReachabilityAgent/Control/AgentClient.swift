@@ -50,14 +50,16 @@ public struct AgentClient: Sendable {
     /// first job instead of queueing the file twice. `connections` bounds the connections the
     /// job opens (1-16, and never more than the agent's per-server bound; nil takes that bound);
     /// `allowsConstrained` false keeps it off constrained paths; `priority` is its class in the
-    /// line for transfer slots (a `foreground` job takes a slot from a lower one at once).
+    /// line for transfer slots (a `foreground` job takes a slot from a lower one at once);
+    /// `waitsForACPower` keeps it waiting while the machine runs on battery.
     public func add(_ url: URL, output: String? = nil, sha256: String? = nil,
                     replacing: Bool = false, clientKey: String? = nil, connections: Int? = nil,
                     allowsConstrained: Bool = true,
-                    priority: DownloadPriority = .normal) async throws(AgentClientError) -> AgentDownload {
+                    priority: DownloadPriority = .normal,
+                    waitsForACPower: Bool = false) async throws(AgentClientError) -> AgentDownload {
         try await download(.add(url: url, output: output, sha256: sha256, replace: replacing, clientKey: clientKey,
                                 job: QueueJobOptions(connections: connections, allowsConstrained: allowsConstrained,
-                                                     priority: priority)))
+                                                     priority: priority, waitsForACPower: waitsForACPower)))
     }
 
     /// Every download the agent knows, finished ones included.

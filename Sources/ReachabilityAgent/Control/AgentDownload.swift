@@ -48,14 +48,20 @@ public struct AgentDownload: Codable, Sendable, Hashable {
     public var session: String?
     /// The session's task identifiers riding on it (several when duplicate requests were joined).
     public var taskIdentifiers: [Int]?
-    /// Why it does not transfer yet (a background task not before a date, or waiting for disk space).
+    /// Why it does not transfer yet, as `queue list` shows it after `waiting: `
+    /// (`JobWaitReason.description`: `0.8 GiB free, needs 1 GiB`, `on battery`).
     public var waitingReason: String?
+    /// The reason's stable name (`JobWaitReason.Kind`: `lowDiskSpace`, `onBattery`, ...); nil
+    /// when it does not wait, or from older agents.
+    public var waitingFor: String?
     /// Its class in the line for transfer slots (`DownloadPriority`'s names); nil from older agents.
     public var priority: String?
     /// The most connections it opens, when the job set a bound of its own.
     public var connections: Int?
     /// False when it is kept off constrained paths; nil when they may carry it.
     public var allowsConstrained: Bool?
+    /// True when it waits for AC power (`--not-on-battery`); nil otherwise.
+    public var waitsForACPower: Bool?
 
     /// A download report (the agent makes these; tests and other agents may too).
     public init(id: String, url: String, destination: String, state: State, bytesReceived: Int64, totalBytes: Int64?,

@@ -34,6 +34,11 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     /// Unfinished downloads (the asking user's) per priority class (`DownloadPriority` names),
     /// classes without any left out; nil from older agents.
     public var priorities: [String: Int]?
+    /// UPower's facts as text (`on battery (54 %)`, `on AC power`, `unknown (UPower is not
+    /// running)`); nil from older agents.
+    public var power: String?
+    /// True on battery, false on AC power; nil when unknown or from older agents.
+    public var isOnBattery: Bool?
 
     /// A status report (the agent makes these).
     public init(pid: Int32, stateDirectory: String, startedAt: String, maximumConcurrentDownloads: Int, allowsExpensive: Bool,

@@ -49,7 +49,7 @@ package enum ControlCodec {
                 return .failure(ControlRejection(id: id, error: .invalidArgument(
                     "'clientKey' must be 1 to \(ControlProtocol.maximumClientKeyLength) visible ASCII characters")))
             }
-            var job = QueueJobOptions(allowsConstrained: request.constrained ?? true)
+            var job = QueueJobOptions(allowsConstrained: request.constrained ?? true, waitsForACPower: request.notOnBattery ?? false)
             if let connections = request.connections {
                 let bound = DownloadAgent.maximumConnectionsPerHostLimit
                 guard (1...bound).contains(connections) else {

@@ -53,6 +53,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var connections: Int?
     /// `add`: false keeps the job off constrained paths (absent: allowed).
     package var constrained: Bool?
+    /// `add`: true makes the job wait for AC power (absent: it runs on battery too).
+    package var notOnBattery: Bool?
     /// `add`: foreground, high, normal or low (absent: normal).
     package var priority: String?
     package var download: String?
@@ -87,6 +89,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             // Defaults stay off the wire: an older agent reads the request as before.
             connections = job.connections
             constrained = job.allowsConstrained ? nil : false
+            notOnBattery = job.waitsForACPower ? true : nil
             priority = job.priority == .normal ? nil : job.priority.rawValue
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
@@ -120,7 +123,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, priority, download, format
+        case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, notOnBattery, priority, download, format
         case session, settings, task, taskIdentifier, changes, action, sequence
     }
 
@@ -142,6 +145,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         clientKey = try container.decodeIfPresent(String.self, forKey: .clientKey)
         connections = try container.decodeIfPresent(Int.self, forKey: .connections)
         constrained = try container.decodeIfPresent(Bool.self, forKey: .constrained)
+        notOnBattery = try container.decodeIfPresent(Bool.self, forKey: .notOnBattery)
         priority = try container.decodeIfPresent(String.self, forKey: .priority)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
@@ -164,11 +168,15 @@ package struct QueueJobOptions: Sendable, Hashable {
     package var allowsConstrained: Bool
     /// Its class in the line for transfer slots.
     package var priority: DownloadPriority
+    /// Whether it waits for AC power (`--not-on-battery`).
+    package var waitsForACPower: Bool
 
-    package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal) {
+    package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal,
+                 waitsForACPower: Bool = false) {
         self.connections = connections
         self.allowsConstrained = allowsConstrained
         self.priority = priority
+        self.waitsForACPower = waitsForACPower
     }
 }
 

@@ -157,6 +157,7 @@ package final class AgentDaemon: Sendable {
                                                                 logger: logger)
                 configureDownloads(&configuration)
                 configuration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
+                configuration.spacePolicy = SpacePolicy(minimumFree: settings.minimumFreeSpace)
                 if killsAfterRename {
                     configuration.afterRenameHook = { try? CurrentProcess.send(signal: SIGKILL, to: CurrentProcess.id) }
                 }

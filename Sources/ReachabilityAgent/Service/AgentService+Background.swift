@@ -296,6 +296,7 @@ extension AgentService {
         let state = start.resumeState?.engineState
             ?? ResumeState(id: start.id, url: url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
         let download: Download
+        if start.waitsForACPower { await refreshPower() }
         do {
             download = try await agent.makeDownload(from: url, to: store.destination(of: start.id), options: options(start),
                                                     resuming: state)
@@ -346,10 +347,12 @@ extension AgentService {
     /// The engine's options for a background transfer: the session's rules, within the agent's
     /// own (`--no-expensive`, `--no-roaming`, agent.conf) as for queued downloads.
     func options(_ start: BackgroundRegistry.TransferStart) -> DownloadOptions {
-        DownloadOptions(allowsExpensive: start.allowsExpensive && settings.allowsExpensive,
-                        allowsRoaming: start.allowsRoaming && settings.allowsRoaming, allowsConstrained: start.allowsConstrained,
-                        maximumConnections: start.maximumConnections, priority: start.priority,
-                        requestHeaders: start.headers, requestTimeout: Duration(clampingTimeInterval: start.timeout))
+        var options = DownloadOptions(allowsExpensive: start.allowsExpensive && settings.allowsExpensive,
+                                      allowsRoaming: start.allowsRoaming && settings.allowsRoaming, allowsConstrained: start.allowsConstrained,
+                                      maximumConnections: start.maximumConnections, priority: start.priority,
+                                      requestHeaders: start.headers, requestTimeout: Duration(clampingTimeInterval: start.timeout))
+        options.waitsForACPower = start.waitsForACPower
+        return options
     }
 
     // MARK: the engine's news
@@ -375,7 +378,7 @@ extension AgentService {
                     .flatMap { $0.verifiedOffset > 0 && $0.validator != nil ? BackgroundResumeState($0) : nil }
             }
             await applyBackground(background.transferFailed(id, BackgroundFailure(error, resumeState: state), now: now))
-        case .started, .waitingForServer, .retrying, .paused:
+        case .started, .waitingForServer, .retrying, .paused, .waiting:
             break
         }
     }
@@ -462,6 +465,7 @@ extension AgentService {
                 row.session = key.identifier
                 row.taskIdentifiers = riders
                 row.waitingReason = session.waiting[task.spec.taskIdentifier]?.description
+                row.waitingFor = session.waiting[task.spec.taskIdentifier]?.kind.rawValue
                 rows.append(row)
             }
         }

@@ -34,6 +34,9 @@ package actor AgentService {
         /// At most one `progress` event per download per interval (bytes, total, rate) while it
         /// transfers, so the log shows movement without a line per callback.
         package var progressInterval: Duration = .seconds(5)
+        /// UPower's facts for `status` (issue 32 item 3): asked at each request, a quarter of a
+        /// second at most (a wedged UPower must not hold the status up).
+        package var power: @Sendable () -> PowerFacts = { PowerFacts.read(timeout: .milliseconds(250)) }
         /// The environment programs launched for background sessions inherit.
         package var launchEnvironment: [String: String] = ProcessInfo.processInfo.environment
         /// How long the partial file behind background resume data nobody used is kept.
@@ -57,6 +60,8 @@ package actor AgentService {
     private(set) var agent: DownloadAgent
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
+    /// Feeds UPower's facts to the download agent (AgentService+Power.swift).
+    var powerWatch: Task<Void, Never>?
     /// `add`s with a client key, by `uid/key`: a repeated add is answered with the first job.
     private var addsByClientKey: [String: ClientKeyedAdd] = [:]
     /// Who asked for each download (the uid of an `add`, a background session's uid); restored
@@ -118,6 +123,7 @@ package actor AgentService {
     }
 
     private func restore() async -> Int {
+        startPowerWatch()
         // Background sessions' downloads are restored with their own options (headers, priority).
         let owned = background.ownedTransferIDs
         // Records are input: the destination rule of `queue add` holds for them too.
@@ -151,9 +157,10 @@ package actor AgentService {
         let old = settings
         settings = newSettings
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads
-            || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost {
+            || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost
+            || newSettings.minimumFreeSpace != old.minimumFreeSpace {
             let finished = await agent.downloads.filter { $0.state.isFinal }
-            history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
+            history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map { Self.snapshot($0) }
             await agent.shutdown()
             backgroundEngineReplaced()
             do {
@@ -185,7 +192,9 @@ package actor AgentService {
 
     /// Every metric family: the path's, the downloads', then the background sessions'.
     package func metricFamilies() async -> [MetricFamily] {
-        pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: stateCounts(await agent.downloads, visibleTo: 0), at: environment.now())
+        let downloads = await agent.downloads
+        return pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: stateCounts(downloads, visibleTo: 0), at: environment.now())
+            + [DownloadMetrics.waitReasonFamily(waitReasonCounts(downloads))]
             + backgroundMetricFamilies()
     }
 
@@ -240,7 +249,7 @@ package actor AgentService {
             return response
         case .list:
             let earlier = history, rows = backgroundRows(visibleTo: uid)
-            let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache)
+            let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache, path: path)
             return .success(id: id, downloads: earlier + live + rows)
         case .status:
             var status = await status(visibleTo: uid)
@@ -282,14 +291,13 @@ package actor AgentService {
             return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
         }
         do {
-            let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination),
-                                                    options: DownloadOptions(expectedSHA256: sha256,
-                                                                             allowsExpensive: settings.allowsExpensive,
-                                                                             replacesExistingFile: replace,
-                                                                             allowsRoaming: settings.allowsRoaming,
-                                                                             allowsConstrained: job.allowsConstrained,
-                                                                             maximumConnections: job.connections,
-                                                                             priority: job.priority.value))
+            var options = DownloadOptions(expectedSHA256: sha256, allowsExpensive: settings.allowsExpensive,
+                                          replacesExistingFile: replace, allowsRoaming: settings.allowsRoaming,
+                                          allowsConstrained: job.allowsConstrained, maximumConnections: job.connections,
+                                          priority: job.priority.value)
+            options.waitsForACPower = job.waitsForACPower
+            if job.waitsForACPower { await refreshPower() }
+            let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination), options: options)
             downloadOwners[download.id] = uid
             observe(download)
             emitDownload(.queued, download)
@@ -365,7 +373,7 @@ package actor AgentService {
         let every = agent.downloadsNow
         let downloads = every.filter { isVisible($0.id, to: uid) }
         let counts = stateCounts(downloads, visibleTo: uid)
-        return AgentStatus(
+        var status = AgentStatus(
             pid: CurrentProcess.id, stateDirectory: environment.stateDirectory,
             startedAt: Timestamp.iso8601(startedAt),
             maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
@@ -376,6 +384,9 @@ package actor AgentService {
             priorities: downloads.reduce(into: [:]) { classes, download in
                 if !download.state.isFinal { classes[DownloadPriority(value: download.options.priority).rawValue, default: 0] += 1 }
             })
+        let power = environment.power()
+        (status.power, status.isOnBattery) = (power.description, power.isOnBattery)
+        return status
     }
 
     // MARK: events
@@ -513,21 +524,23 @@ package actor AgentService {
     /// list of 10,000 took the actor for hundreds of milliseconds, and every add and status
     /// waited), their fixed parts taken from `cache`.
     nonisolated static func reports(of downloads: [Download], excluding excluded: Set<UUID>,
-                                    cache: ReportCache) async -> [AgentDownload] {
-        downloads.compactMap { excluded.contains($0.id) ? nil : cache.report($0) }
+                                    cache: ReportCache, path: NetworkPath? = nil) async -> [AgentDownload] {
+        downloads.compactMap { excluded.contains($0.id) ? nil : cache.report($0, path: path) }
     }
 
-    package static func snapshot(_ download: Download) -> AgentDownload {
+    package static func snapshot(_ download: Download, path: NetworkPath? = nil) -> AgentDownload {
         let progress = download.progress
         var error: String?
         if case .failed(let failure) = download.state { error = failure.description }
-        return AgentDownload(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
+        var report = AgentDownload(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
                              destination: download.destination.path, state: reportedState(download.state),
                                 bytesReceived: progress.bytesReceived, totalBytes: progress.totalBytes,
                                 bytesPerSecond: Int64(progress.bytesPerSecond), error: error,
                              priority: DownloadPriority(value: download.options.priority).rawValue,
                              connections: download.options.maximumConnections,
                              allowsConstrained: download.options.allowsConstrained ? nil : false)
+        addWaitReason(to: &report, of: download, path: path)
+        return report
     }
 
     func emitDownload(_ name: EventSchema.DownloadEventName, _ download: Download,
@@ -563,7 +576,7 @@ final class ReportCache: Sendable {
     func forget(_ id: UUID) { fixed.withLock { $0[id] = nil } }
 
     /// `AgentService.snapshot(download)`, its fixed parts from the cache.
-    func report(_ download: Download) -> AgentDownload {
+    func report(_ download: Download, path: NetworkPath? = nil) -> AgentDownload {
         let parts = fixed.withLock { cache in
             if let parts = cache[download.id] { return parts }
             let parts = Fixed(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
@@ -574,11 +587,13 @@ final class ReportCache: Sendable {
         let progress = download.progress
         var error: String?
         if case .failed(let failure) = download.state { error = failure.description }
-        return AgentDownload(id: parts.id, url: parts.url, destination: parts.destination,
+        var report = AgentDownload(id: parts.id, url: parts.url, destination: parts.destination,
                              state: AgentService.reportedState(download.state), bytesReceived: progress.bytesReceived,
                              totalBytes: progress.totalBytes, bytesPerSecond: Int64(progress.bytesPerSecond), error: error,
                              priority: DownloadPriority(value: download.options.priority).rawValue,
                              connections: download.options.maximumConnections,
                              allowsConstrained: download.options.allowsConstrained ? nil : false)
+        AgentService.addWaitReason(to: &report, of: download, path: path)
+        return report
     }
 }

@@ -16,6 +16,9 @@ package struct AgentSettings: Sendable, Equatable {
     /// Directories (absolute, normalised) where `queue add -o` may put files, besides
     /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
     package var downloadDirectories: [String] = []
+    /// What downloads leave free on their file systems (`min-free-space=`): one that would
+    /// leave less waits for space (`SpacePolicy`).
+    package var minimumFreeSpace = MinimumFreeSpace.standard
 
     package init(maximumConcurrentDownloads: Int, allowsExpensive: Bool, allowsRoaming: Bool = true,
                  downloadDirectories: [String] = []) {
@@ -31,7 +34,7 @@ package struct AgentSettings: Sendable, Equatable {
     package static let connections = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64), `connections` (1...16),
-    /// `no-expensive` and `no-roaming` (true/false), `download-dir` (an absolute directory; repeatable). Values
+    /// `no-expensive` and `no-roaming` (true/false), `min-free-space` (`2g`, `10%`), `download-dir` (an absolute directory; repeatable). Values
     /// present in the file override `base`.
     package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
         var settings = base
@@ -60,6 +63,8 @@ package struct AgentSettings: Sendable, Equatable {
                 settings.allowsExpensive = !(try value(YesOrNo()))
             case "no-roaming":
                 settings.allowsRoaming = !(try value(YesOrNo()))
+            case "min-free-space":
+                settings.minimumFreeSpace = try value(MinimumFreeSpace.Text())
             case "download-dir":
                 guard let directory = AgentDestination.normalizedAbsolutePath(parts[1]) else {
                     throw AgentFailure("\(location): download-dir must be an absolute path without . or .. components",
@@ -67,7 +72,7 @@ package struct AgentSettings: Sendable, Equatable {
                 }
                 directories.append(directory)
             default:
-                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, download-dir)",
+                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir)",
                                 kind: .configuration)
             }
         }

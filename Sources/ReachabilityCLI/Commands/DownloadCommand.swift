@@ -60,9 +60,12 @@ struct DownloadCommand: Command {
     static let proxy = TransportOptions.proxy
     static let mirror = MirrorOptions.mirror
     static let sameFile = MirrorOptions.sameFile
+    static let waitForSpace = Option.flag(
+        "wait-for-space",
+        help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, mirror, sameFile]
+                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, mirror, sameFile]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -115,6 +118,8 @@ struct DownloadCommand: Command {
     var expectedSHA256: String?
     var allowsExpensive: Bool
     var allowsRoaming: Bool
+    /// `--wait-for-space`: the free-space rule instead of exit 74 on a full disk.
+    var waitsForSpace: Bool
     /// `--connections`: nil keeps the agent's default.
     var maximumConnections: Int?
     /// `--interface`, in the order given.
@@ -161,6 +166,7 @@ struct DownloadCommand: Command {
             expectedSHA256 = digest
         }
         allowsExpensive = !arguments.isSet(Self.noExpensive)
+        waitsForSpace = arguments.isSet(Self.waitForSpace)
         allowsRoaming = !arguments.isSet(Self.noRoaming)
         maximumConnections = try arguments.value(Self.connections, as: Self.connectionsValue)
         interfaces = try arguments.values(Self.interface).map { name in

@@ -217,6 +217,7 @@ final class DownloadReporter: Sendable {
         case .resumed(let offset): "resumed at byte \(offset)"
         case .waitingForConnectivity: "waiting for network"
         case .waitingForServer(let error): "waiting for server: \(error.description)"
+        case .waiting(let reason): "waiting: \(reason)"
         case .restartedFromZero(let reason): "restarted from zero: \(reason)"
         case .retrying(let delay, let error): "retrying in \(seconds(delay)): \(error.description)"
         case .paused: "paused"

@@ -266,6 +266,7 @@ final class DownloadRun: Sendable {
         configuration.verifiesCertificates = command.verifiesCertificates
         configuration.proxy = command.proxyURL
         if let maximumConnections = command.maximumConnections { configuration.maximumConnectionsPerHost = maximumConnections }
+        if command.waitsForSpace { configuration.spacePolicy = SpacePolicy() }
         plan.tuning.apply(to: &configuration)
         return configuration
     }

@@ -43,8 +43,9 @@ enum DownloadLine {
         if let priority = download.priority, priority != DownloadPriority.normal.rawValue { choices.append("priority \(priority)") }
         if let connections = download.connections { choices.append("at most \(connections) connection\(connections == 1 ? "" : "s")") }
         if download.allowsConstrained == false { choices.append("no constrained paths") }
+        if download.waitsForACPower == true { choices.append("not on battery") }
         if !choices.isEmpty { line += "  [\(choices.joined(separator: ", "))]" }
-        if let reason = download.waitingReason { line += "  (\(reason))" }
+        if let reason = download.waitingReason { line += "  (waiting: \(reason))" }
         if let error = download.error { line += "  (\(error))" }
         return TerminalText.escaped(line)
     }
@@ -76,7 +77,9 @@ struct QueueAddCommand: Command {
         "priority", valueName: "class",
         help: "The job's class for the agent's transfer slots: foreground, high, normal (default) or low, as BITS has them. Higher classes start first; within one, first come first served. A foreground job starts at once, taking a slot from the latest started job of the lowest class (which is checkpointed and queued again, nothing lost).")
     static let priorityValue = Choice<DownloadPriority>()
-    static let options = [output, sha256, replace, connections, noConstrained, priority, ControlOptions.stateDirectory]
+    static let notOnBattery = Option.flag(
+        "not-on-battery", help: "Wait for AC power: while the machine runs on battery (UPower) the job stays queued, and a transfer is checkpointed when the battery takes over.")
+    static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority, ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL.")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -113,7 +116,8 @@ struct QueueAddCommand: Command {
         replacesExistingFile = arguments.isSet(Self.replace)
         job = QueueJobOptions(connections: try arguments.value(Self.connections, as: Self.connectionsValue),
                               allowsConstrained: !arguments.isSet(Self.noConstrained),
-                              priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal)
+                              priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal,
+                              waitsForACPower: arguments.isSet(Self.notOnBattery))
         url = try DownloadCommand.parseURL(arguments.positional(Self.positionals[0])[0])
         if let output = arguments.value(Self.output) {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
@@ -256,6 +260,7 @@ struct AgentStatusCommand: Command {
         }
         context.output.line(TerminalText.escaped("agent \(status.pid) on \(status.stateDirectory), up since \(status.startedAt)"))
         context.output.line(TerminalText.escaped("path: \(path)"))
+        if let power = status.power { context.output.line(TerminalText.escaped("power: \(power)")) }
         context.output.line("downloads: \(status.summary) (max \(status.maximumConcurrentDownloads) at once\(status.allowsExpensive ? "" : ", no expensive paths")\(status.allowsRoaming == false ? ", no roaming" : ""))")
         if let classes = status.priorities, !classes.isEmpty {
             let parts = DownloadPriority.allCases.compactMap { priority in classes[priority.rawValue].map { "\($0) \(priority.rawValue)" } }

@@ -39,6 +39,8 @@ struct StatusCommand: Command {
             context.output.line(PathJSON.line(path, at: context.now()))
         } else {
             context.output.line(isExplaining ? PathText.explanation(path) : PathText.summary(path))
+            // UPower's facts (issue 32 item 3): what the agent's power rules would read.
+            if isExplaining { context.output.line("power: \(PowerFacts.read())") }
         }
         return path.isSatisfied ? .success : .failure
     }

@@ -111,6 +111,7 @@ package enum EventSchema {
         case .started: return (.started, [])
         case .resumed(let offset): return (.resumed, [.init(key: "offset", value: .integer(Int(offset)))])
         case .waitingForConnectivity: return (.waiting, [])
+        case .waiting(let reason): return (.waiting, waitReasonFields(reason))
         case .waitingForServer(let error): return (.waitingForServer, [.init(key: "error", value: errorObject(error))])
         case .restartedFromZero(let reason): return (.restarted, [.init(key: "reason", value: .string(reason))])
         case .retrying(let delay, let error):

@@ -23,6 +23,8 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         weak var agent: DownloadAgent?
         var url: URL
         var state: DownloadState = .queued
+        /// Why a queued download is held back (disk space, ...); nil once it moves on.
+        var waitReason: JobWaitReason?
         var progress = DownloadProgress()
         var rate = RateEstimator()
         var eventContinuations: [UUID: AsyncStream<DownloadEvent>.Continuation] = [:]
@@ -53,6 +55,9 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
 
     /// The current state.
     public var state: DownloadState { observers.withLock { $0.state } }
+
+    /// Why it waits while `queued` with a slot it could have (disk space, ...); nil otherwise.
+    public var waitReason: JobWaitReason? { observers.withLock { $0.waitReason } }
 
     /// The latest progress.
     public var progress: DownloadProgress { observers.withLock { $0.progress } }
@@ -151,6 +156,7 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     func update(state: DownloadState, event: DownloadEvent? = nil) {
         let observed = observers.withLock { observers in
             observers.state = state
+            observers.waitReason = nil
             if let event {
                 observers.history.append(event)
                 if observers.history.count > 256 { observers.history.removeFirst(observers.history.count - 256) }
@@ -178,6 +184,16 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         guard state.isFinal else { return }
         for stream in observed.streams { stream.finish() }
         for stream in observed.progress { stream.finish() }
+    }
+
+    /// Holds the download back for `reason` (nil: no longer), emitting `waiting(reason)` when the
+    /// reason changes (free space moving within one reason is not a new event).
+    func wait(for reason: JobWaitReason?) {
+        let changed = observers.withLock { observers in
+            defer { observers.waitReason = reason }
+            return observers.waitReason?.kind != reason?.kind
+        }
+        if changed, let reason { emit(.waiting(reason)) }
     }
 
     /// Records an event that does not change the state (retrying, restartedFromZero).

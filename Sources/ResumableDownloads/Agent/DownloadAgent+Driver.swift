@@ -427,6 +427,15 @@ extension DownloadAgent {
 
     private func failDriver(_ id: UUID, _ driver: DriverResources, _ error: any Error) async {
         let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
+        if failure == .diskFull, configuration.spacePolicy != nil, !isShutDown, entries[id]?.intent == .run {
+            // Waits for space instead (DownloadAgent+Space.swift), its bytes kept as for a pause.
+            _ = try? await driver.file.checkpoint()
+            await driver.file.close()
+            entries[id]?.record = driver.file.record
+            finishDriver(driver)
+            requeueForSpace(id, after: failure)
+            return
+        }
         if failure.isResumable {
             _ = try? await driver.file.checkpoint()
             await driver.file.close()

@@ -99,6 +99,10 @@ public actor DownloadAgent {
         /// with the entity's validator (or an expected SHA-256 guards the file). 6 by default, as a
         /// web browser; 1 fetches every file over one connection.
         public var maximumConnectionsPerHost = DownloadAgent.defaultConnectionsPerHost
+        /// The free space downloads leave on their file systems: a download that would leave
+        /// less, or meets `ENOSPC`, waits in line (`JobWaitReason.lowDiskSpace`) until space
+        /// returns. Nil (the default): no rule, and `ENOSPC` fails the download (`diskFull`).
+        public var spacePolicy: SpacePolicy?
         /// Test hook (package-level): runs right after a verified file is renamed into place,
         /// before its record is removed; crash tests kill the process there.
         package var afterRenameHook: (@Sendable () -> Void)?
@@ -201,6 +205,10 @@ public actor DownloadAgent {
     var exchangePaths: [UInt64: PathKey?] = [:]
     /// Exchanges waiting for a usable path, resumed with false when cancelled.
     var connectivityWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+    /// Downloads held back by the free-space rule, and its watch (DownloadAgent+Space.swift).
+    var space = SpaceWatch()
+    /// The machine's power and the downloads waiting for AC power (DownloadAgent+Power.swift).
+    var power = PowerWatch()
 
     /// An agent that assumes the network is always usable (no path source).
     public init(configuration: Configuration) throws {
@@ -327,6 +335,7 @@ public actor DownloadAgent {
                                   allowsExpensive: options.allowsExpensive)
         record.allowsRoaming = options.allowsRoaming ? nil : false
         record.allowsConstrained = options.allowsConstrained ? nil : false
+        record.waitsForACPower = options.waitsForACPower ? true : nil
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
         record.expectedLength = options.expectedLength
@@ -422,6 +431,7 @@ public actor DownloadAgent {
         record.allowsExpensive = options.allowsExpensive
         record.allowsRoaming = options.allowsRoaming ? nil : false
         record.allowsConstrained = options.allowsConstrained ? nil : false
+        record.waitsForACPower = options.waitsForACPower ? true : nil
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
         if let state = try? stateDirectory() { try? record.write(to: state) }
@@ -484,13 +494,14 @@ public actor DownloadAgent {
 
     private func restore(_ record: ResumeRecord, options given: DownloadOptions? = nil) -> Download? {
         guard entries[record.id] == nil else { return nil }
-        let options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
+        var options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                                allowsExpensive: record.allowsExpensive,
                                                replacesExistingFile: record.replacesExistingFile ?? false,
                                                allowsRoaming: record.allowsRoaming ?? true,
                                                allowsConstrained: record.allowsConstrained ?? true,
                                                maximumConnections: record.maximumConnections,
                                                priority: record.priority ?? 0.5)
+        if given == nil { options.waitsForACPower = record.waitsForACPower ?? false }
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
@@ -735,9 +746,10 @@ public actor DownloadAgent {
 
     func schedule() {
         guard !isShutDown else { return }
+        var reserved = spaceReservations()
         let admitted = scheduler.admit { id in
             guard let entry = entries[id] else { return false }
-            return entry.driver == nil && entry.intent == .run
+            return entry.driver == nil && entry.intent == .run && admitsForPower(id) && admitsForSpace(id, reserved: &reserved)
         }
         for id in admitted { startDriver(id) }
         // A foreground download finding every slot taken: the victims checkpoint and end like a

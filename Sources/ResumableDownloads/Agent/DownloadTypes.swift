@@ -54,6 +54,10 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// Apple's `allowsConstrainedNetworkAccess` is. When false it is kept off such links the
     /// way `allowsExpensive` keeps it off expensive ones.
     public var allowsConstrained: Bool = true
+    /// Whether it waits for AC power: while the machine runs on battery (UPower's `OnBattery`,
+    /// fed to `DownloadAgent.updatePower`) it stays queued with `JobWaitReason.onBattery`, and a
+    /// transfer is checkpointed when the battery takes over (`queue add --not-on-battery`).
+    public var waitsForACPower: Bool = false
     /// Whether the finished file may replace a file that exists at the destination when it
     /// completes. By default it never does: the download fails with `destinationExists` and
     /// keeps the verified bytes in `NAME.part`.
@@ -191,6 +195,9 @@ public enum DownloadEvent: Sendable, Hashable {
     /// per host however many downloads wait), bounded only by `maximumOutageWait`. The error is
     /// the failure that started the wait. The state stays `running`.
     case waitingForServer(DownloadError)
+    /// Held back in line by a rule (disk space, power, a time window); it starts by itself when
+    /// the rule lets it. The state stays `queued` (`Download.waitReason` has the reason).
+    case waiting(JobWaitReason)
     /// The stored bytes were dropped and the download starts over (the resource changed or the
     /// server broke the range rules).
     case restartedFromZero(reason: String)

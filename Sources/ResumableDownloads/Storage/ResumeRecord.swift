@@ -43,6 +43,8 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var allowsRoaming: Bool?
     /// `DownloadOptions.allowsConstrained`: false, or absent (older records, and the default) for true.
     var allowsConstrained: Bool?
+    /// `DownloadOptions.waitsForACPower`: true, or absent (older records, and the default) for false.
+    var waitsForACPower: Bool?
     /// `DownloadOptions.priority` when not the default 0.5 (absent in older records), so that a
     /// restored job keeps its class (issue 32).
     var priority: Float?

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ReachabilityAgent
+import ResumableDownloads
 
 /// The background registry's decisions, as actions, without an engine, files or sockets.
 @Suite("Background registry")
@@ -80,6 +81,7 @@ struct BackgroundRegistryTests {
         #expect(start.priority == 0.9)
         #expect(!start.allowsExpensive, "isDiscretionary waits for a path that is not expensive")
         #expect(!start.allowsRoaming && !start.allowsConstrained, "nor roaming, nor constrained")
+        #expect(start.waitsForACPower, "and for AC power (issue 32 item 3)")
         #expect(performed.actions.contains(.wake(at: Self.now.addingTimeInterval(7 * 24 * 3600))), "the resource deadline")
     }
 
@@ -124,8 +126,8 @@ struct BackgroundRegistryTests {
         let held = try registry.perform(.resume, on: 2, in: Self.key, connection: 1, now: Self.now, availableBytes: free).get()
         #expect(Self.starts(held.actions).isEmpty, "600 + 600 do not fit in 1000")
         let reason = try #require(registry.sessions[Self.key]?.waiting[2])
-        #expect(reason == .diskSpace(needed: 600, available: 400))
-        #expect(reason.description.contains("countOfBytesClientExpectsToReceive"))
+        #expect(reason == .lowDiskSpace(free: 400, needed: 600))
+        #expect(reason.description == "400 B free, needs 600 B")
         #expect(held.actions.contains(.wake(at: Self.now.addingTimeInterval(BackgroundRegistry.diskRecheckInterval))))
         // The first got its bytes: the second fits now.
         _ = registry.transferProgressed(registry.sessions[Self.key]!.task(1)!.transfer, bytes: 600, total: 600)

@@ -23,4 +23,20 @@ struct AgentSettingsTests {
                                                                                  allowsRoaming: false), path: "a").allowsRoaming)
         #expect(throws: AgentFailure.self) { try AgentSettings.parse("no-roaming=maybe", base: base, path: "a") }
     }
+
+    @Test func minFreeSpaceIsReadOnceWithItsBoundsAndTheLineOfABadValue() throws {
+        let base = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true)
+        #expect(base.minimumFreeSpace == .standard)
+        #expect(try AgentSettings.parse("min-free-space = 2g", base: base, path: "a").minimumFreeSpace
+                == MinimumFreeSpace(bytes: 2 << 30))
+        #expect(try AgentSettings.parse("min-free-space=10%", base: base, path: "a").minimumFreeSpace
+                == MinimumFreeSpace(bytes: 0, percent: 10))
+        do {
+            _ = try AgentSettings.parse("max-concurrent=2\nmin-free-space=60%\n", base: base, path: "/s/agent.conf")
+            Issue.record("60% accepted")
+        } catch {
+            #expect(error.kind == .configuration)
+            #expect(error.message.hasPrefix("/s/agent.conf:2: min-free-space: expected "), "\(error.message)")
+        }
+    }
 }
