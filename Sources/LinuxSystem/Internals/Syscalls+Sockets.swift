@@ -43,6 +43,24 @@ extension Syscall {
         try valueOrErrno { Glibc.recv(descriptor, buffer.baseAddress, buffer.count, flags) }
     }
 
+    /// sendmsg(2) of `buffer` with `descriptor` attached (SCM_RIGHTS).
+    static func send(_ socket: Int32, _ buffer: UnsafeRawBufferPointer, passing descriptor: Int32) throws(Errno) -> Int {
+        try valueOrErrno { clinux_send_with_descriptor(socket, buffer.baseAddress, UInt(buffer.count), descriptor) }
+    }
+
+    /// recvmsg(2) into `buffer`, and the descriptors (at most 4) that came with those bytes.
+    static func receive(_ socket: Int32, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> (count: Int, descriptors: [Int32]) {
+        var descriptors = [Int32](repeating: -1, count: 4)
+        var received: Int32 = 0
+        let count = try descriptors.withUnsafeMutableBufferPointer { slots in
+            Result { () throws(Errno) in
+                try valueOrErrno { clinux_receive_with_descriptors(socket, buffer.baseAddress, UInt(buffer.count),
+                                                                   slots.baseAddress, Int32(slots.count), &received) }
+            }
+        }.get()
+        return (count, Array(descriptors.prefix(Int(received))))
+    }
+
     static func setsockopt(_ descriptor: Int32, _ level: Int32, _ name: Int32, _ value: UnsafeRawBufferPointer) throws(Errno) {
         try valueOrErrno { Glibc.setsockopt(descriptor, level, name, value.baseAddress, socklen_t(value.count)) }
     }

@@ -32,6 +32,8 @@ package enum ControlCommandName: String, Codable, Sendable, CaseIterable {
     case add, list, pause, resume, cancel, status, metrics
     /// Background sessions (issue 17): attach a session to this connection, then work with its tasks.
     case attach, createTask, updateTask, taskAction, acknowledge, invalidate
+    /// An upload job (`queue add --upload`; ControlRequest+Upload.swift).
+    case addUpload
 }
 
 /// One request line as it travels.
@@ -70,6 +72,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var action: String?
     /// `acknowledge`: the event handled.
     package var sequence: UInt64?
+    /// `addUpload`: the file and how to send it (the open file travels with the line, SCM_RIGHTS).
+    package var upload: UploadJobRequest?
 
     package init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -111,12 +115,15 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             self.sequence = sequence
         case .invalidate(let session):
             self.session = session
+        case .addUpload(let url, let upload):
+            self.url = url.absoluteString
+            self.upload = upload
         }
     }
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, priority, download, format
-        case session, settings, task, taskIdentifier, changes, action, sequence
+        case session, settings, task, taskIdentifier, changes, action, sequence, upload
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -147,6 +154,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         changes = try container.decodeIfPresent(BackgroundTaskChanges.self, forKey: .changes)
         action = try container.decodeIfPresent(String.self, forKey: .action)
         sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence)
+        upload = try container.decodeIfPresent(UploadJobRequest.self, forKey: .upload)
     }
 }
 
@@ -199,6 +207,8 @@ package enum ControlCommand: Sendable, Equatable {
     case acknowledge(session: String, sequence: UInt64)
     /// `invalidateAndCancel()`.
     case invalidate(session: String)
+    /// Upload a file to `url` as a job of the agent; the request carries the open file.
+    case addUpload(url: URL, UploadJobRequest)
 
     /// The name on the wire.
     package var name: ControlCommandName {
@@ -216,6 +226,7 @@ package enum ControlCommand: Sendable, Equatable {
         case .taskAction: .taskAction
         case .acknowledge: .acknowledge
         case .invalidate: .invalidate
+        case .addUpload: .addUpload
         }
     }
 }

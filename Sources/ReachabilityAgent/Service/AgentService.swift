@@ -95,6 +95,8 @@ package actor AgentService {
     var backgroundDirty: Set<BackgroundSessionKey> = []
     var backgroundFlush: Task<Void, Never>?
     var launcher: ProgramLauncher
+    /// Upload jobs (`queue add --upload`; AgentService+UploadJobs.swift).
+    let uploadJobs = UploadJobTable()
 
     package init(settings: AgentSettings, environment: Environment) throws {
         self.settings = settings
@@ -114,7 +116,7 @@ package actor AgentService {
         let actions = openBackgroundSessions()
         let count = await restore()
         await applyBackground(actions)
-        return count
+        return count + restoreUploadJobs()
     }
 
     private func restore() async -> Int {
@@ -186,7 +188,7 @@ package actor AgentService {
     /// Every metric family: the path's, the downloads', then the background sessions'.
     package func metricFamilies() async -> [MetricFamily] {
         pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: stateCounts(await agent.downloads, visibleTo: 0), at: environment.now())
-            + backgroundMetricFamilies()
+            + backgroundMetricFamilies() + uploadMetricFamilies()
     }
 
     /// The metrics as text.
@@ -198,6 +200,7 @@ package actor AgentService {
     package func shutdown() async {
         backgroundWake?.task.cancel()
         flushBackgroundSessions()
+        await stopUploadJobs()
         await agent.shutdown()
     }
 
@@ -218,6 +221,8 @@ package actor AgentService {
         switch command {
         case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
             return await handleBackground(command, id: id, peer: peer)
+        case .addUpload(let url, let request):
+            return addUpload(url, request, id: id, peer: peer, uid: uid)
         case .add(let url, let output, let sha256, let replace, let clientKey, let job):
             guard let clientKey else {
                 return await add(url, output: output, sha256: sha256, replace: replace, job: job, id: id, uid: uid)
@@ -241,7 +246,7 @@ package actor AgentService {
         case .list:
             let earlier = history, rows = backgroundRows(visibleTo: uid)
             let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache)
-            return .success(id: id, downloads: earlier + live + rows)
+            return .success(id: id, downloads: earlier + live + rows + uploadRows(visibleTo: uid))
         case .status:
             var status = await status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
@@ -251,13 +256,14 @@ package actor AgentService {
         case .pause(let text), .resume(let text), .cancel(let text):
             let downloads = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }
             let backgroundIDs = backgroundTransferIDs(visibleTo: uid)
-            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id) + backgroundIDs) {
+            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id) + backgroundIDs + uploadJobIDs(visibleTo: uid)) {
             case .failure(let error):
                 if history.contains(where: { $0.id.lowercased().hasPrefix(text.lowercased()) }) {
                     return .failure(.invalidArgument("download '\(text)' has already finished"), id: id)
                 }
                 return .failure(error, id: id)
             case .success(let uuid):
+                if let response = await controlUploadJob(command, uuid, id: id) { return response }
                 guard let download = downloads.first(where: { $0.id == uuid }) else {
                     return await controlBackground(command, transfer: uuid, id: id, uid: uid)
                 }

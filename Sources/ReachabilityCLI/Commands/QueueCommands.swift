@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import LinuxSystem
 import ReachabilityAgent
 import ReachabilityBase
 import ResumableDownloads
@@ -16,10 +17,10 @@ struct ControlOptions: Sendable {
 
     /// Sends `command` to the agent and returns its successful reply; a failure is an
     /// `AgentClientError` (77 when the agent belongs to another user, 1 otherwise).
-    func send(_ command: ControlCommand, in context: CommandContext) async throws -> ControlResponse {
+    func send(_ command: ControlCommand, passing descriptor: FileDescriptor? = nil, in context: CommandContext) async throws -> ControlResponse {
         let directory = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
                                                         system: .current(context))
-        return try await AgentClient(stateDirectory: directory).request(command)
+        return try await AgentClient(stateDirectory: directory).request(command, passing: descriptor)
     }
 
     static let discussion = """
@@ -76,8 +77,9 @@ struct QueueAddCommand: Command {
         "priority", valueName: "class",
         help: "The job's class for the agent's transfer slots: foreground, high, normal (default) or low, as BITS has them. Higher classes start first; within one, first come first served. A foreground job starts at once, taking a slot from the latest started job of the lowest class (which is checkpointed and queued again, nothing lost).")
     static let priorityValue = Choice<DownloadPriority>()
-    static let options = [output, sha256, replace, connections, noConstrained, priority, ControlOptions.stateDirectory]
-    static let positionals = [Positional(name: "url", help: "An http or https URL.")]
+    static let options = [output, sha256, replace, connections, noConstrained, priority] + QueueAddUpload.options
+        + [ControlOptions.stateDirectory]
+    static let positionals = [Positional(name: "url", help: "An http or https URL (with --upload: where the file goes).")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
 
@@ -108,8 +110,11 @@ struct QueueAddCommand: Command {
     var replacesExistingFile: Bool
     var job: QueueJobOptions
     var control: ControlOptions
+    /// `--upload FILE`: an upload job instead of a download (QueueAddUpload.swift).
+    var upload: QueueAddUpload?
 
     init(arguments: ParsedArguments) throws {
+        upload = try QueueAddUpload(arguments: arguments)
         replacesExistingFile = arguments.isSet(Self.replace)
         job = QueueJobOptions(connections: try arguments.value(Self.connections, as: Self.connectionsValue),
                               allowsConstrained: !arguments.isSet(Self.noConstrained),
@@ -129,6 +134,7 @@ struct QueueAddCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
+        if let upload { return try await upload.run(to: url, control: control, in: context) }
         // The agent has its own working directory: send an absolute path.
         let output = outputPath.map { path in
             path.hasPrefix("/") ? path
