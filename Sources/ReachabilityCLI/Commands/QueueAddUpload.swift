@@ -82,4 +82,14 @@ struct QueueAddUpload: Sendable {
         if let job = response.download { context.output.line(DownloadLine.text(job)) }
         return .success
     }
+
+    /// An upload job as a text line: `1f2e3d4c  running  2.0 MiB / 16.0 MiB sent  /path -> https://...  [upload, tus]`.
+    static func line(_ job: AgentDownload) -> String {
+        let sent = DownloadLine.mebibytes(job.bytesSent ?? 0)
+        let size = job.totalBytes.map { "\(sent) / \(DownloadLine.mebibytes($0)) sent" } ?? "\(sent) sent"
+        var line = "\(job.id.prefix(8))  \(TextFormat.leftAligned(String(job.state.rawValue.prefix(22)), width: 22)) \(size)  \(job.destination) -> \(job.url)"
+        line += "  [upload\(job.uploadProtocol.map { ", \($0)" } ?? "")]"
+        if let error = job.error { line += "  (\(error))" }
+        return TerminalText.escaped(line)
+    }
 }

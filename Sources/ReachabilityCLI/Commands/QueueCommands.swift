@@ -32,6 +32,7 @@ struct ControlOptions: Sendable {
 /// One download as a text line: `1f2e3d4c  running  12.0 MiB / 48.0 MiB  https://... -> /path`.
 enum DownloadLine {
     static func text(_ download: AgentDownload) -> String {
+        if download.direction == "upload" { return QueueAddUpload.line(download) }
         let size = download.totalBytes.map { "\(mebibytes(download.bytesReceived)) / \(mebibytes($0))" }
             ?? mebibytes(download.bytesReceived)
         var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.rawValue.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
