@@ -69,6 +69,9 @@ struct AgentUploadJobTests {
         #expect(rows.count == 1)
         #expect(rows.first?["state"] as? String == "completed")
         #expect(rows.first?["bytesSent"] as? Int == content.count)
+        for line in agent.output where line.contains(#""type":"upload""#) {
+            #expect(EventSchemaValidator.problems(line).isEmpty, "\(EventSchemaValidator.problems(line))")
+        }
         let metrics = try agent.control(["agent", "metrics"]).standardOutput
         #expect(metrics.contains(#"reachability_uploads{state="completed"} 1"#), "\(metrics)")
         #expect(!FileManager.default.fileExists(atPath: state.appendingPathComponent("uploads/\(restored["id"] as? String ?? "").json").path),

@@ -280,7 +280,7 @@ extension AgentService {
             uploadJobs.counters.withLock { $0.completed += 1 }
             emitUpload("completed", job, [.init(key: "status", value: .integer(result.response.statusCode)),
                                           .init(key: "protocol", value: .string(result.protocolUsed.rawValue)),
-                                          .init(key: "bytesSent", value: .integer(Int(result.bytesSent))),
+                                          .init(key: "allBytesSent", value: .integer(Int(result.bytesSent))),
                                           .init(key: "bytesResent", value: .integer(Int(result.bytesResent)))])
         case .failure(let failure):
             let kept = failure.resumeState
@@ -358,9 +358,18 @@ extension AgentService {
         return records.count
     }
 
-    /// Stops every running upload job for a shutdown, keeping its server offset in its record.
-    func stopUploadJobs() async {
-        for job in uploadJobs.all { _ = await stopUploadTask(job, .shutdown) }
+    /// Stops every running upload job for a shutdown (or a reload, which replaces the download
+    /// agent they run on), keeping its server offset in its record; returns the jobs stopped.
+    @discardableResult
+    func stopUploadJobs() async -> [UploadJob] {
+        var stopped: [UploadJob] = []
+        for job in uploadJobs.all where await stopUploadTask(job, .shutdown) { stopped.append(job) }
+        return stopped
+    }
+
+    /// Starts again the jobs `stopUploadJobs` stopped, on the new download agent of a reload.
+    func restartUploadJobs(_ jobs: [UploadJob]) {
+        for job in jobs where !job.state.isFinal && job.state != .paused { startUploadJob(job) }
     }
 
     // MARK: reports

@@ -156,6 +156,7 @@ package actor AgentService {
             || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost {
             let finished = await agent.downloads.filter { $0.state.isFinal }
             history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map(Self.snapshot)
+            let uploads = await stopUploadJobs()
             await agent.shutdown()
             backgroundEngineReplaced()
             do {
@@ -165,6 +166,7 @@ package actor AgentService {
                 return
             }
             _ = await restore()
+            restartUploadJobs(uploads)
         }
         emitAgent("reloaded", [.init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
                                    .init(key: "maxConnectionsPerHost", value: .integer(newSettings.maximumConnectionsPerHost)),
