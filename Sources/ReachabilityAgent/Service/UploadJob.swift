@@ -81,23 +81,10 @@ package final class UploadJobStore: Sendable {
 
     /// Every valid record; an invalid one is moved aside to `NAME.bad` (reported through `warn`).
     package func load(warn: (String) -> Void) -> [UploadJobRecord] {
-        var records: [UploadJobRecord] = []
-        for name in ((try? directory.entries()) ?? []).sorted() where name.hasSuffix(".json") {
-            do {
-                let bytes = try directory.readOwnedFile(name, limit: 1 << 20)
-                let record = try JSONDecoder().decode(UploadJobRecord.self, from: Data(bytes))
-                if let problem = record.problem { throw RecordProblem(description: problem) }
-                guard Self.name(record.id) == name else { throw RecordProblem(description: "not named after its id") }
-                records.append(record)
-            } catch {
-                try? directory.rename(name, to: name + ".bad", replacing: true)
-                warn("moved the invalid upload job record \(directory.child(name)) aside: \(error)")
-            }
-        }
-        return records
+        directory.loadRecords("upload job", limit: 1 << 20, problem: { (record: UploadJobRecord, name) in
+            record.problem ?? (Self.name(record.id) == name ? nil : "not named after its id")
+        }, warn: warn)
     }
-
-    private struct RecordProblem: Error, CustomStringConvertible { var description: String }
 }
 
 /// One upload job while the agent runs: its record and what is live (state, bytes sent, the
