@@ -122,6 +122,8 @@ extension DownloadAgent {
                                          protocol: options.protocolChoice, allowsPlainRetry: options.allowsPlainRetry,
                                          resuming: state)
         var chosen: UploadProtocol?
+        // Offset questions that timed out in a row: each next one waits twice as long (up to 60 s).
+        var slowOffsetAnswers = 0
         var action = machine.event(.start)
         while true {
             if chosen != machine.protocolInUse, machine.protocolInUse != .auto {
@@ -138,8 +140,18 @@ extension DownloadAgent {
                 }
                 let hadURL = machine.uploadURL
                 let announced = AnnouncedUploadURL()
-                let (event, response) = await send(plan, descriptor: descriptor, opened: opened, options: options, handlers: handlers,
+                // A server may answer its offset only once the reader of the connection that died
+                // has given up (the draft test server waits 5 s, tusd for its network timeout):
+                // asking again with the same timeout could miss that answer every time.
+                var attemptOptions = options
+                if plan.method == .head {
+                    attemptOptions.idleTimeout = min(options.idleTimeout * (1 << min(slowOffsetAnswers, 4)), max(options.idleTimeout, .seconds(60)))
+                }
+                let (event, response) = await send(plan, descriptor: descriptor, opened: opened, options: attemptOptions, handlers: handlers,
                                                    announced: hadURL == nil && machine.protocolInUse == .ietf ? announced : nil)
+                if plan.method == .head {
+                    if case .failed(let error, _, _) = event, error == .timedOut { slowOffsetAnswers += 1 } else { slowOffsetAnswers = 0 }
+                }
                 action = machine.event(event)
                 if hadURL == nil, let created = machine.uploadURL, announced.url.withLock({ $0 }) != created {
                     handlers.event(.created(created))
