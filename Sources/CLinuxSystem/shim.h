@@ -186,49 +186,4 @@ static inline long long clinux_available_bytes(int descriptor) {
     return (long long)info.f_bavail * (long long)info.f_frsize;
 }
 
-/* Passing an open descriptor over a Unix stream socket (SCM_RIGHTS): the CMSG_* macros cannot be
- * imported into Swift. `clinux_send_with_descriptor` sends up to `count` bytes of `bytes` with
- * `descriptor` attached (MSG_NOSIGNAL: a vanished peer is EPIPE); it returns the bytes sent or -1
- * with errno. `clinux_receive_with_descriptors` receives up to `count` bytes and at most
- * `capacity` (<= 4) descriptors, close-on-exec (MSG_CMSG_CLOEXEC); `*received` is how many were
- * stored in `descriptors`. Descriptors beyond the room are closed by the kernel (MSG_CTRUNC), so
- * a peer cannot make the receiver hold more than it asked for. Returns the bytes or -1 with errno. */
-#include <sys/socket.h>
-static inline long clinux_send_with_descriptor(int socket, const void *bytes, unsigned long count, int descriptor) {
-    struct iovec vector = { .iov_base = (void *)bytes, .iov_len = count };
-    union { struct cmsghdr header; char space[CMSG_SPACE(sizeof(int))]; } control;
-    memset(&control, 0, sizeof(control));
-    struct msghdr message = { .msg_iov = &vector, .msg_iovlen = 1,
-                              .msg_control = control.space, .msg_controllen = sizeof(control.space) };
-    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(header), &descriptor, sizeof(int));
-    return (long)sendmsg(socket, &message, MSG_NOSIGNAL);
-}
-
-static inline long clinux_receive_with_descriptors(int socket, void *bytes, unsigned long count,
-                                                   int *descriptors, int capacity, int *received) {
-    struct iovec vector = { .iov_base = bytes, .iov_len = count };
-    union { struct cmsghdr header; char space[CMSG_SPACE(4 * sizeof(int))]; } control;
-    memset(&control, 0, sizeof(control));
-    if (capacity > 4) capacity = 4;
-    struct msghdr message = { .msg_iov = &vector, .msg_iovlen = 1,
-                              .msg_control = control.space, .msg_controllen = CMSG_SPACE((unsigned long)capacity * sizeof(int)) };
-    *received = 0;
-    long result = (long)recvmsg(socket, &message, MSG_CMSG_CLOEXEC);
-    if (result < 0) return result;
-    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header != NULL; header = CMSG_NXTHDR(&message, header)) {
-        if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
-        int carried = (int)((header->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-        for (int index = 0; index < carried; index++) {
-            int descriptor;
-            memcpy(&descriptor, CMSG_DATA(header) + index * sizeof(int), sizeof(int));
-            if (*received < capacity) descriptors[(*received)++] = descriptor; else close(descriptor);
-        }
-    }
-    return result;
-}
-
 #endif
