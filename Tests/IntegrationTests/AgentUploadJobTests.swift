@@ -63,6 +63,7 @@ struct AgentUploadJobTests {
         let stored = server.stored(created.lastPathComponent)
         #expect(stored == content, "the server's file is the file")
         let read = try server.bodyBytesRead()
+        print("upload job through an agent SIGKILL: continued from byte \(resumed) of \(content.count); the server read \(read - content.count) bytes twice")
         #expect(read - content.count <= 1 << 20, "the server read \(read - content.count) bytes twice")
 
         let rows = try agent.list().filter { $0["direction"] as? String == "upload" }
