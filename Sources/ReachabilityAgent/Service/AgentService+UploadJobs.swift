@@ -195,6 +195,8 @@ extension AgentService {
             let (delta, due) = job.live.withLock { live -> (Int64, Bool) in
                 let delta = max(0, sent - live.position)
                 live.position = sent
+                // Bytes flowing again after a wait for a path (a fresh attempt with no `resumed`).
+                if delta > 0, live.state == .waitingForConnectivity { live.state = .running }
                 let due = live.state == .running && (live.lastProgressLine.map { ContinuousClock.now - $0 >= interval } ?? true)
                 if due { live.lastProgressLine = .now }
                 return (delta, due)
@@ -248,18 +250,26 @@ extension AgentService {
     /// Stops the job's task for `reason` and waits (bounded) until it has ended; false when it
     /// had none running.
     private func stopUploadTask(_ job: UploadJob, _ reason: UploadJob.Stop) async -> Bool {
-        let task = job.live.withLock { live -> Task<Void, Never>? in
-            guard let task = live.task else { return nil }
-            live.stop = reason
-            return task
+        await stopUploadTasks([job], reason).contains { $0 === job }
+    }
+
+    /// Stops the tasks of `jobs` at once, then waits (2 s for all together, so a shutdown with
+    /// many jobs stays within its bound) until they have ended; the jobs that had one running.
+    private func stopUploadTasks(_ jobs: [UploadJob], _ reason: UploadJob.Stop) async -> [UploadJob] {
+        let stopped = jobs.filter { job in
+            let task = job.live.withLock { live -> Task<Void, Never>? in
+                guard let task = live.task else { return nil }
+                live.stop = reason
+                return task
+            }
+            task?.cancel()
+            return task != nil
         }
-        guard let task else { return false }
-        task.cancel()
         let deadline = ContinuousClock.now + .seconds(2)
-        while job.live.withLock({ $0.task != nil }), ContinuousClock.now < deadline {
+        while stopped.contains(where: { job in job.live.withLock { $0.task != nil } }), ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
-        return true
+        return stopped
     }
 
     /// What the upload's task ended with.
@@ -362,9 +372,7 @@ extension AgentService {
     /// agent they run on), keeping its server offset in its record; returns the jobs stopped.
     @discardableResult
     func stopUploadJobs() async -> [UploadJob] {
-        var stopped: [UploadJob] = []
-        for job in uploadJobs.all where await stopUploadTask(job, .shutdown) { stopped.append(job) }
-        return stopped
+        await stopUploadTasks(uploadJobs.all, .shutdown)
     }
 
     /// Starts again the jobs `stopUploadJobs` stopped, on the new download agent of a reload.
