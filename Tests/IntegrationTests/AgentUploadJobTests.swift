@@ -38,7 +38,8 @@ struct AgentUploadJobTests {
 
     @Test func aJobOutlivesAKilledAgentAndTheServerGetsTheFileOnce() throws {
         let namespace = try ConnectedNamespace()
-        let server = try UploadTestServer(bytesPerSecond: 8 << 20)
+        // 3 s of upload: a test starved by a loaded machine still kills the agent in the middle.
+        let server = try UploadTestServer(bytesPerSecond: 4 << 20)
         defer { server.stop() }
         let (directory, file, content) = try Self.setUp(count: 12 << 20, seed: 2801)
         let state = directory.url("state")

@@ -4,10 +4,11 @@ import Testing
 import TestSupport
 
 /// An upload moving to another path: a client namespace with two uplinks (veth pairs shaped with
-/// `tc tbf` at 64 Mbit/s, default routes with metrics 100 and 200) to a server namespace whose
-/// address sits on its loopback, reachable over either. The primary goes down mid-upload: the
-/// upload stops at once (the path moved), asks the server its offset over the second uplink and
-/// sends the rest; the server's file is byte-identical.
+/// `tc tbf` at 32 Mbit/s, so the 16 MiB upload lasts about four seconds and a test starved by a
+/// loaded machine still switches in the middle; default routes with metrics 100 and 200) to a
+/// server namespace whose address sits on its loopback, reachable over either. The primary goes
+/// down mid-upload: the upload stops at once (the path moved), asks the server its offset over
+/// the second uplink and sends the rest; the server's file is byte-identical.
 @Suite("Uploads across a path switch", .serialized,
        .enabled(if: getuid() == 0, "network namespaces need root"),
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
@@ -35,7 +36,7 @@ struct UploadPathSwitchTests {
                 try ip("-n \(client) link set eth\(index) up")
                 try ip("-n \(client) route add default via 10.89.\(index).1 dev eth\(index) metric \(metric)")
                 _ = try sh(["ip", "netns", "exec", client, "tc", "qdisc", "add", "dev", "eth\(index)", "root", "tbf",
-                            "rate", "64mbit", "burst", "64kb", "latency", "50ms"])
+                            "rate", "32mbit", "burst", "64kb", "latency", "50ms"])
             }
             let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
                 .appendingPathComponent("Servers/upload_server.py").path
