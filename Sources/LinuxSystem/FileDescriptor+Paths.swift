@@ -18,6 +18,15 @@ extension FileDescriptor {
         return FileDescriptor(rawValue: try Syscall.openat(directory?.rawValue ?? AT_FDCWD, path, flags, 0))
     }
 
+    /// Whether the descriptor was opened for reading (O_RDONLY or O_RDWR, not O_PATH): one
+    /// another process passed may be write-only or a bare path handle, which `pread` refuses.
+    package var isOpenForReading: Bool {
+        guard let flags = try? Syscall.fcntlGetFlags(rawValue) else { return false }
+        let mode = flags & O_ACCMODE
+        let pathOnly: Int32 = 0o10000000   // O_PATH, declared by glibc only with _GNU_SOURCE
+        return flags & pathOnly == 0 && (mode == O_RDONLY || mode == O_RDWR)
+    }
+
     /// Reads up to `buffer.count` bytes at the current position; 0 at the end of the file.
     package func read(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
         try Syscall.read(rawValue, buffer)

@@ -121,6 +121,27 @@ extension FileDescriptor {
         return Array(buffer.prefix(count))
     }
 
+    /// Sends every byte with `descriptor` attached to the first of them (SCM_RIGHTS): the peer
+    /// receives its own descriptor of the same open file. Used to hand the agent a file the
+    /// caller opened, so the agent reads only what the caller could.
+    package func sendAll(_ bytes: [UInt8], passing descriptor: FileDescriptor) throws(Errno) {
+        guard !bytes.isEmpty else { return }
+        let first = try bytes.withUnsafeBytes { raw in
+            Result { () throws(Errno) in try Syscall.send(rawValue, raw, passing: descriptor.rawValue) }
+        }.get()
+        try sendAll(Array(bytes[first...]))
+    }
+
+    /// Reads up to `maximum` bytes (empty at the end of the stream), and the descriptors that
+    /// came with them (SCM_RIGHTS; at most 4, close-on-exec, now the caller's to close).
+    package func receiveWithDescriptors(maximum: Int = 16 << 10) throws(Errno) -> (bytes: [UInt8], descriptors: [FileDescriptor]) {
+        var buffer = [UInt8](repeating: 0, count: maximum)
+        let (count, descriptors) = try buffer.withUnsafeMutableBytes { raw in
+            Result { () throws(Errno) in try Syscall.receive(rawValue, raw) }
+        }.get()
+        return (Array(buffer.prefix(count)), descriptors.map(FileDescriptor.init(rawValue:)))
+    }
+
     /// SO_RCVTIMEO: a read waits at most this long, then fails with `.wouldBlock`.
     package func setReceiveTimeout(milliseconds: Int) throws(Errno) {
         var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)

@@ -6,7 +6,9 @@ enum EventSchemaValidator {
     static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
                                               "waitingForServer", "retrying", "restarted", "paused", "completed", "failed",
                                               "sourceChanged"]
-    static let types: Set<String> = ["download", "path", "agent", "control", "wait"]
+    static let types: Set<String> = ["download", "path", "agent", "control", "wait", "upload"]
+    static let uploadEvents: Set<String> = ["queued", "restored", "started", "protocol", "created", "interrupted", "resumed",
+                                            "waiting", "progress", "paused", "completed", "failed"]
     static let waitEvents: Set<String> = ["waiting", "online", "timedOut", "stopped"]
 
     static func problems(_ line: String) -> [String] {
@@ -65,6 +67,18 @@ enum EventSchemaValidator {
             if event != "stopped", !(object["elapsedMilliseconds"] is Int) { problems.append("wait line without elapsedMilliseconds: \(line)") }
             if event != "online", (object["missing"] as? [String])?.isEmpty != false {
                 problems.append("wait line without what is missing: \(line)")
+            }
+        case "upload":
+            if !uploadEvents.contains(event) { problems.append("unknown upload event \(event)") }
+            for key in ["id", "url", "file", "bytesSent", "total"] where object.index(forKey: key) == nil {
+                problems.append("upload line without \(key): \(line)")
+            }
+            let extra: [String: [String]] = ["restored": ["offset"], "started": ["offset"], "protocol": ["protocol"],
+                                             "created": ["uploadURL"], "interrupted": ["code", "message"], "resumed": ["offset"],
+                                             "completed": ["status", "protocol", "allBytesSent", "bytesResent"],
+                                             "failed": ["code", "message", "resumable"]]
+            for key in extra[event] ?? [] where object.index(forKey: key) == nil {
+                problems.append("upload \(event) line without \(key): \(line)")
             }
         default:
             break

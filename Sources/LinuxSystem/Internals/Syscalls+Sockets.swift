@@ -43,6 +43,89 @@ extension Syscall {
         try valueOrErrno { Glibc.recv(descriptor, buffer.baseAddress, buffer.count, flags) }
     }
 
+    // Descriptor passing (SCM_RIGHTS). The CMSG_* macros cannot be imported, and a shim header
+    // including <sys/socket.h> made the socket constants belong to CLinuxSystem in some builds
+    // (files importing only Glibc then lost SOCK_STREAM), so the control-message layout is
+    // computed here: a `cmsghdr`, padded to the alignment of `size_t`, then the descriptors.
+
+    /// CMSG_ALIGN: rounded up to the alignment of `size_t`.
+    private static func controlAlign(_ length: Int) -> Int {
+        let unit = MemoryLayout<Int>.size
+        return (length + unit - 1) & ~(unit - 1)
+    }
+
+    /// CMSG_SPACE of `count` descriptors.
+    private static func controlSpace(descriptors count: Int) -> Int {
+        controlAlign(MemoryLayout<cmsghdr>.size) + controlAlign(count * MemoryLayout<Int32>.size)
+    }
+
+    /// sendmsg(2) of `buffer` with `descriptor` attached (SCM_RIGHTS); the bytes sent.
+    static func send(_ socket: Int32, _ buffer: UnsafeRawBufferPointer, passing descriptor: Int32) throws(Errno) -> Int {
+        let space = controlSpace(descriptors: 1)
+        let control = UnsafeMutableRawBufferPointer.allocate(byteCount: space, alignment: MemoryLayout<cmsghdr>.alignment)
+        defer { control.deallocate() }
+        control.initializeMemory(as: UInt8.self, repeating: 0)
+        var header = cmsghdr()
+        header.cmsg_len = controlAlign(MemoryLayout<cmsghdr>.size) + MemoryLayout<Int32>.size   // CMSG_LEN(sizeof(int))
+        header.cmsg_level = SOL_SOCKET
+        header.cmsg_type = Int32(SCM_RIGHTS)
+        control.storeBytes(of: header, as: cmsghdr.self)
+        control.storeBytes(of: descriptor, toByteOffset: controlAlign(MemoryLayout<cmsghdr>.size), as: Int32.self)
+        var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: buffer.baseAddress), iov_len: buffer.count)
+        return try withUnsafeMutablePointer(to: &vector) { vectorPointer in
+            Result { () throws(Errno) in
+                var message = msghdr()
+                message.msg_iov = vectorPointer
+                message.msg_iovlen = 1
+                message.msg_control = control.baseAddress
+                message.msg_controllen = space
+                return try valueOrErrno { Glibc.sendmsg(socket, &message, Int32(MSG_NOSIGNAL)) }
+            }
+        }.get()
+    }
+
+    /// recvmsg(2) into `buffer`, and the descriptors (at most 4, close-on-exec) that came with
+    /// those bytes. Descriptors beyond the room are closed by the kernel (MSG_CTRUNC), so a peer
+    /// cannot make the receiver hold more than it asked for.
+    static func receive(_ socket: Int32, _ buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> (count: Int, descriptors: [Int32]) {
+        let capacity = 4
+        let space = controlSpace(descriptors: capacity)
+        let control = UnsafeMutableRawBufferPointer.allocate(byteCount: space, alignment: MemoryLayout<cmsghdr>.alignment)
+        defer { control.deallocate() }
+        control.initializeMemory(as: UInt8.self, repeating: 0)
+        var vector = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
+        var controlLength = 0
+        let count = try withUnsafeMutablePointer(to: &vector) { vectorPointer in
+            Result { () throws(Errno) in
+                var message = msghdr()
+                message.msg_iov = vectorPointer
+                message.msg_iovlen = 1
+                message.msg_control = control.baseAddress
+                message.msg_controllen = space
+                let received = try valueOrErrno { Glibc.recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC)) }
+                controlLength = min(Int(message.msg_controllen), space)
+                return received
+            }
+        }.get()
+        // Walk the control messages (CMSG_FIRSTHDR / CMSG_NXTHDR) for SCM_RIGHTS.
+        var descriptors: [Int32] = []
+        var offset = 0
+        let headerSize = controlAlign(MemoryLayout<cmsghdr>.size)
+        while offset + MemoryLayout<cmsghdr>.size <= controlLength {
+            let header = control.load(fromByteOffset: offset, as: cmsghdr.self)
+            let length = Int(header.cmsg_len)
+            guard length >= headerSize, offset + length <= controlLength else { break }
+            if header.cmsg_level == SOL_SOCKET, header.cmsg_type == Int32(SCM_RIGHTS) {
+                for index in 0..<((length - headerSize) / MemoryLayout<Int32>.size) {
+                    descriptors.append(control.loadUnaligned(fromByteOffset: offset + headerSize + index * MemoryLayout<Int32>.size,
+                                                             as: Int32.self))
+                }
+            }
+            offset += controlAlign(length)
+        }
+        return (count, descriptors)
+    }
+
     static func setsockopt(_ descriptor: Int32, _ level: Int32, _ name: Int32, _ value: UnsafeRawBufferPointer) throws(Errno) {
         try valueOrErrno { Glibc.setsockopt(descriptor, level, name, value.baseAddress, socklen_t(value.count)) }
     }

@@ -46,20 +46,9 @@ package final class BackgroundStore: Sendable {
     /// Every valid session record; a file that cannot be read, fails its checks or is not named
     /// after its key is moved aside to `NAME.bad` (reported through `warn`) and never acted on.
     package func load(warn: (String) -> Void) -> [BackgroundSessionRecord] {
-        var records: [BackgroundSessionRecord] = []
-        for name in ((try? sessionsDirectory.entries()) ?? []).sorted() where name.hasSuffix(".json") {
-            do {
-                let bytes = try sessionsDirectory.readOwnedFile(name, limit: 64 << 20)
-                let record = try JSONDecoder().decode(BackgroundSessionRecord.self, from: Data(bytes))
-                if let problem = record.problem { throw StoreProblem(problem) }
-                guard Self.fileName(for: record.key) == name else { throw StoreProblem("not named after its session") }
-                records.append(record)
-            } catch {
-                try? sessionsDirectory.rename(name, to: name + ".bad", replacing: true)
-                warn("moved the invalid background session record \(sessionsDirectory.child(name)) aside: \(error)")
-            }
-        }
-        return records
+        sessionsDirectory.loadRecords("background session", limit: 64 << 20, problem: { (record: BackgroundSessionRecord, name) in
+            record.problem ?? (Self.fileName(for: record.key) == name ? nil : "not named after its session")
+        }, warn: warn)
     }
 
     /// Writes a session's record durably (atomic replace).
@@ -111,10 +100,5 @@ package final class BackgroundStore: Sendable {
             }
         }
         return removed
-    }
-
-    private struct StoreProblem: Error, CustomStringConvertible {
-        var description: String
-        init(_ description: String) { self.description = description }
     }
 }

@@ -98,11 +98,12 @@ public struct AgentClient: Sendable {
         return download
     }
 
-    /// Sends `command` on a thread of its own and returns the agent's successful reply.
-    package func request(_ command: ControlCommand) async throws(AgentClientError) -> ControlResponse {
+    /// Sends `command` on a thread of its own and returns the agent's successful reply;
+    /// `descriptor` (an upload's open file) travels with it (SCM_RIGHTS).
+    package func request(_ command: ControlCommand, passing descriptor: FileDescriptor? = nil) async throws(AgentClientError) -> ControlResponse {
         let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<ControlResponse, AgentClientError>, Never>) in
             SystemThread.detach(name: "agent-client") {
-                continuation.resume(returning: Result { () throws(AgentClientError) in try send(command) })
+                continuation.resume(returning: Result { () throws(AgentClientError) in try send(command, passing: descriptor) })
             }
         }
         return try result.get()
@@ -137,12 +138,13 @@ public struct AgentClient: Sendable {
 
     /// Sends `command` and returns the agent's successful reply, blocking the calling thread
     /// for at most `timeout` after connecting. An error reply is thrown as `.rejected`.
-    package func send(_ command: ControlCommand) throws(AgentClientError) -> ControlResponse {
+    package func send(_ command: ControlCommand, passing descriptor: FileDescriptor? = nil) throws(AgentClientError) -> ControlResponse {
         let socket = try connectedSocket()
         defer { socket.close() }
         let request = ControlRequest(id: .number(1), command: command)
         do {
-            try socket.sendAll(ControlCodec.encode(request) + [UInt8(ascii: "\n")])
+            let line = ControlCodec.encode(request) + [UInt8(ascii: "\n")]
+            if let descriptor { try socket.sendAll(line, passing: descriptor) } else { try socket.sendAll(line) }
         } catch {
             // A refusing agent may already have answered and closed; read its reply below.
         }

@@ -62,12 +62,22 @@ public struct AgentDownload: Codable, Sendable, Hashable {
     public var allowsConstrained: Bool?
     /// True when it waits for AC power (`--not-on-battery`); nil otherwise.
     public var waitsForACPower: Bool?
+    /// `upload` for an upload job (`queue add --upload`: `destination` is the local file, `url`
+    /// where it goes); nil for a download.
+    public var direction: String?
+    /// An upload's file bytes handed to the connection, counted from the file's start.
+    public var bytesSent: Int64?
+    /// An upload's protocol once known: `ietf`, `tus` or `put`.
+    public var uploadProtocol: String?
 
     /// A download report (the agent makes these; tests and other agents may too).
     public init(id: String, url: String, destination: String, state: State, bytesReceived: Int64, totalBytes: Int64?,
                 bytesPerSecond: Int64, error: String? = nil, session: String? = nil, taskIdentifiers: [Int]? = nil,
                 waitingReason: String? = nil, priority: String? = nil, connections: Int? = nil,
-                allowsConstrained: Bool? = nil) {
+                allowsConstrained: Bool? = nil, direction: String? = nil, bytesSent: Int64? = nil, uploadProtocol: String? = nil) {
+        self.direction = direction
+        self.bytesSent = bytesSent
+        self.uploadProtocol = uploadProtocol
         self.priority = priority
         self.connections = connections
         self.allowsConstrained = allowsConstrained

@@ -76,6 +76,8 @@ package enum ControlCodec {
                 return .failure(ControlRejection(id: id, error: .invalidArgument("'format' must be \(names)")))
             }
             return .success((id, .metrics(format)))
+        case .addUpload:
+            return decodeUpload(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
             return decodeBackground(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .pause, .resume, .cancel:

@@ -26,19 +26,21 @@ package final class ControlPeer: Sendable {
     /// milliseconds is dropped.
     package static let plainSendTimeout = 10_000
 
-    private struct Line {
+    struct Line {
         var bytes: [UInt8]
         var coalescingKey: String?
     }
 
-    private struct State {
+    struct State {
         var isStreaming = false
         var isClosed = false
         var queue: [Line] = []
+        /// Open files the peer passed (SCM_RIGHTS) for a request still to claim (ControlPeer+Descriptors.swift).
+        var descriptors: [FileDescriptor] = []
     }
 
     private let socket: FileDescriptor
-    private let state = Mutex(State())
+    let state = Mutex(State())
     private let wake = DispatchSemaphore(value: 0)
     /// Moves the connection from the per-uid request slots to the attached-session slots.
     private let promote: @Sendable () -> Bool
@@ -113,6 +115,8 @@ package final class ControlPeer: Sendable {
         let streaming = state.withLock { state -> Bool in
             state.isClosed = true
             state.queue = []
+            for descriptor in state.descriptors { descriptor.close() }
+            state.descriptors = []
             return state.isStreaming
         }
         if streaming {

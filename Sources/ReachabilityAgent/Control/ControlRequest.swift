@@ -34,6 +34,8 @@ package enum ControlCommandName: String, Codable, Sendable, CaseIterable {
     case setURL
     /// Background sessions (issue 17): attach a session to this connection, then work with its tasks.
     case attach, createTask, updateTask, taskAction, acknowledge, invalidate
+    /// An upload job (`queue add --upload`; ControlRequest+Upload.swift).
+    case addUpload
 }
 
 /// One request line as it travels.
@@ -74,6 +76,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var action: String?
     /// `acknowledge`: the event handled.
     package var sequence: UInt64?
+    /// `addUpload`: the file and how to send it (the open file travels with the line, SCM_RIGHTS).
+    package var upload: UploadJobRequest?
 
     package init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -119,12 +123,15 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             self.sequence = sequence
         case .invalidate(let session):
             self.session = session
+        case .addUpload(let url, let upload):
+            self.url = url.absoluteString
+            self.upload = upload
         }
     }
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, notOnBattery, priority, download, format
-        case session, settings, task, taskIdentifier, changes, action, sequence
+        case session, settings, task, taskIdentifier, changes, action, sequence, upload
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -156,6 +163,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         changes = try container.decodeIfPresent(BackgroundTaskChanges.self, forKey: .changes)
         action = try container.decodeIfPresent(String.self, forKey: .action)
         sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence)
+        upload = try container.decodeIfPresent(UploadJobRequest.self, forKey: .upload)
     }
 }
 
@@ -215,6 +223,8 @@ package enum ControlCommand: Sendable, Equatable {
     case acknowledge(session: String, sequence: UInt64)
     /// `invalidateAndCancel()`.
     case invalidate(session: String)
+    /// Upload a file to `url` as a job of the agent; the request carries the open file.
+    case addUpload(url: URL, UploadJobRequest)
 
     /// The name on the wire.
     package var name: ControlCommandName {
@@ -233,6 +243,7 @@ package enum ControlCommand: Sendable, Equatable {
         case .taskAction: .taskAction
         case .acknowledge: .acknowledge
         case .invalidate: .invalidate
+        case .addUpload: .addUpload
         }
     }
 }

@@ -145,7 +145,10 @@ package final class ControlServer: Sendable {
             try? connection.setReceiveTimeout(milliseconds: Int(milliseconds))
             let bytes: [UInt8]
             do {
-                bytes = try connection.receive()
+                // With any descriptors the peer passed (an upload's open file), kept for its request.
+                let received = try connection.receiveWithDescriptors()
+                bytes = received.bytes
+                peer.keep(received.descriptors)
             } catch where error == .wouldBlock {
                 continue   // the deadline check above answers and closes
             } catch {

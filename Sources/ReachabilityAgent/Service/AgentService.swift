@@ -100,6 +100,8 @@ package actor AgentService {
     var backgroundDirty: Set<BackgroundSessionKey> = []
     var backgroundFlush: Task<Void, Never>?
     var launcher: ProgramLauncher
+    /// Upload jobs (`queue add --upload`; AgentService+UploadJobs.swift).
+    let uploadJobs = UploadJobTable()
 
     package init(settings: AgentSettings, environment: Environment) throws {
         self.settings = settings
@@ -119,7 +121,7 @@ package actor AgentService {
         let actions = openBackgroundSessions()
         let count = await restore()
         await applyBackground(actions)
-        return count
+        return count + restoreUploadJobs()
     }
 
     private func restore() async -> Int {
@@ -161,6 +163,7 @@ package actor AgentService {
             || newSettings.minimumFreeSpace != old.minimumFreeSpace {
             let finished = await agent.downloads.filter { $0.state.isFinal }
             history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map { Self.snapshot($0) }
+            let uploads = await stopUploadJobs()
             await agent.shutdown()
             backgroundEngineReplaced()
             do {
@@ -170,6 +173,7 @@ package actor AgentService {
                 return
             }
             _ = await restore()
+            restartUploadJobs(uploads)
         }
         emitAgent("reloaded", [.init(key: "maxConcurrent", value: .integer(newSettings.maximumConcurrentDownloads)),
                                    .init(key: "maxConnectionsPerHost", value: .integer(newSettings.maximumConnectionsPerHost)),
@@ -195,7 +199,7 @@ package actor AgentService {
         let downloads = await agent.downloads
         return pathMetrics.families(at: environment.now()) + downloadMetrics.families(counts: stateCounts(downloads, visibleTo: 0), at: environment.now())
             + [DownloadMetrics.waitReasonFamily(waitReasonCounts(downloads))]
-            + backgroundMetricFamilies()
+            + backgroundMetricFamilies() + uploadMetricFamilies()
     }
 
     /// The metrics as text.
@@ -207,6 +211,7 @@ package actor AgentService {
     package func shutdown() async {
         backgroundWake?.task.cancel()
         flushBackgroundSessions()
+        await stopUploadJobs()
         await agent.shutdown()
     }
 
@@ -227,6 +232,8 @@ package actor AgentService {
         switch command {
         case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
             return await handleBackground(command, id: id, peer: peer)
+        case .addUpload(let url, let request):
+            return addUpload(url, request, id: id, peer: peer, uid: uid)
         case .add(let url, let output, let sha256, let replace, let clientKey, let job):
             guard let clientKey else {
                 return await add(url, output: output, sha256: sha256, replace: replace, job: job, id: id, uid: uid)
@@ -250,7 +257,7 @@ package actor AgentService {
         case .list:
             let earlier = history, rows = backgroundRows(visibleTo: uid)
             let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache, path: path)
-            return .success(id: id, downloads: earlier + live + rows)
+            return .success(id: id, downloads: earlier + live + rows + uploadRows(visibleTo: uid))
         case .status:
             var status = await status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
@@ -262,13 +269,14 @@ package actor AgentService {
         case .pause(let text), .resume(let text), .cancel(let text):
             let downloads = await agent.downloads.filter { !backgroundEngineIDs.contains($0.id) }
             let backgroundIDs = backgroundTransferIDs(visibleTo: uid)
-            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id) + backgroundIDs) {
+            switch DownloadIDResolver.resolve(text, among: downloads.map(\.id) + backgroundIDs + uploadJobIDs(visibleTo: uid)) {
             case .failure(let error):
                 if history.contains(where: { $0.id.lowercased().hasPrefix(text.lowercased()) }) {
                     return .failure(.invalidArgument("download '\(text)' has already finished"), id: id)
                 }
                 return .failure(error, id: id)
             case .success(let uuid):
+                if let response = await controlUploadJob(command, uuid, id: id) { return response }
                 guard let download = downloads.first(where: { $0.id == uuid }) else {
                     return await controlBackground(command, transfer: uuid, id: id, uid: uid)
                 }

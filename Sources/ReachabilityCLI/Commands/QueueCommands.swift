@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import LinuxSystem
 import ReachabilityAgent
 import ReachabilityBase
 import ResumableDownloads
@@ -16,10 +17,10 @@ struct ControlOptions: Sendable {
 
     /// Sends `command` to the agent and returns its successful reply; a failure is an
     /// `AgentClientError` (77 when the agent belongs to another user, 1 otherwise).
-    func send(_ command: ControlCommand, in context: CommandContext) async throws -> ControlResponse {
+    func send(_ command: ControlCommand, passing descriptor: FileDescriptor? = nil, in context: CommandContext) async throws -> ControlResponse {
         let directory = try AgentStateDirectory.resolve(stateDirectoryArgument, environment: context.environment,
                                                         system: .current(context))
-        return try await AgentClient(stateDirectory: directory).request(command)
+        return try await AgentClient(stateDirectory: directory).request(command, passing: descriptor)
     }
 
     static let discussion = """
@@ -31,6 +32,7 @@ struct ControlOptions: Sendable {
 /// One download as a text line: `1f2e3d4c  running  12.0 MiB / 48.0 MiB  https://... -> /path`.
 enum DownloadLine {
     static func text(_ download: AgentDownload) -> String {
+        if download.direction == "upload" { return QueueAddUpload.line(download) }
         let size = download.totalBytes.map { "\(mebibytes(download.bytesReceived)) / \(mebibytes($0))" }
             ?? mebibytes(download.bytesReceived)
         var line = "\(download.id.prefix(8))  \(TextFormat.leftAligned(String(download.state.rawValue.prefix(22)), width: 22)) \(size)  \(download.url) -> \(download.destination)"
@@ -79,8 +81,9 @@ struct QueueAddCommand: Command {
     static let priorityValue = Choice<DownloadPriority>()
     static let notOnBattery = Option.flag(
         "not-on-battery", help: "Wait for AC power: while the machine runs on battery (UPower) the job stays queued, and a transfer is checkpointed when the battery takes over.")
-    static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority, ControlOptions.stateDirectory]
-    static let positionals = [Positional(name: "url", help: "An http or https URL.")]
+    static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority] + QueueAddUpload.options
+        + [ControlOptions.stateDirectory]
+    static let positionals = [Positional(name: "url", help: "An http or https URL (with --upload: where the file goes).")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
 
@@ -111,8 +114,11 @@ struct QueueAddCommand: Command {
     var replacesExistingFile: Bool
     var job: QueueJobOptions
     var control: ControlOptions
+    /// `--upload FILE`: an upload job instead of a download (QueueAddUpload.swift).
+    var upload: QueueAddUpload?
 
     init(arguments: ParsedArguments) throws {
+        upload = try QueueAddUpload(arguments: arguments)
         replacesExistingFile = arguments.isSet(Self.replace)
         job = QueueJobOptions(connections: try arguments.value(Self.connections, as: Self.connectionsValue),
                               allowsConstrained: !arguments.isSet(Self.noConstrained),
@@ -133,6 +139,7 @@ struct QueueAddCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
+        if let upload { return try await upload.run(to: url, control: control, in: context) }
         // The agent has its own working directory: send an absolute path.
         let output = outputPath.map { path in
             path.hasPrefix("/") ? path

@@ -22,6 +22,9 @@ package enum EventSchema {
         case background
         /// `reachability wait --json`: waiting, online, timedOut, stopped.
         case wait
+        /// The agent's upload jobs (`queue add --upload`): queued, started, protocol, created,
+        /// interrupted, resumed, waiting, progress, paused, completed, failed, restored.
+        case upload
     }
 
     /// Download event names, in one spelling for both commands.

@@ -93,6 +93,15 @@ extension DownloadAgent {
             throw UploadFailure(error: DownloadError.fileSystem.with(description: "cannot open \(path) for reading: \(error)"))
         }
         defer { descriptor.close() }
+        return try await upload(file: descriptor, path: path, to: url, options: options, resuming: state, handlers: handlers)
+    }
+
+    /// Uploads the file open as `descriptor` (which stays the caller's to close), named `path` in
+    /// reports and resume state: the agent's upload jobs, whose caller opened the file and passed
+    /// it over the control socket, so only what the caller could read is sent.
+    package func upload(file descriptor: FileDescriptor, path: String, to url: URL, options: UploadOptions = UploadOptions(),
+                        resuming state: UploadResumeState? = nil,
+                        handlers: UploadHandlers = UploadHandlers()) async throws(UploadFailure) -> UploadResult {
         let opened: FileStatus
         do { opened = try descriptor.status() } catch {
             throw UploadFailure(error: DownloadError.fileSystem.with(description: "cannot examine \(path): \(error)"))
@@ -113,6 +122,8 @@ extension DownloadAgent {
                                          protocol: options.protocolChoice, allowsPlainRetry: options.allowsPlainRetry,
                                          resuming: state)
         var chosen: UploadProtocol?
+        // Offset questions that timed out in a row: each next one waits twice as long (up to 60 s).
+        var slowOffsetAnswers = 0
         var action = machine.event(.start)
         while true {
             if chosen != machine.protocolInUse, machine.protocolInUse != .auto {
@@ -128,9 +139,23 @@ extension DownloadAgent {
                     throw UploadFailure(error: ExchangeContext.fileChanged(change))
                 }
                 let hadURL = machine.uploadURL
-                let (event, response) = await send(plan, descriptor: descriptor, opened: opened, options: options, handlers: handlers)
+                let announced = AnnouncedUploadURL()
+                // A server may answer its offset only once the reader of the connection that died
+                // has given up (the draft test server waits 5 s, tusd for its network timeout):
+                // asking again with the same timeout could miss that answer every time.
+                var attemptOptions = options
+                if plan.method == .head {
+                    attemptOptions.idleTimeout = min(options.idleTimeout * (1 << min(slowOffsetAnswers, 4)), max(options.idleTimeout, .seconds(60)))
+                }
+                let (event, response) = await send(plan, descriptor: descriptor, opened: opened, options: attemptOptions, handlers: handlers,
+                                                   announced: hadURL == nil && machine.protocolInUse == .ietf ? announced : nil)
+                if plan.method == .head {
+                    if case .failed(let error, _, _) = event, error == .timedOut { slowOffsetAnswers += 1 } else { slowOffsetAnswers = 0 }
+                }
                 action = machine.event(event)
-                if hadURL == nil, let created = machine.uploadURL { handlers.event(.created(created)) }
+                if hadURL == nil, let created = machine.uploadURL, announced.url.withLock({ $0 }) != created {
+                    handlers.event(.created(created))
+                }
                 if case .send(let next) = action, next.method == .patch, let offset = next.bodyOffset, plan.method == .head {
                     // An append after the server was asked its offset continues an interrupted upload.
                     handlers.event(.resumed(from: offset))
@@ -164,8 +189,12 @@ extension DownloadAgent {
     }
 
     /// Sends one request of an upload; the event for the machine and the response when there was one.
+    /// `announced`, for an IETF creation: a `104`'s upload resource is reported (`created`) the
+    /// moment it arrives, while the body still goes out, so an owner that keeps it (the agent's
+    /// job record) can continue from the server's offset even if it dies before the request ends.
     private func send(_ plan: UploadStateMachine.Request, descriptor: FileDescriptor, opened: FileStatus,
-                      options: UploadOptions, handlers: UploadHandlers) async -> (UploadStateMachine.Event, ExchangeResponse?) {
+                      options: UploadOptions, handlers: UploadHandlers,
+                      announced: AnnouncedUploadURL? = nil) async -> (UploadStateMachine.Event, ExchangeResponse?) {
         let length = opened.size
         let base = plan.bodyOffset ?? 0
         let body: ExchangeBody = plan.bodyOffset.map {
@@ -177,7 +206,17 @@ extension DownloadAgent {
                                       body: body, idleTimeout: options.idleTimeout)
         let interim = Mutex<[ResponseHead]>([])
         let exchangeHandlers = ExchangeHandlers(
-            interimResponse: { head in interim.withLock { $0.append(head) } },
+            interimResponse: { head in
+                interim.withLock { $0.append(head) }
+                guard let announced, head.statusCode == 104, let location = head["location"],
+                      let resolved = URL(string: location, relativeTo: plan.url)?.absoluteURL else { return }
+                let isFirst = announced.url.withLock { known -> Bool in
+                    guard known == nil else { return false }
+                    known = resolved
+                    return true
+                }
+                if isFirst { handlers.event(.created(resolved)) }
+            },
             bytesSent: { sent, _ in handlers.progress(base + sent, length) },
             waitingForConnectivity: { handlers.event(.waitingForConnectivity) })
         do {
@@ -194,4 +233,9 @@ extension DownloadAgent {
             return (.failed(error, interim: [], bytesSent: 0), nil)
         }
     }
+}
+
+/// The upload resource a `104` named during a creation request, once reported.
+final class AnnouncedUploadURL: Sendable {
+    let url = Mutex<URL?>(nil)
 }

@@ -23,7 +23,7 @@ struct AgentClientTests {
 
     /// A server answering like an agent whose one download is `sample`.
     static func server(in directory: ScratchDirectory, seen: Seen = Seen()) throws -> ControlServer {
-        try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id, _ in
+        try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), handler: { command, id, peer in
             seen.commands.withLock { $0.append(command) }
             switch command {
             case .add(let url, _, _, _, _, _):
@@ -51,6 +51,14 @@ struct AgentClientTests {
                     counts: ["queued": 1], summary: "1 queued"))
             case .metrics(let format):
                 return .success(id: id, metrics: "# \(format.rawValue)\n")
+            case .addUpload(let url, let request):
+                // The open file travels with the line (SCM_RIGHTS): answer with its size as seen here.
+                guard let file = peer.takeDescriptor() else { return .failure(.invalidArgument("no file passed"), id: id) }
+                defer { file.close() }
+                var download = sample
+                (download.url, download.destination, download.direction) = (url.absoluteString, request.file, "upload")
+                download.totalBytes = try? file.status().size
+                return .success(id: id, download: download)
             case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
                 return .failure(.unknownCommand(command.name.rawValue), id: id)
             }
