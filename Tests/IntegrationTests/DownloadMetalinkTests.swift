@@ -62,6 +62,25 @@ struct DownloadMetalinkTests {
         #expect(problems.isEmpty, "\(problems)")
     }
 
+    /// Pieces only, and the one source fails them: exit 1, a `failed` event, no file left.
+    @Test func aFailingPieceWithNoSourceLeftFailsAndLeavesNoFile() async throws {
+        let bad = try DownloadTestNginx()
+        defer { bad.stop() }
+        let directory = try F.Directory("metalink")
+        let content = F.randomData(count: 1 << 20, seed: 3412)
+        var other = content
+        other[5] ^= 0xFF
+        try bad.serve(other, at: "f.bin")
+        try Data(Self.metalink(name: "f.bin", content: content, wholeHash: false, urls: [(bad.url("f.bin").absoluteString, 1)]).utf8)
+            .write(to: directory.file("f.meta4"))
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "--metalink", "f.meta4"],
+                                 directory: directory.url)
+        #expect(await run.waitForExit(timeout: .seconds(30)) == 1, "\(run.transcript)")
+        #expect(run.count("failed") == 1 && run.count("completed") == 0, "\(run.transcript)")
+        #expect(run.standardError.contains("piece 0 (bytes 0-262143) failed its SHA-256"), "\(run.transcript)")
+        #expect(!FileManager.default.fileExists(atPath: directory.file("f.bin").path), "a file failing a piece is not left")
+    }
+
     @Test func aHostileMetalinkIsRefusedWithExit65() async throws {
         let directory = try F.Directory("metalink")
         try Data("<!DOCTYPE m [<!ENTITY x SYSTEM \"file:///etc/passwd\">]><metalink/>".utf8).write(to: directory.file("bad.meta4"))

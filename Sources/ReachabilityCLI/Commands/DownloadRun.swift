@@ -230,6 +230,7 @@ final class DownloadRun: Sendable {
                     // The file is complete but a piece differs: it is deleted before anyone
                     // sees it, and the next source sends it again.
                     guard let next = failover.leave() else {
+                        reporter.report(.failed(.checksumMismatch), of: download)   // --json readers see the end too
                         return .init(job: session.job, message: "\(problem) (from \(URLRedaction.redacted(download.url))); the file was deleted",
                                      exitCode: .failure)
                     }
