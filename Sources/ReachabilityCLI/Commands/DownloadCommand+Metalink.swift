@@ -64,7 +64,7 @@ extension DownloadCommand {
         }
         if explicitOutput == nil {
             guard let name = Metalink.plainFileName(document.name) else {
-                throw CommandFailure(message: "\(file): its file name '\(TerminalText.escaped(String(document.name.prefix(200))))' is not a plain file name (a directory part, '..', or control characters); give -o to choose where it goes",
+                throw CommandFailure(message: "\(file): its file name '\(document.name.prefix(200))' is not a plain file name (a directory part, '..', or control characters); give -o to choose where it goes",
                                      exitCode: .dataError)
             }
             command.sources.fileName = name
