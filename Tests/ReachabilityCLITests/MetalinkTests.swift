@@ -81,7 +81,7 @@ struct MetalinkTests {
         (String(decoding: document(file: "<url>http://a.example/f</url><hash type=\"sha-256\">zz</hash>"), as: UTF8.self), "not 64 hexadecimal"),
         (String(decoding: document(file: "<url>http://a.example/f</url><size>10</size><pieces length=\"4\" type=\"sha-256\"><hash>\(digest)</hash></pieces>"), as: UTF8.self), "a 10-byte file has 3 pieces"),
         (String(decoding: document(file: "<url>http://a.example/f</url><pieces length=\"0\" type=\"sha-256\"><hash>\(digest)</hash></pieces>"), as: UTF8.self), "length is not a byte count"),
-        (String(decoding: document(file: "<url priority=\"0\">http://a.example/f</url>"), as: UTF8.self), "not 1-999999"),
+        (String(decoding: document(file: "<url priority=\"0\">http://a.example/f</url>"), as: UTF8.self), "a number from 1 to 999999"),
         (String(decoding: document(file: "<url>ftp://a.example/f</url>"), as: UTF8.self), "no http or https"),
         (String(decoding: document(file: ""), as: UTF8.self), "no <url>"),
         (String(decoding: document(file: "<url>http://a.example/f</url>"), as: UTF8.self) + "<metalink/>", "content after the root"),

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 import ResumableDownloads
 
 /// The one file a Metalink 4 document (RFC 5854) describes, read once into checked values:
@@ -100,10 +101,10 @@ struct Metalink: Sendable, Equatable {
             }
             var priority: Int?
             if let given = element.attributes["priority"] {
-                guard let value = Self.decimal(given), (1...999_999).contains(value) else {
-                    throw Failure(description: "a <url> priority '\(given.prefix(20))' is not 1-999999")
+                guard let value = Self.priorityValue.value(from: given) else {
+                    throw Failure(description: "a <url> priority '\(given.prefix(20))' is not \(Self.priorityValue.expectation)")
                 }
-                priority = Int(value)
+                priority = value
             }
             var location: String?
             if let given = element.attributes["location"] {
@@ -157,12 +158,11 @@ struct Metalink: Sendable, Equatable {
         return digest
     }
 
-    /// Decimal digits only (surrounding whitespace allowed), up to 2^62: no sign, no overflow.
-    static func decimal(_ text: String) -> Int64? {
-        let digits = text.trimmed
-        guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
-        return digits.reduce(Int64(0)) { $0 * 10 + Int64($1.asciiValue! - 48) }
-    }
+    /// Decimal digits only (surrounding whitespace allowed, as XML text has): no sign, no overflow.
+    static func decimal(_ text: String) -> Int64? { DecimalText.integer(text.trimmed) }
+
+    /// RFC 5854's `priority` range.
+    static let priorityValue = Count(1...999_999)
 
     /// The name as a file name in one directory: nil when it has a directory part (`a/b`, `../x`,
     /// RFC 5854 allows relative paths), is `.` or `..`, has control characters or is longer than
