@@ -10,6 +10,10 @@ a `dead` port nobody listens on. Scenarios (the URIs in this order for both tool
   bad-first    bad, fast, slow
   slow-first   slow, fast
   dead-first   dead, fast
+  metalink     a Metalink 4 file: bad (priority 1), fast (2), slow (3), with size, whole-file
+               SHA-256 and 1 MiB SHA-256 pieces: `download --metalink F` beside
+               `aria2c --metalink-file=F --check-integrity=true`
+  metalink-pieces  the same without the whole-file SHA-256 (only the pieces can tell)
 
 For each tool and run: wall time, exit status, whether the file left is the right one (a wrong
 file with exit 0 means the bad mirror's bytes reached it), and the bytes wasted (body bytes the
@@ -17,7 +21,8 @@ servers sent, from their access logs, beyond one copy of the file). Prints `upti
 each row; judge by the worst run.
 
 Needs nginx and aria2c. Usage: bench/mirror_bench.py --binary .build/debug/reachability
-       [--size-mib 32] [--runs 3] [--slow-rate 2m] [--scenarios bad-first,slow-first,dead-first]
+       [--size-mib 32] [--runs 3] [--slow-rate 2m]
+       [--scenarios bad-first,slow-first,dead-first,metalink,metalink-pieces]
 """
 import argparse
 import hashlib
@@ -104,11 +109,33 @@ def load():
         return " ".join(f.read().split()[:3])
 
 
-def run_tool(tool, binary, urls, sha, workdir):
+def write_metalink(path, urls, size, sha, piece_hashes, whole_hash):
+    """A Metalink 4 document of f.bin: the URLs with priorities 1, 2, ... in this order."""
+    pieces = "".join(f"<hash>{h}</hash>" for h in piece_hashes)
+    whole = f'<hash type="sha-256">{sha}</hash>' if whole_hash else ""
+    sources = "".join(f'<url priority="{i + 1}">{url}</url>' for i, url in enumerate(urls))
+    with open(path, "w") as f:
+        f.write(f'<?xml version="1.0" encoding="UTF-8"?><metalink xmlns="urn:ietf:params:xml:ns:metalink">'
+                f'<file name="f.bin"><size>{size}</size>{whole}'
+                f'<pieces length="{1 << 20}" type="sha-256">{pieces}</pieces>{sources}</file></metalink>')
+
+
+def piece_hashes(path):
+    with open(path, "rb") as f:
+        return [hashlib.sha256(block).hexdigest() for block in iter(lambda: f.read(1 << 20), b"")]
+
+
+def run_tool(tool, binary, urls, sha, workdir, metalink=None):
     out = f"{workdir}/out"
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    if tool == "reachability":
+    if metalink and tool == "reachability":
+        command = [binary, "download", "--quiet", "--state-dir", f"{workdir}/state", "-o", f"{out}/f.bin", "--metalink", metalink]
+        shutil.rmtree(f"{workdir}/state", ignore_errors=True)
+    elif metalink:
+        command = ["aria2c", "--quiet=true", f"--metalink-file={metalink}", "--check-integrity=true", "-d", out,
+                   "--allow-overwrite=true", "--auto-file-renaming=false", "--max-tries=3", "--retry-wait=1"]
+    elif tool == "reachability":
         command = [binary, "download", "--quiet", "--state-dir", f"{workdir}/state", "-o", f"{out}/f.bin",
                    "--sha256", sha, urls[0]] + [arg for url in urls[1:] for arg in ("--mirror", url)]
         shutil.rmtree(f"{workdir}/state", ignore_errors=True)
@@ -127,7 +154,7 @@ def main():
     parser.add_argument("--size-mib", type=int, default=32)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--slow-rate", default="2m")
-    parser.add_argument("--scenarios", default="bad-first,slow-first,dead-first")
+    parser.add_argument("--scenarios", default="bad-first,slow-first,dead-first,metalink,metalink-pieces")
     parser.add_argument("--seed", type=int, default=34)
     args = parser.parse_args()
     binary = os.path.abspath(args.binary)
@@ -148,8 +175,15 @@ def main():
         dead = f"http://127.0.0.1:{free_port()}/f.bin"
         orders = {"bad-first": [bad.url("f.bin"), fast.url("f.bin"), slow.url("f.bin")],
                   "slow-first": [slow.url("f.bin"), fast.url("f.bin")],
-                  "dead-first": [dead, fast.url("f.bin")]}
+                  "dead-first": [dead, fast.url("f.bin")],
+                  "metalink": [bad.url("f.bin"), fast.url("f.bin"), slow.url("f.bin")],
+                  "metalink-pieces": [bad.url("f.bin"), fast.url("f.bin"), slow.url("f.bin")]}
         size = args.size_mib << 20
+        hashes = piece_hashes(f"{fast.root}/f.bin")
+        metalinks = {}
+        for scenario, whole in (("metalink", True), ("metalink-pieces", False)):
+            metalinks[scenario] = f"{workdir}/{scenario}.meta4"
+            write_metalink(metalinks[scenario], orders[scenario], size, sha, hashes, whole)
         print(f"file {args.size_mib} MiB, slow mirror limit_rate {args.slow_rate}, {args.runs} runs, binary {binary}")
         print(f"{'scenario':<11} {'tool':<13} {'run':>3} {'seconds':>8} {'exit':>4} {'file':<7} {'wasted MiB':>10}  load")
         random.seed(args.seed)
@@ -159,7 +193,7 @@ def main():
             for tool, run in plan:
                 for server in servers:
                     server.clear_log()
-                elapsed, status, digest, tail = run_tool(tool, binary, orders[scenario], sha, workdir)
+                elapsed, status, digest, tail = run_tool(tool, binary, orders[scenario], sha, workdir, metalinks.get(scenario))
                 wasted = sum(server.sent() for server in servers) - size
                 verdict = "right" if digest == sha else ("none" if digest is None else "WRONG")
                 print(f"{scenario:<11} {tool:<13} {run + 1:>3} {elapsed:>8.2f} {status:>4} {verdict:<7} "

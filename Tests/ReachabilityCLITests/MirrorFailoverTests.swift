@@ -33,13 +33,18 @@ struct MirrorFailoverTests {
         (["--mirror", "ftp://c.example/f", "http://a.example/f"], "expected an http or https URL"),
     ])
     func refusesWhatIsNotOneFile(arguments: [String], message: String) {
+        Self.expectUsageError(arguments, message)
+    }
+
+    /// `download` with `arguments` is a usage error whose message contains `message`.
+    static func expectUsageError(_ arguments: [String], _ message: String, sourceLocation: SourceLocation = #_sourceLocation) {
         do {
             _ = try DownloadCommandTests.parse(arguments)
-            Issue.record("accepted \(arguments)")
+            Issue.record("accepted \(arguments)", sourceLocation: sourceLocation)
         } catch let error as UsageError {
-            #expect(error.message.contains(message), "\(error.message)")
+            #expect(error.message.contains(message), "\(error.message)", sourceLocation: sourceLocation)
         } catch {
-            Issue.record("\(error)")
+            Issue.record("\(error)", sourceLocation: sourceLocation)
         }
     }
 

@@ -65,7 +65,7 @@ struct DownloadCommand: Command {
         help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, mirror, sameFile]
+                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, mirror, sameFile, metalink]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -78,7 +78,7 @@ struct DownloadCommand: Command {
         Last-Modified still match; a second Ctrl-C quits without waiting for the checkpoint. \
         A link that expires (HTTP 401, 403, 410 after some bytes) keeps them: rerun with the new \
         URL and the same -o to continue. \
-        \(MirrorOptions.discussion) \
+        \(MirrorOptions.discussion) \(metalinkDiscussion) \
         A progress bar per download is drawn on stderr when it is a \
         terminal; otherwise events are printed one per line.
         """ + "\n\n" + """
@@ -135,13 +135,20 @@ struct DownloadCommand: Command {
     var verifiesCertificates: Bool
     var proxyURL: String?
     var monitor: MonitorOptions
+    /// `--metalink`: the Metalink file given instead of URLs (read by `resolvingMetalink`).
+    var metalinkFile: String?
+    /// The Metalink's SHA-256 pieces, checked when it gives no whole-file SHA-256.
+    var metalinkPieces: MetalinkPieceCheck?
+    /// The length the file must have (a Metalink's `<size>`); nil trusts the server.
+    var expectedLength: Int64?
 
     /// `-o -`.
     var writesToStandardOutput: Bool { explicitOutput == "-" }
 
     // Over 60 lines on purpose: every option of `download` read once, with the checks between options beside them.
     init(arguments: ParsedArguments) throws {
-        urls = try arguments.positional(Self.urls).map(Self.parseURL)
+        metalinkFile = try Self.metalinkPath(arguments.positional(Self.urls), arguments: arguments)
+        urls = metalinkFile != nil ? [] : try arguments.positional(Self.urls).map(Self.parseURL)
         sources = try MirrorOptions(arguments: arguments, urls: urls)
         explicitOutput = arguments.value(Self.output)
         directory = arguments.value(Self.directory)
@@ -249,7 +256,7 @@ struct DownloadCommand: Command {
             let destination: URL
             if writesToStandardOutput {
                 let root = stateRoot ?? base
-                let name = Self.defaultFileName(for: url) ?? "download"
+                let name = sources.fileName ?? Self.defaultFileName(for: url) ?? "download"
                 let key = DownloadStateDirectory.stableName(url.absoluteString + "\n/dev/stdout")
                 return Job(url: url, destination: root.appendingPathComponent("stdout/\(key)/\(name)").standardizedFileURL,
                            isStandardOutput: true, mirrors: sources.mirrors)
@@ -257,7 +264,7 @@ struct DownloadCommand: Command {
                 destination = URL(fileURLWithPath: explicitOutput, relativeTo: base)
             } else {
                 let folder = directory.map { URL(fileURLWithPath: $0, isDirectory: true, relativeTo: base) } ?? base
-                destination = folder.appendingPathComponent(Self.defaultFileName(for: url)!)
+                destination = folder.appendingPathComponent(sources.fileName ?? Self.defaultFileName(for: url)!)
             }
             return Job(url: url, destination: destination.standardizedFileURL, mirrors: sources.mirrors)
         }
@@ -276,8 +283,9 @@ struct DownloadCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let plan = try DownloadPlan.prepare(self, in: context)
-        return try await DownloadRun(command: self, plan: plan, context: context).execute()
+        let command = try resolvingMetalink(in: context)
+        let plan = try DownloadPlan.prepare(command, in: context)
+        return try await DownloadRun(command: command, plan: plan, context: context).execute()
     }
 
     /// Copies a finished file to stdout in 1 MiB reads.

@@ -210,7 +210,7 @@ final class DownloadRun: Sendable {
             await session.agent.shutdown()   // the interrupt came while it was opening
             return nil
         }
-        guard !job.mirrors.isEmpty else {
+        guard !job.mirrors.isEmpty || command.metalinkPieces != nil else {
             await reporter.follow(session.download)
             return nil
         }
@@ -225,6 +225,18 @@ final class DownloadRun: Sendable {
             let download = session.download
             var change: (url: URL, reason: String)?
             for await event in download.events {
+                if case .completed = event, let check = command.metalinkPieces,
+                   let problem = check.verdict(forCompleted: session.job) {
+                    // The file is complete but a piece differs: it is deleted before anyone
+                    // sees it, and the next source sends it again.
+                    guard let next = failover.leave() else {
+                        reporter.report(.failed(.checksumMismatch), of: download)   // --json readers see the end too
+                        return .init(job: session.job, message: "\(problem) (from \(URLRedaction.redacted(download.url))); the file was deleted",
+                                     exitCode: .failure)
+                    }
+                    change = (next, "\(problem); the file was deleted")
+                    break
+                }
                 if case .change(let url, let reason) = failover.handle(event) {
                     change = (url, reason)
                     break
@@ -244,7 +256,8 @@ final class DownloadRun: Sendable {
     }
 
     private var downloadOptions: DownloadOptions {
-        DownloadOptions(expectedSHA256: command.expectedSHA256, allowsExpensive: command.allowsExpensive,
+        DownloadOptions(expectedSHA256: command.expectedSHA256, expectedLength: command.expectedLength,
+                        allowsExpensive: command.allowsExpensive,
                         allowsRoaming: command.allowsRoaming,
                         maximumConnections: command.maximumConnections, interfaces: command.interfaces,
                         usesExpensivePathsOnlyAsFallback: command.usesExpensivePathsOnlyAsFallback)

@@ -27,6 +27,8 @@ struct MirrorOptions: Sendable, Equatable {
     var isSameFile: Bool
     /// The sources after the first, in the order they are tried.
     var mirrors: [URL]
+    /// The file's name when it is not the first URL's (a Metalink's checked `name`).
+    var fileName: String?
 
     init(isSameFile: Bool = false, mirrors: [URL] = []) {
         self.isSameFile = isSameFile
@@ -105,6 +107,14 @@ struct MirrorFailover: Sendable, Equatable {
     /// Whether another source may succeed where this failure happened: the server's doing (an
     /// HTTP error, a bad or short reply, a refused connection, a file failing --sha256), not the
     /// disk's, the destination's or the user's.
+    /// Leaves `current` for the next source after a problem found outside the download's
+    /// events (a Metalink piece failing its hash); nil when no source is left.
+    mutating func leave() -> URL? {
+        guard !untried.isEmpty else { return nil }
+        current = untried.removeFirst()
+        return current
+    }
+
     static func isSourceProblem(_ error: DownloadError) -> Bool {
         ![DownloadError.diskFull, .fileSystem, .cancelled, .destinationExists, .destinationInUse,
           .untrustedFile, .invalidRequest].contains(error)

@@ -1,0 +1,106 @@
+import FoundationEssentials
+import LinuxSystem
+import ReachabilityBase
+import ResumableDownloads
+
+/// `download --metalink FILE`: the file's sources, size and hashes come from a Metalink 4
+/// document (RFC 5854) instead of the command line.
+extension DownloadCommand {
+    static let metalink = Option.flag(
+        "metalink",
+        help: "The argument is a Metalink 4 file (RFC 5854, .meta4) describing one file: its http(s) URLs become the mirrors in priority order, its SHA-256 the --sha256 check (pieces hashed with SHA-256 are checked too), its name the file name unless -o is given.")
+
+    /// `download --help`'s paragraph on Metalink.
+    static let metalinkDiscussion = """
+        --metalink FILE reads a Metalink 4 document of one file (at most 1 MiB, no DTD or \
+        entities but XML's five, at most \(Metalink.maximumSources) URLs); one that cannot be used \
+        exits 65 with what is wrong, one that cannot be read exits 66. A name with a directory \
+        part is not used: give -o.
+        """
+
+    /// Largest Metalink document read.
+    static let maximumMetalinkBytes = 1 << 20
+
+    /// The positional argument of `--metalink`: one local file (a URL is refused for now).
+    static func metalinkPath(_ positionals: [String], arguments: ParsedArguments) throws -> String? {
+        guard arguments.isSet(metalink) else { return nil }
+        guard positionals.count == 1, let path = positionals.first, !path.isEmpty else {
+            throw UsageError("'\(metalink.synopsis)' takes one Metalink file, but \(positionals.count) arguments were given")
+        }
+        if path.lowercased().hasPrefix("http://") || path.lowercased().hasPrefix("https://") {
+            throw UsageError("'\(metalink.synopsis)' reads a local file; fetch the Metalink first ('reachability download -o F.meta4 URL'), then give F.meta4")
+        }
+        if try arguments.isSet(sameFile) || !arguments.values(mirror).isEmpty {
+            throw UsageError("'\(metalink.synopsis)' takes its sources from the Metalink; '\(mirror.synopsis)' and '\(sameFile.synopsis)' cannot be added")
+        }
+        return path
+    }
+
+    /// This command with the Metalink's sources, hash and name in place of the positional URLs.
+    func resolvingMetalink(in context: CommandContext) throws -> DownloadCommand {
+        guard let metalinkFile else { return self }
+        let bytes = try Self.readMetalink(metalinkFile, in: context)
+        let document: Metalink
+        do {
+            document = try Metalink(parsing: bytes)
+        } catch {
+            throw CommandFailure(message: "\(metalinkFile): \(error.description)", exitCode: .dataError)
+        }
+        return try adopting(document, from: metalinkFile)
+    }
+
+    /// The Metalink's values in place of the command line's (pure; tested without files).
+    func adopting(_ document: Metalink, from file: String) throws(CommandFailure) -> DownloadCommand {
+        var command = self
+        if let given = expectedSHA256, let listed = document.sha256, given != listed {
+            throw CommandFailure(message: "\(file): its SHA-256 differs from --sha256; give one of them", exitCode: .dataError)
+        }
+        command.expectedSHA256 = expectedSHA256 ?? document.sha256
+        command.expectedLength = document.size
+        // With a whole-file SHA-256 the engine's check (before the file is moved in place)
+        // already covers every piece.
+        if command.expectedSHA256 == nil, let pieces = document.pieces, let size = document.size {
+            command.metalinkPieces = MetalinkPieceCheck(pieces: pieces, size: size)
+        }
+        if explicitOutput == nil {
+            guard let name = Metalink.plainFileName(document.name) else {
+                throw CommandFailure(message: "\(file): its file name '\(document.name.prefix(200))' is not a plain file name (a directory part, '..', or control characters); give -o to choose where it goes",
+                                     exitCode: .dataError)
+            }
+            command.sources.fileName = name
+        }
+        command.urls = [document.sources[0].url]
+        command.sources.isSameFile = true
+        command.sources.mirrors = document.sources.dropFirst().map(\.url)
+        return command
+    }
+
+    /// The document's bytes, at most `maximumMetalinkBytes` (66 when it cannot be read, 65 when larger).
+    private static func readMetalink(_ path: String, in context: CommandContext) throws -> [UInt8] {
+        let absolute = path.hasPrefix("/") ? path : context.currentDirectory + "/" + path
+        var bytes: [UInt8] = []
+        do {
+            // Non-blocking: a FIFO with no writer, or a device, must not hang the command.
+            let descriptor = try FileDescriptor.openForReading(absolute, nonBlocking: true)
+            defer { descriptor.close() }
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
+            defer { buffer.deallocate() }
+            while bytes.count <= maximumMetalinkBytes {
+                let count = try descriptor.read(into: buffer)
+                if count == 0 { break }
+                bytes += buffer[0..<count]
+            }
+        } catch {
+            throw CommandFailure(message: "cannot read the Metalink \(path): \(TextFormat.reason(error))", exitCode: .noInput)
+        }
+        guard bytes.count <= maximumMetalinkBytes else {
+            throw CommandFailure(message: "\(path): larger than \(maximumMetalinkBytes) bytes; not a Metalink this command reads", exitCode: .dataError)
+        }
+        return bytes
+    }
+}
+
+extension ExitCode {
+    /// EX_DATAERR: an input file (a Metalink) is malformed or hostile.
+    static let dataError = ExitCode(rawValue: 65)
+}
