@@ -105,9 +105,9 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         case .request(let request):
             originalRequest = request
         case .resumeData(.success(let data), let original):
-            originalRequest = URLRequest(url: data.url)
+            originalRequest = URLRequest(url: data.state.url)
             machine = DownloadTaskStateMachine(options: .init(waitsForConnectivity: waits, originalResumeData: original),
-                                               storedBytes: data.offset, expectedBytes: data.expectedLength)
+                                               storedBytes: data.state.verifiedOffset, expectedBytes: data.state.totalLength)
         case .resumeData(.failure, _):
             originalRequest = nil
         }
@@ -415,14 +415,14 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         case .resumeData(.failure(let error), _):
             return handle(.startFailed(.init(code: .cannotWriteToFile, description: error.description, underlying: .resumeData(error))))
         case .resumeData(.success(let data), _):
-            url = data.url
-            id = data.id
+            url = data.state.url
+            id = data.state.id
         }
         do {
             let lock = try directory.lock(id)
             core.withLock { $0.lock = lock; $0.downloadID = id }
             if case .resumeData(.success(let data), _) = source {
-                resumeState = try Self.resumeState(for: data, in: directory)
+                resumeState = try data.continuedState(in: directory)
             }
         } catch let error as ResumeDataError {
             return handle(.startFailed(.init(code: .cannotWriteToFile, description: error.description, underlying: .resumeData(error))))
@@ -474,26 +474,6 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
         return .success((url, headers, timeout))
     }
 
-    /// What the engine continues from, checked against the partial file on disk: gone means a
-    /// clean restart at zero; replaced or shorter than promised means the data is stale.
-    static func resumeState(for data: ResumeData, in directory: SessionDirectory) throws -> ResumeState {
-        guard let file = try directory.partialFile(for: data.id) else {
-            return ResumeState(id: data.id, url: data.url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
-        }
-        guard file.device == data.partialFile.device, file.inode == data.partialFile.inode else {
-            throw ResumeDataError.stale.with("the partial file of this resume data was replaced since it was made")
-        }
-        guard file.modified == data.partialFile.modified else {
-            throw ResumeDataError.stale.with("the partial file was written since this resume data was made (newer resume data supersedes it)")
-        }
-        let promised = max(data.offset, data.ranges?.last?.last ?? 0)
-        guard file.size >= promised else {
-            throw ResumeDataError.stale.with("the partial file holds \(file.size) bytes; the resume data promises \(promised)")
-        }
-        return ResumeState(id: data.id, url: data.url, entityTag: data.entityTag, lastModified: data.lastModified,
-                           totalLength: data.expectedLength, verifiedOffset: data.offset, ranges: data.ranges, seams: data.seams)
-    }
-
     private static func storageFailure(_ error: any Error) -> DownloadTaskStateMachine.Failure {
         if let error = error as? SessionStorageError {
             return .init(code: .cannotCreateFile, description: error.description, underlying: .storage(error))
@@ -515,19 +495,8 @@ public final class ResumableDownloadTask: Sendable, Hashable, CustomStringConver
     }
 
     private func makeResumeData(_ download: Download) async -> Data? {
-        guard case .success(let engine) = session.engine,
-              let state = await engine.agent.resumeState(of: download),
-              state.hasStoredBytes, state.validator != nil,
-              let file = try? engine.directory.partialFile(for: download.id), file.size >= state.storedEnd else {
-            return nil
-        }
-        let data = ResumeData(id: download.id, url: state.url, entityTag: state.entityTag, lastModified: state.lastModified,
-                              offset: state.verifiedOffset, ranges: state.ranges, seams: state.seams,
-                              expectedLength: state.totalLength,
-                              partialFile: .init(name: ResumeData.partialFileName(for: download.id),
-                                                 device: file.device, inode: file.inode, modified: file.modified),
-                              stateDirectory: engine.directory.root.path, createdAt: Date())
-        return try? data.encoded(key: engine.directory.key)
+        guard case .success(let engine) = session.engine, let state = await engine.agent.resumeState(of: download) else { return nil }
+        return ResumeData.make(for: state, in: engine.directory)
     }
 
     private func release(keepFiles: Bool) async {

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import ReachabilityBase
+import ResumableDownloads
 
 /// Every background session the agent holds, and what happens to them: attaches and detaches,
 /// tasks and their transfers, events kept until acknowledged, launches. Pure (no files, no
@@ -113,7 +114,7 @@ package struct BackgroundRegistry: Sendable {
         package var allowsExpensive: Bool
         package var allowsRoaming: Bool
         package var allowsConstrained: Bool = true
-        package var resumeState: BackgroundResumeState?
+        package var resumeState: ResumeState?
         /// The session's `httpMaximumConnectionsPerHost`.
         package var maximumConnections: Int
     }
