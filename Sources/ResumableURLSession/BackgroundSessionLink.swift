@@ -271,7 +271,6 @@ final class BackgroundSessionLink: Sendable {
         let url = URL(string: snapshot.url) ?? URL(fileURLWithPath: "/")
         let task = ResumableDownloadTask(session: session, identifier: snapshot.taskIdentifier, source: .request(URLRequest(url: url)),
                                          remote: remote, hints: hints)
-        remote.adopt(task)
         remote.update(from: snapshot)
         return task
     }
