@@ -3,6 +3,7 @@ import Synchronization
 import LinuxReachability
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// A client namespace and a server namespace, for outages a download must survive.
 ///
@@ -104,7 +105,7 @@ final class OutageLab: Sendable {
         let listening = { !((try? sh(["ip", "netns", "exec", server, "ss", "-Hltn", "sport = :80"]))?.isEmpty ?? true) }
         _ = DownloadFixtures.waitSync(timeout: .seconds(10)) { !process.isRunning || listening() }
         guard process.isRunning, listening() else {
-            throw CommandFailure(description: "nginx did not start in \(server)")
+            throw LabCommandFailure(description: "nginx did not start in \(server)")
         }
     }
 
