@@ -10,6 +10,11 @@ import TestSupport
 /// Why the integration suites are skipped without root.
 let rootReason: Comment = "needs root to create network namespaces (CI runs as root)"
 
+/// The old name of TestSupport's `LabCommandFailure`, for suites written before the namespaces
+/// moved there (on other branches); declared in this module, so it wins over ReachabilityCLI's
+/// own `CommandFailure` here as the old type did. New code says `LabCommandFailure`.
+typealias CommandFailure = LabCommandFailure
+
 /// Waits until `monitor` publishes a path satisfying `predicate`, or fails after `timeout`.
 /// The deadline is a bound, not a pause: the call returns as soon as the path arrives.
 func waitForPath(_ monitor: PathMonitor, timeout: Duration = .seconds(5),
