@@ -115,32 +115,28 @@ struct ProbeResponseParser: Sendable {
             line.last == 0x0D ? line.dropLast() : line
         }
         while lines.last?.isEmpty == true { lines.removeLast() }
-        guard let statusLine = lines.first else { return .failure(Problem(reason: "empty status line")) }
-        // HTTP/1.x SP 3DIGIT [SP reason]
-        let prefix = Array("HTTP/1.".utf8)
-        guard statusLine.count >= 12, Array(statusLine.prefix(7)) == prefix,
-              statusLine[statusLine.startIndex + 8] == 0x20 else {
-            return .failure(Problem(reason: "not an HTTP/1.x status line"))
-        }
-        guard let status = HTTPWire.statusCode(statusLine[(statusLine.startIndex + 9)..<(statusLine.startIndex + 12)]),
-              statusLine.count == 12 || statusLine[statusLine.startIndex + 12] == 0x20 else {
-            return .failure(Problem(reason: "invalid status code"))
+        guard let statusLine = lines.first, !statusLine.isEmpty else { return .failure(Problem(reason: "empty status line")) }
+        // The line rules are HTTPHeadLine's, the engine's too; the probe speaks HTTP/1.x only.
+        let status: Int
+        switch HTTPHeadLine.parse(statusLine) {
+        case .success(.status(let version, let code)) where version.hasPrefix("1."): status = code
+        case .failure(let problem) where statusLine.starts(with: Array("HTTP/1.".utf8)): return .failure(Problem(reason: problem.description))
+        default: return .failure(Problem(reason: "not an HTTP/1.x status line"))
         }
         var head = Head(status: status, isMarkedOnline: isMarkedOnline)
         for line in lines.dropFirst() {
-            guard let first = line.first else { continue }
-            if first == 0x20 || first == 0x09 { return .failure(Problem(reason: "folded header line")) }
-            guard let colon = line.firstIndex(of: 0x3A), colon > line.startIndex else {
-                return .failure(Problem(reason: "header line without a name"))
+            let name: String, value: String
+            switch HTTPHeadLine.parse(line) {
+            case .success(.field(let fieldName, let fieldValue)): (name, value) = (fieldName, fieldValue)
+            case .success(.end): continue
+            case .success(.status): return .failure(Problem(reason: "header line without a name"))
+            case .failure(let problem): return .failure(Problem(reason: problem.description))
             }
-            let name = String(decoding: line[..<colon], as: UTF8.self).lowercased()
-            guard HTTPWire.isToken(name) else { return .failure(Problem(reason: "invalid header name")) }
-            let value = trimmed(line[line.index(after: colon)...])
             switch name {
             case "location":
-                if head.location == nil { head.location = String(decoding: value, as: UTF8.self) }
+                if head.location == nil { head.location = value }
             case "content-length":
-                guard value.count <= 18, let digits = HTTPWire.digits(value), let length = Int(exactly: digits) else {
+                guard value.utf8.count <= 18, let digits = HTTPWire.digits(value), let length = Int(exactly: digits) else {
                     return .failure(Problem(reason: "invalid Content-Length"))
                 }
                 if let previous = head.contentLength, previous != length {
@@ -148,7 +144,7 @@ struct ProbeResponseParser: Sendable {
                 }
                 head.contentLength = length
             case "transfer-encoding":
-                let codings = String(decoding: value, as: UTF8.self).lowercased().split(separator: ",")
+                let codings = value.lowercased().split(separator: ",")
                 head.isChunked = codings.last.map { $0.trimmingSpaces == "chunked" } ?? false
             default:
                 break
@@ -195,7 +191,7 @@ struct ProbeResponseParser: Sendable {
             var sizeText = data[index..<lineEnd]
             if sizeText.last == 0x0D { sizeText = sizeText.dropLast() }
             if let semicolon = sizeText.firstIndex(of: 0x3B) { sizeText = sizeText[..<semicolon] }
-            sizeText = trimmed(sizeText)
+            sizeText = HTTPHeadLine.trimmed(sizeText)
             guard let size = HTTPWire.chunkSize(sizeText) else {
                 return .malformed("invalid chunk size")
             }
@@ -217,13 +213,6 @@ struct ProbeResponseParser: Sendable {
     }
 
     static func asciiLowercase(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte + 0x20 : byte }
-
-    static func trimmed(_ value: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        var value = value
-        while let first = value.first, first == 0x20 || first == 0x09 { value = value.dropFirst() }
-        while let last = value.last, last == 0x20 || last == 0x09 { value = value.dropLast() }
-        return value
-    }
 }
 
 private extension Substring {

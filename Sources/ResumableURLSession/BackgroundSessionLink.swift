@@ -4,6 +4,7 @@ import FoundationNetworking
 import LinuxSystem
 import ReachabilityAgent
 import ReachabilityBase
+import ResumableDownloads
 import Synchronization
 
 /// A background session's one connection to the user's agent: it attaches the session (starting
@@ -270,7 +271,6 @@ final class BackgroundSessionLink: Sendable {
         let url = URL(string: snapshot.url) ?? URL(fileURLWithPath: "/")
         let task = ResumableDownloadTask(session: session, identifier: snapshot.taskIdentifier, source: .request(URLRequest(url: url)),
                                          remote: remote, hints: hints)
-        remote.adopt(task)
         remote.update(from: snapshot)
         return task
     }
@@ -366,22 +366,15 @@ final class BackgroundSessionLink: Sendable {
     }
 
     /// Resume data (the same format as other sessions', signed with the background key) for a
-    /// transfer the agent stopped.
-    func makeResumeData(_ resumeState: BackgroundResumeState) -> Data? {
-        guard let directory, let url = URL(string: resumeState.url), resumeState.offset > 0,
-              let file = try? directory.partialFile(for: resumeState.id), file.size >= resumeState.offset else { return nil }
-        let data = ResumeData(id: resumeState.id, url: url, entityTag: resumeState.entityTag, lastModified: resumeState.lastModified,
-                              offset: resumeState.offset, expectedLength: resumeState.totalLength,
-                              partialFile: .init(name: ResumeData.partialFileName(for: resumeState.id),
-                                                 device: file.device, inode: file.inode, modified: file.modified),
-                              stateDirectory: directory.root.path, createdAt: Date())
-        return try? data.encoded(key: directory.key)
+    /// transfer the agent stopped: its whole state, segment ranges and seams included.
+    func makeResumeData(_ resumeState: ResumeState) -> Data? {
+        directory.flatMap { ResumeData.make(for: resumeState, in: $0) }
     }
 
     /// What the agent continues from for resume data (checked against its partial file).
-    private func resumeState(for data: ResumeData) -> BackgroundResumeState? {
-        guard let directory, let state = try? ResumableDownloadTask.resumeState(for: data, in: directory) else { return nil }
-        return BackgroundResumeState(state)
+    private func resumeState(for data: ResumeData) -> ResumeState? {
+        guard let directory else { return nil }
+        return try? data.continuedState(in: directory)
     }
 
     // MARK: sending

@@ -4,18 +4,12 @@ import Synchronization
 
 /// A background session's task as this process sees it: the agent owns the transfer; this
 /// mirrors its state from the agent's events, sends what the process asks of it (in order, over
-/// the session's one connection), and turns the agent's events into delegate calls.
-final class BackgroundTask: Sendable {
+/// the session's one connection), and turns the agent's events into delegate calls. The
+/// decisions are `BackgroundTaskStateMachine`'s; this applies its actions outside the lock.
+final class BackgroundTask: DownloadTaskBackend {
     private struct State {
         weak var owner: ResumableDownloadTask?
-        var phase = ResumableDownloadTask.State.suspended
-        var bytesReceived: Int64 = 0
-        var expectedBytes: Int64 = -1
-        /// The `totalBytesWritten` last told with didWriteData.
-        var reported: Int64?
-        var announcedWaiting = false
-        /// A task from resume data announces its offset before its first bytes.
-        var needsResumeNotice = false
+        var machine: BackgroundTaskStateMachine
         var error: URLError?
         var resumeDataCallbacks: [@Sendable (Data?) -> Void] = []
     }
@@ -27,7 +21,7 @@ final class BackgroundTask: Sendable {
     init(link: BackgroundSessionLink, identifier: Int, isFromResumeData: Bool) {
         self.link = link
         self.identifier = identifier
-        state = Mutex(State(needsResumeNotice: isFromResumeData))
+        state = Mutex(State(machine: BackgroundTaskStateMachine(isFromResumeData: isFromResumeData)))
     }
 
     func adopt(_ owner: ResumableDownloadTask) {
@@ -36,56 +30,49 @@ final class BackgroundTask: Sendable {
 
     private var owner: ResumableDownloadTask? { state.withLock { $0.owner } }
 
-    var publicState: ResumableDownloadTask.State { state.withLock { $0.phase } }
-    var bytesReceived: Int64 { state.withLock { $0.bytesReceived } }
-    var expectedBytes: Int64 { state.withLock { $0.expectedBytes } }
+    var publicState: ResumableDownloadTask.State { state.withLock { $0.machine.publicState } }
+    var bytesReceived: Int64 { state.withLock { $0.machine.bytesReceived } }
+    var expectedBytes: Int64 { state.withLock { $0.machine.expectedBytes } }
     var error: URLError? { state.withLock { $0.error } }
-    var isLive: Bool { state.withLock { $0.phase != .completed } }
+    var isLive: Bool { state.withLock { $0.machine.isLive } }
+
+    /// Feeds the machine under the lock, then applies its actions.
+    private func handle(_ input: BackgroundTaskStateMachine.Input,
+                        _ body: (inout State) -> Void = { _ in }) {
+        let (actions, owner, unanswered) = state.withLock { state in
+            body(&state)
+            let actions = state.machine.handle(input)
+            var unanswered: [@Sendable (Data?) -> Void] = []
+            if actions.contains(.answerResumeDataWithNothing) { swap(&unanswered, &state.resumeDataCallbacks) }
+            return (actions, state.owner, unanswered)
+        }
+        for action in actions {
+            switch action {
+            case .send(let request): link.perform(request, on: identifier)
+            case .answerResumeDataWithNothing: link.session?.enqueue { for callback in unanswered { callback(nil) } }
+            case .notifyResumed(let offset, let expected): owner?.notifyResumed(at: offset, expected: expected)
+            case .notifyWrote(let bytes, let total, let expected): owner?.notifyWrote(bytes, total: total, expected: expected)
+            case .notifyWaitingForConnectivity: owner?.notifyWaitingForConnectivity()
+            }
+        }
+    }
 
     /// The agent's snapshot (at attach, or in an event).
     func update(from snapshot: BackgroundTaskSnapshot) {
-        state.withLock { state in
-            if state.phase != .completed, state.phase != .canceling {
-                state.phase = snapshot.state == .running ? .running : snapshot.state == .completed ? .completed : .suspended
-            }
-            state.bytesReceived = max(state.bytesReceived, snapshot.bytesReceived)
-            if let total = snapshot.totalBytes { state.expectedBytes = total }
-        }
+        handle(.snapshot(snapshot.state, bytes: snapshot.bytesReceived, total: snapshot.totalBytes))
     }
 
     // MARK: what the process asks
 
-    func resume() {
-        let send = state.withLock { state -> Bool in
-            guard state.phase == .suspended else { return false }
-            state.phase = .running
-            return true
-        }
-        if send { link.perform(.resume, on: identifier) }
-    }
+    func resume() { handle(.resume) }
 
-    func suspend() {
-        let send = state.withLock { state -> Bool in
-            guard state.phase == .running else { return false }
-            state.phase = .suspended
-            return true
-        }
-        if send { link.perform(.suspend, on: identifier) }
-    }
+    func suspend() { handle(.suspend) }
 
     /// Cancels; with a callback, producing resume data, which the callback gets (on the delegate
     /// queue, before didCompleteWithError) when the agent's event arrives.
     func cancel(producingResumeData callback: (@Sendable (Data?) -> Void)?) {
-        let send = state.withLock { state -> Bool in
+        handle(.cancel(producingResumeData: callback != nil)) { state in
             if let callback { state.resumeDataCallbacks.append(callback) }
-            guard state.phase == .running || state.phase == .suspended else { return false }
-            state.phase = .canceling
-            return true
-        }
-        if send {
-            link.perform(callback == nil ? .cancel : .cancelProducingResumeData, on: identifier)
-        } else if let callback, publicState == .completed {
-            link.session?.enqueue { callback(nil) }
         }
     }
 
@@ -97,67 +84,30 @@ final class BackgroundTask: Sendable {
     // MARK: what the agent says (on the connection's reader thread)
 
     func progressed(to bytes: Int64, of total: Int64?) {
-        guard let owner else { return }
-        let notices = state.withLock { state -> (resume: Int64?, write: (Int64, Int64)?, expected: Int64) in
-            guard state.phase == .running || state.phase == .suspended else { return (nil, nil, -1) }
-            if let total { state.expectedBytes = total }
-            state.bytesReceived = bytes
-            var resume: Int64?
-            if state.needsResumeNotice || (state.reported.map { bytes < $0 } ?? false) {
-                // From resume data, or fewer bytes survived than were told: where counting restarts.
-                state.needsResumeNotice = false
-                resume = bytes
-                state.reported = bytes
-                return (resume, nil, state.expectedBytes)
-            }
-            let previous = state.reported ?? 0
-            guard bytes > previous else { return (nil, nil, state.expectedBytes) }
-            state.reported = bytes
-            return (resume, (bytes - previous, bytes), state.expectedBytes)
-        }
-        if let offset = notices.resume { owner.notifyResumed(at: offset, expected: notices.expected) }
-        if let (delta, total) = notices.write { owner.notifyWrote(delta, total: total, expected: notices.expected) }
+        handle(.progressed(bytes: bytes, total: total))
     }
 
-    /// An attempt began at `offset`: 0 after the resource changed, or the offset a task from
-    /// resume data continues at.
     func resumed(at offset: Int64, of total: Int64?) {
-        guard let owner else { return }
-        let notify = state.withLock { state -> Bool in
-            if let total { state.expectedBytes = total }
-            guard state.needsResumeNotice || (state.reported.map { offset < $0 } ?? false) else { return false }
-            state.needsResumeNotice = false
-            state.reported = offset
-            state.bytesReceived = offset
-            return true
-        }
-        if notify { owner.notifyResumed(at: offset, expected: expectedBytes) }
+        handle(.resumed(offset: offset, total: total))
     }
 
     func waitingForConnectivity() {
-        let first = state.withLock { state -> Bool in
-            defer { state.announcedWaiting = true }
-            return !state.announcedWaiting
-        }
-        if first { owner?.notifyWaitingForConnectivity() }
+        handle(.waitingForConnectivity)
     }
 
     /// The file is at `location` until the event is acknowledged: handed to the delegate (or the
     /// completion handler), then didCompleteWithError(nil), then the acknowledgement.
     func finished(at location: URL, sequence: UInt64, total: Int64?) {
         guard let owner else { return }
-        let callbacks = state.withLock { state -> [@Sendable (Data?) -> Void] in
-            state.phase = .completed
-            if let total { state.expectedBytes = total; state.bytesReceived = total }
+        let (actions, callbacks) = state.withLock { state in
             defer { state.resumeDataCallbacks = [] }
-            return state.resumeDataCallbacks
+            return (state.machine.handle(.finished(total: total)), state.resumeDataCallbacks)
         }
-        let (bytes, expected) = (bytesReceived, expectedBytes)
         let link = link
         link.session?.enqueue {
             for callback in callbacks { callback(nil) }
-            if owner.completionHandler == nil, let reported = self.state.withLock({ $0.reported }), bytes > reported {
-                owner.notifyWrote(bytes - reported, total: bytes, expected: expected)
+            for case .notifyWrote(let bytes, let total, let expected) in actions {
+                owner.notifyWrote(bytes, total: total, expected: expected)
             }
             owner.deliverFile(at: location, expectedLength: total)
             owner.complete(with: nil)
@@ -167,13 +117,7 @@ final class BackgroundTask: Sendable {
 
     /// The task ended without its file.
     func failed(_ error: URLError, resumeData: Data?, sequence: UInt64) {
-        guard let owner else { return }
-        let callbacks = state.withLock { state -> [@Sendable (Data?) -> Void] in
-            state.phase = .completed
-            state.error = error
-            defer { state.resumeDataCallbacks = [] }
-            return state.resumeDataCallbacks
-        }
+        guard let owner, let callbacks = end(with: error, always: true) else { return }
         let link = link
         link.session?.enqueue {
             for callback in callbacks { callback(resumeData) }
@@ -185,19 +129,23 @@ final class BackgroundTask: Sendable {
     /// The session can no longer reach the agent for good (another process holds it, or no
     /// agent could be started): the task ends with that error, without its file.
     func abandoned(_ error: URLError) {
-        guard let owner else { return }
-        let callbacks = state.withLock { state -> [@Sendable (Data?) -> Void]? in
-            guard state.phase != .completed else { return nil }
-            state.phase = .completed
-            state.error = error
-            defer { state.resumeDataCallbacks = [] }
-            return state.resumeDataCallbacks
-        }
-        guard let callbacks else { return }
+        guard let owner, let callbacks = end(with: error, always: false) else { return }
         link.session?.enqueue { [link] in
             for callback in callbacks { callback(nil) }
             owner.complete(with: error)
             link.session?.unregister(owner)
+        }
+    }
+
+    /// Ends the task with `error` (unless it had ended and `always` is false); the resume data
+    /// handlers waiting, or nil when nothing ended.
+    private func end(with error: URLError, always: Bool) -> [@Sendable (Data?) -> Void]? {
+        state.withLock { state in
+            guard always || state.machine.isLive else { return nil }
+            _ = state.machine.handle(.failed)
+            state.error = error
+            defer { state.resumeDataCallbacks = [] }
+            return state.resumeDataCallbacks
         }
     }
 }

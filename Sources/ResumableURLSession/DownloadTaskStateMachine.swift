@@ -40,6 +40,24 @@ struct DownloadTaskStateMachine: Sendable {
 
         static let cancelled = Failure(code: .cancelled, description: "cancelled")
 
+        /// The `URLError` a task completes with: this failure's code and description, the URL,
+        /// the reason the path was unusable, the underlying error, and the resume data that
+        /// continues it (`downloadResumeData`, or the upload's own) under Apple's keys.
+        func urlError(url: URL?, downloadResumeData: Data? = nil) -> URLError {
+            var info: [String: Any] = [NSLocalizedDescriptionKey: description]
+            if let url { info[NSURLErrorFailingURLErrorKey] = url }
+            if let downloadResumeData { info[NSURLSessionDownloadTaskResumeData] = downloadResumeData }
+            if let uploadResumeData { info[NSURLSessionUploadTaskResumeData] = uploadResumeData }
+            if let networkUnavailableReason { info[NSURLErrorNetworkUnavailableReasonKey] = networkUnavailableReason.rawValue }
+            switch underlying {
+            case .download(let error): info[NSUnderlyingErrorKey] = error
+            case .resumeData(let error): info[NSUnderlyingErrorKey] = error
+            case .storage(let error): info[NSUnderlyingErrorKey] = error
+            case nil: break
+            }
+            return URLError(code, userInfo: info)
+        }
+
         /// The engine's error with its URLError code; an outage longer than the resource timeout
         /// is `.timedOut`, as on Apple platforms.
         init(_ error: DownloadError) {

@@ -11,7 +11,7 @@ import Synchronization
 /// Unlike Foundation's on Linux, it watches the network path: started with no path it waits for
 /// one (`waitsForConnectivity`) or fails with -1009 after a short grace; a path that goes away
 /// under it ends it at once with -1005, not with -1001 after `timeoutIntervalForRequest`.
-public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertible {
+public final class ResumableDataTask: ResumableURLSessionTask {
     /// URLSessionTask.State's cases and raw values.
     public typealias State = ResumableDownloadTask.State
 
@@ -19,8 +19,6 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
     public let taskIdentifier: Int
     /// What the task was created for.
     public let originalRequest: URLRequest?
-    /// The same as `originalRequest` (redirects are followed inside the engine).
-    public var currentRequest: URLRequest? { originalRequest }
     /// Progress in bytes received: `totalUnitCount` is the response's length (-1 while unknown).
     public let progress: Progress
 
@@ -168,23 +166,6 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
         handle(.cancelProducingResumeData, resumeDataCallback: completionHandler)
     }
 
-    /// `cancel(byProducingResumeData:)` as an async call.
-    public func cancelByProducingResumeData() async -> Data? {
-        await withCheckedContinuation { continuation in
-            cancel { continuation.resume(returning: $0) }
-        }
-    }
-
-    /// The identifier, URL and state.
-    public var description: String {
-        "ResumableDataTask(\(taskIdentifier) \(originalRequest?.url.map { URLRedaction.redacted($0) } ?? "-") \(state))"
-    }
-
-    /// Identity: two handles are equal only when they are the same object.
-    public static func == (lhs: ResumableDataTask, rhs: ResumableDataTask) -> Bool { lhs === rhs }
-    /// Hashes the object identity.
-    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
-
     // MARK: inputs
 
     /// Feeds the state machine. Delegate calls are queued while the lock is held, so they keep
@@ -313,17 +294,7 @@ public final class ResumableDataTask: Sendable, Hashable, CustomStringConvertibl
     }
 
     private func urlError(_ failure: DataTaskStateMachine.Failure) -> URLError {
-        var info: [String: Any] = [NSLocalizedDescriptionKey: failure.description]
-        if let url = originalRequest?.url { info[NSURLErrorFailingURLErrorKey] = url }
-        if let reason = failure.networkUnavailableReason { info[NSURLErrorNetworkUnavailableReasonKey] = reason.rawValue }
-        if let resumeData = failure.uploadResumeData { info[NSURLSessionUploadTaskResumeData] = resumeData }
-        switch failure.underlying {
-        case .download(let error): info[NSUnderlyingErrorKey] = error
-        case .resumeData(let error): info[NSUnderlyingErrorKey] = error
-        case .storage(let error): info[NSUnderlyingErrorKey] = error
-        case nil: break
-        }
-        return URLError(failure.code, userInfo: info)
+        failure.urlError(url: originalRequest?.url)
     }
 
     /// The request as the exchange takes it: http(s), a method token, headers without line

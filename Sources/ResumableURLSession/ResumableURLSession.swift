@@ -210,7 +210,6 @@ public final class ResumableURLSession: Sendable {
         let remote = BackgroundTask(link: link, identifier: identifier, isFromResumeData: isFromResumeData)
         let task = ResumableDownloadTask(session: self, identifier: identifier, source: source, completionHandler: completionHandler,
                                          remote: remote)
-        remote.adopt(task)
         link.created(task)
         return task
     }

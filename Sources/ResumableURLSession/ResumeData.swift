@@ -9,8 +9,9 @@ import ResumableDownloads
 ///     "RCHRESUME"  9 bytes   magic
 ///     version      1 byte    1
 ///     length       4 bytes   big-endian length of the payload
-///     payload      length    JSON (sorted keys): id, url, validators, offset, expected length,
-///                            the partial file's name and identity, where it was made, when
+///     payload      length    JSON (sorted keys): the `ResumeState` (id, url, validators, offset,
+///                            ranges, seams, expected length), the partial file's name and
+///                            identity, where it was made, when
 ///     mac          32 bytes  HMAC-SHA256 of everything before it, keyed by the state directory
 ///
 /// Decoding treats the bytes as hostile: size and framing are checked first, then the MAC (so
@@ -34,23 +35,78 @@ struct ResumeData: Sendable, Hashable, Codable {
     static let maximumSize = 64 << 10
     static let maximumURLLength = 8 << 10
 
-    var id: UUID
-    var url: URL
-    /// A strong ETag (weak ones never validate ranges).
-    var entityTag: String?
-    var lastModified: String?
-    /// Bytes of the partial file that were fsynced and belong to the entity above: a prefix...
-    var offset: Int64
-    /// ... and ranges past it of a download fetched in segments, with its unverified seams
-    /// (absent in blobs that have none, and in older ones).
-    var ranges: [[Int64]]?
-    var seams: [Int64]?
-    /// The entity's full length, when announced.
-    var expectedLength: Int64?
+    /// The resume facts: the engine's one model (`ResumeState`), ranges and seams included.
+    var state: ResumeState
     var partialFile: PartialFile
     /// The state directory it was made in (for messages; never used to open anything).
     var stateDirectory: String
     var createdAt: Date
+
+    init(state: ResumeState, partialFile: PartialFile, stateDirectory: String, createdAt: Date) {
+        self.state = state
+        self.partialFile = partialFile
+        self.stateDirectory = stateDirectory
+        self.createdAt = createdAt
+    }
+
+    /// The payload's keys beside the state's own (`ResumeState`'s coding: `offset` for the
+    /// verified prefix, the URL as a string): the blob names the length `expectedLength`, as
+    /// version 1 always did, so data made before the state was one value reads back unchanged.
+    private enum CodingKeys: String, CodingKey {
+        case expectedLength, partialFile, stateDirectory, createdAt
+    }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        state = try ResumeState(from: decoder)
+        state.totalLength = try container.decodeIfPresent(Int64.self, forKey: .expectedLength)
+        partialFile = try container.decode(PartialFile.self, forKey: .partialFile)
+        stateDirectory = try container.decode(String.self, forKey: .stateDirectory)
+        createdAt = try container.decode(Date.self, forKey: .createdAt)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var shared = state
+        shared.totalLength = nil   // written under the blob's own key below
+        try shared.encode(to: encoder)
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encodeIfPresent(state.totalLength, forKey: .expectedLength)
+        try container.encode(partialFile, forKey: .partialFile)
+        try container.encode(stateDirectory, forKey: .stateDirectory)
+        try container.encode(createdAt, forKey: .createdAt)
+    }
+
+    /// Sealed resume data for `state`, a download whose partial file is in `directory`; nil when
+    /// it cannot be continued (no stored byte, no validator, a partial file shorter than the
+    /// state promises). Local and background tasks make their data here alike.
+    static func make(for state: ResumeState, in directory: SessionDirectory) -> Data? {
+        guard state.isContinuable, let file = try? directory.partialFile(for: state.id), file.size >= state.storedEnd else {
+            return nil
+        }
+        let data = ResumeData(state: state,
+                              partialFile: .init(name: partialFileName(for: state.id), device: file.device, inode: file.inode,
+                                                 modified: file.modified),
+                              stateDirectory: directory.root.path, createdAt: Date())
+        return try? data.encoded(key: directory.key)
+    }
+
+    /// What the engine continues from, checked against the partial file in `directory`: gone
+    /// means a clean restart at zero; replaced or shorter than promised means the data is stale.
+    func continuedState(in directory: SessionDirectory) throws -> ResumeState {
+        guard let file = try directory.partialFile(for: state.id) else {
+            return ResumeState(id: state.id, url: state.url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
+        }
+        guard file.device == partialFile.device, file.inode == partialFile.inode else {
+            throw ResumeDataError.stale.with("the partial file of this resume data was replaced since it was made")
+        }
+        guard file.modified == partialFile.modified else {
+            throw ResumeDataError.stale.with("the partial file was written since this resume data was made (newer resume data supersedes it)")
+        }
+        guard file.size >= state.storedEnd else {
+            throw ResumeDataError.stale.with("the partial file holds \(file.size) bytes; the resume data promises \(state.storedEnd)")
+        }
+        return state
+    }
 
     /// The partial file's name for a download id.
     static func partialFileName(for id: UUID) -> String { id.uuidString + ".download.part" }
@@ -96,6 +152,7 @@ struct ResumeData: Sendable, Hashable, Codable {
     /// a header injection or a path outside the session).
     func validate() throws {
         func reject(_ reason: String) -> ResumeDataError { ResumeDataError.malformed.with("invalid resume data: \(reason)") }
+        let url = state.url
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
               let host = url.host, !host.isEmpty else {
             throw reject("the URL is not http or https")
@@ -104,23 +161,16 @@ struct ResumeData: Sendable, Hashable, Codable {
               url.absoluteString.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
             throw reject("the URL is too long or not plain ASCII")
         }
-        guard offset >= 0, offset > 0 || !(ranges ?? []).isEmpty else {
-            throw reject("offset \(offset) (resume data always covers stored bytes)")
+        guard state.verifiedOffset >= 0, state.hasStoredBytes else {
+            throw reject("offset \(state.verifiedOffset) (resume data always covers stored bytes)")
         }
-        if let expectedLength, expectedLength < offset { throw reject("offset \(offset) beyond the length \(expectedLength)") }
-        do {
-            // The ranges and seams follow the resume record's rules.
-            try ResumeState(id: id, url: url, entityTag: nil, lastModified: nil, totalLength: expectedLength,
-                            verifiedOffset: offset, ranges: ranges, seams: seams).validate()
-        } catch let error as DownloadError {
-            throw reject(error.description)
-        }
-        guard entityTag != nil || lastModified != nil else {
+        guard state.validator != nil else {
             throw reject("no validator (without ETag or Last-Modified a resume could splice two versions)")
         }
-        if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) { throw reject(problem) }
-        guard partialFile.name == Self.partialFileName(for: id) else {
-            throw reject("the partial file name does not belong to download \(id.uuidString)")
+        // Offsets, ranges, seams and validators follow the engine's rules for its own state.
+        do { try state.validate() } catch let error as DownloadError { throw reject(error.description) }
+        guard partialFile.name == Self.partialFileName(for: state.id) else {
+            throw reject("the partial file name does not belong to download \(state.id.uuidString)")
         }
     }
 

@@ -8,6 +8,7 @@
 //                    [--resource-timeout S] [--not-before S] [--expects BYTES] [--priority P]
 //                    [--description TEXT] [--header 'Name: value'] [--output FILE]
 //                    [--exit-after-events] [--die-in-delegate] [--keep-files DIR] [--lifetime S]
+//                    [--connections N]
 //   stdin: tasks | resume N | suspend N | cancel N | cancel-with-data N | invalidate | quit
 //          | download URL | download-cancel URL MS | resume-data-download
 //
@@ -54,6 +55,8 @@ struct Options: Sendable {
     /// Exits after this many seconds whatever happens (a launched probe whose events never come
     /// must not outlive its test).
     var lifetime: Double?
+    /// `httpMaximumConnectionsPerHost` (1 unless given: most tests count one request per task).
+    var connections = 1
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
@@ -84,6 +87,7 @@ struct Options: Sendable {
             case "--die-in-delegate": options.dieInDelegate = true
             case "--keep-files": options.keepFiles = value()
             case "--lifetime": options.lifetime = Double(value())
+            case "--connections": options.connections = Int(value()) ?? 1
             default: fail("unknown argument \(argument)")
             }
         }
@@ -165,8 +169,8 @@ emit(["call": "launched", "session": options.session,
 var configuration = ResumableURLSession.Configuration.background(withIdentifier: options.session)
 configuration.stateDirectory = URL(fileURLWithPath: options.stateDirectory, isDirectory: true)
 configuration.agentExecutable = options.agent.map { URL(fileURLWithPath: $0) }
-// One connection per task: the tests count each task's requests and the bytes served.
-configuration.httpMaximumConnectionsPerHost = 1
+// One connection per task unless asked: the tests count each task's requests and the bytes served.
+configuration.httpMaximumConnectionsPerHost = options.connections
 configuration.launchCommand = options.launch.isEmpty ? nil : options.launch
 configuration.launchUnit = options.launchUnit
 configuration.sessionSendsLaunchEvents = options.sendsLaunchEvents
@@ -219,7 +223,7 @@ Task {
                 case "cancel-with-data":
                     let data = await task(words[1])?.cancelByProducingResumeData()
                     if let data { probe.resumeData.withLock { $0 = data } }
-                    emit(["call": "resumeData", "bytes": data?.count ?? NSNull()])
+                    emit(["call": "resumeData", "bytes": data?.count ?? NSNull(), "data": data?.base64EncodedString() ?? NSNull()])
                 case "resume-data-download":
                     guard let data = probe.resumeData.withLock({ $0 }) else { return emit(["call": "error", "message": "no resume data"]) }
                     let task = session.downloadTask(withResumeData: data)

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// The agent against hostile requests and hostile peers: names from URLs that climb out of the
 /// files directory or carry control characters, -o outside the allowed directories, -o on an

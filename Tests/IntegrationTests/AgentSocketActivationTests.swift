@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// systemd's tool that binds a socket and execs a program on the first connection.
 let socketActivator = "/usr/bin/systemd-socket-activate"

@@ -54,7 +54,7 @@ final class AgentProcess: Sendable {
         if waitUntilListening {
             guard waitForLine(timeout: .seconds(20), { $0.contains(#""event":"listening""#) }) != nil else {
                 stop()
-                throw CommandFailure(description: "agent did not start listening; stderr: \(standardError)")
+                throw LabCommandFailure(description: "agent did not start listening; stderr: \(standardError)")
             }
         }
     }

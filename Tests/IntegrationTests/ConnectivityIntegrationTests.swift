@@ -56,7 +56,7 @@ struct ProbeServer {
         _ = try topology.lab.spawn(["ip", "netns", "exec", topology.router, "python3", "-c", script, directory.path])
         let ready = directory.appendingPathComponent("ready")
         guard waitUntilBlocking(deadline: .now + .seconds(10), every: .milliseconds(10), { FileManager.default.fileExists(atPath: ready.path) }) else {
-            throw CommandFailure(description: "probe server did not start")
+            throw LabCommandFailure(description: "probe server did not start")
         }
     }
 

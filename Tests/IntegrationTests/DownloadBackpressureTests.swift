@@ -2,6 +2,7 @@ import Foundation
 import LinuxSystem
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// The engine against nginx with a simulated slow disk: the write callback must pause the
 /// transfer instead of buffering, so memory stays bounded whatever the disk speed.

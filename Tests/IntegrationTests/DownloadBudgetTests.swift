@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// No server behaviour makes a download send a storm of requests (issue 7's reproduction: a
 /// server that ignores Range and resets every response after 1 MiB got 26,262 requests in 90 s).

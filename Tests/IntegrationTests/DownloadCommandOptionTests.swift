@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// `reachability download` as a newcomer meets it: reruns of an interrupted batch, failures that
 /// must leave nothing behind with their own exit statuses, and the options curl users expect.

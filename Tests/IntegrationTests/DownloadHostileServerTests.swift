@@ -2,6 +2,7 @@ import Foundation
 import LinuxReachability
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// Servers that break the rules. Each test ends with a SHA-256 match or a clear error, and never
 /// with a corrupt file at the destination.

@@ -1,6 +1,7 @@
 import Foundation
 import LinuxReachability
 import Testing
+import TestSupport
 
 /// A server on the local network and no default route (issue 21): an air-gapped LAN, a robot or
 /// kiosk on its segment, a lab. The client keeps its /32 address and gets the LAN's subnet route
@@ -34,7 +35,7 @@ func loopbackServer(in namespace: String, lab: NetworkLab, serving directory: UR
     let portFile = directory.appendingPathComponent(".port")
     guard await DownloadFixtures.wait(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile.path) }),
           let port = UInt16(try String(contentsOf: portFile, encoding: .utf8)) else {
-        throw CommandFailure(description: "loopback server did not start in \(namespace)")
+        throw LabCommandFailure(description: "loopback server did not start in \(namespace)")
     }
     return port
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// Servers that are merely odd, not hostile (issue 21): connections cut short after a few KiB,
 /// ETags that differ per response, rate limiters (ours and the server's). Each must finish with

@@ -3,6 +3,7 @@ import Synchronization
 import LinuxReachability
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// A client namespace and a server namespace, for outages a download must survive.
 ///
@@ -67,7 +68,7 @@ final class OutageLab: Sendable {
         let configuration = """
         \(DownloadFixtures.nginxPrelude(prefix: prefix, workerConnections: 64))
         http {
-            log_format bytes '$remote_addr $status $body_bytes_sent';
+            log_format bytes '$remote_addr $status $body_bytes_sent $http_range';
             access_log \(prefix)/access.log bytes;
         \(DownloadFixtures.nginxTemporaryPaths(prefix: prefix))
             default_type application/octet-stream;
@@ -104,7 +105,7 @@ final class OutageLab: Sendable {
         let listening = { !((try? sh(["ip", "netns", "exec", server, "ss", "-Hltn", "sport = :80"]))?.isEmpty ?? true) }
         _ = DownloadFixtures.waitSync(timeout: .seconds(10)) { !process.isRunning || listening() }
         guard process.isRunning, listening() else {
-            throw CommandFailure(description: "nginx did not start in \(server)")
+            throw LabCommandFailure(description: "nginx did not start in \(server)")
         }
     }
 
@@ -148,8 +149,21 @@ final class OutageLab: Sendable {
         let text = (try? String(contentsOf: accessLog, encoding: .utf8)) ?? ""
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
-            guard fields.count == 3, let status = Int(fields[1]), let bytes = Int(fields[2]) else { return nil }
+            guard fields.count == 4, let status = Int(fields[1]), let bytes = Int(fields[2]) else { return nil }
             return (String(fields[0]), status, bytes)
+        }
+    }
+
+    /// The body bytes each finished request was sent, as the span of the file they cover: from
+    /// the start of its `Range` (0 without one) for as many bytes as the server sent.
+    var servedSpans: [Range<Int>] {
+        let text = (try? String(contentsOf: accessLog, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count == 4, let bytes = Int(fields[2]) else { return nil }
+            let range = fields[3].hasPrefix("bytes=") ? fields[3].dropFirst(6).prefix(while: { $0 != "-" }) : "0"
+            guard let start = Int(range) else { return nil }
+            return start..<(start + bytes)
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import LinuxReachability
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// The agent driven by a scripted path stream over loopback: the path model says "wifi", "gone",
 /// "ethernet", while the bytes really flow over 127.0.0.1. Network-namespace outage tests (link

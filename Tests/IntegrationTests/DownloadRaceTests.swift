@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// A transfer that stops receiving is suspected after a silence several times its recent gaps
 /// (at least `minimumStallSuspicion`) and raced by a fresh connection asking for the rest: the

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// Failures the kernel cannot see: the client's path stays up while the server side fails
 /// (drops every packet, resets, stops, answers 503). Each test checks completion, the SHA-256,

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// HTTPS through libcurl + OpenSSL against nginx with a throwaway self-signed certificate.
 @Suite("Downloads over HTTPS", .serialized,

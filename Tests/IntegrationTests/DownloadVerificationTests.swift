@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableDownloads
+import TestSupport
 
 /// The digest covers the bytes as they are on disk, and a SHA-256 given when resuming is adopted.
 @Suite("Verification of resumed downloads", .serialized)

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 
 /// An independent reading of docs/events.md (not the encoder): what every NDJSON line of
 /// `reachability agent` and `reachability download --json` must look like. Returns the problems.

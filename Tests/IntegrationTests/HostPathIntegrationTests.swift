@@ -2,6 +2,7 @@ import Foundation
 import LinuxReachability
 import Synchronization
 import Testing
+import TestSupport
 
 /// Waits until `monitor` publishes a path to `host` satisfying `predicate`, or fails after `timeout`.
 func waitForHostPath(_ monitor: PathMonitor, _ host: String, timeout: Duration = .seconds(5),

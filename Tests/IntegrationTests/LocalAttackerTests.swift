@@ -3,6 +3,7 @@ import LinuxSystem
 import Testing
 @testable import ReachabilityCLI
 @testable import ResumableDownloads
+import TestSupport
 
 /// A local attacker against `reachability download` run as root: links, FIFOs, hard links and
 /// files planted in a shared download directory, unsafe or foreign state directories, records

@@ -1,6 +1,7 @@
 import Glibc
 import Testing
 @testable import LinuxReachability
+import TestSupport
 
 @Suite("sysfs facts inside another namespace", .enabled(if: isRoot, rootReason))
 struct NamespaceSysfsTests {

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import LinuxReachability
 import Testing
+import TestSupport
 
 /// A client namespace with uplinks to a router namespace, like a laptop with several NICs.
 struct Topology {

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Testing
+import TestSupport
 
 /// Every ```swift block of README.md and docs/libraries.md compiles as shown, in a package of its own that depends on
 /// this one the way the README says.

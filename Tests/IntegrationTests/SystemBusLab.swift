@@ -79,7 +79,7 @@ final class SystemBusLab: Sendable {
         try daemon.run()
         // The daemon prints its address once it listens.
         let printed = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
-        guard printed.hasPrefix("unix:") else { throw CommandFailure(description: "dbus-daemon did not start: \(printed)") }
+        guard printed.hasPrefix("unix:") else { throw LabCommandFailure(description: "dbus-daemon did not start: \(printed)") }
         let driver = try RequestReplyProcess(["/usr/bin/python3", "-u", "-c", Self.driverScript],
                                              environment: ["DBUS_SYSTEM_BUS_ADDRESS": address])
         return (daemon, driver)
@@ -235,7 +235,7 @@ final class SystemBusLab: Sendable {
         let line = try processes.withLock { $0.driver }.exchange(String(decoding: data, as: UTF8.self))
         let reply = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "driver said: \(line)")
         guard reply["ok"] as? Bool == true else {
-            throw CommandFailure(description: "bus driver: \(request["op"] ?? "?"): \(reply["error"] ?? line)")
+            throw LabCommandFailure(description: "bus driver: \(request["op"] ?? "?"): \(reply["error"] ?? line)")
         }
         return reply
     }
@@ -429,11 +429,11 @@ final class RequestReplyProcess: Sendable {
             guard descriptor.revents != 0 else { return false }
             var chunk = [UInt8](repeating: 0, count: 65536)
             let count = chunk.withUnsafeMutableBytes { read(output, $0.baseAddress, $0.count) }
-            if count <= 0 { throw CommandFailure(description: "\(process.arguments ?? []) ended") }
+            if count <= 0 { throw LabCommandFailure(description: "\(process.arguments ?? []) ended") }
             buffer.withLock { $0 += chunk[0..<count] }
             return false
         }
-        guard answered, let line else { throw CommandFailure(description: "no answer from \(process.arguments ?? []) within \(timeout)") }
+        guard answered, let line else { throw LabCommandFailure(description: "no answer from \(process.arguments ?? []) within \(timeout)") }
         return line
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import LinuxReachability
 import Testing
+import TestSupport
 
 @Suite("The command line with NetworkManager's facts", .serialized,
        .enabled(if: systemBusLabUnavailable == nil, systemBusLabReason))

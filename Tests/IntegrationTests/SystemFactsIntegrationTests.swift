@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import LinuxReachability
 import Testing
+import TestSupport
 
 /// A client namespace with a wifi-named uplink (and optionally more) and a private system bus
 /// whose mocked NetworkManager runs in that namespace, describing the same interfaces.

@@ -4,6 +4,7 @@ import ResumableDownloads
 import Synchronization
 import Testing
 @testable import ResumableURLSession
+import TestSupport
 
 /// The Swift-concurrency and URLRequest forms (issue 17) on a default session, against a
 /// scripted server on loopback: download(from:)/download(for:)/download(resumeFrom:), the

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Data tasks against real outages: `urlsession-probe --data` in a client namespace, nginx at
 /// 1 MiB/s in the server namespace, the link cut and restored with `ip`.

@@ -4,6 +4,7 @@ import ResumableDownloads
 import Synchronization
 import Testing
 @testable import ResumableURLSession
+import TestSupport
 
 /// ResumableURLSession against nginx on 127.0.0.1, with the path scripted (the namespace
 /// tests in URLSessionOutageTests cut real links).

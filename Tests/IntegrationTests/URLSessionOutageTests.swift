@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
 /// `urlsession-probe` (a ResumableURLSession with a delegate that prints NDJSON) run inside a
 /// namespace; its lines parsed as JSON objects, commands go to its stdin.

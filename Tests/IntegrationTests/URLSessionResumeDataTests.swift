@@ -4,6 +4,7 @@ import ResumableDownloads
 import Synchronization
 import Testing
 @testable import ResumableURLSession
+import TestSupport
 
 /// Resume data as hostile input, end to end: forged, foreign, stale, reused, planted files.
 @Suite("ResumableURLSession resume data as input", .serialized,

@@ -52,7 +52,7 @@ struct UploadOutageTests {
                 (try? sh(["ip", "netns", "exec", server, "bash", "-c",
                           "exec 3<>/dev/tcp/\(UploadOutageTests.serverAddress)/8080"])) != nil
             }
-            guard accepts else { throw CommandFailure(description: "\(script) did not start in \(server)") }
+            guard accepts else { throw LabCommandFailure(description: "\(script) did not start in \(server)") }
         }
 
         func linkDown() throws { try ip("-n \(client) link set eth1 down") }

@@ -163,7 +163,7 @@ struct WaitOnlineIntegrationTests {
         lab.children.withLock { $0.append(process) }
         // Bound before the test goes on: the script prints once bind() succeeded.
         guard String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).contains("ready") else {
-            throw CommandFailure(description: "the DNS responder did not start in \(namespace)")
+            throw LabCommandFailure(description: "the DNS responder did not start in \(namespace)")
         }
     }
 

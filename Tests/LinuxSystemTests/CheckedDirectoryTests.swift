@@ -14,7 +14,6 @@ extension ScratchDirectory {
 
 /// Another user's uid for ownership tests (nobody); only root can give files to it.
 let otherUID: UInt32 = 65534
-var isRoot: Bool { geteuid() == 0 }
 
 func mode(_ path: String) -> Int {
     ((try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions]) as? Int) ?? -1

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import ResumableURLSession
+import ResumableDownloads
 import TestSupport
 
 @Suite("Resume data: encoding and validation")
@@ -10,8 +11,9 @@ struct ResumeDataTests {
 
     static func sample(_ edit: (inout ResumeData) -> Void = { _ in }) -> ResumeData {
         let id = UUID(uuidString: "5B0E3C7A-1F6D-4E55-9C3B-2A8D7E6F1A2B")!
-        var data = ResumeData(id: id, url: URL(string: "http://10.88.0.1/file.bin?x=1")!, entityTag: "\"6790a1b2-500000\"",
-                              lastModified: "Tue, 01 Dec 2026 07:00:00 GMT", offset: 1_048_576, expectedLength: 5_242_880,
+        let state = ResumeState(id: id, url: URL(string: "http://10.88.0.1/file.bin?x=1")!, entityTag: "\"6790a1b2-500000\"",
+                                lastModified: "Tue, 01 Dec 2026 07:00:00 GMT", totalLength: 5_242_880, verifiedOffset: 1_048_576)
+        var data = ResumeData(state: state,
                               partialFile: .init(name: ResumeData.partialFileName(for: id), device: 64_769, inode: 1_234_567,
                                                    modified: 1_800_000_000_123_456_789),
                               stateDirectory: "/var/lib/reachability/url-session",
@@ -38,15 +40,33 @@ struct ResumeDataTests {
     /// A task fetched in segments: the ranges and seams go out and come back; a blob from before
     /// they existed (no such keys) still decodes.
     @Test func rangesAndSeamsRoundTrip() throws {
-        let original = Self.sample { $0.offset = 0; $0.ranges = [[1_048_576, 2_097_152], [3_145_728, 3_407_872]]; $0.seams = [3_145_728] }
+        let original = Self.sample { $0.state.verifiedOffset = 0; $0.state.ranges = [[1_048_576, 2_097_152], [3_145_728, 3_407_872]]; $0.state.seams = [3_145_728] }
         #expect(try ResumeData.decode(try original.encoded(key: Self.key), key: Self.key) == original)
         let older = Self.sample()
-        #expect(older.ranges == nil && older.seams == nil)
+        #expect(older.state.ranges == nil && older.state.seams == nil)
         #expect(try ResumeData.decode(try older.encoded(key: Self.key), key: Self.key) == older)
     }
 
+    /// Data made before the state was one value (its payload written field by field, as version
+    /// 1 defined it) still decodes to the same state.
+    @Test func dataInTheOriginalLayoutStillDecodes() throws {
+        let payload = """
+        {"createdAt":"2027-01-15T08:00:00Z","entityTag":"\\"6790a1b2-500000\\"","expectedLength":5242880,\
+        "id":"5B0E3C7A-1F6D-4E55-9C3B-2A8D7E6F1A2B","lastModified":"Tue, 01 Dec 2026 07:00:00 GMT","offset":1048576,\
+        "partialFile":{"device":64769,"inode":1234567,"modified":1800000000123456789,\
+        "name":"5B0E3C7A-1F6D-4E55-9C3B-2A8D7E6F1A2B.download.part"},"ranges":[[2097152,3145728]],"seams":[2097152],\
+        "stateDirectory":"\\/var\\/lib\\/reachability\\/url-session","url":"http:\\/\\/10.88.0.1\\/file.bin?x=1"}
+        """
+        let blob = ResumeData.sealed(Data(payload.utf8), magic: ResumeData.magic, version: 1, key: Self.key)
+        let decoded = try ResumeData.decode(blob, key: Self.key)
+        #expect(decoded == Self.sample { $0.state.ranges = [[2_097_152, 3_145_728]]; $0.state.seams = [2_097_152] })
+        // And what this code writes is that layout, key for key.
+        let written = try decoded.encoded(key: Self.key)
+        #expect(written.dropFirst(14).dropLast(32) == Data(payload.utf8))
+    }
+
     @Test func withoutOptionalFields() throws {
-        let original = Self.sample { $0.lastModified = nil; $0.expectedLength = nil }
+        let original = Self.sample { $0.state.lastModified = nil; $0.state.totalLength = nil }
         #expect(try ResumeData.decode(try original.encoded(key: Self.key), key: Self.key) == original)
     }
 
@@ -107,24 +127,24 @@ struct ResumeDataTests {
 
     /// Authentic data with bad fields (a writer bug or a leaked key) is still refused.
     @Test(arguments: [
-        Bad("ftp URL") { $0.url = URL(string: "ftp://h/f")! },
-        Bad("file URL") { $0.url = URL(fileURLWithPath: "/etc/shadow") },
-        Bad("no host") { $0.url = URL(string: "http:///f")! },
-        Bad("zero offset") { $0.offset = 0 },
-        Bad("negative offset") { $0.offset = -5 },
-        Bad("offset past the length") { $0.expectedLength = 100 },
-        Bad("no validator") { $0.entityTag = nil; $0.lastModified = nil },
-        Bad("weak ETag") { $0.entityTag = "W/\"x\"" },
-        Bad("header injection in the ETag") { $0.entityTag = "\"x\"\r\nHost: evil.example\r\n\"" },
-        Bad("header injection in Last-Modified") { $0.lastModified = "Tue\nX: y" },
+        Bad("ftp URL") { $0.state.url = URL(string: "ftp://h/f")! },
+        Bad("file URL") { $0.state.url = URL(fileURLWithPath: "/etc/shadow") },
+        Bad("no host") { $0.state.url = URL(string: "http:///f")! },
+        Bad("zero offset") { $0.state.verifiedOffset = 0 },
+        Bad("negative offset") { $0.state.verifiedOffset = -5 },
+        Bad("offset past the length") { $0.state.totalLength = 100 },
+        Bad("no validator") { $0.state.entityTag = nil; $0.state.lastModified = nil },
+        Bad("weak ETag") { $0.state.entityTag = "W/\"x\"" },
+        Bad("header injection in the ETag") { $0.state.entityTag = "\"x\"\r\nHost: evil.example\r\n\"" },
+        Bad("header injection in Last-Modified") { $0.state.lastModified = "Tue\nX: y" },
         Bad("partial file outside the session") { $0.partialFile.name = "../../../../etc/passwd" },
         Bad("another download's partial file") { $0.partialFile.name = ResumeData.partialFileName(for: UUID()) },
-        Bad("ranges past the length") { $0.ranges = [[2_000_000, 6_000_000]] },
-        Bad("a range inside the prefix") { $0.ranges = [[500_000, 2_000_000]] },
-        Bad("ranges out of order") { $0.ranges = [[4_000_000, 4_100_000], [2_000_000, 2_100_000]] },
-        Bad("ranges without a length") { $0.expectedLength = nil; $0.ranges = [[2_000_000, 2_100_000]] },
-        Bad("a seam past the length") { $0.seams = [9_000_000] },
-        Bad("no prefix and no ranges") { $0.offset = 0; $0.ranges = [] },
+        Bad("ranges past the length") { $0.state.ranges = [[2_000_000, 6_000_000]] },
+        Bad("a range inside the prefix") { $0.state.ranges = [[500_000, 2_000_000]] },
+        Bad("ranges out of order") { $0.state.ranges = [[4_000_000, 4_100_000], [2_000_000, 2_100_000]] },
+        Bad("ranges without a length") { $0.state.totalLength = nil; $0.state.ranges = [[2_000_000, 2_100_000]] },
+        Bad("a seam past the length") { $0.state.seams = [9_000_000] },
+        Bad("no prefix and no ranges") { $0.state.verifiedOffset = 0; $0.state.ranges = [] },
     ])
     func authenticButInvalidFields(_ bad: Bad) throws {
         let blob = try Self.sample(bad.edit).encoded(key: Self.key)

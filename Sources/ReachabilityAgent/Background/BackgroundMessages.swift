@@ -120,7 +120,7 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
     /// 0...1 (`URLSessionTask.priority`).
     package var priority: Float = 0.5
     /// Continue these stored bytes (a task made from resume data).
-    package var resumeState: BackgroundResumeState?
+    package var resumeState: ResumeState?
 
     package init(taskIdentifier: Int, url: String) {
         self.taskIdentifier = taskIdentifier
@@ -142,7 +142,7 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
         earliestBeginDate = try container.decodeIfPresent(Double.self, forKey: .earliestBeginDate)
         expectedBytes = try container.decodeIfPresent(Int64.self, forKey: .expectedBytes) ?? -1
         priority = try container.decodeIfPresent(Float.self, forKey: .priority) ?? 0.5
-        resumeState = try container.decodeIfPresent(BackgroundResumeState.self, forKey: .resumeState)
+        resumeState = try container.decodeIfPresent(ResumeState.self, forKey: .resumeState)
     }
 
     package static let maximumURLLength = 8 << 10
@@ -181,8 +181,8 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
         }
         if priority.isNaN || priority < 0 || priority > 1 { return "priority must be between 0 and 1" }
         if let state = resumeState {
-            guard state.url == self.url else { return "the resume data is for another URL" }
-            if let problem = state.problem { return problem }
+            guard state.url.absoluteString == self.url else { return "the resume data is for another URL" }
+            guard state.validated != nil else { return "the resume data's state is not valid" }
         }
         _ = url
         return Self.headerProblem(headers, label: "the request's headers")
@@ -222,41 +222,6 @@ package enum BackgroundTaskAction: String, Codable, Sendable, CaseIterable {
     case cancelProducingResumeData
 }
 
-/// A download's durable state, from which the client makes resume data (and back).
-package struct BackgroundResumeState: Codable, Sendable, Hashable {
-    /// The engine download's id: names its partial file `ID.download.part`.
-    package var id: UUID
-    package var url: String
-    package var entityTag: String?
-    package var lastModified: String?
-    package var offset: Int64
-    package var totalLength: Int64?
-
-    package init(id: UUID, url: String, entityTag: String?, lastModified: String?, offset: Int64, totalLength: Int64?) {
-        self.id = id
-        self.url = url
-        self.entityTag = entityTag
-        self.lastModified = lastModified
-        self.offset = offset
-        self.totalLength = totalLength
-    }
-
-    package init(_ state: ResumeState) {
-        self.init(id: state.id, url: state.url.absoluteString, entityTag: state.entityTag, lastModified: state.lastModified,
-                  offset: state.verifiedOffset, totalLength: state.totalLength)
-    }
-
-    /// The engine's resume state, when the fields pass its rules.
-    package var engineState: ResumeState? {
-        guard let url = URL(string: url) else { return nil }
-        let state = ResumeState(id: id, url: url, entityTag: entityTag, lastModified: lastModified, totalLength: totalLength,
-                                verifiedOffset: offset)
-        return (try? state.validate()) == nil ? nil : state
-    }
-
-    var problem: String? { engineState == nil ? "the resume data's state is not valid" : nil }
-}
-
 /// A task as the agent reports it.
 package struct BackgroundTaskSnapshot: Codable, Sendable, Hashable {
     package enum State: String, Codable, Sendable {
@@ -292,11 +257,11 @@ package struct BackgroundFailure: Codable, Sendable, Hashable {
     package var message: String
     package var httpStatus: Int?
     /// Present when the stored bytes can be continued.
-    package var resumeState: BackgroundResumeState?
+    package var resumeState: ResumeState?
 
     package static let cancelled = BackgroundFailure(code: -999, message: "cancelled")
 
-    package init(code: Int, message: String, httpStatus: Int? = nil, resumeState: BackgroundResumeState? = nil) {
+    package init(code: Int, message: String, httpStatus: Int? = nil, resumeState: ResumeState? = nil) {
         self.code = code
         self.message = message
         self.httpStatus = httpStatus
@@ -304,7 +269,7 @@ package struct BackgroundFailure: Codable, Sendable, Hashable {
     }
 
     /// An engine failure; an outage longer than allowed is -1001 as on Apple platforms.
-    package init(_ error: DownloadError, resumeState: BackgroundResumeState?) {
+    package init(_ error: DownloadError, resumeState: ResumeState?) {
         self.init(code: error == .connectivityTimeout ? -1001 : error.errorCode, message: error.description,
                   httpStatus: error.httpStatusCode, resumeState: resumeState)
     }

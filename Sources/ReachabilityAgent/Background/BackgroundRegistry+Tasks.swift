@@ -8,7 +8,7 @@ extension BackgroundRegistry {
     /// needs no transfer stop, the state to answer with at once.
     package struct Performed: Sendable, Hashable {
         package var actions: [Action]
-        package var resumeState: BackgroundResumeState?
+        package var resumeState: ResumeState?
         /// The stop of this transfer was asked for: the answer comes with `transferStopped`.
         package var awaitsStop: UUID?
     }
@@ -307,10 +307,10 @@ extension BackgroundRegistry {
 
     /// A stop asked for (`stopTransfer`) is done: the transfer paused with `resumeState`, or it
     /// completed or failed meanwhile (then those outcomes were reported too, and this is moot).
-    package mutating func transferStopped(_ id: UUID, resumeState: BackgroundResumeState?, now: Date) -> (actions: [Action], resumeState: BackgroundResumeState?) {
+    package mutating func transferStopped(_ id: UUID, resumeState: ResumeState?, now: Date) -> (actions: [Action], resumeState: ResumeState?) {
         guard let transfer = transfers[id], let session = sessions[transfer.session] else { return ([], nil) }
         var actions: [Action] = []
-        var answered: BackgroundResumeState?
+        var answered: ResumeState?
         for identifier in transfer.tasks.sorted() {
             guard let reason = session.stopping[identifier], let task = session.task(identifier) else { continue }
             var failure: BackgroundFailure

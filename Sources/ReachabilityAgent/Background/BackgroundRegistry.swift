@@ -106,7 +106,7 @@ package struct BackgroundRegistry: Sendable {
         package var allowsExpensive: Bool
         package var allowsRoaming: Bool
         package var allowsConstrained: Bool = true
-        package var resumeState: BackgroundResumeState?
+        package var resumeState: ResumeState?
         /// The session's `httpMaximumConnectionsPerHost`.
         package var maximumConnections: Int
         /// `isDiscretionary`: waits for AC power too, as Apple's discretionary tasks do.

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ResumableDownloads
 
 /// One background session as the agent keeps it on disk (`STATE/background/sessions/*.json`),
 /// rewritten atomically on every change that matters after an agent crash: a task created or
@@ -77,7 +78,7 @@ package struct BackgroundTaskRecord: Codable, Sendable, Hashable {
     package init(spec: BackgroundTaskSpec, transfer: UUID) {
         self.spec = spec
         self.transfer = transfer
-        bytesReceived = spec.resumeState?.offset ?? 0
+        bytesReceived = spec.resumeState?.verifiedOffset ?? 0
         totalBytes = spec.resumeState?.totalLength
     }
 

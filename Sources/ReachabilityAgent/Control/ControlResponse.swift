@@ -1,3 +1,5 @@
+import ResumableDownloads
+
 /// One reply line.
 package struct ControlResponse: Codable, Sendable, Equatable {
     package var version: Int = ControlProtocol.version
@@ -12,7 +14,7 @@ package struct ControlResponse: Codable, Sendable, Equatable {
     /// `attach`: the session's tasks.
     package var attachment: BackgroundAttachment?
     /// `taskAction` cancelProducingResumeData: the state resume data is made from.
-    package var resumeState: BackgroundResumeState?
+    package var resumeState: ResumeState?
     /// An event pushed to an attached session (no `id`).
     package var event: BackgroundEvent?
 
@@ -21,7 +23,7 @@ package struct ControlResponse: Codable, Sendable, Equatable {
     }
     package static func success(id: ControlRequestID?, download: AgentDownload? = nil, downloads: [AgentDownload]? = nil,
                         status: AgentStatus? = nil, metrics: String? = nil, attachment: BackgroundAttachment? = nil,
-                        resumeState: BackgroundResumeState? = nil) -> ControlResponse {
+                        resumeState: ResumeState? = nil) -> ControlResponse {
         ControlResponse(id: id, ok: true, download: download, downloads: downloads, status: status, metrics: metrics,
                         attachment: attachment, resumeState: resumeState)
     }

@@ -186,13 +186,13 @@ extension AgentService {
     /// Applies `actions` in order; returns the resume state a transfer stop produced for a
     /// `cancel(byProducingResumeData:)`, if one was asked for.
     @discardableResult
-    func applyBackground(_ actions: [BackgroundRegistry.Action]) async -> BackgroundResumeState? {
+    func applyBackground(_ actions: [BackgroundRegistry.Action]) async -> ResumeState? {
         // Each session once, first: the registry has already decided, so its records are what
         // the actions below will have done (an event on disk before it is sent, a session
         // before its transfer exists). A batch that cancels 4096 tasks writes once, not 4096 times.
         var written = Set<BackgroundSessionKey>()
         for case .persist(let key) in actions where written.insert(key).inserted { save(key) }
-        var answered: BackgroundResumeState?
+        var answered: ResumeState?
         for action in actions {
             switch action {
             case .persist:
@@ -293,7 +293,7 @@ extension AgentService {
 
     private func startTransfer(_ start: BackgroundRegistry.TransferStart) async {
         guard let store = backgroundStore, let url = URL(string: start.url) else { return }
-        let state = start.resumeState?.engineState
+        let state = start.resumeState?.validated
             ?? ResumeState(id: start.id, url: url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
         let download: Download
         if start.waitsForACPower { await refreshPower() }
@@ -321,7 +321,7 @@ extension AgentService {
 
     /// Pauses a transfer and reads its resume state (`cancel(byProducingResumeData:)`, a
     /// resource timeout); a transfer that completed or failed for good meanwhile is reported so.
-    private func stopTransfer(_ id: UUID) async -> BackgroundResumeState? {
+    private func stopTransfer(_ id: UUID) async -> ResumeState? {
         let now = environment.now()
         guard let download = backgroundDownloads[id] else {
             await applyBackground(background.transferStopped(id, resumeState: nil, now: now).actions)
@@ -336,8 +336,8 @@ extension AgentService {
             await applyBackground(background.transferFailed(id, BackgroundFailure(error, resumeState: nil), now: now))
             return nil
         default:
-            let state = await agent.resumeState(of: download)
-                .flatMap { $0.verifiedOffset > 0 && $0.validator != nil ? BackgroundResumeState($0) : nil }
+            // Ranges and seams included: a segmented transfer continued from it refetches none of them.
+            let state = await agent.resumeState(of: download).flatMap { $0.isContinuable ? $0 : nil }
             let (actions, answered) = background.transferStopped(id, resumeState: state, now: now)
             await applyBackground(actions)
             return answered
@@ -372,10 +372,9 @@ extension AgentService {
             await applyBackground(background.transferCompleted(id, now: now))
         case .failed(let error):
             guard error != .cancelled else { return }
-            var state: BackgroundResumeState?
+            var state: ResumeState?
             if error.isResumable {
-                state = await agent.resumeState(of: download)
-                    .flatMap { $0.verifiedOffset > 0 && $0.validator != nil ? BackgroundResumeState($0) : nil }
+                state = await agent.resumeState(of: download).flatMap { $0.isContinuable ? $0 : nil }
             }
             await applyBackground(background.transferFailed(id, BackgroundFailure(error, resumeState: state), now: now))
         case .started, .waitingForServer, .retrying, .paused, .waiting:

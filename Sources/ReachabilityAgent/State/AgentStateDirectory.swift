@@ -1,6 +1,5 @@
 import FoundationEssentials
 import LinuxReachability
-import Glibc
 import LinuxSystem
 import ReachabilityBase
 import ReachabilityEvents

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxSystem
 
 /// The one resolver of the state directory for every product: the command line's `download`,

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 
 /// The four classes of BITS (`BG_JOB_PRIORITY`) a queued download is in: a higher class takes
 /// the transfer slots first; within one, first come first served. A `foreground` download that

@@ -81,29 +81,32 @@ package struct ResponseHead: Sendable, Hashable {
 }
 
 /// Collects header lines as libcurl's header callback delivers them (every response, including
-/// interim 1xx and followed redirects, starts with its status line).
+/// interim 1xx and followed redirects, starts with its status line). Each line is read by
+/// `HTTPHeadLine`, the probe's reader too; a line libcurl passed that is no field is skipped.
 struct HeaderAccumulator: Sendable {
     private var statusCode: Int?
     private var fields: [String: String] = [:]
 
     /// Feeds one raw line (with or without CRLF); returns the head when the blank line ends it.
     mutating func feed(_ rawLine: String) -> ResponseHead? {
-        let line = rawLine.trimmingWhitespace()
-        if line.isEmpty {
+        var line = Array(rawLine.utf8)
+        if line.last == 0x0A { line.removeLast() }
+        switch HTTPHeadLine.parse(line) {
+        case .success(.end):
             defer { statusCode = nil; fields = [:] }
             guard let statusCode else { return nil }
             return ResponseHead(statusCode: statusCode, fields: fields)
+        case .success(.status(_, let code)):
+            (statusCode, fields) = (code, [:])
+        case .failure where line.starts(with: Array("HTTP/".utf8)):
+            // A status line with no usable code: its head is dropped whole.
+            (statusCode, fields) = (nil, [:])
+        case .success(.field(let name, let value)):
+            guard statusCode != nil else { return nil }
+            if let existing = fields[name] { fields[name] = existing + ", " + value } else { fields[name] = value }
+        case .failure:
+            break
         }
-        if line.hasPrefix("HTTP/") {
-            let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-            statusCode = parts.count >= 2 ? HTTPWire.statusCode(parts[1]) : nil
-            fields = [:]
-            return nil
-        }
-        guard statusCode != nil, let colon = line.firstIndex(of: ":") else { return nil }
-        let name = line[..<colon].lowercased()
-        let value = line[line.index(after: colon)...].trimmingWhitespace()
-        if let existing = fields[name] { fields[name] = existing + ", " + value } else { fields[name] = value }
         return nil
     }
 }

@@ -1,6 +1,5 @@
 import FoundationEssentials
 import LinuxReachability
-import Glibc
 import Synchronization
 import ReachabilityBase
 

@@ -1,13 +1,15 @@
 import FoundationEssentials
 
 /// A download's durable resume state as a value: what its resume record says after the last
-/// checkpoint. Package-level, for facades (such as `ResumableURLSession`) that hand resume data
-/// to their callers and take it back later, possibly in another process.
+/// checkpoint. The one model of resume facts (issue 31): the resume record stores them on disk,
+/// `ResumableURLSession`'s resume data seals them for its callers, and the agent's background
+/// protocol carries them as this type's JSON (`Codable`, the keys below), so a fact added here
+/// (the segment ranges and seams) reaches every place that continues a download.
 ///
 /// The value is input like any record read back from disk: `validate()` applies the same rules
 /// before the agent trusts it (http/https URL with a host, offsets in range, validators that are
 /// `ResumeValidator`'s rules, so they cannot smuggle a header into `If-Range`).
-package struct ResumeState: Sendable, Hashable {
+package struct ResumeState: Sendable, Hashable, Codable {
     /// The download's identity; it names the resume record in the state directory.
     package var id: UUID
     /// Where the bytes come from.
@@ -44,6 +46,41 @@ package struct ResumeState: Sendable, Hashable {
                   seams: record.seams)
     }
 
+    /// The wire keys: `offset` for the prefix and the URL as a string, as the background
+    /// protocol's resume state always had (state it persisted before ranges existed reads back).
+    private enum CodingKeys: String, CodingKey {
+        case id, url, entityTag, lastModified, totalLength, verifiedOffset = "offset", ranges, seams
+    }
+
+    /// Decodes the fields; a URL that does not parse is a decoding error (`validate()` checks the rest).
+    package init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let text = try container.decode(String.self, forKey: .url)
+        guard let url = URL(string: text) else {
+            throw DecodingError.dataCorruptedError(forKey: .url, in: container, debugDescription: "not a URL")
+        }
+        self.init(id: try container.decode(UUID.self, forKey: .id), url: url,
+                  entityTag: try container.decodeIfPresent(String.self, forKey: .entityTag),
+                  lastModified: try container.decodeIfPresent(String.self, forKey: .lastModified),
+                  totalLength: try container.decodeIfPresent(Int64.self, forKey: .totalLength),
+                  verifiedOffset: try container.decode(Int64.self, forKey: .verifiedOffset),
+                  ranges: try container.decodeIfPresent([[Int64]].self, forKey: .ranges),
+                  seams: try container.decodeIfPresent([Int64].self, forKey: .seams))
+    }
+
+    /// Encodes the fields under the wire keys (absent optionals are left out).
+    package func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(url.absoluteString, forKey: .url)
+        try container.encodeIfPresent(entityTag, forKey: .entityTag)
+        try container.encodeIfPresent(lastModified, forKey: .lastModified)
+        try container.encodeIfPresent(totalLength, forKey: .totalLength)
+        try container.encode(verifiedOffset, forKey: .verifiedOffset)
+        try container.encodeIfPresent(ranges, forKey: .ranges)
+        try container.encodeIfPresent(seams, forKey: .seams)
+    }
+
     /// Whether any durable byte is stored (a prefix or ranges).
     package var hasStoredBytes: Bool { verifiedOffset > 0 || !(ranges ?? []).isEmpty }
 
@@ -52,6 +89,13 @@ package struct ResumeState: Sendable, Hashable {
 
     /// The `If-Range` value a resume would send, as in `ResumeRecord.validator`.
     package var validator: String? { entityTag ?? lastModified }
+
+    /// Whether another process can continue from this state: bytes are stored and a validator
+    /// ties them to their entity (without one, a resume could splice two versions).
+    package var isContinuable: Bool { hasStoredBytes && validator != nil }
+
+    /// This state when it passes `validate()`, else nil.
+    package var validated: ResumeState? { (try? validate()) == nil ? nil : self }
 
     /// Throws `DownloadError.invalidRequest` with the reason when the state cannot be trusted.
     package func validate() throws {

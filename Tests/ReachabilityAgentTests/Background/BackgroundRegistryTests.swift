@@ -188,8 +188,8 @@ struct BackgroundRegistryTests {
         let performed = try registry.perform(.cancelProducingResumeData, on: 1, in: Self.key, connection: 1, now: Self.now,
                                              availableBytes: Self.plenty).get()
         #expect(performed.actions == [.stopTransfer(transfers[0])] && performed.awaitsStop == transfers[0])
-        let state = BackgroundResumeState(id: transfers[0], url: "http://192.0.2.1/a.bin", entityTag: "\"e\"", lastModified: nil,
-                                          offset: 1000, totalLength: 5000)
+        let state = ResumeState(id: transfers[0], url: URL(string: "http://192.0.2.1/a.bin")!, entityTag: "\"e\"", lastModified: nil,
+                                totalLength: 5000, verifiedOffset: 1000)
         let (actions, answered) = registry.transferStopped(transfers[0], resumeState: state, now: Self.now)
         #expect(answered == state)
         #expect(actions.contains(.releaseTransfer(transfers[0], keepFiles: true)))
@@ -197,8 +197,8 @@ struct BackgroundRegistryTests {
         #expect(event.failure?.code == -999 && event.failure?.resumeState == state)
         // A cancel of a task that never started hands back the resume data it was made from.
         var fromData = Self.spec(2)
-        fromData.resumeState = BackgroundResumeState(id: UUID(), url: fromData.url, entityTag: "\"e\"", lastModified: nil, offset: 10,
-                                                     totalLength: nil)
+        fromData.resumeState = ResumeState(id: UUID(), url: URL(string: fromData.url)!, entityTag: "\"e\"", lastModified: nil,
+                                           totalLength: nil, verifiedOffset: 10)
         _ = try registry.createTask(fromData, in: Self.key, connection: 1, transfer: UUID()).get()
         let unstarted = try registry.perform(.cancelProducingResumeData, on: 2, in: Self.key, connection: 1, now: Self.now,
                                              availableBytes: Self.plenty).get()
@@ -325,8 +325,8 @@ struct BackgroundRegistryTests {
         spec.timeout = .nan
         #expect(spec.problem != nil)
         spec.timeout = nil
-        spec.resumeState = BackgroundResumeState(id: UUID(), url: "http://192.0.2.1/other", entityTag: nil, lastModified: nil,
-                                                 offset: 0, totalLength: nil)
+        spec.resumeState = ResumeState(id: UUID(), url: URL(string: "http://192.0.2.1/other")!, entityTag: nil, lastModified: nil,
+                                       totalLength: nil, verifiedOffset: 0)
         #expect(spec.problem?.contains("another URL") == true)
     }
 }

@@ -24,6 +24,19 @@ struct ResumeStateTests {
         try Self.state { $0.totalLength = nil }.validate()
     }
 
+    /// The state's JSON (the background protocol's): ranges and seams travel; JSON from before
+    /// they existed (the keys a background session always sent) reads back as a prefix.
+    @Test func encodesWithItsRangesAndReadsTheOlderForm() throws {
+        let segmented = Self.state { $0.verifiedOffset = 0; $0.ranges = [[1024, 2048], [4096, 8192]]; $0.seams = [4096] }
+        #expect(try JSONDecoder().decode(ResumeState.self, from: try JSONEncoder().encode(segmented)) == segmented)
+        let older = #"{"id":"5B0E3C7A-1F6D-4E55-9C3B-2A8D7E6F1A2B","url":"http://127.0.0.1:9/file.bin","entityTag":"\"abc-123\"","offset":4096,"totalLength":10000}"#
+        let decoded = try JSONDecoder().decode(ResumeState.self, from: Data(older.utf8))
+        #expect(decoded == Self.state { $0.id = UUID(uuidString: "5B0E3C7A-1F6D-4E55-9C3B-2A8D7E6F1A2B")! })
+        #expect(throws: DecodingError.self) {
+            try JSONDecoder().decode(ResumeState.self, from: Data(older.replacingOccurrences(of: "http://127.0.0.1:9/file.bin", with: "").utf8))
+        }
+    }
+
     /// A hostile state, shown by its label in test output.
     struct Hostile: CustomTestStringConvertible, Sendable {
         var label: String
