@@ -376,7 +376,9 @@ package actor AgentService {
         let now = environment.now
         let metrics = downloadMetrics
         metrics.follow(download.id, offset: download.progress.bytesReceived)
-        Task { [weak self] in
+        // Detached: a task inherits its creator's task-local values, and an add's task carries
+        // `DurableWrites.collecting`, which these two would keep alive as long as the download.
+        Task.detached { [weak self] in
             var last = ContinuousClock.now
             var connections = DownloadConnections()
             for await progress in download.progressUpdates {
@@ -399,7 +401,7 @@ package actor AgentService {
                 emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
             }
         }
-        Task { [weak self] in
+        Task.detached { [weak self] in
             var index = 0
             for await event in download.events {
                 index += 1
