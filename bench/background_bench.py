@@ -17,6 +17,8 @@ The client and its agent run in a namespace behind a /32 uplink; nginx with limi
 from a second namespace (as bench/urlsession_outage_bench.py). Needs root and `swift build`.
 Namespaces are named rchB<pid>-*, always removed.
 Usage: bench/background_bench.py [--build .build/debug] [--size-mib 8] [--rate 2m] [--sessions 100] [--tasks 10]
+       [--phases 1,2,3]
+(3,000 tasks in one session, issue 29: --phases 3 --sessions 1 --tasks 3000.)
 """
 import argparse
 import json
@@ -217,9 +219,10 @@ def many_sessions(args):
         for index in range(args.sessions):
             probe = Probe(network, env=QUIET, arguments=[f"{build}/background-probe", "--state-dir", agent.state, "--session", f"s{index}",
                                     "--agent", f"{build}/reachability", "--not-before", "3600", "--no-launch-events"] + urls)
-            probe.wait_line(lambda l: l.get("call") == "created" and l.get("task") == args.tasks, 60)
+            probe.wait_line(lambda l: l.get("call") == "created" and l.get("task") == args.tasks, 60 + args.tasks / 10)
             probes.append(probe)
         created = time.monotonic() - started
+        print(f"(made {args.sessions} x {args.tasks} tasks in {created:.1f} s)", file=sys.stderr, flush=True)
         usage = agent.usage()
         rows.append((f"{args.sessions} programs attached, {args.sessions * args.tasks} tasks",
                      (usage[0], usage[1] - cpu_start, usage[2]), agent.latency("status"), agent.latency("list")))
@@ -255,11 +258,22 @@ def main():
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--replays", type=int, default=5)
+    parser.add_argument("--phases", default="1,2,3", help="comma-separated: which of the three parts to run")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")
     args.build = os.path.abspath(args.build)
 
+    phases = args.phases.split(",")
+    if "1" in phases:
+        killed_phase(args)
+    if "2" in phases:
+        replay_phase(args)
+    if "3" in phases:
+        sessions_phase(args)
+
+
+def killed_phase(args):
     content = os.urandom(args.size_mib << 20)
     print(f"1. {args.size_mib} MiB at {args.rate}/s, the program SIGKILLed halfway, then run again for the file:\n")
     print("| session | file complete | bytes re-fetched | requests |")
@@ -267,6 +281,9 @@ def main():
     for name, ok, refetched, requests in killed_mid_download(args, content):
         print(f"| {name} | {'yes' if ok else 'NO'} | {refetched:,} | {requests} |")
 
+
+
+def replay_phase(args):
     print("\n2. 100 events waiting; a new process makes the session (time 0) until its delegate calls:\n")
     results = replay_latency(args)
     print("| run | first didFinishDownloadingTo | urlSessionDidFinishEvents (after 100) |")
@@ -275,6 +292,9 @@ def main():
         print(f"| {index + 1} | {first:.1f} ms | {last:.1f} ms ({count} files) |")
     print(f"| median | {statistics.median(r[0] for r in results):.1f} ms | {statistics.median(r[1] for r in results):.1f} ms |")
 
+
+
+def sessions_phase(args):
     rows, created, idle = many_sessions(args)
     print(f"\n3. {args.sessions} sessions x {args.tasks} tasks in one agent (made in {created:.1f} s; "
           f"idle afterwards: {idle:.2f} s CPU in 10 s):\n")

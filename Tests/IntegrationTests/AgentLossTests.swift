@@ -96,6 +96,46 @@ struct AgentLossTests {
         _ = agent.terminate()
     }
 
+    /// Adds arriving together share their records' fsyncs (a group commit), and each reply is
+    /// sent only once its record is durable: 600 pipelined adds, the agent SIGKILLed the moment
+    /// the 200th reply is read; the restarted agent lists every job that was answered.
+    @Test func aRepliedAddSurvivesASigkillRightAfterItsReply() throws {
+        let namespace = try ConnectedNamespace()
+        let directory = try F.Directory("agent")
+        let state = directory.file("state")
+        try AgentTests.allowDownloads(into: directory)
+        var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        // Nothing listens on port 9: the jobs wait or fail and keep their records.
+        let script = """
+        import json, os, signal, socket, sys, threading
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sys.argv[1])
+        count = 600
+        lines = b"".join(json.dumps({"version": 1, "id": i, "command": "add", "url": "http://127.0.0.1:9/g%d" % i,
+                                     "output": "\(directory.url.path)/g%d.bin" % i}).encode() + b"\\n" for i in range(count))
+        threading.Thread(target=lambda: s.sendall(lines), daemon=True).start()
+        reader = s.makefile("rb")
+        answered = []
+        while len(answered) < 200:
+            reply = json.loads(reader.readline())
+            if reply.get("ok"): answered.append(reply["download"]["id"])
+        os.kill(int(sys.argv[2]), signal.SIGKILL)
+        print("\\n".join(answered))
+        """
+        let result = try ChildProcess.run("/usr/bin/python3", ["-c", script, state.appendingPathComponent("agent.sock").path,
+                                                               String(first!.process.processIdentifier)])
+        #expect(result.status == 0, "\(result)")
+        let answered = result.standardOutput.split(separator: "\n").map(String.init)
+        #expect(answered.count == 200, "\(result)")
+        #expect(F.waitSync(timeout: .seconds(10)) { !first!.process.isRunning })
+        first = nil
+        let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        let listed = Set(try second.list().compactMap { $0["id"] as? String })
+        let lost = answered.filter { !listed.contains($0) }
+        #expect(lost.isEmpty, "\(lost.count) of 200 answered adds lost: \(lost.prefix(3))")
+        _ = second.terminate()
+    }
+
     /// An add repeated with the same client key (the first one's connection was reset before its
     /// reply was read) is answered with the first job; there is one job, not two.
     @Test func aRetriedAddWithItsClientKeyIsAnsweredWithTheFirstJob() throws {

@@ -274,6 +274,24 @@ struct CheckedFileTests {
         #expect(CheckedDirectory.uniqueTemporaryName(for: "a.prom").hasPrefix(".a.prom."))
     }
 
+    /// A group of atomic writes (the agent's group commit): each file in place with its bytes and
+    /// exact mode, one bad name fails alone, an existing file is replaced, no temporary is left.
+    @Test func groupWritesPutEveryFileInPlaceAndFailOneAlone() throws {
+        let scratch = try Scratch()
+        let directory = try CheckedDirectory.open(scratch.at("state"), policy: .privateState, creating: true)
+        try directory.writeAtomically(Array("old".utf8), to: "b.json")
+        let results = directory.writeAtomically(group: [("a.json", Array("A".utf8)), ("../x", Array("X".utf8)),
+                                                        ("b.json", Array("B".utf8))])
+        #expect(results.count == 3)
+        #expect(results[0] == nil && results[2] == nil, "\(results)")
+        #expect(results[1] != nil, "a name with a slash is refused")
+        #expect(try directory.readOwnedFile("a.json", limit: 10) == Array("A".utf8))
+        #expect(try directory.readOwnedFile("b.json", limit: 10) == Array("B".utf8))
+        #expect(mode(scratch.at("state/a.json")) == 0o600)
+        #expect(try directory.entries().sorted() == ["a.json", "b.json"], "no temporary file is left")
+        #expect(directory.writeAtomically(group: []).isEmpty)
+    }
+
     @Test func namesAreSingleComponents() throws {
         let scratch = try Scratch()
         let directory = try CheckedDirectory.open(scratch.path, policy: .shared)

@@ -2,8 +2,9 @@ import FoundationEssentials
 import ResumableDownloads
 
 /// One background session as the agent keeps it on disk (`STATE/background/sessions/*.json`),
-/// rewritten atomically on every change that matters after an agent crash: a task created or
-/// changed, an event added or acknowledged. Progress is the engine's (its resume records).
+/// with its changes since in a log beside it (`BackgroundStore`, `BackgroundSessionChange`):
+/// every change that matters after an agent crash is durable before it is acted on (a task
+/// created or changed, an event added or acknowledged). Progress is the engine's (its resume records).
 package struct BackgroundSessionRecord: Codable, Sendable, Hashable {
     package static let currentVersion = 1
 
@@ -18,6 +19,9 @@ package struct BackgroundSessionRecord: Codable, Sendable, Hashable {
     package var nextTaskIdentifier = 1
     /// `invalidateAndCancel()` was called: the session goes once its events are acknowledged.
     package var isInvalidated = false
+    /// The serial of the last change this file holds: the lines of the session's log that
+    /// follow it are numbered from here (`BackgroundStore`); nil in records from before the log.
+    package var journalSerial: UInt64?
 
     package init(key: BackgroundSessionKey, settings: BackgroundSessionSettings) {
         self.key = key

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import LinuxSystem
 import ResumableDownloads
+import Synchronization
 
 /// The background sessions' files in the agent's state directory, reached only through checked
 /// directory descriptors (no links followed, files of this user only):
@@ -8,6 +9,7 @@ import ResumableDownloads
 /// ```
 /// STATE_DIR/background/                  0700
 ///   sessions/HASH.json                   one record per session (uid + identifier, SHA-256 named)
+///   sessions/HASH.log                    its changes since (one `BackgroundSessionChange` a line)
 ///   downloads/TRANSFER.download.part     the engine's partial files (resume data names them)
 ///   downloads/TRANSFER.download          a finished file, the agent's until every event handing
 ///                                        it out is acknowledged
@@ -22,6 +24,19 @@ package final class BackgroundStore: Sendable {
     package let directory: CheckedDirectory
     private let sessionsDirectory: CheckedDirectory
     package let downloads: CheckedDirectory
+    /// Per session, the record as the files give it back, with where its log stands.
+    private let written = Mutex<[BackgroundSessionKey: Written]>([:])
+
+    private struct Written: Sendable {
+        var record: BackgroundSessionRecord
+        /// The serial of the log's last line (or the whole record's `journalSerial`).
+        var serial: UInt64
+        var logBytes: Int
+        var recordBytes: Int
+    }
+
+    /// A log is folded into its record once it is larger than the record and than this.
+    static let foldingThreshold = 64 << 10
 
     /// Opens (creating) `background/`, `sessions/` and `downloads/` under the checked state directory.
     package init(stateDirectory: CheckedDirectory) throws(FileTrustError) {
@@ -43,22 +58,110 @@ package final class BackgroundStore: Sendable {
         SHA256.hex(Array("\(key.uid)\u{0}\(key.identifier)".utf8)) + ".json"
     }
 
+    /// The name of the log of changes that follows the record `name` (`HASH.json`: `HASH.log`).
+    static func logName(for name: String) -> String { String(name.dropLast(".json".count)) + ".log" }
+
     /// Every valid session record; a file that cannot be read, fails its checks or is not named
     /// after its key is moved aside to `NAME.bad` (reported through `warn`) and never acted on.
     package func load(warn: (String) -> Void) -> [BackgroundSessionRecord] {
-        sessionsDirectory.loadRecords("background session", limit: 64 << 20, problem: { (record: BackgroundSessionRecord, name) in
-            record.problem ?? (Self.fileName(for: record.key) == name ? nil : "not named after its session")
-        }, warn: warn)
+        var records: [BackgroundSessionRecord] = []
+        for name in ((try? sessionsDirectory.entries()) ?? []).sorted() where name.hasSuffix(".json") {
+            do {
+                let bytes = try sessionsDirectory.readOwnedFile(name, limit: 64 << 20)
+                var record = try JSONDecoder().decode(BackgroundSessionRecord.self, from: Data(bytes))
+                if let problem = record.problem { throw StoreProblem(problem) }
+                guard Self.fileName(for: record.key) == name else { throw StoreProblem("not named after its session") }
+                let hadLog = try replayLog(of: name, onto: &record)
+                if let problem = record.problem { throw StoreProblem("after its log: \(problem)") }
+                written.withLock { $0[record.key] = Written(record: record, serial: record.journalSerial ?? 0, logBytes: 0,
+                                                             recordBytes: bytes.count) }
+                // Folded at once: a log ending in a torn line (a crash while appending) must not
+                // have lines appended after it.
+                if hadLog { try writeWhole(record) }
+                records.append(record)
+            } catch {
+                try? sessionsDirectory.rename(name, to: name + ".bad", replacing: true)
+                try? sessionsDirectory.rename(Self.logName(for: name), to: Self.logName(for: name) + ".bad", replacing: true)
+                warn("moved the invalid background session record \(sessionsDirectory.child(name)) aside: \(error)")
+            }
+        }
+        return records
     }
 
-    /// Writes a session's record durably (atomic replace).
+    /// Writes a session's record durably: what changed since the last write, as one line
+    /// appended to its log (fdatasync), or the whole record (atomic replace) the first time,
+    /// when the log cannot say the change, or once the log is larger than the record.
     package func save(_ record: BackgroundSessionRecord) throws(FileTrustError) {
-        try sessionsDirectory.writeAtomically(ControlCodec.encode(record), to: Self.fileName(for: record.key), mode: 0o600)
+        let last = written.withLock { $0[record.key] }
+        if let last, let change = BackgroundSessionChange(from: last.record, to: record, serial: last.serial + 1) {
+            let line = ControlCodec.encode(change) + [UInt8(ascii: "\n")]
+            if last.logBytes + line.count <= max(Self.foldingThreshold, last.recordBytes) {
+                try append(line, toLogOf: Self.fileName(for: record.key), creating: last.logBytes == 0)
+                written.withLock {
+                    $0[record.key] = Written(record: record, serial: change.serial, logBytes: last.logBytes + line.count,
+                                             recordBytes: last.recordBytes)
+                }
+                return
+            }
+        }
+        try writeWhole(record)
     }
 
-    /// Removes a session's record.
+    /// Writes the record whole with the serial its log goes on from, then drops the log (a
+    /// crash between the two leaves old lines the record's serial says to skip).
+    private func writeWhole(_ record: BackgroundSessionRecord) throws(FileTrustError) {
+        let name = Self.fileName(for: record.key)
+        let serial = (written.withLock { $0[record.key]?.serial } ?? record.journalSerial ?? 0) + 1
+        var stored = record
+        stored.journalSerial = serial
+        let bytes = ControlCodec.encode(stored)
+        try sessionsDirectory.writeAtomically(bytes, to: name, mode: 0o600)
+        try? sessionsDirectory.remove(Self.logName(for: name))
+        written.withLock { $0[record.key] = Written(record: record, serial: serial, logBytes: 0, recordBytes: bytes.count) }
+    }
+
+    private func append(_ line: [UInt8], toLogOf name: String, creating: Bool) throws(FileTrustError) {
+        let logName = Self.logName(for: name)
+        let file = try sessionsDirectory.openOwnedFile(logName, creating: creating ? .openOrCreate : .existing, mode: 0o600,
+                                                       appending: true).descriptor
+        do throws(Errno) {
+            defer { file.close() }
+            if creating { try file.truncate(to: 0) }   // a log left by a crash before its record was written whole
+            try file.writeAll(line)
+            try file.syncData()
+        } catch {
+            throw .system(sessionsDirectory.child(logName), "append", error)
+        }
+        if creating { try sessionsDirectory.sync() }   // the new name itself
+    }
+
+    /// Applies the lines of the record `name`'s log that follow it; false when it has none. A
+    /// line that does not parse (the end of a log torn by a crash) ends the log; lines the
+    /// record's serial already covers are skipped.
+    private func replayLog(of name: String, onto record: inout BackgroundSessionRecord) throws(FileTrustError) -> Bool {
+        let logName = Self.logName(for: name)
+        guard (try sessionsDirectory.status(of: logName)) != nil else { return false }
+        let bytes = try sessionsDirectory.readOwnedFile(logName, limit: 64 << 20)
+        var serial = record.journalSerial ?? 0
+        var lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        lines.removeLast()   // after the last newline: empty, or a torn line
+        for line in lines {
+            guard let change = try? JSONDecoder().decode(BackgroundSessionChange.self, from: Data(line)) else { break }
+            guard change.serial > serial else { continue }
+            guard change.serial == serial + 1 else { break }
+            record = change.applied(to: record)
+            serial = change.serial
+        }
+        record.journalSerial = serial
+        return true
+    }
+
+    /// Removes a session's record and its log.
     package func remove(_ key: BackgroundSessionKey) {
-        try? sessionsDirectory.remove(Self.fileName(for: key))
+        let name = Self.fileName(for: key)
+        try? sessionsDirectory.remove(name)
+        try? sessionsDirectory.remove(Self.logName(for: name))
+        written.withLock { $0[key] = nil }
     }
 
     /// Hands out the finished file of `transfer` under `name` (a new hard link; an old one of the

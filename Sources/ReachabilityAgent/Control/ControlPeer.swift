@@ -67,7 +67,9 @@ package final class ControlPeer: Sendable {
     /// `coalescingKey` matches an unsent line replaces it. Returns false once the connection is gone.
     @discardableResult
     package func send(_ response: ControlResponse, coalescingKey: String? = nil) -> Bool {
-        let bytes = ControlCodec.encode(response) + [UInt8(ascii: "\n")]
+        // A list's reports are encoded once and reused while unchanged (ReportEncodingCache).
+        let bytes = (response.downloads == nil ? ControlCodec.encode(response) : ReportEncodingCache.shared.encode(response))
+            + [UInt8(ascii: "\n")]
         enum Outcome { case gone, direct, queued, overflow }
         let outcome = state.withLock { state -> Outcome in
             guard !state.isClosed else { return .gone }

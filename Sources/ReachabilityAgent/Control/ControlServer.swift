@@ -2,8 +2,9 @@ import Dispatch
 import FoundationEssentials
 import LinuxReachability
 import LinuxSystem
-import Synchronization
 import ReachabilityBase
+import ResumableDownloads
+import Synchronization
 
 /// Accepts control connections on the agent's Unix socket.
 ///
@@ -14,6 +15,9 @@ package final class ControlServer: Sendable {
     /// Runs one command from `peer` and returns its reply, or nil when it has sent it itself
     /// (an attach, whose reply must precede the events it pushes); called from connection threads.
     package typealias Handler = @Sendable (ControlCommand, ControlRequestID?, ControlPeer) async -> ControlResponse?
+    /// Answers a request at once on the connection's thread, without the cooperative pool or
+    /// the service actor (`status`, `list`), or returns nil to leave it to the `Handler`.
+    package typealias Immediate = @Sendable (ControlCommand, ControlRequestID?, ControlPeer) -> ControlResponse?
     /// Told when a connection ends (an attached session is then detached).
     package typealias Closed = @Sendable (ControlPeer) async -> Void
     /// Told about refused peers and connection errors (for the agent's log).
@@ -25,6 +29,7 @@ package final class ControlServer: Sendable {
     /// its file, so stopping leaves both alone.
     package let isInherited: Bool
     private let handler: Handler
+    private let immediate: Immediate?
     private let closed: Closed
     private let observer: Observer
     private let nextPeerID = Atomic<UInt64>(0)
@@ -39,7 +44,7 @@ package final class ControlServer: Sendable {
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
     package convenience init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
-                             handler: @escaping Handler, closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
+                             immediate: Immediate? = nil, handler: @escaping Handler, closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
         try FileSystem.remove(path)
         let socket = try FileDescriptor.unixSocket()
         do {
@@ -49,13 +54,14 @@ package final class ControlServer: Sendable {
             throw error
         }
         self.init(listener: socket, path: path, isInherited: false, requestDeadline: requestDeadline,
-                  idleTimeout: idleTimeout, handler: handler, closed: closed, observer: observer)
+                  idleTimeout: idleTimeout, immediate: immediate, handler: handler, closed: closed, observer: observer)
     }
 
     /// Serves a listening socket bound at `path`: one systemd passed (`isInherited`), or one
     /// this process bound.
     package init(listener: FileDescriptor, path: String, isInherited: Bool, requestDeadline: Duration = .seconds(10),
-                 idleTimeout: Duration = .seconds(60), handler: @escaping Handler, closed: @escaping Closed = { _ in },
+                 idleTimeout: Duration = .seconds(60), immediate: Immediate? = nil, handler: @escaping Handler,
+                 closed: @escaping Closed = { _ in },
                  observer: @escaping Observer) {
         self.path = path
         self.listener = listener
@@ -63,6 +69,7 @@ package final class ControlServer: Sendable {
         self.requestDeadline = requestDeadline
         self.idleTimeout = idleTimeout
         self.handler = handler
+        self.immediate = immediate
         self.closed = closed
         self.observer = observer
         SystemThread.detach(name: "control-accept") { [self] in acceptLoop() }
@@ -164,10 +171,25 @@ package final class ControlServer: Sendable {
                 // pipelining client's partial next line starts its clock once they are answered.
                 if !actions.isEmpty, machine.isInsideRequest { requestStarted = .now }
             }
+            // Adds that arrived together are carried out in order, and answered in order once
+            // their records are durable: their fsyncs are shared (a group commit). Any other
+            // request waits until the adds before it are answered.
+            var adds = PendingAdds()
             for action in actions {
                 switch action {
                 case .handle(let id, let command):
                     observer(.request(command, credentials))
+                    if case .add = command {
+                        let writes = DurableWrites()
+                        let response = wait { await DurableWrites.$collecting.withValue(writes) { await self.handler(command, id, peer) } }
+                        adds.append(response, writes)
+                        continue
+                    }
+                    guard adds.answer(reply) || peer.isStreaming else { return }
+                    if let response = immediate?(command, id, peer) {
+                        guard reply(response) || peer.isStreaming else { return }
+                        continue
+                    }
                     // An attached session's requests that arrived are carried out even when their
                     // reply cannot be written: a program that resumes a task and exits at once
                     // (or is killed) meant it, and the agent owns the task from then on.
@@ -175,12 +197,15 @@ package final class ControlServer: Sendable {
                         guard reply(response) || peer.isStreaming else { return }
                     }
                 case .reply(let response):
+                    guard adds.answer(reply) || peer.isStreaming else { return }
                     observer(.rejected(response.error ?? .failed("rejected"), credentials))
                     guard reply(response) || peer.isStreaming else { return }
                 case .close:
+                    _ = adds.answer(reply)
                     return
                 }
             }
+            guard adds.answer(reply) || peer.isStreaming else { return }
         }
     }
 

@@ -187,6 +187,7 @@ package final class AgentDaemon: Sendable {
     private func listen(_ service: AgentService) throws -> ControlServer {
         let socket = AgentStateDirectory.socketPath(in: plan.path)
         let handler: ControlServer.Handler = { command, id, peer in await service.handle(command, id: id, peer: peer) }
+        let immediate: ControlServer.Immediate = { command, id, peer in service.answerWithoutWaiting(command, id: id, peer: peer) }
         let closed: ControlServer.Closed = { peer in await service.connectionClosed(peer) }
         let observer: ControlServer.Observer = { [self] event in
             let (name, fields) = Self.describe(event)
@@ -194,11 +195,11 @@ package final class AgentDaemon: Sendable {
         }
         if case .listener(let descriptor, let path) = plan.activation {
             return ControlServer(listener: descriptor, path: path, isInherited: true, requestDeadline: plan.requestDeadline,
-                                 handler: handler, closed: closed, observer: observer)
+                                 immediate: immediate, handler: handler, closed: closed, observer: observer)
         }
         do {
             return try ControlServer(path: socket, requestDeadline: plan.requestDeadline,
-                                     handler: handler, closed: closed, observer: observer)
+                                     immediate: immediate, handler: handler, closed: closed, observer: observer)
         } catch {
             throw AgentFailure("cannot listen on \(socket): \(error)", kind: .unavailable)
         }

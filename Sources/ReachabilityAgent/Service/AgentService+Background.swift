@@ -449,9 +449,13 @@ extension AgentService {
         var rows: [AgentDownload] = []
         for key in background.sessions.keys.sorted() where visible(key, to: uid) {
             guard let session = background.sessions[key] else { continue }
+            // The live tasks once and their riders by transfer: recomputed per task, a list of
+            // one session's 3,000 tasks took longer than a request may (issue 29).
+            let live = session.liveTasks
+            var riders: [UUID: [Int]] = [:]
+            for task in live { riders[task.transfer, default: []].append(task.spec.taskIdentifier) }
             var seen = Set<UUID>()
-            for task in session.liveTasks where seen.insert(task.transfer).inserted {
-                let riders = session.liveTasks.filter { $0.transfer == task.transfer }.map(\.spec.taskIdentifier)
+            for task in live where seen.insert(task.transfer).inserted {
                 var row: AgentDownload
                 if let download = backgroundDownloads[task.transfer] {
                     row = Self.snapshot(download)
@@ -462,7 +466,7 @@ extension AgentService {
                                         bytesReceived: task.bytesReceived, totalBytes: task.totalBytes, bytesPerSecond: 0)
                 }
                 row.session = key.identifier
-                row.taskIdentifiers = riders
+                row.taskIdentifiers = riders[task.transfer]
                 row.waitingReason = session.waiting[task.spec.taskIdentifier]?.description
                 row.waitingFor = session.waiting[task.spec.taskIdentifier]?.kind.rawValue
                 rows.append(row)

@@ -60,7 +60,7 @@ extension AgentService {
     }
 
     /// `queue list`'s rows of upload jobs for `uid`.
-    func uploadRows(visibleTo uid: UInt32) -> [AgentDownload] {
+    nonisolated func uploadRows(visibleTo uid: UInt32) -> [AgentDownload] {
         uploadJobs.all.filter { uid == 0 || $0.record.owner == uid }.sorted { $0.id.uuidString < $1.id.uuidString }.map { $0.report() }
     }
 

@@ -56,8 +56,11 @@ package actor AgentService {
     }
 
     let environment: Environment
-    private(set) var settings: AgentSettings
-    private(set) var agent: DownloadAgent
+    /// What `status` and `list` are answered from without the actor (AgentService+Snapshot.swift);
+    /// the properties it mirrors write it when they change.
+    let mirror: ServiceSnapshot
+    private(set) var settings: AgentSettings { didSet { mirror.update { [settings] in $0.settings = settings } } }
+    private(set) var agent: DownloadAgent { didSet { mirror.update { [agent] in $0.agent = agent } } }
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
     /// Feeds UPower's facts to the download agent (AgentService+Power.swift).
@@ -66,14 +69,14 @@ package actor AgentService {
     private var addsByClientKey: [String: ClientKeyedAdd] = [:]
     /// Who asked for each download (the uid of an `add`, a background session's uid); restored
     /// downloads without one are the agent's own user's. `agent status` counts the asker's only.
-    var downloadOwners: [UUID: UInt32] = [:]
+    var downloadOwners: DownloadOwners { mirror.owners }
     /// A summary refresh is on its way (changes meanwhile are in it).
     private var isSummaryScheduled = false
     /// The fixed parts of each download's report.
     let reportCache = ReportCache()
     /// Downloads that ended under an earlier `DownloadAgent` of this process (after a reload).
-    private var history: [AgentDownload] = []
-    private var path: NetworkPath?
+    private var history: [AgentDownload] = [] { didSet { mirror.update { [history] in $0.history = history } } }
+    private var path: NetworkPath? { didSet { mirror.update { [path] in $0.path = path } } }
     private var lastSummary: String?
     /// Events reported per download, so a new subscription after `resume` of a failed download
     /// (whose event stream had ended) skips the replay.
@@ -87,11 +90,11 @@ package actor AgentService {
     // Background sessions (issue 17; AgentService+Background.swift): the registry deciding, the
     // engine downloads carrying their transfers, the attached connections, their files, and the
     // one timer for dates, deadlines and launches.
-    var background = BackgroundRegistry()
+    var background = BackgroundRegistry() { didSet { backgroundChanged() } }
     var backgroundDownloads: [UUID: Download] = [:]
     /// Every engine download ever made for a background session: not `queue add` downloads,
     /// whatever their state (a finished one stays in the engine's list).
-    var backgroundEngineIDs: Set<UUID> = []
+    var backgroundEngineIDs: Set<UUID> = [] { didSet { backgroundChanged() } }
     var backgroundPeers: [UInt64: ControlPeer] = [:]
     var backgroundStore: BackgroundStore?
     var backgroundRecords: CheckedDirectory?
@@ -107,6 +110,7 @@ package actor AgentService {
         self.settings = settings
         self.environment = environment
         agent = try environment.makeAgent(settings)
+        mirror = ServiceSnapshot(settings: settings, agent: agent)
         launcher = ProgramLauncher(environment: environment.launchEnvironment)
         startedAt = environment.now()
         pathMetrics = PathMetrics(startedAt: startedAt)
@@ -259,7 +263,7 @@ package actor AgentService {
             let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache, path: path)
             return .success(id: id, downloads: earlier + live + rows + uploadRows(visibleTo: uid))
         case .status:
-            var status = await status(visibleTo: uid)
+            var status = status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
             return .success(id: id, status: status)
         case .metrics(let format):
@@ -360,9 +364,7 @@ package actor AgentService {
     }
 
     /// Whether `uid` sees download `id` in its status: its own (root sees every one).
-    private func isVisible(_ id: UUID, to uid: UInt32) -> Bool {
-        uid == 0 || (downloadOwners[id] ?? CurrentProcess.effectiveUserID) == uid
-    }
+    private func isVisible(_ id: UUID, to uid: UInt32) -> Bool { downloadOwners.isVisible(id, to: uid) }
 
     /// Downloads per state name, the ones finished under an earlier `DownloadAgent` included.
     private func stateCounts(_ downloads: [Download], visibleTo uid: UInt32) -> [String: Int] {
@@ -376,25 +378,9 @@ package actor AgentService {
 
     /// The agent's status as `uid` sees it: counts and summary of its own downloads; the total
     /// of every user's only for root.
-    private func status(visibleTo uid: UInt32) async -> AgentStatus {
+    private func status(visibleTo uid: UInt32) -> AgentStatus {
         // Not through the download agent's actor: it may be busy with adds and completions.
-        let every = agent.downloadsNow
-        let downloads = every.filter { isVisible($0.id, to: uid) }
-        let counts = stateCounts(downloads, visibleTo: uid)
-        var status = AgentStatus(
-            pid: CurrentProcess.id, stateDirectory: environment.stateDirectory,
-            startedAt: Timestamp.iso8601(startedAt),
-            maximumConcurrentDownloads: settings.maximumConcurrentDownloads, allowsExpensive: settings.allowsExpensive,
-            pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
-            interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
-            allowsRoaming: settings.allowsRoaming, isRoaming: path?.isRoaming,
-            counts: counts, summary: Self.summary(downloads.map(\.state)), totalDownloads: uid == 0 ? every.count + history.count : nil,
-            priorities: downloads.reduce(into: [:]) { classes, download in
-                if !download.state.isFinal { classes[DownloadPriority(value: download.options.priority).rawValue, default: 0] += 1 }
-            })
-        let power = environment.power()
-        (status.power, status.isOnBattery) = (power.description, power.isOnBattery)
-        return status
+        status(mirror.current, visibleTo: uid)
     }
 
     // MARK: events
@@ -408,7 +394,9 @@ package actor AgentService {
         let now = environment.now
         let metrics = downloadMetrics
         metrics.follow(download.id, offset: download.progress.bytesReceived)
-        Task { [weak self] in
+        // Detached: a task inherits its creator's task-local values, and an add's task carries
+        // `DurableWrites.collecting`, which these two would keep alive as long as the download.
+        Task.detached { [weak self] in
             var last = ContinuousClock.now
             var connections = DownloadConnections()
             for await progress in download.progressUpdates {
@@ -431,7 +419,7 @@ package actor AgentService {
                 emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
             }
         }
-        Task { [weak self] in
+        Task.detached { [weak self] in
             var index = 0
             for await event in download.events {
                 index += 1

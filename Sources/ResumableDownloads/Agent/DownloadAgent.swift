@@ -348,7 +348,8 @@ public actor DownloadAgent {
             record.seams = state.seams
         }
         try record.validate(name: ResumeRecord.fileName(for: id))
-        try record.write(to: stateDirectory)
+        // A pipelined add's record joins a group commit (DownloadAgent+GroupCommit.swift).
+        let isStaged = try writeNewRecord(record, to: stateDirectory, isNew: state == nil)
         let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
                                 state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
                                                                            totalBytes: record.totalLength))
@@ -357,7 +358,7 @@ public actor DownloadAgent {
         destinationHolders[destination.path] = id
         creationOrder.append(id)
         listed.withLock { $0.append(download) }
-        scheduler.enqueue(id, priority: options.priority)
+        if !isStaged { scheduler.enqueue(id, priority: options.priority) }
         configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": URLRedaction.redacted(url)])
         schedule()
         return download
@@ -580,6 +581,7 @@ public actor DownloadAgent {
         entries[download.id] = entry
         if entry.driver == nil {
             download.update(state: .queued)
+            guard !isRecordStaged(download.id) else { return }   // scheduled once its record is written
             scheduler.enqueue(download.id, priority: download.options.priority)
             schedule()
         }
@@ -588,6 +590,7 @@ public actor DownloadAgent {
     /// Stops a download for good and deletes its partial file and resume record; returns once
     /// that is done, so `state` is `.failed(.cancelled)` afterwards.
     public func cancel(_ download: Download) async {
+        await recordWritten(download.id)
         guard var entry = entries[download.id] else { return }
         if case .completed = download.state { return }
         if case .failed(let error) = download.state, error == .cancelled { return }
