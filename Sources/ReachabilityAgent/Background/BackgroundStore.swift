@@ -204,4 +204,10 @@ package final class BackgroundStore: Sendable {
         }
         return removed
     }
+
+    /// Why a stored record was refused (moved aside with this message).
+    private struct StoreProblem: Error, CustomStringConvertible {
+        var description: String
+        init(_ description: String) { self.description = description }
+    }
 }
