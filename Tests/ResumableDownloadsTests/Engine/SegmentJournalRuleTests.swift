@@ -7,11 +7,12 @@ import Testing
 struct SegmentJournalRuleTests {
     @Test func theByteThresholdSharesTheBudgetBetweenTheConnections() {
         #expect(SegmentJournalRule.forConnections(1).bytes == 128 << 10)
-        #expect(SegmentJournalRule.forConnections(4).bytes == 128 << 10)
-        #expect(SegmentJournalRule.forConnections(6).bytes == 80 << 10)
+        #expect(SegmentJournalRule.forConnections(2).bytes == 128 << 10)
+        #expect(SegmentJournalRule.forConnections(4).bytes == 64 << 10)
+        #expect(SegmentJournalRule.forConnections(6).bytes == 32 << 10)
         #expect(SegmentJournalRule.forConnections(16).bytes == 32 << 10)
         #expect(SegmentJournalRule.forConnections(0).bytes == 128 << 10)
-        // What six connections can hold in memory at a kill stays under half a MiB.
+        // What six connections can hold in memory at a kill stays within the budget.
         #expect(6 * SegmentJournalRule.forConnections(6).bytes <= SegmentJournalRule.budget)
     }
 
