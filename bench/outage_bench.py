@@ -20,6 +20,11 @@ Failures the kernel cannot see (the client's path stays up; N is drawn from --le
   stop        nginx is killed and started again N seconds later (connections refused meanwhile)
   long        nginx is stopped for --long-outage seconds (default 600): the download must finish
 
+reachability runs with its defaults: up to 6 connections where the server caps each (nginx's
+limit_rate does), so a file is fetched in segments; "on disk" is the file's allocated blocks, and
+bytes sent twice are counted from nginx's access log ($body_bytes_sent of every request, minus
+the file's size): bytes on the wire, never the file's size.
+
 Measured: time from restore to the first byte beyond what was on disk at restore ("resume"),
 time from restore to the server seeing a new connection ("reconnect", polled with ss), whether
 the SHA-256 matched, and connection attempts during the outage counted on the server side (an
@@ -217,10 +222,12 @@ FLAGS_NOTE = {
 
 
 def on_disk(out):
+    """Bytes on disk: the blocks the file system allocated (a file fetched in segments is sparse,
+    so its size says nothing about what arrived)."""
     size = 0
     for path in (out, out + ".part"):
         try:
-            size = max(size, os.stat(path).st_size)
+            size = max(size, os.stat(path).st_blocks * 512)
         except FileNotFoundError:
             pass
     return size
@@ -376,7 +383,8 @@ def main():
         results.append(result)
         print(f"# {case[0]:>9} {case[2]:>7.3f}s phase {case[1]:.2f} {tool:<12} ok={result['ok']} "
               f"resume={fmt(result['resume'])} reconnect={fmt(result['reconnect'], 3)} "
-              f"attempts={result['attempts']} ({result['rate']:.2f}/s) total={result['total']:.1f}s",
+              f"attempts={result['attempts']} ({result['rate']:.2f}/s) total={result['total']:.1f}s "
+              f"sent twice={result['wasted'] / 1048576:.2f} MiB load={os.getloadavg()[0]:.1f}",
               file=sys.stderr, flush=True)
 
     for case in cases:
@@ -398,8 +406,9 @@ def main():
 
     print(f"\n{args.size_mib} MiB at limit_rate {args.rate}; each scenario applied at a random phase "
           f"(10-80 % on disk); seed {seed}.\n")
-    print("| scenario | tool | ok | restore→resumed p50 (runs) | restore→reconnect p50 | attempts/s during the outage (mean) |")
-    print("|---|---|---|---|---|---|")
+    print("| scenario | tool | ok | restore→resumed p50 (runs) | restore→reconnect p50 | attempts/s during the outage (mean) "
+          "| sent twice: worst | median | best |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for scenario in dict.fromkeys(c[0] for c in cases):
         for tool in tools:
             rows = [r for r in results if r["scenario"] == scenario and r["tool"] == tool]
@@ -412,9 +421,10 @@ def main():
             lengths = sorted(r["seconds"] for r in rows)
             span = f" {lengths[0]:.0f}-{lengths[-1]:.0f} s" if scenario not in ("long", "switch") else ""
             rates = [r["rate"] for r in rows]
+            wasted = [r["wasted"] / 1048576 for r in rows if r["ok"]] or [float("nan")]
             print(f"| {name}{span} | {tool} | {ok}/{len(rows)} | {fmt(median(resumes))} "
                   f"({', '.join(fmt(r, 2, '') for r in sorted(resumes))}) | {fmt(median(r['reconnect'] for r in rows if r['ok']), 3)} | "
-                  f"{statistics.mean(rates):.2f} |")
+                  f"{statistics.mean(rates):.2f} | {max(wasted):.2f} MiB | {median(wasted):.2f} MiB | {min(wasted):.2f} MiB |")
     print()
     for tool in tools:
         print(f"- {tool}: {FLAGS_NOTE[tool]}")

@@ -41,6 +41,7 @@ import hashlib
 import http.server
 import os
 import random
+import re
 import shlex
 import shutil
 import socketserver
@@ -555,6 +556,40 @@ def rx_bytes(lab, name):
     return int(sh("ip", "netns", "exec", lab.client, "cat", f"/sys/class/net/{name}/statistics/rx_bytes"))
 
 
+def coverage(rows):
+    """[start, end) of the body bytes each logged request was sent (from its Range)."""
+    spans = []
+    for _, _, sent, _, rng in rows:
+        start = 0
+        match = re.match(r'"bytes=(\d+)-', rng)
+        if match:
+            start = int(match.group(1))
+        spans.append((start, start + sent))
+    return spans
+
+
+def overlap(a, b):
+    """Bytes covered by both lists of spans (each list merged first)."""
+    def merged(spans):
+        out = []
+        for start, end in sorted(spans):
+            if out and start <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], end)
+            else:
+                out.append([start, end])
+        return out
+    total, left, right = 0, merged(a), merged(b)
+    i = j = 0
+    while i < len(left) and j < len(right):
+        low, high = max(left[i][0], right[j][0]), min(left[i][1], right[j][1])
+        total += max(0, high - low)
+        if left[i][1] < right[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
 def measure_kills(args):
     workdir = tempfile.mkdtemp(prefix="segment-bench-")
     lab = Lab(0, workdir)
@@ -590,31 +625,38 @@ def measure_kills(args):
                 os.killpg(proc.pid, 9)
                 proc.wait()
                 lab.wait_idle()
+                killed = lab.log()
                 first = proc.returncode
                 proc2 = subprocess.run(["ip", "netns", "exec", lab.client] + argv, capture_output=True, text=True,
                                        timeout=args.timeout)
                 lab.wait_idle()
-                sent = sum(row[2] for row in lab.log())
+                rows = lab.log()
+                sent = sum(row[2] for row in rows)
+                # Sent again because of the kill: what the killed run was sent that the rerun was
+                # sent again (bytes one run fetched twice, a tail piece, are not the kill's).
+                again = overlap(coverage(killed), coverage(rows[len(killed):]))
                 ok = proc2.returncode == 0 and sha256_file(out) == digest
                 if not ok:
                     print(f"# kills {tool} trial {trial}: exit {proc2.returncode}: {proc2.stderr[-400:]}", file=sys.stderr)
-                results.append({"tool": tool, "ok": ok, "wasted": sent - size, "connections": at_kill,
-                                "completed_before_kill": first == 0})
+                results.append({"tool": tool, "ok": ok, "wasted": sent - size, "again": again, "connections": at_kill,
+                                "completed_before_kill": first == 0, "load": os.getloadavg()[0]})
                 print(f"# kills {tool} {trial}: killed at {phase * 100:.0f} % with {at_kill} connections, re-fetched "
-                      f"{(sent - size) / 1048576:.2f} MiB, ok={ok}", file=sys.stderr, flush=True)
+                      f"{(sent - size) / 1048576:.2f} MiB ({again / 1048576:.2f} MiB of the killed run's), ok={ok}, "
+                      f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     finally:
         lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n## kills: SIGKILL once a random share (10-90 %) of the file has arrived, then the same command; {args.trials} trials "
           f"per tool, {args.kill_mib} MiB, nginx limit_rate {args.rate}, seed {args.seed}\n")
-    print("| tool | completed right | re-fetched per kill, median | max | per connection open at the kill, median | max | connections at the kill, median |")
-    print("|---|---|---|---|---|---|---|")
+    print("| tool | completed right | sent twice per kill: worst | median | best | of which the killed run's, sent again: worst | median | best | connections at the kill, median | load (max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for tool in dict.fromkeys(r["tool"] for r in results):
         rows = [r for r in results if r["tool"] == tool]
         wasted = [r["wasted"] / 1048576 for r in rows]
-        per = [r["wasted"] / 1048576 / max(1, r["connections"]) for r in rows]
-        print(f"| {tool} | {sum(r['ok'] for r in rows)}/{len(rows)} | {statistics.median(wasted):.2f} MiB | {max(wasted):.2f} MiB "
-              f"| {statistics.median(per):.2f} MiB | {max(per):.2f} MiB | {statistics.median(r['connections'] for r in rows):g} |")
+        again = [r["again"] / 1048576 for r in rows]
+        print(f"| {tool} | {sum(r['ok'] for r in rows)}/{len(rows)} | {max(wasted):.2f} MiB | {statistics.median(wasted):.2f} MiB "
+              f"| {min(wasted):.2f} MiB | {max(again):.2f} MiB | {statistics.median(again):.2f} MiB | {min(again):.2f} MiB "
+              f"| {statistics.median(r['connections'] for r in rows):g} | {max(r['load'] for r in rows):.1f} |")
 
 
 # MARK: hostile servers

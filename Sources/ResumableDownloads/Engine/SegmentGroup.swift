@@ -127,14 +127,17 @@ final class SegmentGroup {
             request.requiresValidator = !segmentation.hasExpectedDigest
             return request
         }
-        // The bytes before the start, when they are on disk, are fetched again and compared
-        // (the resume rule, per range): the seam at the start is then verified at once.
-        let overlap = start > 0 ? ResumeOverlapRule.overlap(before: start, in: file, atMost: segmentation.overlap) : 0
-        request.offset = start
-        request.overlap = overlap
         // The first connection of an attempt is an ordinary request or resume (a 200 to it means
         // the entity changed); every other one fetches a range beside others.
         request.isSegment = planner.connectionCount > 1 || planner.capability == .shown
+        // The bytes before the start, when they are on disk, are fetched again and compared: the
+        // resume rule (up to 64 KiB) for the first connection, which proves the entity on disk is
+        // still the server's; a range beside it (whose 206 carries the same validator) compares
+        // a seam's 16 KiB, as at its end, so a kill with six ranges open costs 240 KiB less.
+        let most = request.isSegment ? min(segmentation.overlap, segmentation.configuration.seamOverlap) : segmentation.overlap
+        let overlap = start > 0 ? ResumeOverlapRule.overlap(before: start, in: file, atMost: most) : 0
+        request.offset = start
+        request.overlap = overlap
         request.requiresValidator = request.isSegment && !segmentation.hasExpectedDigest
         if let total, end < total {
             request.rangeEnd = min(total, end + segmentation.configuration.seamOverlap)

@@ -44,6 +44,11 @@ extension SegmentPlanner {
         /// its range, so its connection is kept for the next range instead of being closed.
         var chunkDuration: Duration = .seconds(4)
         var minimumChunk: Int64 = 8 << 20
+        /// A first connection at least this fast (bytes/s: 1 Gbit/s's payload) gets no test
+        /// connection while no path showed a cap: a server capping each connection caps it
+        /// below that, and one that does not gives nothing for a second; cutting the test
+        /// connection again sent 14 % of a file twice (issue 30, unthrottled nginx on a veth).
+        var lineRate: Double = 120e6
         var maximumChunk: Int64 = 256 << 20
         /// In the tail, pieces under `minimumSegment` are taken only from a holder still busy for
         /// longer than this (and than a window).

@@ -662,6 +662,7 @@ struct SegmentPlanner: Sendable {
         if let startedAt, now - startedAt < configuration.growthDelay { return [] }
         let current = bytesPerSecond(at: now)
         guard current > 0 else { return [] }
+        if connectionCount == 1, cappedPaths.isEmpty, current >= configuration.lineRate { return [] }
         let seconds = Double(total - storedBytes) / current
         guard seconds * 1000 >= Double(configuration.minimumRemainingTime.milliseconds) else { return [] }
         if let lastBackpressure, now - lastBackpressure < window * 2 { return [] }

@@ -48,6 +48,8 @@ final class Transfer {
     var storedUpTo: Int64 = 0
     /// Whether part of the bytes past a member's end could not be compared (not on disk yet).
     var seamUnchecked = false
+    /// When gathered bytes are handed to the file (and so journaled): by bytes and by time.
+    var journalRule = SegmentJournalRule.single
     var stallTimeout: Duration { request.settings.stallTimeout }
 
     init(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks, stall: StallDetector) {
@@ -104,9 +106,10 @@ final class TransferContext {
     /// callback on loopback, and one copy + dispatch per callback cost ~25% of throughput.
     /// 128 KiB: as fast as 256 or 512 KiB on loopback, to disk and to tmpfs, with less memory
     /// and fewer bytes a crash loses.
+    /// The transfer's `journalRule` bounds it (smaller per connection when several write).
     private var chunk = Data()
     private var chunkOffset: Int64 = 0
-    static let chunkSize = 128 << 10
+    private var chunkStartedAt = ContinuousClock.now
 
     init(transfer: Transfer, role: Role, machine: ResponseStateMachine) {
         self.transfer = transfer
@@ -244,7 +247,7 @@ final class TransferContext {
         switch action {
         case .write(let offset):
             if transfer.group != nil { return segmentWrite(bytes, at: offset, now: now) }
-            gather(bytes, at: offset)
+            gather(bytes, at: offset, now: now)
             transfer.bytesReceived += Int64(bytes.count)
             transfer.stall.bytesArrived(at: now)
             transfer.isSuspected = false
@@ -261,14 +264,21 @@ final class TransferContext {
     }
 
     /// Adds body bytes to the gather buffer (handed to the file when full).
-    func gather(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+    func gather(_ bytes: UnsafeRawBufferPointer, at offset: Int64, now: ContinuousClock.Instant = .now) {
         if !chunk.isEmpty, chunkOffset + Int64(chunk.count) != offset { flushChunk() }
         if chunk.isEmpty {
             chunkOffset = offset
-            chunk.reserveCapacity(Self.chunkSize)
+            chunkStartedAt = now
+            chunk.reserveCapacity(transfer.journalRule.bytes)
         }
         chunk.append(bytes.bindMemory(to: UInt8.self))
-        if chunk.count >= Self.chunkSize { flushChunk() }
+        if transfer.journalRule.isDue(gathered: chunk.count, since: chunkStartedAt, now: now) { flushChunk() }
+    }
+
+    /// Hands the gathered bytes over once they waited the rule's interval (a connection that went
+    /// quiet: the engine's tick calls this).
+    func flushIfDue(now: ContinuousClock.Instant) {
+        if transfer.journalRule.isDue(gathered: chunk.count, since: chunkStartedAt, now: now) { flushChunk() }
     }
 
     /// Hands the gathered bytes to the partial file (also when the attempt ends).

@@ -76,7 +76,9 @@ extension TransferEngine {
         let started = start(id: engineID, request: request, file: group.file, callbacks: callbacks,
                             group: group, member: planned.connection,
                             segmentEnd: seam == nil ? planned.range.upperBound : Int64.max)
-        if !started {
+        if started {
+            transfers[engineID]?.journalRule = .forConnections(group.planner.connectionCount)
+        } else {
             group.members[planned.connection] = nil
             group.memberOfTransfer[engineID] = nil
             group.results[planned.connection] = .failed(.invalidRequest.with(description: "libcurl refused the transfer"))
@@ -292,6 +294,10 @@ extension TransferEngine {
                     }
                 }
             }
+            // Bytes a quiet connection gathered are journaled within the rule's interval.
+            for member in group.members.values {
+                transfers[member.engineID]?.primary.flushIfDue(now: now)
+            }
             if !group.isFinishing, now - group.lastTick >= Self.groupTick {
                 group.lastTick = now
                 apply(group.planner.handle(.tick, now: now), to: group)
@@ -304,7 +310,12 @@ extension TransferEngine {
     private func reportConnections(_ group: SegmentGroup) {
         guard !group.isFinishing else { return }
         let now = group.connections
-        if now.count != group.lastReported?.count { group.file.setWriters(max(1, now.count)) }
+        if now.count != group.lastReported?.count {
+            group.file.setWriters(max(1, now.count))
+            // The bytes a kill may lose are shared by the connections open (`SegmentJournalRule`).
+            let rule = SegmentJournalRule.forConnections(now.count)
+            for member in group.members.values { transfers[member.engineID]?.journalRule = rule }
+        }
         guard now != group.lastReported else { return }
         group.lastReported = now
         group.callbacks.events(.connectionsChanged(now))
@@ -332,7 +343,7 @@ extension TransferContext {
             let end = transfer.segmentEnd
             if position < end {
                 let take = Int(min(Int64(rest.count), end - position))
-                gather(UnsafeRawBufferPointer(rebasing: rest[..<take]), at: position)
+                gather(UnsafeRawBufferPointer(rebasing: rest[..<take]), at: position, now: now)
                 position += Int64(take)
                 rest = UnsafeRawBufferPointer(rebasing: rest[take...])
                 transfer.storedUpTo = position

@@ -11,14 +11,19 @@ import LinuxSystem
 /// in the page cache, on the disk, or lost, and only the journal tells which: once every byte of
 /// a block was written (in any order, by any connection), the journal gets a 64-bit checksum of
 /// the block (XXH64, seeded with the binding and the block's index), not fsynced: fed from the
-/// buffers when the block was written in order from its start, else read back from the file. On
-/// restart each block with an entry that is not already durable is read back and kept only when
-/// its digest matches; a block that does not (torn, zero-filled, never written, or its entry
-/// missing or torn) is not kept, and neither is any byte of a block that was only partly written
-/// (a block's entry exists only once all of it was). After a plain crash (SIGKILL, OOM kill) the
-/// page cache kept everything, so a rerun re-fetches at most the partial blocks of the ranges
-/// being written and the bytes that were still in memory; after a power loss it falls back,
-/// block by block, to the checkpoint.
+/// buffers when the block was written in order from its start, else read back from the file.
+/// A block being written in order from its start also gets an entry after every write that
+/// leaves it partial: the checksum of its prefix so far and that prefix's length (a connection
+/// hands its bytes over by bytes and by time, `SegmentJournalRule`, so each connection's progress
+/// is journaled within 32-128 KiB and 50 ms). On restart each entry whose bytes are not already
+/// durable is read back (the block, or the prefix it names) and kept only when its digest
+/// matches; one that does not (torn, zero-filled, never written, or its entry missing or torn)
+/// is not kept. An entry is written after the data it covers; a power loss that kept the entry
+/// and not the data fails the digest, so no entry ever makes us keep a byte that is not on disk.
+/// A block written out of order from elsewhere than its start gets no entry until it is whole.
+/// After a plain crash (SIGKILL, OOM kill) the page cache kept everything, so a rerun re-fetches
+/// only the bytes that were still in memory (gathered, or queued for the writer); after a power
+/// loss it falls back, block by block, to the checkpoint.
 ///
 /// The binding is a digest of the download's id and the entity's validator (strong ETag or
 /// Last-Modified), so entries of another download, or of an older version of the resource, never
@@ -33,16 +38,21 @@ import LinuxSystem
 /// entries takes write access to the state directory (0700), and whoever has it can rewrite the
 /// record and, as that user, the partial file; the end-to-end SHA-256 (`--sha256`) covers that.
 ///
-/// Layout (little-endian): a 64-byte header (`RCHJRNL1`, version 1, log2 of the block size, the
-/// 32-byte binding (SHA-256), zero padding), then entry `i`, a UInt64, at `64 + 8 i`; zero is no
-/// entry (a checksum that is zero is not written: that block is re-fetched after a crash).
+/// Layout (little-endian): a 64-byte header (`RCHJRNL1`, version 2, log2 of the block size, the
+/// 32-byte binding (SHA-256), zero padding), then entry `i` at `64 + 16 i`: the checksum
+/// (UInt64) of the block's first `length` bytes, `length` (UInt32, 1 to the block size) and
+/// four zero bytes; a zero checksum is no entry (a checksum that is zero is not written: those
+/// bytes are re-fetched after a crash). Version 1 (an older build's: a UInt64 per whole block at
+/// `64 + 8 i`) is read on restart and rewritten as version 2.
 ///
 /// Not thread-safe: `PartialFile` uses it only on its write queue.
 final class BlockJournal {
     static let headerSize = 64
-    static let entrySize = 8
+    static let entrySize = 16
     static let magic = Array("RCHJRNL1".utf8)
-    static let version: UInt32 = 1
+    static let version: UInt32 = 2
+    /// An older build's layout: one UInt64 per whole block.
+    static let versionWholeBlocks: UInt32 = 1
     /// 256 KiB: a crash costs at most one partial block, and a GiB needs 32 KiB of entries.
     static let defaultBlockShift = 18
 
@@ -61,6 +71,12 @@ final class BlockJournal {
     /// Blocks being checksummed in order from their first byte, by index: the data offset fed so
     /// far and the running checksum (one per range being written).
     private var running: [Int64: (fed: Int64, checksum: BlockChecksum)] = [:]
+
+    /// One entry: the checksum of a block's first `length` bytes.
+    struct Entry: Sendable, Hashable {
+        var checksum: UInt64
+        var length: Int64
+    }
 
     /// Opens (or creates) the journal for `record` in `directory`; nil when it cannot be opened
     /// safely, in which case the download runs with checkpoints only.
@@ -117,13 +133,21 @@ final class BlockJournal {
         binding = Self.binding(for: record)
         running = [:]
         guard let file else { return kept }
-        guard Self.headerMatches(file, binding: binding, blockShift: blockShift) else {
+        if Self.headerMatches(file, binding: binding, blockShift: blockShift, version: Self.version) {
+            return Self.kept(journal: file, version: Self.version, data: data, dataSize: dataSize, durable: kept, seed: seed,
+                             blockShift: blockShift, matched: { _, _ in }, mismatch: { index in _ = writeEntry(index, Entry(checksum: 0, length: 0)) })
+        }
+        guard Self.headerMatches(file, binding: binding, blockShift: blockShift, version: Self.versionWholeBlocks) else {
             reset()
             return kept
         }
-        return Self.kept(journal: file, data: data, dataSize: dataSize, durable: kept, seed: seed, blockShift: blockShift) { index in
-            _ = writeEntry(index, 0)
-        }
+        // An older build's journal: keep what it vouches for, then rewrite it in this layout.
+        var entries: [(Int64, Entry)] = []
+        let result = Self.kept(journal: file, version: Self.versionWholeBlocks, data: data, dataSize: dataSize, durable: kept,
+                               seed: seed, blockShift: blockShift, matched: { entries.append(($0, $1)) }, mismatch: { _ in })
+        reset()
+        for (index, entry) in entries where self.file != nil { _ = writeEntry(index, entry) }
+        return result
     }
 
     /// How many bytes `recover` would keep for `record`, changing nothing (no file is created,
@@ -143,37 +167,55 @@ final class BlockJournal {
         }
         defer { opened.descriptor.close() }
         let binding = binding(for: record)
-        guard headerMatches(opened.descriptor, binding: binding, blockShift: blockShift) else { return count(durable) }
-        return count(kept(journal: opened.descriptor, data: partial.descriptor, dataSize: dataSize, durable: durable,
-                          seed: seed(binding), blockShift: blockShift) { _ in })
+        guard let version = [Self.version, Self.versionWholeBlocks].first(where: {
+            headerMatches(opened.descriptor, binding: binding, blockShift: blockShift, version: $0)
+        }) else { return count(durable) }
+        return count(kept(journal: opened.descriptor, version: version, data: partial.descriptor, dataSize: dataSize,
+                          durable: durable, seed: seed(binding), blockShift: blockShift, matched: { _, _ in }, mismatch: { _ in }))
     }
 
     private static func count(_ set: RangeSet<Int64>) -> Int64 {
         set.ranges.reduce(0) { $0 + ($1.upperBound - $1.lowerBound) }
     }
 
-    /// `durable` plus every whole block of `data` that matches its journal entry; `mismatch` is
-    /// told each block whose entry does not match.
-    private static func kept(journal: FileDescriptor, data: FileDescriptor, dataSize: Int64, durable: RangeSet<Int64>,
-                             seed: UInt64, blockShift: Int, mismatch: (Int64) -> Void) -> RangeSet<Int64> {
+    /// `durable` plus the bytes of every entry (a whole block, or a block's prefix) that match it
+    /// in `data`; `matched` is told each entry kept, `mismatch` each block whose entry does not
+    /// match.
+    private static func kept(journal: FileDescriptor, version: UInt32, data: FileDescriptor, dataSize: Int64,
+                             durable: RangeSet<Int64>, seed: UInt64, blockShift: Int,
+                             matched: (Int64, Entry) -> Void, mismatch: (Int64) -> Void) -> RangeSet<Int64> {
         var kept = durable
         let blockSize = Int64(1) << Int64(blockShift)
+        let size = version == Self.version ? entrySize : 8
         let journalSize = (try? journal.status().size) ?? 0
-        let entries = Int(min(max(0, (journalSize - Int64(headerSize)) / Int64(entrySize)), dataSize >> Int64(blockShift)))
+        // Whole blocks in an older journal; a last partial block too in this layout.
+        let blocks = version == Self.version ? (max(0, dataSize) + blockSize - 1) >> Int64(blockShift) : max(0, dataSize) >> Int64(blockShift)
+        let entries = Int(min(max(0, (journalSize - Int64(headerSize)) / Int64(size)), blocks))
         guard entries > 0 else { return kept }
-        var table = [UInt64](repeating: 0, count: entries)
+        var table = [UInt8](repeating: 0, count: entries * size)
         let count = table.withUnsafeMutableBytes { (try? journal.readFully(into: $0, at: Int64(headerSize))) ?? 0 }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Int(blockSize), alignment: 16)
         defer { buffer.deallocate() }
-        for index in 0..<min(entries, count / entrySize) {
-            let entry = UInt64(littleEndian: table[index])
-            guard entry != 0 else { continue }
+        for index in 0..<min(entries, count / size) {
+            let entry = table.withUnsafeBytes { raw -> Entry in
+                let checksum = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: index * size, as: UInt64.self))
+                guard size == entrySize else { return Entry(checksum: checksum, length: blockSize) }
+                let length = UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: index * size + 8, as: UInt32.self))
+                return Entry(checksum: checksum, length: Int64(length))
+            }
+            guard entry.checksum != 0 else { continue }
             let start = Int64(index) << Int64(blockShift)
-            let block = start..<start + blockSize
-            guard !kept.isSuperset(of: RangeSet(block)) else { continue }
-            if let read = try? data.readFully(into: buffer, at: start), read == Int(blockSize),
-               checksum(seed: seed, index: Int64(index), UnsafeRawBufferPointer(buffer)) == entry {
-                kept.insert(contentsOf: block)
+            guard entry.length > 0, entry.length <= blockSize, start + entry.length <= dataSize else {
+                mismatch(Int64(index))
+                continue
+            }
+            let covered = start..<start + entry.length
+            guard !kept.isSuperset(of: RangeSet(covered)) else { continue }
+            let bytes = UnsafeMutableRawBufferPointer(rebasing: buffer[..<Int(entry.length)])
+            if let read = try? data.readFully(into: bytes, at: start), read == Int(entry.length),
+               checksum(seed: seed, index: Int64(index), UnsafeRawBufferPointer(bytes)) == entry.checksum {
+                kept.insert(contentsOf: covered)
+                matched(Int64(index), entry)
             } else {
                 mismatch(Int64(index))
             }
@@ -181,13 +223,13 @@ final class BlockJournal {
         return kept
     }
 
-    private static func headerMatches(_ file: FileDescriptor, binding: [UInt8], blockShift: Int) -> Bool {
+    private static func headerMatches(_ file: FileDescriptor, binding: [UInt8], blockShift: Int, version: UInt32) -> Bool {
         var header = [UInt8](repeating: 0, count: headerSize)
         let count = header.withUnsafeMutableBytes { (try? file.readFully(into: $0, at: 0)) ?? 0 }
-        return count == headerSize && header == Self.header(binding: binding, blockShift: blockShift)
+        return count == headerSize && header == Self.header(binding: binding, blockShift: blockShift, version: version)
     }
 
-    static func header(binding: [UInt8], blockShift: Int) -> [UInt8] {
+    static func header(binding: [UInt8], blockShift: Int, version: UInt32 = BlockJournal.version) -> [UInt8] {
         var header = magic
         withUnsafeBytes(of: version.littleEndian) { header += $0 }
         withUnsafeBytes(of: UInt32(blockShift).littleEndian) { header += $0 }
@@ -200,7 +242,9 @@ final class BlockJournal {
 
     /// Records bytes that reached the partial file at `offset`. `written` is every byte written
     /// so far, these included: a block gets its entry once all of it was written, from the
-    /// running checksum when it was written in order from its start, else read back from `data`.
+    /// running checksum when it was written in order from its start, else read back from `data`;
+    /// a block written in order from its start (a resumed range's first block: its stored prefix
+    /// read back once) gets an entry for its prefix after each write that leaves it partial.
     func written(_ bytes: UnsafeRawBufferPointer, at offset: Int64, written: RangeSet<Int64>, data: FileDescriptor) {
         guard file != nil, !bytes.isEmpty else { return }
         var position = offset
@@ -219,16 +263,25 @@ final class BlockJournal {
                 var checksum = BlockChecksum(seed: seed &+ UInt64(index))
                 checksum.update(part)
                 running[index] = (blockStart + Int64(take), checksum)
+            } else if running[index] == nil, written.isSuperset(of: RangeSet(blockStart..<position)),
+                      var checksum = prefixChecksum(index, upTo: position, data: data) {
+                // A range continuing a stored prefix (a resume): that prefix is read back once.
+                checksum.update(part)
+                running[index] = (position + Int64(take), checksum)
             } else {
                 // Not in order from the block's start: read back once the block is whole.
                 running[index] = nil
             }
             if let current = running[index], current.fed == blockEnd {
                 running[index] = nil
-                guard writeEntry(index, current.checksum.finalize()) else { return disable() }
+                guard writeEntry(index, Entry(checksum: current.checksum.finalize(), length: blockSize)) else { return disable() }
             } else if written.isSuperset(of: RangeSet(blockStart..<blockEnd)) {
                 running[index] = nil
                 guard entryFromDisk(index, data: data) else { return disable() }
+            } else if let current = running[index] {
+                guard writeEntry(index, Entry(checksum: current.checksum.finalize(), length: current.fed - blockStart)) else {
+                    return disable()
+                }
             }
             position += Int64(take)
             rest = UnsafeRawBufferPointer(rebasing: rest[take...])
@@ -273,13 +326,30 @@ final class BlockJournal {
         guard let count = try? data.readFully(into: buffer, at: index << Int64(blockShift)), count == Int(blockSize) else {
             return false
         }
-        return writeEntry(index, Self.checksum(seed: seed, index: index, UnsafeRawBufferPointer(buffer)))
+        return writeEntry(index, Entry(checksum: Self.checksum(seed: seed, index: index, UnsafeRawBufferPointer(buffer)),
+                                       length: blockSize))
     }
 
-    private func writeEntry(_ index: Int64, _ entry: UInt64) -> Bool {
+    /// The running checksum of block `index`'s bytes before `end`, read back; nil when they
+    /// cannot be read (the block then waits until it is whole).
+    private func prefixChecksum(_ index: Int64, upTo end: Int64, data: FileDescriptor) -> BlockChecksum? {
+        let start = index << Int64(blockShift)
+        let length = Int(end - start)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 16)
+        defer { buffer.deallocate() }
+        guard let count = try? data.readFully(into: buffer, at: start), count == length else { return nil }
+        var checksum = BlockChecksum(seed: seed &+ UInt64(index))
+        checksum.update(UnsafeRawBufferPointer(buffer))
+        return checksum
+    }
+
+    /// Writes entry `index` in one 16-byte write (a zero checksum clears it).
+    private func writeEntry(_ index: Int64, _ entry: Entry) -> Bool {
         guard let file else { return false }
         let offset = Int64(Self.headerSize) + index * Int64(Self.entrySize)
-        return withUnsafeBytes(of: entry.littleEndian) { file.writeAll($0, at: offset).error == nil }
+        // The length is a UInt32 followed by four zero bytes: as a UInt64, little-endian.
+        let bytes = (entry.checksum.littleEndian, UInt64(UInt32(truncatingIfNeeded: entry.length)).littleEndian)
+        return withUnsafeBytes(of: bytes) { file.writeAll($0, at: offset).error == nil }
     }
 
     /// Rewrites the journal as a header alone.

@@ -315,6 +315,17 @@ struct SegmentPlannerTests {
         #expect(simulation.elapsed < 256 * 1.048576 / 100 * 1.08)
     }
 
+    @Test func aFirstConnectionAtLineRateGetsNoTestConnection() {
+        // 300 MB/s over one connection, no cap: nothing to test (issue 30: a test connection cut
+        // again sent bytes twice).
+        var simulation = Simulation(total: 1024 * Self.mib, capacity: [.routingTable: 300e6])
+        simulation.begin()
+        simulation.run()
+        #expect(simulation.isComplete)
+        #expect(simulation.opened.count == 1)
+        #expect(simulation.mostConnections == 1)
+    }
+
     @Test func noSecondConnectionWithoutAValidatorOrChecksum() {
         var simulation = Simulation(total: 64 * Self.mib)
         simulation.perConnectionCap = 4e6
