@@ -34,6 +34,11 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     /// Unfinished downloads (the asking user's) per priority class (`DownloadPriority` names),
     /// classes without any left out; nil from older agents.
     public var priorities: [String: Int]?
+    /// The agent's one bandwidth limit in force, in bytes per second (nil: none, or an older agent).
+    public var limitBytesPerSecond: Int64?
+    /// The limit in force as `agent status` prints it: `limit 2 MiB/s (09:00-17:00)`,
+    /// `limit 4 MiB/s (agent limit)`, `no limit`; nil from older agents.
+    public var limit: String?
 
     /// A status report (the agent makes these).
     public init(pid: Int32, stateDirectory: String, startedAt: String, maximumConcurrentDownloads: Int, allowsExpensive: Bool,

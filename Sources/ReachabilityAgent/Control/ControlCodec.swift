@@ -68,6 +68,8 @@ package enum ControlCodec {
             return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
         case .list: return .success((id, .list))
+        case .limit:
+            return decodeLimit(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .status: return .success((id, .status))
         case .metrics:
             guard let format = MetricsFormat(rawValue: request.format ?? MetricsFormat.openMetrics.rawValue) else {

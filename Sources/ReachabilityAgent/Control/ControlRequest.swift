@@ -30,6 +30,8 @@ package enum ControlRequestID: Codable, Sendable, Hashable {
 /// The commands of the protocol, as spelled on the wire.
 package enum ControlCommandName: String, Codable, Sendable, CaseIterable {
     case add, list, pause, resume, cancel, status, metrics
+    /// The agent's one bandwidth limit (`agent limit RATE|none`, issue 32).
+    case limit
     /// Background sessions (issue 17): attach a session to this connection, then work with its tasks.
     case attach, createTask, updateTask, taskAction, acknowledge, invalidate
 }
@@ -70,6 +72,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var action: String?
     /// `acknowledge`: the event handled.
     package var sequence: UInt64?
+    /// `limit`: bytes per second in decimal digits, or `none`.
+    package var limit: String?
 
     package init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -92,6 +96,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             self.format = format.rawValue
         case .list, .status:
             break
+        case .limit(let bytesPerSecond):
+            limit = bytesPerSecond.map { String($0) } ?? "none"
         case .attach(let session, let settings):
             self.session = session
             self.settings = settings
@@ -116,7 +122,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, priority, download, format
-        case session, settings, task, taskIdentifier, changes, action, sequence
+        case session, settings, task, taskIdentifier, changes, action, sequence, limit
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -147,6 +153,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         changes = try container.decodeIfPresent(BackgroundTaskChanges.self, forKey: .changes)
         action = try container.decodeIfPresent(String.self, forKey: .action)
         sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence)
+        limit = try container.decodeIfPresent(String.self, forKey: .limit)
     }
 }
 
@@ -187,6 +194,9 @@ package enum ControlCommand: Sendable, Equatable {
     case status
     /// The agent's metrics as text in this format.
     case metrics(MetricsFormat)
+    /// Sets the agent's one bandwidth limit (bytes per second; nil: none) until the next one or
+    /// a reload; the reply is the status with the limit in force.
+    case limit(Int64?)
     /// Attach background session `session` (this connection then receives its events).
     case attach(session: String, settings: BackgroundSessionSettings)
     /// Create a task in the attached session.
@@ -210,6 +220,7 @@ package enum ControlCommand: Sendable, Equatable {
         case .cancel: .cancel
         case .status: .status
         case .metrics: .metrics
+        case .limit: .limit
         case .attach: .attach
         case .createTask: .createTask
         case .updateTask: .updateTask

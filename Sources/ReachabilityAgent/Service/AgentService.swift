@@ -38,6 +38,8 @@ package actor AgentService {
         package var launchEnvironment: [String: String] = ProcessInfo.processInfo.environment
         /// How long the partial file behind background resume data nobody used is kept.
         package var resumeDataLifetime: TimeInterval = 7 * 24 * 3600
+        /// The agent's one bandwidth limit (`limit-rate=`, `agent limit`); nil: none can be set.
+        package var rateLimit: AgentRateLimitControl?
 
         package init(stateDirectory: String, directoryAliases: [String: String] = [:], makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
                      emit: @escaping @Sendable (_ line: String) -> Void, summaryChanged: @escaping @Sendable (String) -> Void,
@@ -111,6 +113,7 @@ package actor AgentService {
     @discardableResult
     package func start() async -> Int {
         userPaused = Self.readPaused(environment.stateDirectory)
+        evaluateRateLimit()
         let actions = openBackgroundSessions()
         let count = await restore()
         await applyBackground(actions)
@@ -150,6 +153,7 @@ package actor AgentService {
     package func reload(_ newSettings: AgentSettings) async {
         let old = settings
         settings = newSettings
+        if let state = environment.rateLimit?.reload(newSettings.rateLimit) { reportLimit(state) }
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads
             || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost {
             let finished = await agent.downloads.filter { $0.state.isFinal }
@@ -245,7 +249,11 @@ package actor AgentService {
         case .status:
             var status = await status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
+            describeLimit(in: &status)
             return .success(id: id, status: status)
+        case .limit(let bytesPerSecond):
+            if let refusal = setLimit(bytesPerSecond, id: id) { return refusal }
+            return await handle(.status, id: id, peer: peer)
         case .metrics(let format):
             return .success(id: id, metrics: await metricsText(format))
         case .pause(let text), .resume(let text), .cancel(let text):

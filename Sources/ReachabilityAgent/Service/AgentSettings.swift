@@ -16,6 +16,8 @@ package struct AgentSettings: Sendable, Equatable {
     /// Directories (absolute, normalised) where `queue add -o` may put files, besides
     /// `STATE_DIR/files`: the owner lists them in `agent.conf` as `download-dir=`.
     package var downloadDirectories: [String] = []
+    /// One bandwidth limit for the whole agent, by time of day (`limit-rate=` lines).
+    package var rateLimit = AgentRateLimitPolicy()
 
     package init(maximumConcurrentDownloads: Int, allowsExpensive: Bool, allowsRoaming: Bool = true,
                  downloadDirectories: [String] = []) {
@@ -31,11 +33,13 @@ package struct AgentSettings: Sendable, Equatable {
     package static let connections = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64), `connections` (1...16),
-    /// `no-expensive` and `no-roaming` (true/false), `download-dir` (an absolute directory; repeatable). Values
+    /// `no-expensive` and `no-roaming` (true/false), `download-dir` (an absolute directory; repeatable),
+    /// `limit-rate` (`RATE [HH:MM-HH:MM [DAYS]]`, repeatable: `AgentRateLimitPolicy`). Values
     /// present in the file override `base`.
     package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
         var settings = base
         var directories: [String] = []
+        var rateLimit: AgentRateLimitPolicy?
         for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             var line = Substring(rawLine)
             if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
@@ -66,12 +70,21 @@ package struct AgentSettings: Sendable, Equatable {
                                   kind: .configuration)
                 }
                 directories.append(directory)
+            case "limit-rate":
+                do {
+                    var policy = rateLimit ?? AgentRateLimitPolicy()
+                    try policy.add(parts[1])
+                    rateLimit = policy
+                } catch {
+                    throw AgentFailure("\(location): \(error.message(for: parts[0]))", kind: .configuration)
+                }
             default:
-                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, download-dir)",
+                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, download-dir, limit-rate)",
                                 kind: .configuration)
             }
         }
         if !directories.isEmpty { settings.downloadDirectories = directories }
+        if let rateLimit { settings.rateLimit = rateLimit }
         return settings
     }
 }

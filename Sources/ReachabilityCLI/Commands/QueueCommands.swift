@@ -150,7 +150,8 @@ struct QueueListCommand: Command {
     static let options = [json, ControlOptions.stateDirectory]
     static let discussion: String? = """
         Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file, \
-        then the job's own choices in brackets when it has any ([priority low, at most 2 connections, no constrained paths]).
+        then the job's own choices in brackets when it has any ([priority low, at most 2 connections, no constrained paths]). \
+        A last line shows the agent's bandwidth limit when one is in force (limit 2 MiB/s (09:00-17:00 mon,tue,wed,thu,fri)).
         """ + "\n\n" + ControlOptions.discussion
 
     var isJSON: Bool
@@ -166,6 +167,7 @@ struct QueueListCommand: Command {
         for download in response.downloads ?? [] {
             context.output.line(isJSON ? DownloadLine.json(download) : DownloadLine.text(download))
         }
+        if !isJSON, let limit = await AgentLimitCommand.limitInForce(control, in: context) { context.output.line(limit) }
         return .success
     }
 }
@@ -261,6 +263,7 @@ struct AgentStatusCommand: Command {
             let parts = DownloadPriority.allCases.compactMap { priority in classes[priority.rawValue].map { "\($0) \(priority.rawValue)" } }
             context.output.line("priorities: \(parts.joined(separator: ", "))")
         }
+        if let limit = status.limit { context.output.line(limit) }
         for session in status.backgroundSessions ?? [] {
             context.output.line(TerminalText.escaped(Self.describe(session)))
         }

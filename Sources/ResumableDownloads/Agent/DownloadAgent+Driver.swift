@@ -288,6 +288,7 @@ extension DownloadAgent {
                                       settings: settings)
         let segmentation = self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
         request.segmentation = segmentation
+        request.agentRate = configuration.agentRateLimit.map { AgentRateShare(limit: $0, job: id, priority: options.priority) }
         let multipath = segmentation.flatMap { $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil }
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",

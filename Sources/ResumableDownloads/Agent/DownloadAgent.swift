@@ -99,6 +99,9 @@ public actor DownloadAgent {
         /// with the entity's validator (or an expected SHA-256 guards the file). 6 by default, as a
         /// web browser; 1 fetches every file over one connection.
         public var maximumConnectionsPerHost = DownloadAgent.defaultConnectionsPerHost
+        /// One receive limit over every connection of every download (the daemon's `limit-rate=`
+        /// and `agent limit`), changed while transfers run; nil: none (package-level).
+        package var agentRateLimit: AgentRateLimit?
         /// Test hook (package-level): runs right after a verified file is renamed into place,
         /// before its record is removed; crash tests kill the process there.
         package var afterRenameHook: (@Sendable () -> Void)?

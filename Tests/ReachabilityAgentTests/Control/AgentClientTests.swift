@@ -45,7 +45,7 @@ struct AgentClientTests {
                     counts: ["queued": 1], summary: "1 queued"))
             case .metrics(let format):
                 return .success(id: id, metrics: "# \(format.rawValue)\n")
-            case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
+            case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate, .limit:
                 return .failure(.unknownCommand(command.name.rawValue), id: id)
             }
         }, observer: { _ in })
