@@ -65,6 +65,10 @@ package enum ControlCodec {
                 }
                 job.priority = priority
             }
+            switch decodeTimeLimits(request) {
+            case .success(let limits): (job.deadline, job.noProgressTimeout) = limits
+            case .failure(let error): return .failure(ControlRejection(id: id, error: error))
+            }
             return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
         case .list: return .success((id, .list))

@@ -55,6 +55,10 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var constrained: Bool?
     /// `add`: foreground, high, normal or low (absent: normal).
     package var priority: String?
+    /// `add`: seconds from now until the job must be done (absent: no deadline).
+    package var deadline: Double?
+    /// `add`: seconds the job may go without a byte after a transient error (absent: none of its own).
+    package var noProgressTimeout: Double?
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
@@ -90,6 +94,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             connections = job.connections
             constrained = job.allowsConstrained ? nil : false
             priority = job.priority == .normal ? nil : job.priority.rawValue
+            deadline = job.deadline.map(\.timeInterval)
+            noProgressTimeout = job.noProgressTimeout.map(\.timeInterval)
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .metrics(let format):
@@ -122,6 +128,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, priority, download, format
+        case deadline, noProgressTimeout
         case session, settings, task, taskIdentifier, changes, action, sequence, limit
     }
 
@@ -144,6 +151,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         connections = try container.decodeIfPresent(Int.self, forKey: .connections)
         constrained = try container.decodeIfPresent(Bool.self, forKey: .constrained)
         priority = try container.decodeIfPresent(String.self, forKey: .priority)
+        deadline = try container.decodeIfPresent(Double.self, forKey: .deadline)
+        noProgressTimeout = try container.decodeIfPresent(Double.self, forKey: .noProgressTimeout)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
         session = try container.decodeIfPresent(String.self, forKey: .session)
@@ -166,11 +175,18 @@ package struct QueueJobOptions: Sendable, Hashable {
     package var allowsConstrained: Bool
     /// Its class in the line for transfer slots.
     package var priority: DownloadPriority
+    /// How long from the add until it must be done (`--deadline`); nil: no deadline.
+    package var deadline: Duration?
+    /// How long it may go without a byte after a transient error (`--no-progress-timeout`).
+    package var noProgressTimeout: Duration?
 
-    package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal) {
+    package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal,
+                 deadline: Duration? = nil, noProgressTimeout: Duration? = nil) {
         self.connections = connections
         self.allowsConstrained = allowsConstrained
         self.priority = priority
+        self.deadline = deadline
+        self.noProgressTimeout = noProgressTimeout
     }
 }
 

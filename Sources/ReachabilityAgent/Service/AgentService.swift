@@ -295,7 +295,8 @@ package actor AgentService {
                                                                              allowsRoaming: settings.allowsRoaming,
                                                                              allowsConstrained: job.allowsConstrained,
                                                                              maximumConnections: job.connections,
-                                                                             priority: job.priority.value))
+                                                                             priority: job.priority.value)
+                                                        .limitingTime(job, now: environment.now()))
             downloadOwners[download.id] = uid
             observe(download)
             emitDownload(.queued, download)

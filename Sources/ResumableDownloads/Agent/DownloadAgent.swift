@@ -332,6 +332,8 @@ public actor DownloadAgent {
         record.allowsConstrained = options.allowsConstrained ? nil : false
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
+        record.deadline = options.deadline
+        record.noProgressTimeout = options.noProgressTimeout
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -427,6 +429,8 @@ public actor DownloadAgent {
         record.allowsConstrained = options.allowsConstrained ? nil : false
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
+        record.deadline = options.deadline
+        record.noProgressTimeout = options.noProgressTimeout
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -494,6 +498,7 @@ public actor DownloadAgent {
                                                allowsConstrained: record.allowsConstrained ?? true,
                                                maximumConnections: record.maximumConnections,
                                                priority: record.priority ?? 0.5)
+            .withTimeLimits(deadline: record.deadline, noProgressTimeout: record.noProgressTimeout)
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
