@@ -50,7 +50,6 @@ struct AgentRateLimitNginxTests {
         let raised = try await rate(of: downloads, over: .seconds(2)).total
         #expect(abs(raised - Double(8 << 20)) < Double(8 << 20) * 0.15, "\(raised) B/s under 8 MiB/s")
 
-        print("agent limit nginx: \(Int(limited)) B/s at 4 MiB/s, \(Int(raised)) B/s at 8 MiB/s, shares \(shares)")
         limit.setLimit(nil)
         for (download, log, content) in jobs {
             _ = try await F.finish(download, log: log)
