@@ -69,6 +69,12 @@ package enum ControlCodec {
             case .success(let limits): (job.deadline, job.noProgressTimeout) = limits
             case .failure(let error): return .failure(ControlRejection(id: id, error: error))
             }
+            if let argv = request.onComplete {
+                if let problem = OnCompleteCommand.problem(with: argv) {
+                    return .failure(ControlRejection(id: id, error: .invalidArgument(problem)))
+                }
+                job.onComplete = argv
+            }
             return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
         case .list: return .success((id, .list))

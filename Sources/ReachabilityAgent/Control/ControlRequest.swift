@@ -59,6 +59,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var deadline: Double?
     /// `add`: seconds the job may go without a byte after a transient error (absent: none of its own).
     package var noProgressTimeout: Double?
+    /// `add`: the program (argv) to run when the job ends (absent: none).
+    package var onComplete: [String]?
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
@@ -96,6 +98,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             priority = job.priority == .normal ? nil : job.priority.rawValue
             deadline = job.deadline.map(\.timeInterval)
             noProgressTimeout = job.noProgressTimeout.map(\.timeInterval)
+            onComplete = job.onComplete
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .metrics(let format):
@@ -128,7 +131,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, priority, download, format
-        case deadline, noProgressTimeout
+        case deadline, noProgressTimeout, onComplete
         case session, settings, task, taskIdentifier, changes, action, sequence, limit
     }
 
@@ -153,6 +156,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         priority = try container.decodeIfPresent(String.self, forKey: .priority)
         deadline = try container.decodeIfPresent(Double.self, forKey: .deadline)
         noProgressTimeout = try container.decodeIfPresent(Double.self, forKey: .noProgressTimeout)
+        onComplete = try container.decodeIfPresent([String].self, forKey: .onComplete)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
         session = try container.decodeIfPresent(String.self, forKey: .session)
@@ -179,6 +183,8 @@ package struct QueueJobOptions: Sendable, Hashable {
     package var deadline: Duration?
     /// How long it may go without a byte after a transient error (`--no-progress-timeout`).
     package var noProgressTimeout: Duration?
+    /// The program (argv, no shell) to run when it ends (`--on-complete`).
+    package var onComplete: [String]? = nil
 
     package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal,
                  deadline: Duration? = nil, noProgressTimeout: Duration? = nil) {

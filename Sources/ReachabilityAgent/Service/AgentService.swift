@@ -40,6 +40,8 @@ package actor AgentService {
         package var resumeDataLifetime: TimeInterval = 7 * 24 * 3600
         /// The agent's one bandwidth limit (`limit-rate=`, `agent limit`); nil: none can be set.
         package var rateLimit: AgentRateLimitControl?
+        /// The jobs' `--on-complete` commands.
+        package var onComplete = OnCompleteRunner()
 
         package init(stateDirectory: String, directoryAliases: [String: String] = [:], makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
                      emit: @escaping @Sendable (_ line: String) -> Void, summaryChanged: @escaping @Sendable (String) -> Void,
@@ -284,6 +286,7 @@ package actor AgentService {
         case .success(let path): destination = path
         case .failure(let error): return .failure(error, id: id)
         }
+        if let refusal = refuseOnComplete(job, uid: uid, id: id) { return refusal }
         if !replace, (try? FileSystem.status(ofPath: destination, followingLinks: false)) ?? nil != nil {
             return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
         }
@@ -298,6 +301,7 @@ package actor AgentService {
                                                                              priority: job.priority.value)
                                                         .limitingTime(job, now: environment.now()))
             downloadOwners[download.id] = uid
+            if let argv = job.onComplete { environment.onComplete.register(argv, for: download.id) }
             observe(download)
             emitDownload(.queued, download)
             refreshSummary()
@@ -438,6 +442,7 @@ package actor AgentService {
         switch event {
         case .completed, .failed:
             if userPaused.remove(download.id) != nil { savePaused() }
+            runOnComplete(download, event)
         default: break
         }
         // The event is emitted before the state is updated; look again once it has settled.

@@ -77,7 +77,7 @@ struct QueueAddCommand: Command {
         help: "The job's class for the agent's transfer slots: foreground, high, normal (default) or low, as BITS has them. Higher classes start first; within one, first come first served. A foreground job starts at once, taking a slot from the latest started job of the lowest class (which is checkpointed and queued again, nothing lost).")
     static let priorityValue = Choice<DownloadPriority>()
     static let options = [output, sha256, replace, connections, noConstrained, priority, deadline, noProgressTimeout,
-                          ControlOptions.stateDirectory]
+                          onComplete, ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL.")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -117,6 +117,7 @@ struct QueueAddCommand: Command {
                               priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal,
                               deadline: try arguments.value(Self.deadline, as: JobTimeLimits.seconds),
                               noProgressTimeout: try arguments.value(Self.noProgressTimeout, as: JobTimeLimits.seconds))
+        job.onComplete = try Self.onCompleteCommand(arguments)
         url = try DownloadCommand.parseURL(arguments.positional(Self.positionals[0])[0])
         if let output = arguments.value(Self.output) {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
