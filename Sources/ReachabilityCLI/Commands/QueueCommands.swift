@@ -267,7 +267,8 @@ struct AgentStatusCommand: Command {
             let parts = DownloadPriority.allCases.compactMap { priority in classes[priority.rawValue].map { "\($0) \(priority.rawValue)" } }
             context.output.line("priorities: \(parts.joined(separator: ", "))")
         }
-        if let limit = status.limit { context.output.line(limit) }
+        // The agent's one bandwidth limit, when one is set (a plain `no limit` says nothing new).
+        if let limit = status.limit, limit != "no limit" { context.output.line(limit) }
         for session in status.backgroundSessions ?? [] {
             context.output.line(TerminalText.escaped(Self.describe(session)))
         }
