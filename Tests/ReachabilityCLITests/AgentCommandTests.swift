@@ -192,6 +192,26 @@ struct AgentCommandTests {
         #expect(!harness.standardError.text.contains("no agent is running"), "refused before connecting")
     }
 
+    /// Issue 32: the job's time limits and `--on-complete` are parsed before any agent is asked.
+    @Test(arguments: [
+        (["--deadline", "0"], "'--deadline <seconds>'"),
+        (["--no-progress-timeout", "-5"], "'--no-progress-timeout <seconds>'"),
+        (["--on-complete", "notify 'open"], "expected a command whose quotes are closed"),
+        (["--on-complete", "./relative"], "absolute path or a name on the agent's PATH"),
+    ])
+    func queueAddChecksTimeLimitsAndOnComplete(arguments: [String], fragment: String) async {
+        let harness = Harness()
+        #expect(await harness.run(["queue", "add", "http://a/x"] + arguments + ["--state-dir", "/nonexistent"]) == 64)
+        #expect(harness.standardError.text.contains(fragment), "\(harness.standardError.text)")
+        #expect(!harness.standardError.text.contains("no agent is running"), "refused before connecting")
+    }
+
+    @Test func agentLimitTakesARateOrNone() async {
+        let harness = Harness()
+        #expect(await harness.run(["agent", "limit", "2q", "--state-dir", "/nonexistent"]) == 64)
+        #expect(harness.standardError.text.contains("expected bytes per second"), "\(harness.standardError.text)")
+    }
+
     @Test func queueAddHelpExplainsTheRefusals() async {
         let harness = Harness()
         #expect(await harness.run(["queue", "add", "-H", "x: y", "--help"]) == 0)

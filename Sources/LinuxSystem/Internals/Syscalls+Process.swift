@@ -107,3 +107,14 @@ extension Optional where Wrapped == String {
         return self.withCString { body($0) }
     }
 }
+
+extension Syscall {
+    /// localtime_r(3) (the process's time zone: TZ, else /etc/localtime): the day of the week
+    /// (0 is Sunday) and the minute of the day; nil when the C library cannot convert.
+    static func localWeekdayAndMinute(secondsSinceEpoch: Int64) -> (weekday: Int, minuteOfDay: Int)? {
+        var seconds = time_t(secondsSinceEpoch)
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return nil }
+        return (Int(parts.tm_wday), Int(parts.tm_hour) * 60 + Int(parts.tm_min))
+    }
+}

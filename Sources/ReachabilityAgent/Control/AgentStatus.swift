@@ -39,6 +39,11 @@ public struct AgentStatus: Codable, Sendable, Hashable {
     public var power: String?
     /// True on battery, false on AC power; nil when unknown or from older agents.
     public var isOnBattery: Bool?
+    /// The agent's one bandwidth limit in force, in bytes per second (nil: none, or an older agent).
+    public var limitBytesPerSecond: Int64?
+    /// The limit in force as `agent status` prints it: `limit 2 MiB/s (09:00-17:00)`,
+    /// `limit 4 MiB/s (agent limit)`, `no limit`; nil from older agents.
+    public var limit: String?
 
     /// A status report (the agent makes these).
     public init(pid: Int32, stateDirectory: String, startedAt: String, maximumConcurrentDownloads: Int, allowsExpensive: Bool,

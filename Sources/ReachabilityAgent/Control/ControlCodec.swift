@@ -64,11 +64,23 @@ package enum ControlCodec {
                 }
                 job.priority = priority
             }
+            switch decodeTimeLimits(request) {
+            case .success(let limits): (job.deadline, job.noProgressTimeout) = limits
+            case .failure(let error): return .failure(ControlRejection(id: id, error: error))
+            }
+            if let argv = request.onComplete {
+                if let problem = OnCompleteCommand.problem(with: argv) {
+                    return .failure(ControlRejection(id: id, error: .invalidArgument(problem)))
+                }
+                job.onComplete = argv
+            }
             return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
         case .setURL:
             return decodeSetURL(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .list: return .success((id, .list))
+        case .limit:
+            return decodeLimit(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .status: return .success((id, .status))
         case .metrics:
             guard let format = MetricsFormat(rawValue: request.format ?? MetricsFormat.openMetrics.rawValue) else {

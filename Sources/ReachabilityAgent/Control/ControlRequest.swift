@@ -32,6 +32,8 @@ package enum ControlCommandName: String, Codable, Sendable, CaseIterable {
     case add, list, pause, resume, cancel, status, metrics
     /// Replace a job's URL and keep its bytes (issue 34; ControlCommand+SetURL.swift).
     case setURL
+    /// The agent's one bandwidth limit (`agent limit RATE|none`, issue 32).
+    case limit
     /// Background sessions (issue 17): attach a session to this connection, then work with its tasks.
     case attach, createTask, updateTask, taskAction, acknowledge, invalidate
     /// An upload job (`queue add --upload`; ControlRequest+Upload.swift).
@@ -59,6 +61,12 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var notOnBattery: Bool?
     /// `add`: foreground, high, normal or low (absent: normal).
     package var priority: String?
+    /// `add`: seconds from now until the job must be done (absent: no deadline).
+    package var deadline: Double?
+    /// `add`: seconds the job may go without a byte after a transient error (absent: none of its own).
+    package var noProgressTimeout: Double?
+    /// `add`: the program (argv) to run when the job ends (absent: none).
+    package var onComplete: [String]?
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
@@ -78,6 +86,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var sequence: UInt64?
     /// `addUpload`: the file and how to send it (the open file travels with the line, SCM_RIGHTS).
     package var upload: UploadJobRequest?
+    /// `limit`: bytes per second in decimal digits, or `none`.
+    package var limit: String?
 
     package init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -95,6 +105,9 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             constrained = job.allowsConstrained ? nil : false
             notOnBattery = job.waitsForACPower ? true : nil
             priority = job.priority == .normal ? nil : job.priority.rawValue
+            deadline = job.deadline.map(\.timeInterval)
+            noProgressTimeout = job.noProgressTimeout.map(\.timeInterval)
+            onComplete = job.onComplete
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .setURL(let download, let url):
@@ -104,6 +117,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             self.format = format.rawValue
         case .list, .status:
             break
+        case .limit(let bytesPerSecond):
+            limit = bytesPerSecond.map { String($0) } ?? "none"
         case .attach(let session, let settings):
             self.session = session
             self.settings = settings
@@ -131,7 +146,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, notOnBattery, priority, download, format
-        case session, settings, task, taskIdentifier, changes, action, sequence, upload
+        case deadline, noProgressTimeout, onComplete
+        case session, settings, task, taskIdentifier, changes, action, sequence, upload, limit
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -154,6 +170,9 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         constrained = try container.decodeIfPresent(Bool.self, forKey: .constrained)
         notOnBattery = try container.decodeIfPresent(Bool.self, forKey: .notOnBattery)
         priority = try container.decodeIfPresent(String.self, forKey: .priority)
+        deadline = try container.decodeIfPresent(Double.self, forKey: .deadline)
+        noProgressTimeout = try container.decodeIfPresent(Double.self, forKey: .noProgressTimeout)
+        onComplete = try container.decodeIfPresent([String].self, forKey: .onComplete)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
         session = try container.decodeIfPresent(String.self, forKey: .session)
@@ -164,6 +183,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         action = try container.decodeIfPresent(String.self, forKey: .action)
         sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence)
         upload = try container.decodeIfPresent(UploadJobRequest.self, forKey: .upload)
+        limit = try container.decodeIfPresent(String.self, forKey: .limit)
     }
 }
 
@@ -178,13 +198,21 @@ package struct QueueJobOptions: Sendable, Hashable {
     package var priority: DownloadPriority
     /// Whether it waits for AC power (`--not-on-battery`).
     package var waitsForACPower: Bool
+    /// How long from the add until it must be done (`--deadline`); nil: no deadline.
+    package var deadline: Duration?
+    /// How long it may go without a byte after a transient error (`--no-progress-timeout`).
+    package var noProgressTimeout: Duration?
+    /// The program (argv, no shell) to run when it ends (`--on-complete`).
+    package var onComplete: [String]? = nil
 
     package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal,
-                 waitsForACPower: Bool = false) {
+                 waitsForACPower: Bool = false, deadline: Duration? = nil, noProgressTimeout: Duration? = nil) {
         self.connections = connections
         self.allowsConstrained = allowsConstrained
         self.priority = priority
         self.waitsForACPower = waitsForACPower
+        self.deadline = deadline
+        self.noProgressTimeout = noProgressTimeout
     }
 }
 
@@ -211,6 +239,9 @@ package enum ControlCommand: Sendable, Equatable {
     case status
     /// The agent's metrics as text in this format.
     case metrics(MetricsFormat)
+    /// Sets the agent's one bandwidth limit (bytes per second; nil: none) until the next one or
+    /// a reload; the reply is the status with the limit in force.
+    case limit(Int64?)
     /// Attach background session `session` (this connection then receives its events).
     case attach(session: String, settings: BackgroundSessionSettings)
     /// Create a task in the attached session.
@@ -237,6 +268,7 @@ package enum ControlCommand: Sendable, Equatable {
         case .setURL: .setURL
         case .status: .status
         case .metrics: .metrics
+        case .limit: .limit
         case .attach: .attach
         case .createTask: .createTask
         case .updateTask: .updateTask

@@ -127,6 +127,14 @@ package final class AgentDaemon: Sendable {
             }
         }
         defer { pathTask.cancel() }
+        // `limit-rate=` windows begin and end on the minute: a look every second is within 1 s.
+        let limitTask = Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(1))
+                await service.evaluateRateLimit()
+            }
+        }
+        defer { limitTask.cancel() }
         await service.start()
         let server: ControlServer
         do {
@@ -148,7 +156,8 @@ package final class AgentDaemon: Sendable {
         // Crash tests stop the agent at an exact instant (docs/agent.md, "Test hooks").
         let killsAfterRename = host.environment[Self.killPointVariable] == "renamed"
         if killsAfterRename { host.errorOutput("warning: \(Self.killPointVariable)=renamed: the agent kills itself after finishing a download") }
-        return try AgentService(settings: plan.settings, environment: .init(
+        let rateLimit = AgentRateLimitControl(policy: plan.settings.rateLimit, now: host.now)
+        var environment = AgentService.Environment(
             stateDirectory: plan.path,
             directoryAliases: plan.directoryAliases,
             makeAgent: { settings in
@@ -158,6 +167,7 @@ package final class AgentDaemon: Sendable {
                 configureDownloads(&configuration)
                 configuration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
                 configuration.spacePolicy = SpacePolicy(minimumFree: settings.minimumFreeSpace)
+                configuration.agentRateLimit = rateLimit.limit
                 if killsAfterRename {
                     configuration.afterRenameHook = { try? CurrentProcess.send(signal: SIGKILL, to: CurrentProcess.id) }
                 }
@@ -165,7 +175,9 @@ package final class AgentDaemon: Sendable {
             },
             emit: emitLine,
             summaryChanged: { summary in notifier.notify("STATUS=\(summary)") },
-            now: host.now))
+            now: host.now)
+        environment.rateLimit = rateLimit
+        return try AgentService(settings: plan.settings, environment: environment)
     }
 
     /// Writes the metrics file once (a file that cannot be written stops the agent at start),

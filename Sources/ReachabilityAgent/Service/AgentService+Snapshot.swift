@@ -106,6 +106,7 @@ extension AgentService {
             counts: counts, summary: Self.summary(states), totalDownloads: uid == 0 ? every.count + state.history.count : nil,
             priorities: priorities)
         (status.power, status.isOnBattery) = (power.description, power.isOnBattery)
+        describeLimit(in: &status)
         return status
     }
 }

@@ -41,6 +41,10 @@ package actor AgentService {
         package var launchEnvironment: [String: String] = ProcessInfo.processInfo.environment
         /// How long the partial file behind background resume data nobody used is kept.
         package var resumeDataLifetime: TimeInterval = 7 * 24 * 3600
+        /// The agent's one bandwidth limit (`limit-rate=`, `agent limit`); nil: none can be set.
+        package var rateLimit: AgentRateLimitControl?
+        /// The jobs' `--on-complete` commands.
+        package var onComplete = OnCompleteRunner()
 
         package init(stateDirectory: String, directoryAliases: [String: String] = [:], makeAgent: @escaping @Sendable (AgentSettings) throws -> DownloadAgent,
                      emit: @escaping @Sendable (_ line: String) -> Void, summaryChanged: @escaping @Sendable (String) -> Void,
@@ -122,6 +126,7 @@ package actor AgentService {
     @discardableResult
     package func start() async -> Int {
         userPaused = Self.readPaused(environment.stateDirectory)
+        evaluateRateLimit()
         let actions = openBackgroundSessions()
         let count = await restore()
         await applyBackground(actions)
@@ -162,6 +167,7 @@ package actor AgentService {
     package func reload(_ newSettings: AgentSettings) async {
         let old = settings
         settings = newSettings
+        if let state = environment.rateLimit?.reload(newSettings.rateLimit) { reportLimit(state) }
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads
             || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost
             || newSettings.minimumFreeSpace != old.minimumFreeSpace {
@@ -266,6 +272,9 @@ package actor AgentService {
             var status = status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
             return .success(id: id, status: status)
+        case .limit(let bytesPerSecond):
+            if let refusal = setLimit(bytesPerSecond, id: id) { return refusal }
+            return await handle(.status, id: id, peer: peer)
         case .metrics(let format):
             return .success(id: id, metrics: await metricsText(format))
         case .setURL(let text, let url):
@@ -299,6 +308,7 @@ package actor AgentService {
         case .success(let path): destination = path
         case .failure(let error): return .failure(error, id: id)
         }
+        if let refusal = refuseOnComplete(job, uid: uid, id: id) { return refusal }
         if !replace, (try? FileSystem.status(ofPath: destination, followingLinks: false)) ?? nil != nil {
             return .failure(.invalidArgument("\(destination) already exists; give --replace to replace it"), id: id)
         }
@@ -307,10 +317,12 @@ package actor AgentService {
                                           replacesExistingFile: replace, allowsRoaming: settings.allowsRoaming,
                                           allowsConstrained: job.allowsConstrained, maximumConnections: job.connections,
                                           priority: job.priority.value)
+                .limitingTime(job, now: environment.now())
             options.waitsForACPower = job.waitsForACPower
             if job.waitsForACPower { await refreshPower() }
             let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination), options: options)
             downloadOwners[download.id] = uid
+            if let argv = job.onComplete { environment.onComplete.register(argv, for: download.id) }
             observe(download)
             emitDownload(.queued, download)
             refreshSummary()
@@ -438,6 +450,7 @@ package actor AgentService {
         switch event {
         case .completed, .failed:
             if userPaused.remove(download.id) != nil { savePaused() }
+            runOnComplete(download, event)
         default: break
         }
         // The event is emitted before the state is updated; look again once it has settled.

@@ -19,6 +19,8 @@ package struct AgentSettings: Sendable, Equatable {
     /// What downloads leave free on their file systems (`min-free-space=`): one that would
     /// leave less waits for space (`SpacePolicy`).
     package var minimumFreeSpace = MinimumFreeSpace.standard
+    /// One bandwidth limit for the whole agent, by time of day (`limit-rate=` lines).
+    package var rateLimit = AgentRateLimitPolicy()
 
     package init(maximumConcurrentDownloads: Int, allowsExpensive: Bool, allowsRoaming: Bool = true,
                  downloadDirectories: [String] = []) {
@@ -34,11 +36,13 @@ package struct AgentSettings: Sendable, Equatable {
     package static let connections = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64), `connections` (1...16),
-    /// `no-expensive` and `no-roaming` (true/false), `min-free-space` (`2g`, `10%`), `download-dir` (an absolute directory; repeatable). Values
+    /// `no-expensive` and `no-roaming` (true/false), `min-free-space` (`2g`, `10%`), `download-dir` (an absolute directory; repeatable),
+    /// `limit-rate` (`RATE [HH:MM-HH:MM [DAYS]]`, repeatable: `AgentRateLimitPolicy`). Values
     /// present in the file override `base`.
     package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
         var settings = base
         var directories: [String] = []
+        var rateLimit: AgentRateLimitPolicy?
         for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             var line = Substring(rawLine)
             if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
@@ -71,12 +75,21 @@ package struct AgentSettings: Sendable, Equatable {
                                   kind: .configuration)
                 }
                 directories.append(directory)
+            case "limit-rate":
+                do {
+                    var policy = rateLimit ?? AgentRateLimitPolicy()
+                    try policy.add(parts[1])
+                    rateLimit = policy
+                } catch {
+                    throw AgentFailure("\(location): \(error.message(for: parts[0]))", kind: .configuration)
+                }
             default:
-                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir)",
+                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir, limit-rate)",
                                 kind: .configuration)
             }
         }
         if !directories.isEmpty { settings.downloadDirectories = directories }
+        if let rateLimit { settings.rateLimit = rateLimit }
         return settings
     }
 }

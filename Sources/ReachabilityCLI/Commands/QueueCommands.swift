@@ -81,8 +81,8 @@ struct QueueAddCommand: Command {
     static let priorityValue = Choice<DownloadPriority>()
     static let notOnBattery = Option.flag(
         "not-on-battery", help: "Wait for AC power: while the machine runs on battery (UPower) the job stays queued, and a transfer is checkpointed when the battery takes over.")
-    static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority] + QueueAddUpload.options
-        + [ControlOptions.stateDirectory]
+    static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority, deadline, noProgressTimeout,
+                          onComplete] + QueueAddUpload.options + [ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL (with --upload: where the file goes).")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -123,7 +123,10 @@ struct QueueAddCommand: Command {
         job = QueueJobOptions(connections: try arguments.value(Self.connections, as: Self.connectionsValue),
                               allowsConstrained: !arguments.isSet(Self.noConstrained),
                               priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal,
-                              waitsForACPower: arguments.isSet(Self.notOnBattery))
+                              waitsForACPower: arguments.isSet(Self.notOnBattery),
+                              deadline: try arguments.value(Self.deadline, as: JobTimeLimits.seconds),
+                              noProgressTimeout: try arguments.value(Self.noProgressTimeout, as: JobTimeLimits.seconds))
+        job.onComplete = try Self.onCompleteCommand(arguments)
         url = try DownloadCommand.parseURL(arguments.positional(Self.positionals[0])[0])
         if let output = arguments.value(Self.output) {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
@@ -161,7 +164,8 @@ struct QueueListCommand: Command {
     static let options = [json, ControlOptions.stateDirectory]
     static let discussion: String? = """
         Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file, \
-        then the job's own choices in brackets when it has any ([priority low, at most 2 connections, no constrained paths]).
+        then the job's own choices in brackets when it has any ([priority low, at most 2 connections, no constrained paths]). \
+        A last line shows the agent's bandwidth limit when one is in force (limit 2 MiB/s (09:00-17:00 mon,tue,wed,thu,fri)).
         """ + "\n\n" + ControlOptions.discussion
 
     var isJSON: Bool
@@ -177,6 +181,7 @@ struct QueueListCommand: Command {
         for download in response.downloads ?? [] {
             context.output.line(isJSON ? DownloadLine.json(download) : DownloadLine.text(download))
         }
+        if !isJSON, let limit = await AgentLimitCommand.limitInForce(control, in: context) { context.output.line(limit) }
         return .success
     }
 }
@@ -273,6 +278,8 @@ struct AgentStatusCommand: Command {
             let parts = DownloadPriority.allCases.compactMap { priority in classes[priority.rawValue].map { "\($0) \(priority.rawValue)" } }
             context.output.line("priorities: \(parts.joined(separator: ", "))")
         }
+        // The agent's one bandwidth limit, when one is set (a plain `no limit` says nothing new).
+        if let limit = status.limit, limit != "no limit" { context.output.line(limit) }
         for session in status.backgroundSessions ?? [] {
             context.output.line(TerminalText.escaped(Self.describe(session)))
         }

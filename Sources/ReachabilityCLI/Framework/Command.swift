@@ -55,6 +55,7 @@ enum CommandRegistry {
         AgentCommand.self,
         AgentStatusCommand.self,
         AgentMetricsCommand.self,
+        AgentLimitCommand.self,
         QueueAddCommand.self,
         QueueListCommand.self,
         QueuePauseCommand.self,

@@ -99,7 +99,7 @@ extension DownloadAgent {
         download.report(bytesReceived: file.writtenBytes, totalBytes: file.record.totalLength, resetRate: true)
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
                                      mailbox: mailbox)
-        var machine = DownloadStateMachine(policy: machinePolicy)
+        var machine = DownloadStateMachine(policy: machinePolicy.limitingTime(of: download.options, now: .now, wallClock: Date()))
         let start = pathWaiters.facts(access: PathAccess(download.options),
                                       host: entries[id]?.followsHost == true ? entry.host : nil)
         var actions = machine.handle(.start(driver.facts, start), now: .now, random: .random(in: 0...1))
@@ -288,6 +288,7 @@ extension DownloadAgent {
                                       settings: settings)
         let segmentation = self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
         request.segmentation = segmentation
+        request.agentRate = configuration.agentRateLimit.map { AgentRateShare(limit: $0, job: id, priority: options.priority) }
         let multipath = segmentation.flatMap { $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil }
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",

@@ -103,6 +103,9 @@ public actor DownloadAgent {
         /// less, or meets `ENOSPC`, waits in line (`JobWaitReason.lowDiskSpace`) until space
         /// returns. Nil (the default): no rule, and `ENOSPC` fails the download (`diskFull`).
         public var spacePolicy: SpacePolicy?
+        /// One receive limit over every connection of every download (the daemon's `limit-rate=`
+        /// and `agent limit`), changed while transfers run; nil: none (package-level).
+        package var agentRateLimit: AgentRateLimit?
         /// Test hook (package-level): runs right after a verified file is renamed into place,
         /// before its record is removed; crash tests kill the process there.
         package var afterRenameHook: (@Sendable () -> Void)?
@@ -338,6 +341,8 @@ public actor DownloadAgent {
         record.waitsForACPower = options.waitsForACPower ? true : nil
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
+        record.deadline = options.deadline
+        record.noProgressTimeout = options.noProgressTimeout
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -435,6 +440,8 @@ public actor DownloadAgent {
         record.waitsForACPower = options.waitsForACPower ? true : nil
         record.priority = options.priority == 0.5 ? nil : options.priority
         record.maximumConnections = options.maximumConnections
+        record.deadline = options.deadline
+        record.noProgressTimeout = options.noProgressTimeout
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -502,6 +509,7 @@ public actor DownloadAgent {
                                                allowsConstrained: record.allowsConstrained ?? true,
                                                maximumConnections: record.maximumConnections,
                                                priority: record.priority ?? 0.5)
+            .withTimeLimits(deadline: record.deadline, noProgressTimeout: record.noProgressTimeout)
         if given == nil { options.waitsForACPower = record.waitsForACPower ?? false }
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.

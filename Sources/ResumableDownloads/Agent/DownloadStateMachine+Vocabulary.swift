@@ -16,6 +16,12 @@ extension DownloadStateMachine {
         var restartStagger: Duration
         /// Attempt starts per download.
         var attemptRate: TokenBucket
+        /// The job's own bound on an outage (`DownloadOptions.noProgressTimeout`), beside
+        /// `maximumOutageWait`: the shorter ends it, and names itself in the error.
+        var noProgressTimeout: Duration? = nil
+        /// When the job must be done (`DownloadOptions.deadline` on this clock), and how to name it.
+        var deadline: Instant? = nil
+        var deadlineText = ""
     }
 
     /// What the executor knows about the partial file after a checkpoint.
@@ -66,6 +72,8 @@ extension DownloadStateMachine {
             case retry
             /// `maximumOutageWait` since the outage began.
             case outage
+            /// The job's deadline.
+            case deadline
         }
 
         var kind: Kind

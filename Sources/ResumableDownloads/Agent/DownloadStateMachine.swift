@@ -183,7 +183,10 @@ struct DownloadStateMachine: Sendable {
         file = facts
         highWater = max(highWater, facts.storedBytes)
         path = pathFacts
-        return proceed(now: now, freshConnection: false)
+        guard let deadline = policy.deadline else { return proceed(now: now, freshConnection: false) }
+        // A job past its deadline does not start (it may have waited in line, or the agent was down).
+        if deadline <= now { return exit(.failed(DownloadError.deadlinePassed(policy.deadlineText))) }
+        return arm(.deadline, at: deadline) + proceed(now: now, freshConnection: false)
     }
 
     private mutating func responseStarted(_ id: Int) -> [Action] {
@@ -267,6 +270,8 @@ struct DownloadStateMachine: Sendable {
             return proceed(now: now, freshConnection: true)
         case .outage:
             return outageLimitReached(now: now)
+        case .deadline:
+            return giveUp(DownloadError.deadlinePassed(policy.deadlineText))
         }
     }
 
@@ -350,7 +355,7 @@ struct DownloadStateMachine: Sendable {
             return []
         }
         outage = Outage(since: now, kind: kind, lastError: error)
-        guard let limit = policy.maximumOutageWait else { return [] }
+        guard let limit = outageLimit else { return [] }
         return arm(.outage, at: now + limit)
     }
 
@@ -358,9 +363,21 @@ struct DownloadStateMachine: Sendable {
         phase == .waitingForServer ? [.leaveServerWait] : []
     }
 
+    /// The shorter of the agent's outage bound and the job's no-progress timeout.
+    private var outageLimit: Duration? {
+        [policy.maximumOutageWait, policy.noProgressTimeout].compactMap { $0 }.min()
+    }
+
     private mutating func outageLimitReached(now: Instant) -> [Action] {
-        guard let outage, let limit = policy.maximumOutageWait else { return [] }
-        let error = DownloadError.outageLimitReached(outage.kind, after: limit, lastError: outage.lastError)
+        guard let outage, let limit = outageLimit else { return [] }
+        if let own = policy.noProgressTimeout, own == limit {
+            return giveUp(DownloadError.noProgress(for: own, lastError: outage.lastError))
+        }
+        return giveUp(DownloadError.outageLimitReached(outage.kind, after: limit, lastError: outage.lastError))
+    }
+
+    /// Ends the download with `error` from whatever it is doing (a time limit ran out).
+    private mutating func giveUp(_ error: DownloadError) -> [Action] {
         switch phase {
         case .waitingForServer:
             return [.leaveServerWait] + exit(.failed(error))
@@ -684,7 +701,7 @@ struct DownloadStateMachine: Sendable {
 
     private mutating func exit(_ reason: Exit) -> [Action] {
         var actions: [Action] = []
-        for kind in [Timer.Kind.retry, .outage] where armed[kind] != nil { actions += disarm(kind) }
+        for kind in [Timer.Kind.retry, .outage, .deadline] where armed[kind] != nil { actions += disarm(kind) }
         phase = .finished
         return actions + [.exit(reason)]
     }

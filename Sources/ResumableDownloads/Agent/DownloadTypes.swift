@@ -82,6 +82,15 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// This download's own limit for connecting and for going without data (a URLRequest's
     /// `timeoutInterval`), when shorter than the agent's.
     public var requestTimeout: Duration?
+    /// When the download must be done (BITS' `MaxDownloadTime` counted from the job's creation,
+    /// `timeoutIntervalForResource`): at this wall-clock time it fails with `timedOut`, whatever
+    /// it is doing, and keeps its resume data. Nil: no deadline.
+    public var deadline: Date?
+    /// How long the download may go without a byte once something went wrong (BITS'
+    /// `NoProgressTimeout`): counted from the first transient error or lost path, reset by each
+    /// byte; when it runs out the download fails with `timedOut` and keeps its resume data.
+    /// Nil: the agent's `maximumOutageWait` alone.
+    public var noProgressTimeout: Duration?
 
     /// Creates options.
     public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,
@@ -108,7 +117,8 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case expectedSHA256, expectedLength, allowsExpensive, replacesExistingFile, allowsRoaming, allowsConstrained,
-             maximumConnections, interfaces, usesExpensivePathsOnlyAsFallback, priority, requestHeaders, requestTimeout
+             maximumConnections, interfaces, usesExpensivePathsOnlyAsFallback, priority, requestHeaders, requestTimeout,
+             deadline, noProgressTimeout
     }
 
     /// Decodes options; keys added later may be absent.
@@ -126,6 +136,8 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
         priority = Self.clampedPriority(try container.decodeIfPresent(Float.self, forKey: .priority) ?? 0.5)
         requestHeaders = try container.decodeIfPresent([String].self, forKey: .requestHeaders) ?? []
         requestTimeout = try container.decodeIfPresent(Duration.self, forKey: .requestTimeout)
+        deadline = try container.decodeIfPresent(Date.self, forKey: .deadline)
+        noProgressTimeout = try container.decodeIfPresent(Duration.self, forKey: .noProgressTimeout)
     }
 }
 

@@ -29,6 +29,13 @@ struct ReceiveRateLimiter: Sendable, Hashable {
         return nil
     }
 
+    /// Until when the transfer must wait before its next chunk, nil when it may take one now
+    /// (asked before the agent's shared limit, so a chunk that limit refuses is not paid here).
+    func blockedUntil(_ now: Instant) -> Instant? {
+        if let paidUntil, paidUntil > now { return paidUntil }
+        return nil
+    }
+
     /// How long `count` bytes take at the limit.
     func cost(of count: Int) -> Duration {
         .nanoseconds(Int64(count) * 1_000_000_000 / bytesPerSecond)

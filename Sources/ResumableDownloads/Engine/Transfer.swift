@@ -224,11 +224,14 @@ final class TransferContext {
             pausedAt = now
             return .pause
         }
-        if let resumeAt = transfer.rate?.admit(bytes.count, at: now) {
+        if let resumeAt = transfer.rate?.blockedUntil(now) ?? transfer.request.agentRate.flatMap({
+            $0.limit.admit(bytes.count, job: $0.job, priority: $0.priority, at: now)
+        }) {
             // libcurl keeps the chunk and delivers it again once the engine unpauses at `resumeAt`.
             rateResumeAt = resumeAt
             return .pause
         }
+        _ = transfer.rate?.admit(bytes.count, at: now)
         var bytes = bytes
         var action = machine.event(.body(count: bytes.count))
         if case .compare(let offset, let count) = action {

@@ -58,6 +58,9 @@ struct TransferRequest: Sendable {
     /// One past the last byte asked for (a segment's range with its seam overlap); nil asks for
     /// everything from the offset on.
     var rangeEnd: Int64? = nil
+    /// The agent's limit over every download (`AgentRateLimit`) and whose bytes these are; nil
+    /// outside an agent that has one.
+    var agentRate: AgentRateShare? = nil
     /// A segment beside others: only a 206 for exactly the bytes asked will do.
     var isSegment = false
     /// With `isSegment`: the 206 must carry the recorded strong validator.

@@ -50,6 +50,10 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     var priority: Float?
     /// `DownloadOptions.maximumConnections` (absent: the agent's bound, and in older records).
     var maximumConnections: Int?
+    /// `DownloadOptions.deadline` and `noProgressTimeout` (issue 32; absent: none), so a restored
+    /// job keeps its time limits.
+    var deadline: Date?
+    var noProgressTimeout: Duration?
     /// `DownloadOptions.replacesExistingFile` (absent in older records: never replace).
     var replacesExistingFile: Bool?
     /// Transfer attempts made so far (all attempts, for diagnostics).

@@ -59,7 +59,7 @@ struct AgentClientTests {
                 (download.url, download.destination, download.direction) = (url.absoluteString, request.file, "upload")
                 download.totalBytes = try? file.status().size
                 return .success(id: id, download: download)
-            case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate:
+            case .attach, .createTask, .updateTask, .taskAction, .acknowledge, .invalidate, .limit:
                 return .failure(.unknownCommand(command.name.rawValue), id: id)
             }
         }, observer: { _ in })
