@@ -343,6 +343,7 @@ public actor DownloadAgent {
         record.maximumConnections = options.maximumConnections
         record.deadline = options.deadline
         record.noProgressTimeout = options.noProgressTimeout
+        record.onComplete = options.completionCommand
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -442,6 +443,7 @@ public actor DownloadAgent {
         record.maximumConnections = options.maximumConnections
         record.deadline = options.deadline
         record.noProgressTimeout = options.noProgressTimeout
+        record.onComplete = options.completionCommand
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -510,7 +512,10 @@ public actor DownloadAgent {
                                                maximumConnections: record.maximumConnections,
                                                priority: record.priority ?? 0.5)
             .withTimeLimits(deadline: record.deadline, noProgressTimeout: record.noProgressTimeout)
-        if given == nil { options.waitsForACPower = record.waitsForACPower ?? false }
+        if given == nil {
+            options.waitsForACPower = record.waitsForACPower ?? false
+            options.completionCommand = record.onComplete
+        }
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }

@@ -91,6 +91,9 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// byte; when it runs out the download fails with `timedOut` and keeps its resume data.
     /// Nil: the agent's `maximumOutageWait` alone.
     public var noProgressTimeout: Duration?
+    /// The agent's `--on-complete` command, carried into the resume record (not encoded here:
+    /// it is the agent's, not a client's to send).
+    package var completionCommand: CompletionCommand?
 
     /// Creates options.
     public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,
