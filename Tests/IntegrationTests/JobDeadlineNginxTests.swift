@@ -45,4 +45,29 @@ struct JobDeadlineNginxTests {
         #expect(elapsed >= .seconds(1) && elapsed < .seconds(8), "\(elapsed), the agent's own outage bound is 30 s")
         await agent.shutdown()
     }
+
+    /// A job waiting in line behind a slow one fails at its deadline, while the slow one still
+    /// holds the only slot (not when its turn comes).
+    @Test func aQueuedJobFailsAtItsDeadlineNotWhenItsTurnComes() async throws {
+        let nginx = try DownloadTestNginx(slowRate: "256k")   // 8 MiB: about 30 s, holding the slot
+        let directory = try F.Directory()
+        try nginx.serve(F.randomData(count: 8 << 20, seed: 3251), at: "slow/first.bin")
+        try nginx.serve(F.randomData(count: 1 << 10, seed: 3252), at: "second.bin")
+        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+            $0.maximumConcurrentDownloads = 1
+        })
+        let first = try await agent.download(from: nginx.url("slow/first.bin"), to: directory.file("first.bin"))
+        #expect(await F.wait { first.progress.bytesReceived > 0 })
+        var options = DownloadOptions()
+        options.deadline = Date().addingTimeInterval(1)
+        let started = ContinuousClock.now
+        let queued = try await agent.download(from: nginx.url("second.bin"), to: directory.file("second.bin"), options: options)
+        #expect(await F.wait(timeout: .seconds(10)) { Self.failure(of: queued) != nil })
+        let elapsed = ContinuousClock.now - started
+        let error = try #require(Self.failure(of: queued))
+        #expect(error.urlErrorCode == .timedOut && error.description.contains("deadline passed"), "\(error)")
+        #expect(elapsed >= .milliseconds(900) && elapsed < .seconds(5), "\(elapsed)")
+        #expect(first.state == .running, "the first still holds the slot: \(first.state)")
+        await agent.shutdown()
+    }
 }

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import LinuxSystem
+import ReachabilityEvents
 import ResumableDownloads
 
 /// `--on-complete` (issue 32 item 6): who may give one, and running it when the job ends.
@@ -9,6 +10,20 @@ extension AgentService {
     func refuseOnComplete(_ job: QueueJobOptions, uid: UInt32, id: ControlRequestID?) -> ControlResponse? {
         guard job.onComplete != nil, uid != CurrentProcess.effectiveUserID else { return nil }
         return .failure(ControlError(code: .permissionDenied, message: "--on-complete runs as the agent's user (uid \(CurrentProcess.effectiveUserID)); only that user may give one"), id: id)
+    }
+
+    /// Registers the `--on-complete` command a restored job's resume record kept, if it is still
+    /// one this agent may run: given by its own user, and a command by `OnCompleteCommand`'s
+    /// rules (the record is input). Otherwise it is dropped with an `onComplete` event saying why.
+    func registerOnComplete(ofRestored download: Download) {
+        guard let command = download.options.completionCommand else { return }
+        let problem = command.owner != CurrentProcess.effectiveUserID
+            ? "given by uid \(command.owner), and the agent runs as uid \(CurrentProcess.effectiveUserID)"
+            : OnCompleteCommand.problem(with: command.arguments)
+        guard let problem else { return environment.onComplete.register(command.arguments, for: download.id) }
+        environment.emit(EventSchema.line(.download, "onComplete", at: environment.now(), [
+            .init(key: "id", value: .string(download.id.uuidString.lowercased())), .init(key: "run", value: .integer(0)),
+            .init(key: "status", value: .string("not run: \(problem)")), .init(key: "retry", value: .bool(false))]))
     }
 
     /// Runs the job's `--on-complete` command, if it has one, with the file and the outcome.

@@ -143,6 +143,8 @@ package actor AgentService {
         let restored = await agent.restoreDownloads(where: { !owned.contains($0) }, allowingDestination: {
             AgentDestination.isAllowed($0.path, filesDirectory: filesDirectory, allowed: allowed)
         })
+        // Before any event of theirs can arrive (the loop below may suspend).
+        for download in restored { registerOnComplete(ofRestored: download) }
         for download in restored {
             observe(download)
             emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
@@ -319,6 +321,7 @@ package actor AgentService {
                                           priority: job.priority.value)
                 .limitingTime(job, now: environment.now())
             options.waitsForACPower = job.waitsForACPower
+            options.completionCommand = job.onComplete.map { CompletionCommand(arguments: $0, owner: uid) }
             if job.waitsForACPower { await refreshPower() }
             let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination), options: options)
             downloadOwners[download.id] = uid

@@ -102,7 +102,8 @@ package enum OnCompleteCommand {
 /// agent's standard error; a non-zero exit (or a program that cannot start) is retried after
 /// `OnCompleteCommand.retryDelays`, at most 5 times. Every run is an event
 /// (`{"type":"download","event":"onComplete","id":…,"run":1,"status":"exited with status 1"}`).
-/// Commands are kept in memory: a job restored after a restart has none.
+/// Commands are kept in memory and in the job's resume record (`CompletionCommand`): a job
+/// restored after a restart registers its command again (`registerOnComplete(ofRestored:)`).
 package final class OnCompleteRunner: Sendable {
     private let commands = Mutex<[UUID: [String]]>([:])
     /// The waits between runs (tests make them short).

@@ -212,6 +212,8 @@ public actor DownloadAgent {
     var space = SpaceWatch()
     /// The machine's power and the downloads waiting for AC power (DownloadAgent+Power.swift).
     var power = PowerWatch()
+    /// Queued downloads' deadlines (JobDeadline.swift).
+    var deadlineWatch = QueuedDeadlineWatch()
 
     /// An agent that assumes the network is always usable (no path source).
     public init(configuration: Configuration) throws {
@@ -343,6 +345,7 @@ public actor DownloadAgent {
         record.maximumConnections = options.maximumConnections
         record.deadline = options.deadline
         record.noProgressTimeout = options.noProgressTimeout
+        record.onComplete = options.completionCommand
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -360,6 +363,7 @@ public actor DownloadAgent {
                                                                            totalBytes: record.totalLength))
         prepare(download)
         entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
+        deadlineWatch.track(id, deadline: options.deadline)
         destinationHolders[destination.path] = id
         creationOrder.append(id)
         listed.withLock { $0.append(download) }
@@ -442,6 +446,7 @@ public actor DownloadAgent {
         record.maximumConnections = options.maximumConnections
         record.deadline = options.deadline
         record.noProgressTimeout = options.noProgressTimeout
+        record.onComplete = options.completionCommand
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record)
         schedule()
@@ -510,7 +515,10 @@ public actor DownloadAgent {
                                                maximumConnections: record.maximumConnections,
                                                priority: record.priority ?? 0.5)
             .withTimeLimits(deadline: record.deadline, noProgressTimeout: record.noProgressTimeout)
-        if given == nil { options.waitsForACPower = record.waitsForACPower ?? false }
+        if given == nil {
+            options.waitsForACPower = record.waitsForACPower ?? false
+            options.completionCommand = record.onComplete
+        }
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
@@ -519,6 +527,7 @@ public actor DownloadAgent {
                                 agent: self, state: .queued,
                                 progress: DownloadProgress(bytesReceived: recovered, totalBytes: record.totalLength))
         entries[record.id] = Entry(download: download, record: record, host: gateHost(for: record.url))
+        deadlineWatch.track(record.id, deadline: options.deadline)
         if let holder = destinationHolders[record.destination.path].flatMap({ entries[$0] }), !holder.download.state.isFinal {
             // Two records for one destination (only by hand): the check keeps finding the first.
         } else {
@@ -627,6 +636,7 @@ public actor DownloadAgent {
             drivers.append(driver)
         }
         for driver in drivers { await driver.value }
+        deadlineWatch.timer?.task.cancel()
         engine.shutdown()
         pathForwarder?.cancel()
         pathConsumer?.cancel()
@@ -771,6 +781,7 @@ public actor DownloadAgent {
             configuration.logger.info("download gives its slot to a foreground one", metadata: ["id": id.uuidString])
             mailbox.yield(.machine(.pause))
         }
+        checkQueuedDeadlines()
     }
 
     var settings: TransferSettings {

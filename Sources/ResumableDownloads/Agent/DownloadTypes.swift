@@ -25,10 +25,12 @@ public enum DownloadPriority: String, Sendable, Hashable, Codable, CaseIterable 
         }
     }
 
-    /// The class of a `DownloadOptions.priority`: 1 is foreground, above 0.5 high, below it low.
+    /// The class of a `DownloadOptions.priority` (a `URLSessionTask.priority`): 1 is foreground,
+    /// 0.75 (`highPriority`) and above high, 0.25 (`lowPriority`) and below low, normal between,
+    /// so a task nudged a little from the default stays in the default class.
     public init(value: Float) {
         let value = DownloadOptions.clampedPriority(value)
-        self = value >= 1 ? .foreground : value > 0.5 ? .high : value < 0.5 ? .low : .normal
+        self = value >= 1 ? .foreground : value >= 0.75 ? .high : value <= 0.25 ? .low : .normal
     }
 }
 
@@ -91,6 +93,9 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// byte; when it runs out the download fails with `timedOut` and keeps its resume data.
     /// Nil: the agent's `maximumOutageWait` alone.
     public var noProgressTimeout: Duration?
+    /// The agent's `--on-complete` command, carried into the resume record (not encoded here:
+    /// it is the agent's, not a client's to send).
+    package var completionCommand: CompletionCommand?
 
     /// Creates options.
     public init(expectedSHA256: String? = nil, expectedLength: Int64? = nil, allowsExpensive: Bool = true,

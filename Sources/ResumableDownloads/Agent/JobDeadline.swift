@@ -44,3 +44,74 @@ extension DownloadError {
             "no progress for \(limit.formattedSeconds) s, the job's no-progress timeout\(last); its resume data is kept")
     }
 }
+
+/// The deadlines of the agent's downloads, so that one waiting in line fails at its deadline,
+/// not when its turn comes (a running one's state machine arms its own timer): one timer, for
+/// the earliest deadline of a waiting download. Pure but for the timer it holds.
+struct QueuedDeadlineWatch: Sendable {
+    /// Every download that has a deadline (few: most have none).
+    private(set) var deadlines: [UUID: Date] = [:]
+    /// The armed timer and when it fires.
+    var timer: (at: Date, task: Task<Void, Never>)?
+
+    /// Notes download `id`'s deadline (nil: none).
+    mutating func track(_ id: UUID, deadline: Date?) { deadlines[id] = deadline }
+
+    /// Stops tracking the downloads `isKnown` rejects (forgotten ones).
+    mutating func prune(keeping isKnown: (UUID) -> Bool) {
+        deadlines = deadlines.filter { isKnown($0.key) }
+    }
+
+    /// Of the downloads `isWaiting` accepts (queued, no driver), the ones whose deadline is
+    /// `now` or earlier, in deadline order, and the earliest deadline still ahead (when to look
+    /// again; nil: no waiting download has one).
+    func check(now: Date, isWaiting: (UUID) -> Bool) -> (due: [UUID], next: Date?) {
+        var due: [(UUID, Date)] = []
+        var next: Date?
+        for (id, deadline) in deadlines where isWaiting(id) {
+            if deadline <= now {
+                due.append((id, deadline))
+            } else if next.map({ deadline < $0 }) ?? true {
+                next = deadline
+            }
+        }
+        return (due.sorted { ($0.1, $0.0.uuidString) < ($1.1, $1.0.uuidString) }.map(\.0), next)
+    }
+}
+
+extension DownloadAgent {
+    /// Fails each download waiting in line whose deadline passed (`deadlinePassed`, its record
+    /// and bytes kept, as a running one's), and arms the one timer for the next deadline.
+    /// Called after each scheduling pass and when the timer fires.
+    func checkQueuedDeadlines() {
+        guard !isShutDown, !deadlineWatch.deadlines.isEmpty else { return }
+        let now = Date()
+        deadlineWatch.prune { entries[$0] != nil }
+        let (due, next) = deadlineWatch.check(now: now) { id in
+            guard let entry = entries[id] else { return false }
+            return entry.driver == nil && scheduler.isQueued(id)
+        }
+        for id in due {
+            guard let entry = entries[id], let deadline = deadlineWatch.deadlines[id] else { continue }
+            scheduler.dequeue(id)
+            let error = DownloadError.deadlinePassed(Timestamp.iso8601(deadline))
+            configuration.logger.info("a queued download's deadline passed", metadata: ["id": id.uuidString])
+            entry.download.update(state: .failed(error), event: .failed(error))
+        }
+        guard deadlineWatch.timer?.at != next else { return }
+        deadlineWatch.timer?.task.cancel()
+        deadlineWatch.timer = next.map { at in
+            let wait = Duration.milliseconds(Int64(max(0, min(at.timeIntervalSince(now), 365 * 86_400)) * 1000) + 1)
+            return (at, Task { [weak self] in
+                try? await Task.sleep(for: wait)
+                guard !Task.isCancelled, let self else { return }
+                await self.queuedDeadlineTimerFired()
+            })
+        }
+    }
+
+    private func queuedDeadlineTimerFired() {
+        deadlineWatch.timer = nil
+        checkQueuedDeadlines()
+    }
+}

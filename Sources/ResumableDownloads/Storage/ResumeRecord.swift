@@ -54,6 +54,9 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     /// job keeps its time limits.
     var deadline: Date?
     var noProgressTimeout: Duration?
+    /// `DownloadOptions.completionCommand` (issue 32; absent: none, and in older records), so a
+    /// restored job still runs its `--on-complete` command when it ends.
+    var onComplete: CompletionCommand?
     /// `DownloadOptions.replacesExistingFile` (absent in older records: never replace).
     var replacesExistingFile: Bool?
     /// Transfer attempts made so far (all attempts, for diagnostics).

@@ -53,6 +53,14 @@ struct DownloadSchedulerTests {
         #expect(DownloadPriority.allCases.map { DownloadPriority(value: $0.value) } == DownloadPriority.allCases)
     }
 
+    /// `URLSessionTask.priority` (and `DownloadOptions.priority`) onto the agent's classes.
+    @Test(arguments: [(Float(1), DownloadPriority.foreground), (0.99, .high), (0.75, .high), (0.74, .normal), (0.6, .normal),
+                      (0.5, .normal), (0.4, .normal), (0.26, .normal), (0.25, .low), (0.1, .low), (0, .low),
+                      (2, .foreground), (-1, .low), (.nan, .normal)])
+    func aTaskPriorityFallsInItsClass(value: Float, expected: DownloadPriority) {
+        #expect(DownloadPriority(value: value) == expected)
+    }
+
     /// A foreground download finding every slot taken makes one lower download yield (the lowest
     /// class, latest admitted); that one goes back at the front of its class, and the slot goes
     /// to the foreground download. Foreground downloads never preempt each other, and a second

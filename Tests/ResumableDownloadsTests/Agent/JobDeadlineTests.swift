@@ -68,4 +68,27 @@ import Testing
         #expect(error.isResumable && error.urlErrorCode == .timedOut)
         #expect(error.description.contains("no progress for 30 s"), "\(error)")
     }
+
+    /// A job waiting in line fails at its deadline, not when its turn comes: the agent looks at
+    /// the waiting ones' deadlines after each scheduling pass and arms one timer for the next.
+    @Test func aQueuedJobIsDueAtItsDeadlineAndTheTimerAimsAtTheNextOne() {
+        let t0 = Date(timeIntervalSince1970: 1_000_000)
+        let (early, late, running, none) = (UUID(), UUID(), UUID(), UUID())
+        var watch = QueuedDeadlineWatch()
+        watch.track(early, deadline: t0.addingTimeInterval(10))
+        watch.track(late, deadline: t0.addingTimeInterval(60))
+        watch.track(running, deadline: t0.addingTimeInterval(5))   // holds a slot: its machine's own timer
+        watch.track(none, deadline: nil)
+        let waiting: (UUID) -> Bool = { $0 != running }
+        let before = watch.check(now: t0, isWaiting: waiting)
+        #expect(before.due.isEmpty && before.next == t0.addingTimeInterval(10))
+        // At the instant (the timer fires then), not a moment later.
+        let atDeadline = watch.check(now: t0.addingTimeInterval(10), isWaiting: waiting)
+        #expect(atDeadline.due == [early] && atDeadline.next == t0.addingTimeInterval(60))
+        // Once failed it waits no more; a clock past both deadlines finds the other, nothing next.
+        let after = watch.check(now: t0.addingTimeInterval(61)) { waiting($0) && $0 != early }
+        #expect(after.due == [late] && after.next == nil)
+        watch.prune { $0 != late }
+        #expect(Set(watch.deadlines.keys) == [early, running])
+    }
 }
