@@ -146,7 +146,7 @@ if command -v systemd-nspawn >/dev/null 2>&1; then
     [ "$(in_container systemctl is-active reachability-agent)" = active ] || fail "inactive after reload"
     in_container systemctl stop reachability-agent
     [ "$(in_container systemctl is-active reachability-agent || true)" = inactive ] || fail "still running after stop"
-    in_container journalctl -u reachability-agent --no-pager -o cat | grep -q '"event":"stopped","checkpointed":true' \
+    in_container journalctl -u reachability-agent --no-pager -o cat | grep -F '"event":"stopped","checkpointed":true' >/dev/null \
       || fail "the agent did not stop cleanly: $(in_container journalctl -u reachability-agent --no-pager | tail -5)"
     [ -e "$root/usr/share/man/man1/reachability.1.gz" ] || fail "Documentation=man:reachability(1) is not installed"
 
@@ -157,9 +157,9 @@ if command -v systemd-nspawn >/dev/null 2>&1; then
     grep -qx /etc/reachability/wait-online.conf "$root/var/lib/dpkg/info/reachability.conffiles" \
       || fail "/etc/reachability/wait-online.conf is not a conffile"
     in_container systemctl enable reachability-wait-online.service 2>&1 | sed 's/^/  /' >&2
-    in_container systemctl show -p After --value network-online.target | tr ' ' '\n' | grep -qx reachability-wait-online.service \
+    in_container systemctl show -p After --value network-online.target | tr ' ' '\n' | grep -x reachability-wait-online.service >/dev/null \
       || fail "network-online.target is not ordered after reachability-wait-online.service"
-    in_container systemctl show -p Wants --value network-online.target | tr ' ' '\n' | grep -qx reachability-wait-online.service \
+    in_container systemctl show -p Wants --value network-online.target | tr ' ' '\n' | grep -x reachability-wait-online.service >/dev/null \
       || fail "network-online.target does not pull in reachability-wait-online.service once enabled"
     # The container has only loopback (--private-network): no default route, so the wait waits.
     # RemainAfterExit: a finished oneshot without it is unloaded, and its timestamps read 0 again.
@@ -211,7 +211,8 @@ if command -v systemd-nspawn >/dev/null 2>&1; then
     as_user reachability queue list || fail "the first queue list of a user"
     [ "$(as_user systemctl --user is-active reachability-agent.service || true)" = active ] || fail "the socket did not start the user's agent"
     as_user reachability agent status | sed 's/^/  /' >&2
-    as_user reachability agent status | grep -q "on /home/rchtester/.local/state/reachability," || fail "the user agent's state directory"
+    user_status=$(as_user reachability agent status) || fail "the user's agent status"
+    [[ "$user_status" == *"on /home/rchtester/.local/state/reachability,"* ]] || fail "the user agent's state directory: $user_status"
     as_user systemctl --user stop reachability-agent.service reachability-agent.socket
     systemd_checked=yes
     in_container systemctl poweroff >/dev/null 2>&1 || true

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 import ReachabilityEvents
 import ResumableDownloads
 
