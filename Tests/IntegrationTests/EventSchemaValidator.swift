@@ -6,7 +6,7 @@ import TestSupport
 enum EventSchemaValidator {
     static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
                                               "waitingForServer", "retrying", "restarted", "paused", "completed", "failed",
-                                              "sourceChanged"]
+                                              "sourceChanged", "sourceDropped"]
     static let types: Set<String> = ["download", "path", "agent", "control", "wait", "upload"]
     static let uploadEvents: Set<String> = ["queued", "restored", "started", "protocol", "created", "interrupted", "resumed",
                                             "waiting", "progress", "paused", "completed", "failed"]
@@ -43,6 +43,8 @@ enum EventSchemaValidator {
             case "restarted": if !(object["reason"] is String) { problems.append("restarted without reason") }
             case "sourceChanged":
                 if !(object["reason"] is String) || !(object["from"] is String) { problems.append("sourceChanged without from and reason") }
+            case "sourceDropped":
+                if !(object["reason"] is String) || !(object["source"] is String) { problems.append("sourceDropped without source and reason") }
             case "waiting":
                 // portalURL is null when NetworkManager's check found the portal (it names none).
                 // A job held back by a rule (issue 32) names the rule and says it in `message`.

@@ -62,6 +62,9 @@ extension DownloadCommand {
         if command.expectedSHA256 == nil, let pieces = document.pieces, let size = document.size {
             command.metalinkPieces = MetalinkPieceCheck(pieces: pieces, size: size)
         }
+        if let pieces = document.pieces, let size = document.size {
+            command.pieceHashes = PieceHashes(length: pieces.length, sha256: pieces.sha256, fileLength: size)
+        }
         if explicitOutput == nil {
             guard let name = Metalink.plainFileName(document.name) else {
                 throw CommandFailure(message: "\(file): its file name '\(document.name.prefix(200))' is not a plain file name (a directory part, '..', or control characters); give -o to choose where it goes",

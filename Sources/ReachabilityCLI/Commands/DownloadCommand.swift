@@ -139,6 +139,8 @@ struct DownloadCommand: Command {
     var metalinkFile: String?
     /// The Metalink's SHA-256 pieces, checked when it gives no whole-file SHA-256.
     var metalinkPieces: MetalinkPieceCheck?
+    /// The Metalink's piece hashes, checked by the engine as pieces land (issue 34).
+    var pieceHashes: PieceHashes?
     /// The length the file must have (a Metalink's `<size>`); nil trusts the server.
     var expectedLength: Int64?
 

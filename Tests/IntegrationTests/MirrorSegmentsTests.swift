@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import ResumableDownloads
+
+/// Issue 34 item 1, ranges from several mirrors at once: `reachability download` against three
+/// nginx servers on loopback, each capping a connection (`limit_rate`): a fast one, a slow one
+/// and one serving different bytes of the same length. The file is right, the bad mirror is
+/// dropped (a `sourceDropped` event), and the fast one carried most of the bytes, counted from
+/// the servers' access logs.
+@Suite("reachability download: ranges over three loopback mirrors", .serialized,
+       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+struct MirrorSegmentsTests {
+    typealias F = DownloadFixtures
+
+    struct Mirrors {
+        let fast: DownloadTestNginx, slow: DownloadTestNginx, bad: DownloadTestNginx
+        let content: Data
+        var fastURL: String { fast.url("slow/f.bin").absoluteString }
+        var slowURL: String { slow.url("slow/f.bin").absoluteString }
+        var badURL: String { bad.url("slow/f.bin").absoluteString }
+
+        init(seed: UInt64, size: Int = 24 << 20) throws {
+            fast = try DownloadTestNginx(slowRate: "4m", accessLog: true)
+            slow = try DownloadTestNginx(slowRate: "1m", accessLog: true)
+            bad = try DownloadTestNginx(slowRate: "2m", accessLog: true)
+            content = F.randomData(count: size, seed: seed)
+            var other = content
+            for offset in stride(from: 0, to: other.count, by: 4096) { other[offset] ^= 0x5A }   // every block differs
+            try fast.serve(content, at: "slow/f.bin")
+            try slow.serve(content, at: "slow/f.bin")
+            try bad.serve(other, at: "slow/f.bin")
+        }
+
+        func stop() { fast.stop(); slow.stop(); bad.stop() }
+
+        /// Body bytes a server sent, from its access log (`status bytes range` lines).
+        static func bytesSent(_ server: DownloadTestNginx) -> Int {
+            server.loggedRequests.reduce(0) { $0 + (Int($1.split(separator: " ").dropFirst().first ?? "") ?? 0) }
+        }
+    }
+
+    @Test func withSHA256TheFastMirrorCarriesMostAndTheBadOneIsDropped() async throws {
+        let mirrors = try Mirrors(seed: 3421)
+        defer { mirrors.stop() }
+        let directory = try F.Directory("mirr34b")
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-o", "f.bin",
+                                  "--sha256", F.sha256(mirrors.content), mirrors.fastURL,
+                                  "--mirror", mirrors.slowURL, "--mirror", mirrors.badURL], directory: directory.url)
+        #expect(await run.waitForExit(timeout: .seconds(60)) == 0, "\(run.transcript)")
+        try check(run, mirrors, directory)
+    }
+
+    @Test func withMetalinkPiecesTheBadMirrorIsDroppedWhereverItIsListed() async throws {
+        let mirrors = try Mirrors(seed: 3422)
+        defer { mirrors.stop() }
+        let directory = try F.Directory("mirr34b")
+        try Data(DownloadMetalinkTests.metalink(name: "f.bin", content: mirrors.content, wholeHash: false,
+                                                urls: [(mirrors.badURL, 1), (mirrors.fastURL, 2), (mirrors.slowURL, 3)]).utf8)
+            .write(to: directory.file("f.meta4"))
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "--metalink", "f.meta4"],
+                                 directory: directory.url)
+        #expect(await run.waitForExit(timeout: .seconds(60)) == 0, "\(run.transcript)")
+        try check(run, mirrors, directory, reason: "failed a piece hash")
+    }
+
+    private func check(_ run: CLIProcess, _ mirrors: Mirrors, _ directory: F.Directory, reason: String? = nil) throws {
+        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content), "the bad mirror's bytes never stay in the file")
+        let dropped = run.events.filter { $0["event"] as? String == "sourceDropped" }
+        #expect(dropped.count == 1 && dropped.first?["source"] as? String == mirrors.badURL, "\(run.transcript)")
+        if let reason { #expect((dropped.first?["reason"] as? String ?? "").contains(reason), "\(dropped)") }
+        #expect(run.count("completed") == 1 && run.count("failed") == 0 && run.count("sourceChanged") == 0, "\(run.transcript)")
+        let fast = Mirrors.bytesSent(mirrors.fast), slow = Mirrors.bytesSent(mirrors.slow), bad = Mirrors.bytesSent(mirrors.bad)
+        #expect(fast > slow && fast > bad && fast > mirrors.content.count / 2,
+                "fast \(fast), slow \(slow), bad \(bad) bytes sent of \(mirrors.content.count)")
+        let problems = run.lines.flatMap(EventSchemaValidator.problems)
+        #expect(problems.isEmpty, "\(problems)")
+    }
+}
