@@ -285,7 +285,7 @@ struct DownloadCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let command = try resolvingMetalink(in: context)
+        let command = try await resolvingMetalink(in: context)
         let plan = try DownloadPlan.prepare(command, in: context)
         return try await DownloadRun(command: command, plan: plan, context: context).execute()
     }
