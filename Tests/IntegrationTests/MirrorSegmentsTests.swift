@@ -64,6 +64,49 @@ struct MirrorSegmentsTests {
         try check(run, mirrors, directory, reason: "failed a piece hash")
     }
 
+    /// `download --metalink URL`: the document is fetched (at most 1 MiB), then used as a file is.
+    @Test func aMetalinkByURLIsFetchedThenUsed() async throws {
+        let mirrors = try Mirrors(seed: 3423, size: 4 << 20)
+        defer { mirrors.stop() }
+        let directory = try F.Directory("mirr34b")
+        try mirrors.fast.serve(Data(DownloadMetalinkTests.metalink(name: "f.bin", content: mirrors.content, wholeHash: true,
+                                                                   urls: [(mirrors.fastURL, 1), (mirrors.slowURL, 2)]).utf8), at: "f.meta4")
+        try mirrors.fast.serve(Data(repeating: 0x20, count: (1 << 20) + 1), at: "huge.meta4")
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "--metalink",
+                                  mirrors.fast.url("f.meta4").absoluteString], directory: directory.url)
+        #expect(await run.waitForExit(timeout: .seconds(60)) == 0, "\(run.transcript)")
+        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content))
+        let huge = try CLIProcess(["download", "--state-dir", directory.file("state").path, "--metalink",
+                                   mirrors.fast.url("huge.meta4").absoluteString], directory: directory.url)
+        #expect(await huge.waitForExit() == 65, "\(huge.transcript)")
+        #expect(huge.standardError.contains("larger than 1048576 bytes"), "\(huge.transcript)")
+        let missing = try CLIProcess(["download", "--state-dir", directory.file("state").path, "--metalink",
+                                      mirrors.fast.url("missing.meta4").absoluteString], directory: directory.url)
+        #expect(await missing.waitForExit() == 1, "\(missing.transcript)")
+        #expect(missing.standardError.contains("HTTP 404"), "\(missing.transcript)")
+    }
+
+    /// `queue add --mirror URL`: the agent spreads the job over its sources and drops the bad one.
+    @Test(.enabled(if: isRoot, rootReason)) func theAgentTakesMirrors() throws {
+        let mirrors = try Mirrors(seed: 3424, size: 16 << 20)
+        defer { mirrors.stop() }
+        let namespace = try ConnectedNamespace()
+        let directory = try F.Directory("mirr34b")
+        try AgentTests.allowDownloads(into: directory)
+        let agent = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name])
+        defer { agent.stop() }
+        let added = try agent.control(["queue", "add", mirrors.fastURL, "-o", directory.file("f.bin").path,
+                                       "--sha256", F.sha256(mirrors.content), "--mirror", mirrors.slowURL, "--mirror", mirrors.badURL])
+        #expect(added.status == 0, "\(added)")
+        #expect(agent.waitForLine(timeout: .seconds(60)) { $0.contains(#""event":"completed""#) } != nil, "\(agent.output)")
+        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content))
+        let dropped = AgentSetURLTests.events(agent, "sourceDropped")
+        #expect(dropped.count == 1 && dropped.first?["source"] as? String == mirrors.badURL, "\(agent.output)")
+        let refused = try agent.control(["queue", "add", mirrors.fastURL, "--mirror", "ftp://x/f"])
+        #expect(refused.status == 64, "\(refused)")
+        _ = agent.terminate()
+    }
+
     private func check(_ run: CLIProcess, _ mirrors: Mirrors, _ directory: F.Directory, reason: String? = nil) throws {
         #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content), "the bad mirror's bytes never stay in the file")
         let dropped = run.events.filter { $0["event"] as? String == "sourceDropped" }

@@ -167,7 +167,7 @@ enum SourceVerdict {
     /// wrote both (a server that serves other versions on other connections: the download's
     /// usual restart) or when every one of them is corroborated (agreed with the first source);
     /// else the least trusted: one not corroborated, the URL given last among those. A whole-file
-    /// SHA-256 is the judge at the end (`docs/mirrors.md`).
+    /// SHA-256 is the judge at the end (docs/download-command.md, "Mirrors at once").
     static func blameForSeam(sources: [Int?], corroborated: Set<Int>) -> Int? {
         let known = Set(sources.compactMap { $0 })
         guard known.count > 1 else { return nil }
