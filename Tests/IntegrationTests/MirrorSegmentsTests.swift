@@ -61,7 +61,7 @@ struct MirrorSegmentsTests {
         let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "--metalink", "f.meta4"],
                                  directory: directory.url)
         #expect(await run.waitForExit(timeout: .seconds(60)) == 0, "\(run.transcript)")
-        try check(run, mirrors, directory, reason: "failed a piece hash")
+        try check(run, mirrors, directory, reason: "failed a piece hash", mustReachBad: true)
     }
 
     /// `download --metalink URL`: the document is fetched (at most 1 MiB), then used as a file is.
@@ -88,7 +88,7 @@ struct MirrorSegmentsTests {
 
     /// `queue add --mirror URL`: the agent spreads the job over its sources and drops the bad one.
     @Test(.enabled(if: isRoot, rootReason)) func theAgentTakesMirrors() throws {
-        let mirrors = try Mirrors(seed: 3424, size: 16 << 20)
+        let mirrors = try Mirrors(seed: 3424)
         defer { mirrors.stop() }
         let namespace = try ConnectedNamespace()
         let directory = try F.Directory("mirr34b")
@@ -100,20 +100,33 @@ struct MirrorSegmentsTests {
         #expect(added.status == 0, "\(added)")
         #expect(agent.waitForLine(timeout: .seconds(60)) { $0.contains(#""event":"completed""#) } != nil, "\(agent.output)")
         #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content))
+        // Whether the planner reaches the bad mirror before the end depends on its rounds: when
+        // the bad mirror sent bytes, it is dropped, and never another.
         let dropped = AgentSetURLTests.events(agent, "sourceDropped")
-        #expect(dropped.count == 1 && dropped.first?["source"] as? String == mirrors.badURL, "\(agent.output)")
+        let badSent = Mirrors.bytesSent(mirrors.bad)
+        #expect(dropped.allSatisfy { $0["source"] as? String == mirrors.badURL }, "\(agent.output)")
+        #expect(badSent == 0 || dropped.count == 1, "bad mirror sent \(badSent) bytes, \(dropped.count) dropped: \(agent.output)")
         let refused = try agent.control(["queue", "add", mirrors.fastURL, "--mirror", "ftp://x/f"])
         #expect(refused.status == 64, "\(refused)")
         _ = agent.terminate()
     }
 
-    private func check(_ run: CLIProcess, _ mirrors: Mirrors, _ directory: F.Directory, reason: String? = nil) throws {
+    private func check(_ run: CLIProcess, _ mirrors: Mirrors, _ directory: F.Directory, reason: String? = nil,
+                       mustReachBad: Bool = false) throws {
         #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content), "the bad mirror's bytes never stay in the file")
         let dropped = run.events.filter { $0["event"] as? String == "sourceDropped" }
-        #expect(dropped.count == 1 && dropped.first?["source"] as? String == mirrors.badURL, "\(run.transcript)")
+        let badSent = Mirrors.bytesSent(mirrors.bad)
+        #expect(dropped.allSatisfy { $0["source"] as? String == mirrors.badURL }, "only the bad mirror is dropped: \(run.transcript)")
+        if mustReachBad {
+            #expect(dropped.count == 1, "\(run.transcript)")
+        } else {
+            // Listed last, the bad mirror is reached only if the ramp's rounds come to it before
+            // the end (under load they may not: its bytes are then never fetched).
+            #expect(badSent == 0 || dropped.count == 1, "bad mirror sent \(badSent) bytes, \(dropped.count) dropped: \(run.transcript)")
+        }
         if let reason { #expect((dropped.first?["reason"] as? String ?? "").contains(reason), "\(dropped)") }
         #expect(run.count("completed") == 1 && run.count("failed") == 0 && run.count("sourceChanged") == 0, "\(run.transcript)")
-        let fast = Mirrors.bytesSent(mirrors.fast), slow = Mirrors.bytesSent(mirrors.slow), bad = Mirrors.bytesSent(mirrors.bad)
+        let fast = Mirrors.bytesSent(mirrors.fast), slow = Mirrors.bytesSent(mirrors.slow), bad = badSent
         #expect(fast > slow && fast > bad && fast > mirrors.content.count / 2,
                 "fast \(fast), slow \(slow), bad \(bad) bytes sent of \(mirrors.content.count)")
         let problems = run.lines.flatMap(EventSchemaValidator.problems)
