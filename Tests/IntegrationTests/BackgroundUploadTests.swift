@@ -159,6 +159,33 @@ struct BackgroundUploadTests {
         #expect(!status.standardOutput.contains("\"tasks\":1"), "no task reached the agent: \(status.standardOutput)")
     }
 
+    @Test func aRunningUploadIsListedAndCancelCancelsTheAgentsJob() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 1 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 8 << 20, seed: 2885)
+        defer { fixture.stop() }
+        let probe = try fixture.probe("bgta-cancel", launches: false)
+        defer { probe.kill() }
+        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
+        probe.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        let task = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
+        #expect(await probe.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 1 << 20 } != nil, "\(probe.transcript)")
+        probe.send("upload-tasks")
+        let listed = await probe.waitForCall("uploadTasks")
+        #expect(listed?.object["tasks"] != nil && probe.transcript.contains("\"expected\":\(8 << 20)"), "listed with its length: \(probe.transcript)")
+        probe.send("upload-cancel \(task)")
+        let done = await probe.waitForCall("uploadCompleted", task: task)
+        #expect(done?.object["code"]?.int == URLError.Code.cancelled.rawValue, "\(probe.transcript)")
+        // The agent's job stops: the server's copy grows no more, and the session has no task left.
+        #expect(await DownloadFixtures.wait(timeout: .seconds(10)) {
+            fixture.agent.events.contains { $0["type"] as? String == "background" && $0["event"] as? String == "attached" }
+                && (try? fixture.agent.control(["agent", "status", "--json"]))?.standardOutput.contains("\"tasks\":0") == true
+        }, "\(fixture.agent.output.suffix(20))")
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
+        let stored = names.first.flatMap { server.stored($0)?.count } ?? 0
+        #expect(stored < 8 << 20, "the upload stopped at \(stored) bytes, short of the file")
+    }
+
     @Test func aFileChangedWhileTheProgramIsDeadEndsTheTaskWithAClearError() async throws {
         let server = try UploadTestServer(bytesPerSecond: 1 << 20)
         defer { server.stop() }
