@@ -87,13 +87,7 @@ final class BackgroundUploadRouter: Sendable {
         case .success(let file): opened = file
         case .failure(let problem):
             state.withLock { _ = $0.sinks.removeValue(forKey: identifier) }
-            let code: URLError.Code = switch problem.kind {
-            case .missing: .fileDoesNotExist
-            case .directory: .fileIsDirectory
-            case .unreadable, .notRegular: .noPermissionsToReadFile
-            case .other: .cannotOpenFile
-            }
-            events(.finished(.init(code: code, description: "the upload's file: \(problem.message)")))
+            events(.finished(.init(problem)))
             return exchange
         }
         var spec = BackgroundTaskSpec(taskIdentifier: identifier, url: request.url.absoluteString)

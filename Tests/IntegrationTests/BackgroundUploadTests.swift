@@ -118,6 +118,36 @@ struct BackgroundUploadTests {
                 "the server's file is the file")
     }
 
+    @Test func anUploadContinuesFromTheServersOffsetAfterTheAgentIsKilledToo() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 4 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 12 << 20, seed: 2886)
+        defer { fixture.stop() }
+        let first = try fixture.probe("bgta-restart")
+        #expect(await first.waitForCall("attached") != nil, "\(first.transcript)")
+        first.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        let task = try #require(await first.waitForCall("created")?.object["task"]?.int, "\(first.transcript)")
+        #expect(await first.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 2 << 20 } != nil, "\(first.transcript)")
+        first.kill()
+        _ = fixture.agent.terminate(SIGKILL)
+        // A new agent reopens the file (checked to be the same one) and asks the server its offset.
+        let agent = try AgentProcess(stateDirectory: fixture.state, arguments: ["--netns", fixture.namespace.name])
+        defer { agent.stop() }
+        let handled = await DownloadFixtures.wait(timeout: .seconds(60)) { fixture.launched.calls("didFinishEvents").count >= 1 }
+        #expect(handled, "\(fixture.launched.objects)\n\(agent.output.suffix(30))")
+        let completions = fixture.launched.calls("uploadCompleted").filter { $0["task"]?.int == task }
+        #expect(completions.count == 1 && completions.first?["code"] == .null, "\(fixture.launched.objects)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
+        #expect(names.count == 1 && names.first.flatMap { server.stored($0) } == fixture.content, "the server's file is the file: \(names)")
+        let resumed = agent.events.filter { $0["type"] as? String == "background" && $0["event"] as? String == "uploadResumed" }
+        let offset = resumed.first?["offset"] as? Int ?? 0
+        // The server's offset trails the bytes handed to the socket (its buffers): not zero is the point.
+        #expect(offset > 0, "continued from the server's offset: \(resumed)\n\(agent.output.suffix(20))")
+        let read = try server.bodyBytesRead()
+        print("background upload through a program and agent SIGKILL: continued from byte \(offset) of \(fixture.content.count); the server read \(read - fixture.content.count) bytes twice")
+        #expect(read - fixture.content.count <= 1 << 20, "the server read \(read - fixture.content.count) bytes twice")
+    }
+
     @Test func whatTheProgramCannotSendIsRefusedBeforeTheAgentGetsIt() async throws {
         let target = "http://127.0.0.1:9/ietf/"
         let shared = try ScratchDirectory("bgta-upload-shared", permissions: 0o755)

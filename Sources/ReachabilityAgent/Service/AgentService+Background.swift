@@ -528,7 +528,7 @@ extension AgentService {
         ]
     }
 
-    private func emitBackground(_ event: String, _ key: BackgroundSessionKey, _ fields: [JSONValue.Member]) {
+    func emitBackground(_ event: String, _ key: BackgroundSessionKey, _ fields: [JSONValue.Member]) {
         environment.emit(EventSchema.line(.background, event, at: environment.now(),
                                           [.init(key: "session", value: .string(key.identifier)),
                                            .init(key: "uid", value: .integer(Int(key.uid)))] + fields))

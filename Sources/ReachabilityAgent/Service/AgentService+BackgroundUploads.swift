@@ -83,9 +83,9 @@ extension AgentService {
             live.task = task
             live.stop = nil
         }
-        emitAgent("backgroundUploadStarted", [.init(key: "transfer", value: .string(start.id.uuidString.lowercased())),
-                                              .init(key: "session", value: .string(start.session.identifier)),
-                                              .init(key: "offset", value: .integer(Int(resume?.acknowledgedOffset ?? 0)))])
+        emitBackground("uploadStarted", start.session, [.init(key: "transfer", value: .string(start.id.uuidString.lowercased())),
+                                                        .init(key: "file", value: .string(upload.file)),
+                                                        .init(key: "offset", value: .integer(Int(resume?.acknowledgedOffset ?? 0)))])
     }
 
     /// Progress goes to the attached process (at most every 100 ms, and the last byte), and the
@@ -112,6 +112,7 @@ extension AgentService {
                                                     length: identity.size, file: identity, filePath: upload.file)
                     return live.resume
                 case .resumed(let offset):
+                    Task { await self?.backgroundUploadResumed(run.id, offset: offset) }
                     guard var resume = live.resume else { return nil }
                     resume.acknowledgedOffset = max(resume.acknowledgedOffset, offset)
                     live.resume = resume
@@ -129,6 +130,12 @@ extension AgentService {
         for case .push(let connection, let event) in background.transferProgressed(id, bytes: sent, total: length) {
             backgroundPeers[connection]?.send(.push(event), coalescingKey: event.task.map { "progress-\($0.taskIdentifier)" })
         }
+    }
+
+    private func backgroundUploadResumed(_ id: UUID, offset: Int64) {
+        guard let key = background.owner(of: id) else { return }
+        emitBackground("uploadResumed", key, [.init(key: "transfer", value: .string(id.uuidString.lowercased())),
+                                              .init(key: "offset", value: .integer(Int(offset)))])
     }
 
     private func backgroundUploadHeld(_ id: UUID, _ resume: UploadResumeState) async {
