@@ -96,6 +96,8 @@ package actor AgentService {
     // one timer for dates, deadlines and launches.
     var background = BackgroundRegistry() { didSet { backgroundChanged() } }
     var backgroundDownloads: [UUID: Download] = [:]
+    /// Background upload transfers (AgentService+BackgroundUploads).
+    var backgroundUploads: [UUID: BackgroundUploadRun] = [:]
     /// Every engine download ever made for a background session: not `queue add` downloads,
     /// whatever their state (a finished one stays in the engine's list).
     var backgroundEngineIDs: Set<UUID> = [] { didSet { backgroundChanged() } }
@@ -176,6 +178,7 @@ package actor AgentService {
             let finished = await agent.downloads.filter { $0.state.isFinal }
             history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map { Self.snapshot($0) }
             let uploads = await stopUploadJobs()
+            await stopBackgroundUploads()
             await agent.shutdown()
             backgroundEngineReplaced()
             do {
@@ -224,6 +227,7 @@ package actor AgentService {
         backgroundWake?.task.cancel()
         flushBackgroundSessions()
         await stopUploadJobs()
+        await stopBackgroundUploads()
         await agent.shutdown()
     }
 
