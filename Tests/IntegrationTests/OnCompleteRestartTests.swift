@@ -49,4 +49,141 @@ struct OnCompleteRestartTests {
         #expect(second.output.filter { $0.contains(#""event":"onComplete""#) }.count == 1, "\(second.output)")
         _ = second.terminate()
     }
+
+    /// Writes `notify.sh`: appends its outcome to `runs`, then (when `holdUntil` is given) waits
+    /// for that file to appear, at most 30 s: a command still running when the agent is killed.
+    static func notifyScript(in directory: F.Directory, holdUntil release: URL? = nil) throws -> (script: URL, runs: URL) {
+        let runs = directory.file("runs")
+        let script = directory.file("notify.sh")
+        let hold = release.map { "i=0; while [ ! -e \"\($0.path)\" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done" } ?? ""
+        try """
+            #!/bin/sh
+            echo "$REACHABILITY_OUTCOME $REACHABILITY_FILE" >> "\(runs.path)"
+            \(hold)
+            """.write(to: script, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: script.path)
+        return (script, runs)
+    }
+
+    static func runLines(_ runs: URL) -> [Substring] {
+        ((try? String(contentsOf: runs, encoding: .utf8)) ?? "").split(separator: "\n")
+    }
+
+    /// A SIGKILL between the completed file's rename and the command's start (the agent's
+    /// `renamed` test hook): the record says the run is pending, and the restarted agent runs
+    /// it, once, and then removes the record.
+    @Test func aKillBeforeTheCommandStartsRunsItAfterTheRestart() throws {
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx()
+        let content = F.randomData(count: 256 << 10, seed: 3262)
+        try nginx.serve(content, at: "pending.bin")
+        let directory = try F.Directory("agent")
+        let state = directory.file("state")
+        try AgentTests.allowDownloads(into: directory)
+        let (script, runs) = try Self.notifyScript(in: directory)
+        let destination = directory.file("pending.bin")
+
+        var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name],
+                                                    environment: ["REACHABILITY_AGENT_TEST_KILL_AT": "renamed"])
+        let added = try first!.control(["queue", "add", nginx.url("pending.bin").absoluteString, "-o", destination.path,
+                                        "--on-complete", script.path])
+        #expect(added.status == 0, "\(added)")
+        #expect(F.waitSync(timeout: .seconds(30)) { !first!.process.isRunning }, "the hook did not kill the agent")
+        #expect(!first!.output.contains { $0.contains(#""event":"onComplete""#) }, "\(first!.output)")
+        first = nil
+        #expect(Self.runLines(runs).isEmpty)
+        let records = state.appendingPathComponent("records")
+
+        let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        #expect(second.waitForLine { $0.contains(#""event":"onComplete""#) && $0.contains("exited with status 0") } != nil,
+                "\(second.output)")
+        #expect(Self.runLines(runs) == ["completed \(destination.path)"])
+        #expect(F.waitSync { ((try? FileManager.default.contentsOfDirectory(atPath: records.path)) ?? ["?"]).isEmpty },
+                "the record goes once the run is done")
+        #expect(second.output.filter { $0.contains(#""event":"onComplete""#) }.count == 1, "\(second.output)")
+        _ = second.terminate(SIGKILL)
+
+        // A third start finds nothing to run.
+        let third = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        _ = try third.control(["agent", "status"])
+        #expect(!third.output.contains { $0.contains(#""event":"onComplete""#) }, "\(third.output)")
+        #expect(Self.runLines(runs).count == 1)
+        _ = third.terminate()
+    }
+
+    /// A SIGKILL while the command runs: the record says `started`, and the restarted agent does
+    /// not run it again (it may have done its work), saying so in an event.
+    @Test func aKillWhileTheCommandRunsDoesNotRunItAgain() throws {
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx()
+        let content = F.randomData(count: 256 << 10, seed: 3263)
+        try nginx.serve(content, at: "started.bin")
+        let directory = try F.Directory("agent")
+        let state = directory.file("state")
+        try AgentTests.allowDownloads(into: directory)
+        let release = directory.file("release")
+        defer { _ = FileManager.default.createFile(atPath: release.path, contents: nil) }   // lets a held command go
+        let (script, runs) = try Self.notifyScript(in: directory, holdUntil: release)
+        let destination = directory.file("started.bin")
+
+        var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        let added = try first!.control(["queue", "add", nginx.url("started.bin").absoluteString, "-o", destination.path,
+                                        "--on-complete", script.path])
+        #expect(added.status == 0, "\(added)")
+        #expect(F.waitSync(timeout: .seconds(30)) { Self.runLines(runs).count == 1 }, "the command did not start")
+        #expect(first!.terminate(SIGKILL) != nil)
+        first = nil
+        _ = FileManager.default.createFile(atPath: release.path, contents: nil)
+
+        let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        #expect(second.waitForLine { $0.contains(#""event":"onComplete""#) && $0.contains("not run again") } != nil,
+                "\(second.output)")
+        #expect(Self.runLines(runs) == ["completed \(destination.path)"])
+        let records = state.appendingPathComponent("records")
+        #expect(F.waitSync { ((try? FileManager.default.contentsOfDirectory(atPath: records.path)) ?? ["?"]).isEmpty },
+                "the record goes once the run is done")
+        _ = second.terminate()
+    }
+
+    /// A failed job's command runs once: `queue resume` and a restart that end it again do not
+    /// run it a second time (its record says `done`).
+    @Test func aResumedFailedJobDoesNotRunItsCommandAgain() throws {
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx(slowRate: "64k")
+        let content = F.randomData(count: 1 << 20, seed: 3264)
+        try nginx.serve(content, at: "slow/late.bin")
+        let directory = try F.Directory("agent")
+        let state = directory.file("state")
+        try AgentTests.allowDownloads(into: directory)
+        let (script, runs) = try Self.notifyScript(in: directory)
+        let destination = directory.file("late.bin")
+
+        var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        let added = try first!.control(["queue", "add", nginx.url("slow/late.bin").absoluteString, "-o", destination.path,
+                                        "--deadline", "1", "--on-complete", script.path])
+        #expect(added.status == 0, "\(added)")
+        let id = String(added.standardOutput.prefix(8))
+        #expect(first!.waitForLine { $0.contains(#""event":"onComplete""#) && $0.contains("exited with status 0") } != nil,
+                "\(first!.output)")
+        #expect(Self.runLines(runs) == ["failed \(destination.path)"])
+        let records = state.appendingPathComponent("records")
+        let record = records.appendingPathComponent(
+            try FileManager.default.contentsOfDirectory(atPath: records.path).first { $0.hasSuffix(".json") } ?? "none")
+        #expect(F.waitSync {
+            ((try? String(contentsOf: record, encoding: .utf8)) ?? "").replacingOccurrences(of: " ", with: "").contains(#""step":"done""#)
+        }, "the record says the run is done")
+
+        let resumed = try first!.control(["queue", "resume", id])
+        #expect(resumed.status == 0, "\(resumed)")
+        #expect(first!.waitForLine { $0.contains(#""event":"onComplete""#) && $0.contains("not run again") } != nil,
+                "\(first!.output)")
+        #expect(first!.terminate(SIGKILL) != nil)
+        first = nil
+
+        let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        #expect(second.waitForLine { $0.contains(#""event":"onComplete""#) && $0.contains("not run again") } != nil,
+                "\(second.output)")
+        #expect(Self.runLines(runs) == ["failed \(destination.path)"])
+        _ = second.terminate()
+    }
 }
