@@ -73,7 +73,8 @@ class Agent(limit_bench.Agent):
 
     def events(self, name, job=None):
         with self.lock:
-            return [(t, e) for t, e in self.lines if e.get("event") == name and (job is None or e.get("id") == job)]
+            return [(t, e) for t, e in self.lines
+                    if e.get("type") == "download" and e.get("event") == name and (job is None or e.get("id") == job)]
 
     def add(self, url, name, priority):
         reply = self.request({"command": "add", "url": url, "output": os.path.join(self.out, name),
