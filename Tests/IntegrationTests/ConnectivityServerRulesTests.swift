@@ -95,10 +95,3 @@ struct ConnectivityServerRulesTests {
                 "\(String(describing: full.connectivityEvidence))")
     }
 }
-
-/// Runs the built binary with `environment` added to this process's; returns status, stdout, stderr.
-func runBuilt(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
-    let result = try ChildProcess.run(try builtBinary().path, arguments,
-                                      environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
-    return (result.status, result.standardOutput, result.standardError)
-}

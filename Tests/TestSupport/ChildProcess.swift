@@ -8,9 +8,13 @@ import Synchronization
 public enum ChildProcess {
     /// What a finished child said and how it ended.
     public struct Result: Sendable, CustomStringConvertible {
+        /// The exit status (or the signal number of a signalled child).
         public var status: Int32
+        /// All it wrote to stdout.
         public var standardOutput: String
+        /// All it wrote to stderr.
         public var standardError: String
+        /// The status and both outputs, for a failing expectation.
         public var description: String { "status \(status)\nstdout: \(standardOutput)\nstderr: \(standardError)" }
     }
 
@@ -95,9 +99,13 @@ public enum BuiltProducts {
                                     environment: environment, input: input)
     }
 
+    /// Thrown when a product is not where `swift build` puts it.
     public struct NotBuilt: Error, CustomStringConvertible {
+        /// The product.
         public var name: String
+        /// The paths looked at.
         public var candidates: [String]
+        /// What to run, and where it looked.
         public var description: String { "\(name) not built (run 'swift build'); looked at \(candidates.joined(separator: ", "))" }
     }
 }
