@@ -17,20 +17,11 @@ public final class AgentProcess: Sendable {
     public init(stateDirectory: URL, arguments: [String] = [], environment: [String: String] = [:], waitUntilListening: Bool = true,
          prefix: [String] = []) throws {
         self.stateDirectory = stateDirectory
-        process = Process()
-        if prefix.isEmpty {
-            process.executableURL = try BuiltProducts.url("reachability")
-            process.arguments = ["agent", "--state-dir", stateDirectory.path] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = prefix + [try BuiltProducts.url("reachability").path, "agent", "--state-dir", stateDirectory.path] + arguments
-        }
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"].merging(environment) { $1 }
         let output = Pipe(), error = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess.start(try BuiltProducts.url("reachability").path,
+                                         ["agent", "--state-dir", stateDirectory.path] + arguments, prefix: prefix,
+                                         environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"].merging(environment) { $1 },
+                                         output: output, error: error)
         let outputHandle = output.fileHandleForReading, errorHandle = error.fileHandleForReading
         Thread { [weak self] in
             var pending = Data()

@@ -29,21 +29,12 @@ public final class CLIProcess: Sendable {
     /// Starts `reachability ARGUMENTS` in `directory`, inside `namespace` when given.
     public init(_ arguments: [String], namespace: String? = nil, directory: URL, environment: [String: String] = [:]) throws {
         let binary = try Self.binaryPath()
-        process = Process()
-        if let namespace {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["ip", "netns", "exec", namespace, binary] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = arguments
-        }
-        process.currentDirectoryURL = directory
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NO_COLOR": "1", "HOME": directory.path]
-            .merging(environment) { $1 }
         let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        process = ChildProcess.configured(binary, arguments, prefix: namespace.map { ["ip", "netns", "exec", $0] } ?? [],
+                                          directory: directory,
+                                          environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NO_COLOR": "1", "HOME": directory.path]
+                                              .merging(environment) { $1 },
+                                          output: out, error: err)
         let collected = collected
         PipeReader.start(out) { data in
             collected.output.withLock { state in

@@ -174,15 +174,10 @@ public final class DownloadTestNginx: Sendable {
         if tls {
             let tlsPort = try DownloadFixtures.freePort()
             self.tlsPort = tlsPort
-            let openssl = Process()
-            openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-            openssl.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                                 "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", p + "/key.pem", "-out", p + "/cert.pem"]
-            openssl.standardOutput = FileHandle.nullDevice
-            openssl.standardError = FileHandle.nullDevice
-            try openssl.run()
-            openssl.waitUntilExit()
-            guard openssl.terminationStatus == 0 else { throw POSIXError(.EIO) }
+            let openssl = try ChildProcess.run("/usr/bin/openssl", [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", p + "/key.pem", "-out", p + "/cert.pem"], environment: nil)
+            guard openssl.status == 0 else { throw POSIXError(.EIO) }
             tlsServer = """
                 server {
                     listen 127.0.0.1:\(tlsPort) ssl;
@@ -213,12 +208,8 @@ public final class DownloadTestNginx: Sendable {
         """
         let configPath = prefix.appendingPathComponent("nginx.conf")
         try configuration.write(to: configPath, atomically: true, encoding: .utf8)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
-        process.arguments = ["-c", configPath.path, "-p", p + "/", "-e", p + "/error.log"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess.start("/usr/sbin/nginx", ["-c", configPath.path, "-p", p + "/", "-e", p + "/error.log"],
+                                         input: FileHandle.standardInput)
         let process = self.process
         _ = DownloadFixtures.waitSync(timeout: .seconds(10)) { !process.isRunning || DownloadFixtures.canConnect(port: port) }
         guard process.isRunning, DownloadFixtures.canConnect(port: port) else {

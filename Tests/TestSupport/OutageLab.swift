@@ -102,13 +102,8 @@ public final class OutageLab: Sendable {
         }
         """
         try configuration.write(to: directory.file("nginx/nginx.conf"), atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["ip", "netns", "exec", server, "nginx", "-c", prefix + "/nginx.conf", "-p", prefix + "/",
-                             "-e", prefix + "/error.log"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.start("nginx", ["-c", prefix + "/nginx.conf", "-p", prefix + "/", "-e", prefix + "/error.log"],
+                                             prefix: ["ip", "netns", "exec", server], input: FileHandle.standardInput)
         nginx.withLock { $0 = process }
         let server = self.server
         let listening = { !((try? sh(["ip", "netns", "exec", server, "ss", "-Hltn", "sport = :80"]))?.isEmpty ?? true) }

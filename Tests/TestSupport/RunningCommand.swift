@@ -14,13 +14,10 @@ public final class RunningCommand: Sendable {
 
     /// Starts the built `reachability ARGUMENTS`, `environment` added to this process's.
     public init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        process = Process()
-        process.executableURL = try builtBinary()
-        process.arguments = arguments
-        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
+        process = ChildProcess.configured(try builtBinary().path, arguments,
+                                          environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                                          input: FileHandle.standardInput, output: out)
         let (stream, continuation) = AsyncStream.makeStream(of: String.self)
         lines = stream
         let handle = out.fileHandleForReading

@@ -78,13 +78,10 @@ public final class SystemBusLab: Sendable {
 
     /// Starts dbus-daemon (returning once it listens) and the driver connected to it.
     private static func startBus(directory: URL, address: String) throws -> (daemon: Process, driver: RequestReplyProcess) {
-        let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        daemon.arguments = ["--config-file=\(directory.appendingPathComponent("bus.conf").path)", "--nofork", "--print-address=1"]
         let out = Pipe()
-        daemon.standardOutput = out
-        daemon.standardError = FileHandle.nullDevice
-        try daemon.run()
+        let daemon = try ChildProcess.start("/usr/bin/dbus-daemon", [
+            "--config-file=\(directory.appendingPathComponent("bus.conf").path)", "--nofork", "--print-address=1"],
+            input: FileHandle.standardInput, output: out)
         // The daemon prints its address once it listens.
         let printed = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
         guard printed.hasPrefix("unix:") else { throw LabCommandFailure(description: "dbus-daemon did not start: \(printed)") }
@@ -130,14 +127,10 @@ public final class SystemBusLab: Sendable {
     }
 
     private func startService(_ name: String, template: String, in namespace: String?) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        let python = ["/usr/bin/python3", "-m", "dbusmock", "--system", "--template", template]
-        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + python
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DBUS_SYSTEM_BUS_ADDRESS": address]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.start("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", template],
+                                             prefix: namespace.map { ["ip", "netns", "exec", $0] } ?? [],
+                                             environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DBUS_SYSTEM_BUS_ADDRESS": address],
+                                             input: FileHandle.standardInput)
         services.withLock { $0[name] = process }
         try command(["op": "wait-owner", "name": name, "present": true])
     }
@@ -406,15 +399,10 @@ public final class RequestReplyProcess: Sendable {
 
     /// Starts `arguments` with both pipes.
     public init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"].merging(environment) { $1 }
         let inPipe = Pipe(), outPipe = Pipe()
-        process.standardInput = inPipe
-        process.standardOutput = outPipe
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess.start(arguments[0], Array(arguments.dropFirst()),
+                                         environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"].merging(environment) { $1 },
+                                         input: inPipe, output: outPipe)
         input = inPipe.fileHandleForWriting
         output = outPipe.fileHandleForReading.fileDescriptor
     }

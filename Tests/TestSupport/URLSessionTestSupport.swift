@@ -229,8 +229,8 @@ public final class LineProcess: Sendable {
     }
 
     /// The running program.
-    public let process = Process()
-    private let input = Pipe()
+    public let process: Process
+    private let input: Pipe
     private let collected = Collected()
 
     /// `prefix` runs it through another program (`setpriv` to run it as another user).
@@ -238,13 +238,11 @@ public final class LineProcess: Sendable {
     public init(_ product: String, _ arguments: [String], namespace: String? = nil, prefix: [String] = [],
          environment: [String: String] = [:]) throws {
         let binary = try BuiltProducts.url(product).path
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + prefix + [binary] + arguments
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"].merging(environment) { $1 }
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = input
+        let out = Pipe(), err = Pipe(), input = Pipe()
+        self.input = input
+        process = ChildProcess.configured(binary, arguments, prefix: (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + prefix,
+                                          environment: ChildProcess.quietEnvironment.merging(environment) { $1 },
+                                          input: input, output: out, error: err)
         let collected = collected
         PipeReader.start(out) { data in
             let now = ContinuousClock.now

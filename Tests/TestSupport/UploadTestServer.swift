@@ -27,13 +27,8 @@ public final class UploadTestServer: Sendable {
 
     /// Starts a test server program that prints "port N" as its first line, and reads the port.
     public static func launch(_ executable: String, _ arguments: [String]) throws -> (Process, UInt16) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
         let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.start(executable, arguments, input: FileHandle.standardInput, output: output)
         var line = Data()
         while !line.contains(10) {
             let byte = output.fileHandleForReading.readData(ofLength: 1)
