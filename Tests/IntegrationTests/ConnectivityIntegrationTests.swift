@@ -8,11 +8,8 @@ import TestSupport
 struct ConnectivityIntegrationTests {
     @Test("full, then an upstream blackhole is limited and recovery is full within about a second")
     func blackholeAndRecovery() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         let monitor = try startCheckedMonitor(in: net.client, interval: .seconds(1), timeout: .seconds(1))
         defer { monitor.cancel() }
         // The route is published first, the check's answer second.
@@ -38,11 +35,8 @@ struct ConnectivityIntegrationTests {
 
     @Test("a portal by redirect and by a login page, with its URL; full after logging in; bounded cost")
     func portal() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("redirect")
         let monitor = try startCheckedMonitor(in: net.client)
         defer { monitor.cancel() }
@@ -68,11 +62,8 @@ struct ConnectivityIntegrationTests {
 
     @Test("a hostile probe server: endless body and silence cost one bounded check each")
     func hostileServer() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("flood")
         let monitor = try startCheckedMonitor(in: net.client, timeout: .seconds(1))
         defer { monitor.cancel() }
@@ -111,11 +102,8 @@ struct ConnectivityIntegrationTests {
 
     @Test("not configured: unknown, and not one probe request")
     func notConfiguredSendsNothing() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
         #expect(monitor.currentPath.connectivity == .unknown)
@@ -142,11 +130,8 @@ struct ConnectivityCommandLineTests {
 
     @Test("NetworkManager's [connectivity] is honoured; status waits for the answer; wait --require internet")
     func networkManagerConfiguration() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("online")
         // A NetworkManager configuration written by the test: the main file, and a conf.d
         // snippet that overrides its URI (later files win, as in NetworkManager).
@@ -207,11 +192,8 @@ struct ConnectivityCommandLineTests {
 struct ConnectivityDownloadTests {
     @Test("a download waits for login at the portal's URL without a request, and resumes the moment the check reads full")
     func downloadWaitsForLogin() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("redirect")
         let directory = server.directory.appendingPathComponent("out")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -132,6 +132,20 @@ public struct ProbeServer: Sendable {
     /// Every request counted so far.
     public var requests: Int { requests() }
 
+    /// A topology with one uplink (`enp3s0`, subnet 1, the default route) and the server in its
+    /// router namespace, answering `full`: the connectivity suites' common start. The caller
+    /// removes the server, then closes the topology.
+    public static func behindOneUplink() throws -> (Topology, ProbeServer) {
+        let net = try Topology()
+        do {
+            try net.uplink("enp3s0", subnet: 1)
+            return (net, try ProbeServer(in: net))
+        } catch {
+            net.close()
+            throw error
+        }
+    }
+
     /// Removes its directory (the lab stops the server).
     public func remove() { try? FileManager.default.removeItem(at: directory) }
 }
