@@ -162,8 +162,10 @@ let package = Package(
         .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem", "TestSupport"]),
         .testTarget(name: "ReachabilityBaseTests", dependencies: ["ReachabilityBase", "TestSupport"]),
         // The one support module of the test targets: built products, child processes, scratch
-        // directories, waiting with a deadline, an event log, a real metrics parser.
-        .target(name: "TestSupport", dependencies: ["ResumableDownloads", "LinuxReachability"], path: "Tests/TestSupport"),
+        // directories, waiting with a deadline, an event log, a real metrics parser, namespaces,
+        // the servers (nginx, the hostile server, upload and tus), agent and probe processes.
+        .target(name: "TestSupport", dependencies: ["ResumableDownloads", "LinuxReachability", "ResumableURLSession"],
+                path: "Tests/TestSupport"),
         .testTarget(name: "ResumableDownloadsTests", dependencies: ["ResumableDownloads", "TestSupport"]),
         .testTarget(name: "ReachabilityAgentTests", dependencies: ["ReachabilityAgent", "TestSupport"]),
         .testTarget(name: "ReachabilityEventsTests", dependencies: ["ReachabilityEvents", "TestSupport"]),

@@ -13,8 +13,8 @@ Live change: from 4 to 16 MiB/s, then from 16 to 1 MiB/s (aria2.changeGlobalOpti
 how long until the rate over the last 500 ms is within 10 % of the new limit.
 Judge by the worst of --runs; each line carries the load average (uptime) it ran under.
 
-Needs root (namespaces rchL<pid>-*, always removed), nginx, aria2c and a build of reachability.
-Usage: bench/limit_bench.py [--build .build/release] [--rates 1,4,16] [--runs 1] [--tools aria2c,agent]
+Needs root (namespaces PREFIX<pid>-* (rchL by default), always removed), nginx, aria2c and a build of reachability.
+Usage: bench/limit_bench.py [--build .build/release] [--rates 1,4,16] [--runs 1] [--tools aria2c,agent] [--prefix rchL]
 """
 import argparse
 import ctypes
@@ -186,10 +186,11 @@ def main():
     parser.add_argument("--rates", default="1,4,16")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--tools", default="aria2c,agent")
+    parser.add_argument("--prefix", default="rchL", help="namespace name prefix (the pid is added)")
     args = parser.parse_args()
     build = os.path.abspath(args.build)
     workdir = tempfile.mkdtemp(prefix="limit-bench-")
-    network = Network(f"rchL{os.getpid()}", "l", workdir, rate="0", subnet="10.90.0")
+    network = Network(f"{args.prefix}{os.getpid()}", "l", workdir, rate="0", subnet="10.90.0")
     try:
         for index in range(FILES):
             network.serve(f"f{index}.bin", os.urandom(FILE_MIB * MIB))

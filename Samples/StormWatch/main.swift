@@ -10,7 +10,9 @@
 // and when the budget runs out the same code hands the request to the background session and the
 // program exits. The download agent finishes it and starts the program again (launchUnit, or
 // this program's own argv), with REACHABILITY_BACKGROUND_SESSION=isStormy in its environment:
-// that run takes the file and writes the answer. Samples/StormWatch/README.md has the units.
+// that run takes the file and writes the answer. Stormy's photo goes the same way: an upload task
+// of the background session, which the agent sends after this run exits; the agent starts the
+// program again with the server's answer. Samples/StormWatch/README.md has the units.
 
 import Foundation
 import FoundationNetworking
@@ -56,7 +58,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
     OPTIONS:
       --url <url>           The forecast (a JSON object with "stormy": true or false).
       --photo <file>        The photo of the sky, uploaded after the forecast (Stormy's upload).
-      --upload-url <url>    Where the photo goes (an HTTP PUT; with --photo).
+      --upload-url <url>    Where the photo goes (an HTTP PUT; with --photo), in the background
+                            session: the agent sends it and starts this program with the answer.
       --budget <seconds>    How long a timer run may take before it hands over (default 20).
       --output <file>       Where the answer is written (default ~/.local/state/stormwatch/latest).
       --launch-unit <unit>  The systemd user unit the agent starts for the answer (a template
@@ -141,14 +144,32 @@ func record(data: Data, how: String) -> Bool {
 
 // MARK: the background session ("isStormy")
 
-/// iOS: `.backgroundTask(.urlSession("isStormy")) { ... }`: the finished download's file.
-final class StormDelegate: ResumableURLSessionDownloadDelegate {
+/// Where a launched run writes the photo upload's outcome (beside the answer).
+let photoOutput = output.deletingLastPathComponent().appendingPathComponent(output.lastPathComponent + "-photo")
+
+/// iOS: `.backgroundTask(.urlSession("isStormy")) { ... }`: the finished download's file, and
+/// the photo upload's answer.
+final class StormDelegate: ResumableURLSessionDownloadDelegate, ResumableURLSessionDataDelegate {
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didFinishDownloadingTo location: URL) {
         _ = record(location, how: "downloaded in the background")
     }
 
     func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {
         if let error = error as? URLError, error.code != .cancelled { say("the background download failed: \(error.localizedDescription)") }
+    }
+
+    func urlSession(_ session: ResumableURLSession, dataTask: ResumableDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let line = "photo upload: HTTP \(status) (sent in the background, told at \(ISO8601DateFormatter().string(from: Date())))"
+        try? FileManager.default.createDirectory(at: photoOutput.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try? Data((line + "\n").utf8).write(to: photoOutput, options: .atomic)
+        say(line)
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didCompleteWithError error: (any Error)?) {
+        if let error { say("the background photo upload failed: \(error.localizedDescription)") }
     }
 
     func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession) {
@@ -205,31 +226,32 @@ func isStormy() async throws -> Bool {
     return record(data: data, how: "fetched in the refresh")
 }
 
-/// Stormy's upload: the photo of the sky, sent after the forecast in an upload task. (Apple's
-/// sample uploads it in a background session; background upload tasks do not exist here yet,
-/// so it is sent by this process, within the refresh.)
+/// Stormy's upload: the photo of the sky, after the forecast, as an upload task of the
+/// background session (as Apple's sample does): the agent owns it once it is resumed, sends it
+/// after this run exits (following the path, from the server's offset after a drop where the
+/// server can resume), and starts the program again with the server's answer.
 let photoUpload = options.photo.flatMap { photo in options.uploadURL.map { (photo: photo, url: $0) } }
 
-func uploadPhoto() async -> Bool {
+func uploadPhoto() -> Bool {
     guard let (photo, uploadURL) = photoUpload else { return true }
     var request = URLRequest(url: uploadURL)
     request.httpMethod = "PUT"
     request.setValue("image/jpeg", forHTTPHeaderField: "Content-Type")
-    do {
-        let (_, response) = try await sharedSession.upload(for: request, fromFile: photo)
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        say("photo upload: HTTP \(status)")
-        return (200..<300).contains(status)
-    } catch {
+    let task = session.uploadTask(with: request, fromFile: photo)
+    task.resume()
+    if task.state == .completed, let error = task.error {
         say("photo upload failed: \(error.localizedDescription)")
         return false
     }
+    // resume() has handed the task (and the open photo) to the agent: this run may go.
+    say("photo upload: handed to the background session")
+    return true
 }
 
 let refresh = Task {
     do {
         let answered = try await isStormy()
-        let uploaded = await uploadPhoto()
+        let uploaded = uploadPhoto()
         exit(answered && uploaded ? 0 : 1)
     } catch let error as URLError where error.code == .cancelled {
         say("the refresh budget (\(options.budget) s) ran out: the background session finishes the download")

@@ -1,5 +1,6 @@
 import Foundation
 import LinuxSystem
+import ReachabilityAgent
 import ResumableDownloads
 
 /// Data tasks' exchanges on the session's engine: `DownloadAgent.exchange`, the engine's
@@ -66,38 +67,28 @@ struct AgentExchanger: DataExchanger {
     /// The upload's file, open: a regular file this process may read, whole, with its identity so
     /// the engine notices a change before the last byte goes. Never waits for a FIFO's writer.
     static func open(_ url: URL) -> Result<ExchangeFileRange, DataTaskStateMachine.Failure> {
-        let path = url.path
-        let descriptor: FileDescriptor
-        do {
-            descriptor = try FileDescriptor.openForReading(path, nonBlocking: true)
-        } catch {
-            let code: URLError.Code = error == .noSuchFile || error == .notDirectory ? .fileDoesNotExist
-                : error == .permissionDenied || error == .operationNotPermitted ? .noPermissionsToReadFile : .cannotOpenFile
-            return .failure(.init(code: code, description: "cannot read the upload's file \(path): \(error)"))
-        }
-        let status: FileStatus
-        do {
-            status = try descriptor.status()
-        } catch {
-            descriptor.close()
-            return .failure(.init(code: .cannotOpenFile, description: "cannot read the upload's file \(path): \(error)"))
-        }
-        switch status.kind {
-        case .regular:
-            return .success(ExchangeFileRange(descriptor: descriptor, offset: 0, length: status.size, identity: status))
-        case .directory:
-            descriptor.close()
-            return .failure(.init(code: .fileIsDirectory, description: "the upload's file \(path) is a directory: give a regular file"))
-        default:
-            descriptor.close()
-            return .failure(.init(code: .noPermissionsToReadFile,
-                                  description: "the upload's file \(path) is not a regular file (\(status.kind)): only regular files can be sent again after a drop"))
-        }
+        UploadSourceFile.open(url.path)
+            .map { ExchangeFileRange(descriptor: $0.descriptor, offset: 0, length: $0.status.size, identity: $0.status) }
+            .mapError(DataTaskStateMachine.Failure.init)
     }
 
     /// Cancelling the Swift task aborts the engine's transfer (the agent's cancellation handler).
     struct RunningExchange: DataExchange {
         let task: Task<Void, Never>
         func cancel() { task.cancel() }
+    }
+}
+
+extension DataTaskStateMachine.Failure {
+    /// A file an upload task cannot send, as Foundation names it (a missing file, a directory,
+    /// one this process may not read, or not a regular file: a FIFO, a device).
+    init(_ problem: UploadSourceFile.Problem) {
+        let code: URLError.Code = switch problem.kind {
+        case .missing: .fileDoesNotExist
+        case .directory: .fileIsDirectory
+        case .unreadable, .notRegular: .noPermissionsToReadFile
+        case .other: .cannotOpenFile
+        }
+        self.init(code: code, description: "the upload's file: \(problem.message)")
     }
 }

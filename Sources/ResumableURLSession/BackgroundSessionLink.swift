@@ -30,8 +30,8 @@ final class BackgroundSessionLink: Sendable {
         var session: ResumableURLSession?
         var phase = Phase.connecting
         var connection: AgentConnection?
-        /// Sent once attached, in order.
-        var queued: [(ControlCommand, AgentConnection.Reply)] = []
+        /// Sent once attached, in order (an upload's open file with its `createTask`).
+        var queued: [(ControlCommand, AgentConnection.Reply, FileDescriptor?)] = []
         /// Tasks of this process that have not completed.
         var tasks: [Int: ResumableDownloadTask] = [:]
         var nextIdentifier = 1
@@ -48,6 +48,8 @@ final class BackgroundSessionLink: Sendable {
 
     let identifier: String
     let configuration: ResumableURLSession.Configuration
+    /// The upload tasks' events (BackgroundUploads.swift).
+    let uploads = BackgroundUploadRouter()
     private let state: Mutex<State>
     /// Left once when the first attach has an outcome; tasks wait for it to get their
     /// identifiers, and `allTasks` so that a track whose file was replayed is not started again.
@@ -150,7 +152,9 @@ final class BackgroundSessionLink: Sendable {
         var agentKnows = Set<Int>()
         for snapshot in attachment.tasks {
             agentKnows.insert(snapshot.taskIdentifier)
-            if let task = known[snapshot.taskIdentifier] {
+            if snapshot.isUpload == true {
+                if !uploads.knows(snapshot.taskIdentifier) { _ = uploads.adopt(snapshot, in: session) }
+            } else if let task = known[snapshot.taskIdentifier] {
                 task.remote?.update(from: snapshot)
             } else {
                 track(makeTask(session, from: snapshot))
@@ -161,11 +165,14 @@ final class BackgroundSessionLink: Sendable {
             connection.send(.createTask(session: self.identifier, spec(for: task)))
             if task.state == .running { connection.send(.taskAction(session: self.identifier, taskIdentifier: identifier, .resume)) }
         }
-        let queued = state.withLock { state -> [(ControlCommand, AgentConnection.Reply)] in
+        let queued = state.withLock { state -> [(ControlCommand, AgentConnection.Reply, FileDescriptor?)] in
             defer { state.queued = [] }
             return state.queued
         }
-        for (command, reply) in queued { connection.send(command, reply: reply) }
+        for (command, reply, descriptor) in queued {
+            connection.send(command, passing: descriptor, reply: reply)
+            descriptor?.close()
+        }
         if wasFirst { firstOutcome.leave() }
     }
 
@@ -189,7 +196,10 @@ final class BackgroundSessionLink: Sendable {
             defer { state.tasks = [:]; state.queued = []; state.hasFirstOutcome = true }
             return (Array(state.tasks.values), state.queued, !state.hasFirstOutcome, state.session)
         }
-        for (_, reply) in queued { reply(.failure(AgentClientError(.noReply, error.localizedDescription))) }
+        for (_, reply, descriptor) in queued {
+            descriptor?.close()
+            reply(.failure(AgentClientError(.noReply, error.localizedDescription)))
+        }
         for task in tasks { task.remote?.abandoned(error) }
         if wasFirst { firstOutcome.leave() }
         session?.backgroundSessionFailed(error)
@@ -219,6 +229,26 @@ final class BackgroundSessionLink: Sendable {
             task.remote?.abandoned(URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: error.message,
                                                                 NSURLErrorFailingURLErrorKey: task.originalRequest?.url as Any]))
         }
+    }
+
+    /// A new upload task, created in the agent with its open file (this link closes it once
+    /// sent) and resumed; `refused` hears why the agent would not take it.
+    func createUpload(_ spec: BackgroundTaskSpec, file: FileDescriptor, refused: @escaping @Sendable (String) -> Void) {
+        if case .failed(let error) = phase {
+            file.close()
+            return refused(error.localizedDescription)
+        }
+        send(.createTask(session: identifier, spec), passing: file) { result in
+            guard case .failure(let error) = result, error != .noReply else { return }
+            refused(error.message)
+        }
+        perform(.resume, on: spec.taskIdentifier)
+    }
+
+    /// An upload task's end was handled (its delegate returned): the agent may let it go.
+    func acknowledgeUpload(_ sequence: UInt64) {
+        state.withLock { _ = $0.handled.insert(sequence) }
+        send(.acknowledge(session: identifier, sequence: sequence))
     }
 
     func perform(_ action: BackgroundTaskAction, on identifier: Int) {
@@ -301,7 +331,11 @@ final class BackgroundSessionLink: Sendable {
     private func received(_ event: BackgroundEvent) {
         guard let session else { return }
         if event.kind == .finishedEvents {
-            session.enqueue { [session] in session.delegate?.urlSessionDidFinishEvents(forBackgroundURLSession: session) }
+            // After the replayed upload ends reach their delegate (a data delegate's response
+            // answer can put a task's completion behind this line on the queue).
+            uploads.whenEndsDelivered {
+                session.enqueue { [session] in session.delegate?.urlSessionDidFinishEvents(forBackgroundURLSession: session) }
+            }
             let isFirst = state.withLock { state -> Bool in
                 defer { state.hasFirstOutcome = true }
                 return !state.hasFirstOutcome
@@ -310,6 +344,7 @@ final class BackgroundSessionLink: Sendable {
             return
         }
         guard let snapshot = event.task else { return }
+        if snapshot.isUpload == true { return receivedUpload(event, snapshot, session) }
         let known = state.withLock { $0.tasks[snapshot.taskIdentifier] }
         switch event.kind {
         case .progress:
@@ -347,6 +382,21 @@ final class BackgroundSessionLink: Sendable {
         }
     }
 
+    /// An upload task's event: its end once (as for downloads: handled ones are acknowledged
+    /// again, ones on the delegate queue already are not handed over twice).
+    private func receivedUpload(_ event: BackgroundEvent, _ snapshot: BackgroundTaskSnapshot, _ session: ResumableURLSession) {
+        if let sequence = event.sequence {
+            let seen = state.withLock { state -> (received: Bool, handled: Bool) in
+                (!state.received.insert(sequence).inserted, state.handled.contains(sequence))
+            }
+            if seen.handled { return send(.acknowledge(session: identifier, sequence: sequence)) }
+            if seen.received { return }
+            // Made by an earlier process: a task object for the delegate calls.
+            if !uploads.knows(snapshot.taskIdentifier) { _ = uploads.adopt(snapshot, in: session) }
+        }
+        uploads.handle(event, on: self)
+    }
+
     private func urlError(_ failure: BackgroundFailure, resumeData: Data?, url: URL?) -> URLError {
         var info: [String: Any] = [NSLocalizedDescriptionKey: failure.message]
         if let url { info[NSURLErrorFailingURLErrorKey] = url }
@@ -380,20 +430,26 @@ final class BackgroundSessionLink: Sendable {
     // MARK: sending
 
     /// Sends now when attached, else once attached; dropped with a failure when the link failed.
-    private func send(_ command: ControlCommand, reply: @escaping AgentConnection.Reply = { _ in }) {
+    /// `descriptor` travels with the command, and is closed once sent (or dropped).
+    private func send(_ command: ControlCommand, passing descriptor: FileDescriptor? = nil,
+                      reply: @escaping AgentConnection.Reply = { _ in }) {
         let connection = state.withLock { state -> AgentConnection?? in
             switch state.phase {
             case .attached: return .some(state.connection)
             case .connecting:
-                state.queued.append((command, reply))
+                state.queued.append((command, reply, descriptor))
                 return .some(nil)
             case .failed, .closed: return nil
             }
         }
         switch connection {
-        case .some(.some(let connection)): connection.send(command, reply: reply)
+        case .some(.some(let connection)):
+            connection.send(command, passing: descriptor, reply: reply)
+            descriptor?.close()
         case .some(.none): break
-        case .none: reply(.failure(AgentClientError(.noReply, "background session '\(identifier)' is not connected to the agent")))
+        case .none:
+            descriptor?.close()
+            reply(.failure(AgentClientError(.noReply, "background session '\(identifier)' is not connected to the agent")))
         }
     }
 

@@ -35,6 +35,8 @@ struct DataExchangeRequest: Sendable {
     var timeout: Duration
     /// An upload from a file that may resume, when the transport runs such uploads.
     var upload: UploadPlan? = nil
+    /// The task's identifier (a background session's agent knows its uploads by it).
+    var taskIdentifier = 0
 }
 
 /// How an upload task's file goes out when the server can resume it (IETF draft or tus).

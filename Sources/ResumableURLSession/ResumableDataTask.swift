@@ -41,6 +41,10 @@ public final class ResumableDataTask: ResumableURLSessionTask {
         var priority: Float = ResumableDownloadTask.defaultPriority
         /// `cancel(byProducingResumeData:)`'s handlers, waiting for the transport's resume data.
         var resumeDataCallbacks: [@Sendable (Data?) -> Void] = []
+        /// Run on the delegate queue once the completion has been delivered (a background
+        /// upload's acknowledgement to the agent).
+        var afterCompletion: [@Sendable () -> Void] = []
+        var hasDeliveredCompletion = false
     }
 
     /// What to do once the lock is released: things that may call back into the task.
@@ -166,6 +170,23 @@ public final class ResumableDataTask: ResumableURLSessionTask {
         handle(.cancelProducingResumeData, resumeDataCallback: completionHandler)
     }
 
+    /// Whether the task sends a body (an upload task), as `getTasksWithCompletionHandler` sorts them.
+    var isUpload: Bool {
+        if case .success(let request) = request { return request.body != nil }
+        return false
+    }
+
+    /// Runs `work` on the delegate queue once the task's completion has been delivered (at once,
+    /// on that queue, when it has been already).
+    func whenCompletionDelivered(_ work: @escaping @Sendable () -> Void) {
+        let now = core.withLock { core -> Bool in
+            if core.hasDeliveredCompletion { return true }
+            core.afterCompletion.append(work)
+            return false
+        }
+        if now { session.enqueue(work) }
+    }
+
     // MARK: inputs
 
     /// Feeds the state machine. Delegate calls are queued while the lock is held, so they keep
@@ -259,19 +280,26 @@ public final class ResumableDataTask: ResumableURLSessionTask {
                 } else {
                     session.deliverNowToDataDelegate { $0.urlSession(session, task: self, didCompleteWithError: error) }
                 }
+                let after = self.core.withLock { core -> [@Sendable () -> Void] in
+                    core.hasDeliveredCompletion = true
+                    defer { core.afterCompletion = [] }
+                    return core.afterCompletion
+                }
+                for work in after { work() }
                 session.unregister(self)
             }
         }
     }
 
     private func start(attempt: Int) {
-        let request: DataExchangeRequest
+        var request: DataExchangeRequest
         let exchanger: any DataExchanger
         switch (self.request, session.exchanger) {
         case (.failure(let failure), _), (_, .failure(let failure)):
             return handle(.exchangeFinished(failure), attempt: attempt)
         case (.success(let checked), .success(let engine)):
             (request, exchanger) = (checked, engine)
+            request.taskIdentifier = taskIdentifier
         }
         if session.isInvalidating {
             return handle(.exchangeFinished(.init(code: .cancelled, description: "the session was invalidated")), attempt: attempt)

@@ -125,13 +125,14 @@ public final class ResumableURLSession: Sendable {
         if configuration.isBackground {
             engine = .failure(.init(code: .backgroundSessionWasDisconnected,
                                     description: configuration.problem ?? "a background session's tasks run in the agent"))
-            // As on Apple platforms, where a background session takes upload and download tasks only.
-            self.exchanger = exchanger.map { .success($0) } ?? .failure(.init(
-                code: .unsupportedURL,
-                description: "a background session runs download and upload tasks only: make requests with a default session"))
+            // As on Apple platforms, where a background session takes upload and download tasks
+            // only: uploads from a file run in the agent (BackgroundUploadExchanger).
+            let reference = BackgroundLinkReference()
+            self.exchanger = exchanger.map { .success($0) } ?? .success(BackgroundUploadExchanger(link: reference))
             if configuration.problem == nil {
                 let link = BackgroundSessionLink(session: self, identifier: configuration.identifier ?? "")
                 backgroundLink.withLock { $0 = link }
+                reference.set(link)
                 link.start()
             }
         } else {
@@ -273,6 +274,27 @@ public final class ResumableURLSession: Sendable {
         }
     }
 
+    /// URLSession's three lists of tasks that have not completed: data tasks and upload tasks
+    /// resumed in this process (in a background session, also the upload tasks the agent runs
+    /// for an earlier process of the session, once attached), and `allTasks`.
+    public var tasks: ([ResumableDataTask], [ResumableUploadTask], [ResumableDownloadTask]) {
+        get async {
+            let downloads = await allTasks
+            let running = state.withLock { $0.dataTasks.values.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+                .filter { $0.state != .completed }
+            return (running.filter { !$0.isUpload }, running.filter(\.isUpload), downloads)
+        }
+    }
+
+    /// `tasks`, handed to `completionHandler` on the delegate queue.
+    public func getTasksWithCompletionHandler(
+        _ completionHandler: @escaping @Sendable ([ResumableDataTask], [ResumableUploadTask], [ResumableDownloadTask]) -> Void) {
+        Task {
+            let (data, uploads, downloads) = await tasks
+            enqueue { completionHandler(data, uploads, downloads) }
+        }
+    }
+
     /// Lets running tasks finish, accepts no new ones, then calls `didBecomeInvalidWithError`
     /// and releases the delegate and the engine.
     public func finishTasksAndInvalidate() {
@@ -346,6 +368,11 @@ public final class ResumableURLSession: Sendable {
 
     func register(_ task: ResumableDataTask) {
         state.withLock { $0.dataTasks[task.taskIdentifier] = task }
+    }
+
+    /// The data or upload task `identifier` while it runs (registered at its resume).
+    func registeredDataTask(_ identifier: Int) -> ResumableDataTask? {
+        state.withLock { $0.dataTasks[identifier] }
     }
 
     func unregister(_ task: ResumableDataTask) {

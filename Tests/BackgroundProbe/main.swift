@@ -11,6 +11,9 @@
 //                    [--connections N]
 //   stdin: tasks | resume N | suspend N | cancel N | cancel-with-data N | invalidate | quit
 //          | download URL | download-cancel URL MS | resume-data-download
+//          | upload FILE URL | upload-data URL | upload-tasks | upload-cancel N
+//
+// Upload tasks (issue 28) report "sent", "response", "data" and "uploadCompleted" lines.
 //
 // The session identifier defaults to $REACHABILITY_BACKGROUND_SESSION (how a launched program
 // learns it). Exit status 0; 2 when the session was invalidated with an error.
@@ -98,7 +101,7 @@ struct Options: Sendable {
     }
 }
 
-final class Probe: ResumableURLSessionDownloadDelegate {
+final class Probe: ResumableURLSessionDownloadDelegate, ResumableURLSessionDataDelegate {
     let options: Options
     let resumeData = Mutex<Data?>(nil)
     let died = Atomic<Bool>(false)
@@ -136,6 +139,30 @@ final class Probe: ResumableURLSessionDownloadDelegate {
     func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {
         if let data = (error as? URLError)?.downloadTaskResumeData { resumeData.withLock { $0 = data } }
         emit(ProbeLines.completed(task, error))
+    }
+
+    func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didSendBodyData bytesSent: Int64,
+                    totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        emit(["call": "sent", "task": task.taskIdentifier, "bytes": bytesSent, "total": totalBytesSent,
+              "expected": totalBytesExpectedToSend])
+    }
+
+    func urlSession(_ session: ResumableURLSession, dataTask: ResumableDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        let http = response as? HTTPURLResponse
+        emit(["call": "response", "task": dataTask.taskIdentifier, "status": http?.statusCode ?? 0])
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: ResumableURLSession, dataTask: ResumableDataTask, didReceive data: Data) {
+        emit(["call": "data", "task": dataTask.taskIdentifier, "bytes": data.count, "text": String(decoding: data, as: UTF8.self)])
+    }
+
+    func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didCompleteWithError error: (any Error)?) {
+        let urlError = error as? URLError
+        emit(["call": "uploadCompleted", "task": task.taskIdentifier, "code": urlError?.code.rawValue ?? NSNull(),
+              "message": error.map { "\($0.localizedDescription)" } ?? NSNull(), "sent": task.countOfBytesSent,
+              "expected": task.countOfBytesExpectedToSend])
     }
 
     func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession) {
@@ -252,6 +279,26 @@ Task {
                     } catch {
                         emit(["call": "downloadFailed", "code": 0])
                     }
+                case "upload":
+                    var request = URLRequest(url: URL(string: words[2])!)
+                    request.httpMethod = "POST"
+                    let task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: words[1]))
+                    task.resume()
+                    emit(["call": "created", "task": task.taskIdentifier, "upload": words[1]])
+                case "upload-data":
+                    var request = URLRequest(url: URL(string: words[1])!)
+                    request.httpMethod = "POST"
+                    let task = session.uploadTask(with: request, from: Data("body".utf8))
+                    task.resume()
+                    emit(["call": "created", "task": task.taskIdentifier, "uploadData": true])
+                case "upload-tasks":
+                    let (_, uploads, _) = await session.tasks
+                    emit(["call": "uploadTasks", "tasks": uploads.map { ["task": $0.taskIdentifier, "sent": $0.countOfBytesSent,
+                                                                         "expected": $0.countOfBytesExpectedToSend,
+                                                                         "state": $0.state.rawValue] }])
+                case "upload-cancel":
+                    let (_, uploads, _) = await session.tasks
+                    uploads.first { $0.taskIdentifier == Int(words[1]) }?.cancel()
                 case "invalidate": session.invalidateAndCancel()
                 case "finish": session.finishTasksAndInvalidate()
                 case "quit": exit(0)

@@ -132,8 +132,6 @@ struct AgentAttackerTests {
         chown(state.path, 65534, 65534)
         let nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
         let agent = try AgentProcess(stateDirectory: state, prefix: nobody)
-        let flood = Process()
-        flood.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         let script = """
         import socket, sys, time
         held = []
@@ -144,11 +142,10 @@ struct AgentAttackerTests {
         print(len(held), flush=True)
         time.sleep(60)
         """
-        flood.arguments = nobody + ["python3", "-c", script, state.appendingPathComponent("agent.sock").path]
-        flood.environment = ["PATH": "/usr/bin:/bin"]
         let output = Pipe()
-        flood.standardOutput = output
-        try flood.run()
+        let flood = try ChildProcess.start("python3", ["-c", script, state.appendingPathComponent("agent.sock").path], prefix: nobody,
+                                           environment: ["PATH": "/usr/bin:/bin"], input: FileHandle.standardInput, output: output,
+                                           error: FileHandle.standardError)
         defer { kill(flood.processIdentifier, SIGKILL); flood.waitUntilExit() }
         let ready = output.fileHandleForReading.availableData
         #expect(String(decoding: ready, as: UTF8.self).hasPrefix("40"))

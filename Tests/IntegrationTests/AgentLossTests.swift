@@ -199,13 +199,9 @@ struct AgentLossTests {
                 dropped += 1
         print("dropped", dropped, flush=True)
         """
-        let stuck = Process()
-        stuck.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        stuck.arguments = ["-c", script, state.appendingPathComponent("agent.sock").path]
         let input = Pipe(), output = Pipe()
-        stuck.standardInput = input
-        stuck.standardOutput = output
-        try stuck.run()
+        let stuck = try ChildProcess.start("/usr/bin/python3", ["-c", script, state.appendingPathComponent("agent.sock").path],
+                                           input: input, output: output, error: FileHandle.standardError)
         defer { if stuck.isRunning { kill(stuck.processIdentifier, SIGKILL) }; stuck.waitUntilExit() }
         var ready = ""
         while !ready.contains("\n") {

@@ -3,62 +3,6 @@ import Glibc
 import Testing
 import TestSupport
 
-/// The built `reachability` executable (`swift build` puts it next to the test bundle).
-func builtBinary() throws -> URL { try BuiltProducts.url("reachability") }
-
-/// A running `reachability` process whose stdout lines arrive as a stream.
-final class RunningCommand: Sendable {
-    let process: Process
-    let lines: AsyncStream<String>
-
-    init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        process = Process()
-        process.executableURL = try builtBinary()
-        process.arguments = arguments
-        if !environment.isEmpty { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        let (stream, continuation) = AsyncStream.makeStream(of: String.self)
-        lines = stream
-        let handle = out.fileHandleForReading
-        Thread {
-            var pending = Data()
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                pending.append(chunk)
-                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                    continuation.yield(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
-                    pending.removeSubrange(pending.startIndex...newline)
-                }
-            }
-            continuation.finish()
-        }.start()
-        try process.run()
-    }
-
-    /// The next line satisfying `predicate`, or nil after `timeout`.
-    func line(timeout: Duration = .seconds(5), where predicate: @escaping @Sendable (String) -> Bool) async -> String? {
-        await withTaskGroup(of: String?.self) { group in
-            group.addTask { [lines] in
-                for await line in lines where predicate(line) { return line }
-                return nil
-            }
-            group.addTask { await deadline(timeout); return nil }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
-    }
-
-    func stop(signal: Int32 = SIGTERM) -> Int32 {
-        kill(process.processIdentifier, signal)
-        process.waitUntilExit()
-        return process.terminationStatus
-    }
-}
-
 @Suite("reachability status / watch / wait in namespaces", .serialized, .enabled(if: isRoot, rootReason))
 struct CommandLineIntegrationTests {
     func run(_ arguments: [String]) throws -> (Int32, String) {

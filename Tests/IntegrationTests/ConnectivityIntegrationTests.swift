@@ -4,94 +4,12 @@ import Synchronization
 import Testing
 import TestSupport
 
-/// An HTTP probe server in the router namespace at 10.77.9.1:80 whose answer the test switches:
-/// `full` (204), `online` (200 with NetworkManager's text), `redirect` (302 to a login page),
-/// `login` (200 with a login page), `flood` (200 with an endless body), `silent` (accepts, never
-/// answers), `ubuntu` (204 with `X-NetworkManager-Status: online`, as connectivity-check.ubuntu.com
-/// answers), `fedora` (200 `OK`, as fedoraproject.org/static/hotspot.txt), `error` (503 with a
-/// page). Every request is counted on the server.
-struct ProbeServer {
-    static let address = "10.77.9.1"
-    static let url = "http://10.77.9.1/check"
-    let directory: URL
-
-    init(in topology: Topology) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(topology.lab.prefix)-probe")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        try mode("full")
-        try ip("-n \(topology.router) addr add \(Self.address)/32 dev lo")
-        let script = """
-        import http.server, os, sys, time
-        directory = sys.argv[1]
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            def log_message(self, *args): pass
-            def reply(self, status, body=b"", headers=()):
-                self.send_response(status)
-                for name, value in headers: self.send_header(name, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            def do_GET(self):
-                with open(os.path.join(directory, "requests"), "a") as f: f.write(self.path + "\\n")
-                mode = open(os.path.join(directory, "mode")).read().strip()
-                if self.path == "/file" and mode in ("full", "online"): self.reply(200, bytes(range(256)) * 1024)
-                elif mode == "full": self.reply(204)
-                elif mode == "ubuntu": self.reply(204, headers=[("X-NetworkManager-Status", "online")])
-                elif mode == "fedora": self.reply(200, b"OK\\n")
-                elif mode == "error": self.reply(503, b"<html>Service Unavailable</html>")
-                elif mode == "online": self.reply(200, b"NetworkManager is online\\n")
-                elif mode == "redirect": self.reply(302, headers=[("Location", "http://10.77.9.1/login?from=check")])
-                elif mode == "login": self.reply(200, b"<html><form action=/login>Log in</form></html>")
-                elif mode == "flood":
-                    self.send_response(200); self.end_headers()
-                    try:
-                        for _ in range(4096): self.wfile.write(b"x" * 65536)
-                    except OSError: pass
-                elif mode == "silent": time.sleep(30)
-        server = http.server.ThreadingHTTPServer(("\(Self.address)", 80), Handler)
-        open(os.path.join(directory, "ready"), "w").close()
-        server.serve_forever()
-        """
-        _ = try topology.lab.spawn(["ip", "netns", "exec", topology.router, "python3", "-c", script, directory.path])
-        let ready = directory.appendingPathComponent("ready")
-        guard waitUntilBlocking(deadline: .now + .seconds(10), every: .milliseconds(10), { FileManager.default.fileExists(atPath: ready.path) }) else {
-            throw LabCommandFailure(description: "probe server did not start")
-        }
-    }
-
-    func mode(_ mode: String) throws {
-        try Data(mode.utf8).write(to: directory.appendingPathComponent("mode"))
-    }
-
-    /// Requests counted on the server; `path` counts only those for it.
-    func requests(for path: String? = nil) -> Int {
-        ((try? String(contentsOf: directory.appendingPathComponent("requests"), encoding: .utf8)) ?? "")
-            .split(separator: "\n").filter { path == nil || $0 == path! }.count
-    }
-
-    var requests: Int { requests() }
-
-    func remove() { try? FileManager.default.removeItem(at: directory) }
-}
-
-func startCheckedMonitor(in namespace: String, url: String = ProbeServer.url, expected: String? = nil,
-                         interval: Duration = .seconds(300), timeout: Duration = .seconds(2)) throws -> PathMonitor {
-    let check = try ConnectivityCheck(url: url, expectedResponse: expected, interval: interval, timeout: timeout)
-    let monitor = PathMonitor(configuration: .init(networkNamespace: namespace, connectivityCheck: check))
-    try monitor.start()
-    return monitor
-}
-
 @Suite("Connectivity checks in network namespaces", .serialized, .enabled(if: isRoot, rootReason))
 struct ConnectivityIntegrationTests {
     @Test("full, then an upstream blackhole is limited and recovery is full within about a second")
     func blackholeAndRecovery() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         let monitor = try startCheckedMonitor(in: net.client, interval: .seconds(1), timeout: .seconds(1))
         defer { monitor.cancel() }
         // The route is published first, the check's answer second.
@@ -117,11 +35,8 @@ struct ConnectivityIntegrationTests {
 
     @Test("a portal by redirect and by a login page, with its URL; full after logging in; bounded cost")
     func portal() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("redirect")
         let monitor = try startCheckedMonitor(in: net.client)
         defer { monitor.cancel() }
@@ -147,11 +62,8 @@ struct ConnectivityIntegrationTests {
 
     @Test("a hostile probe server: endless body and silence cost one bounded check each")
     func hostileServer() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("flood")
         let monitor = try startCheckedMonitor(in: net.client, timeout: .seconds(1))
         defer { monitor.cancel() }
@@ -190,11 +102,8 @@ struct ConnectivityIntegrationTests {
 
     @Test("not configured: unknown, and not one probe request")
     func notConfiguredSendsNothing() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
         #expect(monitor.currentPath.connectivity == .unknown)
@@ -221,11 +130,8 @@ struct ConnectivityCommandLineTests {
 
     @Test("NetworkManager's [connectivity] is honoured; status waits for the answer; wait --require internet")
     func networkManagerConfiguration() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("online")
         // A NetworkManager configuration written by the test: the main file, and a conf.d
         // snippet that overrides its URI (later files win, as in NetworkManager).
@@ -286,11 +192,8 @@ struct ConnectivityCommandLineTests {
 struct ConnectivityDownloadTests {
     @Test("a download waits for login at the portal's URL without a request, and resumes the moment the check reads full")
     func downloadWaitsForLogin() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("redirect")
         let directory = server.directory.appendingPathComponent("out")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

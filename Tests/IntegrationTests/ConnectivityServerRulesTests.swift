@@ -24,11 +24,8 @@ struct ConnectivityServerRulesTests {
 
     @Test("Ubuntu: no response=, the server answers 204 with X-NetworkManager-Status: online: full, and wait --require internet returns")
     func ubuntu() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("ubuntu")
         // As /usr/lib/NetworkManager/conf.d/20-connectivity-ubuntu.conf (the host is ours).
         let environment = try networkManager(server, "20-connectivity-ubuntu.conf", "[connectivity]\nuri=http://10.77.9.1/\n")
@@ -52,11 +49,8 @@ struct ConnectivityServerRulesTests {
 
     @Test("Fedora: response=OK, the server answers 200 OK: full; an error page is limited, not a portal")
     func fedora() async throws {
-        let net = try Topology()
-        defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
-        let server = try ProbeServer(in: net)
-        defer { server.remove() }
+        let (net, server) = try ProbeServer.behindOneUplink()
+        defer { server.remove(); net.close() }
         try server.mode("fedora")
         // As Fedora's 20-connectivity-fedora.conf (NetworkManager's contrib/fedora/rpm).
         let environment = try networkManager(server, "20-connectivity-fedora.conf", """
@@ -94,11 +88,4 @@ struct ConnectivityServerRulesTests {
         #expect(full.connectivityEvidence?.answer.contains("from 127.0.0.1:\(port) via lo") == true,
                 "\(String(describing: full.connectivityEvidence))")
     }
-}
-
-/// Runs the built binary with `environment` added to this process's; returns status, stdout, stderr.
-func runBuilt(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
-    let result = try ChildProcess.run(try builtBinary().path, arguments,
-                                      environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
-    return (result.status, result.standardOutput, result.standardError)
 }

@@ -19,27 +19,6 @@ extension OutageLab {
     }
 }
 
-/// An HTTP server on 127.0.0.1 inside a namespace (python3's http.server), serving `directory`;
-/// `ready` answers once it listens. Stopped with the lab.
-func loopbackServer(in namespace: String, lab: NetworkLab, serving directory: URL) async throws -> UInt16 {
-    let script = """
-    import functools, http.server, os, sys
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
-    handler.func.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    open(sys.argv[1] + "/.port.tmp", "w").write(str(server.server_address[1]))
-    os.rename(sys.argv[1] + "/.port.tmp", sys.argv[1] + "/.port")
-    server.serve_forever()
-    """
-    _ = try lab.spawn(["ip", "netns", "exec", namespace, "python3", "-c", script, directory.path])
-    let portFile = directory.appendingPathComponent(".port")
-    guard await DownloadFixtures.wait(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile.path) }),
-          let port = UInt16(try String(contentsOf: portFile, encoding: .utf8)) else {
-        throw LabCommandFailure(description: "loopback server did not start in \(namespace)")
-    }
-    return port
-}
-
 @Suite("Downloads from the local network without a default route", .serialized, .enabled(if: isRoot, rootReason),
        .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
 struct DownloadLocalNetworkTests {

@@ -4,32 +4,6 @@ import LinuxReachability
 import Testing
 import TestSupport
 
-/// A client namespace with uplinks to a router namespace, like a laptop with several NICs.
-struct Topology {
-    let lab = NetworkLab()
-    let client: String
-    let router: String
-
-    init() throws {
-        client = try lab.namespace("c")
-        router = try lab.namespace("r")
-    }
-
-    /// Adds uplink `name` (10.77.SUBNET.2/24, router side .1), optionally with a default route.
-    func uplink(_ name: String, subnet: Int, metric: Int? = nil, defaultRoute: Bool = true) throws {
-        try ip("link add \(name) netns \(client) type veth peer name up\(subnet) netns \(router)")
-        try ip("-n \(router) addr add 10.77.\(subnet).1/24 dev up\(subnet)")
-        try ip("-n \(router) link set up\(subnet) up")
-        try ip("-n \(client) addr add 10.77.\(subnet).2/24 dev \(name)")
-        try ip("-n \(client) link set \(name) up")
-        if defaultRoute {
-            try ip("-n \(client) route add default via 10.77.\(subnet).1 dev \(name)" + (metric.map { " metric \($0)" } ?? ""))
-        }
-    }
-
-    func close() { lab.close() }
-}
-
 @Suite("Path monitor in network namespaces", .serialized, .enabled(if: isRoot, rootReason))
 struct PathMonitorIntegrationTests {
     @Test("link down, then up with the route restored")
@@ -303,28 +277,5 @@ struct ReachabilityFacadeIntegrationTests {
     /// The next event, or nil after a 5 s deadline.
     private func next(_ events: EventQueue) async -> String? {
         await events.next(within: .seconds(5))
-    }
-}
-
-/// Lets child tasks advance one stream iterator in turn.
-actor EventQueue {
-    private var iterator: AsyncStream<String>.Iterator
-    init(_ stream: AsyncStream<String>) { iterator = stream.makeAsyncIterator() }
-    func next() async -> String? {
-        var copy = iterator
-        let value = await copy.next(isolation: self)
-        iterator = copy
-        return value
-    }
-
-    /// The next event, or nil once `timeout` has passed.
-    nonisolated func next(within timeout: Duration) async -> String? {
-        await withTaskGroup(of: String?.self) { group in
-            group.addTask { await self.next() }
-            group.addTask { await deadline(timeout); return nil }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TestSupport
 @testable import LinuxReachability
@@ -99,6 +100,98 @@ struct PowerFactsTests {
         #expect(DownloadFixtures.sha256(fileAt: directory.file("a.bin")) == sha)
         let problems = agent.output.flatMap(EventSchemaValidator.problems)
         #expect(problems.isEmpty, "\(problems)")
+        _ = agent.terminate()
+    }
+
+    /// `PowerFactsWatch` follows UPower's signals: with a poll interval of a minute, each change
+    /// (OnBattery, the display device's charge, UPower leaving and coming back) still arrives
+    /// within a second; a bus that is not there falls back to polling, with the reason.
+    @Test func theWatchFollowsUPowersSignals() throws {
+        let bus = try SystemBusLab()
+        defer { bus.close() }
+        try bus.startUPower()
+        let seen = Mutex<[PowerFacts]>([])
+        let watch = try PowerFactsWatch(systemBusAddress: bus.address, pollInterval: .seconds(60)) { facts in
+            seen.withLock { $0.append(facts) }
+        }
+        defer { watch.cancel() }
+        func waitFor(_ what: String, _ predicate: @escaping (PowerFacts) -> Bool) -> Duration? {
+            let start = ContinuousClock.now
+            let arrived = DownloadFixtures.waitSync(timeout: .seconds(5)) { seen.withLock { $0.last.map(predicate) == true } }
+            return arrived ? ContinuousClock.now - start : nil
+        }
+        #expect(waitFor("AC") { $0 == PowerFacts(isOnBattery: false) } != nil, "\(seen.withLock { $0 })")
+        #expect(watch.isFollowingSignals)
+
+        let upower = SystemBusLab.upower, manager = "/org/freedesktop/UPower", device = "/org/freedesktop/UPower/devices/DisplayDevice"
+        try bus.set(manager, "org.freedesktop.UPower", "OnBattery", .boolean(true), service: upower)
+        let battery = waitFor("battery") { $0.isOnBattery == true }
+        #expect(battery.map { $0 < .seconds(1) } == true, "on battery after \(String(describing: battery))")
+        try bus.set(device, "org.freedesktop.UPower.Device", "IsPresent", .boolean(true), service: upower)
+        try bus.set(device, "org.freedesktop.UPower.Device", "Percentage", .double(41), service: upower)
+        let charge = waitFor("charge") { $0.batteryPercentage == 41 }
+        #expect(charge.map { $0 < .seconds(1) } == true, "41 % after \(String(describing: charge))")
+        try bus.set(manager, "org.freedesktop.UPower", "OnBattery", .boolean(false), service: upower)
+        let mains = waitFor("AC again") { $0.isOnBattery == false }
+        #expect(mains.map { $0 < .seconds(1) } == true, "on AC power after \(String(describing: mains))")
+        print("POWERWATCH battery=\(battery ?? .zero) charge=\(charge ?? .zero) mains=\(mains ?? .zero)")
+
+        try bus.stopService(upower)
+        #expect(waitFor("gone") { $0.description == "unknown (UPower is not running)" } != nil, "\(seen.withLock { $0 })")
+        try bus.startUPower()
+        #expect(waitFor("back") { $0.isOnBattery == false } != nil, "\(seen.withLock { $0 })")
+
+        // No bus at all: polled, unknown with the reason, and not following signals.
+        let nowhere = Mutex<PowerFacts?>(nil)
+        let fallback = try PowerFactsWatch(systemBusAddress: "unix:path=/nonexistent/close32-bus", pollInterval: .seconds(60)) { facts in
+            nowhere.withLock { $0 = facts }
+        }
+        defer { fallback.cancel() }
+        #expect(DownloadFixtures.waitSync(timeout: .seconds(5)) { nowhere.withLock { $0 } != nil })
+        #expect(nowhere.withLock { $0 }?.isOnBattery == nil)
+        #expect(!fallback.isFollowingSignals)
+    }
+
+    /// A running `--not-on-battery` job stops within a second of UPower's OnBattery turning true,
+    /// and starts again within a second of it turning false (signals: the agent used to poll
+    /// every 2 s).
+    @Test func aRunningNotOnBatteryJobFollowsThePlugWithinASecond() throws {
+        let bus = try SystemBusLab()
+        defer { bus.close() }
+        try bus.startUPower()
+        let namespace = try ConnectedNamespace()
+        let nginx = try DownloadTestNginx(slowRate: "512k")
+        let directory = try DownloadFixtures.Directory("power")
+        let content = DownloadFixtures.randomData(count: 8 << 20, seed: 36)
+        try nginx.serve(content, at: "slow/plug.bin")
+        try AgentTests.allowDownloads(into: directory)
+        let agent = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name],
+                                     environment: bus.environment)
+        defer { agent.stop() }
+        let added = try agent.control(["queue", "add", nginx.url("slow/plug.bin").absoluteString, "-o", directory.file("plug.bin").path,
+                                       "--not-on-battery"])
+        #expect(added.status == 0, "\(added)")
+        #expect(agent.waitForLine { $0.contains(#""event":"started""#) } != nil, "\(agent.output)")
+
+        func timed(_ predicate: @escaping (String) -> Bool, after change: () throws -> Void) rethrows -> Duration? {
+            let before = agent.output.count
+            try change()
+            let start = ContinuousClock.now
+            let seen = agent.waitForLine(timeout: .seconds(10)) { line in
+                agent.output.dropFirst(before).contains(line) && predicate(line)
+            }
+            return seen == nil ? nil : ContinuousClock.now - start
+        }
+        let upower = SystemBusLab.upower
+        let stopped = try timed({ $0.contains(#""event":"waiting""#) && $0.contains(#""reason":"onBattery""#) }) {
+            try bus.set("/org/freedesktop/UPower", "org.freedesktop.UPower", "OnBattery", .boolean(true), service: upower)
+        }
+        #expect(stopped.map { $0 < .seconds(1) } == true, "waited after \(String(describing: stopped)): \(agent.output)")
+        let resumed = try timed({ $0.contains(#""event":"started""#) || $0.contains(#""event":"resumed""#) }) {
+            try bus.set("/org/freedesktop/UPower", "org.freedesktop.UPower", "OnBattery", .boolean(false), service: upower)
+        }
+        #expect(resumed.map { $0 < .seconds(1) } == true, "resumed after \(String(describing: resumed)): \(agent.output)")
+        print("POWERPLUG stop=\(stopped ?? .zero) resume=\(resumed ?? .zero)")
         _ = agent.terminate()
     }
 }

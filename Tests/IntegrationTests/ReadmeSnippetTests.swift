@@ -96,12 +96,7 @@ struct ReadmeSnippetTests {
         _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         let log = try FileHandle(forWritingTo: logURL)
         defer { try? log.close() }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: swift)
-        process.arguments = ["build", "--package-path", directory.path]
-        process.standardOutput = log
-        process.standardError = log
-        process.standardInput = FileHandle.nullDevice
+        let process = ChildProcess.configured(swift, ["build", "--package-path", directory.path], output: log, error: log)
         let exited = DispatchSemaphore(value: 0)
         process.terminationHandler = { _ in exited.signal() }
         try process.run()

@@ -72,12 +72,7 @@ struct SampleSmokeTests {
         let arguments = [nginx.url("slow/big.iso").absoluteString, "-o", output.path, "--sha256", F.sha256(content),
                          "--state-dir", directory.file("state").path]
 
-        let process = Process()
-        process.executableURL = try BuiltProducts.url("WaitThenFetch")
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.start(try BuiltProducts.url("WaitThenFetch").path, arguments, input: FileHandle.standardInput)
         // Bytes on disk mean the path was usable and the transfer runs: now interrupt it.
         #expect(F.waitSync { ((try? FileManager.default.attributesOfItem(atPath: output.path + ".part"))?[.size] as? Int ?? 0) > 0 })
         kill(process.processIdentifier, SIGINT)

@@ -4,61 +4,6 @@ import LinuxReachability
 import Testing
 import TestSupport
 
-/// A client namespace with a wifi-named uplink (and optionally more) and a private system bus
-/// whose mocked NetworkManager runs in that namespace, describing the same interfaces.
-final class SystemFactsLab: Sendable {
-    let net: Topology
-    let bus: SystemBusLab
-    let log = LogLines()
-
-    init(uplinks: [(name: String, subnet: Int, metric: Int)] = [("wlrch0", 1, 10)]) throws {
-        net = try Topology()
-        bus = try SystemBusLab()
-        for uplink in uplinks { try net.uplink(uplink.name, subnet: uplink.subnet, metric: uplink.metric) }
-    }
-
-    /// python-dbusmock's NetworkManager in the client namespace with a wifi device for `wlrch0`;
-    /// returns the device's object path.
-    func networkManagerWithWifi(metered: UInt32, ipv4Connectivity: UInt32? = nil) throws -> String {
-        try bus.startNetworkManager(in: net.client)
-        return try bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: metered, ipv4Connectivity: ipv4Connectivity)
-    }
-
-    /// A logger whose lines the test can read.
-    var logger: Logger {
-        let log = log
-        return Logger(label: "test", minimumLevel: .debug, sink: { line in log.append(line) })
-    }
-
-    func monitor(overrides: [ClassificationOverride] = [], systemBus: PathMonitor.Configuration.SystemBus? = nil,
-                 allInterfaces: Bool = false) throws -> PathMonitor {
-        let monitor = PathMonitor(configuration: .init(
-            networkNamespace: net.client, classificationOverrides: overrides, logger: logger,
-            includesAllInterfaces: allInterfaces, systemBus: systemBus ?? .address(bus.address)))
-        try monitor.start()
-        return monitor
-    }
-
-    func close() {
-        bus.close()
-        net.close()
-    }
-}
-
-extension NetworkPath {
-    /// The state of one service, from `factSources`.
-    func source(_ service: FactSource.Service) -> FactSource.State? {
-        factSources.first { $0.service == service }?.state
-    }
-}
-
-/// Lines a test's logger wrote.
-final class LogLines: Sendable {
-    private let lines = Mutex<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    var all: [String] { lines.withLock { $0 } }
-}
-
 @Suite("NetworkManager and ModemManager over a private system bus", .serialized,
        .enabled(if: systemBusLabUnavailable == nil, systemBusLabReason))
 struct SystemFactsIntegrationTests {

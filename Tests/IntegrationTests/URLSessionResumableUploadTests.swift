@@ -248,29 +248,8 @@ struct URLSessionResumableUploadTests {
 
     static let hasTus = (try? sh(["python3", "-c", "import aiohttp_tus"])) != nil
 
-    /// Tests/Servers/tus_server.py (aiohttp-tus, a real tus 1.0 server) on 127.0.0.1.
-    final class TusServer: Sendable {
-        let port: UInt16
-        let directory: ScratchDirectory
-        private let process: Process
-
-        init() throws {
-            directory = try ScratchDirectory("tus-server")
-            // The python3 on PATH, as `hasTus` asked (setup.sh's pip may install beside /usr/bin's).
-            let script = UploadTestServer.script.deletingLastPathComponent().appendingPathComponent("tus_server.py")
-            (process, port) = try UploadTestServer.launch("/usr/bin/env", ["python3", script.path, "--directory", directory.url.path])
-        }
-
-        var url: URL { URL(string: "http://127.0.0.1:\(port)/uploads")! }
-
-        func stop() {
-            guard process.isRunning else { return }
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-
-        deinit { stop() }
-    }
+    /// The tus server wrapper, moved to TestSupport (issue 31); the name stays for the suites.
+    typealias TusServer = TestSupport.TusServer
 
     @Test(.enabled(if: hasTus, "aiohttp-tus is not installed (scripts/setup.sh)"))
     func aTusUploadCutMidwayFinishesFromItsResumeData() async throws {

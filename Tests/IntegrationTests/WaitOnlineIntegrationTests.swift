@@ -154,12 +154,9 @@ struct WaitOnlineIntegrationTests {
             if len(data) >= 12:
                 s.sendto(data[:2] + bytes([0x81, 0x80]) + data[4:6] + bytes(6) + data[12:], peer)
         """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["ip", "netns", "exec", namespace, "python3", "-c", script, address]
         let out = Pipe()
-        process.standardOutput = out
-        try process.run()
+        let process = try ChildProcess.start("python3", ["-c", script, address], prefix: ["ip", "netns", "exec", namespace],
+                                             input: FileHandle.standardInput, output: out, error: FileHandle.standardError)
         lab.children.withLock { $0.append(process) }
         // Bound before the test goes on: the script prints once bind() succeeded.
         guard String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).contains("ready") else {

@@ -93,15 +93,9 @@ struct BuiltBinaryTests {
     /// process after 30 s, which fails the test instead of hanging it.
     @Test(arguments: [SIGTERM, SIGINT])
     func signalEndsWatchWithExitZero(signalNumber: Int32) throws {
-        let process = Process()
-        process.executableURL = try Self.binaryURL()
-        process.arguments = ["watch", "--verbose"]
-        process.environment = ["PATH": "/usr/bin:/bin", "HOME": "/nonexistent"]
         let error = Pipe()
-        process.standardError = error
-        process.standardOutput = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.start(try Self.binaryURL().path, ["watch", "--verbose"],
+                                             environment: ["PATH": "/usr/bin:/bin", "HOME": "/nonexistent"], error: error)
         let pid = process.processIdentifier
         let watchdog = DispatchWorkItem { kill(pid, SIGKILL) }
         DispatchQueue.global().asyncAfter(deadline: .now() + 30, execute: watchdog)

@@ -8,34 +8,62 @@ import Synchronization
 public enum ChildProcess {
     /// What a finished child said and how it ended.
     public struct Result: Sendable, CustomStringConvertible {
+        /// The exit status (or the signal number of a signalled child).
         public var status: Int32
+        /// All it wrote to stdout.
         public var standardOutput: String
+        /// All it wrote to stderr.
         public var standardError: String
+        /// The status and both outputs, for a failing expectation.
         public var description: String { "status \(status)\nstdout: \(standardOutput)\nstderr: \(standardError)" }
     }
 
     /// The environment children get unless a test says otherwise: no colour, no home.
     public static let quietEnvironment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent", "NO_COLOR": "1"]
 
-    /// Runs `executable arguments` (an absolute path, or a name `/usr/bin/env` finds on PATH).
-    public static func run(_ executable: String, _ arguments: [String], directory: URL? = nil,
-                           environment: [String: String]? = quietEnvironment, input: Data? = nil) throws -> Result {
+    /// The tests' one `Process()` set-up (issue 31): `prefix + [executable] + arguments`, its
+    /// first word an absolute path or a name `/usr/bin/env` finds on PATH; `prefix` wraps the
+    /// command (`ip netns exec NS`, `setpriv ...`); `environment` nil inherits this process's;
+    /// each standard stream is a `Pipe` or a `FileHandle`, /dev/null when nil. Not started, so a
+    /// caller can set a termination handler first; `start` starts it.
+    public static func configured(_ executable: String, _ arguments: [String], prefix: [String] = [], directory: URL? = nil,
+                                  environment: [String: String]? = nil, input: Any? = nil, output: Any? = nil,
+                                  error: Any? = nil) -> Process {
         let process = Process()
-        if executable.hasPrefix("/") {
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
+        let command = prefix + [executable] + arguments
+        if command[0].hasPrefix("/") {
+            process.executableURL = URL(fileURLWithPath: command[0])
+            process.arguments = Array(command.dropFirst())
         } else {
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [executable] + arguments
+            process.arguments = command
         }
         if let directory { process.currentDirectoryURL = directory }
         if let environment { process.environment = environment }
-        let output = Pipe(), error = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        let stdin = input.map { _ in Pipe() }
-        process.standardInput = stdin ?? FileHandle.nullDevice
+        process.standardInput = input ?? FileHandle.nullDevice
+        process.standardOutput = output ?? FileHandle.nullDevice
+        process.standardError = error ?? FileHandle.nullDevice
+        return process
+    }
+
+    /// `configured`, started.
+    @discardableResult
+    public static func start(_ executable: String, _ arguments: [String], prefix: [String] = [], directory: URL? = nil,
+                             environment: [String: String]? = nil, input: Any? = nil, output: Any? = nil,
+                             error: Any? = nil) throws -> Process {
+        let process = configured(executable, arguments, prefix: prefix, directory: directory, environment: environment,
+                                 input: input, output: output, error: error)
         try process.run()
+        return process
+    }
+
+    /// Runs `executable arguments` (an absolute path, or a name `/usr/bin/env` finds on PATH).
+    public static func run(_ executable: String, _ arguments: [String], prefix: [String] = [], directory: URL? = nil,
+                           environment: [String: String]? = quietEnvironment, input: Data? = nil) throws -> Result {
+        let output = Pipe(), error = Pipe()
+        let stdin = input.map { _ in Pipe() }
+        let process = try start(executable, arguments, prefix: prefix, directory: directory, environment: environment,
+                                input: stdin, output: output, error: error)
         // Written from a thread of its own: a child that answers while it reads must not block
         // on a full output pipe while we block on its full input pipe.
         // Each thread signals when it is done, so joining them waits for exactly that.
@@ -87,17 +115,17 @@ public enum BuiltProducts {
     public static func run(_ name: String, _ arguments: [String], prefix: [String] = [], directory: URL? = nil,
                            environment: [String: String]? = ChildProcess.quietEnvironment,
                            input: Data? = nil) throws -> ChildProcess.Result {
-        let executable = try url(name).path
-        guard let first = prefix.first else {
-            return try ChildProcess.run(executable, arguments, directory: directory, environment: environment, input: input)
-        }
-        return try ChildProcess.run(first, Array(prefix.dropFirst()) + [executable] + arguments, directory: directory,
-                                    environment: environment, input: input)
+        try ChildProcess.run(try url(name).path, arguments, prefix: prefix, directory: directory, environment: environment,
+                             input: input)
     }
 
+    /// Thrown when a product is not where `swift build` puts it.
     public struct NotBuilt: Error, CustomStringConvertible {
+        /// The product.
         public var name: String
+        /// The paths looked at.
         public var candidates: [String]
+        /// What to run, and where it looked.
         public var description: String { "\(name) not built (run 'swift build'); looked at \(candidates.joined(separator: ", "))" }
     }
 }

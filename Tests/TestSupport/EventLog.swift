@@ -56,6 +56,7 @@ public final class EventLog: Sendable {
         for waiter in endWaiters { waiter.resume(returning: true) }
     }
 
+    /// Every event so far.
     public var all: [DownloadEvent] { state.withLock { $0.events } }
 
     /// True once the event stream has ended (the download reached a final state).

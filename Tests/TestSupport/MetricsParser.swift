@@ -16,10 +16,15 @@ public enum MetricsParser {
 
     /// One family as the parser returns it.
     public struct Family: Decodable, Sendable, Equatable {
+        /// The family's name.
         public var name: String
+        /// `counter`, `gauge`, ...
         public var type: String
+        /// The unit (OpenMetrics), or empty.
         public var unit: String
+        /// The HELP text.
         public var help: String
+        /// Its samples.
         public var samples: [Sample]
 
         /// The samples named `name` (e.g. `x_total`), in order.
@@ -28,15 +33,21 @@ public enum MetricsParser {
 
     /// One sample: its full name, labels and value.
     public struct Sample: Decodable, Sendable, Equatable {
+        /// The sample's full name.
         public var name: String
+        /// Its labels.
         public var labels: [String: String]
+        /// Its value.
         public var value: Double
     }
 
+    /// The parser is missing or rejected the text.
     public struct Failure: Error, CustomStringConvertible {
+        /// Why, and what to do.
         public var description: String
     }
 
+    /// Debian's interpreter, which sees its dist-packages.
     public static let python = "/usr/bin/python3"
 
     static let script = """

@@ -21,15 +21,11 @@ public struct LabCommandFailure: Error, CustomStringConvertible {
 /// Runs a command to completion and returns its stdout; throws with stderr on failure.
 @discardableResult
 public func sh(_ arguments: [String], input: String? = nil) throws -> String {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    process.arguments = arguments
     let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
     let inPipe = Pipe()
-    if input != nil { process.standardInput = inPipe }
-    try process.run()
+    // Without input the child keeps this process's stdin, as it always did.
+    let process = try ChildProcess.start(arguments[0], Array(arguments.dropFirst()), input: input != nil ? inPipe : FileHandle.standardInput,
+                                         output: out, error: err)
     if let input {
         inPipe.fileHandleForWriting.write(Data(input.utf8))
         try inPipe.fileHandleForWriting.close()
@@ -81,12 +77,7 @@ public final class NetworkLab: Sendable {
 
     /// Starts a long-running helper process, killed by `close()`.
     public func spawn(_ arguments: [String]) throws -> Process {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.start(arguments[0], Array(arguments.dropFirst()), input: FileHandle.standardInput)
         children.withLock { $0.append(process) }
         return process
     }
@@ -101,14 +92,10 @@ public final class NetworkLab: Sendable {
         sys.stdout.write('ready\\n'); sys.stdout.flush()
         sys.stdin.read()
         """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["ip", "netns", "exec", namespace, "python3", "-c", script, name]
         let out = Pipe()
         let input = Pipe()
-        process.standardOutput = out
-        process.standardInput = input
-        try process.run()
+        let process = try ChildProcess.start("python3", ["-c", script, name], prefix: ["ip", "netns", "exec", namespace],
+                                             input: input, output: out, error: FileHandle.standardError)
         children.withLock { $0.append(process) }
         // Block until the device exists: the script prints once TUNSETIFF succeeded.
         let line = out.fileHandleForReading.availableData

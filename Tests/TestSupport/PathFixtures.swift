@@ -5,17 +5,22 @@ import LinuxReachability
 public enum PathFixtures {
     /// 2026-11-30T06:00:00.125Z (an exact binary fraction, so the milliseconds print exactly).
     public static let time = Date(timeIntervalSince1970: 1_796_018_400.125)
+    /// `time` as the event lines print it.
     public static let timeText = "2026-11-30T06:00:00.125Z"
 
+    /// A wifi interface with an IPv4 and a link-local address.
     public static let wifi = NetworkInterface(
         name: "wlp2s0", index: 3, type: .wifi, classificationReason: "uevent DEVTYPE=wlan",
         isUp: true, hasCarrier: true, addresses: ["192.0.2.20", "fe80::20"])
+    /// A wired interface without carrier.
     public static let ethernetDown = NetworkInterface(
         name: "eth0", index: 2, type: .wired, classificationReason: "ARPHRD_ETHER",
         isUp: true, hasCarrier: false, addresses: [])
+    /// A wired interface with carrier and both families.
     public static let ethernet = NetworkInterface(
         name: "eth0", index: 2, type: .wired, classificationReason: "ARPHRD_ETHER",
         isUp: true, hasCarrier: true, addresses: ["198.51.100.7", "2001:db8::7"])
+    /// A cellular modem.
     public static let modem = NetworkInterface(
         name: "wwan0", index: 5, type: .cellular, classificationReason: "uevent DEVTYPE=wwan",
         isUp: true, hasCarrier: true, addresses: ["10.64.0.2"])

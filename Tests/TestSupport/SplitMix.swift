@@ -2,7 +2,9 @@
 /// trial or fuzz case replays from its seed.
 public struct SplitMix: RandomNumberGenerator {
     private var state: UInt64
+    /// A generator that replays from `seed`.
     public init(seed: UInt64) { state = seed }
+    /// The next 64 random bits.
     public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state

@@ -121,6 +121,8 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
     package var priority: Float = 0.5
     /// Continue these stored bytes (a task made from resume data).
     package var resumeState: ResumeState?
+    /// Present for an upload task: the file (passed open with the request) and how it goes.
+    package var upload: BackgroundUploadSpec?
 
     package init(taskIdentifier: Int, url: String) {
         self.taskIdentifier = taskIdentifier
@@ -128,7 +130,7 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case taskIdentifier, url, headers, timeout, taskDescription, earliestBeginDate, expectedBytes, priority, resumeState
+        case taskIdentifier, url, headers, timeout, taskDescription, earliestBeginDate, expectedBytes, priority, resumeState, upload
     }
 
     /// `taskIdentifier` and `url` are required; the rest take their defaults when absent.
@@ -143,6 +145,7 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
         expectedBytes = try container.decodeIfPresent(Int64.self, forKey: .expectedBytes) ?? -1
         priority = try container.decodeIfPresent(Float.self, forKey: .priority) ?? 0.5
         resumeState = try container.decodeIfPresent(ResumeState.self, forKey: .resumeState)
+        upload = try container.decodeIfPresent(BackgroundUploadSpec.self, forKey: .upload)
     }
 
     package static let maximumURLLength = 8 << 10
@@ -183,6 +186,10 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
         if let state = resumeState {
             guard state.url.absoluteString == self.url else { return "the resume data is for another URL" }
             guard state.validated != nil else { return "the resume data's state is not valid" }
+        }
+        if let upload {
+            if let problem = upload.problem { return problem }
+            if resumeState != nil { return "an upload task cannot continue a download's resume data" }
         }
         _ = url
         return Self.headerProblem(headers, label: "the request's headers")
@@ -248,6 +255,10 @@ package struct BackgroundTaskSnapshot: Codable, Sendable, Hashable {
     package var isFromResumeData: Bool
     /// The engine download carrying it (shared by duplicates of one URL).
     package var transfer: UUID
+    /// An upload task: `bytesReceived` counts file bytes sent, `totalBytes` is the file's length.
+    package var isUpload: Bool? = nil
+    /// An upload task's file path (a later process's task object is made from it).
+    package var uploadFile: String? = nil
 }
 
 /// Why a background task ended without its file, as the delegate hears it.
@@ -301,9 +312,12 @@ package struct BackgroundEvent: Codable, Sendable, Hashable {
     package var failure: BackgroundFailure?
     package var bytes: Int64?
     package var total: Int64?
+    /// For an upload's `finished`: the server's response (didReceive response, didReceive data).
+    package var response: BackgroundUploadResponse?
 
     package init(sequence: UInt64? = nil, kind: Kind, task: BackgroundTaskSnapshot? = nil, location: String? = nil,
-                 failure: BackgroundFailure? = nil, bytes: Int64? = nil, total: Int64? = nil) {
+                 failure: BackgroundFailure? = nil, bytes: Int64? = nil, total: Int64? = nil, response: BackgroundUploadResponse? = nil) {
+        self.response = response
         self.sequence = sequence
         self.kind = kind
         self.task = task

@@ -165,8 +165,10 @@ extension BackgroundRegistry {
     /// A running transfer of the same session for the same request (URL and headers).
     private func joinableTransfer(for task: BackgroundTaskRecord, in key: BackgroundSessionKey) -> UUID? {
         guard let session = sessions[key] else { return nil }
+        // Two uploads are two bodies, never one request sent once (only downloads share).
+        guard task.spec.upload == nil else { return nil }
         return session.record.tasks.first { other in
-            other.spec.taskIdentifier != task.spec.taskIdentifier && other.phase == .running && other.transfer != task.transfer
+            other.spec.upload == nil && other.spec.taskIdentifier != task.spec.taskIdentifier && other.phase == .running && other.transfer != task.transfer
                 && session.waiting[other.spec.taskIdentifier] == nil && other.spec.url == task.spec.url
                 && other.spec.headers == task.spec.headers && transfers[other.transfer]?.isStarted == true
         }?.transfer
@@ -202,7 +204,7 @@ extension BackgroundRegistry {
             let actions = addEvent(.failed, task: task, failure: .cancelled, in: key, now: now)
             return Performed(actions: actions + (remainingRunning || !live.isStarted ? [] : [.pauseTransfer(task.transfer)]))
         }
-        if producingResumeData, live.isStarted {
+        if producingResumeData, live.isStarted, task.spec.upload == nil {
             update(key) { $0.stopping[identifier] = .cancelledProducingResumeData }
             return Performed(actions: [.stopTransfer(task.transfer)], awaitsStop: task.transfer)
         }
@@ -212,7 +214,13 @@ extension BackgroundRegistry {
             markCancelling(task.transfer)
             actions.append(.cancelTransfer(task.transfer))
         }
-        return Performed(actions: actions + addEvent(.failed, task: task, failure: .cancelled, in: key, now: now))
+        var failure = BackgroundFailure.cancelled
+        if producingResumeData, task.spec.upload != nil {
+            // The agent would have carried the upload on by itself; what it sent stays on the
+            // server only until the server expires it, so no resume data is promised.
+            failure.message = "cancelled; a background upload task produces no resume data (the agent continues it by itself: let it run, or make a new upload task)"
+        }
+        return Performed(actions: actions + addEvent(.failed, task: task, failure: failure, in: key, now: now))
     }
 
     /// `timeoutIntervalForResource` ran out: -1001, with resume data where the bytes are the task's alone.
@@ -277,8 +285,20 @@ extension BackgroundRegistry {
         return actions
     }
 
-    /// The engine finished the file (`TRANSFER.download`): every task on it gets `finished`.
-    package mutating func transferCompleted(_ id: UUID, now: Date) -> [Action] {
+    /// The server holds upload transfer `id` (or acknowledged more of it): kept in its task's
+    /// record, so an agent restart asks that resource its offset instead of sending it again.
+    package mutating func uploadHeld(_ id: UUID, _ resume: UploadResumeState) -> [Action] {
+        guard let transfer = transfers[id], let session = sessions[transfer.session] else { return [] }
+        for identifier in transfer.tasks {
+            guard let position = session.index(of: identifier) else { continue }
+            update(transfer.session) { $0.record.tasks[position].uploadResume = resume }
+        }
+        return [.persist(transfer.session)]
+    }
+
+    /// The engine finished the file (`TRANSFER.download`), or the server answered an upload
+    /// (`response`): every task on it gets `finished`.
+    package mutating func transferCompleted(_ id: UUID, now: Date, response: BackgroundUploadResponse? = nil) -> [Action] {
         guard let transfer = transfers[id] else { return [] }
         removeTransfer(id)
         var actions: [Action] = []
@@ -286,7 +306,7 @@ extension BackgroundRegistry {
             guard let task = sessions[transfer.session]?.task(identifier) else { continue }
             var done = task
             if let total = done.totalBytes { done.bytesReceived = total }
-            actions += addEvent(.finished, task: done, failure: nil, in: transfer.session, now: now)
+            actions += addEvent(.finished, task: done, failure: nil, response: response, in: transfer.session, now: now)
         }
         if transfer.tasks.isEmpty || actions.isEmpty { actions.append(.removeFiles([Self.finishedFileName(id)])) }
         return actions + nextWake(now: now)

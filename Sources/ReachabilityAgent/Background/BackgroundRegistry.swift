@@ -111,6 +111,10 @@ package struct BackgroundRegistry: Sendable {
         package var maximumConnections: Int
         /// `isDiscretionary`: waits for AC power too, as Apple's discretionary tasks do.
         package var waitsForACPower = false
+        /// An upload task's transfer: the agent sends the file instead of fetching the URL.
+        package var upload: BackgroundUploadSpec?
+        /// Where the server holds that upload, once it does (continued after an agent restart).
+        package var uploadResume: UploadResumeState?
     }
 
     /// How often a task waiting for disk space looks again.
@@ -193,6 +197,13 @@ package struct BackgroundRegistry: Sendable {
     package mutating func engineReplaced() {
         transfers = [:]
         cancelling = []
+    }
+
+    /// The start of transfer `id` again, from its first task (an upload continued after a pause).
+    package func transferStart(of id: UUID) -> TransferStart? {
+        guard let key = owner(of: id), let session = sessions[key],
+              let task = session.liveTasks.first(where: { $0.transfer == id }) else { return nil }
+        return Self.start(task, transfer: id, session: session.record)
     }
 
     /// Whether the registry still wants transfer `id` (a cancel can overtake its creation).
@@ -393,13 +404,15 @@ package struct BackgroundRegistry: Sendable {
     /// Adds event `kind` for a task that just completed, and says how it reaches the session:
     /// delivered now when attached, else by a launch when the session wants them.
     mutating func addEvent(_ kind: BackgroundEvent.Kind, task: BackgroundTaskRecord, failure: BackgroundFailure?,
-                           in key: BackgroundSessionKey, now: Date) -> [Action] {
+                           response: BackgroundUploadResponse? = nil, in key: BackgroundSessionKey, now: Date) -> [Action] {
         guard var session = sessions[key] else { return [] }
         let sequence = session.record.nextSequence
         session.record.nextSequence += 1
         var snapshot = task.snapshot(waitingReason: nil)
         snapshot.state = .completed
-        session.record.pending.append(BackgroundPendingEvent(sequence: sequence, kind: kind, task: snapshot, failure: failure))
+        var pending = BackgroundPendingEvent(sequence: sequence, kind: kind, task: snapshot, failure: failure)
+        pending.response = response
+        session.record.pending.append(pending)
         session.record.tasks.removeAll { $0.spec.taskIdentifier == task.spec.taskIdentifier }
         session.waiting[task.spec.taskIdentifier] = nil
         session.stopping[task.spec.taskIdentifier] = nil
@@ -438,6 +451,8 @@ package struct BackgroundRegistry: Sendable {
                              allowsConstrained: settings.allowsConstrainedNetworkAccess && !settings.isDiscretionary,
                              resumeState: task.spec.resumeState, maximumConnections: settings.maximumConnectionsPerHost)
         start.waitsForACPower = settings.isDiscretionary
+        start.upload = task.spec.upload
+        start.uploadResume = task.uploadResume
         return start
     }
 }

@@ -78,6 +78,9 @@ package struct BackgroundTaskRecord: Codable, Sendable, Hashable {
     /// The last progress known (for snapshots after a restart).
     package var bytesReceived: Int64 = 0
     package var totalBytes: Int64?
+    /// An upload task once the server holds it (IETF draft or tus): an agent restart asks that
+    /// resource its offset and sends only the rest.
+    package var uploadResume: UploadResumeState?
 
     package init(spec: BackgroundTaskSpec, transfer: UUID) {
         self.spec = spec
@@ -96,8 +99,9 @@ package struct BackgroundTaskRecord: Codable, Sendable, Hashable {
         return BackgroundTaskSnapshot(taskIdentifier: spec.taskIdentifier, url: spec.url, taskDescription: spec.taskDescription,
                                       earliestBeginDate: spec.earliestBeginDate, expectedBytes: spec.expectedBytes,
                                       priority: spec.priority, state: state, bytesReceived: bytesReceived,
-                                      totalBytes: totalBytes, waitingReason: waitingReason,
-                                      isFromResumeData: spec.resumeState != nil, transfer: transfer)
+                                      totalBytes: totalBytes ?? spec.upload?.identity?.size, waitingReason: waitingReason,
+                                      isFromResumeData: spec.resumeState != nil, transfer: transfer,
+                                      isUpload: spec.upload != nil ? true : nil, uploadFile: spec.upload?.file)
     }
 }
 
@@ -108,6 +112,8 @@ package struct BackgroundPendingEvent: Codable, Sendable, Hashable {
     package var kind: BackgroundEvent.Kind
     package var task: BackgroundTaskSnapshot
     package var failure: BackgroundFailure?
+    /// For an upload's `finished`: the server's response.
+    package var response: BackgroundUploadResponse?
     /// For `finished`: the hard link handed out last (`TRANSFER-SEQUENCE.delivery`), if any.
     package var delivery: String?
 

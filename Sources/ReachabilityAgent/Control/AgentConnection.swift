@@ -50,8 +50,10 @@ package final class AgentConnection: Sendable {
     }
 
     /// Sends `command`; `reply` is called on the reader thread with the agent's answer (an error
-    /// reply is `.rejected` with the agent's code), or with the failure when the connection ends first.
-    package func send(_ command: ControlCommand, reply: @escaping Reply = { _ in }) {
+    /// reply is `.rejected` with the agent's code), or with the failure when the connection ends
+    /// first. `descriptor` (a background upload's open file) travels with the line (SCM_RIGHTS);
+    /// the caller still owns and closes it.
+    package func send(_ command: ControlCommand, passing descriptor: FileDescriptor? = nil, reply: @escaping Reply = { _ in }) {
         let id = state.withLock { state -> Int? in
             guard !state.isClosed else { return nil }
             let id = state.nextID
@@ -64,7 +66,9 @@ package final class AgentConnection: Sendable {
             return
         }
         let line = ControlCodec.encode(ControlRequest(id: .number(id), command: command)) + [UInt8(ascii: "\n")]
-        let sent = writer.withLock { _ in (try? socket.sendAll(line)) != nil }
+        let sent = writer.withLock { _ in
+            (try? descriptor.map { try socket.sendAll(line, passing: $0) } ?? socket.sendAll(line)) != nil
+        }
         if !sent { socket.shutdown() }   // the reader sees the end and fails what waits
     }
 

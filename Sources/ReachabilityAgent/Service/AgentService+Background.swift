@@ -38,6 +38,17 @@ extension AgentService {
         var restored = 0
         var actions: [BackgroundRegistry.Action] = []
         for (start, isPaused) in background.restorePlan() {
+            if start.upload != nil {
+                // An upload's file is reopened and checked; the server is asked its offset.
+                background.adopt(start)
+                if isPaused {
+                    backgroundUploads[start.id] = BackgroundUploadRun(id: start.id, descriptor: nil)
+                } else {
+                    await startBackgroundUpload(start)
+                }
+                restored += 1
+                continue
+            }
             if let download = await agent.restoreDownload(id: start.id, options: options(start),
                                                           destination: store.destination(of: start.id)) {
                 background.adopt(start)
@@ -127,6 +138,7 @@ extension AgentService {
                 return nil
             }
         case .createTask(let session, let spec):
+            if spec.upload != nil { return await createBackgroundUpload(spec, in: key(session), peer: peer, id: id) }
             return await finish(background.createTask(spec, in: key(session), connection: peer.id, transfer: UUID()))
         case .updateTask(let session, let identifier, let changes):
             return await finish(background.updateTask(identifier, changes, in: key(session), connection: peer.id, now: now,
@@ -194,6 +206,7 @@ extension AgentService {
         for case .persist(let key) in actions where written.insert(key).inserted { save(key) }
         var answered: ResumeState?
         for action in actions {
+            if await applyToBackgroundUpload(action) { continue }
             switch action {
             case .persist:
                 break
@@ -268,8 +281,10 @@ extension AgentService {
         guard let session = background.sessions[key], let connection = session.attachment?.connection,
               let peer = backgroundPeers[connection],
               let pending = session.record.pending.first(where: { $0.sequence == sequence }) else { return }
-        var event = BackgroundEvent(sequence: sequence, kind: pending.kind, task: pending.task, failure: pending.failure)
-        if pending.kind == .finished, let store = backgroundStore {
+        var event = BackgroundEvent(sequence: sequence, kind: pending.kind, task: pending.task, failure: pending.failure,
+                                    response: pending.response)
+        // An upload's outcome is the server's response it carries; there is no file to hand out.
+        if pending.kind == .finished, pending.task.isUpload != true, let store = backgroundStore {
             do {
                 event.location = try store.link(finished: pending.task.transfer, as: pending.deliveryName)
             } catch {
@@ -292,6 +307,7 @@ extension AgentService {
     }
 
     private func startTransfer(_ start: BackgroundRegistry.TransferStart) async {
+        if start.upload != nil { return await startBackgroundUpload(start) }
         guard let store = backgroundStore, let url = URL(string: start.url) else { return }
         let state = start.resumeState?.validated
             ?? ResumeState(id: start.id, url: url, entityTag: nil, lastModified: nil, totalLength: nil, verifiedOffset: 0)
@@ -512,7 +528,7 @@ extension AgentService {
         ]
     }
 
-    private func emitBackground(_ event: String, _ key: BackgroundSessionKey, _ fields: [JSONValue.Member]) {
+    func emitBackground(_ event: String, _ key: BackgroundSessionKey, _ fields: [JSONValue.Member]) {
         environment.emit(EventSchema.line(.background, event, at: environment.now(),
                                           [.init(key: "session", value: .string(key.identifier)),
                                            .init(key: "uid", value: .integer(Int(key.uid)))] + fields))

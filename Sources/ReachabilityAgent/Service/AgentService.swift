@@ -37,6 +37,9 @@ package actor AgentService {
         /// UPower's facts for `status` (issue 32 item 3): asked at each request, a quarter of a
         /// second at most (a wedged UPower must not hold the status up).
         package var power: @Sendable () -> PowerFacts = { PowerFacts.read(timeout: .milliseconds(250)) }
+        /// Follows UPower's changes (signals; polling where they cannot be subscribed), giving
+        /// each to its argument; nil when no watch can be started.
+        package var watchPower: @Sendable (@escaping @Sendable (PowerFacts) -> Void) -> PowerFactsWatch? = { try? PowerFactsWatch(onChange: $0) }
         /// The environment programs launched for background sessions inherit.
         package var launchEnvironment: [String: String] = ProcessInfo.processInfo.environment
         /// How long the partial file behind background resume data nobody used is kept.
@@ -68,7 +71,7 @@ package actor AgentService {
     /// Downloads a user paused; restored downloads in this set are paused again at start.
     private var userPaused: Set<UUID> = []
     /// Feeds UPower's facts to the download agent (AgentService+Power.swift).
-    var powerWatch: Task<Void, Never>?
+    var powerWatch: (watch: PowerFactsWatch, relay: Task<Void, Never>)?
     /// `add`s with a client key, by `uid/key`: a repeated add is answered with the first job.
     private var addsByClientKey: [String: ClientKeyedAdd] = [:]
     /// Who asked for each download (the uid of an `add`, a background session's uid); restored
@@ -96,6 +99,8 @@ package actor AgentService {
     // one timer for dates, deadlines and launches.
     var background = BackgroundRegistry() { didSet { backgroundChanged() } }
     var backgroundDownloads: [UUID: Download] = [:]
+    /// Background upload transfers (AgentService+BackgroundUploads).
+    var backgroundUploads: [UUID: BackgroundUploadRun] = [:]
     /// Every engine download ever made for a background session: not `queue add` downloads,
     /// whatever their state (a finished one stays in the engine's list).
     var backgroundEngineIDs: Set<UUID> = [] { didSet { backgroundChanged() } }
@@ -134,7 +139,6 @@ package actor AgentService {
     }
 
     private func restore() async -> Int {
-        startPowerWatch()
         // Background sessions' downloads are restored with their own options (headers, priority).
         let owned = background.ownedTransferIDs
         // Records are input: the destination rule of `queue add` holds for them too.
@@ -145,6 +149,7 @@ package actor AgentService {
         })
         // Before any event of theirs can arrive (the loop below may suspend).
         for download in restored { registerOnComplete(ofRestored: download) }
+        startPowerWatch()
         for download in restored {
             observe(download)
             emitDownload(.restored, download, [.init(key: "offset", value: .integer(Int(download.progress.bytesReceived)))])
@@ -176,6 +181,7 @@ package actor AgentService {
             let finished = await agent.downloads.filter { $0.state.isFinal }
             history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map { Self.snapshot($0) }
             let uploads = await stopUploadJobs()
+            await stopBackgroundUploads()
             await agent.shutdown()
             backgroundEngineReplaced()
             do {
@@ -222,8 +228,10 @@ package actor AgentService {
     /// Checkpoints every transfer and stops the download agent.
     package func shutdown() async {
         backgroundWake?.task.cancel()
+        stopPowerWatch()
         flushBackgroundSessions()
         await stopUploadJobs()
+        await stopBackgroundUploads()
         await agent.shutdown()
     }
 
@@ -455,7 +463,7 @@ package actor AgentService {
         switch event {
         case .completed, .failed:
             if userPaused.remove(download.id) != nil { savePaused() }
-            runOnComplete(download, event)
+            await runOnComplete(download, event)
         default: break
         }
         // The event is emitted before the state is updated; look again once it has settled.

@@ -102,10 +102,19 @@ package enum OnCompleteCommand {
 /// agent's standard error; a non-zero exit (or a program that cannot start) is retried after
 /// `OnCompleteCommand.retryDelays`, at most 5 times. Every run is an event
 /// (`{"type":"download","event":"onComplete","id":…,"run":1,"status":"exited with status 1"}`).
-/// Commands are kept in memory and in the job's resume record (`CompletionCommand`): a job
-/// restored after a restart registers its command again (`registerOnComplete(ofRestored:)`).
+/// Commands are kept in memory and in the job's resume record (`CompletionCommand`, with the
+/// step its one run has reached): a job restored after a restart registers its command again
+/// (`registerOnComplete(ofRestored:)`), or as already run when its record says so.
 package final class OnCompleteRunner: Sendable {
-    private let commands = Mutex<[UUID: [String]]>([:])
+    /// A job's command: still to run at its end, or run (or given up) already, and why.
+    package enum Claim: Sendable, Equatable {
+        /// Due: the program and its arguments.
+        case due([String])
+        /// Not to run again, with the reason an event gives.
+        case ran(String)
+    }
+
+    private let commands = Mutex<[UUID: Claim]>([:])
     /// The waits between runs (tests make them short).
     let delays: [Duration]
 
@@ -115,22 +124,49 @@ package final class OnCompleteRunner: Sendable {
 
     /// Remembers `argv` for job `id`.
     package func register(_ argv: [String], for id: UUID) {
-        commands.withLock { $0[id] = argv }
+        commands.withLock { $0[id] = .due(argv) }
     }
 
-    /// The command registered for `id`, if any.
-    package func command(for id: UUID) -> [String]? { commands.withLock { $0[id] } }
+    /// Remembers that job `id`'s command must not run again (its record says it started or ran).
+    package func registerAsRun(_ id: UUID, reason: String) {
+        commands.withLock { $0[id] = .ran(reason) }
+    }
+
+    /// The command registered for `id` and still due, if any.
+    package func command(for id: UUID) -> [String]? {
+        commands.withLock { if case .due(let argv) = $0[id] { argv } else { nil } }
+    }
+
+    /// Job `id` ended: its command if it is due (from now on it counts as run: once per job,
+    /// also when a failed job is resumed and ends again), the reason when it ran already, nil
+    /// when it has none.
+    package func claim(_ id: UUID) -> Claim? {
+        commands.withLock { commands in
+            let claim = commands[id]
+            if case .due = claim { commands[id] = .ran("it ran when the job ended before") }
+            return claim
+        }
+    }
 
     /// Job `id` ended: runs its command (once per job), retrying failures; `emit` gets each event
     /// line, `environment` is the agent's (launch environment).
     package func jobEnded(_ id: UUID, url: String, file: String, outcome: String, error: String?,
                           environment: [String: String], now: @escaping @Sendable () -> Date,
                           emit: @escaping @Sendable (String) -> Void) {
-        guard let argv = commands.withLock({ $0.removeValue(forKey: id) }) else { return }
+        guard case .due(let argv) = claim(id) else { return }
+        run(argv, for: id, url: url, file: file, outcome: outcome, error: error, environment: environment, now: now, emit: emit)
+    }
+
+    /// Runs `argv` for job `id` on a thread of its own, retrying failures; `finished` is called
+    /// after the last run (success, or out of retries).
+    package func run(_ argv: [String], for id: UUID, url: String, file: String, outcome: String, error: String?,
+                     environment: [String: String], now: @escaping @Sendable () -> Date,
+                     emit: @escaping @Sendable (String) -> Void, finished: @escaping @Sendable () -> Void = {}) {
         let variables = environment.merging(OnCompleteCommand.environment(id: id, url: url, file: file, outcome: outcome,
                                                                           error: error)) { $1 }
         let delays = delays
         SystemThread.detach(name: "on-complete") {
+            defer { finished() }
             for run in 1...(delays.count + 1) {
                 let failure = Self.run(argv, variables)
                 emit(EventSchema.line(.download, "onComplete", at: now(), [

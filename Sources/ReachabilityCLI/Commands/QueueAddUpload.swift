@@ -55,30 +55,15 @@ struct QueueAddUpload: Sendable {
     func run(to url: URL, control: ControlOptions, in context: CommandContext) async throws -> ExitCode {
         // The agent has its own working directory (and maybe its own mount namespace): the path is
         // only a name for reports and for reopening after an agent restart; the file goes open.
-        let absolute = path.hasPrefix("/") ? path
-            : URL(fileURLWithPath: context.currentDirectory).appendingPathComponent(path).standardizedFileURL.path
-        let descriptor: FileDescriptor
-        do {
-            descriptor = try FileDescriptor.openForReading(absolute, nonBlocking: true)   // a FIFO must not block the open
-        } catch {
-            let advice = error == .permissionDenied
-                ? " (the agent uploads only files you can read: ask the file's owner, or run this as a user who can read it)" : ""
-            throw CommandFailure(message: "cannot open \(absolute) for reading: \(error)\(advice)", exitCode: .noInput)
+        let file: UploadSourceFile
+        switch UploadSourceFile.open(path, currentDirectory: context.currentDirectory) {
+        case .success(let opened): file = opened
+        case .failure(let problem): throw CommandFailure(message: problem.message, exitCode: .noInput)
         }
-        defer { descriptor.close() }
-        let status: FileStatus
-        do {
-            status = try descriptor.status()
-        } catch {
-            throw CommandFailure(message: "cannot examine \(absolute): \(error)", exitCode: .noInput)
-        }
-        guard status.kind == .regular else {
-            throw CommandFailure(message: "\(absolute) is \(status.kindDescription); only regular files can be uploaded (they can be resumed)",
-                                 exitCode: .noInput)
-        }
+        defer { file.descriptor.close() }
         var request = request
-        request.file = absolute
-        let response = try await control.send(.addUpload(url: url, request), passing: descriptor, in: context)
+        request.file = file.path
+        let response = try await control.send(.addUpload(url: url, request), passing: file.descriptor, in: context)
         if let job = response.download { context.output.line(DownloadLine.text(job)) }
         return .success
     }

@@ -10,9 +10,30 @@ package struct CompletionCommand: Sendable, Hashable, Codable {
     /// restored command of another uid is not run.
     package var owner: UInt32
 
+    /// How far its one run has got, kept in the job's resume record so that it runs exactly
+    /// once across kills: absent until the job ends, then `pending` (written with the completed
+    /// file's identity, before the rename), `started` (written before the program is spawned)
+    /// and `done`. A restarted agent runs a pending one; a started one is not run again (it may
+    /// have run); a done one never runs again, also when its failed job is resumed.
+    package var step: Step?
+
+    /// The steps of a command's run.
+    package enum Step: String, Sendable, Hashable, Codable {
+        /// The job ended; the command has not started.
+        case pending
+        /// The command was spawned (or is being retried); it may have run.
+        case started
+        /// It ran (successfully or out of retries), or was not run for a reason already reported.
+        case done
+    }
+
     /// Creates a command.
-    package init(arguments: [String], owner: UInt32) {
+    package init(arguments: [String], owner: UInt32, step: Step? = nil) {
         self.arguments = arguments
         self.owner = owner
+        self.step = step
     }
+
+    /// Whether the job's end still has to run it.
+    package var isDue: Bool { step == nil || step == .pending }
 }

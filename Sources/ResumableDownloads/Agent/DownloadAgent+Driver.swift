@@ -108,6 +108,7 @@ extension DownloadAgent {
             endDriver(id, failure: failure)
             return
         }
+        entries[id]?.file = file
         download.report(bytesReceived: file.writtenBytes, totalBytes: file.record.totalLength, resetRate: true)
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
                                      mailbox: mailbox)

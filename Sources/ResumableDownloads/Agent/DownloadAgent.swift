@@ -173,6 +173,8 @@ public actor DownloadAgent {
         var host: String?
         /// Whether its driver follows `host`'s path (released once when the driver ends).
         var followsHost = false
+        /// The partial file of its latest driver (closed once that ended).
+        var file: PartialFile?
     }
 
     /// The configuration in use.

@@ -5,18 +5,18 @@ import FoundationEssentials
 struct DownloadScheduler: Sendable, Hashable {
     /// Slots; at least one.
     var limit: Int
-    /// Waiting for a slot, in order: higher priority first, then first come.
+    /// Waiting for a slot, in order: higher class first, then first come.
     private(set) var queue: [UUID] = []
     /// The members of `queue` (membership without a scan: 10,000 queued downloads).
     private var queued: Set<UUID> = []
-    /// The priority of each queued download that has one other than the default.
+    /// The class (as its `DownloadPriority.value`) of each queued download not in `normal`.
     private var priorities: [UUID: Float] = [:]
     /// Holding a slot.
     private(set) var active: Set<UUID> = []
-    /// The priority of each download holding a slot, and when it got it (the victim of a
+    /// The class of each download holding a slot, and when it got it (the victim of a
     /// preemption is the lowest, latest admitted: it has the least to lose).
     private var held: [UUID: Holder] = [:]
-    /// A slot's holder: its priority and admission number.
+    /// A slot's holder: its class (as its value) and admission number.
     private struct Holder: Sendable, Hashable { var priority: Float; var serial: Int }
     /// Admissions so far (orders `held`).
     private var admissions = 0
@@ -30,12 +30,16 @@ struct DownloadScheduler: Sendable, Hashable {
     func isQueued(_ id: UUID) -> Bool { queued.contains(id) }
 
     /// Puts `id` in line (once; not while it holds a slot): behind every download of the same or
-    /// a higher `priority` (0...1), ahead of lower ones. Appending at the default priority with
-    /// no lower one queued (every `queue add`) costs no scan.
+    /// a higher class (`DownloadPriority(value: priority)`), ahead of lower ones. Appending at
+    /// the default class with no lower one queued (every `queue add`) costs no scan.
     /// A download that gave its slot up to a foreground one goes ahead of the others of its
-    /// priority instead (it was admitted before them).
+    /// class instead (it was admitted before them).
     mutating func enqueue(_ id: UUID, priority: Float = 0.5) {
         guard !queued.contains(id), !active.contains(id) else { return }
+        // The line orders by class, not by the raw number: 0.8 and 0.76 are both `high`, and
+        // within one class the first to come goes first (BITS; a task nudged within its class
+        // does not jump the line).
+        let priority = DownloadPriority(value: priority).value
         if preempted.remove(id) != nil {
             if priority != 0.5 { priorities[id] = priority }
             queue.insert(id, at: queue.firstIndex { (priorities[$0] ?? 0.5) <= priority } ?? queue.endIndex)
@@ -68,7 +72,7 @@ struct DownloadScheduler: Sendable, Hashable {
     /// The downloads holding a slot that must give it up (checkpoint and queue again) so that
     /// the foreground downloads waiting in line (priority `DownloadPriority.foreground`, at the
     /// front of the line) start now: one per foreground download that no free slot or earlier
-    /// preemption covers, the lowest priority first and, within one, the latest admitted.
+    /// preemption covers, the lowest class first and, within one, the latest admitted.
     /// Foreground downloads never preempt each other. Marks them yielding (`release` ends that).
     mutating func preempt() -> [UUID] {
         let foreground = DownloadPriority.foreground.value

@@ -596,7 +596,12 @@ final class PartialFile: Sendable {
             // finished (`finishedBefore`), not fetched again and failed against its own file.
             do throws(Errno) {
                 let finished = ResumeRecord.FinishedFile(try file.status())
-                state.withLock { $0.record.finishedFile = finished }
+                state.withLock {
+                    $0.record.finishedFile = finished
+                    // The job's --on-complete run becomes due in the same write (issue 32): a kill
+                    // after the rename leaves a record that says so, and the restart runs it.
+                    if $0.record.onComplete?.step == nil { $0.record.onComplete?.step = .pending }
+                }
             } catch {
                 throw DownloadError.fileSystem("stat", path: path, errno: error.rawValue)
             }
@@ -621,9 +626,23 @@ final class PartialFile: Sendable {
             limits.afterRename?()
             closeOnQueue()
             journal.withLock { $0?.remove() }
-            try? stateDirectory.remove(recordName)
-            try? stateDirectory.sync()
+            // A record whose --on-complete command is still due stays until that run is done
+            // (`DownloadAgent.recordCompletionStep`).
+            if state.withLock({ $0.record.onComplete.map { $0.step == .done } ?? true }) {
+                try? stateDirectory.remove(recordName)
+                try? stateDirectory.sync()
+            }
             return record.destination
+        }
+    }
+
+    /// Sets the step of the job's `--on-complete` run in the record and writes it, while the file
+    /// is open (a failed job resumed while its command ran); a closed one is left alone.
+    func setCompletionStep(_ step: CompletionCommand.Step) async {
+        _ = try? await onQueue { [self] in
+            guard !state.withLock({ $0.isClosed }) else { return }
+            state.withLock { $0.record.onComplete?.step = step }
+            try writeRecord()
         }
     }
 
@@ -645,7 +664,10 @@ final class PartialFile: Sendable {
             else { return false }
         }
         try? stateDirectory.remove(BlockJournal.fileName(for: record.id))
-        try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
+        // A record whose --on-complete run is not done stays for that run (issue 32).
+        if record.onComplete.map({ $0.step == .done }) ?? true {
+            try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
+        }
         try? stateDirectory.sync()
         return true
     }

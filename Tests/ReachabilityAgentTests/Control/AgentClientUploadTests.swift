@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import LinuxSystem
 import Testing
 @testable import ReachabilityAgent
@@ -27,6 +28,31 @@ struct AgentClientUploadTests {
 
         await #expect(throws: AgentClientError.rejected) {
             _ = try await client.request(.addUpload(url: URL(string: "http://192.0.2.9/files/")!, request))
+        }
+    }
+
+    @Test func addUploadOpensTheFileHereAndRefusesWhatCannotGo() async throws {
+        let directory = try ScratchDirectory("acu-add", permissions: 0o700)
+        let server = try AgentClientTests.server(in: directory)
+        defer { server.stop() }
+        let path = directory.path + "/sky.jpg"
+        try Data(repeating: 3, count: 4_096).write(to: URL(fileURLWithPath: path))
+        let client = AgentClient(stateDirectory: directory.path)
+        let job = try await client.addUpload(fileAt: path, to: URL(string: "http://192.0.2.9/files/")!, protocol: .tus)
+        #expect(job.totalBytes == 4_096 && job.direction == "upload" && job.destination == path)
+        // Refused here, before the agent hears of them.
+        let fifo = directory.path + "/pipe"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        for (bad, words) in [(fifo, "only regular files"), (directory.path, "only regular files"), (directory.path + "/missing", "cannot open")] {
+            do {
+                _ = try await client.addUpload(fileAt: bad, to: URL(string: "http://192.0.2.9/files/")!)
+                Issue.record("\(bad) was accepted")
+            } catch {
+                #expect(error == .rejected && error.agentCode == .invalidArgument && error.message.contains(words), "\(bad): \(error)")
+            }
+        }
+        await #expect(throws: AgentClientError.rejected) {
+            _ = try await client.addUpload(fileAt: path, to: URL(string: "http://192.0.2.9/files/")!, method: "P U T")
         }
     }
 

@@ -53,6 +53,33 @@ struct DownloadSchedulerTests {
         #expect(DownloadPriority.allCases.map { DownloadPriority(value: $0.value) } == DownloadPriority.allCases)
     }
 
+    /// Within one class, first come first served whatever the number: 0.8, 0.76 and 0.9 are all
+    /// `high` and keep their order of arrival (the line used to order by the raw number), and a
+    /// foreground download takes the slot of the latest admitted `low` one, not of the one with
+    /// the smaller number.
+    @Test func withinOneClassFirstComeFirstServed() {
+        var scheduler = DownloadScheduler(limit: 2)
+        let blockers = [UUID(), UUID()]
+        for id in blockers { scheduler.enqueue(id) }
+        #expect(scheduler.admit { _ in true } == blockers)
+        let high = [(UUID(), Float(0.8)), (UUID(), 0.76), (UUID(), 0.9)]
+        let low = [(UUID(), Float(0.25)), (UUID(), 0.1)]
+        let normal = [(UUID(), Float(0.3)), (UUID(), 0.7), (UUID(), 0.5)]
+        for (id, value) in [low[0], normal[0], high[0], normal[1], high[1], low[1], normal[2], high[2]] {
+            scheduler.enqueue(id, priority: value)
+        }
+        #expect(scheduler.queue == (high + normal + low).map(\.0))
+
+        var slots = DownloadScheduler(limit: 2)
+        let first = UUID(), latest = UUID()
+        slots.enqueue(first, priority: 0.1)
+        #expect(slots.admit { _ in true } == [first])
+        slots.enqueue(latest, priority: 0.2)
+        #expect(slots.admit { _ in true } == [latest])
+        slots.enqueue(UUID(), priority: DownloadPriority.foreground.value)
+        #expect(slots.preempt() == [latest], "the latest admitted of the lowest class yields")
+    }
+
     /// `URLSessionTask.priority` (and `DownloadOptions.priority`) onto the agent's classes.
     @Test(arguments: [(Float(1), DownloadPriority.foreground), (0.99, .high), (0.75, .high), (0.74, .normal), (0.6, .normal),
                       (0.5, .normal), (0.4, .normal), (0.26, .normal), (0.25, .low), (0.1, .low), (0, .low),

@@ -1,11 +1,10 @@
 import Foundation
 import Synchronization
 import Testing
-import TestSupport
 
 /// Runs the built `reachability` binary (optionally inside a namespace via `ip netns exec`),
 /// collecting stdout lines as they arrive so tests can wait for NDJSON events with deadlines.
-final class CLIProcess: Sendable {
+public final class CLIProcess: Sendable {
     private struct Output {
         var partialLine = ""
         var lines: [String] = []
@@ -20,30 +19,22 @@ final class CLIProcess: Sendable {
         let closedPipes = Mutex(0)
     }
 
-    let process: Process
+    /// The running command.
+    public let process: Process
     private let collected = Collected()
 
     /// The built `reachability` (`BuiltProducts`).
-    static func binaryPath() throws -> String { try BuiltProducts.url("reachability").path }
+    public static func binaryPath() throws -> String { try BuiltProducts.url("reachability").path }
 
     /// Starts `reachability ARGUMENTS` in `directory`, inside `namespace` when given.
-    init(_ arguments: [String], namespace: String? = nil, directory: URL, environment: [String: String] = [:]) throws {
+    public init(_ arguments: [String], namespace: String? = nil, directory: URL, environment: [String: String] = [:]) throws {
         let binary = try Self.binaryPath()
-        process = Process()
-        if let namespace {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["ip", "netns", "exec", namespace, binary] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = arguments
-        }
-        process.currentDirectoryURL = directory
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NO_COLOR": "1", "HOME": directory.path]
-            .merging(environment) { $1 }
         let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
+        process = ChildProcess.configured(binary, arguments, prefix: namespace.map { ["ip", "netns", "exec", $0] } ?? [],
+                                          directory: directory,
+                                          environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NO_COLOR": "1", "HOME": directory.path]
+                                              .merging(environment) { $1 },
+                                          output: out, error: err)
         let collected = collected
         PipeReader.start(out) { data in
             collected.output.withLock { state in
@@ -61,42 +52,44 @@ final class CLIProcess: Sendable {
         try process.run()
     }
 
-    var lines: [String] { collected.output.withLock { $0.lines } }
-    var standardError: String { collected.output.withLock { $0.errorText } }
+    /// Its stdout lines so far.
+    public var lines: [String] { collected.output.withLock { $0.lines } }
+    /// Its stderr so far.
+    public var standardError: String { collected.output.withLock { $0.errorText } }
 
     /// stdout lines parsed as JSON objects (non-JSON lines skipped).
-    var events: [[String: Any]] {
+    public var events: [[String: Any]] {
         lines.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
 
     /// Names of the NDJSON events seen so far, `progress` left out.
-    var eventNames: [String] { events.compactMap { $0["event"] as? String }.filter { $0 != "progress" } }
+    public var eventNames: [String] { events.compactMap { $0["event"] as? String }.filter { $0 != "progress" } }
 
     /// Largest `bytes` value seen in any event.
-    var bytesSeen: Int { events.compactMap { $0["bytes"] as? Int }.max() ?? 0 }
+    public var bytesSeen: Int { events.compactMap { $0["bytes"] as? Int }.max() ?? 0 }
 
     /// Number of events named `name`.
-    func count(_ name: String) -> Int { eventNames.filter { $0 == name }.count }
+    public func count(_ name: String) -> Int { eventNames.filter { $0 == name }.count }
 
     /// Waits for an event satisfying `predicate`; false at the deadline or when the process ended first.
-    func waitForEvent(timeout: Duration = .seconds(30), _ predicate: @escaping @Sendable ([String: Any]) -> Bool) async -> Bool {
+    public func waitForEvent(timeout: Duration = .seconds(30), _ predicate: @escaping @Sendable ([String: Any]) -> Bool) async -> Bool {
         await DownloadFixtures.wait(timeout: timeout) {
             self.events.contains(where: predicate)
         }
     }
 
     /// Waits for the event named `name` to have been seen `count` times.
-    func waitFor(_ name: String, count: Int = 1, timeout: Duration = .seconds(30)) async -> Bool {
+    public func waitFor(_ name: String, count: Int = 1, timeout: Duration = .seconds(30)) async -> Bool {
         await DownloadFixtures.wait(timeout: timeout) { self.count(name) >= count }
     }
 
     /// Waits until progress reached `bytes`.
-    func waitForBytes(_ bytes: Int, timeout: Duration = .seconds(30)) async -> Bool {
+    public func waitForBytes(_ bytes: Int, timeout: Duration = .seconds(30)) async -> Bool {
         await DownloadFixtures.wait(timeout: timeout) { self.bytesSeen >= bytes }
     }
 
     /// Waits for the exit status; nil at the deadline (the process is then killed).
-    func waitForExit(timeout: Duration = .seconds(60)) async -> Int32? {
+    public func waitForExit(timeout: Duration = .seconds(60)) async -> Int32? {
         _ = await DownloadFixtures.wait(timeout: timeout) { self.collected.exited.withLock { $0 } != nil }
         if let status = collected.exited.withLock({ $0 }) {
             // Let the pipe handlers drain what the process wrote last: both pipes at end of file
@@ -110,9 +103,11 @@ final class CLIProcess: Sendable {
         return nil
     }
 
-    func signal(_ number: Int32) { Glibc.kill(process.processIdentifier, number) }
+    /// Sends `number` to the command.
+    public func signal(_ number: Int32) { Glibc.kill(process.processIdentifier, number) }
 
-    func kill() {
+    /// SIGKILL, and reaped.
+    public func kill() {
         if process.isRunning {
             Glibc.kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
@@ -120,7 +115,7 @@ final class CLIProcess: Sendable {
     }
 
     /// Everything the process printed, for failure messages.
-    var transcript: String { "stdout:\n\(lines.joined(separator: "\n"))\nstderr:\n\(standardError)" }
+    public var transcript: String { "stdout:\n\(lines.joined(separator: "\n"))\nstderr:\n\(standardError)" }
 
     deinit { kill() }
 }
@@ -128,8 +123,9 @@ final class CLIProcess: Sendable {
 /// Reads a pipe to its end on a thread of its own with blocking `read(2)`, handing each chunk
 /// over in order. Foundation's `readabilityHandler` on Linux sometimes stopped delivering before
 /// the end (a `-o -` test saw 16 KiB of 19 and no end of file for 5 s, 4 runs in 30).
-enum PipeReader {
-    static func start(_ pipe: Pipe, _ onData: @escaping @Sendable (Data) -> Void, atEnd: @escaping @Sendable () -> Void) {
+public enum PipeReader {
+    /// Reads `pipe` on a thread of its own, handing each chunk to `onData`, then calls `atEnd`.
+    public static func start(_ pipe: Pipe, _ onData: @escaping @Sendable (Data) -> Void, atEnd: @escaping @Sendable () -> Void) {
         let handle = pipe.fileHandleForReading
         let thread = Thread {
             let descriptor = handle.fileDescriptor

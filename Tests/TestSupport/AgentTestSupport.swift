@@ -1,35 +1,27 @@
 import Foundation
 import Synchronization
 import Testing
-import TestSupport
 
 /// A `reachability agent` child process whose NDJSON stdout is collected line by line.
-final class AgentProcess: Sendable {
-    let stateDirectory: URL
-    let process: Process
+public final class AgentProcess: Sendable {
+    /// The agent's `--state-dir`.
+    public let stateDirectory: URL
+    /// The running agent.
+    public let process: Process
     private let lines = Mutex<[String]>([])
     private let errors = Mutex<String>("")
 
     /// Starts `reachability agent --state-dir DIR ARGS` and, unless told not to, waits for its
     /// socket to accept connections (the "listening" event).
     /// `prefix` wraps the command (e.g. `setpriv` to run the agent as another user).
-    init(stateDirectory: URL, arguments: [String] = [], environment: [String: String] = [:], waitUntilListening: Bool = true,
+    public init(stateDirectory: URL, arguments: [String] = [], environment: [String: String] = [:], waitUntilListening: Bool = true,
          prefix: [String] = []) throws {
         self.stateDirectory = stateDirectory
-        process = Process()
-        if prefix.isEmpty {
-            process.executableURL = try BuiltProducts.url("reachability")
-            process.arguments = ["agent", "--state-dir", stateDirectory.path] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = prefix + [try BuiltProducts.url("reachability").path, "agent", "--state-dir", stateDirectory.path] + arguments
-        }
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"].merging(environment) { $1 }
         let output = Pipe(), error = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess.start(try BuiltProducts.url("reachability").path,
+                                         ["agent", "--state-dir", stateDirectory.path] + arguments, prefix: prefix,
+                                         environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/nonexistent"].merging(environment) { $1 },
+                                         output: output, error: error)
         let outputHandle = output.fileHandleForReading, errorHandle = error.fileHandleForReading
         Thread { [weak self] in
             var pending = Data()
@@ -59,18 +51,21 @@ final class AgentProcess: Sendable {
         }
     }
 
-    var output: [String] { lines.withLock { $0 } }
-    var standardError: String { errors.withLock { $0 } }
-    var pid: Int32 { process.processIdentifier }
+    /// Its stdout lines so far.
+    public var output: [String] { lines.withLock { $0 } }
+    /// Its stderr so far.
+    public var standardError: String { errors.withLock { $0 } }
+    /// Its process id.
+    public var pid: Int32 { process.processIdentifier }
 
     /// The parsed NDJSON objects printed so far.
-    var events: [[String: Any]] {
+    public var events: [[String: Any]] {
         output.compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
 
     /// Waits (deadline, not a fixed sleep) for an output line matching `predicate`.
     @discardableResult
-    func waitForLine(timeout: Duration = .seconds(30), _ predicate: (String) -> Bool) -> String? {
+    public func waitForLine(timeout: Duration = .seconds(30), _ predicate: (String) -> Bool) -> String? {
         var line: String?
         _ = waitUntilBlocking(deadline: .now + timeout) {
             line = output.first(where: predicate)
@@ -80,19 +75,20 @@ final class AgentProcess: Sendable {
     }
 
     /// Waits for `count` lines matching `predicate`.
-    func waitForLines(_ count: Int, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) -> Bool {
+    public func waitForLines(_ count: Int, timeout: Duration = .seconds(60), _ predicate: (String) -> Bool) -> Bool {
         waitUntilBlocking(deadline: .now + timeout) { output.filter(predicate).count >= count }
     }
 
     /// Sends `signal` and waits for the exit; returns the status and how long it took, or nil on timeout.
-    func terminate(_ signal: Int32 = SIGTERM, timeout: Duration = .seconds(10)) -> (status: Int32, elapsed: Duration)? {
+    public func terminate(_ signal: Int32 = SIGTERM, timeout: Duration = .seconds(10)) -> (status: Int32, elapsed: Duration)? {
         let start = ContinuousClock.now
         kill(process.processIdentifier, signal)
         guard waitUntilBlocking(deadline: start + timeout, every: .milliseconds(2), { !process.isRunning }) else { return nil }
         return (process.terminationStatus, ContinuousClock.now - start)
     }
 
-    func stop() {
+    /// SIGKILL, and reaped (nothing when it already exited).
+    public func stop() {
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
@@ -102,12 +98,12 @@ final class AgentProcess: Sendable {
     deinit { stop() }
 
     /// Runs a `reachability` control command against this agent's state directory.
-    func control(_ arguments: [String], prefix: [String] = []) throws -> ChildProcess.Result {
+    public func control(_ arguments: [String], prefix: [String] = []) throws -> ChildProcess.Result {
         try BuiltProducts.run("reachability", arguments + ["--state-dir", stateDirectory.path], prefix: prefix)
     }
 
     /// `queue list --json`, parsed.
-    func list() throws -> [[String: Any]] {
+    public func list() throws -> [[String: Any]] {
         let result = try control(["queue", "list", "--json"])
         return result.standardOutput.split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
@@ -118,11 +114,14 @@ final class AgentProcess: Sendable {
 /// A network namespace whose path is satisfied (veth with a default route), for
 /// `agent --netns`: the agent's monitor then sees a usable path whatever the host's routing,
 /// while its downloads still go to nginx on the host's loopback.
-final class ConnectedNamespace: Sendable {
-    let lab = NetworkLab()
-    let name: String
+public final class ConnectedNamespace: Sendable {
+    /// The lab that owns the namespace.
+    public let lab = NetworkLab()
+    /// The namespace's name.
+    public let name: String
 
-    init() throws {
+    /// Creates the namespace with its veth pair and default route.
+    public init() throws {
         name = try lab.namespace("agent")
         // A veth pair with both ends inside (the dummy module may be missing): carrier comes up
         // once both ends are up.

@@ -1,20 +1,20 @@
-import TestSupport
 import Foundation
 import LinuxReachability
 import Synchronization
 import Testing
-@testable import ResumableDownloads
+@testable import ResumableDownloads  // DownloadError.with(description:), internal to the engine
 
 /// Fixtures for the download integration tests: a real nginx, a scriptable hostile HTTP server,
 /// temporary directories and deadline-based waits. Everything binds to 127.0.0.1 only.
-enum DownloadFixtures {
-    static var isRoot: Bool { geteuid() == 0 }
+public enum DownloadFixtures {
+    /// Whether the tests run as root (namespaces, other users).
+    public static var isRoot: Bool { geteuid() == 0 }
 
     /// A temporary directory removed on deinit.
-    typealias Directory = ScratchDirectory
+    public typealias Directory = ScratchDirectory
 
     /// Deterministic pseudo-random bytes (fast enough for tens of MiB).
-    static func randomData(count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> Data {
+    public static func randomData(count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15) -> Data {
         var state = seed
         var data = Data(count: count)
         data.withUnsafeMutableBytes { buffer in
@@ -28,26 +28,28 @@ enum DownloadFixtures {
         return data
     }
 
-    static func sha256(_ data: Data) -> String { SHA256.hex(data) }
+    /// The SHA-256 of `data`, in hex.
+    public static func sha256(_ data: Data) -> String { SHA256.hex(data) }
 
-    static func sha256(fileAt url: URL) -> String? {
+    /// The SHA-256 of the file at `url`, in hex; nil when it cannot be read.
+    public static func sha256(fileAt url: URL) -> String? {
         FileManager.default.contents(atPath: url.path).map(sha256)
     }
 
     /// Waits for `condition` with a deadline, polling (`Polling.wait`, shared with the CLI tests).
-    static func wait(timeout: Duration = .seconds(20), _ condition: @Sendable () async -> Bool) async -> Bool {
+    public static func wait(timeout: Duration = .seconds(20), _ condition: @Sendable () async -> Bool) async -> Bool {
         await Polling.wait(timeout: timeout, condition)
     }
 
     /// `wait` for synchronous conditions (process, file and socket checks): polls every 5 ms
     /// until the condition holds or the deadline passes; returns whether it held.
-    static func waitSync(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
+    public static func waitSync(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
         waitUntilBlocking(deadline: .now + timeout, condition)
     }
 
     /// The nginx directives every test server shares: foreground, one process, files under
     /// `prefix` (a server run by tests must not touch /var).
-    static func nginxPrelude(prefix: String, workerConnections: Int) -> String {
+    public static func nginxPrelude(prefix: String, workerConnections: Int) -> String {
         """
         daemon off;
         master_process off;
@@ -59,7 +61,7 @@ enum DownloadFixtures {
     }
 
     /// Temporary-file paths inside `prefix`, for the `http` block.
-    static func nginxTemporaryPaths(prefix: String) -> String {
+    public static func nginxTemporaryPaths(prefix: String) -> String {
         """
             client_body_temp_path \(prefix)/tmp/body;
             proxy_temp_path \(prefix)/tmp/proxy;
@@ -70,7 +72,7 @@ enum DownloadFixtures {
     }
 
     /// A free TCP port on 127.0.0.1 (bound then released; the tiny race is acceptable in tests).
-    static func freePort() throws -> UInt16 {
+    public static func freePort() throws -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EMFILE) }
         defer { close(fd) }
@@ -86,7 +88,8 @@ enum DownloadFixtures {
         return UInt16(bigEndian: address.sin_port)
     }
 
-    static func canConnect(port: UInt16) -> Bool {
+    /// Whether something accepts on 127.0.0.1:`port`.
+    public static func canConnect(port: UInt16) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }
@@ -100,11 +103,11 @@ enum DownloadFixtures {
     }
 
     /// Collects a download's events for deadline-based waits.
-    typealias EventLog = TestSupport.EventLog
+    public typealias EventLog = TestSupport.EventLog
 
     /// Runs `finished()` with a deadline so a hung download fails the test instead of CI; with
     /// `log`, also waits until the log has recorded the outcome, so it can be inspected.
-    static func finish(_ download: Download, log: EventLog? = nil, timeout: Duration = .seconds(60)) async throws -> URL {
+    public static func finish(_ download: Download, log: EventLog? = nil, timeout: Duration = .seconds(60)) async throws -> URL {
         do {
             let url = try await finishing(download, timeout: timeout)
             await log?.settled()
@@ -128,7 +131,8 @@ enum DownloadFixtures {
         }
     }
 
-    static func configuration(state: URL, _ edit: (inout DownloadAgent.Configuration) -> Void = { _ in }) -> DownloadAgent.Configuration {
+    /// An agent configuration with short waits for tests, edited by `edit`.
+    public static func configuration(state: URL, _ edit: (inout DownloadAgent.Configuration) -> Void = { _ in }) -> DownloadAgent.Configuration {
         var configuration = DownloadAgent.Configuration(stateDirectory: state, maximumOutageWait: .seconds(30),
                                                         stallTimeout: .seconds(2), connectTimeout: .seconds(5),
                                                         initialBackoff: .milliseconds(20), maximumBackoff: .milliseconds(200),
@@ -142,21 +146,24 @@ enum DownloadFixtures {
 }
 
 /// nginx on 127.0.0.1 with its own generated config, serving `root`; `/slow/` is rate limited.
-final class DownloadTestNginx: Sendable {
-    let port: UInt16
+public final class DownloadTestNginx: Sendable {
+    /// The plain-HTTP port.
+    public let port: UInt16
     /// HTTPS port when started with `tls: true` (self-signed certificate for IP 127.0.0.1).
-    let tlsPort: UInt16?
-    let prefix: URL
-    let root: URL
+    public let tlsPort: UInt16?
+    /// nginx's prefix directory (config, logs, temporary files).
+    public let prefix: URL
+    /// The directory it serves.
+    public let root: URL
     private let process: Process
 
     /// The self-signed certificate to trust for `tlsPort`.
-    var certificate: URL { prefix.appendingPathComponent("cert.pem") }
+    public var certificate: URL { prefix.appendingPathComponent("cert.pem") }
 
     /// Starts nginx in the foreground as a child; waits (with a deadline) until it accepts.
     /// `accessLog`: requests are logged (`loggedRequests`).
     /// `locations`: more `location` blocks for the server (e.g. one that starts answering 403).
-    init(slowRate: String = "2m", tls: Bool = false, accessLog: Bool = false, locations: String = "") throws {
+    public init(slowRate: String = "2m", tls: Bool = false, accessLog: Bool = false, locations: String = "") throws {
         prefix = FileManager.default.temporaryDirectory.appendingPathComponent("nginx-\(UUID().uuidString)")
         root = prefix.appendingPathComponent("www")
         try FileManager.default.createDirectory(at: root.appendingPathComponent("slow"), withIntermediateDirectories: true)
@@ -167,15 +174,10 @@ final class DownloadTestNginx: Sendable {
         if tls {
             let tlsPort = try DownloadFixtures.freePort()
             self.tlsPort = tlsPort
-            let openssl = Process()
-            openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-            openssl.arguments = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                                 "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", p + "/key.pem", "-out", p + "/cert.pem"]
-            openssl.standardOutput = FileHandle.nullDevice
-            openssl.standardError = FileHandle.nullDevice
-            try openssl.run()
-            openssl.waitUntilExit()
-            guard openssl.terminationStatus == 0 else { throw POSIXError(.EIO) }
+            let openssl = try ChildProcess.run("/usr/bin/openssl", [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", p + "/key.pem", "-out", p + "/cert.pem"], environment: nil)
+            guard openssl.status == 0 else { throw POSIXError(.EIO) }
             tlsServer = """
                 server {
                     listen 127.0.0.1:\(tlsPort) ssl;
@@ -206,12 +208,8 @@ final class DownloadTestNginx: Sendable {
         """
         let configPath = prefix.appendingPathComponent("nginx.conf")
         try configuration.write(to: configPath, atomically: true, encoding: .utf8)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
-        process.arguments = ["-c", configPath.path, "-p", p + "/", "-e", p + "/error.log"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess.start("/usr/sbin/nginx", ["-c", configPath.path, "-p", p + "/", "-e", p + "/error.log"],
+                                         input: FileHandle.standardInput)
         let process = self.process
         _ = DownloadFixtures.waitSync(timeout: .seconds(10)) { !process.isRunning || DownloadFixtures.canConnect(port: port) }
         guard process.isRunning, DownloadFixtures.canConnect(port: port) else {
@@ -221,27 +219,32 @@ final class DownloadTestNginx: Sendable {
         }
     }
 
-    static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") }
+    /// Whether nginx is installed.
+    public static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/sbin/nginx") }
 
     /// `status bytes range` per finished request (with `accessLog`).
-    var loggedRequests: [String] {
+    public var loggedRequests: [String] {
         let text = (try? String(contentsOf: prefix.appendingPathComponent("access.log"), encoding: .utf8)) ?? ""
         return text.split(separator: "\n").map(String.init)
     }
-    static var isTLSAvailable: Bool { isAvailable && FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") }
+    /// Whether nginx and openssl (for the test certificate) are installed.
+    public static var isTLSAvailable: Bool { isAvailable && FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") }
 
-    func tlsURL(_ path: String) -> URL { URL(string: "https://127.0.0.1:\(tlsPort ?? 0)/\(path)")! }
+    /// The HTTPS URL of `path`.
+    public func tlsURL(_ path: String) -> URL { URL(string: "https://127.0.0.1:\(tlsPort ?? 0)/\(path)")! }
 
     /// Places `data` at `path` under the document root.
-    func serve(_ data: Data, at path: String) throws {
+    public func serve(_ data: Data, at path: String) throws {
         let url = root.appendingPathComponent(path)
         try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         try data.write(to: url)
     }
 
-    func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
+    /// The HTTP URL of `path`.
+    public func url(_ path: String) -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
 
-    func stop() {
+    /// Stops nginx (nothing when already stopped).
+    public func stop() {
         if process.isRunning {
             // With `master_process off` nginx ignores SIGTERM (seen with nginx 1.22), so kill it.
             kill(process.processIdentifier, SIGKILL)
@@ -254,54 +257,65 @@ final class DownloadTestNginx: Sendable {
 }
 
 /// A tiny HTTP/1.1 server on 127.0.0.1 whose every answer is scripted, to misbehave on purpose.
-final class DownloadTestHTTPServer: Sendable {
-    struct Request: Sendable {
-        var path: String
-        var headers: [String: String]
+public final class DownloadTestHTTPServer: Sendable {
+    /// One request as the server read it.
+    public struct Request: Sendable {
+        /// The request target.
+        public var path: String
+        /// Header fields, names in lower case.
+        public var headers: [String: String]
         /// N from `Range: bytes=N-` or `bytes=N-M`.
-        var rangeStart: Int64? {
+        public var rangeStart: Int64? {
             guard let value = headers["range"], value.hasPrefix("bytes="), let dash = value.firstIndex(of: "-") else { return nil }
             return Int64(value[value.index(value.startIndex, offsetBy: 6)..<dash])
         }
         /// M from `Range: bytes=N-M` (the last byte asked for), nil for `bytes=N-`.
-        var rangeLast: Int64? {
+        public var rangeLast: Int64? {
             guard let value = headers["range"], let dash = value.firstIndex(of: "-") else { return nil }
             return Int64(value[value.index(after: dash)...])
         }
-        var ifRange: String? { headers["if-range"] }
+        /// The `If-Range` validator.
+        public var ifRange: String? { headers["if-range"] }
     }
 
-    struct Reply: Sendable {
-        var status: Int
-        var headers: [(String, String)]
-        var body: Data
+    /// What the server answers, and how it misbehaves.
+    public struct Reply: Sendable {
+        /// The status code.
+        public var status: Int
+        /// Header fields, in order.
+        public var headers: [(String, String)]
+        /// The body.
+        public var body: Data
         /// Close the connection after this many body bytes (short body).
-        var closeAfter: Int?
+        public var closeAfter: Int?
         /// Send this many body bytes, then stall (keep the socket open) until the client leaves.
-        var stallAfter: Int?
+        public var stallAfter: Int?
         /// Send this many body bytes, then reset the connection (SO_LINGER 0 + close sends RST).
-        var resetAfter: Int?
+        public var resetAfter: Int?
         /// Add Content-Length automatically from `body` (false for close-delimited bodies).
-        var sendsContentLength = true
+        public var sendsContentLength = true
         /// Send this many body bytes, then pause for `pause` before sending the rest.
-        var pauseAfter: Int?
-        var pause: Duration = .zero
+        public var pauseAfter: Int?
+        /// How long the pause after `pauseAfter` lasts.
+        public var pause: Duration = .zero
         /// Wait this long before sending the head.
-        var headDelay: Duration?
+        public var headDelay: Duration?
         /// Send nothing at all (a tarpit): hold the connection until the client leaves.
-        var neverAnswers = false
+        public var neverAnswers = false
         /// Send exactly these bytes as the whole answer (a broken reply), then close.
-        var raw: Data?
+        public var raw: Data?
         /// Send the head one byte at a time, this far apart (a server dripping its headers).
-        var headByteInterval: Duration?
+        public var headByteInterval: Duration?
         /// Send the body in bursts of this many bytes, `burstInterval` apart (a per-second rate
         /// limiter: a second's quota at once, then silence).
-        var burstSize: Int?
-        var burstInterval: Duration = .seconds(1)
+        public var burstSize: Int?
+        /// The time between bursts.
+        public var burstInterval: Duration = .seconds(1)
         /// Send the body at about this rate (a server capping each connection).
-        var bytesPerSecond: Int?
+        public var bytesPerSecond: Int?
 
-        init(status: Int, headers: [(String, String)] = [], body: Data = Data(), closeAfter: Int? = nil,
+        /// An answer with the commonest knobs; the others are set as properties.
+        public init(status: Int, headers: [(String, String)] = [], body: Data = Data(), closeAfter: Int? = nil,
              stallAfter: Int? = nil, sendsContentLength: Bool = true) {
             self.status = status
             self.headers = headers
@@ -312,7 +326,7 @@ final class DownloadTestHTTPServer: Sendable {
         }
 
         /// A well-behaved answer for `content` honouring `Range: bytes=N-` when `etag` matches If-Range.
-        static func honest(_ request: Request, content: Data, etag: String, closeAfter: Int? = nil) -> Reply {
+        public static func honest(_ request: Request, content: Data, etag: String, closeAfter: Int? = nil) -> Reply {
             if let start = request.rangeStart, request.ifRange == nil || request.ifRange == etag {
                 if start >= content.count {
                     return Reply(status: 416, headers: [("Content-Range", "bytes */\(content.count)")])
@@ -326,7 +340,8 @@ final class DownloadTestHTTPServer: Sendable {
         }
     }
 
-    let port: UInt16
+    /// The port it listens on.
+    public let port: UInt16
     private let listener: Int32
     private let log = Mutex<[Request]>([])
     private let isStopped = Atomic<Bool>(false)
@@ -336,7 +351,7 @@ final class DownloadTestHTTPServer: Sendable {
     private let answering = Mutex<(now: Int, most: Int)>((0, 0))
 
     /// `handler` gets each request and its zero-based index.
-    init(handler: @escaping @Sendable (Request, Int) -> Reply) throws {
+    public init(handler: @escaping @Sendable (Request, Int) -> Reply) throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EMFILE) }
         var one: Int32 = 1
@@ -357,22 +372,25 @@ final class DownloadTestHTTPServer: Sendable {
         thread.start()
     }
 
-    var requests: [Request] { log.withLock { $0 } }
+    /// The requests so far.
+    public var requests: [Request] { log.withLock { $0 } }
     /// Connections accepted, with or without a request.
-    var connections: Int { accepted.load(ordering: .relaxed) }
+    public var connections: Int { accepted.load(ordering: .relaxed) }
     /// When each connection was accepted.
-    var connectionTimes: [ContinuousClock.Instant] { acceptTimes.withLock { $0 } }
+    public var connectionTimes: [ContinuousClock.Instant] { acceptTimes.withLock { $0 } }
 
     /// The most requests answered at once.
-    var mostAtOnce: Int { answering.withLock { $0.most } }
+    public var mostAtOnce: Int { answering.withLock { $0.most } }
 
     /// Body and head bytes handed to the kernel so far (bytes a killed client never read included).
-    var bytesSent: Int { sent.load(ordering: .relaxed) }
+    public var bytesSent: Int { sent.load(ordering: .relaxed) }
     private let sent = Atomic<Int>(0)
 
-    func url(_ path: String = "file") -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
+    /// The URL of `path`.
+    public func url(_ path: String = "file") -> URL { URL(string: "http://127.0.0.1:\(port)/\(path)")! }
 
-    func stop() {
+    /// Stops listening.
+    public func stop() {
         guard !isStopped.exchange(true, ordering: .relaxed) else { return }
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
@@ -501,10 +519,11 @@ final class DownloadTestHTTPServer: Sendable {
 }
 
 fileprivate extension Array where Element == UInt8 {
-    func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
+    /// Whether the bytes end with `suffix`.
+    public func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
 }
 
 extension ScratchDirectory {
     /// `name` inside the directory (a download's destination, its state directory).
-    func file(_ name: String) -> URL { url(name) }
+    public func file(_ name: String) -> URL { url(name) }
 }

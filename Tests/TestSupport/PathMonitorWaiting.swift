@@ -2,22 +2,16 @@ import Foundation
 import LinuxReachability
 import Synchronization
 import Testing
-import TestSupport
 
 // Waiting for a path monitor's paths, with what was seen on failure (the namespaces themselves
 // are TestSupport's `NetworkLab`).
 
 /// Why the integration suites are skipped without root.
-let rootReason: Comment = "needs root to create network namespaces (CI runs as root)"
-
-/// The old name of TestSupport's `LabCommandFailure`, for suites written before the namespaces
-/// moved there (on other branches); declared in this module, so it wins over ReachabilityCLI's
-/// own `CommandFailure` here as the old type did. New code says `LabCommandFailure`.
-typealias CommandFailure = LabCommandFailure
+public let rootReason: Comment = "needs root to create network namespaces (CI runs as root)"
 
 /// Waits until `monitor` publishes a path satisfying `predicate`, or fails after `timeout`.
 /// The deadline is a bound, not a pause: the call returns as soon as the path arrives.
-func waitForPath(_ monitor: PathMonitor, timeout: Duration = .seconds(5),
+public func waitForPath(_ monitor: PathMonitor, timeout: Duration = .seconds(5),
                  sourceLocation: SourceLocation = #_sourceLocation,
                  _ description: String, _ predicate: @escaping @Sendable (NetworkPath) -> Bool) async throws -> NetworkPath {
     try await firstElement(of: monitor.paths, timeout: timeout, sourceLocation: sourceLocation, description,
@@ -26,7 +20,7 @@ func waitForPath(_ monitor: PathMonitor, timeout: Duration = .seconds(5),
 
 /// The first element of `stream` satisfying `predicate`; records an issue listing what was seen
 /// and throws after `timeout` (a bound, not a pause).
-func firstElement<Element: Sendable>(of stream: AsyncStream<Element>, timeout: Duration,
+public func firstElement<Element: Sendable>(of stream: AsyncStream<Element>, timeout: Duration,
                                      sourceLocation: SourceLocation, _ description: String,
                                      describe: @escaping @Sendable (Element) -> String,
                                      _ predicate: @escaping @Sendable (Element) -> Bool) async throws -> Element {
@@ -57,14 +51,18 @@ func firstElement<Element: Sendable>(of stream: AsyncStream<Element>, timeout: D
 }
 
 /// What a stream delivered while waiting, for failure messages.
-final class SeenLog<Element: Sendable>: Sendable {
+public final class SeenLog<Element: Sendable>: Sendable {
     private let elements = Mutex<[Element]>([])
-    func append(_ element: Element) { elements.withLock { $0.append(element) } }
-    var all: [Element] { elements.withLock { $0 } }
+    /// An empty log.
+    public init() {}
+    /// Records `element`.
+    public func append(_ element: Element) { elements.withLock { $0.append(element) } }
+    /// Everything recorded, in order.
+    public var all: [Element] { elements.withLock { $0 } }
 }
 
 /// Suspends until `timeout` has passed or the task is cancelled.
-func deadline(_ timeout: Duration) async {
+public func deadline(_ timeout: Duration) async {
     let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
     let nanoseconds = Int(timeout.components.seconds) * 1_000_000_000 + Int(timeout.components.attoseconds / 1_000_000_000)
     DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { continuation.finish() }
@@ -75,14 +73,15 @@ func deadline(_ timeout: Duration) async {
     }
 }
 
-func describe(_ path: NetworkPath) -> String {
+/// A one-line summary of `path` for failure messages.
+public func describe(_ path: NetworkPath) -> String {
     guard path.isSatisfied else { return "unsatisfied: \(path.unsatisfiedReason?.rawValue ?? "?")" }
     let routes = path.routes.map { "\($0.family.rawValue) \($0.interfaceName) gw \($0.gateway ?? "-") src \($0.sourceAddress ?? "-")" }
     return "satisfied \(path.connection.rawValue) via \(path.primaryInterface?.name ?? "?") [\(routes.joined(separator: "; "))]"
 }
 
 /// Starts a monitor on `namespace`.
-func startMonitor(in namespace: String, overrides: [ClassificationOverride] = [],
+public func startMonitor(in namespace: String, overrides: [ClassificationOverride] = [],
                   receiveBufferSize: Int = 8 << 20, allInterfaces: Bool = false) throws -> PathMonitor {
     let monitor = PathMonitor(configuration: .init(networkNamespace: namespace, classificationOverrides: overrides,
                                                    receiveBufferSize: receiveBufferSize, includesAllInterfaces: allInterfaces))

@@ -1,18 +1,22 @@
 import Foundation
-import TestSupport
 
 /// An independent reading of docs/events.md (not the encoder): what every NDJSON line of
 /// `reachability agent` and `reachability download --json` must look like. Returns the problems.
-enum EventSchemaValidator {
-    static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
+public enum EventSchemaValidator {
+    /// The `event` values of `type: download` lines.
+    public static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
                                               "waitingForServer", "retrying", "restarted", "paused", "completed", "failed",
                                               "sourceChanged", "sourceDropped"]
-    static let types: Set<String> = ["download", "path", "agent", "control", "wait", "upload"]
-    static let uploadEvents: Set<String> = ["queued", "restored", "started", "protocol", "created", "interrupted", "resumed",
+    /// The `type` values.
+    public static let types: Set<String> = ["download", "path", "agent", "control", "wait", "upload"]
+    /// The `event` values of `type: upload` lines.
+    public static let uploadEvents: Set<String> = ["queued", "restored", "started", "protocol", "created", "interrupted", "resumed",
                                             "waiting", "progress", "paused", "completed", "failed"]
-    static let waitEvents: Set<String> = ["waiting", "online", "timedOut", "stopped"]
+    /// The `event` values of `type: wait` lines.
+    public static let waitEvents: Set<String> = ["waiting", "online", "timedOut", "stopped"]
 
-    static func problems(_ line: String) -> [String] {
+    /// What is wrong with `line` against the documented schema; empty when nothing.
+    public static func problems(_ line: String) -> [String] {
         guard let object = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] else {
             return ["not a JSON object: \(line)"]
         }

@@ -2,13 +2,13 @@ import Foundation
 import Glibc
 import Synchronization
 import Testing
-import TestSupport
 
-let systemBusLabReason: Comment = "needs root, dbus-daemon and Debian's python3-dbusmock (scripts/setup.sh installs them; CI runs as root)"
+/// Why the system-bus suites skip.
+public let systemBusLabReason: Comment = "needs root, dbus-daemon and Debian's python3-dbusmock (scripts/setup.sh installs them; CI runs as root)"
 
 /// Why the D-Bus tests cannot run, or nil: they need root (namespaces), `dbus-daemon`, Debian's
 /// python3 with python3-dbusmock (scripts/setup.sh installs them; CI has them).
-let systemBusLabUnavailable: String? = {
+public let systemBusLabUnavailable: String? = {
     guard isRoot else { return "needs root to create network namespaces (CI runs as root)" }
     guard FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon") else {
         return "needs dbus-daemon (scripts/setup.sh installs it)"
@@ -27,22 +27,30 @@ let systemBusLabUnavailable: String? = {
 /// Debian 12's python3-dbusmock (0.28) has no ModemManager template (upstream's, added in 2024,
 /// has no Ports or RegistrationState either), so `modemManagerTemplate` is written to the scratch
 /// directory and loaded by path, in the shape of dbusmock's own templates.
-final class SystemBusLab: Sendable {
-    let directory: URL
+public final class SystemBusLab: Sendable {
+    /// The bus socket, configuration and templates.
+    public let directory: URL
     /// `unix:path=DIRECTORY/system_bus_socket`.
-    let address: String
+    public let address: String
     /// The bus daemon and the driver, replaced by `restartBus()`.
     private let processes: Mutex<(daemon: Process, driver: RequestReplyProcess)>
     private let services = Mutex<[String: Process]>([:])
 
-    static let networkManager = "org.freedesktop.NetworkManager"
-    static let modemManager = "org.freedesktop.ModemManager1"
-    static let devicePrefix = "/org/freedesktop/NetworkManager/Devices/"
-    static let deviceInterface = "org.freedesktop.NetworkManager.Device"
-    static let managerPath = "/org/freedesktop/NetworkManager"
-    static let managerInterface = "org.freedesktop.NetworkManager"
+    /// NetworkManager's bus name.
+    public static let networkManager = "org.freedesktop.NetworkManager"
+    /// ModemManager's bus name.
+    public static let modemManager = "org.freedesktop.ModemManager1"
+    /// Where NetworkManager's device objects live.
+    public static let devicePrefix = "/org/freedesktop/NetworkManager/Devices/"
+    /// NetworkManager's device interface.
+    public static let deviceInterface = "org.freedesktop.NetworkManager.Device"
+    /// NetworkManager's object path.
+    public static let managerPath = "/org/freedesktop/NetworkManager"
+    /// NetworkManager's interface.
+    public static let managerInterface = "org.freedesktop.NetworkManager"
 
-    init() throws {
+    /// Starts a private bus and the driver.
+    public init() throws {
         directory = URL(fileURLWithPath: NSTemporaryDirectory())
             .appendingPathComponent("rchT-bus-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -70,13 +78,10 @@ final class SystemBusLab: Sendable {
 
     /// Starts dbus-daemon (returning once it listens) and the driver connected to it.
     private static func startBus(directory: URL, address: String) throws -> (daemon: Process, driver: RequestReplyProcess) {
-        let daemon = Process()
-        daemon.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        daemon.arguments = ["--config-file=\(directory.appendingPathComponent("bus.conf").path)", "--nofork", "--print-address=1"]
         let out = Pipe()
-        daemon.standardOutput = out
-        daemon.standardError = FileHandle.nullDevice
-        try daemon.run()
+        let daemon = try ChildProcess.start("/usr/bin/dbus-daemon", [
+            "--config-file=\(directory.appendingPathComponent("bus.conf").path)", "--nofork", "--print-address=1"],
+            input: FileHandle.standardInput, output: out)
         // The daemon prints its address once it listens.
         let printed = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
         guard printed.hasPrefix("unix:") else { throw LabCommandFailure(description: "dbus-daemon did not start: \(printed)") }
@@ -87,7 +92,7 @@ final class SystemBusLab: Sendable {
 
     /// Kills the bus daemon and everything on it (as a crash or an upgrade would), then starts a
     /// new one on the same socket with no service on it.
-    func restartBus() throws {
+    public func restartBus() throws {
         stopAll()
         try? FileManager.default.removeItem(at: directory.appendingPathComponent("system_bus_socket"))
         let started = try Self.startBus(directory: directory, address: address)
@@ -95,46 +100,43 @@ final class SystemBusLab: Sendable {
     }
 
     /// The environment a client of this bus needs.
-    var environment: [String: String] { ["DBUS_SYSTEM_BUS_ADDRESS": address] }
+    public var environment: [String: String] { ["DBUS_SYSTEM_BUS_ADDRESS": address] }
 
     // MARK: services
 
     /// Starts python-dbusmock's NetworkManager, inside `namespace` when given (its devices are
     /// that namespace's interfaces only if it runs there), and waits until it owns its name.
-    func startNetworkManager(in namespace: String? = nil) throws {
+    public func startNetworkManager(in namespace: String? = nil) throws {
         try startService(Self.networkManager, template: "networkmanager", in: namespace)
         // NetworkManager >= 1.2 has a global Metered; the template predates it.
         try addProperty(Self.managerPath, Self.managerInterface, "Metered", .uint32(4))
     }
 
-    static let upower = "org.freedesktop.UPower"
+    /// UPower's bus name.
+    public static let upower = "org.freedesktop.UPower"
 
     /// Starts python-dbusmock's `upower` template (OnBattery false, a display device without
     /// a battery) and waits until it owns its name.
-    func startUPower() throws {
+    public func startUPower() throws {
         try startService(Self.upower, template: "upower", in: nil)
     }
 
     /// Starts the ModemManager template (see the type's comment).
-    func startModemManager(in namespace: String? = nil) throws {
+    public func startModemManager(in namespace: String? = nil) throws {
         try startService(Self.modemManager, template: directory.appendingPathComponent("mm_template.py").path, in: namespace)
     }
 
     private func startService(_ name: String, template: String, in namespace: String?) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        let python = ["/usr/bin/python3", "-m", "dbusmock", "--system", "--template", template]
-        process.arguments = (namespace.map { ["ip", "netns", "exec", $0] } ?? []) + python
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DBUS_SYSTEM_BUS_ADDRESS": address]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess.start("/usr/bin/python3", ["-m", "dbusmock", "--system", "--template", template],
+                                             prefix: namespace.map { ["ip", "netns", "exec", $0] } ?? [],
+                                             environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DBUS_SYSTEM_BUS_ADDRESS": address],
+                                             input: FileHandle.standardInput)
         services.withLock { $0[name] = process }
         try command(["op": "wait-owner", "name": name, "present": true])
     }
 
     /// Kills the service (as a crash would) and waits until the bus has seen it go.
-    func stopService(_ name: String) throws {
+    public func stopService(_ name: String) throws {
         guard let process = services.withLock({ $0.removeValue(forKey: name) }) else { return }
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
@@ -144,7 +146,7 @@ final class SystemBusLab: Sendable {
     // MARK: objects
 
     /// A D-Bus value for the driver: its signature and value.
-    enum Value {
+    public enum Value {
         case uint32(UInt32)
         case boolean(Bool)
         case double(Double)
@@ -155,7 +157,8 @@ final class SystemBusLab: Sendable {
         /// An array of `count` unsigned integers.
         case longArray(count: Int)
 
-        var json: [String: Any] {
+        /// The value as the driver reads it.
+        public var json: [String: Any] {
             switch self {
             case .uint32(let value): return ["type": "u", "value": value]
             case .boolean(let value): return ["type": "b", "value": value]
@@ -172,7 +175,7 @@ final class SystemBusLab: Sendable {
     /// through the template, `modem` and `bt` as an ethernet device retyped (with `interface` as
     /// the IP interface). Returns its object path.
     @discardableResult
-    func addDevice(_ name: String, kind: String, interface: String, metered: UInt32? = nil,
+    public func addDevice(_ name: String, kind: String, interface: String, metered: UInt32? = nil,
                    ipv4Connectivity: UInt32? = nil) throws -> String {
         let reply = try command(["op": "nm-device", "name": name, "kind": kind, "iface": interface])
         let path = try #require(reply["result"] as? String)
@@ -187,7 +190,7 @@ final class SystemBusLab: Sendable {
     }
 
     /// Adds a property to an object without a signal (for setup before the monitor looks).
-    func addProperty(_ path: String, _ interface: String, _ property: String, _ value: Value,
+    public func addProperty(_ path: String, _ interface: String, _ property: String, _ value: Value,
                      service: String = SystemBusLab.networkManager) throws {
         try command(["op": "add-property", "service": service, "path": path, "iface": interface, "prop": property,
                      "value": value.json])
@@ -195,14 +198,14 @@ final class SystemBusLab: Sendable {
 
     /// Sets a property through org.freedesktop.DBus.Properties.Set: the mock emits
     /// PropertiesChanged, as the real service does. Returns once the mock has sent the signal.
-    func set(_ path: String, _ interface: String, _ property: String, _ value: Value,
+    public func set(_ path: String, _ interface: String, _ property: String, _ value: Value,
              service: String = SystemBusLab.networkManager) throws {
         try command(["op": "set", "service": service, "path": path, "iface": interface, "prop": property, "value": value.json])
     }
 
     /// A device's Metered and NetworkManager's global one together, as NetworkManager changes
     /// them when the device carries the primary connection.
-    func setMetered(_ path: String, _ value: UInt32) throws {
+    public func setMetered(_ path: String, _ value: UInt32) throws {
         try set(path, Self.deviceInterface, "Metered", .uint32(value))
         try set(Self.managerPath, Self.managerInterface, "Metered", .uint32(value))
     }
@@ -210,7 +213,7 @@ final class SystemBusLab: Sendable {
     /// Adds a modem whose data port is `port`: 3GPP registration state (1 home, 5 roaming) and
     /// access technology bits (1 << 14 LTE).
     @discardableResult
-    func addModem(_ number: Int, port: String, registration: UInt32, access: UInt32 = 1 << 14) throws -> String {
+    public func addModem(_ number: Int, port: String, registration: UInt32, access: UInt32 = 1 << 14) throws -> String {
         let reply = try command(["op": "mm-modem", "number": "\(number)", "port": port, "registration": registration,
                                  "access": access])
         return try #require(reply["result"] as? String)
@@ -219,18 +222,19 @@ final class SystemBusLab: Sendable {
     /// From a peer that owns no service name, sends a PropertiesChanged claiming `path` is
     /// metered and a NameOwnerChanged claiming NetworkManager left, straight to every other
     /// connection on the bus (unicast signals reach a client whatever its match rules).
-    func spoof(_ path: String) throws {
+    public func spoof(_ path: String) throws {
         try command(["op": "spoof", "path": path])
     }
 
     /// Adds `count` more devices in one go (NetworkManager's object flood), each for interface
     /// `fl<N>`.
-    func floodDevices(_ count: Int) throws {
+    public func floodDevices(_ count: Int) throws {
         try command(["op": "flood", "count": count])
     }
 
+    /// Sends one request to the driver and returns its reply.
     @discardableResult
-    func command(_ request: [String: Any]) throws -> [String: Any] {
+    public func command(_ request: [String: Any]) throws -> [String: Any] {
         let data = try JSONSerialization.data(withJSONObject: request)
         let line = try processes.withLock { $0.driver }.exchange(String(decoding: data, as: UTF8.self))
         let reply = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "driver said: \(line)")
@@ -254,7 +258,8 @@ final class SystemBusLab: Sendable {
         }
     }
 
-    func close() {
+    /// Stops the services and the bus and removes the directory.
+    public func close() {
         stopAll()
         try? FileManager.default.removeItem(at: directory)
     }
@@ -264,7 +269,7 @@ final class SystemBusLab: Sendable {
     // MARK: scripts
 
     /// Reads one JSON command per line, answers one JSON line: `{"ok":true,"result":...}`.
-    static let driverScript = #"""
+    public static let driverScript = #"""
         import json, sys, time
         import dbus
         from dbus.lowlevel import SignalMessage
@@ -351,7 +356,7 @@ final class SystemBusLab: Sendable {
         """#
 
     /// ModemManager with an ObjectManager and `AddModem(number, port, registration, access)`.
-    static let modemManagerTemplate = #"""
+    public static let modemManagerTemplate = #"""
         '''ModemManager mock template for reachability's tests: the manager object and modems
         with the Modem (Ports, AccessTechnologies) and Modem3gpp (RegistrationState, OperatorName)
         interfaces.'''
@@ -386,34 +391,30 @@ final class SystemBusLab: Sendable {
 }
 
 /// A child process spoken to one line at a time over its stdin and stdout.
-final class RequestReplyProcess: Sendable {
+public final class RequestReplyProcess: Sendable {
     private let process: Process
     private let input: FileHandle
     private let output: Int32
     private let buffer = Mutex<[UInt8]>([])
 
-    init(_ arguments: [String], environment: [String: String] = [:]) throws {
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
-        process.environment = ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"].merging(environment) { $1 }
+    /// Starts `arguments` with both pipes.
+    public init(_ arguments: [String], environment: [String: String] = [:]) throws {
         let inPipe = Pipe(), outPipe = Pipe()
-        process.standardInput = inPipe
-        process.standardOutput = outPipe
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess.start(arguments[0], Array(arguments.dropFirst()),
+                                         environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"].merging(environment) { $1 },
+                                         input: inPipe, output: outPipe)
         input = inPipe.fileHandleForWriting
         output = outPipe.fileHandleForReading.fileDescriptor
     }
 
     /// Writes `line` and returns the next line the process prints (20 s at most).
-    func exchange(_ line: String, timeout: Duration = .seconds(20)) throws -> String {
+    public func exchange(_ line: String, timeout: Duration = .seconds(20)) throws -> String {
         try input.write(contentsOf: Data((line + "\n").utf8))
         return try readLine(timeout: timeout)
     }
 
     /// The next line printed, waiting at most `timeout`.
-    func readLine(timeout: Duration = .seconds(20)) throws -> String {
+    public func readLine(timeout: Duration = .seconds(20)) throws -> String {
         let deadline = ContinuousClock.now + timeout
         var line: String?
         // No pause between checks: poll(2) itself waits for output, up to the time left.
@@ -437,7 +438,8 @@ final class RequestReplyProcess: Sendable {
         return line
     }
 
-    func close() {
+    /// Closes its stdin and reaps it.
+    public func close() {
         try? input.close()
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)

@@ -1,0 +1,244 @@
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// Background sessions' upload tasks (issue 28), the seed's Stormy upload: `background-probe`
+/// uploads a file in a background session, is SIGKILLed mid-upload, the agent finishes the
+/// upload and launches the program again, which hears the server's response and
+/// `didCompleteWithError(nil)` exactly once; the server's file is the file. Against
+/// upload_server.py (IETF draft-05, read at a set pace) and aiohttp-tus on 127.0.0.1, the agent
+/// following a namespace's path (`--netns`).
+@Suite("Background upload tasks", .serialized, .enabled(if: isRoot, rootReason),
+       .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
+struct BackgroundUploadTests {
+    /// An agent on a scratch state directory, a file of `count` random bytes, and the probe's
+    /// arguments (launch command writing to `launched`).
+    struct Fixture {
+        let namespace: ConnectedNamespace
+        let directory: ScratchDirectory
+        let file: URL
+        let content: Data
+        let agent: AgentProcess
+        let launched: LineFile
+
+        init(count: Int, seed: UInt64) throws {
+            namespace = try ConnectedNamespace()
+            directory = try ScratchDirectory("bgta-upload", permissions: 0o755)
+            content = DownloadFixtures.randomData(count: count, seed: seed)
+            file = directory.url("storm-\(seed).jpg")
+            try content.write(to: file)
+            agent = try AgentProcess(stateDirectory: directory.url("state"), arguments: ["--netns", namespace.name])
+            launched = LineFile(url: directory.url("launched.ndjson"))
+        }
+
+        var state: URL { directory.url("state") }
+
+        /// `background-probe` on the fixture's agent (running already: the probe only attaches).
+        func probe(_ session: String, launches: Bool = true) throws -> ProbeProcess {
+            var arguments = ["--state-dir", state.path, "--session", session, "--lifetime", "90"]
+            if launches {
+                let probe = try BuiltProducts.url("background-probe").path
+                arguments += [probe, "--state-dir", state.path, "--output", launched.url.path, "--exit-after-events", "--lifetime", "60"]
+                    .flatMap { ["--launch", $0] }
+            }
+            return try ProbeProcess(arguments, namespace: nil, product: "background-probe")
+        }
+
+        func stop() { agent.stop() }
+    }
+
+    /// Uploads in a background session, SIGKILLs the program once `killAfter` bytes went, and
+    /// checks the launched program's lines: the response and the end once, nothing twice.
+    static func uploadSurvivesAKilledProgram(_ fixture: Fixture, to url: URL, session: String, killAfter: Int) async throws -> [[String: ProbeProcess.SendableJSON]] {
+        let first = try fixture.probe(session)
+        #expect(await first.waitForCall("attached") != nil, "\(first.transcript)")
+        first.send("upload \(fixture.file.path) \(url.absoluteString)")
+        let created = try #require(await first.waitForCall("created"), "\(first.transcript)")
+        let task = try #require(created.object["task"]?.int)
+        let progress = await first.waitForLine(timeout: .seconds(30)) {
+            $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= killAfter
+        }
+        #expect(progress != nil, "didSendBodyData while it runs: \(first.transcript)")
+        #expect(first.calls("uploadCompleted").isEmpty, "killed mid-upload, not after: \(first.transcript)")
+        first.kill()
+        // The agent finishes the upload and launches the program, which handles the events and exits.
+        let handled = await DownloadFixtures.wait(timeout: .seconds(60)) {
+            fixture.launched.calls("didFinishEvents").count >= 1
+        }
+        #expect(handled, "the agent launched the program when the upload was done: \(fixture.launched.objects)\n\(fixture.agent.output.suffix(30))")
+        let completions = fixture.launched.calls("uploadCompleted").filter { $0["task"]?.int == task }
+        #expect(completions.count == 1, "didCompleteWithError exactly once: \(fixture.launched.objects)")
+        #expect(completions.first?["code"] == .null, "didCompleteWithError(nil): \(completions)")
+        #expect(completions.first?["sent"]?.int == fixture.content.count, "countOfBytesSent: \(completions)")
+        let responses = fixture.launched.calls("response").filter { $0["task"]?.int == task }
+        #expect(responses.count == 1, "the server's response once: \(fixture.launched.objects)")
+        // Acknowledged: a program attaching again (once the launched one is gone) hears nothing of it.
+        #expect(await DownloadFixtures.wait(timeout: .seconds(20)) {
+            fixture.agent.events.contains { $0["type"] as? String == "background" && $0["event"] as? String == "launchEnded" }
+        }, "\(fixture.agent.output.suffix(20))")
+        let again = try fixture.probe(session, launches: false)
+        #expect(await again.waitForCall("attached") != nil, "\(again.transcript)")
+        again.send("upload-tasks")
+        let listed = await again.waitForCall("uploadTasks")
+        #expect(listed?.object["tasks"] != nil, "\(again.transcript)")
+        #expect(again.calls("uploadCompleted").isEmpty && again.calls("response").isEmpty, "replayed twice: \(again.transcript)")
+        again.send("quit")
+        _ = await again.waitForExit()
+        return fixture.launched.objects
+    }
+
+    @Test func anIETFUploadOutlivesItsKilledProgram() async throws {
+        // 3 s of upload: a loaded machine still kills the program in the middle.
+        let server = try UploadTestServer(bytesPerSecond: 4 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 12 << 20, seed: 2881)
+        defer { fixture.stop() }
+        let lines = try await Self.uploadSurvivesAKilledProgram(fixture, to: server.url("ietf/"), session: "bgta-ietf", killAfter: 2 << 20)
+        let responses = lines.filter { $0["call"]?.string == "response" }
+        #expect(responses.first?["status"]?.int == 201, "\(responses)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
+        #expect(names.count == 1, "one upload on the server: \(names)")
+        #expect(names.first.flatMap { server.stored($0) } == fixture.content, "the server's file is the file")
+        let read = try server.bodyBytesRead()
+        #expect(read - fixture.content.count <= 1 << 20, "the server read \(read - fixture.content.count) bytes twice")
+    }
+
+    @Test(.enabled(if: URLSessionResumableUploadTests.hasTus, "aiohttp-tus is not installed (scripts/setup.sh)"))
+    func aTusUploadOutlivesItsKilledProgram() async throws {
+        let tus = try URLSessionResumableUploadTests.TusServer()
+        defer { tus.stop() }
+        // aiohttp-tus reads fast: a large file keeps the upload going past the kill.
+        let fixture = try Fixture(count: 64 << 20, seed: 2882)
+        defer { fixture.stop() }
+        let lines = try await Self.uploadSurvivesAKilledProgram(fixture, to: tus.url, session: "bgta-tus", killAfter: 1 << 20)
+        let responses = lines.filter { $0["call"]?.string == "response" }
+        #expect((200..<300).contains(responses.first?["status"]?.int ?? 0), "\(responses)")
+        #expect((try? Data(contentsOf: tus.directory.url(fixture.file.lastPathComponent))) == fixture.content,
+                "the server's file is the file")
+    }
+
+    @Test func anUploadContinuesFromTheServersOffsetAfterTheAgentIsKilledToo() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 4 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 12 << 20, seed: 2886)
+        defer { fixture.stop() }
+        let first = try fixture.probe("bgta-restart")
+        #expect(await first.waitForCall("attached") != nil, "\(first.transcript)")
+        first.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        let task = try #require(await first.waitForCall("created")?.object["task"]?.int, "\(first.transcript)")
+        #expect(await first.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 2 << 20 } != nil, "\(first.transcript)")
+        first.kill()
+        _ = fixture.agent.terminate(SIGKILL)
+        // A new agent reopens the file (checked to be the same one) and asks the server its offset.
+        let agent = try AgentProcess(stateDirectory: fixture.state, arguments: ["--netns", fixture.namespace.name])
+        defer { agent.stop() }
+        let handled = await DownloadFixtures.wait(timeout: .seconds(60)) { fixture.launched.calls("didFinishEvents").count >= 1 }
+        #expect(handled, "\(fixture.launched.objects)\n\(agent.output.suffix(30))")
+        let completions = fixture.launched.calls("uploadCompleted").filter { $0["task"]?.int == task }
+        #expect(completions.count == 1 && completions.first?["code"] == .null, "\(fixture.launched.objects)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
+        #expect(names.count == 1 && names.first.flatMap { server.stored($0) } == fixture.content, "the server's file is the file: \(names)")
+        let resumed = agent.events.filter { $0["type"] as? String == "background" && $0["event"] as? String == "uploadResumed" }
+        let offset = resumed.first?["offset"] as? Int ?? 0
+        // The server's offset trails the bytes handed to the socket (its buffers): not zero is the point.
+        #expect(offset > 0, "continued from the server's offset: \(resumed)\n\(agent.output.suffix(20))")
+        let read = try server.bodyBytesRead()
+        print("background upload through a program and agent SIGKILL: continued from byte \(offset) of \(fixture.content.count); the server read \(read - fixture.content.count) bytes twice")
+        #expect(read - fixture.content.count <= 1 << 20, "the server read \(read - fixture.content.count) bytes twice")
+    }
+
+    @Test func whatTheProgramCannotSendIsRefusedBeforeTheAgentGetsIt() async throws {
+        let target = "http://127.0.0.1:9/ietf/"
+        let shared = try ScratchDirectory("bgta-upload-shared", permissions: 0o755)
+        let secret = shared.url("secret.jpg")
+        try Data("root's".utf8).write(to: secret)
+        #expect(chmod(secret.path, 0o600) == 0)
+        let fifo = shared.url("pipe").path
+        #expect(mkfifo(fifo, 0o644) == 0)
+        // The program runs as nobody, on an agent of its own: root's 0600 file cannot be opened,
+        // so the agent never hears of it.
+        let mine = try ScratchDirectory("bgta-upload-nobody", permissions: 0o755)
+        #expect(chown(mine.path, 65534, 65534) == 0)
+        let state = mine.url("state")
+        let probe = try ProbeProcess(["--state-dir", state.path, "--session", "bgta-refused",
+                                      "--agent", try BuiltProducts.url("reachability").path, "--lifetime", "60"],
+                                     namespace: nil, product: "background-probe",
+                                     prefix: ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        defer {
+            probe.kill()
+            // The agent the probe started outlives it by design.
+            if let text = try? String(contentsOf: state.appendingPathComponent("agent.lock"), encoding: .utf8),
+               let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) { kill(pid, SIGKILL) }
+        }
+        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
+        for (path, code) in [(secret.path, -1102), (fifo, -1102), (shared.path, -1101), (shared.url("missing.jpg").path, -1100)] {
+            probe.send("upload \(path) \(target)")
+            let created = try #require(await probe.waitForLine { $0["call"]?.string == "created" && $0["upload"]?.string == path })
+            let done = await probe.waitForCall("uploadCompleted", task: created.object["task"]?.int)
+            #expect(done?.object["code"]?.int == code, "\(path): \(probe.transcript)")
+        }
+        // A body from Data: refused, as Apple's background sessions refuse it.
+        probe.send("upload-data \(target)")
+        let created = try #require(await probe.waitForLine { $0["call"]?.string == "created" && $0["uploadData"] != nil })
+        let done = await probe.waitForCall("uploadCompleted", task: created.object["task"]?.int)
+        #expect(done?.object["code"]?.int == URLError.Code.unsupportedURL.rawValue, "\(probe.transcript)")
+        #expect(done?.object["message"]?.string?.contains("fromFile") == true, "\(probe.transcript)")
+        let status = try BuiltProducts.run("reachability", ["agent", "status", "--json", "--state-dir", state.path],
+                                           prefix: ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        #expect(!status.standardOutput.contains("\"tasks\":1"), "no task reached the agent: \(status.standardOutput)")
+    }
+
+    @Test func aRunningUploadIsListedAndCancelCancelsTheAgentsJob() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 1 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 8 << 20, seed: 2885)
+        defer { fixture.stop() }
+        let probe = try fixture.probe("bgta-cancel", launches: false)
+        defer { probe.kill() }
+        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
+        probe.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        let task = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
+        #expect(await probe.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 1 << 20 } != nil, "\(probe.transcript)")
+        probe.send("upload-tasks")
+        let listed = await probe.waitForCall("uploadTasks")
+        #expect(listed?.object["tasks"] != nil && probe.transcript.contains("\"expected\":\(8 << 20)"), "listed with its length: \(probe.transcript)")
+        probe.send("upload-cancel \(task)")
+        let done = await probe.waitForCall("uploadCompleted", task: task)
+        #expect(done?.object["code"]?.int == URLError.Code.cancelled.rawValue, "\(probe.transcript)")
+        // The agent's job stops: the server's copy grows no more, and the session has no task left.
+        #expect(await DownloadFixtures.wait(timeout: .seconds(10)) {
+            fixture.agent.events.contains { $0["type"] as? String == "background" && $0["event"] as? String == "attached" }
+                && (try? fixture.agent.control(["agent", "status", "--json"]))?.standardOutput.contains("\"tasks\":0") == true
+        }, "\(fixture.agent.output.suffix(20))")
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
+        let stored = names.first.flatMap { server.stored($0)?.count } ?? 0
+        #expect(stored < 8 << 20, "the upload stopped at \(stored) bytes, short of the file")
+    }
+
+    @Test func aFileChangedWhileTheProgramIsDeadEndsTheTaskWithAClearError() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 1 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 8 << 20, seed: 2884)
+        defer { fixture.stop() }
+        let first = try fixture.probe("bgta-changed")
+        #expect(await first.waitForCall("attached") != nil, "\(first.transcript)")
+        first.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        let created = try #require(await first.waitForCall("created"), "\(first.transcript)")
+        let task = try #require(created.object["task"]?.int)
+        #expect(await first.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 1 << 20 } != nil, "\(first.transcript)")
+        first.kill()
+        // Rewritten in place while the program is dead: same inode, another size and time.
+        let handle = try FileHandle(forWritingTo: fixture.file)
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("tampered".utf8))
+        try handle.close()
+        let handled = await DownloadFixtures.wait(timeout: .seconds(60)) { fixture.launched.calls("didFinishEvents").count >= 1 }
+        #expect(handled, "\(fixture.launched.objects)\n\(fixture.agent.output.suffix(30))")
+        let completions = fixture.launched.calls("uploadCompleted").filter { $0["task"]?.int == task }
+        #expect(completions.count == 1, "\(fixture.launched.objects)")
+        let message = completions.first?["message"]?.string ?? ""
+        #expect(completions.first?["code"]?.int != nil && message.contains("changed") || message.contains("size"), "a clear error: \(completions)")
+        #expect(fixture.launched.calls("response").isEmpty, "the server completed no mixed upload")
+    }
+}
