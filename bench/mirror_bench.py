@@ -14,6 +14,12 @@ a `dead` port nobody listens on. Scenarios (the URIs in this order for both tool
                SHA-256 and 1 MiB SHA-256 pieces: `download --metalink F` beside
                `aria2c --metalink-file=F --check-integrity=true`
   metalink-pieces  the same without the whole-file SHA-256 (only the pieces can tell)
+  spread       fast, slow, bad with --sha256: ranges over all three at once (issue 34); give every
+               server a per-connection cap (--fast-rate 4m --slow-rate 1m --bad-rate 2m) or ours
+               stays on one connection to an unlimited loopback server
+  spread-metalink  bad, fast, slow in a Metalink with 1 MiB pieces and no whole-file SHA-256
+
+With --runs N >= 5 a summary gives each tool's worst and median time and waste per scenario.
 
 For each tool and run: wall time, exit status, whether the file left is the right one (a wrong
 file with exit 0 means the bad mirror's bytes reached it), and the bytes wasted (body bytes the
@@ -21,7 +27,7 @@ servers sent, from their access logs, beyond one copy of the file). Prints `upti
 each row; judge by the worst run.
 
 Needs nginx and aria2c. Usage: bench/mirror_bench.py --binary .build/debug/reachability
-       [--size-mib 32] [--runs 3] [--slow-rate 2m]
+       [--size-mib 32] [--runs 3] [--slow-rate 2m] [--fast-rate R] [--bad-rate R]
        [--scenarios bad-first,slow-first,dead-first,metalink,metalink-pieces]
 """
 import argparse
@@ -154,6 +160,8 @@ def main():
     parser.add_argument("--size-mib", type=int, default=32)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--slow-rate", default="2m")
+    parser.add_argument("--fast-rate", default=None, help="nginx limit_rate of the fast mirror (default: none)")
+    parser.add_argument("--bad-rate", default=None, help="nginx limit_rate of the bad mirror (default: none)")
     parser.add_argument("--scenarios", default="bad-first,slow-first,dead-first,metalink,metalink-pieces")
     parser.add_argument("--seed", type=int, default=34)
     args = parser.parse_args()
@@ -164,7 +172,7 @@ def main():
     workdir = tempfile.mkdtemp(prefix="rch-mirror-bench-")
     servers = []
     try:
-        fast, slow, bad = Nginx(workdir, "fast"), Nginx(workdir, "slow", args.slow_rate), Nginx(workdir, "bad")
+        fast, slow, bad = Nginx(workdir, "fast", args.fast_rate), Nginx(workdir, "slow", args.slow_rate), Nginx(workdir, "bad", args.bad_rate)
         servers = [fast, slow, bad]
         sha = random_file(f"{fast.root}/f.bin", args.size_mib, args.seed)
         shutil.copyfile(f"{fast.root}/f.bin", f"{slow.root}/f.bin")
@@ -177,15 +185,20 @@ def main():
                   "slow-first": [slow.url("f.bin"), fast.url("f.bin")],
                   "dead-first": [dead, fast.url("f.bin")],
                   "metalink": [bad.url("f.bin"), fast.url("f.bin"), slow.url("f.bin")],
-                  "metalink-pieces": [bad.url("f.bin"), fast.url("f.bin"), slow.url("f.bin")]}
+                  "metalink-pieces": [bad.url("f.bin"), fast.url("f.bin"), slow.url("f.bin")],
+                  "spread": [fast.url("f.bin"), slow.url("f.bin"), bad.url("f.bin")],
+                  "spread-metalink": [bad.url("f.bin"), fast.url("f.bin"), slow.url("f.bin")]}
         size = args.size_mib << 20
         hashes = piece_hashes(f"{fast.root}/f.bin")
         metalinks = {}
-        for scenario, whole in (("metalink", True), ("metalink-pieces", False)):
+        for scenario, whole in (("metalink", True), ("metalink-pieces", False), ("spread-metalink", False)):
             metalinks[scenario] = f"{workdir}/{scenario}.meta4"
             write_metalink(metalinks[scenario], orders[scenario], size, sha, hashes, whole)
-        print(f"file {args.size_mib} MiB, slow mirror limit_rate {args.slow_rate}, {args.runs} runs, binary {binary}")
-        print(f"{'scenario':<11} {'tool':<13} {'run':>3} {'seconds':>8} {'exit':>4} {'file':<7} {'wasted MiB':>10}  load")
+        print(f"file {args.size_mib} MiB, limit_rate fast {args.fast_rate} slow {args.slow_rate} bad {args.bad_rate}, "
+              f"{args.runs} runs, binary {binary}")
+        print(f"{'scenario':<15} {'tool':<13} {'run':>3} {'seconds':>8} {'exit':>4} {'file':<7} {'wasted MiB':>10} "
+              f"{'fast/slow/bad MiB':>18}  load")
+        results = {}
         random.seed(args.seed)
         for scenario in args.scenarios.split(","):
             plan = [(tool, run) for run in range(args.runs) for tool in ("reachability", "aria2c")]
@@ -194,12 +207,23 @@ def main():
                 for server in servers:
                     server.clear_log()
                 elapsed, status, digest, tail = run_tool(tool, binary, orders[scenario], sha, workdir, metalinks.get(scenario))
-                wasted = sum(server.sent() for server in servers) - size
+                sent = [server.sent() for server in (fast, slow, bad)]
+                wasted = sum(sent) - size
                 verdict = "right" if digest == sha else ("none" if digest is None else "WRONG")
-                print(f"{scenario:<11} {tool:<13} {run + 1:>3} {elapsed:>8.2f} {status:>4} {verdict:<7} "
-                      f"{wasted / 1048576:>10.1f}  {load()}" + (f"  ({tail})" if status != 0 else ""), flush=True)
+                shares = "/".join(f"{b / 1048576:.1f}" for b in sent)
+                print(f"{scenario:<15} {tool:<13} {run + 1:>3} {elapsed:>8.2f} {status:>4} {verdict:<7} "
+                      f"{wasted / 1048576:>10.1f} {shares:>18}  {load()}" + (f"  ({tail})" if status != 0 else ""), flush=True)
+                results.setdefault((scenario, tool), []).append((elapsed, wasted, verdict))
                 if status == 0 and digest != sha:
                     print("  FAILURE: exit 0 with a file that is not the right one", flush=True)
+        if args.runs >= 5:
+            print("\nsummary (worst / median):")
+            for (scenario, tool), rows in results.items():
+                times = sorted(r[0] for r in rows)
+                waste = sorted(r[1] for r in rows)
+                verdicts = ", ".join(f"{v} {sum(1 for r in rows if r[2] == v)}" for v in sorted({r[2] for r in rows}))
+                print(f"{scenario:<15} {tool:<13} seconds {times[-1]:.2f} / {times[len(times) // 2]:.2f}  "
+                      f"wasted MiB {waste[-1] / 1048576:.1f} / {waste[len(waste) // 2] / 1048576:.1f}  file: {verdicts}", flush=True)
     finally:
         for server in servers:
             server.stop()

@@ -216,6 +216,7 @@ Task {
             case .paused: text = "paused"
             case .completed(let url): text = "done: \(url.path)"
             case .failed(let error): text = error == .cancelled ? "cancelled" : "failed: \(error)"
+            case .sourceDropped(let mirror, let reason): text = "dropped mirror \(mirror): \(reason)"
             }
             // FileHandle writes are unbuffered, so a pipe sees each line as it happens.
             FileHandle.standardOutput.write(Data("\(index + 1). \(name(download)): \(text)\n".utf8))

@@ -339,7 +339,7 @@ struct DownloadTaskStateMachine: Sendable {
             // with waitsForConnectivity the agent waits for it like for a path.
             guard phase == .running, !options.waitsForConnectivity else { return [] }
             return stop(.failure(Failure(error)))
-        case .paused:
+        case .paused, .sourceDropped:
             return []
         case .completed(let url):
             switch phase {

@@ -141,7 +141,7 @@ struct MetalinkTests {
 
     @Test(arguments: [
         (["--metalink", "a.meta4", "b.meta4"], "takes one Metalink file"),
-        (["--metalink", "https://a.example/f.meta4"], "reads a local file"),
+        (["--metalink", "http://[bad"], "expected a Metalink file or an http or https URL"),
         (["--metalink", "--mirror", "http://a.example/f", "a.meta4"], "cannot be added"),
     ])
     func refusesMetalinkUsageErrors(arguments: [String], message: String) {

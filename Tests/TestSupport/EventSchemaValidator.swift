@@ -6,7 +6,7 @@ public enum EventSchemaValidator {
     /// The `event` values of `type: download` lines.
     public static let downloadEvents: Set<String> = ["queued", "restored", "started", "resumed", "progress", "connections", "waiting",
                                               "waitingForServer", "retrying", "restarted", "paused", "completed", "failed",
-                                              "sourceChanged"]
+                                              "sourceChanged", "sourceDropped"]
     /// The `type` values.
     public static let types: Set<String> = ["download", "path", "agent", "control", "wait", "upload"]
     /// The `event` values of `type: upload` lines.
@@ -47,6 +47,8 @@ public enum EventSchemaValidator {
             case "restarted": if !(object["reason"] is String) { problems.append("restarted without reason") }
             case "sourceChanged":
                 if !(object["reason"] is String) || !(object["from"] is String) { problems.append("sourceChanged without from and reason") }
+            case "sourceDropped":
+                if !(object["reason"] is String) || !(object["source"] is String) { problems.append("sourceDropped without source and reason") }
             case "waiting":
                 // portalURL is null when NetworkManager's check found the portal (it names none).
                 // A job held back by a rule (issue 32) names the rule and says it in `message`.

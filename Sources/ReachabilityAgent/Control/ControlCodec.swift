@@ -74,6 +74,18 @@ package enum ControlCodec {
                 }
                 job.onComplete = argv
             }
+            if let mirrors = request.mirrors {
+                guard mirrors.count <= DownloadAgent.maximumMirrors else {
+                    return .failure(ControlRejection(id: id, error: .invalidArgument("at most \(DownloadAgent.maximumMirrors) 'mirrors'")))
+                }
+                for text in mirrors {
+                    guard let mirror = downloadableURL(text) else {
+                        return .failure(ControlRejection(id: id, error: .invalidArgument("'mirrors' must be http or https URLs")))
+                    }
+                    job.mirrors.append(mirror)
+                }
+            }
+            job.pieceHashes = request.pieces
             return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
         case .setURL:

@@ -68,6 +68,10 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var noProgressTimeout: Double?
     /// `add`: the program (argv) to run when the job ends (absent: none).
     package var onComplete: [String]?
+    /// `add`: other http(s) sources of the same file (absent: none).
+    package var mirrors: [String]?
+    /// `add`: SHA-256 hashes of the file's pieces (a Metalink's; absent: none).
+    package var pieces: PieceHashes?
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
@@ -109,6 +113,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             deadline = job.deadline.map(\.timeInterval)
             noProgressTimeout = job.noProgressTimeout.map(\.timeInterval)
             onComplete = job.onComplete
+            mirrors = job.mirrors.isEmpty ? nil : job.mirrors.map(\.absoluteString)
+            pieces = job.pieceHashes
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .setURL(let download, let url):
@@ -147,7 +153,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, notOnBattery, priority, download, format
-        case deadline, noProgressTimeout, onComplete
+        case deadline, noProgressTimeout, onComplete, mirrors, pieces
         case session, settings, task, taskIdentifier, changes, action, sequence, upload, limit
     }
 
@@ -174,6 +180,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         deadline = try container.decodeIfPresent(Double.self, forKey: .deadline)
         noProgressTimeout = try container.decodeIfPresent(Double.self, forKey: .noProgressTimeout)
         onComplete = try container.decodeIfPresent([String].self, forKey: .onComplete)
+        mirrors = try container.decodeIfPresent([String].self, forKey: .mirrors)
+        pieces = try container.decodeIfPresent(PieceHashes.self, forKey: .pieces)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
         session = try container.decodeIfPresent(String.self, forKey: .session)
@@ -205,6 +213,10 @@ package struct QueueJobOptions: Sendable, Hashable {
     package var noProgressTimeout: Duration?
     /// The program (argv, no shell) to run when it ends (`--on-complete`).
     package var onComplete: [String]? = nil
+    /// Other sources of the same file (`--mirror`, a Metalink's URLs), in order.
+    package var mirrors: [URL] = []
+    /// The file's piece hashes (a Metalink's).
+    package var pieceHashes: PieceHashes? = nil
 
     package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal,
                  waitsForACPower: Bool = false, deadline: Duration? = nil, noProgressTimeout: Duration? = nil) {

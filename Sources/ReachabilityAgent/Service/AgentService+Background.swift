@@ -393,7 +393,7 @@ extension AgentService {
                 state = await agent.resumeState(of: download).flatMap { $0.isContinuable ? $0 : nil }
             }
             await applyBackground(background.transferFailed(id, BackgroundFailure(error, resumeState: state), now: now))
-        case .started, .waitingForServer, .retrying, .paused, .waiting:
+        case .started, .waitingForServer, .retrying, .paused, .waiting, .sourceDropped:
             break
         }
     }

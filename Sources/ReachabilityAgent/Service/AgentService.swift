@@ -330,6 +330,8 @@ package actor AgentService {
                 .limitingTime(job, now: environment.now())
             options.waitsForACPower = job.waitsForACPower
             options.completionCommand = job.onComplete.map { CompletionCommand(arguments: $0, owner: uid) }
+            options.mirrors = job.mirrors
+            options.pieceHashes = job.pieceHashes
             if job.waitsForACPower { await refreshPower() }
             let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination), options: options)
             downloadOwners[download.id] = uid

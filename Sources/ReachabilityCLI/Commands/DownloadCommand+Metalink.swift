@@ -8,7 +8,7 @@ import ResumableDownloads
 extension DownloadCommand {
     static let metalink = Option.flag(
         "metalink",
-        help: "The argument is a Metalink 4 file (RFC 5854, .meta4) describing one file: its http(s) URLs become the mirrors in priority order, its SHA-256 the --sha256 check (pieces hashed with SHA-256 are checked too), its name the file name unless -o is given.")
+        help: "The argument is a Metalink 4 file (RFC 5854, .meta4), or the http(s) URL of one, describing one file: its http(s) URLs become the mirrors in priority order, its SHA-256 the --sha256 check (pieces hashed with SHA-256 are checked too), its name the file name unless -o is given.")
 
     /// `download --help`'s paragraph on Metalink.
     static let metalinkDiscussion = """
@@ -28,7 +28,11 @@ extension DownloadCommand {
             throw UsageError("'\(metalink.synopsis)' takes one Metalink file, but \(positionals.count) arguments were given")
         }
         if path.lowercased().hasPrefix("http://") || path.lowercased().hasPrefix("https://") {
-            throw UsageError("'\(metalink.synopsis)' reads a local file; fetch the Metalink first ('reachability download -o F.meta4 URL'), then give F.meta4")
+            do {
+                _ = try parseURL(path)
+            } catch {
+                throw UsageError.invalidValue(URLRedaction.redacted(path), for: metalink, "expected a Metalink file or an http or https URL")
+            }
         }
         if try arguments.isSet(sameFile) || !arguments.values(mirror).isEmpty {
             throw UsageError("'\(metalink.synopsis)' takes its sources from the Metalink; '\(mirror.synopsis)' and '\(sameFile.synopsis)' cannot be added")
@@ -37,9 +41,13 @@ extension DownloadCommand {
     }
 
     /// This command with the Metalink's sources, hash and name in place of the positional URLs.
-    func resolvingMetalink(in context: CommandContext) throws -> DownloadCommand {
+    func resolvingMetalink(in context: CommandContext) async throws -> DownloadCommand {
         guard let metalinkFile else { return self }
-        let bytes = try Self.readMetalink(metalinkFile, in: context)
+        let bytes = if let url = Self.metalinkURL(metalinkFile) {
+            try await fetchMetalink(url, in: context)
+        } else {
+            try Self.readMetalink(metalinkFile, in: context)
+        }
         let document: Metalink
         do {
             document = try Metalink(parsing: bytes)
@@ -62,6 +70,9 @@ extension DownloadCommand {
         if command.expectedSHA256 == nil, let pieces = document.pieces, let size = document.size {
             command.metalinkPieces = MetalinkPieceCheck(pieces: pieces, size: size)
         }
+        if let pieces = document.pieces, let size = document.size {
+            command.pieceHashes = PieceHashes(length: pieces.length, sha256: pieces.sha256, fileLength: size)
+        }
         if explicitOutput == nil {
             guard let name = Metalink.plainFileName(document.name) else {
                 throw CommandFailure(message: "\(file): its file name '\(document.name.prefix(200))' is not a plain file name (a directory part, '..', or control characters); give -o to choose where it goes",
@@ -73,6 +84,72 @@ extension DownloadCommand {
         command.sources.isSameFile = true
         command.sources.mirrors = document.sources.dropFirst().map(\.url)
         return command
+    }
+
+    /// A local Metalink document read and parsed (66 when it cannot be read, 65 when unusable).
+    static func metalinkDocument(_ path: String, in context: CommandContext) throws -> Metalink {
+        let bytes = try readMetalink(path, in: context)
+        do {
+            return try Metalink(parsing: bytes)
+        } catch {
+            throw CommandFailure(message: "\(path): \(error.description)", exitCode: .dataError)
+        }
+    }
+
+    /// The URL when `--metalink` names one (checked by `metalinkPath`).
+    static func metalinkURL(_ argument: String) -> URL? {
+        let lowered = argument.lowercased()
+        guard lowered.hasPrefix("http://") || lowered.hasPrefix("https://") else { return nil }
+        return try? parseURL(argument)
+    }
+
+    /// How long fetching a Metalink may wait for a path and the server's answer.
+    static let metalinkFetchLimit = Duration.seconds(60)
+
+    /// Fetches a Metalink document (`--metalink URL`): one GET through an agent with this
+    /// command's headers, proxy and certificates, at most `maximumMetalinkBytes` kept (a larger
+    /// one is refused with 65, as a file); an error or a status other than 200 exits 1.
+    func fetchMetalink(_ url: URL, in context: CommandContext) async throws -> [UInt8] {
+        let source = try monitor.startPathSource(in: context)
+        defer { source.cancel() }
+        let stateRoot = try DownloadStateDirectory.resolve(override: stateDirectoryOverride, environment: context.environment)
+        // The agent creates and checks its own state directory (0700) under the checked root.
+        try DownloadStateDirectory.create(stateRoot)
+        let directory = stateRoot.appendingPathComponent("metalink", isDirectory: true)
+        var configuration = DownloadAgent.Configuration(stateDirectory: directory, maximumOutageWait: maximumOutageWait)
+        configuration.additionalHeaders = headers
+        configuration.certificateAuthorityFile = certificateAuthorityFile.map {
+            URL(fileURLWithPath: $0, relativeTo: URL(fileURLWithPath: context.currentDirectory, isDirectory: true))
+        }
+        configuration.verifiesCertificates = verifiesCertificates
+        configuration.proxy = proxyURL
+        let agent: DownloadAgent
+        do {
+            agent = try DownloadAgent(configuration: configuration, paths: source.paths, hostPaths: { source.paths(to: $0) })
+        } catch {
+            throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
+        }
+        let shown = URLRedaction.redacted(url)
+        let request = ExchangeRequest(url: url, idleTimeout: Self.metalinkFetchLimit, responseBodyLimit: Self.maximumMetalinkBytes)
+        let result: Result<ExchangeResponse, DownloadError>
+        do throws(DownloadError) {
+            result = .success(try await agent.exchange(request, waitsForConnectivity: true))
+        } catch {
+            result = .failure(error)
+        }
+        await agent.shutdown()
+        switch result {
+        case .success(let response) where response.head.statusCode == 200:
+            return [UInt8](response.body)
+        case .success(let response):
+            throw CommandFailure(message: "cannot fetch the Metalink \(shown): the server answered HTTP \(response.head.statusCode)",
+                                 exitCode: .failure)
+        case .failure(let error) where error.description.contains("larger than"):
+            throw CommandFailure(message: "\(shown): larger than \(Self.maximumMetalinkBytes) bytes; not a Metalink this command reads",
+                                 exitCode: .dataError)
+        case .failure(let error):
+            throw CommandFailure(message: "cannot fetch the Metalink \(shown): \(error.description)", exitCode: .failure)
+        }
     }
 
     /// The document's bytes, at most `maximumMetalinkBytes` (66 when it cannot be read, 65 when larger).

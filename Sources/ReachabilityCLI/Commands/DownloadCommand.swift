@@ -139,6 +139,8 @@ struct DownloadCommand: Command {
     var metalinkFile: String?
     /// The Metalink's SHA-256 pieces, checked when it gives no whole-file SHA-256.
     var metalinkPieces: MetalinkPieceCheck?
+    /// The Metalink's piece hashes, checked by the engine as pieces land (issue 34).
+    var pieceHashes: PieceHashes?
     /// The length the file must have (a Metalink's `<size>`); nil trusts the server.
     var expectedLength: Int64?
 
@@ -283,7 +285,7 @@ struct DownloadCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let command = try resolvingMetalink(in: context)
+        let command = try await resolvingMetalink(in: context)
         let plan = try DownloadPlan.prepare(command, in: context)
         return try await DownloadRun(command: command, plan: plan, context: context).execute()
     }

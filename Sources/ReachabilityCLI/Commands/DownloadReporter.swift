@@ -223,6 +223,7 @@ final class DownloadReporter: Sendable {
         case .paused: "paused"
         case .completed(let url): "completed: \(url.path)"
         case .failed(let error): "failed: \(error.description)"
+        case .sourceDropped(let source, let reason): "dropped mirror \(URLRedaction.redacted(source)): \(reason)"
         }
     }
 

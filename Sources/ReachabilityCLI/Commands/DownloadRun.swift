@@ -193,7 +193,7 @@ final class DownloadRun: Sendable {
             // A stream per agent: an AsyncStream hands each element to one consumer only.
             session = try await DownloadSession.open(job, stateRoot: plan.stateRoot, paths: source.paths,
                                                      hostPaths: { source.paths(to: $0) },
-                                                     configuration: agentConfiguration, options: downloadOptions)
+                                                     configuration: agentConfiguration, options: downloadOptions(mirrors: job.mirrors))
         } catch let failure as CommandFailure {
             return .init(job: job, message: failure.message, exitCode: failure.exitCode)
         } catch let complete as AlreadyComplete {
@@ -221,6 +221,10 @@ final class DownloadRun: Sendable {
     /// (`MirrorFailover`), then the job moves to the next source and is followed there.
     private func followMirrors(_ session: DownloadSession, reporter: DownloadReporter) async -> DownloadCommand.JobFailure? {
         var failover = MirrorFailover(primary: session.download.url, mirrors: session.job.mirrors)
+        // Ranges are fetched from every source at once while they are proven the same file
+        // (the engine drops one whose bytes prove wrong); after a file failed its whole-file
+        // SHA-256, which cannot say which source sent the bad bytes, one source at a time.
+        var spreads = true
         while true {
             let download = session.download
             var change: (url: URL, reason: String)?
@@ -235,17 +239,19 @@ final class DownloadRun: Sendable {
                                      exitCode: .failure)
                     }
                     change = (next, "\(problem); the file was deleted")
+                    spreads = false
                     break
                 }
                 if case .change(let url, let reason) = failover.handle(event) {
                     change = (url, reason)
+                    if case .failed(let error) = event, error == .checksumMismatch { spreads = false }
                     break
                 }
                 reporter.report(event, of: download)
             }
             guard let change, !registry.isInterrupted else { return nil }
             do {
-                try await session.changeSource(to: change.url, options: downloadOptions)
+                try await session.changeSource(to: change.url, options: downloadOptions(mirrors: spreads ? failover.untried : []))
             } catch {
                 if registry.isInterrupted { return nil }   // the interrupt stopped the agent meanwhile
                 return .init(job: session.job, message: "cannot continue from \(URLRedaction.redacted(change.url)): \(error)",
@@ -255,12 +261,16 @@ final class DownloadRun: Sendable {
         }
     }
 
-    private var downloadOptions: DownloadOptions {
-        DownloadOptions(expectedSHA256: command.expectedSHA256, expectedLength: command.expectedLength,
-                        allowsExpensive: command.allowsExpensive,
-                        allowsRoaming: command.allowsRoaming,
-                        maximumConnections: command.maximumConnections, interfaces: command.interfaces,
-                        usesExpensivePathsOnlyAsFallback: command.usesExpensivePathsOnlyAsFallback)
+    /// The options of a job fetched from its URL and `mirrors` (issue 34: spread over them).
+    private func downloadOptions(mirrors: [URL]) -> DownloadOptions {
+        var options = DownloadOptions(expectedSHA256: command.expectedSHA256, expectedLength: command.expectedLength,
+                                      allowsExpensive: command.allowsExpensive,
+                                      allowsRoaming: command.allowsRoaming,
+                                      maximumConnections: command.maximumConnections, interfaces: command.interfaces,
+                                      usesExpensivePathsOnlyAsFallback: command.usesExpensivePathsOnlyAsFallback)
+        options.mirrors = mirrors
+        options.pieceHashes = command.pieceHashes
+        return options
     }
 
     /// The engine's configuration for a job's state directory: the command's options, then the knobs.

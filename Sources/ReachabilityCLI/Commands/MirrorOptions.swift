@@ -6,13 +6,19 @@ import ResumableDownloads
 struct MirrorOptions: Sendable, Equatable {
     static let mirror = Option.repeating(
         "mirror", valueName: "url",
-        help: "Another source of the same file (repeatable), tried in the order given when the one in use fails: an HTTP error, a server that does not answer, or a file that fails --sha256.")
+        help: "Another source of the same file (repeatable): ranges are fetched from every source at once while they are proven the same file, else the sources are tried in the order given when the one in use fails.")
     static let sameFile = Option.flag(
         "same-file", help: "The URLs given are sources of one file (mirrors), not several files: it is named after the first, and the others are tried in order when the one in use fails.")
 
     /// `download --help`'s paragraph on mirrors.
     static let discussion = """
-        Mirrors (--mirror, --same-file) are used one at a time, in the order given: the next one \
+        Mirrors (--mirror, --same-file) are used at once, ranges from each (faster ones get more), \
+        while they are proven the same file: --sha256 or a Metalink's hashes given (pieces are \
+        checked as they land), or else each range from a mirror must carry the first URL's strong \
+        validator and length. A mirror whose bytes fail a piece hash, or differ from another \
+        source's, is dropped ('sourceDropped' event, with why) and its bytes fetched again from \
+        the others. Otherwise, and after a file failed --sha256 as a whole, mirrors are used one \
+        at a time, in the order given: the next one \
         takes over when the source in use answers an HTTP error (a 5xx at once, without waiting \
         out its back-off), does not answer while the network \
         path works, sends a file that fails --sha256 (its bytes are discarded and fetched again \

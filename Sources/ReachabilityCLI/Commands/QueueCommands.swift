@@ -81,8 +81,13 @@ struct QueueAddCommand: Command {
     static let priorityValue = Choice<DownloadPriority>()
     static let notOnBattery = Option.flag(
         "not-on-battery", help: "Wait for AC power: while the machine runs on battery (UPower) the job stays queued, and a transfer is checkpointed when the battery takes over.")
+    static let mirror = Option.repeating(
+        "mirror", valueName: "url",
+        help: "Another http(s) source of the same file (repeatable): ranges are fetched from every source at once while they are proven the same file (--sha256, the Metalink's hashes, or each range carrying the first source's validator and length); a mirror whose bytes prove wrong is dropped.")
+    static let metalink = Option.flag(
+        "metalink", help: "The argument is a local Metalink 4 file (.meta4) of one file: its URLs become the source and mirrors, its SHA-256 and piece hashes the checks.")
     static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority, deadline, noProgressTimeout,
-                          onComplete] + QueueAddUpload.options + [ControlOptions.stateDirectory]
+                          onComplete, mirror, metalink] + QueueAddUpload.options + [ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL (with --upload: where the file goes).")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -109,6 +114,8 @@ struct QueueAddCommand: Command {
     ]
 
     var url: URL
+    /// `--metalink FILE`: read at run time, its sources and hashes replace `url`'s.
+    var metalinkFile: String?
     var outputPath: String?
     var expectedSHA256: String?
     var replacesExistingFile: Bool
@@ -127,7 +134,32 @@ struct QueueAddCommand: Command {
                               deadline: try arguments.value(Self.deadline, as: JobTimeLimits.seconds),
                               noProgressTimeout: try arguments.value(Self.noProgressTimeout, as: JobTimeLimits.seconds))
         job.onComplete = try Self.onCompleteCommand(arguments)
-        url = try DownloadCommand.parseURL(arguments.positional(Self.positionals[0])[0])
+        let positional = try arguments.positional(Self.positionals[0])[0]
+        job.mirrors = try arguments.values(Self.mirror).map { text in
+            do {
+                return try DownloadCommand.parseURL(text)
+            } catch {
+                throw UsageError.invalidValue(URLRedaction.redacted(text), for: Self.mirror, "expected an http or https URL")
+            }
+        }
+        guard job.mirrors.count <= DownloadAgent.maximumMirrors else {
+            throw UsageError("'\(Self.mirror.synopsis)' was given \(job.mirrors.count) times; at most \(DownloadAgent.maximumMirrors) mirrors")
+        }
+        if arguments.isSet(Self.metalink) {
+            guard upload == nil, job.mirrors.isEmpty else {
+                throw UsageError("'\(Self.metalink.synopsis)' takes the sources from the Metalink; '\(Self.mirror.synopsis)' and '--upload' cannot be added")
+            }
+            guard !positional.isEmpty, DownloadCommand.metalinkURL(positional) == nil else {
+                throw UsageError.invalidValue(URLRedaction.redacted(positional), for: Self.metalink, "expected a local Metalink file (fetch one by URL with 'reachability download --metalink URL')")
+            }
+            metalinkFile = positional
+            url = URL(string: "http://metalink.invalid/")!   // replaced at run time
+        } else {
+            if upload != nil, !job.mirrors.isEmpty {
+                throw UsageError("'\(Self.mirror.synopsis)' is for downloads, not '--upload'")
+            }
+            url = try DownloadCommand.parseURL(positional)
+        }
         if let output = arguments.value(Self.output) {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
             outputPath = output
@@ -143,6 +175,19 @@ struct QueueAddCommand: Command {
 
     func run(in context: CommandContext) async throws -> ExitCode {
         if let upload { return try await upload.run(to: url, control: control, in: context) }
+        var url = url, job = job, expectedSHA256 = expectedSHA256
+        if let metalinkFile {
+            let document = try DownloadCommand.metalinkDocument(metalinkFile, in: context)
+            if let given = expectedSHA256, let listed = document.sha256, given != listed {
+                throw CommandFailure(message: "\(metalinkFile): its SHA-256 differs from --sha256; give one of them", exitCode: .dataError)
+            }
+            expectedSHA256 = expectedSHA256 ?? document.sha256
+            url = document.sources[0].url
+            job.mirrors = document.sources.dropFirst().map(\.url)
+            if let pieces = document.pieces, let size = document.size {
+                job.pieceHashes = PieceHashes(length: pieces.length, sha256: pieces.sha256, fileLength: size)
+            }
+        }
         // The agent has its own working directory: send an absolute path.
         let output = outputPath.map { path in
             path.hasPrefix("/") ? path

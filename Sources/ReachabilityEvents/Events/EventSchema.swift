@@ -36,6 +36,9 @@ package enum EventSchema {
         /// `download` left a source of the file for the next mirror (`from`, `reason`; the line's
         /// `url` is the new source).
         case sourceChanged
+        /// A download stopped using one of its mirrors (`source`, `reason`): its bytes failed a
+        /// piece hash or differed from another source's, or it did not serve the same file.
+        case sourceDropped
 
         /// Whether nothing follows this event for the download in this run (a `paused` download
         /// is only ever paused by an interrupt or a user, and its follower ends there).
@@ -122,6 +125,9 @@ package enum EventSchema {
         case .paused: return (.paused, [])
         case .completed: return (.completed, [])
         case .failed(let error): return (.failed, [.init(key: "error", value: errorObject(error))])
+        case .sourceDropped(let source, let reason):
+            return (.sourceDropped, [.init(key: "source", value: .string(URLRedaction.redacted(source))),
+                                     .init(key: "reason", value: .string(reason))])
         }
     }
 

@@ -111,7 +111,7 @@ package final class DownloadMetrics: Sendable {
             case .completed: state.counters.completed += 1
             case .failed(let error):
                 if error == .cancelled { state.counters.cancelled += 1 } else { state.counters.failed += 1 }
-            case .started, .resumed, .waitingForConnectivity, .waitingForServer, .waiting, .paused: break
+            case .started, .resumed, .waitingForConnectivity, .waitingForServer, .waiting, .paused, .sourceDropped: break
             }
         }
     }

@@ -29,6 +29,8 @@ final class DriverResources {
     var segmentsDisabled = false
     /// The last attempt failed: the next one adds connections only after a while.
     var lastAttemptFailed = false
+    /// The file's sources when the download has mirrors (`DownloadOptions.mirrors`).
+    let sources: SourceLedger?
 
     init(id: UUID, download: Download, file: PartialFile, host: String, mailbox: AsyncStream<DriverInput>.Continuation) {
         self.id = id
@@ -36,6 +38,16 @@ final class DriverResources {
         self.file = file
         self.host = host
         self.mailbox = mailbox
+        let options = download.options
+        let mirrors = options.mirrors.filter { $0 != file.record.url }
+        sources = mirrors.isEmpty ? nil : SourceLedger(urls: [file.record.url] + mirrors, pieces: options.pieceHashes)
+    }
+
+    /// The URL a single-connection attempt uses: the download's own, or the first mirror left
+    /// when it was dropped.
+    var currentURL: URL {
+        guard let sources, let first = sources.liveSources.first else { return file.record.url }
+        return sources.urls[first]
     }
 
     var facts: DownloadStateMachine.FileFacts {
@@ -126,6 +138,11 @@ extension DownloadAgent {
                 driver.lastAttemptFailed = switch outcome.result {
                 case .completed, .aborted: false
                 default: true
+                }
+                if let forgotten = driver.sources?.takeForgets(), !forgotten.isEmpty {
+                    // A mirror's bytes proved wrong: they are fetched again (after the queued writes).
+                    await driver.file.settled()
+                    do { try await driver.file.forget(forgotten) } catch {}
                 }
                 let result = await checkpoint(after: outcome, attempt: attempt, driver)
                 actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts,
@@ -279,7 +296,7 @@ extension DownloadAgent {
         // cannot splice two versions. Validators are left out once the machine found them
         // varying per response with a digest to prove the result.
         let validators = plan.usesValidators
-        var request = TransferRequest(url: record.url, offset: offset,
+        var request = TransferRequest(url: driver.currentURL, offset: offset,
                                       ifRange: offset > 0 && validators ? record.validator : nil,
                                       entityTag: validators ? record.entityTag : nil, knownTotalLength: record.totalLength,
                                       lastModified: validators ? record.lastModified : nil,
@@ -320,6 +337,8 @@ extension DownloadAgent {
                 mailbox.yield(.machine(.entityTagChanged(attempt: attempt)))
             case .raceEnded(let outcome):
                 mailbox.yield(.machine(.raceEnded(attempt: attempt, outcome)))
+            case .sourceDropped(let url, let reason):
+                download.emit(.sourceDropped(url, reason: reason))
             case .connectionsChanged(let connections):
                 download.report(connections: DownloadConnections(count: connections.count, paths: connections.paths.map {
                     DownloadConnections.Path(interface: $0.interface, connections: $0.connections)
@@ -362,11 +381,17 @@ extension DownloadAgent {
         // A server that just failed an attempt has not shown it serves more connections.
         if driver.lastAttemptFailed { planner.growthDelay = .seconds(5) }
         let hasDigest = record.expectedSHA256 != nil
+        if canSplit, let pieces = driver.sources?.pieces, pieces.length % planner.alignment == 0,
+           pieces.length <= planner.minimumSegment {
+            // Pieces split where ranges do: each piece has one writer, so a bad one names its source.
+            planner.alignment = pieces.length
+        }
         let known = record.totalLength != nil && (record.validator != nil || hasDigest) && !stored.isEmpty
         return Segmentation(configuration: planner, stored: stored, seams: record.seamSet,
                             allowsSegments: known ? true : nil, hasExpectedDigest: hasDigest,
                             usesValidators: plan.usesValidators, overlap: plan.overlap,
-                            paths: paths.isEmpty ? [SegmentPlanner.Path(interface: pinnedInterface)] : paths)
+                            paths: paths.isEmpty ? [SegmentPlanner.Path(interface: pinnedInterface)] : paths,
+                            sources: canSplit ? driver.sources : nil)
     }
 
     // MARK: endings

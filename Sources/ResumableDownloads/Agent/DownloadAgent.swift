@@ -293,6 +293,9 @@ public actor DownloadAgent {
     /// it, and the partial file `destination.part` is opened and cut to its offset when the
     /// transfer starts. A download of that id still held by the agent is replaced if it is not
     /// transferring, and refused if it is.
+    /// Most mirrors one download takes (a Metalink's bound).
+    public static let maximumMirrors = 256
+
     package func makeDownload(from url: URL, to destination: URL, options: DownloadOptions = DownloadOptions(),
                               resuming state: ResumeState? = nil,
                               prepare: (Download) -> Void = { _ in }) throws -> Download {
@@ -303,6 +306,14 @@ public actor DownloadAgent {
         }
         guard destination.isFileURL else {
             throw DownloadError.invalidRequest.with(description: "destination must be a file URL: \(destination)")
+        }
+        for mirror in options.mirrors {
+            guard let scheme = mirror.scheme?.lowercased(), scheme == "http" || scheme == "https", mirror.host != nil else {
+                throw DownloadError.unsupportedURL.with(description: "only http and https mirrors can be used: \(URLRedaction.redacted(mirror))")
+            }
+        }
+        if options.mirrors.count > Self.maximumMirrors {
+            throw DownloadError.invalidRequest.with(description: "at most \(Self.maximumMirrors) mirrors per download")
         }
         if let state {
             try state.validate()
@@ -450,7 +461,7 @@ public actor DownloadAgent {
         record.noProgressTimeout = options.noProgressTimeout
         record.onComplete = options.completionCommand
         if let state = try? stateDirectory() { try? record.write(to: state) }
-        let download = restore(record)
+        let download = restore(record, sourcesFrom: options)
         schedule()
         return download
     }
@@ -507,7 +518,8 @@ public actor DownloadAgent {
                                      metadata: ["path": state.child(name), "error": reason])
     }
 
-    private func restore(_ record: ResumeRecord, options given: DownloadOptions? = nil) -> Download? {
+    private func restore(_ record: ResumeRecord, options given: DownloadOptions? = nil,
+                         sourcesFrom caller: DownloadOptions? = nil) -> Download? {
         guard entries[record.id] == nil else { return nil }
         var options = given ?? DownloadOptions(expectedSHA256: record.expectedSHA256, expectedLength: record.expectedLength,
                                                allowsExpensive: record.allowsExpensive,
@@ -520,6 +532,11 @@ public actor DownloadAgent {
         if given == nil {
             options.waitsForACPower = record.waitsForACPower ?? false
             options.completionCommand = record.onComplete
+        }
+        if let caller {
+            // Mirrors and piece hashes live in memory only: the caller restoring gives them.
+            options.mirrors = caller.mirrors
+            options.pieceHashes = caller.pieceHashes
         }
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.

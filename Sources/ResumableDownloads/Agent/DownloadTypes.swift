@@ -93,6 +93,15 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// byte; when it runs out the download fails with `timedOut` and keeps its resume data.
     /// Nil: the agent's `maximumOutageWait` alone.
     public var noProgressTimeout: Duration?
+    /// Other sources of the same file (mirrors, issue 34). Ranges are fetched from them beside
+    /// the download's URL, the faster ones getting more, when they are proven the same file:
+    /// `expectedSHA256` or `pieceHashes` given, or else each range's answer carries the first
+    /// source's strong validator and length (a mirror that does not is dropped). Kept in memory,
+    /// not in the resume record: whoever restores the download gives them again.
+    public var mirrors: [URL] = []
+    /// SHA-256 hashes of the file's pieces (a Metalink's): each piece is checked as it lands, and
+    /// a mirror whose bytes fail is dropped and its pieces fetched from another source.
+    public var pieceHashes: PieceHashes?
     /// The agent's `--on-complete` command, carried into the resume record (not encoded here:
     /// it is the agent's, not a client's to send).
     package var completionCommand: CompletionCommand?
@@ -123,7 +132,7 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     private enum CodingKeys: String, CodingKey {
         case expectedSHA256, expectedLength, allowsExpensive, replacesExistingFile, allowsRoaming, allowsConstrained,
              maximumConnections, interfaces, usesExpensivePathsOnlyAsFallback, priority, requestHeaders, requestTimeout,
-             deadline, noProgressTimeout
+             deadline, noProgressTimeout, mirrors, pieceHashes
     }
 
     /// Decodes options; keys added later may be absent.
@@ -143,6 +152,8 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
         requestTimeout = try container.decodeIfPresent(Duration.self, forKey: .requestTimeout)
         deadline = try container.decodeIfPresent(Date.self, forKey: .deadline)
         noProgressTimeout = try container.decodeIfPresent(Duration.self, forKey: .noProgressTimeout)
+        mirrors = try container.decodeIfPresent([URL].self, forKey: .mirrors) ?? []
+        pieceHashes = try container.decodeIfPresent(PieceHashes.self, forKey: .pieceHashes)
     }
 }
 
@@ -225,6 +236,10 @@ public enum DownloadEvent: Sendable, Hashable {
     case completed(URL)
     /// Failed with this error.
     case failed(DownloadError)
+    /// A mirror (`DownloadOptions.mirrors`) is no longer used, and why: its bytes failed a piece
+    /// hash or differed from another source's (they are fetched again elsewhere), or it did not
+    /// serve the file as the first source does.
+    case sourceDropped(URL, reason: String)
 }
 
 /// How far a download has come.

@@ -69,6 +69,11 @@ final class SegmentGroup {
     var deferredInputs: [SegmentPlanner.Input] = []
     /// The member whose stall went to the owner (raced when the owner asks).
     var suspect: Int?
+    /// The paths as the owner gave them (one per interface); the planner gets each once per
+    /// source still in use (`expanded`).
+    var interfacePaths: [SegmentPlanner.Path]
+    /// Every byte is stored: the length, while the last pieces wait for their check.
+    var completedLength: Int64?
 
     init(id: UInt64, template: TransferRequest, file: PartialFile, callbacks: TransferCallbacks,
          segmentation: Segmentation, now: Instant) {
@@ -79,8 +84,17 @@ final class SegmentGroup {
         self.segmentation = segmentation
         host = Self.hostKey(template.url)
         planner = SegmentPlanner(configuration: segmentation.configuration)
+        interfacePaths = segmentation.paths
         lastProgress = now
         lastTick = now
+    }
+
+    /// `paths` once per source in use, the download's own URL first (one source: `paths`).
+    func expanded(_ paths: [SegmentPlanner.Path]) -> [SegmentPlanner.Path] {
+        guard let sources = segmentation.sources else { return paths }
+        return sources.liveSources.flatMap { source in
+            paths.map { SegmentPlanner.Path(interface: $0.interface, isExpensive: $0.isExpensive, source: source) }
+        }
     }
 
     /// The key connections are counted by: scheme, host and port.
@@ -112,7 +126,17 @@ final class SegmentGroup {
         let end = planned.range.upperBound
         request.interfaceName = planned.path.interface ?? template.interfaceName
         request.freshConnection = false
-        let validators = segmentation.usesValidators
+        var validators = segmentation.usesValidators
+        var guarded = segmentation.hasExpectedDigest
+        if let sources = segmentation.sources, sources.urls.indices.contains(planned.path.source) {
+            request.url = sources.urls[planned.path.source]
+            // Mirrors proven by a hash carry no validator (each server has its own ETag); without
+            // one, If-Range with the first source's validator is the proof: another answers 200.
+            if segmentation.hasExpectedDigest || sources.pieces != nil {
+                guarded = true
+                if planned.path.source != 0 { validators = false }
+            }
+        }
         request.entityTag = validators ? record.entityTag : nil
         request.lastModified = validators ? record.lastModified : nil
         request.observedEntityTag = validators ? record.observedEntityTag : nil
@@ -124,7 +148,7 @@ final class SegmentGroup {
             request.overlap = end - start
             request.rangeEnd = end
             request.isSegment = true
-            request.requiresValidator = !segmentation.hasExpectedDigest
+            request.requiresValidator = !guarded
             return request
         }
         // The first connection of an attempt is an ordinary request or resume (a 200 to it means
@@ -138,7 +162,7 @@ final class SegmentGroup {
         let overlap = start > 0 ? ResumeOverlapRule.overlap(before: start, in: file, atMost: most) : 0
         request.offset = start
         request.overlap = overlap
-        request.requiresValidator = request.isSegment && !segmentation.hasExpectedDigest
+        request.requiresValidator = request.isSegment && !guarded
         if let total, end < total {
             request.rangeEnd = min(total, end + segmentation.configuration.seamOverlap)
         } else {

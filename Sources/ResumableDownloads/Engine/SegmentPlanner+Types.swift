@@ -11,16 +11,21 @@ extension SegmentPlanner {
         var interface: String?
         /// A cellular-like or metered path.
         var isExpensive: Bool
+        /// The source its connections fetch from (`SourceLedger`): 0 is the download's URL,
+        /// others its mirrors, proven the same file (issue 34). A mirror is another path to
+        /// the planner, measured and grown as one.
+        var source = 0
 
-        init(interface: String?, isExpensive: Bool = false) {
+        init(interface: String?, isExpensive: Bool = false, source: Int = 0) {
             self.interface = interface
             self.isExpensive = isExpensive
+            self.source = source
         }
 
         /// The routing table's choice (no binding).
         static let routingTable = Path(interface: nil)
 
-        var description: String { interface ?? "default" }
+        var description: String { (interface ?? "default") + (source == 0 ? "" : " mirror \(source)") }
     }
 
     /// When expensive paths may carry connections (cheap ones always may).

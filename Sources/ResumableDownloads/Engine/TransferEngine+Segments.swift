@@ -22,7 +22,7 @@ extension TransferEngine {
         file.setDrainHandler { [weak self] in self?.submit(.unpause(id)) }
         let start = SegmentPlanner.Input.start(stored: segmentation.stored, seams: segmentation.seams,
                                                total: request.knownTotalLength, allowsSegments: segmentation.allowsSegments,
-                                               paths: segmentation.paths)
+                                               paths: group.expanded(segmentation.paths))
         apply(group.planner.handle(start, now: .now), to: group)
     }
 
@@ -47,12 +47,22 @@ extension TransferEngine {
             case .close(let id):
                 guard let member = group.members.removeValue(forKey: id) else { continue }
                 group.memberOfTransfer[member.engineID] = nil
-                if let transfer = transfers[member.engineID] { group.bytesReceived += transfer.bytesReceived }
+                if let transfer = transfers[member.engineID] {
+                    group.bytesReceived += transfer.bytesReceived
+                    recordWrites(group, member, transfer)
+                }
                 finish(member.engineID, forcedResult: .aborted(.recovery), failure: nil, detail: "")
             case .seamsChanged(let seams):
                 group.file.setSeams(seams)
             case .complete:
-                finishGroup(group, .completed(totalLength: group.planner.total ?? group.planner.storedBytes))
+                let total = group.planner.total ?? group.planner.storedBytes
+                if group.segmentation.sources?.pieces != nil {
+                    // Every piece is checked once its bytes reached the file (`checkPieces`).
+                    group.completedLength = total
+                    checkPieces(group)
+                } else {
+                    finishGroup(group, .completed(totalLength: total))
+                }
             case .endAttempt(let id):
                 finishGroup(group, group.results[id] ?? group.lastEnding ?? .transport(.networkConnectionLost))
             case .restart(let reason):
@@ -108,7 +118,7 @@ extension TransferEngine {
             } else {
                 group.deferred.append(contentsOf: actions)
             }
-        case .raceEnded, .restartedFromZero, .entityTagChanged:
+        case .raceEnded, .restartedFromZero, .entityTagChanged, .sourceDropped:
             // A race of one connection, its in-place restart (`restartsInPlace`), or what the
             // download's machine learns about the server's ETags.
             group.callbacks.events(event)
@@ -127,6 +137,7 @@ extension TransferEngine {
         group.results[memberID] = result
         group.lastEnding = result
         guard let member = group.members.removeValue(forKey: memberID) else { return }   // closed by the planner
+        recordWrites(group, member, transfer)
         var inputs: [SegmentPlanner.Input] = []
         if let seam = member.seam {
             switch result {
@@ -161,7 +172,18 @@ extension TransferEngine {
         }
         for input in inputs {
             guard !group.isFinishing else { return }
-            apply(group.planner.handle(input, now: .now), to: group)
+            switch input {
+            case .seamMismatch(let offset) where sourceDisagrees(group, source: member.path.source, at: offset):
+                return
+            case .seamVerified(let offset):
+                sourcesAgree(group, source: member.path.source, at: offset)
+                apply(group.planner.handle(input, now: .now), to: group)
+            case .ended(let id, let ending) where refusesMirror(group, member: member, ending: ending, result: result):
+                apply(group.planner.handle(.ended(connection: id, .closed), now: .now), to: group)
+                if !group.isFinishing { pathsChanged(group, group.interfacePaths) }
+            default:
+                apply(group.planner.handle(input, now: .now), to: group)
+            }
         }
     }
 
@@ -169,6 +191,8 @@ extension TransferEngine {
     func settleInputs(_ group: SegmentGroup) {
         while !group.deferredInputs.isEmpty, !group.isFinishing {
             let input = group.deferredInputs.removeFirst()
+            if case .seamMismatch(let offset) = input, sourceDisagrees(group, source: nil, at: offset) { return }
+            if case .seamVerified(let offset) = input { sourcesAgree(group, source: nil, at: offset) }
             apply(group.planner.handle(input, now: .now), to: group)
         }
     }
@@ -255,7 +279,8 @@ extension TransferEngine {
     }
 
     func pathsChanged(_ group: SegmentGroup, _ paths: [SegmentPlanner.Path]) {
-        apply(group.planner.handle(.pathsChanged(paths), now: .now), to: group)
+        group.interfacePaths = paths
+        apply(group.planner.handle(.pathsChanged(group.expanded(paths)), now: .now), to: group)
     }
 
     /// Settles what callbacks queued, opens seam checks whose bytes reached the file, ticks the
@@ -297,6 +322,10 @@ extension TransferEngine {
             // Bytes a quiet connection gathered are journaled within the rule's interval.
             for member in group.members.values {
                 transfers[member.engineID]?.primary.flushIfDue(now: now)
+            }
+            if group.segmentation.sources != nil, !group.isFinishing {
+                recordWrites(group)
+                checkPieces(group)
             }
             if !group.isFinishing, now - group.lastTick >= Self.groupTick {
                 group.lastTick = now

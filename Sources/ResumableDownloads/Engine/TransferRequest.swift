@@ -86,6 +86,9 @@ struct Segmentation: Sendable {
     var overlap: Int64 = ResumeOverlap.maximum
     /// The usable paths, best first.
     var paths: [SegmentPlanner.Path]
+    /// The download's sources when it has mirrors proven the same file (a path's `source`
+    /// indexes them), with the piece hashes checked as pieces land; nil: the request's URL only.
+    var sources: SourceLedger? = nil
 }
 
 /// What the engine reports when an attempt ends.
@@ -116,6 +119,9 @@ enum TransferEvent: Sendable, Hashable {
     case entityTagChanged
     /// The connections of a segmented attempt changed (count or paths).
     case connectionsChanged(TransferConnections)
+    /// A source of the file (a mirror) is no longer used, and why (bytes that failed a check,
+    /// a range refused).
+    case sourceDropped(URL, reason: String)
 }
 
 /// The connections an attempt holds, for events and metrics.

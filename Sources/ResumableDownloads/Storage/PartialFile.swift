@@ -526,6 +526,37 @@ final class PartialFile: Sendable {
         }
     }
 
+    /// Forgets `ranges` (bytes from a mirror that proved wrong, issue 34) after the queued
+    /// writes: they count as not written, the record's durable ranges shrink (fsynced first),
+    /// and a running hash that covered them is dropped (completion reads the file back).
+    func forget(_ ranges: RangeSet<Int64>) async throws {
+        guard !ranges.isEmpty else { return }
+        try await onQueue { [self] in
+            let first = ranges.ranges.first!.lowerBound
+            hashing.withLock { hasher in
+                if let current = hasher, current.hashedLength > first { hasher = nil }
+            }
+            state.withLock { $0.written.subtract(ranges) }
+            try checkpointOnQueue()
+        }
+    }
+
+    /// The SHA-256 (hex) of the written bytes in `range`, read back; nil when they cannot be read.
+    func sha256(of range: Range<Int64>) -> String? {
+        let hash = SHA256()
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset = range.lowerBound
+        while offset < range.upperBound {
+            let want = Int(min(Int64(buffer.count), range.upperBound - offset))
+            guard let count = try? file.readFully(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset),
+                  count == want else { return nil }
+            hash.update(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            offset += Int64(count)
+        }
+        return hash.finalize()
+    }
+
     /// Clears a write error so a resumed download can try again (space may have been freed).
     func clearWriteError() { state.withLock { $0.writeError = nil } }
 
