@@ -11,7 +11,13 @@ Scenarios (each in its own pair of network namespaces, every tool in the same ru
                every client). Worst, median and best wall time, and the ratio to the same run's
                aria2c -x16 (worst, median, best), connections at once (polled on the server with ss
                every 20 ms), connections opened (nginx log), bytes sent, the load average.
-  unthrottled  the same without limit_rate: curl, `curl && sync -f` against reachability.
+  unthrottled  the same without limit_rate: curl, `curl && sync -f` against reachability. Below
+               each table: ours' worst run beside the peer's time in that same run and the peer's
+               median (a slow peer there too means the machine's load, not the planner).
+               --trace prints each run's connection counts (ours, from `download --json`) and
+               nginx's requests. --journal-off adds each --ours variant without the per-segment
+               journal rule (a binary built with -Xswiftc -DSEGMENT_JOURNAL_AB; an environment
+               variable switches it in that build only) and prints the rule's cost run by run.
   paths        the client has two uplinks to one server, shaped on the server side with `tc tbf`
                (--rates, default 100 and 50 Mbit/s; the second is named ww0, so it classifies as
                cellular, hence expensive): reachability (both paths allowed), reachability
@@ -31,10 +37,11 @@ Scenarios (each in its own pair of network namespaces, every tool in the same ru
                differs): exit status and whether the file that exit 0 left is the right one. A
                spliced file with exit 0 is a failure of the benchmark.
 
-Needs root, nginx, curl, aria2c, tc. Namespaces are named rchS<pid>-*, always removed.
+Needs root, nginx, curl, aria2c, tc. Namespaces are named rchS<pid>-* (BENCH_NETNS_PREFIX replaces
+rchS), always removed.
 Usage: sudo bench/segment_bench.py --binary .build/release/reachability [--scenarios capped,...]
        [--size-mib 512] [--runs 1] [--trials 30] [--ours '' --ours '--connections 16'] [--seed N]
-       [--peers aria2c-x16] [--tls] [--rate 1m]
+       [--peers aria2c-x16] [--tls] [--rate 1m] [--trace] [--journal-off]
 """
 import argparse
 import hashlib
@@ -54,7 +61,11 @@ import time
 
 from benchnet import ip, random_file, run as sh
 
-PREFIX = f"rchS{os.getpid()}"
+# BENCH_NETNS_PREFIX: a prefix of one's own on a machine shared with others running benchmarks.
+PREFIX = f"{os.environ.get('BENCH_NETNS_PREFIX', 'rchS')}{os.getpid()}"
+# The bench build's switch for the journal A/B (compiled in only with -DSEGMENT_JOURNAL_AB, see
+# SegmentJournalRule): every connection gathers 128 KiB with no time bound, as before issue 30.
+JOURNAL_OFF = "REACHABILITY_BENCH_SEGMENT_JOURNAL=off"
 SERVER = "10.87.0.1"
 CLIENT1 = "10.87.0.2"
 CLIENT2 = "10.87.0.3"
@@ -273,8 +284,9 @@ class RxSampler:
         return rows
 
 
-def ours(binary, url, out, state, extra=()):
-    return [binary, "download", "-q", "--state-dir", state, "-o", out, *extra, url]
+def ours(binary, url, out, state, extra=(), trace=False):
+    # --trace: the NDJSON events on stdout (connection counts as they change) instead of -q.
+    return [binary, "download", "--json" if trace else "-q", "--state-dir", state, "-o", out, *extra, url]
 
 
 def peer(tool, url, out, cacert=None):
@@ -296,12 +308,16 @@ def peer(tool, url, out, cacert=None):
 
 def tool_command(tool, args, url, out, state, cacert=None):
     ca = ["--cacert", cacert] if cacert else []
+    trace = getattr(args, "trace", False)
     if tool.startswith("baseline"):
         extra = shlex.split(tool[len("baseline"):].strip(" []"))
-        return ours(args.baseline, url, out, state, ca + extra)
+        return ours(args.baseline, url, out, state, ca + extra, trace)
+    if tool.startswith("reachability-journal-off"):
+        extra = shlex.split(tool[len("reachability-journal-off"):].strip(" []"))
+        return ["env", JOURNAL_OFF] + ours(args.binary, url, out, state, ca + extra, trace)
     if tool.startswith("reachability"):
         extra = shlex.split(tool[len("reachability"):].strip(" []"))
-        return ours(args.binary, url, out, state, ca + extra)
+        return ours(args.binary, url, out, state, ca + extra, trace)
     return peer(tool, url, out, cacert)
 
 
@@ -323,7 +339,25 @@ def run_timed(lab, argv, timeout):
 
 
 def tools_for(args, base):
-    return base + [("reachability " + variant).strip() for variant in args.ours]
+    tools = base + [("reachability " + variant).strip() for variant in args.ours]
+    if args.journal_off:
+        tools += [("reachability-journal-off " + variant).strip() for variant in args.ours]
+    return tools
+
+
+def connection_trace(stdout):
+    """The connection counts a `download --json` run went through, in order ('1 2 1')."""
+    import json
+    counts = []
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == "connections" and "connections" in event:
+            if not counts or counts[-1] != event["connections"]:
+                counts.append(event["connections"])
+    return counts
 
 
 def load():
@@ -370,6 +404,13 @@ def measure_transfer(args, scenario, rate):
                 print(f"# {scenario} run {run + 1} {tool}: {elapsed:.2f} s, {most} at once, "
                       f"{results[-1]['opened']} opened, {len(log)} requests, load {results[-1]['load']:.1f}, ok={ok}",
                       file=sys.stderr, flush=True)
+                if args.trace:
+                    counts = connection_trace(proc.stdout) if tool.startswith(("reachability", "baseline")) else []
+                    results[-1]["trace"] = counts
+                    # Each request as nginx logged it: connection, status, body bytes, Range.
+                    requests = "; ".join(f"{row[0]} {row[1]} {row[2] / 1048576:.1f} MiB {row[4]}" for row in log)
+                    print(f"#   trace: connections {' '.join(map(str, counts)) or '-'}; requests: {requests}",
+                          file=sys.stderr, flush=True)
     finally:
         lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -398,6 +439,38 @@ def report_transfer(scenario, results, args):
               f"| {max(r['most'] for r in rows)} | {max(r['opened'] for r in rows)} "
               f"| {max(r['sent'] for r in rows) / rows[0]['size']:.3f} | {max(r['load'] for r in rows):.1f} "
               f"| {'ok' if all(r['ok'] for r in rows) else 'WRONG'} |")
+    loads = [r["load"] for r in results]
+    print(f"\nLoad average (1 min) over the runs: {min(loads):.1f}-{max(loads):.1f} "
+          f"(the machine is shared: other builds and tests ran meanwhile).")
+    # The worst run of each of ours beside its neighbours: was the peer slow too in that run (the
+    # machine's load), or only we (the planner)?
+    peer_times = sorted(peer_of.values())
+    for tool in tools:
+        if not tool.startswith(("reachability", "baseline")) or not peer_of:
+            continue
+        rows = [r for r in results if r["tool"] == tool and r["run"] in peer_of]
+        if not rows:
+            continue
+        worst = max(rows, key=lambda r: r["seconds"] / peer_of[r["run"]])
+        trace = f", connections {' '.join(map(str, worst['trace']))}" if worst.get("trace") else ""
+        print(f"- {tool}, worst run ({worst['run'] + 1}): {worst['seconds']:.2f} s, {worst['most']} at once, "
+              f"{worst['opened']} opened{trace}; {peer_name} in the same run {peer_of[worst['run']]:.2f} s "
+              f"(its median {statistics.median(peer_times):.2f} s, worst {peer_times[-1]:.2f} s); "
+              f"load {worst['load']:.1f}")
+    # The journal A/B: the same variant with the per-segment journal rule (ours) and without.
+    for tool in tools:
+        if not tool.startswith("reachability-journal-off"):
+            continue
+        on = "reachability" + tool[len("reachability-journal-off"):]
+        on_of = {r["run"]: r["seconds"] for r in results if r["tool"] == on}
+        ratios = sorted(r["seconds"] / on_of[r["run"]] for r in results if r["tool"] == tool and r["run"] in on_of)
+        costs = sorted(on_of[r["run"]] / r["seconds"] - 1 for r in results if r["tool"] == tool and r["run"] in on_of)
+        if costs:
+            on_med = statistics.median(on_of.values())
+            off_med = statistics.median(r["seconds"] for r in results if r["tool"] == tool)
+            print(f"- journal per segment, cost (time on / off - 1, same run): worst {costs[-1] * 100:+.1f} %, "
+                  f"median {statistics.median(costs) * 100:+.1f} %, best {costs[0] * 100:+.1f} %; "
+                  f"medians {on_med:.2f} s on, {off_med:.2f} s off ({(on_med / off_med - 1) * 100:+.1f} %)")
 
 
 # MARK: two paths
@@ -791,6 +864,10 @@ def main():
     parser.add_argument("--peers", help="capped/unthrottled: the other tools, comma-separated (default: curl, aria2c, "
                         "aria2c-x16 capped; curl, curl+sync, aria2c-x16 unthrottled)")
     parser.add_argument("--tls", action="store_true", help="capped/unthrottled over HTTPS (nginx with a self-signed certificate)")
+    parser.add_argument("--trace", action="store_true", help="capped/unthrottled: each run's connection counts (ours, "
+                        "from download --json) and nginx's requests, on stderr and beside the worst run")
+    parser.add_argument("--journal-off", action="store_true", help="capped/unthrottled: each --ours variant again "
+                        "without the per-segment journal rule (a binary built with -Xswiftc -DSEGMENT_JOURNAL_AB)")
     args = parser.parse_args()
     if args.ours is None:
         args.ours = [""]

@@ -1,3 +1,7 @@
+#if SEGMENT_JOURNAL_AB
+import FoundationEssentials
+#endif
+
 /// When a connection hands the bytes it received to the partial file, where they are written and
 /// journaled (`BlockJournal` gets an entry after every write): by bytes and by time. Pure.
 ///
@@ -23,9 +27,20 @@ struct SegmentJournalRule: Sendable, Hashable {
 
     /// The rule for one connection of `connections` (16 KiB steps).
     static func forConnections(_ connections: Int) -> SegmentJournalRule {
+        #if SEGMENT_JOURNAL_AB
+        if isSwitchedOffForBenchmark { return SegmentJournalRule(bytes: largest, interval: .seconds(3600)) }
+        #endif
         let share = budget / max(1, connections) / (16 << 10) * (16 << 10)
         return SegmentJournalRule(bytes: min(largest, max(smallest, share)), interval: defaultInterval)
     }
+
+    #if SEGMENT_JOURNAL_AB
+    /// The throughput-cost A/B of this rule (issue 30: at most 3 %): a bench build only
+    /// (`-Xswiftc -DSEGMENT_JOURNAL_AB`; `bench/segment_bench.py --journal-off`) reads
+    /// `REACHABILITY_BENCH_SEGMENT_JOURNAL=off` and gives every connection 128 KiB gathers with no
+    /// time bound, as before the rule. Not an option of any shipped build.
+    static let isSwitchedOffForBenchmark = ProcessInfo.processInfo.environment["REACHABILITY_BENCH_SEGMENT_JOURNAL"] == "off"
+    #endif
 
     /// A transfer of one connection.
     static let single = forConnections(1)
