@@ -15,19 +15,11 @@ extension AgentService {
     func createBackgroundUpload(_ spec: BackgroundTaskSpec, in key: BackgroundSessionKey, peer: ControlPeer,
                                 id: ControlRequestID?) async -> ControlResponse {
         guard var upload = spec.upload else { return .failure(.invalidArgument("not an upload task"), id: id) }
-        guard let descriptor = peer.takeDescriptor() else {
-            return .failure(.invalidArgument("a background upload task must carry its open file (SCM_RIGHTS): the agent sends only what the program could read"), id: id)
-        }
-        let status: FileStatus
-        do {
-            status = try descriptor.status()
-        } catch {
-            descriptor.close()
-            return .failure(.failed("cannot examine the file passed for \(upload.file): \(error)"), id: id)
-        }
-        guard status.kind == .regular, descriptor.isOpenForReading else {
-            descriptor.close()
-            return .failure(.invalidArgument("\(upload.file) is \(status.kind == .regular ? "not open for reading" : status.kindDescription); only regular files can be uploaded (they can be resumed)"), id: id)
+        let descriptor: FileDescriptor, status: FileStatus
+        switch takeUploadFile(from: peer, named: upload.file, missing:
+            "a background upload task must carry its open file (SCM_RIGHTS): the agent sends only what the program could read") {
+        case .failure(let error): return .failure(error, id: id)
+        case .success(let file): (descriptor, status) = file
         }
         upload.identity = UploadFileIdentity(status)
         var checked = spec

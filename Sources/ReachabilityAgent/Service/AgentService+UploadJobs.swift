@@ -16,23 +16,11 @@ extension AgentService {
     /// Queues and starts an upload job for `addUpload`; the file is the descriptor `peer` passed
     /// with the request, never the path it names (the agent reads only what the caller could).
     func addUpload(_ url: URL, _ request: UploadJobRequest, id: ControlRequestID?, peer: ControlPeer?, uid: UInt32) -> ControlResponse {
-        guard let descriptor = peer?.takeDescriptor() else {
-            return .failure(.invalidArgument("an upload request must carry the open file (SCM_RIGHTS): the agent uploads only what the caller could read; use 'reachability queue add --upload FILE URL'"), id: id)
-        }
-        let status: FileStatus
-        do {
-            status = try descriptor.status()
-        } catch {
-            descriptor.close()
-            return .failure(.failed("cannot examine the file passed for \(request.file): \(error)"), id: id)
-        }
-        guard status.kind == .regular else {
-            descriptor.close()
-            return .failure(.invalidArgument("\(request.file) is \(status.kindDescription); only regular files can be uploaded (they can be resumed)"), id: id)
-        }
-        guard descriptor.isOpenForReading else {
-            descriptor.close()
-            return .failure(.invalidArgument("the file passed for \(request.file) is not open for reading"), id: id)
+        let descriptor: FileDescriptor, status: FileStatus
+        switch takeUploadFile(from: peer, named: request.file, missing:
+            "an upload request must carry the open file (SCM_RIGHTS): the agent uploads only what the caller could read; use 'reachability queue add --upload FILE URL'") {
+        case .failure(let error): return .failure(error, id: id)
+        case .success(let file): (descriptor, status) = file
         }
         guard let store = uploadStore() else {
             descriptor.close()
@@ -420,4 +408,29 @@ extension AgentService {
 struct UploadJobProblem: Error {
     var message: String
     init(_ message: String) { self.message = message }
+}
+
+extension AgentService {
+    /// The open file a request passed for an upload (SCM_RIGHTS), checked by the agent itself (a
+    /// regular file, open for reading): one check for `addUpload` and background upload tasks.
+    /// On failure the descriptor is closed.
+    func takeUploadFile(from peer: ControlPeer?, named file: String, missing: String) -> Result<(FileDescriptor, FileStatus), ControlError> {
+        guard let descriptor = peer?.takeDescriptor() else { return .failure(.invalidArgument(missing)) }
+        let status: FileStatus
+        do {
+            status = try descriptor.status()
+        } catch {
+            descriptor.close()
+            return .failure(.failed("cannot examine the file passed for \(file): \(error)"))
+        }
+        guard status.kind == .regular else {
+            descriptor.close()
+            return .failure(.invalidArgument("\(file) is \(status.kindDescription); only regular files can be uploaded (they can be resumed)"))
+        }
+        guard descriptor.isOpenForReading else {
+            descriptor.close()
+            return .failure(.invalidArgument("the file passed for \(file) is not open for reading"))
+        }
+        return .success((descriptor, status))
+    }
 }
