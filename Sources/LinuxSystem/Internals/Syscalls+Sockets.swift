@@ -59,6 +59,22 @@ extension Syscall {
         controlAlign(MemoryLayout<cmsghdr>.size) + controlAlign(count * MemoryLayout<Int32>.size)
     }
 
+    /// A `msghdr` over the one I/O vector and the whole control buffer, for sendmsg and recvmsg.
+    /// `Result` carries the typed error through `withUnsafeMutablePointer`, which only rethrows.
+    private static func withMessage<Value>(_ vector: inout iovec, control: UnsafeMutableRawBufferPointer,
+                                           _ body: (inout msghdr) throws(Errno) -> Value) throws(Errno) -> Value {
+        try withUnsafeMutablePointer(to: &vector) { vectorPointer in
+            Result { () throws(Errno) in
+                var message = msghdr()
+                message.msg_iov = vectorPointer
+                message.msg_iovlen = 1
+                message.msg_control = control.baseAddress
+                message.msg_controllen = control.count
+                return try body(&message)
+            }
+        }.get()
+    }
+
     /// sendmsg(2) of `buffer` with `descriptor` attached (SCM_RIGHTS); the bytes sent.
     static func send(_ socket: Int32, _ buffer: UnsafeRawBufferPointer, passing descriptor: Int32) throws(Errno) -> Int {
         let space = controlSpace(descriptors: 1)
@@ -72,16 +88,9 @@ extension Syscall {
         control.storeBytes(of: header, as: cmsghdr.self)
         control.storeBytes(of: descriptor, toByteOffset: controlAlign(MemoryLayout<cmsghdr>.size), as: Int32.self)
         var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: buffer.baseAddress), iov_len: buffer.count)
-        return try withUnsafeMutablePointer(to: &vector) { vectorPointer in
-            Result { () throws(Errno) in
-                var message = msghdr()
-                message.msg_iov = vectorPointer
-                message.msg_iovlen = 1
-                message.msg_control = control.baseAddress
-                message.msg_controllen = space
-                return try valueOrErrno { Glibc.sendmsg(socket, &message, Int32(MSG_NOSIGNAL)) }
-            }
-        }.get()
+        return try withMessage(&vector, control: control) { (message: inout msghdr) throws(Errno) in
+            try valueOrErrno { Glibc.sendmsg(socket, &message, Int32(MSG_NOSIGNAL)) }
+        }
     }
 
     /// recvmsg(2) into `buffer`, and the descriptors (at most 4, close-on-exec) that came with
@@ -95,18 +104,11 @@ extension Syscall {
         control.initializeMemory(as: UInt8.self, repeating: 0)
         var vector = iovec(iov_base: buffer.baseAddress, iov_len: buffer.count)
         var controlLength = 0
-        let count = try withUnsafeMutablePointer(to: &vector) { vectorPointer in
-            Result { () throws(Errno) in
-                var message = msghdr()
-                message.msg_iov = vectorPointer
-                message.msg_iovlen = 1
-                message.msg_control = control.baseAddress
-                message.msg_controllen = space
-                let received = try valueOrErrno { Glibc.recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC)) }
-                controlLength = min(Int(message.msg_controllen), space)
-                return received
-            }
-        }.get()
+        let count = try withMessage(&vector, control: control) { (message: inout msghdr) throws(Errno) in
+            let received = try valueOrErrno { Glibc.recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC)) }
+            controlLength = min(Int(message.msg_controllen), space)
+            return received
+        }
         // Walk the control messages (CMSG_FIRSTHDR / CMSG_NXTHDR) for SCM_RIGHTS.
         var descriptors: [Int32] = []
         var offset = 0

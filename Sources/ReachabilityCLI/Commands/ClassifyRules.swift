@@ -13,17 +13,9 @@ enum ClassifyRules {
         var description: String { "\(source): \(reason)" }
     }
 
-    /// The config files in precedence order: the user's, then the system's.
-    /// `XDG_CONFIG_HOME` is used only when absolute, as the XDG Base Directory spec requires.
+    /// The classify.conf files in precedence order: the user's, then the system's.
     static func configurationFiles(environment: [String: String]) -> [String] {
-        var files: [String] = []
-        if let xdg = environment["XDG_CONFIG_HOME"], xdg.hasPrefix("/") {
-            files.append(xdg + "/reachability/classify.conf")
-        } else if let home = environment["HOME"], !home.isEmpty {
-            files.append(home + "/.config/reachability/classify.conf")
-        }
-        files.append("/etc/reachability/classify.conf")
-        return files
+        ConfigurationFiles.named("classify.conf", environment: environment)
     }
 
     /// Parses one `PATTERN=TYPE` with the library's parser, keeping where it came from apart.

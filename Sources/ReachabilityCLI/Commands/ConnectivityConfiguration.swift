@@ -38,14 +38,7 @@ enum ConnectivityConfiguration {
 
     /// The reachability.conf files, user first.
     static func reachabilityFiles(environment: [String: String]) -> [String] {
-        var files: [String] = []
-        if let xdg = environment["XDG_CONFIG_HOME"], xdg.hasPrefix("/") {
-            files.append(xdg + "/reachability/reachability.conf")
-        } else if let home = environment["HOME"], !home.isEmpty {
-            files.append(home + "/.config/reachability/reachability.conf")
-        }
-        files.append("/etc/reachability/reachability.conf")
-        return files
+        ConfigurationFiles.named("reachability.conf", environment: environment)
     }
 
     /// `key=value` lines; `#` starts a comment; `connectivity-url`, `connectivity-response`,

@@ -351,14 +351,7 @@ public actor DownloadAgent {
         var record = ResumeRecord(id: id, url: url, destination: destination,
                                   expectedSHA256: digest, totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
-        record.allowsRoaming = options.allowsRoaming ? nil : false
-        record.allowsConstrained = options.allowsConstrained ? nil : false
-        record.waitsForACPower = options.waitsForACPower ? true : nil
-        record.priority = options.priority == 0.5 ? nil : options.priority
-        record.maximumConnections = options.maximumConnections
-        record.deadline = options.deadline
-        record.noProgressTimeout = options.noProgressTimeout
-        record.onComplete = options.completionCommand
+        record.adoptPolicy(of: options)
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
         if let state {
@@ -452,14 +445,7 @@ public actor DownloadAgent {
         }
         if let length = options.expectedLength { record.expectedLength = length }
         record.allowsExpensive = options.allowsExpensive
-        record.allowsRoaming = options.allowsRoaming ? nil : false
-        record.allowsConstrained = options.allowsConstrained ? nil : false
-        record.waitsForACPower = options.waitsForACPower ? true : nil
-        record.priority = options.priority == 0.5 ? nil : options.priority
-        record.maximumConnections = options.maximumConnections
-        record.deadline = options.deadline
-        record.noProgressTimeout = options.noProgressTimeout
-        record.onComplete = options.completionCommand
+        record.adoptPolicy(of: options)
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record, sourcesFrom: options)
         schedule()

@@ -123,6 +123,19 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     /// and the download restarts from zero).
     var validator: String? { entityTag ?? lastModified }
 
+    /// Takes the options' policy (paths, power, priority, connections, time limits, command),
+    /// each stored only when it differs from the default so older readers and records agree.
+    mutating func adoptPolicy(of options: DownloadOptions) {
+        allowsRoaming = options.allowsRoaming ? nil : false
+        allowsConstrained = options.allowsConstrained ? nil : false
+        waitsForACPower = options.waitsForACPower ? true : nil
+        priority = options.priority == 0.5 ? nil : options.priority
+        maximumConnections = options.maximumConnections
+        deadline = options.deadline
+        noProgressTimeout = options.noProgressTimeout
+        onComplete = options.completionCommand
+    }
+
     /// Forgets the entity: used when the server sent a new version.
     mutating func resetEntity(entityTag: String?, lastModified: String?, totalLength: Int64?) {
         observedEntityTag = nil
