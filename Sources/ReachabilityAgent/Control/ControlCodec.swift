@@ -32,62 +32,7 @@ package enum ControlCodec {
         }
         switch request.command {
         case .add:
-            guard let url = downloadableURL(request.url) else {
-                return .failure(ControlRejection(id: id, error: .invalidArgument("add needs an http or https 'url'")))
-            }
-            if let output = request.output, !output.hasPrefix("/") {
-                return .failure(ControlRejection(id: id, error: .invalidArgument("'output' must be an absolute path")))
-            }
-            var digest: String?
-            if let sha = request.sha256 {
-                guard let normalized = SHA256.normalizedHexDigest(sha) else {
-                    return .failure(ControlRejection(id: id, error: .invalidArgument("'sha256' must be 64 hex digits")))
-                }
-                digest = normalized
-            }
-            if let key = request.clientKey, !ControlProtocol.isValidClientKey(key) {
-                return .failure(ControlRejection(id: id, error: .invalidArgument(
-                    "'clientKey' must be 1 to \(ControlProtocol.maximumClientKeyLength) visible ASCII characters")))
-            }
-            var job = QueueJobOptions(allowsConstrained: request.constrained ?? true, waitsForACPower: request.notOnBattery ?? false)
-            if let connections = request.connections {
-                let bound = DownloadAgent.maximumConnectionsPerHostLimit
-                guard (1...bound).contains(connections) else {
-                    return .failure(ControlRejection(id: id, error: .invalidArgument("'connections' must be 1 to \(bound)")))
-                }
-                job.connections = connections
-            }
-            if let name = request.priority {
-                guard let priority = DownloadPriority(rawValue: name) else {
-                    let names = DownloadPriority.allCases.map(\.rawValue).joined(separator: ", ")
-                    return .failure(ControlRejection(id: id, error: .invalidArgument("'priority' must be one of \(names)")))
-                }
-                job.priority = priority
-            }
-            switch decodeTimeLimits(request) {
-            case .success(let limits): (job.deadline, job.noProgressTimeout) = limits
-            case .failure(let error): return .failure(ControlRejection(id: id, error: error))
-            }
-            if let argv = request.onComplete {
-                if let problem = OnCompleteCommand.problem(with: argv) {
-                    return .failure(ControlRejection(id: id, error: .invalidArgument(problem)))
-                }
-                job.onComplete = argv
-            }
-            if let mirrors = request.mirrors {
-                guard mirrors.count <= DownloadAgent.maximumMirrors else {
-                    return .failure(ControlRejection(id: id, error: .invalidArgument("at most \(DownloadAgent.maximumMirrors) 'mirrors'")))
-                }
-                for text in mirrors {
-                    guard let mirror = downloadableURL(text) else {
-                        return .failure(ControlRejection(id: id, error: .invalidArgument("'mirrors' must be http or https URLs")))
-                    }
-                    job.mirrors.append(mirror)
-                }
-            }
-            job.pieceHashes = request.pieces
-            return .success((id, .add(url: url, output: request.output, sha256: digest,
-                                      replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
+            return decodeAdd(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .setURL:
             return decodeSetURL(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .list: return .success((id, .list))

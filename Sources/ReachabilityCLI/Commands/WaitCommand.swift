@@ -132,25 +132,10 @@ struct WaitCommand: Command {
             // monitor's thread alone would leave both outside.
             try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
         }
-        let requirement = requirement
-        let noCheck = "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri"
-        // Subscribed before the monitor starts, so no change between the first path and the loop is missed.
-        var subscription: AsyncStream<NetworkPath>?
-        let (source, configuration) = try monitor.startPathSource(in: context, validate: { configuration in
-            if requirement.connection == .internet, configuration.connectivityCheck == nil, configuration.systemBus == .disabled {
-                throw CommandFailure(message: noCheck, exitCode: .usage)
-            }
-        }, prepare: { subscription = $0.paths })
+        let (source, configuration, paths) = try startMonitor(in: context)
         defer { source.cancel() }
-        if requirement.connection == .internet, configuration.connectivityCheck == nil,
-           !source.currentPath.factSources.contains(where: { $0.service == .networkManager && $0.state == .used }) {
-            // Without a check of ours, NetworkManager's own answer (over D-Bus) is the only source.
-            throw CommandFailure(message: noCheck + " (NetworkManager, whose own check would do, is not in use here)", exitCode: .usage)
-        }
-        let paths = subscription ?? source.paths
-        let started = context.now()
         var machine = WaitStateMachine(plan: plan, timeout: timeoutDuration, path: source.currentPath)
-        let report = WaitReport(isJSON: isJSON, context: context, started: started)
+        let report = WaitReport(isJSON: isJSON, context: context, started: context.now())
         if case .online = machine.start() {
             report.online()
             return .success
@@ -159,19 +144,49 @@ struct WaitCommand: Command {
 
         let (events, sink) = AsyncStream.makeStream(of: WaitStateMachine.Event.self)
         let (dnsKicks, kick) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let dnsCheck = WaitDNSCheck(
-            name: plan.dnsName ?? configuration.connectivityCheck?.hostName ?? ".", readFile: context.readFile,
-            ask: { server, name, timeout in await ResolverProbe.ask(server, name: name, timeout: timeout) })
-        let (plan, timeout) = (plan, timeoutDuration)
-        let pause = context.sleep
         // Unstructured, cancelled and not awaited: the answer (and the exit a boot is waiting
         // for) must not wait until every feeder has wound down.
-        var feeders: [Task<Void, Never>] = []
+        let feeders = startFeeders(source: source, paths: paths, configuration: configuration, context: context,
+                                   sink: sink, dnsKicks: dnsKicks, kick: kick)
         defer {
             for feeder in feeders { feeder.cancel() }
             kick.finish()
             sink.finish()
         }
+        return await answer(events, machine: machine, report: report, kick: kick)
+    }
+
+    /// Starts the path source, subscribed before it starts so no change between the first path
+    /// and the loop is missed; refuses `--require internet` when nothing could check it.
+    private func startMonitor(in context: CommandContext) throws
+        -> (source: any PathSource, configuration: PathMonitor.Configuration, paths: AsyncStream<NetworkPath>) {
+        let requirement = requirement
+        let noCheck = "--require internet needs a connectivity check: give --connectivity-url URL, set connectivity-url= in reachability.conf, or configure NetworkManager's [connectivity] uri"
+        var subscription: AsyncStream<NetworkPath>?
+        let (source, configuration) = try monitor.startPathSource(in: context, validate: { configuration in
+            if requirement.connection == .internet, configuration.connectivityCheck == nil, configuration.systemBus == .disabled {
+                throw CommandFailure(message: noCheck, exitCode: .usage)
+            }
+        }, prepare: { subscription = $0.paths })
+        if requirement.connection == .internet, configuration.connectivityCheck == nil,
+           !source.currentPath.factSources.contains(where: { $0.service == .networkManager && $0.state == .used }) {
+            source.cancel()
+            // Without a check of ours, NetworkManager's own answer (over D-Bus) is the only source.
+            throw CommandFailure(message: noCheck + " (NetworkManager, whose own check would do, is not in use here)", exitCode: .usage)
+        }
+        return (source, configuration, subscription ?? source.paths)
+    }
+
+    /// The tasks that turn paths, host paths, ticks and DNS rounds into the machine's events.
+    private func startFeeders(source: any PathSource, paths: AsyncStream<NetworkPath>, configuration: PathMonitor.Configuration,
+                              context: CommandContext, sink: AsyncStream<WaitStateMachine.Event>.Continuation,
+                              dnsKicks: AsyncStream<Void>, kick: AsyncStream<Void>.Continuation) -> [Task<Void, Never>] {
+        let dnsCheck = WaitDNSCheck(
+            name: plan.dnsName ?? configuration.connectivityCheck?.hostName ?? ".", readFile: context.readFile,
+            ask: { server, name, timeout in await ResolverProbe.ask(server, name: name, timeout: timeout) })
+        let (plan, timeout) = (plan, timeoutDuration)
+        let pause = context.sleep
+        var feeders: [Task<Void, Never>] = []
         feeders.append(Task {
             for await path in paths { sink.yield(.path(path)) }
             sink.yield(.monitorStopped)
@@ -207,6 +222,13 @@ struct WaitCommand: Command {
                 }
             })
         }
+        return feeders
+    }
+
+    /// Hands the machine each event until it answers online, timed out or stopped.
+    private func answer(_ events: AsyncStream<WaitStateMachine.Event>, machine: WaitStateMachine, report: WaitReport,
+                        kick: AsyncStream<Void>.Continuation) async -> ExitCode {
+        var machine = machine
         for await event in events {
             if case .path(let path) = event, plan.checksDNS, path.isSatisfied { kick.yield() }
             switch machine.handle(event) {

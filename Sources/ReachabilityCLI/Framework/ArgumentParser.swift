@@ -63,30 +63,7 @@ struct ParsedArguments: Sendable, Equatable {
                 continue
             }
 
-            let option: Option
-            var attachedValue: String?
-            if argument.hasPrefix("--") {
-                let body = argument.dropFirst(2)
-                let name = body.prefix { $0 != "=" }
-                if name.count < body.count { attachedValue = String(body.dropFirst(name.count + 1)) }
-                guard let found = table.first(where: { $0.name == name }) else {
-                    let names = table.map { "--\($0.name)" }
-                    throw UsageError("Unknown option '--\(name)'" + Suggestion.clause(for: "--\(name)", among: names))
-                }
-                option = found
-            } else {
-                let letter = argument.dropFirst().first!
-                guard let found = table.first(where: { $0.shortName == letter }) else {
-                    throw UsageError("Unknown option '\(argument)'")
-                }
-                option = found
-                let rest = argument.dropFirst(2)
-                if !rest.isEmpty {
-                    guard found.takesValue else { throw UsageError("Unknown option '\(argument)'") }
-                    attachedValue = String(rest.hasPrefix("=") ? rest.dropFirst() : rest)
-                }
-            }
-
+            let (option, attachedValue) = try lookUp(argument, in: table)
             guard option.takesValue else {
                 if attachedValue != nil { throw UsageError("Option '--\(option.name)' does not take a value") }
                 result.flags.insert(option.name)
@@ -106,6 +83,28 @@ struct ParsedArguments: Sendable, Equatable {
 
         try result.assign(loose, to: positionals)
         return result
+    }
+
+    /// The option `argument` names (`--name`, `--name=value`, `-x`, `-xvalue`), and the value written into it.
+    private static func lookUp(_ argument: String, in table: [Option]) throws -> (Option, String?) {
+        if argument.hasPrefix("--") {
+            let body = argument.dropFirst(2)
+            let name = body.prefix { $0 != "=" }
+            let attachedValue = name.count < body.count ? String(body.dropFirst(name.count + 1)) : nil
+            guard let found = table.first(where: { $0.name == name }) else {
+                let names = table.map { "--\($0.name)" }
+                throw UsageError("Unknown option '--\(name)'" + Suggestion.clause(for: "--\(name)", among: names))
+            }
+            return (found, attachedValue)
+        }
+        let letter = argument.dropFirst().first!
+        guard let found = table.first(where: { $0.shortName == letter }) else {
+            throw UsageError("Unknown option '\(argument)'")
+        }
+        let rest = argument.dropFirst(2)
+        guard !rest.isEmpty else { return (found, nil) }
+        guard found.takesValue else { throw UsageError("Unknown option '\(argument)'") }
+        return (found, String(rest.hasPrefix("=") ? rest.dropFirst() : rest))
     }
 
     private mutating func assign(_ loose: [String], to declared: [Positional]) throws {

@@ -200,30 +200,10 @@ struct SegmentPlanner: Sendable {
     mutating func handle(_ input: Input, now: Instant) -> [Action] {
         switch input {
         case .start(let stored, let seams, let total, let allowsSegments, let paths):
-            guard !isStarted else { return [] }
-            isStarted = true
-            self.stored = stored
-            self.seams = seams
-            self.total = total
-            self.allowsSegments = allowsSegments.map { $0 && total != nil }
-            self.paths = paths
-            startedAt = now
-            meter.mark(at: now)
-            if let first = preferredPaths.first { targets = [first: 1] }
-            return fill(now: now)
+            return started(stored: stored, seams: seams, total: total, allowsSegments: allowsSegments, paths: paths, now: now)
 
         case .accepted(let id, let total, let isRange, let allows):
-            guard let connection = connections[id] else { return [] }
-            if self.total == nil, let total {
-                self.total = total
-                for key in connections.keys {
-                    connections[key]!.end = min(connections[key]!.end, total)
-                    connections[key]!.coveredEnd = min(connections[key]!.coveredEnd, total)
-                }
-            }
-            if allowsSegments == nil { allowsSegments = allows && self.total != nil }
-            if isRange, capability == .untested, connection.start > 0 { capability = .shown }
-            return []
+            return accepted(id, total: total, isRange: isRange, allowsSegments: allows)
 
         case .reachedEnd(let id):
             return reachedEnd(id)
@@ -250,20 +230,7 @@ struct SegmentPlanner: Sendable {
             return []
 
         case .restartedInPlace(let id, let total, let allows):
-            guard var connection = connections[id], connectionCount == 1 else { return [] }
-            self.total = total
-            allowsSegments = allows && total != nil
-            capability = .untested
-            stored = RangeSet()
-            seams = []
-            connection.start = 0
-            connection.position = 0
-            connection.end = total ?? Int64.max
-            connection.coveredEnd = connection.end
-            connections = [id: connection]
-            round = nil
-            changedAt = now
-            return [.seamsChanged([])]
+            return restartedInPlace(id, total: total, allowsSegments: allows, now: now)
 
         case .allowance(let count):
             allowance = max(1, count)
@@ -277,6 +244,55 @@ struct SegmentPlanner: Sendable {
         case .tick:
             return tick(now: now)
         }
+    }
+
+    /// The first `start`: what is stored, the seams to verify, the size when known, the paths.
+    private mutating func started(stored: RangeSet<Int64>, seams: Set<Int64>, total: Int64?, allowsSegments: Bool?,
+                                  paths: [Path], now: Instant) -> [Action] {
+        guard !isStarted else { return [] }
+        isStarted = true
+        self.stored = stored
+        self.seams = seams
+        self.total = total
+        self.allowsSegments = allowsSegments.map { $0 && total != nil }
+        self.paths = paths
+        startedAt = now
+        meter.mark(at: now)
+        if let first = preferredPaths.first { targets = [first: 1] }
+        return fill(now: now)
+    }
+
+    /// A response was accepted: it may tell the size and whether ranges work.
+    private mutating func accepted(_ id: Int, total: Int64?, isRange: Bool, allowsSegments allows: Bool) -> [Action] {
+        guard let connection = connections[id] else { return [] }
+        if self.total == nil, let total {
+            self.total = total
+            for key in connections.keys {
+                connections[key]!.end = min(connections[key]!.end, total)
+                connections[key]!.coveredEnd = min(connections[key]!.coveredEnd, total)
+            }
+        }
+        if allowsSegments == nil { allowsSegments = allows && self.total != nil }
+        if isRange, capability == .untested, connection.start > 0 { capability = .shown }
+        return []
+    }
+
+    /// The one connection restarted from zero (a new version): everything stored is void.
+    private mutating func restartedInPlace(_ id: Int, total: Int64?, allowsSegments allows: Bool, now: Instant) -> [Action] {
+        guard var connection = connections[id], connectionCount == 1 else { return [] }
+        self.total = total
+        allowsSegments = allows && total != nil
+        capability = .untested
+        stored = RangeSet()
+        seams = []
+        connection.start = 0
+        connection.position = 0
+        connection.end = total ?? Int64.max
+        connection.coveredEnd = connection.end
+        connections = [id: connection]
+        round = nil
+        changedAt = now
+        return [.seamsChanged([])]
     }
 
     // MARK: paths

@@ -191,28 +191,7 @@ final class TransferContext {
     /// Write callback.
     func didReceiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyDisposition {
         if isDiscarded { return .abort }
-        if role != .primary {
-            // The first byte decides the race: the racer wins only if the primary delivered
-            // nothing since the race began (a replica: the primary's body has not started).
-            let primaryIsStill = switch role {
-            case .racer(let offset): transfer.primary.machine.nextOffset == offset
-            case .replica: transfer.primary.machine.isAwaitingHead
-            case .primary: false
-            }
-            guard transfer.raceDecision == nil, primaryIsStill, pendingAcceptance != nil else {
-                // The old connection answered first (a replica's primary has its head): it carries on.
-                if transfer.raceDecision == nil { transfer.raceDecision = .originalWon }
-                isDiscarded = true
-                return .abort
-            }
-            transfer.raceDecision = .racerWon
-            transfer.primary.isDiscarded = true
-            transfer.primary.flushChunk()
-            becomePrimary()
-        } else if transfer.racer != nil, transfer.raceDecision == nil {
-            transfer.raceDecision = .originalWon
-            transfer.racer?.isDiscarded = true
-        }
+        guard settleRace() else { return .abort }
         if let error = file.writeError {
             abortReason = .writeFailed(error)
             return .abort
@@ -264,6 +243,34 @@ final class TransferContext {
         case .ignore, .begin, .compare:
             return .consumed
         }
+    }
+
+    /// Settles a race on this connection's first bytes; false when this connection lost it and
+    /// is discarded.
+    private func settleRace() -> Bool {
+        if role != .primary {
+            // The first byte decides the race: the racer wins only if the primary delivered
+            // nothing since the race began (a replica: the primary's body has not started).
+            let primaryIsStill = switch role {
+            case .racer(let offset): transfer.primary.machine.nextOffset == offset
+            case .replica: transfer.primary.machine.isAwaitingHead
+            case .primary: false
+            }
+            guard transfer.raceDecision == nil, primaryIsStill, pendingAcceptance != nil else {
+                // The old connection answered first (a replica's primary has its head): it carries on.
+                if transfer.raceDecision == nil { transfer.raceDecision = .originalWon }
+                isDiscarded = true
+                return false
+            }
+            transfer.raceDecision = .racerWon
+            transfer.primary.isDiscarded = true
+            transfer.primary.flushChunk()
+            becomePrimary()
+        } else if transfer.racer != nil, transfer.raceDecision == nil {
+            transfer.raceDecision = .originalWon
+            transfer.racer?.isDiscarded = true
+        }
+        return true
     }
 
     /// Adds body bytes to the gather buffer (handed to the file when full).
