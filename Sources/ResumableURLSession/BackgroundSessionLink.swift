@@ -116,21 +116,8 @@ final class BackgroundSessionLink: Sendable {
             if case .failure(let error) = result, error == .noReply {
                 return   // the connection ended first: disconnected() reconnects
             }
-            let message: String
-            let code: URLError.Code
-            switch result {
-            case .failure(let error) where error.agentCode == .sessionInUse:
-                (code, message) = (.backgroundSessionInUseByAnotherProcess, error.message)
-            case .failure(let error) where error.agentCode == .unknownCommand:
-                (code, message) = (.backgroundSessionWasDisconnected,
-                                   "the agent on \(connection.stateDirectory) is older than this library and has no background sessions; restart it (reachability agent) with this version")
-            case .failure(let error):
-                (code, message) = (.backgroundSessionWasDisconnected, "the agent refused background session '\(identifier)': \(error.message)")
-            case .success:
-                (code, message) = (.backgroundSessionWasDisconnected, "the agent's reply to the attach named no session")
-            }
             connection.close()
-            fail(URLError(code, userInfo: [NSLocalizedDescriptionKey: message]))
+            fail(attachFailure(connection, result))
             return
         }
         let directory = try? SessionDirectory(root: URL(fileURLWithPath: attachment.downloadsDirectory).deletingLastPathComponent(),
@@ -174,6 +161,24 @@ final class BackgroundSessionLink: Sendable {
             descriptor?.close()
         }
         if wasFirst { firstOutcome.leave() }
+    }
+
+    /// The error a refused attach ends the session with: in use elsewhere, an older agent, or refused.
+    private func attachFailure(_ connection: AgentConnection, _ result: Result<ControlResponse, AgentClientError>) -> URLError {
+        let message: String
+        let code: URLError.Code
+        switch result {
+        case .failure(let error) where error.agentCode == .sessionInUse:
+            (code, message) = (.backgroundSessionInUseByAnotherProcess, error.message)
+        case .failure(let error) where error.agentCode == .unknownCommand:
+            (code, message) = (.backgroundSessionWasDisconnected,
+                               "the agent on \(connection.stateDirectory) is older than this library and has no background sessions; restart it (reachability agent) with this version")
+        case .failure(let error):
+            (code, message) = (.backgroundSessionWasDisconnected, "the agent refused background session '\(identifier)': \(error.message)")
+        case .success:
+            (code, message) = (.backgroundSessionWasDisconnected, "the agent's reply to the attach named no session")
+        }
+        return URLError(code, userInfo: [NSLocalizedDescriptionKey: message])
     }
 
     /// The connection ended: closed on purpose, or the agent went away (then again).

@@ -242,19 +242,7 @@ public final class ResumableDataTask: ResumableURLSessionTask {
             guard completionHandler == nil else { return }
             session.deliverToDataDelegate { [self] in $0.urlSession(session, taskIsWaitingForConnectivity: self) }
         case .deliverResponse(let head):
-            let response = HTTPURLResponse(url: head.url, statusCode: head.statusCode, httpVersion: "HTTP/1.1",
-                                           headerFields: head.headers)
-            core.response = response
-            if let response, response.expectedContentLength >= 0 { progress.totalUnitCount = response.expectedContentLength }
-            guard completionHandler == nil, let response, session.hasDataDelegate else {
-                work.append(.answer(allow: true))
-                return
-            }
-            session.deliverToDataDelegate { [self] delegate in
-                delegate.urlSession(session, dataTask: self, didReceive: response) { [weak self] disposition in
-                    self?.handle(.responseAnswered(allow: disposition != .cancel))
-                }
-            }
+            deliverResponse(head, &core, &work)
         case .deliverData(let data):
             progress.completedUnitCount = core.machine.bytesReceived
             guard completionHandler == nil else {
@@ -268,26 +256,49 @@ public final class ResumableDataTask: ResumableURLSessionTask {
                 $0.urlSession(session, task: self, didSendBodyData: bytes, totalBytesSent: total, totalBytesExpectedToSend: expected)
             }
         case .complete(let failure):
-            let error = failure.map(urlError)
-            core.error = error
-            if let observation = core.pathObservation { session.stopObservingPaths(observation) }
-            core.pathObservation = nil
-            let (body, response) = (core.body, core.response)
-            core.body = Data()
-            session.enqueue { [self] in
-                if let completionHandler {
-                    completionHandler(error == nil ? body : nil, response, error)
-                } else {
-                    session.deliverNowToDataDelegate { $0.urlSession(session, task: self, didCompleteWithError: error) }
-                }
-                let after = self.core.withLock { core -> [@Sendable () -> Void] in
-                    core.hasDeliveredCompletion = true
-                    defer { core.afterCompletion = [] }
-                    return core.afterCompletion
-                }
-                for work in after { work() }
-                session.unregister(self)
+            complete(failure, &core)
+        }
+    }
+
+    /// The response head as an `HTTPURLResponse`, to the delegate (which answers whether to go
+    /// on) or straight on when nobody asks.
+    private func deliverResponse(_ head: DataTaskStateMachine.Response, _ core: inout Core, _ work: inout [Work]) {
+        let response = HTTPURLResponse(url: head.url, statusCode: head.statusCode, httpVersion: "HTTP/1.1",
+                                       headerFields: head.headers)
+        core.response = response
+        if let response, response.expectedContentLength >= 0 { progress.totalUnitCount = response.expectedContentLength }
+        guard completionHandler == nil, let response, session.hasDataDelegate else {
+            work.append(.answer(allow: true))
+            return
+        }
+        session.deliverToDataDelegate { [self] delegate in
+            delegate.urlSession(session, dataTask: self, didReceive: response) { [weak self] disposition in
+                self?.handle(.responseAnswered(allow: disposition != .cancel))
             }
+        }
+    }
+
+    /// The task's end: its error kept, paths no longer followed, the completion delivered in order.
+    private func complete(_ failure: DataTaskStateMachine.Failure?, _ core: inout Core) {
+        let error = failure.map(urlError)
+        core.error = error
+        if let observation = core.pathObservation { session.stopObservingPaths(observation) }
+        core.pathObservation = nil
+        let (body, response) = (core.body, core.response)
+        core.body = Data()
+        session.enqueue { [self] in
+            if let completionHandler {
+                completionHandler(error == nil ? body : nil, response, error)
+            } else {
+                session.deliverNowToDataDelegate { $0.urlSession(session, task: self, didCompleteWithError: error) }
+            }
+            let after = self.core.withLock { core -> [@Sendable () -> Void] in
+                core.hasDeliveredCompletion = true
+                defer { core.afterCompletion = [] }
+                return core.afterCompletion
+            }
+            for work in after { work() }
+            session.unregister(self)
         }
     }
 

@@ -82,11 +82,10 @@ package final class PowerFactsWatch: Sendable {
             return
         }
         defer { connection.close() }
-        var manager: [String: DBusValue]?, device: [String: DBusValue]?, problem: String?
-        var owner: String?
-        var generation = 0
+        var known = PowerSignalState()
         func ask() throws {
-            generation += 1
+            known.generation += 1
+            let generation = known.generation
             try connection.call(tag: generation * 2, destination: busName, path: PowerFacts.managerPath,
                                 interface: "org.freedesktop.DBus.Properties", member: "GetAll",
                                 argument: PowerFacts.managerInterface, expecting: .properties(interface: PowerFacts.managerInterface))
@@ -102,46 +101,12 @@ package final class PowerFactsWatch: Sendable {
                 let (events, hasMore) = try connection.process()
                 var isChanged = false
                 for event in events {
-                    switch event {
-                    case .reply(let tag, let sender, let reply):
-                        guard tag / 2 == generation else { continue }
-                        switch reply {
-                        case .properties(let properties):
-                            if tag % 2 == 0 {
-                                (manager, owner, problem) = (properties, sender, nil)
-                            } else {
-                                device = properties
-                            }
-                        case .error(let name, let message):
-                            guard tag % 2 == 0 else { device = nil; break }
-                            manager = nil
-                            problem = name == "org.freedesktop.DBus.Error.ServiceUnknown" || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
-                                ? "UPower is not running" : "UPower: \(name): \(message)"
-                        default: continue
-                        }
-                        isChanged = true
-                    case .propertiesChanged(let sender, let path, let interface, let changed):
-                        // The match names UPower, but a peer may send the signal straight to us.
-                        guard sender == owner else { continue }
-                        if path == PowerFacts.managerPath, interface == PowerFacts.managerInterface {
-                            manager = (manager ?? [:]).merging(changed) { $1 }
-                        } else if path == PowerFacts.displayDevicePath, interface == PowerFacts.deviceInterface {
-                            device = (device ?? [:]).merging(changed) { $1 }
-                        } else {
-                            continue
-                        }
-                        isChanged = true
-                    case .nameOwnerChanged(let sender, let name, let newOwner):
-                        guard sender == "org.freedesktop.DBus", name == busName else { continue }
-                        (manager, device, owner) = (nil, nil, nil)
-                        problem = "UPower is not running"
-                        if !newOwner.isEmpty { try ask() }
-                        isChanged = true
-                    default: continue
-                    }
+                    let outcome = known.apply(event)
+                    if outcome.asksAgain { try ask() }
+                    isChanged = isChanged || outcome.isChanged
                 }
-                if isChanged, manager != nil || problem != nil {
-                    publish(PowerFacts.from(manager: manager, displayDevice: device, problem: problem), signals: true, onChange)
+                if isChanged, known.manager != nil || known.problem != nil {
+                    publish(PowerFacts.from(manager: known.manager, displayDevice: known.device, problem: known.problem), signals: true, onChange)
                 }
                 if hasMore { continue }
                 guard let request = connection.pollRequest else { return }
@@ -151,6 +116,58 @@ package final class PowerFactsWatch: Sendable {
             }
         } catch {
             state.withLock { $0.isFollowingSignals = false }
+        }
+    }
+}
+
+/// What the watch knows of UPower between signals: the two property sets, why it has none, the
+/// owner whose signals count, and the generation of `GetAll` calls whose answers count.
+struct PowerSignalState {
+    var manager: [String: DBusValue]?
+    var device: [String: DBusValue]?
+    var problem: String?
+    var owner: String?
+    var generation = 0
+
+    /// Takes one event; whether the facts changed, and whether UPower must be asked again (it has
+    /// a new owner).
+    mutating func apply(_ event: SystemBusEvent) -> (isChanged: Bool, asksAgain: Bool) {
+        switch event {
+        case .reply(let tag, let sender, let reply):
+            guard tag / 2 == generation else { return (false, false) }
+            switch reply {
+            case .properties(let properties):
+                if tag % 2 == 0 {
+                    (manager, owner, problem) = (properties, sender, nil)
+                } else {
+                    device = properties
+                }
+            case .error(let name, let message):
+                guard tag % 2 == 0 else { device = nil; break }
+                manager = nil
+                problem = name == "org.freedesktop.DBus.Error.ServiceUnknown" || name == "org.freedesktop.DBus.Error.NameHasNoOwner"
+                    ? "UPower is not running" : "UPower: \(name): \(message)"
+            default: return (false, false)
+            }
+            return (true, false)
+        case .propertiesChanged(let sender, let path, let interface, let changed):
+            // The match names UPower, but a peer may send the signal straight to us.
+            guard sender == owner else { return (false, false) }
+            if path == PowerFacts.managerPath, interface == PowerFacts.managerInterface {
+                manager = (manager ?? [:]).merging(changed) { $1 }
+            } else if path == PowerFacts.displayDevicePath, interface == PowerFacts.deviceInterface {
+                device = (device ?? [:]).merging(changed) { $1 }
+            } else {
+                return (false, false)
+            }
+            return (true, false)
+        case .nameOwnerChanged(let sender, let name, let newOwner):
+            guard sender == "org.freedesktop.DBus", name == PowerFacts.busName else { return (false, false) }
+            (manager, device, owner) = (nil, nil, nil)
+            problem = "UPower is not running"
+            return (true, !newOwner.isEmpty)
+        default:
+            return (false, false)
         }
     }
 }

@@ -108,35 +108,7 @@ extension AgentService {
         }
         switch command {
         case .attach(let session, let settings):
-            let key = key(session)
-            // A program relaunched at once (or started by a launch event) may attach before the
-            // agent has heard that the previous process's connection ended: if that process is
-            // gone, detach it now instead of refusing its successor.
-            if let holder = background.sessions[key]?.attachment?.connection, holder != peer.id,
-               let holderPeer = backgroundPeers[holder], holderPeer.hasHungUp {
-                await connectionClosed(holderPeer)
-            }
-            switch background.attach(key, settings: settings, connection: peer.id, pid: peer.credentials.pid, now: now) {
-            case .failure(let error):
-                emitBackground("attachRefused", key, [.init(key: "pid", value: .integer(Int(peer.credentials.pid))),
-                                                      .init(key: "message", value: .string(error.message))])
-                return .failure(error, id: id)
-            case .success(let (reply, actions)):
-                var attachment = reply
-                guard peer.startStreaming() else {
-                    await applyBackground(background.detach(peer.id, now: now))
-                    return .failure(.failed("too many attached background sessions for uid \(peer.credentials.uid)"), id: id)
-                }
-                backgroundPeers[peer.id] = peer
-                attachment.downloadsDirectory = store.downloadsPath
-                // The reply first: the events the actions push follow it on the connection.
-                peer.send(.success(id: id, attachment: attachment))
-                emitBackground("attached", key, [.init(key: "pid", value: .integer(Int(peer.credentials.pid))),
-                                                 .init(key: "tasks", value: .integer(attachment.tasks.count)),
-                                                 .init(key: "pendingEvents", value: .integer(attachment.pendingEvents))])
-                await applyBackground(actions)
-                return nil
-            }
+            return await attachBackground(key(session), settings: settings, peer: peer, store: store, id: id, now: now)
         case .createTask(let session, let spec):
             if spec.upload != nil { return await createBackgroundUpload(spec, in: key(session), peer: peer, id: id) }
             return await finish(background.createTask(spec, in: key(session), connection: peer.id, transfer: UUID()))
@@ -158,6 +130,40 @@ extension AgentService {
             return await finish(result)
         default:
             return .failure(.unknownCommand(command.name.rawValue), id: id)
+        }
+    }
+
+    /// `attach`: the session taken by this connection (a hung-up holder detached first), the
+    /// reply sent before the events its actions push.
+    private func attachBackground(_ key: BackgroundSessionKey, settings: BackgroundSessionSettings, peer: ControlPeer,
+                                  store: BackgroundStore, id: ControlRequestID?, now: Date) async -> ControlResponse? {
+        // A program relaunched at once (or started by a launch event) may attach before the
+        // agent has heard that the previous process's connection ended: if that process is
+        // gone, detach it now instead of refusing its successor.
+        if let holder = background.sessions[key]?.attachment?.connection, holder != peer.id,
+           let holderPeer = backgroundPeers[holder], holderPeer.hasHungUp {
+            await connectionClosed(holderPeer)
+        }
+        switch background.attach(key, settings: settings, connection: peer.id, pid: peer.credentials.pid, now: now) {
+        case .failure(let error):
+            emitBackground("attachRefused", key, [.init(key: "pid", value: .integer(Int(peer.credentials.pid))),
+                                                  .init(key: "message", value: .string(error.message))])
+            return .failure(error, id: id)
+        case .success(let (reply, actions)):
+            var attachment = reply
+            guard peer.startStreaming() else {
+                await applyBackground(background.detach(peer.id, now: now))
+                return .failure(.failed("too many attached background sessions for uid \(peer.credentials.uid)"), id: id)
+            }
+            backgroundPeers[peer.id] = peer
+            attachment.downloadsDirectory = store.downloadsPath
+            // The reply first: the events the actions push follow it on the connection.
+            peer.send(.success(id: id, attachment: attachment))
+            emitBackground("attached", key, [.init(key: "pid", value: .integer(Int(peer.credentials.pid))),
+                                             .init(key: "tasks", value: .integer(attachment.tasks.count)),
+                                             .init(key: "pendingEvents", value: .integer(attachment.pendingEvents))])
+            await applyBackground(actions)
+            return nil
         }
     }
 

@@ -88,6 +88,12 @@ struct Metalink: Sendable, Equatable {
             sha256 = nil
         }
         pieces = try Self.pieces(of: file, size: size)
+        sources = try Self.sources(of: file)
+    }
+
+    /// The document's http and https `<url>`s with their priority and location, best first; other
+    /// schemes are left out, and a document with none of these is refused.
+    private static func sources(of file: MetalinkXMLReader.Element) throws(Failure) -> [Source] {
         var sources: [Source] = []
         var otherSchemes = 0
         for element in file.children where element.localName == "url" {
@@ -123,7 +129,7 @@ struct Metalink: Sendable, Equatable {
             throw Failure(description: otherSchemes > 0 ? "it has no http or https <url> (only those are supported)" : "it has no <url>")
         }
         // A stable sort: equal priorities keep the document's order.
-        self.sources = sources.enumerated().sorted {
+        return sources.enumerated().sorted {
             ($0.element.priority ?? 1_000_000, $0.offset) < ($1.element.priority ?? 1_000_000, $1.offset)
         }.map(\.element)
     }

@@ -488,6 +488,19 @@ struct SegmentPlanner: Sendable {
             round.added.removeAll { $0 == id }
             self.round = round.added.isEmpty ? nil : round
         }
+        if let stop = adjustTargets(after: ending, of: connection, id: id, now: now) { return stop }
+        if connectionCount == 0 {
+            if let total, stored.isSuperset(of: RangeSet(0..<total)) || total == 0 { return finishIfDone(now: now) }
+            if ending != .finished, ending != .closed, ending != .rangeRefused { return closeAll() + [.endAttempt(connection: id)] }
+            // Nothing runs: at least one connection must (a target lowered to zero, a closed path).
+            if let path = preferredPaths.first, targets.values.reduce(0, +) == 0 { targets[path] = 1 }
+        }
+        return fill(now: now)
+    }
+
+    /// How the connection's end moves the targets (a refused range, a busy server, a lost
+    /// connection); the actions that end the attempt when it cannot go on, else nil.
+    private mutating func adjustTargets(after ending: Ending, of connection: Connection, id: Int, now: Instant) -> [Action]? {
         switch ending {
         case .finished, .closed:
             break
@@ -513,13 +526,7 @@ struct SegmentPlanner: Sendable {
         case .fatal:
             return closeAll() + [.endAttempt(connection: id)]
         }
-        if connectionCount == 0 {
-            if let total, stored.isSuperset(of: RangeSet(0..<total)) || total == 0 { return finishIfDone(now: now) }
-            if ending != .finished, ending != .closed, ending != .rangeRefused { return closeAll() + [.endAttempt(connection: id)] }
-            // Nothing runs: at least one connection must (a target lowered to zero, a closed path).
-            if let path = preferredPaths.first, targets.values.reduce(0, +) == 0 { targets[path] = 1 }
-        }
-        return fill(now: now)
+        return nil
     }
 
     /// Holds the connections running now (at least one) and marks every path full.
@@ -781,8 +788,12 @@ struct SegmentPlanner: Sendable {
             self.round = again
             return []
         }
-        // Not worth it: the path is full; what the round added is closed (its ranges go to
-        // whoever reaches them first).
+        return closeRound(round, added: added, now: now)
+    }
+
+    /// Not worth it: the path is full; what the round added is closed (its ranges go to whoever
+    /// reaches them first).
+    private mutating func closeRound(_ round: Round, added: [Connection], now: Instant) -> [Action] {
         fullPaths[round.path] = now
         cappedPaths.remove(round.path)
         // A path whose new connection never delivered is not full but failing: tried again soon.

@@ -96,57 +96,10 @@ final class TransferEngine: @unchecked Sendable {
                 defer { state.queue.removeAll(keepingCapacity: true) }
                 return state.queue
             }
-            for command in pending {
-                switch command {
-                case .start(let id, let request, let file, let callbacks):
-                    if let segmentation = request.segmentation {
-                        startGroup(id: id, request: request, segmentation: segmentation, file: file, callbacks: callbacks)
-                    } else {
-                        start(id: id, request: request, file: file, callbacks: callbacks)
-                    }
-                case .exchange(let id, let request, let settings, let handlers, let completion):
-                    startExchange(ExchangeContext(id: id, request: request, handlers: handlers, completion: completion),
-                                  settings: settings)
-                case .abort(let id, let reason):
-                    if exchanges[id] != nil {
-                        finishExchange(id, forced: Self.exchangeError(for: reason), failure: nil, detail: "")
-                    } else if groups[id] != nil {
-                        abortGroup(id, reason: reason)
-                    } else {
-                        finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
-                    }
-                case .race(let id, let connectTimeout):
-                    if let group = groups[id] {
-                        raceGroup(group, connectTimeout: connectTimeout)
-                    } else {
-                        startRace(id, connectTimeout: connectTimeout)
-                    }
-                case .paths(let id, let paths):
-                    groups[id].map { pathsChanged($0, paths) }
-                case .unpause(let id):
-                    if let group = groups[id] {
-                        unpauseGroup(group)
-                    } else if let transfer = transfers[id], transfer.primary.isPausedForBackpressure {
-                        // The disk caught up; a pause of the rate limit is ended by its own deadline.
-                        transfer.primary.isPausedForBackpressure = false
-                        resumeReceiving(transfer, at: .now)
-                    }
-                case .shutdown:
-                    isRunning = false
-                }
-            }
+            for command in pending where !apply(command) { isRunning = false }
             guard isRunning else { break }
             multi.perform()
-            while let done = multi.nextCompleted() {
-                if let exchange = exchangeHandles[done.handle] {
-                    finishExchange(exchange.id, forced: nil, failure: done.failure,
-                                   detail: exchange.easy?.errorText ?? done.detail)
-                    continue
-                }
-                guard let context = handles[done.handle] else { continue }
-                // libcurl's own words when it wrote some, else the name of its code.
-                ended(context, failure: done.failure, detail: context.easy?.errorText ?? done.detail)
-            }
+            collectCompleted()
             settleRaces()
             let wake = min(watchStalls(), tickGroups(), max(1, Int(watchExchanges().milliseconds) + 1))
             // Short enough for the watchdog's granularity; wakeups cut it anyway.
@@ -156,6 +109,62 @@ final class TransferEngine: @unchecked Sendable {
         for id in Array(transfers.keys) { finish(id, forcedResult: .aborted(.shutdown), failure: nil, detail: "") }
         for id in Array(exchanges.keys) { finishExchange(id, forced: Self.exchangeError(for: .shutdown), failure: nil, detail: "") }
         multi.cleanup()
+    }
+
+    /// Carries out one command from the queue; false for `shutdown`.
+    private func apply(_ command: Command) -> Bool {
+        switch command {
+        case .start(let id, let request, let file, let callbacks):
+            if let segmentation = request.segmentation {
+                startGroup(id: id, request: request, segmentation: segmentation, file: file, callbacks: callbacks)
+            } else {
+                start(id: id, request: request, file: file, callbacks: callbacks)
+            }
+        case .exchange(let id, let request, let settings, let handlers, let completion):
+            startExchange(ExchangeContext(id: id, request: request, handlers: handlers, completion: completion),
+                          settings: settings)
+        case .abort(let id, let reason):
+            if exchanges[id] != nil {
+                finishExchange(id, forced: Self.exchangeError(for: reason), failure: nil, detail: "")
+            } else if groups[id] != nil {
+                abortGroup(id, reason: reason)
+            } else {
+                finish(id, forcedResult: .aborted(reason), failure: nil, detail: "")
+            }
+        case .race(let id, let connectTimeout):
+            if let group = groups[id] {
+                raceGroup(group, connectTimeout: connectTimeout)
+            } else {
+                startRace(id, connectTimeout: connectTimeout)
+            }
+        case .paths(let id, let paths):
+            groups[id].map { pathsChanged($0, paths) }
+        case .unpause(let id):
+            if let group = groups[id] {
+                unpauseGroup(group)
+            } else if let transfer = transfers[id], transfer.primary.isPausedForBackpressure {
+                // The disk caught up; a pause of the rate limit is ended by its own deadline.
+                transfer.primary.isPausedForBackpressure = false
+                resumeReceiving(transfer, at: .now)
+            }
+        case .shutdown:
+            return false
+        }
+        return true
+    }
+
+    /// Ends the transfers and exchanges libcurl reports finished.
+    private func collectCompleted() {
+        while let done = multi.nextCompleted() {
+            if let exchange = exchangeHandles[done.handle] {
+                finishExchange(exchange.id, forced: nil, failure: done.failure,
+                               detail: exchange.easy?.errorText ?? done.detail)
+                continue
+            }
+            guard let context = handles[done.handle] else { continue }
+            // libcurl's own words when it wrote some, else the name of its code.
+            ended(context, failure: done.failure, detail: context.easy?.errorText ?? done.detail)
+        }
     }
 
     /// libcurl's LOW_SPEED check averages over a window of about five seconds, so a transfer that
