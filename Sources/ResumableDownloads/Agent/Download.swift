@@ -77,31 +77,36 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     /// subscriber created after `download(from:to:)` returns misses nothing; the stream ends when
     /// the download completes, fails or is cancelled.
     public var events: AsyncStream<DownloadEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: DownloadEvent.self)
-        let key = UUID()
-        let isFinal = observers.withLock { observers -> Bool in
+        subscribe(\.eventContinuations, bufferingPolicy: .unbounded) { observers, continuation in
             for event in observers.history { continuation.yield(event) }
-            if observers.state.isFinal { return true }
-            observers.eventContinuations[key] = continuation
-            return false
         }
-        if isFinal { continuation.finish() }
-        continuation.onTermination = { [weak self] _ in _ = self?.observers.withLock { $0.eventContinuations.removeValue(forKey: key) } }
-        return stream
     }
 
     /// Progress values, starting with the current one; ends with the download.
     public var progressUpdates: AsyncStream<DownloadProgress> {
-        let (stream, continuation) = AsyncStream.makeStream(of: DownloadProgress.self, bufferingPolicy: .bufferingNewest(1))
+        subscribe(\.progressContinuations, bufferingPolicy: .bufferingNewest(1)) { observers, continuation in
+            continuation.yield(observers.progress)
+        }
+    }
+
+    /// A stream of the observers' kept at `continuations`: `replay` gives it what a new subscriber
+    /// sees first, under the lock, so nothing falls between; it ends at once for a finished
+    /// download, else with the download.
+    private func subscribe<Element: Sendable>(
+        _ continuations: WritableKeyPath<Observers, [UUID: AsyncStream<Element>.Continuation]> & Sendable,
+        bufferingPolicy: AsyncStream<Element>.Continuation.BufferingPolicy,
+        replay: (Observers, AsyncStream<Element>.Continuation) -> Void
+    ) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: bufferingPolicy)
         let key = UUID()
         let isFinal = observers.withLock { observers -> Bool in
-            continuation.yield(observers.progress)
+            replay(observers, continuation)
             if observers.state.isFinal { return true }
-            observers.progressContinuations[key] = continuation
+            observers[keyPath: continuations][key] = continuation
             return false
         }
         if isFinal { continuation.finish() }
-        continuation.onTermination = { [weak self] _ in _ = self?.observers.withLock { $0.progressContinuations.removeValue(forKey: key) } }
+        continuation.onTermination = { [weak self] _ in _ = self?.observers.withLock { $0[keyPath: continuations].removeValue(forKey: key) } }
         return stream
     }
 
