@@ -285,6 +285,9 @@ public actor DownloadAgent {
         try makeDownload(from: url, to: destination, options: options)
     }
 
+    /// Most mirrors one download takes (a Metalink's bound).
+    public static let maximumMirrors = 256
+
     /// `download(from:to:options:)` for facades over the agent (package-level).
     ///
     /// `prepare` runs before the download is scheduled, so handlers it sets (`onEvent`,
@@ -293,14 +296,50 @@ public actor DownloadAgent {
     /// it, and the partial file `destination.part` is opened and cut to its offset when the
     /// transfer starts. A download of that id still held by the agent is replaced if it is not
     /// transferring, and refused if it is.
-    /// Most mirrors one download takes (a Metalink's bound).
-    public static let maximumMirrors = 256
-
     package func makeDownload(from url: URL, to destination: URL, options: DownloadOptions = DownloadOptions(),
                               resuming state: ResumeState? = nil,
                               prepare: (Download) -> Void = { _ in }) throws -> Download {
         activate()
         guard !isShutDown else { throw DownloadError.invalidRequest.with(description: "the agent is shut down") }
+        let digest = try Self.checkedRequest(url: url, destination: destination, options: options, resuming: state)
+        let id = state?.id ?? UUID()
+        if let held = entries[id] {
+            guard held.driver == nil, !scheduler.isQueued(id) else {
+                throw DownloadError.invalidRequest.with(description: "download \(id.uuidString) is already running")
+            }
+            entries[id] = nil
+            creationOrder.removeAll { $0 == id }
+            listed.withLock { $0.removeAll { $0.id == id } }
+        }
+        let destination = destination.standardizedFileURL
+        if let holder = destinationHolders[destination.path].flatMap({ entries[$0] }),
+           holder.download.destination == destination, !holder.download.state.isFinal {
+            throw DownloadError.invalidRequest.with(description: "already downloading to \(destination.path)")
+        }
+        let stateDirectory = try stateDirectory()
+        let record = Self.newRecord(id: id, url: url, destination: destination, digest: digest, options: options, resuming: state)
+        try record.validate(name: ResumeRecord.fileName(for: id))
+        // A pipelined add's record joins a group commit (DownloadAgent+GroupCommit.swift).
+        let isStaged = try writeNewRecord(record, to: stateDirectory, isNew: state == nil)
+        let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
+                                state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
+                                                                           totalBytes: record.totalLength))
+        prepare(download)
+        entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
+        deadlineWatch.track(id, deadline: options.deadline)
+        destinationHolders[destination.path] = id
+        creationOrder.append(id)
+        listed.withLock { $0.append(download) }
+        if !isStaged { scheduler.enqueue(id, priority: options.priority) }
+        configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": URLRedaction.redacted(url)])
+        schedule()
+        return download
+    }
+
+    /// Refuses what no download can take (another scheme, a destination that is no file URL, bad
+    /// mirrors, headers or SHA-256, a resume state for another URL); the SHA-256 normalized.
+    private static func checkedRequest(url: URL, destination: URL, options: DownloadOptions,
+                                       resuming state: ResumeState?) throws -> String? {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host != nil else {
             throw DownloadError.unsupportedURL.with(description: "only http and https URLs can be downloaded: \(url)")
         }
@@ -321,20 +360,6 @@ public actor DownloadAgent {
                 throw DownloadError.invalidRequest.with(description: "the resume state is for another URL")
             }
         }
-        let id = state?.id ?? UUID()
-        if let held = entries[id] {
-            guard held.driver == nil, !scheduler.isQueued(id) else {
-                throw DownloadError.invalidRequest.with(description: "download \(id.uuidString) is already running")
-            }
-            entries[id] = nil
-            creationOrder.removeAll { $0 == id }
-            listed.withLock { $0.removeAll { $0.id == id } }
-        }
-        let destination = destination.standardizedFileURL
-        if let holder = destinationHolders[destination.path].flatMap({ entries[$0] }),
-           holder.download.destination == destination, !holder.download.state.isFinal {
-            throw DownloadError.invalidRequest.with(description: "already downloading to \(destination.path)")
-        }
         for line in options.requestHeaders {
             if let problem = HeaderValidation.problem(with: line) {
                 throw DownloadError.invalidRequest.with(description: "request header \(line.prefix(while: { $0 != ":" })): \(problem)")
@@ -347,7 +372,12 @@ public actor DownloadAgent {
             }
             digest = normalized
         }
-        let stateDirectory = try stateDirectory()
+        return digest
+    }
+
+    /// The record of a new download: its options, and the bytes a resume state says are kept.
+    private static func newRecord(id: UUID, url: URL, destination: URL, digest: String?, options: DownloadOptions,
+                                  resuming state: ResumeState?) -> ResumeRecord {
         var record = ResumeRecord(id: id, url: url, destination: destination,
                                   expectedSHA256: digest, totalLength: state?.totalLength,
                                   allowsExpensive: options.allowsExpensive)
@@ -361,22 +391,7 @@ public actor DownloadAgent {
             record.ranges = state.ranges
             record.seams = state.seams
         }
-        try record.validate(name: ResumeRecord.fileName(for: id))
-        // A pipelined add's record joins a group commit (DownloadAgent+GroupCommit.swift).
-        let isStaged = try writeNewRecord(record, to: stateDirectory, isNew: state == nil)
-        let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
-                                state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
-                                                                           totalBytes: record.totalLength))
-        prepare(download)
-        entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
-        deadlineWatch.track(id, deadline: options.deadline)
-        destinationHolders[destination.path] = id
-        creationOrder.append(id)
-        listed.withLock { $0.append(download) }
-        if !isStaged { scheduler.enqueue(id, priority: options.priority) }
-        configuration.logger.info("download queued", metadata: ["id": id.uuidString, "url": URLRedaction.redacted(url)])
-        schedule()
-        return download
+        return record
     }
 
     /// Restores every unfinished download whose resume record is in the state directory (resume on
