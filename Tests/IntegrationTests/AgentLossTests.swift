@@ -271,7 +271,7 @@ struct AgentLossTests: DownloadScenarios {
                                   "\(result)")
         let keys = (report["keys"] as? [String: [String]] ?? [:]).filter { !$0.key.hasSuffix("!error") }
         // 8 s of it here (bench/control_fuzz.py runs it longer, docs/benchmarks.md).
-        #expect(keys.count > 40, "the fuzz queued \(keys.count) jobs")
+        #expect(keys.count > 100, "the fuzz queued \(keys.count) jobs")
         print("control fuzz: \(keys.count) client keys in 8 s")
         let answeredTwice = keys.filter { $0.value.count != 1 }
         #expect(answeredTwice.isEmpty, "a key answered with several jobs: \(answeredTwice.prefix(3))")
