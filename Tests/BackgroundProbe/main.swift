@@ -10,7 +10,7 @@
 //                    [--exit-after-events] [--die-in-delegate] [--keep-files DIR] [--lifetime S]
 //                    [--connections N]
 //   stdin: tasks | resume N | suspend N | cancel N | cancel-with-data N | invalidate | quit
-//          | download URL | download-cancel URL MS | resume-data-download
+//          | download URL | resume-data-download
 //          | upload FILE URL | upload-data URL | upload-tasks | upload-cancel N
 //
 // Upload tasks (issue 28) report "sent", "response", "data" and "uploadCompleted" lines.
@@ -63,13 +63,7 @@ struct Options: Sendable {
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
-        var arguments = arguments
-        while !arguments.isEmpty {
-            let argument = arguments.removeFirst()
-            func value() -> String {
-                guard !arguments.isEmpty else { fail("missing value for \(argument)") }
-                return arguments.removeFirst()
-            }
+        readProbeArguments(arguments) { argument, value in
             switch argument {
             case "--state-dir": options.stateDirectory = value()
             case "--session": options.session = value()
@@ -101,12 +95,14 @@ struct Options: Sendable {
     }
 }
 
-final class Probe: ResumableURLSessionDownloadDelegate, ResumableURLSessionDataDelegate {
+final class Probe: ProbeProgressLines, ResumableURLSessionDataDelegate {
     let options: Options
     let resumeData = Mutex<Data?>(nil)
     let died = Atomic<Bool>(false)
 
     init(options: Options) { self.options = options }
+
+    func printLine(_ object: [String: Any]) { emit(object) }
 
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didFinishDownloadingTo location: URL) {
         let existed = FileManager.default.fileExists(atPath: location.path)
@@ -120,20 +116,6 @@ final class Probe: ResumableURLSessionDownloadDelegate, ResumableURLSessionDataD
         if let keep = options.keepFiles {
             try? FileManager.default.moveItem(at: location, to: URL(fileURLWithPath: keep).appendingPathComponent("task-\(downloadTask.taskIdentifier)"))
         }
-    }
-
-    func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didWriteData bytesWritten: Int64,
-                    totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-        emit(ProbeLines.wrote(downloadTask, bytesWritten, total: totalBytesWritten, expected: totalBytesExpectedToWrite))
-    }
-
-    func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didResumeAtOffset fileOffset: Int64,
-                    expectedTotalBytes: Int64) {
-        emit(ProbeLines.resumed(downloadTask, offset: fileOffset, expected: expectedTotalBytes))
-    }
-
-    func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {
-        emit(ProbeLines.waiting(task))
     }
 
     func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {
@@ -264,20 +246,6 @@ Task {
                         try? FileManager.default.removeItem(at: file)
                     } catch {
                         emit(["call": "downloadFailed", "code": (error as? URLError)?.code.rawValue ?? 0])
-                    }
-                case "download-cancel":
-                    let url = URL(string: words[1])!
-                    let work = Task { try await session.download(from: url) }
-                    try? await Task.sleep(for: .milliseconds(Int(words[2]) ?? 500))
-                    work.cancel()
-                    do {
-                        _ = try await work.value
-                        emit(["call": "downloaded"])
-                    } catch let error as URLError {
-                        if let data = error.downloadTaskResumeData { probe.resumeData.withLock { $0 = data } }
-                        emit(["call": "downloadFailed", "code": error.code.rawValue, "resumeData": error.downloadTaskResumeData?.count ?? 0])
-                    } catch {
-                        emit(["call": "downloadFailed", "code": 0])
                     }
                 case "upload":
                     var request = URLRequest(url: URL(string: words[2])!)

@@ -7,10 +7,9 @@ import TestSupport
 /// files directory or carry control characters, -o outside the allowed directories, -o on an
 /// existing file, a request dripped a byte at a time, and a flood of connections from the
 /// agent's own user. Needs root (namespaces, setpriv).
-@Suite("Agent under attack", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct AgentAttackerTests {
-    typealias F = DownloadFixtures
+@Suite("Agent under attack", .serialized, .needsRoot,
+       .needsNginx)
+struct AgentAttackerTests: DownloadScenarios {
 
     static let content = F.randomData(count: 256 << 10, seed: 3)
 

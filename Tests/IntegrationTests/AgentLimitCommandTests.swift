@@ -5,8 +5,7 @@ import TestSupport
 /// Issue 32 item 2 through the real agent: agent.conf's `limit-rate=` lines, `agent limit`,
 /// `agent status`, the `limit` event, SIGHUP, and a bad line's exit 78 with file:line.
 @Suite("agent limit", .serialized)
-struct AgentLimitCommandTests {
-    typealias F = DownloadFixtures
+struct AgentLimitCommandTests: DownloadScenarios {
 
     @Test func agentConfSetsTheLimitAndAgentLimitChangesItUntilAReload() throws {
         let namespace = try ConnectedNamespace()

@@ -6,16 +6,15 @@ import TestSupport
 /// Issue 32 item 2 with real transfers: one limit over every connection of four downloads from
 /// loopback nginx (which sends as fast as it can), changed while they run. A short window with a
 /// loose bound here; the 10 s measure against aria2c is bench/limit_bench.py.
-@Suite("The agent's one limit against nginx", .serialized, .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct AgentRateLimitNginxTests {
-    typealias F = DownloadFixtures
+@Suite("The agent's one limit against nginx", .serialized, .needsNginx)
+struct AgentRateLimitNginxTests: DownloadScenarios {
 
     /// Bytes per second received by all of `downloads` over `span` (a measurement window, not a
     /// wait for an event), and each one's bytes in it.
     func rate(of downloads: [Download], over span: Duration) async throws -> (total: Double, shares: [Int64]) {
         let before = downloads.map(\.progress.bytesReceived)
         let start = ContinuousClock.now
-        try await Task.sleep(for: span)
+        try await measuringWindow(span)
         let shares = zip(downloads.map(\.progress.bytesReceived), before).map { $0 - $1 }
         let elapsed = (ContinuousClock.now - start).components
         return (Double(shares.reduce(0, +)) / (Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18), shares)
@@ -44,9 +43,13 @@ struct AgentRateLimitNginxTests {
         // Four jobs of one class: a quarter each, give or take progress reports 100 ms apart.
         #expect(shares.allSatisfy { Double($0) > Double(shares.reduce(0, +)) * 0.15 }, "every job gets its share: \(shares)")
 
-        // Raised while they run: no transfer restarts, and the next second shows the new rate.
+        // Raised while they run: no transfer restarts. Once a quarter second shows more than the
+        // old limit (the raise took), two seconds measure the new rate.
         limit.setLimit(8 << 20)
-        try await Task.sleep(for: .milliseconds(500))
+        let tookEffect = try await waitUntil(deadline: .now + .seconds(5), every: .zero) {
+            try await rate(of: downloads, over: .milliseconds(250)).total > Double(6 << 20)
+        }
+        #expect(tookEffect, "the raised limit never showed within 5 s")
         let raised = try await rate(of: downloads, over: .seconds(2)).total
         #expect(abs(raised - Double(8 << 20)) < Double(8 << 20) * 0.15, "\(raised) B/s under 8 MiB/s")
 

@@ -8,10 +8,9 @@ import TestSupport
 /// exists, `/slow/` serves the same file (a hard link: same inode, so the same ETag and
 /// Last-Modified, as a re-signed URL for the same object) or, in the second test, another one.
 /// The agent watches a namespace of its own with a satisfied path (`ConnectedNamespace`).
-@Suite("Agent: queue set-url (loopback nginx)", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct AgentSetURLTests {
-    typealias F = DownloadFixtures
+@Suite("Agent: queue set-url (loopback nginx)", .serialized, .needsRoot,
+       .needsNginx)
+struct AgentSetURLTests: DownloadScenarios {
 
     static func events(_ agent: AgentProcess, _ name: String) -> [[String: Any]] {
         agent.events.filter { $0["type"] as? String == "download" && $0["event"] as? String == name }

@@ -6,10 +6,9 @@ import TestSupport
 /// `reachability agent` and its control commands, as separate processes against nginx on
 /// 127.0.0.1. The agent watches a namespace of its own (`--netns`) with a satisfied path, so
 /// the tests do not depend on the host's routing. Needs root (namespaces, setpriv).
-@Suite("Agent", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct AgentTests {
-    typealias F = DownloadFixtures
+@Suite("Agent", .serialized, .needsRoot,
+       .needsNginx)
+struct AgentTests: DownloadScenarios {
 
     /// nginx serving `count` random files under /slow/ (rate limited so transfers are in flight).
     static func serveFiles(_ nginx: DownloadTestNginx, count: Int, size: Int) throws -> [(path: String, sha: String)] {

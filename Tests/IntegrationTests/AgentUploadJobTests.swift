@@ -8,7 +8,7 @@ import TestSupport
 /// the job outlives the command, survives a SIGKILLed agent (continued from the server's offset,
 /// the file sent once), shows in `queue list`, events and metrics, and refuses what the caller
 /// could not read.
-@Suite("Agent upload jobs", .serialized, .enabled(if: isRoot, rootReason),
+@Suite("Agent upload jobs", .serialized, .needsRoot,
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
 struct AgentUploadJobTests {
     /// A scratch state directory and a file of `count` random bytes in it.

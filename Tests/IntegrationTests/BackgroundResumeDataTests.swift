@@ -7,8 +7,8 @@ import TestSupport
 /// fetched in segments is cancelled with resume data mid-transfer and continued from it; nginx's
 /// access log shows the server sent only what was missing (each request's compare overlap aside),
 /// where resume data that kept the prefix alone refetched every stored range.
-@Suite("Background resume data in network namespaces", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+@Suite("Background resume data in network namespaces", .serialized, .needsRoot,
+       .needsNginx)
 struct BackgroundResumeDataTests {
     static let size = 16 << 20
 

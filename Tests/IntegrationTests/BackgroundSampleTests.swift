@@ -6,8 +6,8 @@ import TestSupport
 /// has the finished track and continues the other) and StormWatch (the WWDC pattern: a run whose
 /// budget ends hands its request to the background session and exits; the agent starts it again
 /// for the answer).
-@Suite("Background samples", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+@Suite("Background samples", .serialized, .needsRoot,
+       .needsNginx)
 struct BackgroundSampleTests {
     @Test func halfTunesQuitsAndTheNextLaunchHasTheTracks() async throws {
         let lab = try BackgroundLab(files: ["small.mp3": 512 << 10, "long.mp3": 4 << 20], seed: 1801)

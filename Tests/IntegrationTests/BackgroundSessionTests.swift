@@ -5,8 +5,8 @@ import TestSupport
 /// Issue 17: background sessions against real transfers. The client namespace holds the program
 /// (`background-probe`, a ResumableURLSession.background session) and the agent it starts on
 /// demand; the server namespace holds nginx with an access log (so re-fetched bytes show).
-@Suite("Background sessions in network namespaces", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+@Suite("Background sessions in network namespaces", .serialized, .needsRoot,
+       .needsNginx)
 struct BackgroundSessionTests {
     static let size = 3 << 20
     static let files = ["a.bin": size, "b.bin": size, "c.bin": size]
@@ -205,7 +205,8 @@ struct BackgroundSessionTests {
 
     /// Another user can neither start nor reach the agent's sessions: refused clearly.
     @Test func anotherUserIsRefused() async throws {
-        let lab = try BackgroundLab(files: ["a.bin": Self.size], seed: 1706)
+        // The transfer's speed is not what is tested: fast, so the owner's file comes at once.
+        let lab = try BackgroundLab(rate: "10m", files: ["a.bin": Self.size], seed: 1706)
         defer { lab.close() }
         let owner = try lab.probe("mine", ["--url", lab.url("a.bin")])
         #expect(await owner.waitForCall("created") != nil, "\(owner.transcript)")
@@ -222,7 +223,7 @@ struct BackgroundSessionTests {
 
     /// Two live processes, one identifier: the second is told at once, never a silent duplicate.
     @Test func aSecondAttachFailsClearly() async throws {
-        let lab = try BackgroundLab(files: ["a.bin": Self.size], seed: 1707)
+        let lab = try BackgroundLab(rate: "10m", files: ["a.bin": Self.size], seed: 1707)
         defer { lab.close() }
         let first = try lab.probe("single", ["--url", lab.url("a.bin")])
         #expect(await first.waitForCall("created") != nil, "\(first.transcript)")

@@ -9,7 +9,7 @@ import TestSupport
 /// `didCompleteWithError(nil)` exactly once; the server's file is the file. Against
 /// upload_server.py (IETF draft-05, read at a set pace) and aiohttp-tus on 127.0.0.1, the agent
 /// following a namespace's path (`--netns`).
-@Suite("Background upload tasks", .serialized, .enabled(if: isRoot, rootReason),
+@Suite("Background upload tasks", .serialized, .needsRoot,
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
 struct BackgroundUploadTests {
     /// An agent on a scratch state directory, a file of `count` random bytes, and the probe's

@@ -3,7 +3,7 @@ import Glibc
 import Testing
 import TestSupport
 
-@Suite("reachability status / watch / wait in namespaces", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("reachability status / watch / wait in namespaces", .serialized, .needsRoot)
 struct CommandLineIntegrationTests {
     func run(_ arguments: [String]) throws -> (Int32, String) {
         let result = try ChildProcess.run(try builtBinary().path, arguments, environment: nil)
@@ -11,9 +11,8 @@ struct CommandLineIntegrationTests {
     }
 
     @Test func statusJSONAndExplain() throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "wlp1s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("wlp1s0", subnet: 1)
         let (status, json) = try run(["status", "--json", "--netns", net.client])
         #expect(status == 0)
         let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
@@ -33,9 +32,8 @@ struct CommandLineIntegrationTests {
     }
 
     @Test func watchFollowsChangesAndStopsCleanly() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         let watch = try RunningCommand(["watch", "--netns", net.client])
         let first = await watch.line { $0.contains("reachable via") }
         #expect(first?.contains("reachable via wired (enp3s0, 10.77.1.2, gw 10.77.1.1)") == true)
@@ -48,9 +46,8 @@ struct CommandLineIntegrationTests {
     }
 
     @Test func waitExitsWhenThePathQualifies() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "wwan0", subnet: 1)
         defer { net.close() }
-        try net.uplink("wwan0", subnet: 1)
         try net.uplink("enp3s0", subnet: 2, defaultRoute: false)
         // Only cellular now: --require wired times out.
         let (timedOut, _) = try run(["wait", "--netns", net.client, "--require", "wired", "--timeout", "0.3"])

@@ -4,7 +4,7 @@ import Synchronization
 import Testing
 import TestSupport
 
-@Suite("Connectivity checks in network namespaces", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("Connectivity checks in network namespaces", .serialized, .needsRoot)
 struct ConnectivityIntegrationTests {
     @Test("full, then an upstream blackhole is limited and recovery is full within about a second")
     func blackholeAndRecovery() async throws {
@@ -78,9 +78,8 @@ struct ConnectivityIntegrationTests {
 
     @Test("a DNS failure is limited; no route is none, with nothing sent")
     func dnsFailureAndNoRoute() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         // The lookup must fail inside the lab: the resolvers the host is configured with are
         // made unreachable in the client namespace, so no query leaves it.
         let resolvConf = (try? String(contentsOfFile: "/etc/resolv.conf", encoding: .utf8)) ?? ""
@@ -122,7 +121,7 @@ struct ConnectivityIntegrationTests {
     }
 }
 
-@Suite("reachability status / watch / wait with a connectivity check", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("reachability status / watch / wait with a connectivity check", .serialized, .needsRoot)
 struct ConnectivityCommandLineTests {
     func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
         try runBuilt(arguments, environment: environment)
@@ -188,7 +187,7 @@ struct ConnectivityCommandLineTests {
     }
 }
 
-@Suite("Downloads behind a captive portal", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("Downloads behind a captive portal", .serialized, .needsRoot)
 struct ConnectivityDownloadTests {
     @Test("a download waits for login at the portal's URL without a request, and resumes the moment the check reads full")
     func downloadWaitsForLogin() async throws {

@@ -5,7 +5,7 @@ import TestSupport
 
 /// NetworkManager's `[connectivity]` as Ubuntu and Fedora ship it, against servers answering as
 /// theirs do, read through `reachability status` and `wait --require internet`.
-@Suite("NetworkManager's connectivity servers and rules", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("NetworkManager's connectivity servers and rules", .serialized, .needsRoot)
 struct ConnectivityServerRulesTests {
     /// Writes `DIRECTORY/NetworkManager/conf.d/NAME` and returns the environment that reads it.
     func networkManager(_ server: ProbeServer, _ name: String, _ text: String) throws -> [String: String] {
@@ -73,9 +73,8 @@ struct ConnectivityServerRulesTests {
 
     @Test("a check URL on 127.0.0.1 is probed over loopback, not bound to the primary interface")
     func loopbackURL() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("\(net.lab.prefix)-loopback")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }

@@ -9,9 +9,8 @@ import Testing
 /// zero-filled past the last fsync) it still never keeps a wrong byte. Every file ends with the
 /// right SHA-256. Bounded: 10 kills of a 12 MiB download at 8 MB/s.
 @Suite("SIGKILL and power-loss campaign (built binary, loopback nginx)", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct CrashCampaignTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct CrashCampaignTests: DownloadScenarios {
 
     /// What a power loss may have done to the bytes past the last fsync.
     enum Damage: CaseIterable {

@@ -6,15 +6,11 @@ import TestSupport
 
 /// The engine against nginx with a simulated slow disk: the write callback must pause the
 /// transfer instead of buffering, so memory stays bounded whatever the disk speed.
-@Suite("Download backpressure", .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadBackpressureTests {
-    typealias F = DownloadFixtures
+@Suite("Download backpressure", .needsNginx)
+struct DownloadBackpressureTests: DownloadScenarios {
 
     @Test func slowDiskPausesTheTransferAndBoundsTheBuffer() async throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory()
-        let content = F.randomData(count: 24 << 20, seed: 12)
-        try nginx.serve(content, at: "f.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 24 << 20, seed: 12, at: "f.bin")
         let destination = directory.file("f.bin")
         let record = ResumeRecord(id: UUID(), url: nginx.url("f.bin"), destination: destination,
                                   expectedSHA256: F.sha256(content),

@@ -10,10 +10,7 @@ import TestSupport
 /// unless the attempt before stored at least 4 KiB of new bytes: a server that ends every
 /// connection early is followed at its own pace, with requests in proportion to the bytes.
 @Suite("Retry budgets: no request storm from any server", .serialized)
-struct DownloadBudgetTests {
-    typealias F = DownloadFixtures
-    typealias Server = DownloadTestHTTPServer
-    typealias Reply = DownloadTestHTTPServer.Reply
+struct DownloadBudgetTests: DownloadScenarios {
 
     static let etag = "\"v1\""
 

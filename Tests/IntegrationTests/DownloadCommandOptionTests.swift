@@ -6,9 +6,8 @@ import TestSupport
 /// `reachability download` as a newcomer meets it: reruns of an interrupted batch, failures that
 /// must leave nothing behind with their own exit statuses, and the options curl users expect.
 @Suite("reachability download: reruns, failure classes, curl-like options", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadCommandOptionTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct DownloadCommandOptionTests: DownloadScenarios {
 
     static func jobDirectories(_ directory: F.Directory) -> [String] {
         (try? FileManager.default.contentsOfDirectory(atPath: directory.file("state/downloads").path)) ?? []
@@ -93,11 +92,8 @@ struct DownloadCommandOptionTests {
     }
 
     @Test func untrustedCertificateIsPermanentAndCacertOrInsecureFixIt() async throws {
-        let nginx = try DownloadTestNginx(tls: true)
+        let (nginx, directory, content) = try F.nginxServing(count: 100_000, seed: 31, at: "secure.bin", tls: true)
         defer { nginx.stop() }
-        let directory = try F.Directory()
-        let content = F.randomData(count: 100_000, seed: 31)
-        try nginx.serve(content, at: "secure.bin")
         let state = directory.file("state").path
         let url = nginx.tlsURL("secure.bin").absoluteString
         let untrusted = try CLIProcess(["download", "--state-dir", state, "-o", "a.bin", url], directory: directory.url)

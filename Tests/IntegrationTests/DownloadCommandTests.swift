@@ -9,16 +9,12 @@ import TestSupport
 /// The command runs a real `PathMonitor` on the current namespace, so these tests assume the host
 /// has a usable path (any default route); the namespace tests in DownloadOutageTests do not.
 @Suite("reachability download (built binary, loopback nginx)", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadCommandTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct DownloadCommandTests: DownloadScenarios {
 
     @Test func downloadsWithJSONEventsAndVerifies() async throws {
-        let nginx = try DownloadTestNginx()
+        let (nginx, directory, content) = try F.nginxServing(count: 6 << 20 + 17, seed: 11, at: "files/data.bin")
         defer { nginx.stop() }
-        let directory = try F.Directory()
-        let content = F.randomData(count: 6 << 20 + 17, seed: 11)
-        try nginx.serve(content, at: "files/data.bin")
         let cli = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path,
                                   "--sha256", F.sha256(content), nginx.url("files/data.bin").absoluteString],
                                  directory: directory.url)
@@ -142,11 +138,8 @@ struct DownloadCommandTests {
     }
 
     @Test func textEventsGoToStandardErrorAndFailuresExitNonZero() async throws {
-        let nginx = try DownloadTestNginx()
+        let (nginx, directory, content) = try F.nginxServing(count: 1 << 20, seed: 3, at: "a.bin")
         defer { nginx.stop() }
-        let directory = try F.Directory()
-        let content = F.randomData(count: 1 << 20, seed: 3)
-        try nginx.serve(content, at: "a.bin")
         let wrong = String(repeating: "0", count: 64)
         let cli = try CLIProcess(["download", "--state-dir", directory.file("state").path, "-d", "out",
                                   nginx.url("a.bin").absoluteString, nginx.url("missing.bin").absoluteString],
@@ -168,11 +161,9 @@ struct DownloadCommandTests {
 
     @Test(arguments: [(SIGINT, Int32(130)), (SIGTERM, Int32(143))])
     func interruptPausesAndTheSameCommandResumes(_ signal: Int32, _ expected: Int32) async throws {
-        let nginx = try DownloadTestNginx(slowRate: "2m")
+        // 8 s: interrupted mid-transfer even under load
+        let (nginx, directory, content) = try F.nginxServing(count: 16 << 20, seed: UInt64(signal), at: "slow/movie.bin", slowRate: "2m")
         defer { nginx.stop() }
-        let directory = try F.Directory()
-        let content = F.randomData(count: 16 << 20, seed: UInt64(signal))   // 8 s: interrupted mid-transfer even under load
-        try nginx.serve(content, at: "slow/movie.bin")
         let arguments = ["download", "--json", "--state-dir", directory.file("state").path,
                          "--sha256", F.sha256(content), nginx.url("slow/movie.bin").absoluteString]
 

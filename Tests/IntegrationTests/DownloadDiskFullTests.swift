@@ -7,9 +7,8 @@ import TestSupport
 /// once space is freed. Mounting needs root (CI runs as root).
 @Suite("Downloads onto a full disk", .serialized,
        .enabled(if: DownloadFixtures.isRoot, "mounting a tmpfs needs root"),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadDiskFullTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct DownloadDiskFullTests: DownloadScenarios {
 
     @discardableResult
     static func run(_ arguments: [String]) throws -> Int32 {
@@ -17,10 +16,7 @@ struct DownloadDiskFullTests {
     }
 
     @Test func diskFullKeepsThePartialFileAndCompletesAfterSpaceIsFreed() async throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory()
-        let content = F.randomData(count: 6 << 20, seed: 11)
-        try nginx.serve(content, at: "f.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 6 << 20, seed: 11, at: "f.bin")
         let mountPoint = directory.file("small")
         try FileManager.default.createDirectory(at: mountPoint, withIntermediateDirectories: true)
         try #require(try Self.run(["/bin/mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint.path]) == 0)

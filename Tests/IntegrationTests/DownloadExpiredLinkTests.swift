@@ -8,9 +8,8 @@ import TestSupport
 /// answering 403 once a marker file exists and another location serves the same file (a hard
 /// link: same inode, so the same ETag and Last-Modified, as a re-signed URL for the same object).
 @Suite("reachability download: expired link replaced by a new URL (loopback nginx)", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadExpiredLinkTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct DownloadExpiredLinkTests: DownloadScenarios {
 
     /// nginx with `/expiring/` (rate-limited, 403 once `www/expired` exists) and `/slow/`.
     static func nginx() throws -> DownloadTestNginx {

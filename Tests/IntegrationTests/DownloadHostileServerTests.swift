@@ -7,10 +7,7 @@ import TestSupport
 /// Servers that break the rules. Each test ends with a SHA-256 match or a clear error, and never
 /// with a corrupt file at the destination.
 @Suite("Downloads from a hostile server", .serialized)
-struct DownloadHostileServerTests {
-    typealias F = DownloadFixtures
-    typealias Server = DownloadTestHTTPServer
-    typealias Reply = DownloadTestHTTPServer.Reply
+struct DownloadHostileServerTests: DownloadScenarios {
 
     static let content = F.randomData(count: 3 << 20 + 5, seed: 42)
     static let half = content.count / 2
@@ -27,6 +24,12 @@ struct DownloadHostileServerTests {
         do { result = .success(try await F.finish(download, log: log)) } catch let error as DownloadError { result = .failure(error) }
         await agent.shutdown()
         return (result, log, directory)
+    }
+
+    /// A failed download leaves neither the file nor its partial file.
+    func expectNothingLeft(_ directory: F.Directory, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path), sourceLocation: sourceLocation)
+        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin.part").path), sourceLocation: sourceLocation)
     }
 
     func expectIntact(_ directory: F.Directory) {
@@ -97,13 +100,19 @@ struct DownloadHostileServerTests {
         #expect(log.restarts == 1, "\(log.all)")
     }
 
-    @Test func changedResourceIsNeverSpliced() async throws {
+    /// A server that cuts `content` at half, then serves version 2 (another ETag, other bytes):
+    /// If-Range v1 does not match, so a correct server sends 200 with v2. Returns v2 too.
+    static func changingServer() throws -> (Server, Data) {
         let newContent = F.randomData(count: 2 << 20 + 3, seed: 99)
         let server = try Server { request, index in
             if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
-            // Version 2 now: If-Range v1 does not match, so a correct server sends 200 with v2.
             return .honest(request, content: newContent, etag: "\"v2\"")
         }
+        return (server, newContent)
+    }
+
+    @Test func changedResourceIsNeverSpliced() async throws {
+        let (server, newContent) = try Self.changingServer()
         let (result, log, directory) = try await run(server, options: .init())
         #expect(throws: Never.self) { try result.get() }
         #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(newContent))
@@ -111,15 +120,10 @@ struct DownloadHostileServerTests {
     }
 
     @Test func changedResourceWithExpectedChecksumFailsClearly() async throws {
-        let newContent = F.randomData(count: 2 << 20 + 3, seed: 99)
-        let server = try Server { request, index in
-            if index == 0 { return .honest(request, content: Self.content, etag: Self.etag, closeAfter: Self.half) }
-            return .honest(request, content: newContent, etag: "\"v2\"")
-        }
+        let (server, _) = try Self.changingServer()
         let (result, _, directory) = try await run(server)
         #expect(throws: DownloadError.checksumMismatch) { try result.get() }
-        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
-        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin.part").path))
+        expectNothingLeft(directory)
     }
 
     @Test func bodyLongerThanContentLengthIsCutAtTheAnnouncedLength() async throws {
@@ -244,8 +248,7 @@ struct DownloadHostileServerTests {
         }
         let (result, _, directory) = try await run(server)
         #expect(throws: DownloadError.badServerResponse) { try result.get() }
-        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin").path))
-        #expect(!FileManager.default.fileExists(atPath: directory.file("out.bin.part").path))
+        expectNothingLeft(directory)
     }
 
     @Test func stalledTransferIsReconnected() async throws {
@@ -344,12 +347,10 @@ struct DownloadHostileServerTests {
                       : .honest(request, content: Self.content, etag: Self.etag)
         }
         let directory = try F.Directory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(DownloadPathTests.wifi)
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
-            $0.initialBackoff = .seconds(30)
-            $0.maximumBackoff = .seconds(30)
-        }, paths: paths)
+        let (agent, continuation) = try DownloadFixtures.scriptedAgent(F.configuration(state: directory.file("state")) {
+                $0.initialBackoff = .seconds(30)
+                $0.maximumBackoff = .seconds(30)
+                }, startingAt: DownloadPathTests.wifi)
         let download = try await agent.download(from: server.url(), to: directory.file("out.bin"),
                                                 options: .init(expectedSHA256: F.sha256(Self.content)))
         let log = F.EventLog(download)

@@ -13,16 +13,14 @@ extension OutageLab {
         let net = try OutageLab(rate: rate)
         try ip("-n \(net.client) route del default")
         try ip("-n \(net.client) route add 10.88.0.0/24 dev eth1 src 10.88.0.2")
-        let content = DownloadFixtures.randomData(count: size, seed: seed)
-        try net.serve(content, at: "file.bin")
+        let content = try net.serveRandom(count: size, seed: seed)
         return (net, content)
     }
 }
 
-@Suite("Downloads from the local network without a default route", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadLocalNetworkTests {
-    typealias F = DownloadFixtures
+@Suite("Downloads from the local network without a default route", .serialized, .needsRoot,
+       .needsNginx)
+struct DownloadLocalNetworkTests: DownloadScenarios {
 
     @Test("download from a LAN server with no default route finishes at once; the default route coming and going does not disturb it")
     func lanServer() async throws {

@@ -7,8 +7,7 @@ import TestSupport
 /// a file name too long for `NAME.part`, `-o` naming a directory, a FIFO at the destination,
 /// a password in the URL, `-o -`, a rerun refused with 73, a state directory that cannot be made.
 @Suite("reachability download: messages that say what happened", .serialized)
-struct DownloadMessageTests {
-    typealias F = DownloadFixtures
+struct DownloadMessageTests: DownloadScenarios {
 
     static let content = F.randomData(count: 200 << 10, seed: 2131)
 

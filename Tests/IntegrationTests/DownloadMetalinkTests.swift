@@ -10,9 +10,8 @@ import TestSupport
 /// mirror is named in a sourceDropped event (the sources are used at once, pieces checked as
 /// they land).
 @Suite("reachability download --metalink (two loopback nginx)", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadMetalinkTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct DownloadMetalinkTests: DownloadScenarios {
 
     static func metalink(name: String, content: Data, wholeHash: Bool, urls: [(String, Int)]) -> String {
         let pieceLength = 256 << 10

@@ -8,9 +8,8 @@ import TestSupport
 /// the same length (and, with the same modification time, the same ETag: validators cannot tell
 /// it apart, only the SHA-256 can), one rate-limited that dies mid-transfer, one fast.
 @Suite("reachability download: mirrors one at a time (three loopback nginx)", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadMirrorTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct DownloadMirrorTests: DownloadScenarios {
 
     @Test func aBadMirrorIsCaughtAndADeadOneLeftKeepingItsBytes() async throws {
         let bad = try DownloadTestNginx(), slow = try DownloadTestNginx(slowRate: "1m"), fast = try DownloadTestNginx()

@@ -6,15 +6,11 @@ import TestSupport
 @testable import ResumableDownloads
 
 /// The download agent against a real nginx on 127.0.0.1.
-@Suite("Downloads from nginx", .serialized, .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadNginxTests {
-    typealias F = DownloadFixtures
+@Suite("Downloads from nginx", .serialized, .needsNginx)
+struct DownloadNginxTests: DownloadScenarios {
 
     @Test func downloadsAndVerifies() async throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory()
-        let content = F.randomData(count: 8 << 20 + 123)
-        try nginx.serve(content, at: "big.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 8 << 20 + 123, at: "big.bin")
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
         let destination = directory.file("big.bin")
         let download = try await agent.download(from: nginx.url("big.bin"), to: destination,
@@ -81,10 +77,8 @@ struct DownloadNginxTests {
     }
 
     @Test func pauseKeepsResumeDataAndResumeUsesARange() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "2m")   // ~12 s: paused mid-transfer even under load
-        let directory = try F.Directory()
-        let content = F.randomData(count: 24 << 20)
-        try nginx.serve(content, at: "slow/file.bin")
+        // ~12 s: paused mid-transfer even under load
+        let (nginx, directory, content) = try F.nginxServing(count: 24 << 20, at: "slow/file.bin", slowRate: "2m")
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
         let destination = directory.file("file.bin")
         let download = try await agent.download(from: nginx.url("slow/file.bin"), to: destination,
@@ -112,10 +106,7 @@ struct DownloadNginxTests {
     }
 
     @Test func relaunchAfterAnInterruptionContinuesFromTheRecord() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "4m")
-        let directory = try F.Directory()
-        let content = F.randomData(count: 12 << 20, seed: 7)
-        try nginx.serve(content, at: "slow/file.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 12 << 20, seed: 7, at: "slow/file.bin", slowRate: "4m")
         let state = directory.file("state")
         let destination = directory.file("file.bin")
 
@@ -156,10 +147,7 @@ struct DownloadNginxTests {
     }
 
     @Test func changedResourceRestartsInsteadOfSplicing() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "4m")
-        let directory = try F.Directory()
-        let original = F.randomData(count: 10 << 20, seed: 1)
-        try nginx.serve(original, at: "slow/file.bin")
+        let (nginx, directory, _) = try F.nginxServing(count: 10 << 20, seed: 1, at: "slow/file.bin", slowRate: "4m")
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
         let destination = directory.file("file.bin")
         let download = try await agent.download(from: nginx.url("slow/file.bin"), to: destination)
@@ -213,10 +201,7 @@ struct DownloadNginxTests {
     }
 
     @Test func concurrencyLimitQueuesTheRest() async throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory()
-        let content = F.randomData(count: 16 << 20, seed: 3)
-        try nginx.serve(content, at: "f.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 16 << 20, seed: 3, at: "f.bin")
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
             $0.maximumConcurrentDownloads = 2
         })

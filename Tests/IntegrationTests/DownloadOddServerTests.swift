@@ -7,10 +7,7 @@ import TestSupport
 /// ETags that differ per response, rate limiters (ours and the server's). Each must finish with
 /// the right bytes, without extra requests, or fail with a message that says what to do.
 @Suite("Downloads from odd servers", .serialized)
-struct DownloadOddServerTests {
-    typealias F = DownloadFixtures
-    typealias Server = DownloadTestHTTPServer
-    typealias Reply = DownloadTestHTTPServer.Reply
+struct DownloadOddServerTests: DownloadScenarios {
 
     static let content = F.randomData(count: 1 << 20, seed: 2121)
 
@@ -115,7 +112,7 @@ struct DownloadOddServerTests {
         #expect(log.resumedOffsets.isEmpty && log.restarts == 0, "\(log.all)")
     }
 
-    @Test(.enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+    @Test(.needsNginx)
     func nginxLimitRateIsLearnedNotRaced() async throws {
         let nginx = try DownloadTestNginx(slowRate: "1m", accessLog: true)
         defer { nginx.stop() }

@@ -7,9 +7,8 @@ import TestSupport
 /// The agent driven by a scripted path stream over loopback: the path model says "wifi", "gone",
 /// "ethernet", while the bytes really flow over 127.0.0.1. Network-namespace outage tests (link
 /// down, route deleted, resets) need the real monitor and are added separately.
-@Suite("Downloads driven by path updates", .serialized, .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadPathTests {
-    typealias F = DownloadFixtures
+@Suite("Downloads driven by path updates", .serialized, .needsNginx)
+struct DownloadPathTests: DownloadScenarios {
 
     static func interface(_ name: String, _ index: Int32, _ type: InterfaceType, _ address: String) -> NetworkInterface {
         NetworkInterface(name: name, index: index, type: type, classificationReason: "scripted", isUp: true,
@@ -27,17 +26,20 @@ struct DownloadPathTests {
     static let ethernet = path(interface("eth0", 2, .wired, "10.0.0.2"))
     static let cellular = path(interface("wwan0", 4, .cellular, "10.64.0.2"))
 
+    /// An agent in `directory` whose paths the test scripts through the returned continuation,
+    /// starting at `first`.
+    static func scriptedAgent(in directory: F.Directory, startingAt first: NetworkPath,
+                              _ edit: (inout DownloadAgent.Configuration) -> Void = { _ in })
+        throws -> (DownloadAgent, AsyncStream<NetworkPath>.Continuation) {
+        try F.scriptedAgent(F.configuration(state: directory.file("state"), edit), startingAt: first)
+    }
+
     @Test func outageAbortsAtOnceAndTheNewPathResumes() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "4m")
-        let directory = try F.Directory()
-        let content = F.randomData(count: 12 << 20, seed: 5)
-        try nginx.serve(content, at: "slow/file.bin")
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Self.wifi)
+        let (nginx, directory, content) = try F.nginxServing(count: 12 << 20, seed: 5, at: "slow/file.bin", slowRate: "4m")
         // A stall timeout far beyond the bounds below: only the path can stop the transfer in time.
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+        let (agent, continuation) = try Self.scriptedAgent(in: directory, startingAt: Self.wifi) {
             $0.stallTimeout = .seconds(30)
-        }, paths: paths)
+        }
         let destination = directory.file("file.bin")
         let download = try await agent.download(from: nginx.url("slow/file.bin"), to: destination,
                                                 options: .init(expectedSHA256: F.sha256(content)))
@@ -68,15 +70,11 @@ struct DownloadPathTests {
     }
 
     @Test func primaryInterfaceSwitchRestartsTheTransfer() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "1m")   // ~10 s: the switch must land mid-transfer even on a loaded machine
-        let directory = try F.Directory()
-        let content = F.randomData(count: 10 << 20, seed: 6)
-        try nginx.serve(content, at: "slow/file.bin")
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Self.wifi)
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+        // ~10 s: the switch must land mid-transfer even on a loaded machine
+        let (nginx, directory, content) = try F.nginxServing(count: 10 << 20, seed: 6, at: "slow/file.bin", slowRate: "1m")
+        let (agent, continuation) = try Self.scriptedAgent(in: directory, startingAt: Self.wifi) {
             $0.stallTimeout = .seconds(30)   // only the path switch can restart the transfer in time
-        }, paths: paths)
+        }
         let download = try await agent.download(from: nginx.url("slow/file.bin"), to: directory.file("file.bin"),
                                                 options: .init(expectedSHA256: F.sha256(content)))
         let log = F.EventLog(download)
@@ -91,13 +89,8 @@ struct DownloadPathTests {
     }
 
     @Test func expensivePathIsAvoidedWhenNotAllowed() async throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory()
-        let content = F.randomData(count: 1 << 20, seed: 8)
-        try nginx.serve(content, at: "f.bin")
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Self.cellular)
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")), paths: paths)
+        let (nginx, directory, content) = try F.nginxServing(count: 1 << 20, seed: 8, at: "f.bin")
+        let (agent, continuation) = try Self.scriptedAgent(in: directory, startingAt: Self.cellular)
         let download = try await agent.download(from: nginx.url("f.bin"), to: directory.file("f.bin"),
                                                 options: .init(expectedSHA256: F.sha256(content), allowsExpensive: false))
         // State, not events: the first events may fire before a handler could be attached.
@@ -110,16 +103,11 @@ struct DownloadPathTests {
     }
 
     @Test func manyDownloadsRestartTogetherWhenThePathReturns() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "1m")
-        let directory = try F.Directory()
-        let content = F.randomData(count: 4 << 20, seed: 9)
-        try nginx.serve(content, at: "slow/file.bin")
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Self.wifi)
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+        let (nginx, directory, content) = try F.nginxServing(count: 4 << 20, seed: 9, at: "slow/file.bin", slowRate: "1m")
+        let (agent, continuation) = try Self.scriptedAgent(in: directory, startingAt: Self.wifi) {
             $0.maximumConcurrentDownloads = 8
             $0.stallTimeout = .seconds(30)
-        }, paths: paths)
+        }
         var started: [(Download, F.EventLog)] = []
         for index in 0..<6 {
             let download = try await agent.download(from: nginx.url("slow/file.bin"), to: directory.file("f\(index)"),
@@ -140,16 +128,11 @@ struct DownloadPathTests {
 
     @Test(.enabled(if: DownloadFixtures.isRoot, "SO_BINDTODEVICE (CURLOPT_INTERFACE if!name) needs root"))
     func cheapInterfaceIsPinnedWhenThePrimaryIsExpensive() async throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory()
-        let content = F.randomData(count: 1 << 20, seed: 13)
-        try nginx.serve(content, at: "f.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 1 << 20, seed: 13, at: "f.bin")
         // Primary is cellular; "lo" plays a usable wired interface, so the agent must pin to it
         // (SO_BINDTODEVICE lo still reaches 127.0.0.1) rather than wait.
         let loopbackAsWired = Self.interface("lo", 1, .wired, "127.0.0.1")
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Self.path(Self.interface("wwan0", 4, .cellular, "10.64.0.2"), also: [loopbackAsWired]))
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")), paths: paths)
+        let (agent, _) = try Self.scriptedAgent(in: directory, startingAt: Self.path(Self.interface("wwan0", 4, .cellular, "10.64.0.2"), also: [loopbackAsWired]))
         let download = try await agent.download(from: nginx.url("f.bin"), to: directory.file("f.bin"),
                                                 options: .init(expectedSHA256: F.sha256(content), allowsExpensive: false))
         _ = try await F.finish(download, timeout: .seconds(20))
@@ -163,11 +146,9 @@ struct DownloadPathTests {
         let directory = try F.Directory()
         try nginx.serve(Data("x".utf8), at: "f.bin")
         let ghost = Self.interface("ghost0", 99, .wired, "192.0.2.1")
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Self.path(Self.interface("wwan0", 4, .cellular, "10.64.0.2"), also: [ghost]))
-        let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
+        let (agent, _) = try Self.scriptedAgent(in: directory, startingAt: Self.path(Self.interface("wwan0", 4, .cellular, "10.64.0.2"), also: [ghost])) {
             $0.maximumConsecutiveFailures = 1
-        }, paths: paths)
+        }
         let download = try await agent.download(from: nginx.url("f.bin"), to: directory.file("f.bin"),
                                                 options: .init(allowsExpensive: false))
         await #expect(throws: DownloadError.notConnectedToInternet) { _ = try await F.finish(download, timeout: .seconds(20)) }

@@ -8,10 +8,7 @@ import TestSupport
 /// first to deliver the next byte carries on, the other is closed. No TCP retransmission timer
 /// and no stall timeout decides when the download continues.
 @Suite("Racing a stalled transfer", .serialized)
-struct DownloadRaceTests {
-    typealias F = DownloadFixtures
-    typealias Server = DownloadTestHTTPServer
-    typealias Reply = DownloadTestHTTPServer.Reply
+struct DownloadRaceTests: DownloadScenarios {
 
     static let content = F.randomData(count: 2 << 20 + 7, seed: 81)
     static let half = content.count / 2

@@ -10,11 +10,12 @@ import TestSupport
 ///
 /// Outages here last a few seconds (the benchmark holds them for 5-60 s and 10 minutes): each
 /// is held until the server has seen a given number of attempts, not for a fixed time.
-@Suite("Downloads through server-side failures (path up)", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadServerOutageTests {
-    typealias F = DownloadFixtures
-    static let size = 5 << 20
+@Suite("Downloads through server-side failures (path up)", .serialized, .needsRoot,
+       .needsNginx)
+struct DownloadServerOutageTests: DownloadScenarios {
+    /// 3 MiB at nginx's 1 MiB/s: each outage starts after the first MiB with two seconds of
+    /// transfer still to come, and the test does not wait through more.
+    static let size = 3 << 20
     static let blackhole = [["INPUT", "-p", "tcp", "--dport", "80", "-j", "DROP"],
                             ["OUTPUT", "-p", "tcp", "--sport", "80", "-j", "DROP"]]
     static let reset = [["INPUT", "-p", "tcp", "--dport", "80", "-j", "REJECT", "--reject-with", "tcp-reset"]]
@@ -30,6 +31,41 @@ struct DownloadServerOutageTests {
             contents.append(content)
         }
         return (net, contents)
+    }
+
+    /// `lab(seed:)` with a download of its file that has received its first MiB.
+    static func downloading(seed: UInt64, sourceLocation: SourceLocation = #_sourceLocation) async throws -> (OutageLab, [Data], CLIProcess) {
+        let (net, contents) = try lab(seed: seed)
+        do {
+            let cli = try net.download("file.bin")
+            #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)", sourceLocation: sourceLocation)
+            return (net, contents, cli)
+        } catch { net.close(); throw error }
+    }
+
+    /// Adds (`-A`) or deletes (`-D`) `rules` in the server namespace.
+    static func apply(_ rules: [[String]], _ action: String, _ net: OutageLab) throws {
+        for rule in rules { try net.serverIptables([action] + rule) }
+    }
+
+    /// A server-side outage over a running download, held until the server has seen `attempts`
+    /// connection attempts (not for a fixed time): `start` it, expect the download to wait for
+    /// the server, `end` it, and expect the wait cheap and the download complete. Returns how
+    /// long the download took to notice.
+    static func waitOutServerOutage(_ net: OutageLab, _ cli: CLIProcess, _ contents: [Data], attempts count: Int,
+                                    start: () throws -> Void, end: () throws -> Void,
+                                    sourceLocation: SourceLocation = #_sourceLocation) async throws -> Duration {
+        let base = net.connectionAttempts
+        let cut = ContinuousClock.now
+        try start()
+        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)", sourceLocation: sourceLocation)
+        let noticed = ContinuousClock.now - cut
+        #expect(await waitForAttempts(net, count, since: base), "\(cli.transcript)", sourceLocation: sourceLocation)
+        let attempts = net.connectionAttempts - base
+        try end()
+        expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript, sourceLocation: sourceLocation)
+        await expectComplete(net, cli, contents, sourceLocation: sourceLocation)
+        return noticed
     }
 
     /// Waits until the server has seen `count` more connection attempts than `base`.
@@ -58,23 +94,14 @@ struct DownloadServerOutageTests {
 
     @Test("upstream blackhole (server-side DROP, client path up): suspected, raced, waited out cheaply")
     func upstreamBlackhole() async throws {
-        let (net, contents) = try Self.lab(seed: 31)
+        let (net, contents, cli) = try await Self.downloading(seed: 31)
         defer { net.close() }
-        let cli = try net.download("file.bin")
-        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
-        let base = net.connectionAttempts
-        let cut = ContinuousClock.now
-        for rule in Self.blackhole { try net.serverIptables(["-A"] + rule) }
+        let noticed = try await Self.waitOutServerOutage(net, cli, contents, attempts: 6,
+                                                         start: { try Self.apply(Self.blackhole, "-A", net) },
+                                                         end: { try Self.apply(Self.blackhole, "-D", net) })
         // No byte for about a second: a fresh connection races the silent one and cannot
         // connect, so the server is known gone well before the 5 s stall timeout of this run.
-        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)")
-        let noticed = ContinuousClock.now - cut
         #expect(noticed < .milliseconds(4500), "noticed after \(noticed)\n\(cli.transcript)")
-        #expect(await Self.waitForAttempts(net, 6, since: base), "\(cli.transcript)")
-        let attempts = net.connectionAttempts - base
-        for rule in Self.blackhole { try net.serverIptables(["-D"] + rule) }
-        Self.expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript)
-        await Self.expectComplete(net, cli, contents)
     }
 
     /// Issue 21: 50 agent downloads behind a blackhole made 53 SYNs in the first ~3 s, each stalled
@@ -143,38 +170,21 @@ struct DownloadServerOutageTests {
 
     @Test("server resets every packet (server-side REJECT tcp-reset): reset, refused, waited out cheaply")
     func serverResets() async throws {
-        let (net, contents) = try Self.lab(seed: 32)
+        let (net, contents, cli) = try await Self.downloading(seed: 32)
         defer { net.close() }
-        let cli = try net.download("file.bin")
-        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
-        let base = net.connectionAttempts
-        let cut = ContinuousClock.now
-        for rule in Self.reset { try net.serverIptables(["-A"] + rule) }
-        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)")
-        #expect(await Self.waitForAttempts(net, 8, since: base), "\(cli.transcript)")
-        let attempts = net.connectionAttempts - base
-        for rule in Self.reset { try net.serverIptables(["-D"] + rule) }
-        Self.expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript)
-        await Self.expectComplete(net, cli, contents)
+        _ = try await Self.waitOutServerOutage(net, cli, contents, attempts: 8,
+                                               start: { try Self.apply(Self.reset, "-A", net) },
+                                               end: { try Self.apply(Self.reset, "-D", net) })
         let wait = try #require(cli.events.first { $0["event"] as? String == "waitingForServer" })
         #expect((wait["error"] as? [String: Any])?["urlErrorCode"] as? Int == URLError.Code.cannotConnectToHost.rawValue)
     }
 
     @Test("server stopped and started again: refused meanwhile, waited out, resumed")
     func serverStoppedAndRestarted() async throws {
-        let (net, contents) = try Self.lab(seed: 33)
+        let (net, contents, cli) = try await Self.downloading(seed: 33)
         defer { net.close() }
-        let cli = try net.download("file.bin")
-        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
-        let base = net.connectionAttempts
-        let cut = ContinuousClock.now
-        net.stopServer()
-        #expect(await cli.waitFor("waitingForServer", timeout: .seconds(10)), "\(cli.transcript)")
-        #expect(await Self.waitForAttempts(net, 8, since: base), "\(cli.transcript)")
-        let attempts = net.connectionAttempts - base
-        try net.startServer()
-        Self.expectCheap(attempts, over: ContinuousClock.now - cut, cli.transcript)
-        await Self.expectComplete(net, cli, contents)
+        _ = try await Self.waitOutServerOutage(net, cli, contents, attempts: 8, start: { net.stopServer() },
+                                               end: { try net.startServer() })
         #expect(cli.count("resumed") >= 1)
     }
 
@@ -200,10 +210,8 @@ struct DownloadServerOutageTests {
     @Test("503 with Retry-After: the wait is the server's, bounded, then the download completes",
           arguments: [true, false])
     func serviceUnavailable(retryAfter: Bool) async throws {
-        let (net, contents) = try Self.lab(seed: retryAfter ? 35 : 36)
+        let (net, contents, cli) = try await Self.downloading(seed: retryAfter ? 35 : 36)
         defer { net.close() }
-        let cli = try net.download("file.bin")
-        #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
         let flag = net.busyFlag(retryAfter: retryAfter)
         try Data().write(to: flag)
         // Make the next request hit the flag: cut the running transfer with a reset.

@@ -9,9 +9,8 @@ import TestSupport
 /// Mounting needs root (CI runs as root).
 @Suite("Downloads waiting for disk space", .serialized,
        .enabled(if: DownloadFixtures.isRoot, "mounting a tmpfs needs root"),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct DownloadSpaceWaitTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct DownloadSpaceWaitTests: DownloadScenarios {
 
     /// A tmpfs of `size` mounted at a fresh `rchspace-…` directory; unmounted by `unmount()`.
     struct SmallDisk {
@@ -42,10 +41,7 @@ struct DownloadSpaceWaitTests {
     }
 
     @Test func aDownloadThatMeetsENOSPCWaitsKeepsItsBytesAndCompletesWhenSpaceReturns() async throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory()
-        let content = F.randomData(count: 6 << 20, seed: 32)
-        try nginx.serve(content, at: "f.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 6 << 20, seed: 32, at: "f.bin")
         let disk = try SmallDisk(in: directory, size: "2m")
         defer { disk.unmount() }
         // No minimum (the length is unknown until the server answers, so only ENOSPC stops it).
@@ -76,10 +72,7 @@ struct DownloadSpaceWaitTests {
     }
 
     @Test func aDownloadThatWouldLeaveTooLittleWaitsBeforeWritingAndStartsWhenSpaceReturns() async throws {
-        let nginx = try DownloadTestNginx(accessLog: true)
-        let directory = try F.Directory()
-        let content = F.randomData(count: 6 << 20, seed: 33)
-        try nginx.serve(content, at: "g.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 6 << 20, seed: 33, at: "g.bin", accessLog: true)
         let disk = try SmallDisk(in: directory, size: "8m")
         defer { disk.unmount() }
         // 6 MiB to write and 4 MiB to leave do not fit in 8 MiB.
@@ -107,10 +100,7 @@ struct DownloadSpaceWaitTests {
     /// and `--json`), the `waiting` event and the metric, then completion once space returns.
     @Test func theAgentShowsTheReasonEverywhereAndCompletesWhenSpaceReturns() throws {
         let namespace = try ConnectedNamespace()
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory("agent")
-        let content = F.randomData(count: 6 << 20, seed: 34)
-        try nginx.serve(content, at: "h.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 6 << 20, seed: 34, at: "h.bin", label: "agent")
         // 0700: `download-dir=` must be a directory only the agent's owner can write.
         let disk = try SmallDisk(in: directory, size: "2m,mode=0700")
         defer { disk.unmount() }

@@ -6,14 +6,10 @@ import TestSupport
 /// HTTPS through libcurl + OpenSSL against nginx with a throwaway self-signed certificate.
 @Suite("Downloads over HTTPS", .serialized,
        .enabled(if: DownloadTestNginx.isTLSAvailable, "nginx or openssl is not installed"))
-struct DownloadTLSTests {
-    typealias F = DownloadFixtures
+struct DownloadTLSTests: DownloadScenarios {
 
     @Test func downloadsOverTLSWithATrustedAuthority() async throws {
-        let nginx = try DownloadTestNginx(tls: true)
-        let directory = try F.Directory()
-        let content = F.randomData(count: 4 << 20, seed: 21)
-        try nginx.serve(content, at: "f.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 4 << 20, seed: 21, at: "f.bin", tls: true)
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")) {
             $0.certificateAuthorityFile = nginx.certificate
         })

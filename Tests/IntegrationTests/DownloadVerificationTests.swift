@@ -5,9 +5,7 @@ import TestSupport
 
 /// The digest covers the bytes as they are on disk, and a SHA-256 given when resuming is adopted.
 @Suite("Verification of resumed downloads", .serialized)
-struct DownloadVerificationTests {
-    typealias F = DownloadFixtures
-    typealias Server = DownloadTestHTTPServer
+struct DownloadVerificationTests: DownloadScenarios {
 
     static let content = F.randomData(count: 4 << 20 + 3, seed: 5)
 

@@ -11,8 +11,7 @@ import TestSupport
 /// and the path going mid-request (-1005 at once) or missing at the start (-1009, or a wait).
 @Suite("HTTP exchanges on loopback", .serialized,
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
-struct ExchangeTests {
-    typealias F = DownloadFixtures
+struct ExchangeTests: DownloadScenarios {
 
     struct Fixture {
         let server: UploadTestServer

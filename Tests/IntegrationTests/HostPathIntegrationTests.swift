@@ -28,13 +28,12 @@ final class HostPathRecorder: Sendable {
     func stop() { task.cancel() }
 }
 
-@Suite("Paths to one host: the kernel's route to its address", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("Paths to one host: the kernel's route to its address", .serialized, .needsRoot)
 struct HostPathIntegrationTests {
     @Test("a LAN with no default route: its hosts and loopback are reachable, the Internet is not")
     func lanWithoutDefaultRoute() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1, defaultRoute: false)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
         #expect(monitor.currentPath.unsatisfiedReason == .noRoute)
@@ -59,9 +58,8 @@ struct HostPathIntegrationTests {
 
     @Test("a route added for a host's network reaches it; the default route coming and going does not disturb a LAN host")
     func routeChanges() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1, defaultRoute: false)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
         try ip("-n \(net.router) addr add 10.78.0.5/32 dev lo")
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
@@ -90,9 +88,8 @@ struct HostPathIntegrationTests {
 
     @Test("Reachability(hostname:) answers for its host, as SCNetworkReachability did for a name")
     func facadeForAHost() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1, defaultRoute: false)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
         let lan = Reachability(hostname: "10.77.1.1", configuration: .init(networkNamespace: net.client),
                                callbackQueue: DispatchQueue(label: "test.lan"), notificationCenter: NotificationCenter())
         let (events, continuation) = AsyncStream.makeStream(of: String.self)
@@ -116,9 +113,8 @@ struct HostPathIntegrationTests {
 
     @Test("reachability wait --host and status on a LAN with no default route")
     func commandLine() throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1, defaultRoute: false)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
         let (waited, _, errors) = try runBuilt(["wait", "--netns", net.client, "--host", "10.77.1.1", "--timeout", "5"])
         #expect(waited == 0, "\(errors)")
         let (local, _, _) = try runBuilt(["wait", "--netns", net.client, "--host", "localhost", "--timeout", "5"])
@@ -134,9 +130,8 @@ struct HostPathIntegrationTests {
 
     @Test("link-local servers (IPv4 169.254/16, IPv6 fe80:: with its zone) need no route beyond the link")
     func linkLocal() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1, defaultRoute: false)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
         try ip("-n \(net.client) addr add 169.254.7.2/16 dev enp3s0")
         try ip("-n \(net.router) addr add 169.254.7.1/16 dev up1")
         try ip("-6 -n \(net.client) addr add fe80::77:2/64 dev enp3s0 nodad")

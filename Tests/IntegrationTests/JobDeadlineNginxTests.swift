@@ -5,9 +5,8 @@ import TestSupport
 
 /// Issue 32 item 5 with a real agent: a job's deadline ends a transfer that is still running, and
 /// its no-progress timeout ends a wait for a server that refuses; both keep the resume data.
-@Suite("A job's time limits", .serialized, .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct JobDeadlineNginxTests {
-    typealias F = DownloadFixtures
+@Suite("A job's time limits", .serialized, .needsNginx)
+struct JobDeadlineNginxTests: DownloadScenarios {
 
     static func failure(of download: Download) -> DownloadError? {
         if case .failed(let error) = download.state { return error }
@@ -15,10 +14,8 @@ struct JobDeadlineNginxTests {
     }
 
     @Test func theDeadlineAndTheNoProgressTimeoutFailTheJobAndKeepItsBytes() async throws {
-        let nginx = try DownloadTestNginx(slowRate: "256k")   // 8 MiB: about 30 s, far past the deadline
-        let directory = try F.Directory()
-        let content = F.randomData(count: 8 << 20, seed: 3250)
-        try nginx.serve(content, at: "slow/late.bin")
+        // 8 MiB: about 30 s, far past the deadline
+        let (nginx, directory, content) = try F.nginxServing(count: 8 << 20, seed: 3250, at: "slow/late.bin", slowRate: "256k")
         let agent = try DownloadAgent(configuration: F.configuration(state: directory.file("state")))
         var options = DownloadOptions(expectedSHA256: F.sha256(content))
         options.deadline = Date().addingTimeInterval(1.5)

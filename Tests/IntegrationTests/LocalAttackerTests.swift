@@ -13,9 +13,7 @@ import TestSupport
 /// changed (the "victim" file keeps its bytes).
 @Suite("Local attacker (built binary, root)", .serialized,
        .enabled(if: DownloadFixtures.isRoot, "planting files as another user needs root"))
-struct LocalAttackerTests {
-    typealias F = DownloadFixtures
-    typealias Server = DownloadTestHTTPServer
+struct LocalAttackerTests: DownloadScenarios {
 
     static let content = F.randomData(count: 3 << 20 + 11, seed: 77)
     static let etag = "\"a1\""
@@ -53,15 +51,24 @@ struct LocalAttackerTests {
         return (await cli.waitForExit(), cli)
     }
 
-    @Test func aPlantedPartLinkIsNeverFollowed() async throws {
-        let folder = try SharedFolder()
-        folder.plantLink("out.bin.part", to: folder.victim)
+    /// Downloads to out.bin in the shared folder and expects the refusal (exit 73, `saying` on
+    /// stderr) with the victim intact. Returns the server, to count what it was asked.
+    @discardableResult
+    func expectRefusedPart(in folder: SharedFolder, saying message: String,
+                           sourceLocation: SourceLocation = #_sourceLocation) async throws -> Server {
         let server = try honestServer()
         let (status, cli) = try await download(server, to: folder.shared.appendingPathComponent("out.bin"), state: folder.state,
                                                in: folder.base.url)
-        #expect(status == 73, "\(cli.transcript)")
-        #expect(cli.standardError.contains("out.bin.part is a symbolic link"), "\(cli.transcript)")
-        #expect(folder.victimIsIntact)
+        #expect(status == 73, "\(cli.transcript)", sourceLocation: sourceLocation)
+        #expect(cli.standardError.contains(message), "\(cli.transcript)", sourceLocation: sourceLocation)
+        #expect(folder.victimIsIntact, sourceLocation: sourceLocation)
+        return server
+    }
+
+    @Test func aPlantedPartLinkIsNeverFollowed() async throws {
+        let folder = try SharedFolder()
+        folder.plantLink("out.bin.part", to: folder.victim)
+        try await expectRefusedPart(in: folder, saying: "out.bin.part is a symbolic link")
         #expect(!FileManager.default.fileExists(atPath: folder.shared.appendingPathComponent("out.bin").path))
     }
 
@@ -76,12 +83,7 @@ struct LocalAttackerTests {
             FileManager.default.createFile(atPath: part, contents: Data("attacker".utf8))
             chown(part, Self.attacker, Self.attacker)
         }
-        let server = try honestServer()
-        let (status, cli) = try await download(server, to: folder.shared.appendingPathComponent("out.bin"), state: folder.state,
-                                               in: folder.base.url)
-        #expect(status == 73, "\(cli.transcript)")
-        #expect(cli.standardError.contains("out.bin.part"), "\(cli.transcript)")
-        #expect(folder.victimIsIntact)
+        let server = try await expectRefusedPart(in: folder, saying: "out.bin.part")
         #expect(server.requests.isEmpty, "nothing is fetched for a destination that cannot be written")
     }
 

@@ -6,10 +6,9 @@ import Testing
 /// an interface whose name tries to break out of its label, downloads a real file from nginx, loses
 /// its path, and both its metrics file (Prometheus text) and `agent metrics` (OpenMetrics) are read
 /// back by prometheus_client's parsers.
-@Suite("Metrics end to end", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct MetricsIntegrationTests {
-    typealias F = DownloadFixtures
+@Suite("Metrics end to end", .serialized, .needsRoot,
+       .needsNginx)
+struct MetricsIntegrationTests: DownloadScenarios {
 
     /// Quotes, a literal backslash-n, braces, '=', ',' and '#': everything a label value must escape
     /// or survive (the kernel refuses '/', ':' and whitespace in names; 15 bytes at most).

@@ -9,9 +9,8 @@ import TestSupport
 /// dropped (a `sourceDropped` event), and the fast one carried most of the bytes, counted from
 /// the servers' access logs.
 @Suite("reachability download: ranges over three loopback mirrors", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct MirrorSegmentsTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct MirrorSegmentsTests: DownloadScenarios {
 
     struct Mirrors {
         let fast: DownloadTestNginx, slow: DownloadTestNginx, bad: DownloadTestNginx
@@ -87,7 +86,7 @@ struct MirrorSegmentsTests {
     }
 
     /// `queue add --mirror URL`: the agent spreads the job over its sources and drops the bad one.
-    @Test(.enabled(if: isRoot, rootReason)) func theAgentTakesMirrors() throws {
+    @Test(.needsRoot) func theAgentTakesMirrors() throws {
         let mirrors = try Mirrors(seed: 3424)
         defer { mirrors.stop() }
         let namespace = try ConnectedNamespace()

@@ -7,10 +7,9 @@ import Testing
 /// one (ww0: the `ww` prefix classifies it as cellular, hence expensive), both to one server,
 /// each shaped on the server side with `tc tbf` (no netem on this kernel), nginx unlimited.
 /// Bytes per uplink are the client's receive counters.
-@Suite("Multipath downloads", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct MultipathDownloadTests {
-    typealias F = DownloadFixtures
+@Suite("Multipath downloads", .serialized, .needsRoot,
+       .needsNginx)
+struct MultipathDownloadTests: DownloadScenarios {
     static let size = 16 << 20
 
     /// The lab: eth1 at 40 Mbit/s (default route, metric 100) and ww0 at 20 Mbit/s (metric 200).
@@ -24,8 +23,7 @@ struct MultipathDownloadTests {
         try net.uplink("ww0", address: "10.88.0.3", metric: 200)
         try shape(net, "peth1", "40mbit")
         try shape(net, "pww0", "20mbit")
-        let content = F.randomData(count: size, seed: seed)
-        try net.serve(content, at: "file.bin")
+        let content = try net.serveRandom(count: size, seed: seed)
         return (net, content)
     }
 
@@ -68,12 +66,20 @@ struct MultipathDownloadTests {
         }, "\(cli.transcript)")
     }
 
+    /// `lab(seed:)` with a download of its file started with `arguments`, after reading ww0's
+    /// receive counter (the baseline the cellular bytes are counted from).
+    static func downloading(seed: UInt64, _ arguments: [String]) throws -> (OutageLab, Data, Int, CLIProcess) {
+        let (net, content) = try lab(seed: seed)
+        do {
+            let cellularBase = received(net, "ww0")
+            return (net, content, cellularBase, try net.download("file.bin", arguments))
+        } catch { net.close(); throw error }
+    }
+
     @Test("--no-expensive keeps the download on the cheap uplink")
     func noExpensive() async throws {
-        let (net, content) = try Self.lab(seed: 1812)
+        let (net, content, cellularBase, cli) = try Self.downloading(seed: 1812, ["--no-expensive"])
         defer { net.close() }
-        let cellularBase = Self.received(net, "ww0")
-        let cli = try net.download("file.bin", ["--no-expensive"])
         #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)")
         #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
         // ARP and neighbour discovery only, never the file.
@@ -82,10 +88,8 @@ struct MultipathDownloadTests {
 
     @Test("--expensive-as-fallback: the expensive uplink carries the file only while the cheap one is gone")
     func expensiveAsFallback() async throws {
-        let (net, content) = try Self.lab(seed: 1813)
+        let (net, content, cellularBase, cli) = try Self.downloading(seed: 1813, ["--expensive-as-fallback"])
         defer { net.close() }
-        let cellularBase = Self.received(net, "ww0")
-        let cli = try net.download("file.bin", ["--expensive-as-fallback"])
         #expect(await cli.waitForBytes(4 << 20, timeout: .seconds(20)), "\(cli.transcript)")
         #expect(Self.received(net, "ww0") - cellularBase < 64 << 10, "ww0 used beside eth1")
         try ip("-n \(net.client) link set eth1 down")

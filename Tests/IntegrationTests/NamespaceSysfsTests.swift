@@ -3,7 +3,7 @@ import Testing
 @testable import LinuxReachability
 import TestSupport
 
-@Suite("sysfs facts inside another namespace", .enabled(if: isRoot, rootReason))
+@Suite("sysfs facts inside another namespace", .needsRoot)
 struct NamespaceSysfsTests {
     @Test("the private sysfs mount shows the namespace's interfaces, not the host's")
     func privateSysfs() throws {

@@ -6,10 +6,9 @@ import TestSupport
 /// Issue 32 item 6 across a restart: a job's `--on-complete` command is kept in its resume
 /// record, so the job the restarted agent restores still runs it when it ends, once. Needs root
 /// (the agent's namespace).
-@Suite("--on-complete across an agent restart", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct OnCompleteRestartTests {
-    typealias F = DownloadFixtures
+@Suite("--on-complete across an agent restart", .serialized, .needsRoot,
+       .needsNginx)
+struct OnCompleteRestartTests: DownloadScenarios {
 
     @Test(arguments: [SIGTERM, SIGKILL])
     func aRestoredJobStillRunsItsCommandOnce(signal: Int32) throws {

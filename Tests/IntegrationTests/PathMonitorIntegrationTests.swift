@@ -4,13 +4,12 @@ import LinuxReachability
 import Testing
 import TestSupport
 
-@Suite("Path monitor in network namespaces", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("Path monitor in network namespaces", .serialized, .needsRoot)
 struct PathMonitorIntegrationTests {
     @Test("link down, then up with the route restored")
     func linkDownUp() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
         let first = monitor.currentPath
@@ -36,9 +35,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("carrier loss through the peer keeps routes but is unsatisfied")
     func carrierLoss() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
         let everything = try startMonitor(in: net.client, allInterfaces: true)
@@ -56,9 +54,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("container churn: veth pairs created, brought up and deleted publish nothing")
     func vethChurnIsQuiet() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
         let updates = Mutex<[NetworkPath]>([])
@@ -76,9 +73,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("default route deleted, added, replaced with another gateway")
     func defaultRouteChanges() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         try ip("-n \(net.router) addr add 10.77.1.254/24 dev up1")
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
@@ -94,9 +90,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("metric switch moves the primary between wifi and wired uplinks")
     func metricSwitch() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "wlp1s0", subnet: 1, metric: 100)
         defer { net.close() }
-        try net.uplink("wlp1s0", subnet: 1, metric: 100)
         try net.uplink("enp3s0", subnet: 2, metric: 200)
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
@@ -113,9 +108,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("last address removed")
     func lastAddressRemoved() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         let monitor = try startMonitor(in: net.client)
         defer { monitor.cancel() }
         try ip("-n \(net.client) addr del 10.77.1.2/24 dev enp3s0")
@@ -145,9 +139,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("VPN split default over a tun device")
     func vpnSplitDefault() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "wlp1s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("wlp1s0", subnet: 1)
         try net.lab.attachedTun("tun0", in: net.client)
         try ip("-n \(net.client) addr add 10.8.0.2/32 dev tun0")
         try ip("-n \(net.client) link set tun0 up")
@@ -168,9 +161,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("classification from names and overrides inside a namespace")
     func classification() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "wlp1s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("wlp1s0", subnet: 1)
         try net.uplink("wwan0", subnet: 2, defaultRoute: false)
         try net.uplink("enp3s0", subnet: 3, defaultRoute: false)
         try net.uplink("usb0", subnet: 4, defaultRoute: false)
@@ -189,9 +181,8 @@ struct PathMonitorIntegrationTests {
 
     @Test("100k routes: right path at start, storm ends on the kernel's path")
     func largeRouteTable() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         try net.uplink("wlp1s0", subnet: 2, defaultRoute: false)
         try net.uplink("enp9s0", subnet: 3, defaultRoute: false)
         var batch = ""
@@ -245,13 +236,12 @@ struct PathMonitorIntegrationTests {
     }
 }
 
-@Suite("Reachability facade in a namespace", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("Reachability facade in a namespace", .serialized, .needsRoot)
 struct ReachabilityFacadeIntegrationTests {
     @Test("whenReachable runs for the current state, whenUnreachable on link down, notification posted")
     func callbacks() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "wlp1s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("wlp1s0", subnet: 1)
         let center = NotificationCenter()
         let reachability = Reachability(configuration: .init(networkNamespace: net.client),
                                         callbackQueue: DispatchQueue(label: "test.callbacks"), notificationCenter: center)

@@ -66,10 +66,7 @@ struct PowerFactsTests {
         try bus.startUPower()
         try bus.set("/org/freedesktop/UPower", "org.freedesktop.UPower", "OnBattery", .boolean(true), service: SystemBusLab.upower)
         let namespace = try ConnectedNamespace()
-        let nginx = try DownloadTestNginx()
-        let directory = try DownloadFixtures.Directory("power")
-        let content = DownloadFixtures.randomData(count: 2 << 20, seed: 35)
-        try nginx.serve(content, at: "a.bin")
+        let (nginx, directory, content) = try DownloadFixtures.nginxServing(count: 2 << 20, seed: 35, at: "a.bin", label: "power")
         try nginx.serve(content, at: "b.bin")
         try FileManager.default.createDirectory(at: directory.file("state"), withIntermediateDirectories: false,
                                                 attributes: [.posixPermissions: 0o700])
@@ -160,10 +157,7 @@ struct PowerFactsTests {
         defer { bus.close() }
         try bus.startUPower()
         let namespace = try ConnectedNamespace()
-        let nginx = try DownloadTestNginx(slowRate: "512k")
-        let directory = try DownloadFixtures.Directory("power")
-        let content = DownloadFixtures.randomData(count: 8 << 20, seed: 36)
-        try nginx.serve(content, at: "slow/plug.bin")
+        let (nginx, directory, _) = try DownloadFixtures.nginxServing(count: 8 << 20, seed: 36, at: "slow/plug.bin", slowRate: "512k", label: "power")
         try AgentTests.allowDownloads(into: directory)
         let agent = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name],
                                      environment: bus.environment)

@@ -5,8 +5,7 @@ import TestSupport
 
 /// The three samples under Samples/, run as built executables.
 @Suite("Samples", .serialized)
-struct SampleSmokeTests {
-    typealias F = DownloadFixtures
+struct SampleSmokeTests: DownloadScenarios {
 
     /// Whether the host itself has a default route (the downloading samples watch the host's path).
     static var hostHasDefaultRoute: Bool {
@@ -32,7 +31,7 @@ struct SampleSmokeTests {
         #expect(result.standardError.contains("See '\(sample) --help'."))
     }
 
-    @Test(.enabled(if: isRoot, rootReason))
+    @Test(.needsRoot)
     func bannerShowsTheNamespacesConnection() throws {
         let connected = try ConnectedNamespace()
         let online = try BuiltProducts.run("ReachabilityBanner", ["--once"], prefix: ["ip", "netns", "exec", connected.name])
@@ -44,13 +43,10 @@ struct SampleSmokeTests {
         #expect(offline.standardOutput == "○ offline\n")
     }
 
-    @Test(.enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"),
+    @Test(.needsNginx,
           .enabled(if: hostHasDefaultRoute, "the host has no default route; HalfTunes would wait for one"))
     func halfTunesRunsNonInteractively() throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory("halftunes")
-        let content = F.randomData(count: 3 << 20, seed: 5)
-        try nginx.serve(content, at: "song.mp3")
+        let (nginx, directory, content) = try F.nginxServing(count: 3 << 20, seed: 5, at: "song.mp3", label: "halftunes")
         let result = try BuiltProducts.run("HalfTunes", [nginx.url("song.mp3").absoluteString, nginx.url("missing.mp3").absoluteString,
                                                          "-d", directory.url.path])
         #expect(result.status == 1, "one item failed: \(result)")
@@ -61,13 +57,10 @@ struct SampleSmokeTests {
         #expect(F.sha256(fileAt: directory.file("song.mp3")) == F.sha256(content))
     }
 
-    @Test(.enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"),
+    @Test(.needsNginx,
           .enabled(if: hostHasDefaultRoute, "the host has no default route; WaitThenFetch would wait for one"))
     func waitThenFetchDownloadsAndSIGINTCancelsCleanly() throws {
-        let nginx = try DownloadTestNginx(slowRate: "2m")
-        let directory = try F.Directory("waitthenfetch")
-        let content = F.randomData(count: 24 << 20, seed: 9)
-        try nginx.serve(content, at: "slow/big.iso")
+        let (nginx, directory, content) = try F.nginxServing(count: 24 << 20, seed: 9, at: "slow/big.iso", slowRate: "2m", label: "waitthenfetch")
         let output = directory.file("big.iso")
         let arguments = [nginx.url("slow/big.iso").absoluteString, "-o", output.path, "--sha256", F.sha256(content),
                          "--state-dir", directory.file("state").path]

@@ -8,16 +8,15 @@ import ResumableURLSession
 /// Downloads over several connections against a scripted server on loopback whose every
 /// response is paced (a server capping each connection), honest or hostile per connection.
 @Suite("Segmented downloads")
-struct SegmentedDownloadTests {
-    typealias F = DownloadFixtures
-    typealias Server = DownloadTestHTTPServer
-    typealias Reply = DownloadTestHTTPServer.Reply
+struct SegmentedDownloadTests: DownloadScenarios {
 
     static let etag = "\"seg-v1\""
     static let content = F.randomData(count: 12 << 20, seed: 1801)
     static let other = F.randomData(count: 12 << 20, seed: 1802)
     /// Per connection: the file takes 6 s over one, about a second over six.
     static let rate = 2 << 20
+    /// For the scenarios that must stay on one connection: 2 s over it, not 6.
+    static let small = F.randomData(count: 4 << 20, seed: 1807)
 
     /// An honest server capping each response at `rate`.
     static func capped(_ request: Server.Request, content: Data = Self.content, etag: String? = Self.etag) -> Reply {
@@ -75,12 +74,12 @@ struct SegmentedDownloadTests {
     }
 
     @Test func oneConnectionWithoutAValidatorUnlessAChecksumGuardsTheFile() async throws {
-        let server = try Server { request, _ in Self.capped(request, etag: nil) }
+        let server = try Server { request, _ in Self.capped(request, content: Self.small, etag: nil) }
         defer { server.stop() }
         let directory = try F.Directory()
         let (result, destination, _) = try await fetch(server, in: directory)
         _ = try result.get()
-        #expect(F.sha256(fileAt: destination) == F.sha256(Self.content))
+        #expect(F.sha256(fileAt: destination) == F.sha256(Self.small))
         #expect(Self.mostOpen(server) == 1, "no validator: nothing may be split")
 
         let guarded = try Server { request, _ in Self.capped(request, etag: nil) }
@@ -94,7 +93,7 @@ struct SegmentedDownloadTests {
 
     @Test func acceptRangesNoneAndOneAllowedConnectionKeepOne() async throws {
         let refusing = try Server { request, _ in
-            var reply = Self.capped(request)
+            var reply = Self.capped(request, content: Self.small)
             reply.headers.append(("Accept-Ranges", "none"))
             return reply
         }
@@ -102,15 +101,15 @@ struct SegmentedDownloadTests {
         let directory = try F.Directory()
         let (result, destination, _) = try await fetch(refusing, in: directory)
         _ = try result.get()
-        #expect(F.sha256(fileAt: destination) == F.sha256(Self.content))
+        #expect(F.sha256(fileAt: destination) == F.sha256(Self.small))
         #expect(Self.mostOpen(refusing) == 1)
 
-        let server = try Server { request, _ in Self.capped(request) }
+        let server = try Server { request, _ in Self.capped(request, content: Self.small) }
         defer { server.stop() }
         let second = try F.Directory()
         let (again, file, _) = try await fetch(server, connections: 1, in: second)
         _ = try again.get()
-        #expect(F.sha256(fileAt: file) == F.sha256(Self.content))
+        #expect(F.sha256(fileAt: file) == F.sha256(Self.small))
         #expect(server.requests.count == 1)
     }
 
@@ -261,11 +260,13 @@ struct SegmentedDownloadTests {
     /// `reachability download` SIGKILLed while several connections run, then the same command
     /// again: every file completes with the right SHA-256, and what the server sent twice stays
     /// within a MiB per connection open at the kill (what was in memory, the partial block each
-    /// was writing, and the overlaps compared before each range continues). Seeded.
+    /// was writing, and the overlaps compared before each range continues). Seeded; two kills
+    /// here, the campaign of many with the bytes re-fetched per kill is bench/segment_bench.py's
+    /// `kills` scenario.
     @Test func aSegmentedDownloadKilledAndRunAgainRefetchesLittle() async throws {
         let content = F.randomData(count: 16 << 20, seed: 1804)
         var generator = SplitMix(seed: 18)
-        for trial in 0..<5 {
+        for trial in 0..<2 {
             let server = try Server { request, _ in Self.capped(request, content: content) }
             defer { server.stop() }
             let directory = try F.Directory("segkill")

@@ -9,9 +9,8 @@ import TestSupport
 /// connection (`limit_rate`), SIGKILLed while several connections deliver, then the same command
 /// again. What was sent twice is counted from nginx's access log (`$body_bytes_sent` of every
 /// request, the killed ones included), not from the file (a segmented file is sparse).
-@Suite("Segmented kills against nginx", .serialized, .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct SegmentedKillNginxTests {
-    typealias F = DownloadFixtures
+@Suite("Segmented kills against nginx", .serialized, .needsNginx)
+struct SegmentedKillNginxTests: DownloadScenarios {
 
     /// Every byte on disk at the kill is kept (the journaling rule, docs/segments.md, "Crash
     /// safety"): the next run fetches none of them again but the bytes it compares, and every

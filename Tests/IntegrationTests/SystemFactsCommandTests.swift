@@ -69,8 +69,7 @@ struct SystemFactsCommandTests {
         defer { bus.close() }
         try bus.startNetworkManager(in: net.client)
         let device = try bus.addDevice("wlan0", kind: "wifi", interface: "eth1", metered: 4)
-        let content = DownloadFixtures.randomData(count: 6 << 20, seed: 19)
-        try net.serve(content, at: "file.bin")
+        let content = try net.serveRandom(count: 6 << 20, seed: 19)
         let cli = try net.download(names: ["file.bin"], ["--no-expensive"], environment: bus.environment)
         #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)")
 

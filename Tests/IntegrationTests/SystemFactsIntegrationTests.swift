@@ -11,9 +11,7 @@ struct SystemFactsIntegrationTests {
     func meteredWifi() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        let device = try lab.networkManagerWithWifi(metered: 4)
-        let monitor = try lab.monitor()
-        defer { monitor.cancel() }
+        let (device, monitor) = try lab.wifiMonitor(metered: 4)
         let first = monitor.currentPath
         #expect(first.source(.networkManager) == .used, "\(first.factSources)")
         #expect(first.source(.modemManager) == .notRunning)
@@ -56,7 +54,6 @@ struct SystemFactsIntegrationTests {
         let lab = try SystemFactsLab()
         defer { lab.close() }
         let monitor = try lab.monitor()
-        defer { monitor.cancel() }
         let withBus = monitor.currentPath
         // Answered (not running), not the start wait running out.
         #expect(withBus.source(.networkManager) == .notRunning, "\(withBus.factSources)")
@@ -74,14 +71,18 @@ struct SystemFactsIntegrationTests {
         #expect(missing.currentPath == plain.currentPath)
     }
 
+    /// A monitor on NetworkManager's wifi with Metered=guess-yes (3), seen as expensive.
+    static func guessedMeteredWifi(_ lab: SystemFactsLab, sourceLocation: SourceLocation = #_sourceLocation) throws -> PathMonitor {
+        let (_, monitor) = try lab.wifiMonitor(metered: 3)
+        #expect(monitor.currentPath.isExpensive, "\(monitor.currentPath.factSources)", sourceLocation: sourceLocation)
+        return monitor
+    }
+
     @Test("NetworkManager going away and coming back")
     func networkManagerRestarts() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        _ = try lab.networkManagerWithWifi(metered: 3)
-        let monitor = try lab.monitor()
-        defer { monitor.cancel() }
-        #expect(monitor.currentPath.isExpensive)
+        let monitor = try Self.guessedMeteredWifi(lab)
         try lab.bus.stopService(SystemBusLab.networkManager)
         let gone = try await waitForPath(monitor, "NetworkManager gone") { $0.source(.networkManager) == .notRunning }
         #expect(!gone.isExpensive)
@@ -98,10 +99,7 @@ struct SystemFactsIntegrationTests {
     func busRestarts() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        _ = try lab.networkManagerWithWifi(metered: 3)
-        let monitor = try lab.monitor()
-        defer { monitor.cancel() }
-        #expect(monitor.currentPath.isExpensive)
+        let monitor = try Self.guessedMeteredWifi(lab)
         try lab.bus.restartBus()
         let lost = try await waitForPath(monitor, "the bus lost") { $0.source(.networkManager) != .used }
         #expect(!lost.isExpensive && lost.primaryInterface?.metered == nil)
@@ -121,7 +119,6 @@ struct SystemFactsIntegrationTests {
         try lab.bus.startNetworkManager()   // in the test's namespace, not the client's
         try lab.bus.addDevice("wlan0", kind: "wifi", interface: "wlrch0", metered: 3)
         let monitor = try lab.monitor()
-        defer { monitor.cancel() }
         let path = monitor.currentPath
         #expect(path.source(.networkManager) == .otherNamespace, "\(path.factSources)")
         #expect(!path.isExpensive)
@@ -132,9 +129,7 @@ struct SystemFactsIntegrationTests {
     func hostilePeer() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        let device = try lab.networkManagerWithWifi(metered: 3, ipv4Connectivity: 0)
-        let monitor = try lab.monitor()
-        defer { monitor.cancel() }
+        let (device, monitor) = try lab.wifiMonitor(metered: 3, ipv4Connectivity: 0)
         #expect(monitor.currentPath.isExpensive)
         let garbage: [(String, SystemBusLab.Value)] = [
             ("Metered", .string("no")),
@@ -208,9 +203,7 @@ struct SystemFactsIntegrationTests {
     func networkManagerConnectivity() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        let device = try lab.networkManagerWithWifi(metered: 4, ipv4Connectivity: 2)
-        let monitor = try lab.monitor()
-        defer { monitor.cancel() }
+        let (device, monitor) = try lab.wifiMonitor(metered: 4, ipv4Connectivity: 2)
         let portal = monitor.currentPath
         #expect(portal.connectivity == .portal)
         #expect(portal.connectivityEvidence?.source == .networkManager)
@@ -242,7 +235,6 @@ struct SystemFactsIntegrationTests {
         try lab.bus.startModemManager(in: lab.net.client)
         let modem = try lab.bus.addModem(0, port: "rchmodem0", registration: 1)
         let monitor = try lab.monitor()
-        defer { monitor.cancel() }
         let home = monitor.currentPath
         #expect(home.source(.modemManager) == .used, "\(home.factSources)")
         #expect(home.primaryInterface?.type == .cellular)
@@ -291,9 +283,7 @@ struct GLibAgreementTests {
     func meteredAgreement() async throws {
         let lab = try SystemFactsLab()
         defer { lab.close() }
-        let device = try lab.networkManagerWithWifi(metered: 4)
-        let monitor = try lab.monitor()
-        defer { monitor.cancel() }
+        let (device, monitor) = try lab.wifiMonitor(metered: 4)
         let glib = try RequestReplyProcess(["/usr/bin/python3", "-u", "-c", Self.glibPeer], environment: lab.bus.environment)
         defer { glib.close() }
         let hello = try glib.readLine()

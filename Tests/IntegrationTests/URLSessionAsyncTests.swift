@@ -10,8 +10,7 @@ import TestSupport
 /// scripted server on loopback: download(from:)/download(for:)/download(resumeFrom:), the
 /// WWDC cancellation pattern, request headers and methods, completion handlers.
 @Suite("ResumableURLSession: async and URLRequest forms")
-struct URLSessionAsyncTests {
-    typealias F = DownloadFixtures
+struct URLSessionAsyncTests: DownloadScenarios {
     static let content = F.randomData(count: 2 << 20, seed: 1717)
     static let etag = "\"v1\""
 

@@ -4,10 +4,9 @@ import TestSupport
 
 /// Data tasks against real outages: `urlsession-probe --data` in a client namespace, nginx at
 /// 1 MiB/s in the server namespace, the link cut and restored with `ip`.
-@Suite("ResumableURLSession data tasks in network namespaces", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct URLSessionDataTaskOutageTests {
-    typealias F = DownloadFixtures
+@Suite("ResumableURLSession data tasks in network namespaces", .serialized, .needsRoot,
+       .needsNginx)
+struct URLSessionDataTaskOutageTests: DownloadScenarios {
     typealias Outages = URLSessionOutageTests
 
     static func probe(_ net: OutageLab, _ extra: [String] = []) throws -> ProbeProcess {

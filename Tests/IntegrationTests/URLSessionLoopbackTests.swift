@@ -9,9 +9,8 @@ import TestSupport
 /// ResumableURLSession against nginx on 127.0.0.1, with the path scripted (the namespace
 /// tests in URLSessionOutageTests cut real links).
 @Suite("ResumableURLSession on loopback", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct URLSessionLoopbackTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct URLSessionLoopbackTests: DownloadScenarios {
 
     final class Fixture: Sendable {
         let nginx: DownloadTestNginx
@@ -26,6 +25,17 @@ struct URLSessionLoopbackTests {
                      edit: (inout ResumableURLSession.Configuration) -> Void = { _ in }) -> LoopbackSession {
             LoopbackSession(state: state, finished: directory.file("finished"), waitsForConnectivity: waitsForConnectivity,
                             initialPath: initialPath, delegateQueue: delegateQueue, edit: edit)
+        }
+        /// Serves `count` random bytes (from `seed`) at `path` and starts a download task for them
+        /// in a new session: the start most of these scenarios share.
+        func startDownload(count: Int, seed: UInt64, at path: String = "slow/big.iso", waitsForConnectivity: Bool = false,
+                           initialPath: NetworkPath? = ScriptedPaths.online()) throws -> (LoopbackSession, ResumableDownloadTask, Data) {
+            let content = F.randomData(count: count, seed: seed)
+            try nginx.serve(content, at: path)
+            let client = session(waitsForConnectivity: waitsForConnectivity, initialPath: initialPath)
+            let task = client.session.downloadTask(with: nginx.url(path))
+            task.resume()
+            return (client, task, content)
         }
         /// Files left in the session's downloads directory.
         var leftovers: [String] {
@@ -78,11 +88,7 @@ struct URLSessionLoopbackTests {
 
     @Test func aDroppedPathEndsTheTaskWithResumeDataThatFinishesTheFile() async throws {
         let fixture = try Fixture()
-        let content = F.randomData(count: 8 << 20, seed: 22)
-        try fixture.nginx.serve(content, at: "slow/big.iso")
-        let client = fixture.session()
-        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
-        task.resume()
+        let (client, task, content) = try fixture.startDownload(count: 8 << 20, seed: 22)
         #expect(await client.delegate.waitForBytes(1 << 20, of: task), "\(client.delegate.transcript)")
         let cut = ContinuousClock.now
         client.paths.yield(ScriptedPaths.offline)
@@ -116,11 +122,7 @@ struct URLSessionLoopbackTests {
 
     @Test func resumeDataWorksInANewSessionOnTheSameStateDirectory() async throws {
         let fixture = try Fixture()
-        let content = F.randomData(count: 6 << 20, seed: 23)
-        try fixture.nginx.serve(content, at: "slow/big.iso")
-        let first = fixture.session()
-        let task = first.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
-        task.resume()
+        let (first, task, content) = try fixture.startDownload(count: 6 << 20, seed: 23)
         #expect(await first.delegate.waitForBytes(1 << 20, of: task))
         let resumeData = try #require(await task.cancelByProducingResumeData())
         #expect(await first.delegate.waitForCompletion(of: task))
@@ -142,10 +144,7 @@ struct URLSessionLoopbackTests {
 
     @Test func cancelByProducingResumeDataCallsTheHandlerOnTheDelegateQueue() async throws {
         let fixture = try Fixture()
-        try fixture.nginx.serve(F.randomData(count: 6 << 20, seed: 24), at: "slow/big.iso")
-        let client = fixture.session()
-        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
-        task.resume()
+        let (client, task, _) = try fixture.startDownload(count: 6 << 20, seed: 24)
         #expect(await client.delegate.waitForBytes(512 << 10, of: task))
         let answer = Mutex<(Data?, String?)?>(nil)
         task.cancel { data in answer.withLock { $0 = (data, OperationQueue.current?.name) } }
@@ -161,10 +160,7 @@ struct URLSessionLoopbackTests {
 
     @Test func cancelDeletesEverything() async throws {
         let fixture = try Fixture()
-        try fixture.nginx.serve(F.randomData(count: 6 << 20, seed: 25), at: "slow/big.iso")
-        let client = fixture.session()
-        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
-        task.resume()
+        let (client, task, _) = try fixture.startDownload(count: 6 << 20, seed: 25)
         #expect(await client.delegate.waitForBytes(256 << 10, of: task))
         task.cancel()
         #expect(await client.delegate.waitForCompletion(of: task))
@@ -177,11 +173,7 @@ struct URLSessionLoopbackTests {
 
     @Test func suspendThenResumeContinues() async throws {
         let fixture = try Fixture()
-        let content = F.randomData(count: 4 << 20, seed: 26)
-        try fixture.nginx.serve(content, at: "slow/big.iso")
-        let client = fixture.session()
-        let task = client.session.downloadTask(with: fixture.nginx.url("slow/big.iso"))
-        task.resume()
+        let (client, task, content) = try fixture.startDownload(count: 4 << 20, seed: 26)
         #expect(await client.delegate.waitForBytes(512 << 10, of: task))
         task.suspend()
         #expect(task.state == .suspended)
@@ -197,10 +189,7 @@ struct URLSessionLoopbackTests {
 
     @Test func noPathFailsAtOnceWithNotConnectedToInternet() async throws {
         let fixture = try Fixture()
-        try fixture.nginx.serve(F.randomData(count: 1 << 20, seed: 27), at: "f.bin")
-        let client = fixture.session(initialPath: ScriptedPaths.offline)
-        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
-        task.resume()
+        let (client, task, _) = try fixture.startDownload(count: 1 << 20, seed: 27, at: "f.bin", initialPath: ScriptedPaths.offline)
         #expect(await client.delegate.waitForCompletion(of: task, timeout: .seconds(5)))
         let error = try #require(client.delegate.error(of: task))
         #expect(error.code == .notConnectedToInternet)
@@ -266,11 +255,7 @@ struct URLSessionLoopbackTests {
 
     @Test func waitsForConnectivityWaitsForAPath() async throws {
         let fixture = try Fixture()
-        let content = F.randomData(count: 1 << 20, seed: 29)
-        try fixture.nginx.serve(content, at: "f.bin")
-        let client = fixture.session(waitsForConnectivity: true, initialPath: ScriptedPaths.offline)
-        let task = client.session.downloadTask(with: fixture.nginx.url("f.bin"))
-        task.resume()
+        let (client, task, content) = try fixture.startDownload(count: 1 << 20, seed: 29, at: "f.bin", waitsForConnectivity: true, initialPath: ScriptedPaths.offline)
         #expect(await client.delegate.wait { if case .waiting = $0 { true } else { false } })
         #expect(task.state == .running)
         client.paths.yield(ScriptedPaths.online())
@@ -332,10 +317,7 @@ struct URLSessionLoopbackTests {
 
     @Test(.enabled(if: DownloadTestNginx.isTLSAvailable, "openssl is not installed"))
     func privateCertificateAuthority() async throws {
-        let nginx = try DownloadTestNginx(tls: true)
-        let directory = try F.Directory("urlsession-tls")
-        let content = F.randomData(count: 256 << 10, seed: 33)
-        try nginx.serve(content, at: "f.bin")
+        let (nginx, directory, content) = try F.nginxServing(count: 256 << 10, seed: 33, at: "f.bin", tls: true, label: "urlsession-tls")
         let untrusting = LoopbackSession(state: directory.file("state"), finished: directory.file("finished"))
         let refused = untrusting.session.downloadTask(with: nginx.tlsURL("f.bin"))
         refused.resume()

@@ -4,23 +4,43 @@ import Testing
 import TestSupport
 
 /// The seed's URLSession recipe against real outages: namespaces, veth links, nginx.
-@Suite("ResumableURLSession outages in network namespaces", .serialized, .enabled(if: isRoot, rootReason),
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct URLSessionOutageTests {
-    typealias F = DownloadFixtures
+@Suite("ResumableURLSession outages in network namespaces", .serialized, .needsRoot,
+       .needsNginx)
+struct URLSessionOutageTests: DownloadScenarios {
     static let size = 5 << 20
 
     /// A lab serving fresh random content at /file.bin (1 MiB/s), and the probe's arguments.
     static func lab(seed: UInt64) throws -> (OutageLab, Data) {
         let net = try OutageLab()
-        let content = F.randomData(count: size, seed: seed)
-        try net.serve(content, at: "file.bin")
+        let content = try net.serveRandom(count: size, seed: seed)
         return (net, content)
     }
 
     static func probe(_ net: OutageLab, _ extra: [String] = [], url: Bool = true) throws -> ProbeProcess {
         try ProbeProcess(["--state-dir", net.directory.file("session").path] + (url ? ["--url", "\(net.url)/file.bin"] : []) + extra,
                          namespace: net.client)
+    }
+
+    /// The seed's recipe, first half: a process downloading when the link is cut saves its resume
+    /// data to disk and exits. Returns the file and the process.
+    static func resumeDataSavedOffline(_ net: OutageLab, sourceLocation: SourceLocation = #_sourceLocation) async throws -> (URL, ProbeProcess) {
+        let saved = net.directory.file("resume.data")
+        let first = try probe(net, ["--save-resume-data", saved.path, "--exit-when-done"])
+        #expect(await first.waitForBytes(1 << 20), "\(first.transcript)", sourceLocation: sourceLocation)
+        try cutLink(net)
+        #expect(await first.waitForExit() == 0, "\(first.transcript)", sourceLocation: sourceLocation)
+        return (saved, first)
+    }
+
+    /// `lab(seed:)` with a probe downloading its file (with `extra` arguments) past its first MiB.
+    static func probing(seed: UInt64, _ extra: [String] = [], sourceLocation: SourceLocation = #_sourceLocation)
+        async throws -> (OutageLab, Data, ProbeProcess) {
+        let (net, content) = try lab(seed: seed)
+        do {
+            let probe = try Self.probe(net, extra)
+            #expect(await probe.waitForBytes(1 << 20), "\(probe.transcript)", sourceLocation: sourceLocation)
+            return (net, content, probe)
+        } catch { net.close(); throw error }
     }
 
     static func cutLink(_ net: OutageLab) throws { try ip("-n \(net.client) link set eth1 down") }
@@ -44,10 +64,8 @@ struct URLSessionOutageTests {
 
     @Test("link cut mid-download: -1005 with resume data within a second; the data finishes the file in the same process")
     func linkCutThenResumeInProcess() async throws {
-        let (net, content) = try Self.lab(seed: 61)
+        let (net, content, probe) = try await Self.probing(seed: 61)
         defer { net.close() }
-        let probe = try Self.probe(net)
-        #expect(await probe.waitForBytes(1 << 20), "\(probe.transcript)")
         // Timed from before the command: the probe can hear of the cut before `ip` has exited.
         let cut = ContinuousClock.now
         try Self.cutLink(net)
@@ -75,11 +93,7 @@ struct URLSessionOutageTests {
     func resumeInANewProcess() async throws {
         let (net, content) = try Self.lab(seed: 62)
         defer { net.close() }
-        let saved = net.directory.file("resume.data")
-        let first = try Self.probe(net, ["--save-resume-data", saved.path, "--exit-when-done"])
-        #expect(await first.waitForBytes(1 << 20), "\(first.transcript)")
-        try Self.cutLink(net)
-        #expect(await first.waitForExit() == 0, "\(first.transcript)")
+        let (saved, first) = try await Self.resumeDataSavedOffline(net)
         #expect(Self.outcome(first, task: 1).code == -1005, "\(first.transcript)")
         #expect(FileManager.default.fileExists(atPath: saved.path))
 
@@ -100,10 +114,8 @@ struct URLSessionOutageTests {
 
     @Test("cancel(byProducingResumeData:) then resume")
     func cancelByProducingResumeDataThenResume() async throws {
-        let (net, content) = try Self.lab(seed: 63)
+        let (net, content, probe) = try await Self.probing(seed: 63)
         defer { net.close() }
-        let probe = try Self.probe(net)
-        #expect(await probe.waitForBytes(1 << 20), "\(probe.transcript)")
         probe.send("cancel-with-data")
         let answer = try #require(await probe.waitForCall("resumeData"), "\(probe.transcript)")
         #expect((answer.object["bytes"]?.int ?? 0) > 0)
@@ -120,11 +132,7 @@ struct URLSessionOutageTests {
     func forgedResumeDataRejected() async throws {
         let (net, content) = try Self.lab(seed: 64)
         defer { net.close() }
-        let saved = net.directory.file("resume.data")
-        let first = try Self.probe(net, ["--save-resume-data", saved.path, "--exit-when-done"])
-        #expect(await first.waitForBytes(1 << 20), "\(first.transcript)")
-        try Self.cutLink(net)
-        #expect(await first.waitForExit() == 0, "\(first.transcript)")
+        let (saved, _) = try await Self.resumeDataSavedOffline(net)
         try Self.restoreLink(net)
 
         // The attacker moves the offset forward, hoping to splice.
@@ -149,10 +157,8 @@ struct URLSessionOutageTests {
 
     @Test("waitsForConnectivity waits out an outage and finishes without an error")
     func waitsForConnectivityWaitsOutAnOutage() async throws {
-        let (net, content) = try Self.lab(seed: 65)
+        let (net, content, probe) = try await Self.probing(seed: 65, ["--waits-for-connectivity"])
         defer { net.close() }
-        let probe = try Self.probe(net, ["--waits-for-connectivity"])
-        #expect(await probe.waitForBytes(1 << 20), "\(probe.transcript)")
         try ip("-n \(net.client) route del default")
         #expect(await probe.waitForCall("waiting", task: 1, timeout: .seconds(5)) != nil, "\(probe.transcript)")
         // The outage itself: two seconds without a path, during which the task must not end.

@@ -8,9 +8,8 @@ import TestSupport
 
 /// Resume data as hostile input, end to end: forged, foreign, stale, reused, planted files.
 @Suite("ResumableURLSession resume data as input", .serialized,
-       .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
-struct URLSessionResumeDataTests {
-    typealias F = DownloadFixtures
+       .needsNginx)
+struct URLSessionResumeDataTests: DownloadScenarios {
     typealias Fixture = URLSessionLoopbackTests.Fixture
 
     /// A download stopped by `cancel(byProducingResumeData:)` after `bytes`: the fixture, its
@@ -29,6 +28,18 @@ struct URLSessionResumeDataTests {
     }
 
     /// Resumes `data` in a new session and waits for the completion; returns the delegate.
+    /// Resumes `data` in a new session and expects the task to start over at byte 0
+    /// (didResumeAtOffset(0)) and finish with `content`.
+    static func expectStartsOver(_ data: Data, in fixture: Fixture, finishing content: Data,
+                                 sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let (delegate, task) = try await resume(data, in: fixture)
+        #expect(delegate.error(of: task) == nil, "\(delegate.transcript)", sourceLocation: sourceLocation)
+        #expect(delegate.finishedSHA256(of: task) == F.sha256(content), sourceLocation: sourceLocation)
+        #expect(delegate.resumeOffsets(of: task) == [0], "didResumeAtOffset(0): the bytes start over\n\(delegate.transcript)",
+                sourceLocation: sourceLocation)
+        URLSessionLoopbackTests.expectMonotonic(delegate.totals(of: task), sourceLocation: sourceLocation)
+    }
+
     static func resume(_ data: Data, in fixture: Fixture) async throws -> (RecordingDelegate, ResumableDownloadTask) {
         let client = fixture.session()
         let task = client.session.downloadTask(withResumeData: data)
@@ -85,11 +96,7 @@ struct URLSessionResumeDataTests {
         for name in try FileManager.default.contentsOfDirectory(atPath: downloads.path) where name.hasSuffix(".part") {
             try FileManager.default.removeItem(at: downloads.appendingPathComponent(name))
         }
-        let (delegate, task) = try await Self.resume(data, in: fixture)
-        #expect(delegate.error(of: task) == nil, "\(delegate.transcript)")
-        #expect(delegate.finishedSHA256(of: task) == F.sha256(content))
-        #expect(delegate.resumeOffsets(of: task) == [0], "didResumeAtOffset(0): the bytes start over")
-        URLSessionLoopbackTests.expectMonotonic(delegate.totals(of: task))
+        try await Self.expectStartsOver(data, in: fixture, finishing: content)
     }
 
     @Test func aReplacedOrShortenedPartialFileMakesTheDataStale() async throws {
@@ -168,11 +175,7 @@ struct URLSessionResumeDataTests {
         // Another length, so nginx's ETag changes even within the same second.
         let replacement = F.randomData(count: (6 << 20) + 4096, seed: 470)
         try fixture.nginx.serve(replacement, at: "slow/big.iso")
-        let (delegate, task) = try await Self.resume(data, in: fixture)
-        #expect(delegate.error(of: task) == nil, "\(delegate.transcript)")
-        #expect(delegate.finishedSHA256(of: task) == F.sha256(replacement))
-        #expect(delegate.resumeOffsets(of: task) == [0], "\(delegate.transcript)")
-        URLSessionLoopbackTests.expectMonotonic(delegate.totals(of: task))
+        try await Self.expectStartsOver(data, in: fixture, finishing: replacement)
     }
 
     @Test func cancellingBeforeResumeHandsBackTheSameData() async throws {

@@ -5,8 +5,7 @@ import TestSupport
 
 /// Samples/HalfTunesURLSession: the iOS sample's logic on ResumableURLSession, run as built.
 @Suite("HalfTunesURLSession sample", .serialized)
-struct URLSessionSampleTests {
-    typealias F = DownloadFixtures
+struct URLSessionSampleTests: DownloadScenarios {
 
     /// N from a progress line `1. NAME: N% of SIZE, state` (lines are printed per tenth, but a
     /// burst can skip one), else -1.
@@ -27,13 +26,10 @@ struct URLSessionSampleTests {
         }
     }
 
-    @Test(.enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"),
+    @Test(.needsNginx,
           .enabled(if: SampleSmokeTests.hostHasDefaultRoute, "the host has no default route; the sample would see no network"))
     func downloadsOnLoopback() throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory("halftunes-urlsession")
-        let content = F.randomData(count: 2 << 20, seed: 71)
-        try nginx.serve(content, at: "song.mp3")
+        let (nginx, directory, content) = try F.nginxServing(count: 2 << 20, seed: 71, at: "song.mp3", label: "halftunes-urlsession")
         let result = try BuiltProducts.run("HalfTunesURLSession", [nginx.url("song.mp3").absoluteString,
                                                                    nginx.url("missing.mp3").absoluteString,
                                                                    "-d", directory.url.path])
@@ -46,13 +42,10 @@ struct URLSessionSampleTests {
 
     /// The seed's search, back: a data task against an iTunes-shaped endpoint (a file nginx
     /// serves whatever the query), then the results' previews downloaded.
-    @Test(.enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"),
+    @Test(.needsNginx,
           .enabled(if: SampleSmokeTests.hostHasDefaultRoute, "the host has no default route; the sample would see no network"))
     func searchesWithADataTaskThenDownloadsTheResults() throws {
-        let nginx = try DownloadTestNginx()
-        let directory = try F.Directory("halftunes-search")
-        let content = F.randomData(count: 256 << 10, seed: 73)
-        try nginx.serve(content, at: "storm.m4a")
+        let (nginx, directory, content) = try F.nginxServing(count: 256 << 10, seed: 73, at: "storm.m4a", label: "halftunes-search")
         let answer = #"{"resultCount":2,"results":[{"trackName":"Storm Song","artistName":"The Clouds","previewUrl":"\#(nginx.url("storm.m4a").absoluteString)"},{"trackName":"No Preview"}]}"#
         try nginx.serve(Data(answer.utf8), at: "search")
         let result = try BuiltProducts.run("HalfTunesURLSession", ["--search", "storm", "--search-url", nginx.url("search").absoluteString,
@@ -68,20 +61,29 @@ struct URLSessionSampleTests {
         #expect(missing.status == 1 && missing.standardError.contains("search failed: the search answered HTTP 404"), "\(missing)")
     }
 
+    /// The sample downloading a song served in `net` (into its client folder), cut off a fifth of
+    /// the way in by `ip -n CLIENT <cut>` until it says it saved its resume data: the song, the
+    /// folder, the sample's arguments and the running sample.
+    static func sampleCutOffAtAFifth(in net: OutageLab, seed: UInt64, by cut: String, sourceLocation: SourceLocation = #_sourceLocation)
+        async throws -> (Data, URL, [String], LineProcess) {
+        let content = try net.serveRandom(count: 5 << 20, seed: seed, at: "song.mp3")
+        let output = net.directory.file("client")
+        let arguments = ["\(net.url)/song.mp3", "-d", output.path]
+        let sample = try LineProcess("HalfTunesURLSession", arguments, namespace: net.client)
+        #expect(await sample.waitForLine { percent(in: $0) >= 20 } != nil, "\(sample.transcript)", sourceLocation: sourceLocation)
+        try ip("-n \(net.client) \(cut)")
+        #expect(await sample.waitForLine(timeout: .seconds(10)) { $0.contains("offline, resume data saved to") } != nil,
+                "\(sample.transcript)", sourceLocation: sourceLocation)
+        return (content, output, arguments, sample)
+    }
+
     /// The recipe end to end: offline, the resume data goes to disk; after Ctrl-C and with the
     /// network back, the next launch resumes from it.
-    @Test(.enabled(if: isRoot, rootReason), .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+    @Test(.needsRoot, .needsNginx)
     func savesResumeDataOfflineAndResumesOnTheNextLaunch() async throws {
         let net = try OutageLab()
         defer { net.close() }
-        let content = F.randomData(count: 5 << 20, seed: 72)
-        try net.serve(content, at: "song.mp3")
-        let output = net.directory.file("client")
-        let arguments = ["\(net.url)/song.mp3", "-d", output.path]
-        let first = try LineProcess("HalfTunesURLSession", arguments, namespace: net.client)
-        #expect(await first.waitForLine { Self.percent(in: $0) >= 20 } != nil, "\(first.transcript)")
-        try ip("-n \(net.client) link set eth1 down")
-        #expect(await first.waitForLine(timeout: .seconds(10)) { $0.contains("offline, resume data saved to") } != nil, "\(first.transcript)")
+        let (content, output, arguments, first) = try await Self.sampleCutOffAtAFifth(in: net, seed: 72, by: "link set eth1 down")
         let saved = output.appendingPathComponent("song.mp3.resumedata")
         #expect(FileManager.default.fileExists(atPath: saved.path))
         first.signal(SIGINT)
@@ -101,17 +103,11 @@ struct URLSessionSampleTests {
     }
 
     /// Offline then back within the same run: Reachability's whenReachable resumes from the saved data.
-    @Test(.enabled(if: isRoot, rootReason), .enabled(if: DownloadTestNginx.isAvailable, "nginx is not installed at /usr/sbin/nginx"))
+    @Test(.needsRoot, .needsNginx)
     func resumesWhenTheNetworkComesBack() async throws {
         let net = try OutageLab()
         defer { net.close() }
-        let content = F.randomData(count: 5 << 20, seed: 73)
-        try net.serve(content, at: "song.mp3")
-        let output = net.directory.file("client")
-        let sample = try LineProcess("HalfTunesURLSession", ["\(net.url)/song.mp3", "-d", output.path], namespace: net.client)
-        #expect(await sample.waitForLine { Self.percent(in: $0) >= 20 } != nil, "\(sample.transcript)")
-        try ip("-n \(net.client) route del default")
-        #expect(await sample.waitForLine(timeout: .seconds(10)) { $0.contains("offline, resume data saved to") } != nil, "\(sample.transcript)")
+        let (content, output, _, sample) = try await Self.sampleCutOffAtAFifth(in: net, seed: 73, by: "route del default")
         try net.addDefaultRoute("eth1")
         #expect(await sample.waitForExit(timeout: .seconds(30)) == 0, "\(sample.transcript)")
         #expect(sample.texts.contains { $0.hasPrefix("network: reachable via") })

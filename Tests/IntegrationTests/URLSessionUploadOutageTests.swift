@@ -10,8 +10,7 @@ import TestSupport
 @Suite("ResumableURLSession upload tasks through a link outage", .serialized,
        .enabled(if: getuid() == 0, "network namespaces need root"),
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
-struct URLSessionUploadOutageTests {
-    typealias F = DownloadFixtures
+struct URLSessionUploadOutageTests: DownloadScenarios {
     typealias Lab = UploadOutageTests.Lab
 
     /// The probe uploading a fresh 16 MiB file, and the file.
@@ -58,8 +57,7 @@ struct URLSessionUploadOutageTests {
         let (probe, content) = try Self.upload(lab, seed: 2822, ["--waits-for-connectivity"])
         #expect(await Self.waitUntilSent(probe, 4 << 20), "\(probe.transcript)")
         try lab.linkDown()
-        // The outage: what the link's absence is, not a wait for an event.
-        try await Task.sleep(for: .seconds(1))
+        try await holdOutage(for: .seconds(1))
         #expect(probe.calls("completed").isEmpty, "the task waits for the link: \(probe.transcript)")
         try lab.linkUp()
         let completed = try #require(await probe.waitForCall("completed", task: 1, timeout: .seconds(60)), "\(probe.transcript)")

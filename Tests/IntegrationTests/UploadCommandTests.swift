@@ -5,8 +5,7 @@ import TestSupport
 /// `reachability upload` run as a program against upload_server.py on 127.0.0.1: exit codes,
 /// NDJSON events, the stored file.
 @Suite("reachability upload", .serialized, .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
-struct UploadCommandTests {
-    typealias F = DownloadFixtures
+struct UploadCommandTests: DownloadScenarios {
 
     @Test func uploadsOverTheDraftAndPrintsEvents() throws {
         let server = try UploadTestServer()

@@ -13,8 +13,7 @@ import TestSupport
 /// files get clear errors.
 @Suite("Resumable uploads on loopback", .serialized,
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
-struct UploadLoopbackTests {
-    typealias F = DownloadFixtures
+struct UploadLoopbackTests: DownloadScenarios {
     typealias Fixture = ExchangeTests.Fixture
 
     /// Records events and the highest progress.
@@ -40,7 +39,7 @@ struct UploadLoopbackTests {
         Task {
             _ = await F.wait(timeout: .seconds(30)) { recorder.sent.load(ordering: .relaxed) >= sent }
             fixture.paths.yield(ScriptedPaths.offline)
-            try? await Task.sleep(for: outage)
+            try? await holdOutage(for: outage)
             fixture.paths.yield(ScriptedPaths.online())
         }
     }

@@ -11,8 +11,7 @@ import TestSupport
 @Suite("Uploads through a link outage", .serialized,
        .enabled(if: getuid() == 0, "network namespaces need root"),
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
-struct UploadOutageTests {
-    typealias F = DownloadFixtures
+struct UploadOutageTests: DownloadScenarios {
     static let serverAddress = "10.89.0.1"
     static let length = 16 << 20
 
@@ -92,8 +91,7 @@ struct UploadOutageTests {
         let cutAt = ContinuousClock.now
         let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
         let cutToInterrupted = (interrupted?.arrival ?? .now) - cutAt
-        // The outage: what the link's absence is, not a wait for an event.
-        try await Task.sleep(for: .seconds(1))
+        try await holdOutage(for: .seconds(1))
         let upAt = ContinuousClock.now
         try lab.linkUp()
         let resumed = await upload.waitForLine(timeout: .seconds(20)) { $0.contains("\"resumed\"") }

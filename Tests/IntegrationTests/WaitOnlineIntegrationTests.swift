@@ -5,7 +5,7 @@ import TestSupport
 
 /// `reachability wait` as a boot-time wait-online (issue 33), in namespaces of its own: each
 /// condition, and the cases other wait-online services get wrong.
-@Suite("wait-online in network namespaces", .serialized, .enabled(if: isRoot, rootReason))
+@Suite("wait-online in network namespaces", .serialized, .needsRoot)
 struct WaitOnlineIntegrationTests {
     /// The last line of stderr, where a timeout says what was missing.
     static func lastLine(_ text: String) -> String {
@@ -42,9 +42,8 @@ struct WaitOnlineIntegrationTests {
 
     @Test("the default: an unplugged second interface does not delay it; --interface waits for it, --any does not")
     func secondInterfaceWithoutCarrier() throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         // eth1's peer stays down: eth1 is up without carrier, like an unplugged NIC.
         try ip("link add eth1 netns \(net.client) type veth peer name idle1 netns \(net.router)")
         try ip("-n \(net.client) link set eth1 up")
@@ -132,9 +131,8 @@ struct WaitOnlineIntegrationTests {
 
     @Test("--ignore: a default route only through an ignored interface does not count")
     func ignoredInterface() throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "docker0", subnet: 1)
         defer { net.close() }
-        try net.uplink("docker0", subnet: 1)
         let (code, _, errors) = try runBuilt(["wait", "--netns", net.client, "--ignore", "docker*", "--timeout", "0.5"])
         #expect(code == 1)
         #expect(Self.lastLine(errors) == "reachability wait: timed out after 0.5s: no default route (leaves only through ignored docker0)")
@@ -166,9 +164,8 @@ struct WaitOnlineIntegrationTests {
 
     @Test("a route but a silent DNS server: the default is online, --dns waits and says which server; an answering one ends it")
     func dnsServerThatDoesNotAnswer() throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1)
         // `ip netns exec` (which wait --dns re-executes through) mounts this over /etc/resolv.conf.
         let etc = "/etc/netns/\(net.client)"
         try FileManager.default.createDirectory(atPath: etc, withIntermediateDirectories: true)
@@ -188,9 +185,8 @@ struct WaitOnlineIntegrationTests {
 
     @Test("the network arrives later: wait says it waits, then exits 0 on the route's arrival, not before")
     func networkArrivesLater() async throws {
-        let net = try Topology()
+        let net = try Topology(uplink: "enp3s0", subnet: 1, defaultRoute: false)
         defer { net.close() }
-        try net.uplink("enp3s0", subnet: 1, defaultRoute: false)
         let waiter = try RunningCommand(["wait", "--netns", net.client, "--json", "--timeout", "30"])
         // The first event says what is missing: the arrival below is an event, not a pause.
         let waiting = await waiter.line(timeout: .seconds(10)) { $0.contains(#""event":"waiting""#) }

@@ -175,14 +175,23 @@ struct CheckedFileTests {
         #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .exclusive) }
     }
 
-    @Test func refusesAPlantedSymbolicLinkAndLeavesItsTargetAlone() throws {
+    /// Plants `f.part` as a second name (`plant`: symlink or link) for a file that reads "keep",
+    /// and expects opening it to be refused with `reason`, the file left as it was.
+    static func expectRefusedPlant(_ plant: (String, String) -> Int32, _ reason: String,
+                                   sourceLocation: SourceLocation = #_sourceLocation) throws {
         let scratch = try Scratch()
         _ = FileManager.default.createFile(atPath: scratch.at("victim"), contents: Data("keep".utf8))
-        symlink(scratch.at("victim"), scratch.at("f.part"))
+        #expect(plant(scratch.at("victim"), scratch.at("f.part")) == 0, sourceLocation: sourceLocation)
         let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
-        let error = #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .openOrCreate) }
-        #expect(error?.description.contains("symbolic link") == true)
-        #expect(FileManager.default.contents(atPath: scratch.at("victim")) == Data("keep".utf8))
+        let error = #expect(throws: FileTrustError.self, sourceLocation: sourceLocation) {
+            try directory.openOwnedFile("f.part", creating: .openOrCreate)
+        }
+        #expect(error?.description.contains(reason) == true, "\(String(describing: error))", sourceLocation: sourceLocation)
+        #expect(FileManager.default.contents(atPath: scratch.at("victim")) == Data("keep".utf8), sourceLocation: sourceLocation)
+    }
+
+    @Test func refusesAPlantedSymbolicLinkAndLeavesItsTargetAlone() throws {
+        try Self.expectRefusedPlant({ symlink($0, $1) }, "symbolic link")
     }
 
     @Test func aHardLinkNeverFollowsAPlantedSymbolicLink() throws {
@@ -209,13 +218,7 @@ struct CheckedFileTests {
     }
 
     @Test func refusesAHardLinkToAnotherFile() throws {
-        let scratch = try Scratch()
-        _ = FileManager.default.createFile(atPath: scratch.at("victim"), contents: Data("keep".utf8))
-        link(scratch.at("victim"), scratch.at("f.part"))
-        let directory = try CheckedDirectory.open(scratch.path, policy: .shared)
-        let error = #expect(throws: FileTrustError.self) { try directory.openOwnedFile("f.part", creating: .openOrCreate) }
-        #expect(error?.description.contains("hard links") == true)
-        #expect(FileManager.default.contents(atPath: scratch.at("victim")) == Data("keep".utf8))
+        try Self.expectRefusedPlant({ link($0, $1) }, "hard links")
     }
 
     @Test(.enabled(if: isRoot, "chown to another user needs root"))

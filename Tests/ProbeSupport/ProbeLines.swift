@@ -41,3 +41,42 @@ public enum ProbeLines {
         return line
     }
 }
+
+/// A probe's download delegate whose progress calls (`wrote`, `resumed`, `waiting`) print
+/// `ProbeLines` through `printLine`: both probes' delegates conform and keep only the calls in
+/// which they differ (what a finished file or a completion prints).
+public protocol ProbeProgressLines: ResumableURLSessionDownloadDelegate {
+    /// Prints one line where the probe prints (standard output, or a file the test names).
+    func printLine(_ object: [String: Any])
+}
+
+extension ProbeProgressLines {
+    public func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didWriteData bytesWritten: Int64,
+                           totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        printLine(ProbeLines.wrote(downloadTask, bytesWritten, total: totalBytesWritten, expected: totalBytesExpectedToWrite))
+    }
+
+    public func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didResumeAtOffset fileOffset: Int64,
+                           expectedTotalBytes: Int64) {
+        printLine(ProbeLines.resumed(downloadTask, offset: fileOffset, expected: expectedTotalBytes))
+    }
+
+    public func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {
+        printLine(ProbeLines.waiting(task))
+    }
+}
+
+/// Reads a probe's arguments in order: `each` gets a flag and a way to take the value after it.
+/// A missing value ends the probe with a usage error (exit 64), as an unknown flag does.
+public func readProbeArguments(_ arguments: [String], _ each: (_ flag: String, _ value: () -> String) -> Void) {
+    var rest = arguments[...]
+    while let argument = rest.popFirst() {
+        each(argument) {
+            guard let value = rest.popFirst() else {
+                FileHandle.standardError.write(Data("Error: missing value for \(argument)\n".utf8))
+                exit(64)
+            }
+            return value
+        }
+    }
+}

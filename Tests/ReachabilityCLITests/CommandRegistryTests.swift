@@ -31,20 +31,25 @@ struct FakeDownloadCommand: Command {
     }
 }
 
-struct FakeQueueAddCommand: Command {
-    static let name = "queue add"
-    static let abstract = "Queue a URL."
-    static let options: [Option] = []
-    init(arguments: ParsedArguments) throws {}
+/// A stand-in with no options that does nothing: only its name and abstract differ.
+protocol FakeEmptyCommand: Command {
+    init()
+}
+
+extension FakeEmptyCommand {
+    static var options: [Option] { [] }
+    init(arguments: ParsedArguments) throws { self.init() }
     func run(in context: CommandContext) async throws -> ExitCode { .success }
 }
 
-struct FakeQueueListCommand: Command {
+struct FakeQueueAddCommand: FakeEmptyCommand {
+    static let name = "queue add"
+    static let abstract = "Queue a URL."
+}
+
+struct FakeQueueListCommand: FakeEmptyCommand {
     static let name = "queue list"
     static let abstract = "List the queue."
-    static let options: [Option] = []
-    init(arguments: ParsedArguments) throws {}
-    func run(in context: CommandContext) async throws -> ExitCode { .success }
 }
 
 @Suite("Command registry")

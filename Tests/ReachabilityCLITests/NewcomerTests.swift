@@ -147,7 +147,7 @@ struct NewcomerTests {
         let run = RunControl()
         #expect(run.firstInterruption(SIGTERM))
         #expect(!run.firstInterruption(SIGINT))
-        run.start { try? await Task.sleep(for: .seconds(3600)); return [] }
+        run.start { await neverEndingWork(); return [] }
         run.finish(nil)
         #expect(await run.result() == nil)
         #expect(run.interruption == SIGTERM)

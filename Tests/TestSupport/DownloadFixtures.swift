@@ -443,7 +443,7 @@ public final class DownloadTestHTTPServer: Sendable {
             _ = sendAll(client, raw)
             return
         }
-        if let delay = reply.headDelay { usleep(useconds_t(delay.milliseconds * 1000)) }
+        if let delay = reply.headDelay { Self.pace(delay) }
         var head = "HTTP/1.1 \(reply.status) Scripted\r\nConnection: close\r\n"
         for (name, value) in reply.headers { head += "\(name): \(value)\r\n" }
         if reply.sendsContentLength { head += "Content-Length: \(reply.body.count)\r\n" }
@@ -451,7 +451,7 @@ public final class DownloadTestHTTPServer: Sendable {
         if let interval = reply.headByteInterval {
             for byte in head.utf8 {
                 guard !isStopped.load(ordering: .relaxed), sendAll(client, Data([byte])) else { return }
-                usleep(useconds_t(interval.milliseconds * 1000))
+                Self.pace(interval)
             }
         } else {
             guard sendAll(client, Data(head.utf8)) else { return }
@@ -464,11 +464,11 @@ public final class DownloadTestHTTPServer: Sendable {
                 let end = min(limit, sent + burst)
                 guard !isStopped.load(ordering: .relaxed), sendAll(client, reply.body.subdata(in: sent..<end)) else { return }
                 sent = end
-                if sent < limit { usleep(useconds_t(reply.burstInterval.milliseconds * 1000)) }
+                if sent < limit { Self.pace(reply.burstInterval) }
             }
         } else if let pauseAfter = reply.pauseAfter, pauseAfter < limit {
             guard sendAll(client, reply.body.prefix(pauseAfter)) else { return }
-            usleep(useconds_t(reply.pause.milliseconds * 1000))
+            Self.pace(reply.pause)
             guard sendAll(client, reply.body.subdata(in: pauseAfter..<limit)) else { return }
         } else if let rate = reply.bytesPerSecond, rate > 0 {
             // 16 KiB at a time, each after its share of time since the start.
@@ -480,7 +480,7 @@ public final class DownloadTestHTTPServer: Sendable {
                 sent += count
                 let due = started + .milliseconds(Int64(sent) * 1000 / Int64(rate))
                 let now = ContinuousClock.now
-                if due > now { usleep(useconds_t((due - now).milliseconds * 1000)) }
+                if due > now { Self.pace(due - now) }
             }
         } else {
             guard sendAll(client, reply.body.prefix(limit)) else { return }
@@ -494,6 +494,12 @@ public final class DownloadTestHTTPServer: Sendable {
     }
 
     /// Holds the connection silently until the client gives up (its stall timeout) or we stop.
+    /// The scripted server's pacing (a slow head, a drip, a burst's gap, a stall): how this
+    /// server behaves on its own thread, not a test waiting for something.
+    private static func pace(_ duration: Duration) {
+        usleep(useconds_t(duration.milliseconds * 1000))
+    }
+
     private func holdUntilTheClientLeaves(_ client: Int32) {
         var chunk = [UInt8](repeating: 0, count: 4096)
         var pollDescriptor = pollfd(fd: client, events: Int16(POLLIN), revents: 0)
@@ -526,4 +532,30 @@ fileprivate extension Array where Element == UInt8 {
 extension ScratchDirectory {
     /// `name` inside the directory (a download's destination, its state directory).
     public func file(_ name: String) -> URL { url(name) }
+}
+
+extension DownloadFixtures {
+    /// nginx on loopback serving `count` bytes of fresh random content (from `seed`) at `path`,
+    /// and a scratch directory for the client's side: the start most nginx scenarios share.
+    /// `slowRate`, `tls` and `accessLog` are `DownloadTestNginx`'s; `label` names the directory.
+    public static func nginxServing(count: Int, seed: UInt64 = 0x9E37_79B9_7F4A_7C15, at path: String,
+                                    slowRate: String = "2m", tls: Bool = false, accessLog: Bool = false,
+                                    label: String = "t") throws -> (nginx: DownloadTestNginx, directory: Directory, content: Data) {
+        let nginx = try DownloadTestNginx(slowRate: slowRate, tls: tls, accessLog: accessLog)
+        let directory = try Directory(label)
+        let content = randomData(count: count, seed: seed)
+        try nginx.serve(content, at: path)
+        return (nginx, directory, content)
+    }
+}
+
+extension DownloadFixtures {
+    /// An agent on `configuration` whose paths the test scripts through the returned
+    /// continuation, starting at `first` (`Paths.offline`, a scripted wifi, ...).
+    public static func scriptedAgent(_ configuration: DownloadAgent.Configuration, startingAt first: NetworkPath)
+        throws -> (agent: DownloadAgent, paths: AsyncStream<NetworkPath>.Continuation) {
+        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
+        continuation.yield(first)
+        return (try DownloadAgent(configuration: configuration, paths: paths), continuation)
+    }
 }

@@ -142,6 +142,13 @@ public final class OutageLab: Sendable {
         process.waitUntilExit()
     }
 
+    /// Serves `count` bytes of fresh random content (from `seed`) at `name`, and returns them.
+    public func serveRandom(count: Int, seed: UInt64, at name: String = "file.bin") throws -> Data {
+        let content = DownloadFixtures.randomData(count: count, seed: seed)
+        try serve(content, at: name)
+        return content
+    }
+
     /// Serves `data` as `name`.
     public func serve(_ data: Data, at name: String) throws {
         try data.write(to: directory.file("www/\(name)"))

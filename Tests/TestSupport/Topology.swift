@@ -17,6 +17,12 @@ public struct Topology: Sendable {
         router = try lab.namespace("r")
     }
 
+    /// Creates the two namespaces with one uplink (see `uplink`): how most scenarios start.
+    public init(uplink name: String, subnet: Int = 1, metric: Int? = nil, defaultRoute: Bool = true) throws {
+        try self.init()
+        do { try uplink(name, subnet: subnet, metric: metric, defaultRoute: defaultRoute) } catch { close(); throw error }
+    }
+
     /// Adds uplink `name` (10.77.SUBNET.2/24, router side .1), optionally with a default route.
     public func uplink(_ name: String, subnet: Int, metric: Int? = nil, defaultRoute: Bool = true) throws {
         try ip("link add \(name) netns \(client) type veth peer name up\(subnet) netns \(router)")

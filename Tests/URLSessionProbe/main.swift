@@ -47,13 +47,7 @@ struct Options: Sendable {
 
     static func parse(_ arguments: [String]) -> Options {
         var options = Options()
-        var arguments = arguments
-        while !arguments.isEmpty {
-            let argument = arguments.removeFirst()
-            func value() -> String {
-                guard !arguments.isEmpty else { fail("missing value for \(argument)") }
-                return arguments.removeFirst()
-            }
+        readProbeArguments(arguments) { argument, value in
             switch argument {
             case "--state-dir": options.stateDirectory = value()
             case "--url": options.url = URL(string: value())
@@ -77,29 +71,17 @@ struct Options: Sendable {
     }
 }
 
-final class Probe: ResumableURLSessionDownloadDelegate {
+final class Probe: ProbeProgressLines {
     let options: Options
     let lastResumeData = Mutex<Data?>(nil)
 
     init(options: Options) { self.options = options }
 
+    func printLine(_ object: [String: Any]) { emit(object) }
+
     func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didFinishDownloadingTo location: URL) {
         emit(["call": "finished", "task": downloadTask.taskIdentifier,
               "sha256": SHA256.hex(ofFileAt: location.path) ?? "unreadable"])
-    }
-
-    func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didWriteData bytesWritten: Int64,
-                    totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-        emit(ProbeLines.wrote(downloadTask, bytesWritten, total: totalBytesWritten, expected: totalBytesExpectedToWrite))
-    }
-
-    func urlSession(_ session: ResumableURLSession, downloadTask: ResumableDownloadTask, didResumeAtOffset fileOffset: Int64,
-                    expectedTotalBytes: Int64) {
-        emit(ProbeLines.resumed(downloadTask, offset: fileOffset, expected: expectedTotalBytes))
-    }
-
-    func urlSession(_ session: ResumableURLSession, taskIsWaitingForConnectivity task: ResumableDownloadTask) {
-        emit(ProbeLines.waiting(task))
     }
 
     func urlSession(_ session: ResumableURLSession, task: ResumableDownloadTask, didCompleteWithError error: (any Error)?) {

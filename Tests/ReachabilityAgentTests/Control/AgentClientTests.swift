@@ -65,10 +65,15 @@ struct AgentClientTests {
         }, observer: { _ in })
     }
 
-    @Test func everyRequestKindRoundTrips() async throws {
+    /// A private directory with `server` listening in it, and what the server was asked.
+    static func serving() throws -> (ScratchDirectory, Seen, ControlServer) {
         let directory = try ScratchDirectory("ac", permissions: 0o700)
         let seen = Seen()
-        let server = try Self.server(in: directory, seen: seen)
+        return (directory, seen, try server(in: directory, seen: seen))
+    }
+
+    @Test func everyRequestKindRoundTrips() async throws {
+        let (directory, seen, server) = try Self.serving()
         defer { server.stop() }
         let client = AgentClient(stateDirectory: directory.path)
         #expect(client.socketPath == directory.path + "/agent.sock")
@@ -89,9 +94,7 @@ struct AgentClientTests {
 
     /// `queue set-url`'s request (issue 34): the ID and the new URL travel, the reply is the job.
     @Test func setURLSendsTheIDAndTheNewURL() async throws {
-        let directory = try ScratchDirectory("ac", permissions: 0o700)
-        let seen = Seen()
-        let server = try Self.server(in: directory, seen: seen)
+        let (directory, seen, server) = try Self.serving()
         defer { server.stop() }
         let client = AgentClient(stateDirectory: directory.path)
         let renewed = URL(string: "http://192.0.2.9/a.iso?token=new")!

@@ -10,20 +10,31 @@ import TestSupport
 struct AgentServiceOwnershipTests {
     /// A connected peer with `uid` (the client end is returned to keep it open).
     static func peer(id: UInt64, uid: UInt32) throws -> (peer: ControlPeer, client: FileDescriptor) {
+        try peer(id: id, credentials: PeerCredentials(pid: Int32(5000 + id), uid: uid, gid: uid))
+    }
+
+    /// A connected pair over a socketpair: the agent's end as a `ControlPeer` with `credentials`,
+    /// and the client's end.
+    static func peer(id: UInt64, credentials: PeerCredentials) throws -> (peer: ControlPeer, client: FileDescriptor) {
         var ends: [Int32] = [0, 0]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
-        let credentials = PeerCredentials(pid: Int32(5000 + id), uid: uid, gid: uid)
         return (ControlPeer(id: id, credentials: credentials, socket: FileDescriptor(rawValue: ends[0]), promote: { true }),
                 FileDescriptor(rawValue: ends[1]))
     }
 
-    /// A user's status counts that user's downloads only; root's counts every one and gives the total.
-    @Test func statusCountsTheCallersDownloadsAndOnlyRootSeesTheTotal() async throws {
-        let scratch = try ScratchDirectory("ao")
+    /// An offline service, started, with two users' peers (alice 1000, bob 1001).
+    static func serviceWithTwoUsers(_ label: String) async throws
+        -> (ScratchDirectory, AgentService, alice: (peer: ControlPeer, client: FileDescriptor), bob: (peer: ControlPeer, client: FileDescriptor)) {
+        let scratch = try ScratchDirectory(label)
         let service = try AgentServiceTests.offlineService(scratch.url, events: AgentServiceTests.EventSink())
         _ = await service.start()
-        let alice = try Self.peer(id: 1, uid: 1000), bob = try Self.peer(id: 2, uid: 1001)
-        defer { alice.client.close(); bob.client.close() }
+        return (scratch, service, try peer(id: 1, uid: 1000), try peer(id: 2, uid: 1001))
+    }
+
+    /// A user's status counts that user's downloads only; root's counts every one and gives the total.
+    @Test func statusCountsTheCallersDownloadsAndOnlyRootSeesTheTotal() async throws {
+        let (scratch, service, alice, bob) = try await Self.serviceWithTwoUsers("ao")
+        defer { alice.client.close(); bob.client.close(); withExtendedLifetime(scratch) {} }
         for index in 0..<3 {
             let added = await service.handle(.add(url: URL(string: "http://192.0.2.9/a\(index)")!, output: nil, sha256: nil),
                                              id: nil, peer: alice.peer)
@@ -46,11 +57,8 @@ struct AgentServiceOwnershipTests {
 
     /// An add repeated with its client key gets the first job; another user's same key is theirs.
     @Test func aRepeatedClientKeyIsTheFirstJob() async throws {
-        let scratch = try ScratchDirectory("ak")
-        let service = try AgentServiceTests.offlineService(scratch.url, events: AgentServiceTests.EventSink())
-        _ = await service.start()
-        let alice = try Self.peer(id: 1, uid: 1000), bob = try Self.peer(id: 2, uid: 1001)
-        defer { alice.client.close(); bob.client.close() }
+        let (scratch, service, alice, bob) = try await Self.serviceWithTwoUsers("ak")
+        defer { alice.client.close(); bob.client.close(); withExtendedLifetime(scratch) {} }
         let url = URL(string: "http://192.0.2.9/k.bin")!
         async let first = service.handle(.add(url: url, output: nil, sha256: nil, clientKey: "k1"), id: .number(1), peer: alice.peer)
         async let second = service.handle(.add(url: url, output: nil, sha256: nil, clientKey: "k1"), id: .number(2), peer: alice.peer)

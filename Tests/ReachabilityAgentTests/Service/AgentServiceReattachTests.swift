@@ -9,13 +9,10 @@ import TestSupport
 /// agent has heard that its connection ended; a live holder still does.
 @Suite("Agent service: re-attaching a background session")
 struct AgentServiceReattachTests {
-    /// A connected pair: the agent's end as a `ControlPeer`, and the client's end.
+    /// A connected pair for this user with process `pid`: the agent's end and the client's end.
     static func connection(id: UInt64, pid: Int32) throws -> (peer: ControlPeer, client: FileDescriptor) {
-        var ends: [Int32] = [0, 0]
-        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
-        let credentials = PeerCredentials(pid: pid, uid: CurrentProcess.effectiveUserID, gid: CurrentProcess.effectiveGroupID)
-        return (ControlPeer(id: id, credentials: credentials, socket: FileDescriptor(rawValue: ends[0]), promote: { true }),
-                FileDescriptor(rawValue: ends[1]))
+        try AgentServiceOwnershipTests.peer(id: id, credentials: PeerCredentials(
+            pid: pid, uid: CurrentProcess.effectiveUserID, gid: CurrentProcess.effectiveGroupID))
     }
 
     static func attach(_ service: AgentService, _ peer: ControlPeer) async -> ControlResponse? {

@@ -61,28 +61,32 @@ struct AgentFilesTests {
         #expect(current.hasSuffix("9" + line.dropFirst() + "\n"))
     }
 
-    @Test func aPlantedLogLinkIsNeverFollowed() throws {
-        let directoryScratch = try Self.scratch()
+    /// Plants a link named `name` in a fresh state directory, pointing at a victim file that reads
+    /// "keep", runs `open` on the checked directory, and answers whether the victim still reads "keep".
+    static func victimKept(plantedAt name: String, _ open: (CheckedDirectory) throws -> Void) throws -> Bool {
+        let directoryScratch = try scratch()
         let directory = directoryScratch.path
         let victim = directory + "-victim"
         FileManager.default.createFile(atPath: victim, contents: Data("keep".utf8))
         defer { unlink(victim) }
         let checked = try AgentStateDirectory.prepare(directory)
-        symlink(victim, directory + "/agent.log")
-        #expect(throws: AgentFailure.self) { _ = try RotatingLogFile(directory: checked) }
-        #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8))
+        symlink(victim, directory + "/" + name)
+        try open(checked)
+        return FileManager.default.contents(atPath: victim) == Data("keep".utf8)
+    }
+
+    @Test func aPlantedLogLinkIsNeverFollowed() throws {
+        let kept = try Self.victimKept(plantedAt: "agent.log") { checked in
+            #expect(throws: AgentFailure.self) { _ = try RotatingLogFile(directory: checked) }
+        }
+        #expect(kept)
     }
 
     @Test func aPlantedLockLinkIsNeverFollowed() throws {
-        let directoryScratch = try Self.scratch()
-        let directory = directoryScratch.path
-        let victim = directory + "-victim"
-        FileManager.default.createFile(atPath: victim, contents: Data("keep".utf8))
-        defer { unlink(victim) }
-        let checked = try AgentStateDirectory.prepare(directory)
-        symlink(victim, directory + "/agent.lock")
-        let error = #expect(throws: AgentFailure.self) { _ = try AgentStateDirectory.lock(checked) }
-        #expect(error?.kind == .configuration)
-        #expect(FileManager.default.contents(atPath: victim) == Data("keep".utf8), "the pid was not written through the link")
+        let kept = try Self.victimKept(plantedAt: "agent.lock") { checked in
+            let error = #expect(throws: AgentFailure.self) { _ = try AgentStateDirectory.lock(checked) }
+            #expect(error?.kind == .configuration)
+        }
+        #expect(kept, "the pid was not written through the link")
     }
 }

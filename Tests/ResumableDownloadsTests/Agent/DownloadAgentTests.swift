@@ -9,11 +9,8 @@ import Testing
 struct DownloadAgentTests {
     @Test func waitsForConnectivityThenGivesUpAtTheOutageLimit() async throws {
         let directory = try TemporaryDirectory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Paths.offline)
-        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state"),
-                                                           maximumOutageWait: .milliseconds(300)),
-                                      paths: paths)
+        let (agent, _) = try DownloadFixtures.scriptedAgent(.init(stateDirectory: directory.url.appendingPathComponent("state"),
+                maximumOutageWait: .milliseconds(300)), startingAt: Paths.offline)
         let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
                                                 to: directory.url.appendingPathComponent("out"))
         let log = EventLog(download)
@@ -48,10 +45,8 @@ struct DownloadAgentTests {
 
     @Test func cancelWhileWaitingDeletesResumeData() async throws {
         let directory = try TemporaryDirectory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Paths.offline)
         let state = directory.url.appendingPathComponent("state")
-        let agent = try DownloadAgent(configuration: .init(stateDirectory: state), paths: paths)
+        let (agent, _) = try DownloadFixtures.scriptedAgent(.init(stateDirectory: state), startingAt: Paths.offline)
         let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
                                                 to: directory.url.appendingPathComponent("out"))
         let log = EventLog(download)
@@ -65,10 +60,7 @@ struct DownloadAgentTests {
 
     @Test func pauseAndResumeWhileWaiting() async throws {
         let directory = try TemporaryDirectory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Paths.offline)
-        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state")),
-                                      paths: paths)
+        let (agent, _) = try DownloadFixtures.scriptedAgent(.init(stateDirectory: directory.url.appendingPathComponent("state")), startingAt: Paths.offline)
         let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
                                                 to: directory.url.appendingPathComponent("out"))
         let log = EventLog(download)
@@ -89,11 +81,8 @@ struct DownloadAgentTests {
 struct DownloadEventReplayTests {
     @Test func lateSubscribersSeeEarlierEvents() async throws {
         let directory = try TemporaryDirectory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Paths.offline)
-        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state"),
-                                                           maximumOutageWait: .milliseconds(100)),
-                                      paths: paths)
+        let (agent, _) = try DownloadFixtures.scriptedAgent(.init(stateDirectory: directory.url.appendingPathComponent("state"),
+                maximumOutageWait: .milliseconds(100)), startingAt: Paths.offline)
         let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/never")!,
                                                 to: directory.url.appendingPathComponent("out"))
         _ = try? await download.finished()
@@ -109,11 +98,8 @@ struct DownloadEventReplayTests {
 struct DownloadQueueTests {
     @Test func queuedDownloadsPauseResumeAndCancelWithoutASlot() async throws {
         let directory = try TemporaryDirectory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Paths.offline)
-        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state"),
-                                                           maximumConcurrentDownloads: 1),
-                                      paths: paths)
+        let (agent, _) = try DownloadFixtures.scriptedAgent(.init(stateDirectory: directory.url.appendingPathComponent("state"),
+                maximumConcurrentDownloads: 1), startingAt: Paths.offline)
         let first = try await agent.download(from: URL(string: "http://127.0.0.1:9/a")!, to: directory.url.appendingPathComponent("a"))
         let second = try await agent.download(from: URL(string: "http://127.0.0.1:9/b")!, to: directory.url.appendingPathComponent("b"))
         let firstLog = EventLog(first)
@@ -137,10 +123,7 @@ struct DownloadQueueTests {
 
     @Test func cancellingAWaiterLeavesTheDownloadAlone() async throws {
         let directory = try TemporaryDirectory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Paths.offline)
-        let agent = try DownloadAgent(configuration: .init(stateDirectory: directory.url.appendingPathComponent("state")),
-                                      paths: paths)
+        let (agent, _) = try DownloadFixtures.scriptedAgent(.init(stateDirectory: directory.url.appendingPathComponent("state")), startingAt: Paths.offline)
         let download = try await agent.download(from: URL(string: "http://127.0.0.1:9/a")!,
                                                 to: directory.url.appendingPathComponent("a"))
         let waiter = Task { try await download.finished() }

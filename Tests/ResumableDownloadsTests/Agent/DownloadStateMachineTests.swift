@@ -252,21 +252,24 @@ struct DownloadStateMachineTests {
         #expect(h.send(.serverReachable).isEmpty)
     }
 
-    @Test func aPathChangeDuringAProbeAbortsItAndLeavesTheQueue() {
+    /// A machine whose transfer was refused and whose host probe was just granted.
+    static func probing() -> Harness {
         var h = Harness()
-        h.send(.start(Self.half, Self.usable))
-        h.end(.transport(Self.refused))
+        h.send(.start(half, usable))
+        h.end(.transport(refused))
         h.send(.probeGranted(connectTimeout: .milliseconds(500)))
+        return h
+    }
+
+    @Test func aPathChangeDuringAProbeAbortsItAndLeavesTheQueue() {
+        var h = Self.probing()
         #expect(h.send(.pathChanged(Self.moved, rank: 0)) == [.abortAttempt(.pathChanged)])
         // The probe ends aborted: it leaves the host's queue and tries at once on the new path.
         #expect(h.end(.aborted(.pathChanged)) == [.leaveServerWait, .update(.running, .resumed(at: 500)), Self.plan(3, fresh: true)])
     }
 
     @Test func aPathLostDuringAProbeWaitsForThePath() {
-        var h = Harness()
-        h.send(.start(Self.half, Self.usable))
-        h.end(.transport(Self.refused))
-        h.send(.probeGranted(connectTimeout: .milliseconds(500)))
+        var h = Self.probing()
         #expect(h.send(.pathChanged(Self.offline, rank: 0)) == [.abortAttempt(.pathChanged)])
         #expect(h.end(.aborted(.pathChanged)) == [.leaveServerWait, .update(.waitingForConnectivity, .waitingForConnectivity)])
     }

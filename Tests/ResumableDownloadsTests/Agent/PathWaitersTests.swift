@@ -58,21 +58,20 @@ struct PathWaitersTests {
         let asked = Mutex<[String]>([])
         let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
         continuation.yield(Paths.offline)
-        var configuration = DownloadAgent.Configuration(stateDirectory: directory.url.appendingPathComponent("state"))
-        configuration.proxy = "http://proxy.example:3128"
-        let agent = try DownloadAgent(configuration: configuration, paths: paths, hostPaths: { host in
-            asked.withLock { $0.append(host) }
-            return AsyncStream { _ in }
-        })
-        _ = try await agent.download(from: URL(string: "http://10.77.0.1/f")!, to: directory.url.appendingPathComponent("f"))
+        // An agent through `proxy` ("" for none) that records the hosts whose route it asks for.
+        func agent(proxy: String, state: String) throws -> DownloadAgent {
+            var configuration = DownloadAgent.Configuration(stateDirectory: directory.url.appendingPathComponent(state))
+            configuration.proxy = proxy
+            return try DownloadAgent(configuration: configuration, paths: paths, hostPaths: { host in
+                asked.withLock { $0.append(host) }
+                return AsyncStream { _ in }
+            })
+        }
+        let proxied = try agent(proxy: "http://proxy.example:3128", state: "state")
+        _ = try await proxied.download(from: URL(string: "http://10.77.0.1/f")!, to: directory.url.appendingPathComponent("f"))
         #expect(await Polling.wait(timeout: .seconds(5)) { asked.withLock { $0 } == ["proxy.example"] })
-        await agent.shutdown()
-        var direct = DownloadAgent.Configuration(stateDirectory: directory.url.appendingPathComponent("state2"))
-        direct.proxy = ""
-        let plain = try DownloadAgent(configuration: direct, paths: paths, hostPaths: { host in
-            asked.withLock { $0.append(host) }
-            return AsyncStream { _ in }
-        })
+        await proxied.shutdown()
+        let plain = try agent(proxy: "", state: "state2")
         _ = try await plain.download(from: URL(string: "http://10.77.0.1/f")!, to: directory.url.appendingPathComponent("g"))
         #expect(await Polling.wait(timeout: .seconds(5)) { asked.withLock { $0 } == ["proxy.example", "10.77.0.1"] })
         await plain.shutdown()

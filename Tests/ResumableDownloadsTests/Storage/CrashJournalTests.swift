@@ -26,6 +26,17 @@ struct CrashJournalTests {
         return words.withUnsafeMutableBytes { Array($0.prefix(count)) }
     }
 
+    /// Appends `content[range]` to `file` at its offset, and checkpoints the first time the bytes
+    /// written (`writtenBefore` plus these) reach `checkpoint`: the kill tests' one checkpoint.
+    static func write(_ content: [UInt8], _ range: Range<Int>, to file: PartialFile, writtenBefore: Int, checkpoint: Int,
+                      checkpointed: inout Bool) async throws {
+        content.withUnsafeBytes { file.append(UnsafeRawBufferPointer(rebasing: $0[range]), at: Int64(range.lowerBound)) }
+        if !checkpointed, writtenBefore + range.count >= checkpoint {
+            _ = try await file.checkpoint()
+            checkpointed = true
+        }
+    }
+
     /// Writes `content` in uneven chunks, checkpointing after `checkpoint` bytes, then drops the
     /// file without closing anything cleanly, as SIGKILL would. Returns the record on disk.
     func writeAndKill(_ content: [UInt8], checkpoint: Int, record: ResumeRecord, directory: TemporaryDirectory,
@@ -35,12 +46,9 @@ struct CrashJournalTests {
         var checkpointed = false
         while offset < content.count {
             let count = min(content.count - offset, 1 + Int(generator.next() % 200_000))
-            content.withUnsafeBytes { file!.append(UnsafeRawBufferPointer(rebasing: $0[offset..<offset + count]), at: Int64(offset)) }
+            try await Self.write(content, offset..<offset + count, to: file!, writtenBefore: offset, checkpoint: checkpoint,
+                                 checkpointed: &checkpointed)
             offset += count
-            if !checkpointed, offset >= checkpoint {
-                try await file!.checkpoint()
-                checkpointed = true
-            }
         }
         await file!.settled()
         file = nil
@@ -235,13 +243,10 @@ struct CrashJournalTests {
             guard starts[writer] < ends[writer] else { continue }
             let count = min(ends[writer] - starts[writer], 1 + Int(generator.next() % 100_000))
             let offset = starts[writer]
-            content.withUnsafeBytes { file!.append(UnsafeRawBufferPointer(rebasing: $0[offset..<offset + count]), at: Int64(offset)) }
+            try await Self.write(content, offset..<offset + count, to: file!, writtenBefore: total, checkpoint: checkpoint,
+                                 checkpointed: &checkpointed)
             starts[writer] += count
             total += count
-            if !checkpointed, total >= checkpoint {
-                try await file!.checkpoint()
-                checkpointed = true
-            }
         }
         await file!.settled()
         file = nil

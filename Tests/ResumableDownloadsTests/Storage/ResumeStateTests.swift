@@ -62,10 +62,8 @@ struct ResumeStateTests {
 
     @Test func importWritesTheRecordAndExportReadsItBackAfterPause() async throws {
         let directory = try TemporaryDirectory()
-        let (paths, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
-        continuation.yield(Paths.offline)
         let stateDirectory = directory.url.appendingPathComponent("state")
-        let agent = try DownloadAgent(configuration: .init(stateDirectory: stateDirectory), paths: paths)
+        let (agent, _) = try DownloadFixtures.scriptedAgent(.init(stateDirectory: stateDirectory), startingAt: Paths.offline)
         let imported = Self.state()
         let seen = EventCollector()
         let download = try await agent.makeDownload(from: Self.url, to: directory.url.appendingPathComponent("out"),
