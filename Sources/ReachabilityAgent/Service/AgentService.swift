@@ -419,29 +419,24 @@ package actor AgentService {
         let now = environment.now
         let metrics = downloadMetrics
         metrics.follow(download.id, offset: download.progress.bytesReceived)
-        // Detached: a task inherits its creator's task-local values, and an add's task carries
-        // `DurableWrites.collecting`, which these two would keep alive as long as the download.
-        Task.detached { [weak self] in
-            var last = ContinuousClock.now
-            var connections = DownloadConnections()
-            for await progress in download.progressUpdates {
-                metrics.progressed(download.id, to: progress.bytesReceived)
-                metrics.connections(download.id, progress.connections)
-                if progress.connections != connections {
-                    // Each change of connections or paths is a line (a ramp is a few, a path change one).
-                    connections = progress.connections
-                    if connections.count > 0, download.state == .running {
-                        var facts = EventSchema.DownloadFacts(download)
-                        (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
-                        emit(EventSchema.downloadLine(.connections, facts, at: now(), EventSchema.connectionFields(connections)))
-                    }
+        if isBackground {
+            // Detached: a task inherits its creator's task-local values, and an add's task carries
+            // `DurableWrites.collecting`, which these would keep alive as long as the download.
+            Task.detached { [weak self] in
+                let lines = ProgressLines(interval: interval, emit: emit, now: now, metrics: metrics)
+                for await progress in download.progressUpdates {
+                    lines.report(progress, of: download)
+                    await self?.backgroundProgressed(download, progress)
                 }
-                if isBackground { await self?.backgroundProgressed(download, progress) }
-                guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
-                last = ContinuousClock.now
-                var facts = EventSchema.DownloadFacts(download)
-                (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
-                emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
+            }
+        } else {
+            // A `queue add` download's progress needs no await: its callback writes the lines, and
+            // no task waits per queued download (at 10,000 jobs those tasks were a third of the
+            // agent's memory, docs/benchmarks.md).
+            let lines = ProgressLines(interval: interval, emit: emit, now: now, metrics: metrics)
+            // Weak: the download holds its callback.
+            download.onProgress = { [weak download] progress in
+                if let download { lines.report(progress, of: download) }
             }
         }
         Task.detached { [weak self] in
@@ -572,6 +567,47 @@ package actor AgentService {
 
     func emitAgent(_ event: String, _ fields: [JSONValue.Member]) {
         environment.emit(EventSchema.line(.agent, event, at: environment.now(), fields))
+    }
+}
+
+/// The `connections` and `progress` lines of one download and its metrics, from its progress
+/// updates (on the engine's thread or the agent's: the lock keeps one download's lines in order).
+final class ProgressLines: Sendable {
+    private struct State {
+        var last = ContinuousClock.now
+        var connections = DownloadConnections()
+    }
+
+    private let interval: Duration
+    private let emit: @Sendable (String) -> Void
+    private let now: @Sendable () -> Date
+    private let metrics: DownloadMetrics
+    private let state = Mutex(State())
+
+    init(interval: Duration, emit: @escaping @Sendable (String) -> Void, now: @escaping @Sendable () -> Date,
+         metrics: DownloadMetrics) {
+        (self.interval, self.emit, self.now, self.metrics) = (interval, emit, now, metrics)
+    }
+
+    func report(_ progress: DownloadProgress, of download: Download) {
+        metrics.progressed(download.id, to: progress.bytesReceived)
+        metrics.connections(download.id, progress.connections)
+        state.withLock { state in
+            if progress.connections != state.connections {
+                // Each change of connections or paths is a line (a ramp is a few, a path change one).
+                state.connections = progress.connections
+                if state.connections.count > 0, download.state == .running {
+                    var facts = EventSchema.DownloadFacts(download)
+                    (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+                    emit(EventSchema.downloadLine(.connections, facts, at: now(), EventSchema.connectionFields(state.connections)))
+                }
+            }
+            guard ContinuousClock.now - state.last >= interval, download.state == .running else { return }
+            state.last = ContinuousClock.now
+            var facts = EventSchema.DownloadFacts(download)
+            (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+            emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
+        }
     }
 }
 

@@ -162,16 +162,21 @@ extension DownloadAgent {
         // the time (a second per MiB). Below 1 MiB unsynced, the queued writes are only awaited;
         // the block journal covers a crash meanwhile, and the next checkpoint (periodic, pause,
         // shutdown, failure, completion) makes them durable.
+        // A transfer that ended with the whole body is usually completed next: its completion
+        // group fsyncs the data (`CompletionGroupCommit`), so a checkpoint here was a second
+        // fdatasync and record write per file (issue 29). Should the machine not complete it,
+        // the next checkpoint covers the bytes, as for a light one.
         let isLight = switch result {
-        case .transport, .incomplete: true
+        case .transport, .incomplete, .completed: true
         default: false
         }
+        let isWhole = if case .completed = result { true } else { false }
         do {
             if isLight {
                 await driver.file.settled()
                 if let error = driver.file.writeError { throw error }
             }
-            if !isLight || driver.file.unsyncedBytes >= Self.lightCheckpointLimit {
+            if !isLight || (!isWhole && driver.file.unsyncedBytes >= Self.lightCheckpointLimit) {
                 try await driver.file.checkpoint()
             }
         } catch {
@@ -246,7 +251,12 @@ extension DownloadAgent {
             }
         case .complete(let total):
             do {
-                let url = try await driver.file.complete(totalLength: total, expectedLength: driver.download.options.expectedLength)
+                try await driver.file.verifyCompletion(totalLength: total, expectedLength: driver.download.options.expectedLength)
+                // The transfer is over and its bytes verified: its slot goes to the next download
+                // while this one waits for its completion group (the fsyncs and the rename).
+                scheduler.release(id)
+                schedule()
+                let url = try await driver.file.commitCompletion()
                 driver.download.report(bytesReceived: total, totalBytes: total)
                 entries[id]?.record = driver.file.record   // its validators, for `completedEntity(of:)`
                 configuration.logger.info("download completed", metadata: ["id": id.uuidString, "bytes": "\(total)"])
