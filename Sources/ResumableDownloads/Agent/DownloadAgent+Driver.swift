@@ -72,6 +72,9 @@ extension DownloadAgent {
         return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
     }
 
+    /// Finished files that may wait for their completion group with their slot given away.
+    static let maximumFilesAwaitingCompletion = 32
+
     /// Unsynced bytes after which even an attempt that ended early is checkpointed.
     static let lightCheckpointLimit: Int64 = 1 << 20
 
@@ -253,9 +256,13 @@ extension DownloadAgent {
             do {
                 try await driver.file.verifyCompletion(totalLength: total, expectedLength: driver.download.options.expectedLength)
                 // The transfer is over and its bytes verified: its slot goes to the next download
-                // while this one waits for its completion group (the fsyncs and the rename).
-                scheduler.release(id)
-                schedule()
+                // while this one waits for its completion group (the fsyncs and the rename), as
+                // long as few wait: each holds its descriptors, and a slow disk must not let
+                // thousands pile up (EMFILE at 10,000 jobs without this bound).
+                if CompletionGroupCommit.shared.inFlight < Self.maximumFilesAwaitingCompletion {
+                    scheduler.release(id)
+                    schedule()
+                }
                 let url = try await driver.file.commitCompletion()
                 driver.download.report(bytesReceived: total, totalBytes: total)
                 entries[id]?.record = driver.file.record   // its validators, for `completedEntity(of:)`
@@ -459,6 +466,9 @@ extension DownloadAgent {
         entries[driver.id]?.mailbox = nil
         entries[driver.id]?.transfer = nil
         entries[driver.id]?.driver = nil
+        // Its descriptors (the destination's directory) go with it: a finished job's entry
+        // stays, and 10,000 of them kept 10,000 directories open.
+        entries[driver.id]?.file = nil
         scheduler.release(driver.id)
     }
 

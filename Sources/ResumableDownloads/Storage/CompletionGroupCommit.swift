@@ -27,9 +27,14 @@ final class CompletionGroupCommit: Sendable {
     private struct State {
         var staged: [Member] = []
         var isWriting = false
+        /// Files staged or being written.
+        var inFlight = 0
     }
 
     private let state = Mutex(State())
+
+    /// Files waiting for their group (staged or being written): each holds its descriptors.
+    var inFlight: Int { state.withLock { $0.inFlight } }
 
     /// Puts `file` (verified, its transfer over) in place with the next group; returns once its
     /// rename is durable, or throws why it is not (the file then stays as it was).
@@ -37,6 +42,7 @@ final class CompletionGroupCommit: Sendable {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let startsWriter = state.withLock { state in
                 state.staged.append(Member(file: file, done: continuation))
+                state.inFlight += 1
                 defer { state.isWriting = true }
                 return !state.isWriting
             }
@@ -56,6 +62,7 @@ final class CompletionGroupCommit: Sendable {
             }
             guard let group else { return }
             let failures = Self.write(group.map(\.file))
+            state.withLock { $0.inFlight -= group.count }
             for (member, failure) in zip(group, failures) {
                 if let failure { member.done.resume(throwing: failure) } else { member.done.resume() }
             }
