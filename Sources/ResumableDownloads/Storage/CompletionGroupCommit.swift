@@ -25,8 +25,7 @@ final class CompletionGroupCommit: Sendable {
     }
 
     private struct State {
-        var staged: [Member] = []
-        var isWriting = false
+        var groups = StagedGroups<Member>()
         /// Files staged or being written.
         var inFlight = 0
     }
@@ -41,26 +40,15 @@ final class CompletionGroupCommit: Sendable {
     func commit(_ file: PartialFile) async throws {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let startsWriter = state.withLock { state in
-                state.staged.append(Member(file: file, done: continuation))
                 state.inFlight += 1
-                defer { state.isWriting = true }
-                return !state.isWriting
+                return state.groups.stage(Member(file: file, done: continuation))
             }
             if startsWriter { SystemThread.detach(name: "completion-commit") { [self] in writeGroups() } }
         }
     }
 
     private func writeGroups() {
-        while true {
-            let group: [Member]? = state.withLock { state in
-                guard !state.staged.isEmpty else {
-                    state.isWriting = false
-                    return nil
-                }
-                defer { state.staged = [] }
-                return state.staged
-            }
-            guard let group else { return }
+        while let group = state.withLock({ $0.groups.next() }) {
             let failures = Self.write(group.map(\.file))
             state.withLock { $0.inFlight -= group.count }
             for (member, failure) in zip(group, failures) {
