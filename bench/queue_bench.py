@@ -10,10 +10,12 @@ N small files from nginx (a server namespace, no rate limit) to a client namespa
             add to the N-th `completed` line; peak RSS (VmHWM) of the agent.
 Every file is checked (size) afterwards. Judge by the worst of --runs, not the median.
 
-Needs root (namespaces rchQ<pid>-*, always removed), nginx, aria2c and a release build
-(`swift build -c release --product reachability`).
+Needs root (namespaces rchQ<pid>-*, BENCH_NETNS_PREFIX replaces rchQ; always removed), nginx,
+aria2c and a release build (`swift build -c release --product reachability`).
+After the runs, one `summary` line per tool: worst and median time, and the agent's worst ratio
+to aria2c's time in the same run.
 Usage: bench/queue_bench.py [--build .build/release] [--files 10000] [--size 4096] [--concurrent 4] [--runs 1]
-       [--tools aria2c,agent]
+       [--tools aria2c,agent] [--agent-env NAME=VALUE ...]
 """
 import argparse
 import json
@@ -55,14 +57,15 @@ def run_aria2c(network, urls, directory, concurrent):
 
 
 class AgentRun:
-    def __init__(self, build, network, state, concurrent):
+    def __init__(self, build, network, state, concurrent, env=None):
         self.state = state
         os.makedirs(state, mode=0o700)
         self.completed = 0
         self.lock = threading.Lock()
         self.process = subprocess.Popen(["ip", "netns", "exec", network.client, f"{build}/reachability", "agent",
                                          "--state-dir", state, "--max-concurrent", str(concurrent)],
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                        env=dict(os.environ, **(env or {})))
         self.listening = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
         if not self.listening.wait(20):
@@ -107,8 +110,8 @@ class AgentRun:
             self.process.wait()
 
 
-def run_agent(build, network, urls, directory, concurrent):
-    agent = AgentRun(build, network, os.path.join(directory, "state"), concurrent)
+def run_agent(build, network, urls, directory, concurrent, env=None):
+    agent = AgentRun(build, network, os.path.join(directory, "state"), concurrent, env)
     count = len(urls)
     add_times = []
     status_latencies, list_latencies = [], []
@@ -164,6 +167,24 @@ def run_agent(build, network, urls, directory, concurrent):
             "statusSamples": len(status_latencies), "listSamples": len(list_latencies)}
 
 
+def summarize(results):
+    """Worst and median per tool; the agent's ratio to aria2c's time in the same run."""
+    for name in sorted({r["tool"] for r in results}):
+        mine = [r for r in results if r["tool"] == name]
+        summary = {"summary": name, "runs": len(mine),
+                   "secondsWorst": max(r["seconds"] for r in mine),
+                   "secondsMedian": statistics.median(r["seconds"] for r in mine),
+                   "rssMiBWorst": max(r["rssMiB"] for r in mine)}
+        if name == "agent":
+            summary.update({key + "Worst": max(r[key] for r in mine)
+                            for key in ("statusP99ms", "statusMaxMs", "listP99ms", "listOfAllP99ms")})
+            peers = {r["run"]: r["seconds"] for r in results if r["tool"] == "aria2c"}
+            ratios = [r["seconds"] / peers[r["run"]] for r in mine if r["run"] in peers]
+            if ratios:
+                summary.update({"ratioWorst": max(ratios), "ratioMedian": statistics.median(ratios)})
+        print(json.dumps(summary), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=".build/release")
@@ -172,10 +193,14 @@ def main():
     parser.add_argument("--concurrent", type=int, default=4)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--tools", default="aria2c,agent", help="comma-separated: aria2c, agent")
+    parser.add_argument("--agent-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set in the agent's environment (MALLOC_ARENA_MAX=2, ...)")
     args = parser.parse_args()
+    agent_env = dict(item.split("=", 1) for item in args.agent_env)
     build = os.path.abspath(args.build)
     workdir = tempfile.mkdtemp(prefix="queue-bench-")
-    network = Network(f"rchQ{os.getpid()}", "q", workdir, rate="0", subnet="10.89.0", worker_connections=1024)
+    # BENCH_NETNS_PREFIX: a prefix of one's own on a machine shared with others running benchmarks.
+    network = Network(f"{os.environ.get('BENCH_NETNS_PREFIX', 'rchQ')}{os.getpid()}", "q", workdir, rate="0", subnet="10.89.0", worker_connections=1024)
     try:
         payload = os.urandom(args.size)
         urls = []
@@ -183,16 +208,21 @@ def main():
             network.serve(f"f{index}.bin", payload)
             urls.append(f"http://{network.address}/f{index}.bin")
         tools = [("aria2c", lambda d: run_aria2c(network, urls, d, args.concurrent)),
-                 ("agent", lambda d: run_agent(build, network, urls, d, args.concurrent))]
+                 ("agent", lambda d: run_agent(build, network, urls, d, args.concurrent, agent_env))]
         tools = [tool for tool in tools if tool[0] in args.tools.split(",")]
+        results = []
         for run in range(args.runs):
             for name, measure in tools:
                 directory = os.path.join(workdir, f"{name}-{run}")
                 os.makedirs(directory)
+                load = os.getloadavg()[0]
                 result = measure(directory)
-                result.update({"tool": name, "run": run, "filesQueued": args.files, "size": args.size})
+                result.update({"tool": name, "run": run, "filesQueued": args.files, "size": args.size,
+                               "load": [round(load, 1), round(os.getloadavg()[0], 1)]})
                 print(json.dumps(result), flush=True)
+                results.append(result)
                 shutil.rmtree(directory, ignore_errors=True)
+        summarize(results)
     finally:
         network.close()
         shutil.rmtree(workdir, ignore_errors=True)

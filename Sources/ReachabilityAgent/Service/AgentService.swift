@@ -114,6 +114,8 @@ package actor AgentService {
     var launcher: ProgramLauncher
     /// Upload jobs (`queue add --upload`; AgentService+UploadJobs.swift).
     let uploadJobs = UploadJobTable()
+    /// Every `queue add` download's events, in order, for the one task that reports them.
+    let eventFeed = DownloadEventFeed()
 
     package init(settings: AgentSettings, environment: Environment) throws {
         self.settings = settings
@@ -234,6 +236,8 @@ package actor AgentService {
         await stopBackgroundUploads()
         await agent.shutdown()
     }
+
+    deinit { eventFeed.finish() }
 
     /// Answers the watchdog: the actor is not stuck.
     package func ping() -> Bool { true }
@@ -419,42 +423,62 @@ package actor AgentService {
         let now = environment.now
         let metrics = downloadMetrics
         metrics.follow(download.id, offset: download.progress.bytesReceived)
-        // Detached: a task inherits its creator's task-local values, and an add's task carries
-        // `DurableWrites.collecting`, which these two would keep alive as long as the download.
-        Task.detached { [weak self] in
-            var last = ContinuousClock.now
-            var connections = DownloadConnections()
-            for await progress in download.progressUpdates {
-                metrics.progressed(download.id, to: progress.bytesReceived)
-                metrics.connections(download.id, progress.connections)
-                if progress.connections != connections {
-                    // Each change of connections or paths is a line (a ramp is a few, a path change one).
-                    connections = progress.connections
-                    if connections.count > 0, download.state == .running {
-                        var facts = EventSchema.DownloadFacts(download)
-                        (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
-                        emit(EventSchema.downloadLine(.connections, facts, at: now(), EventSchema.connectionFields(connections)))
+        if isBackground {
+            // Detached: a task inherits its creator's task-local values, and an add's task carries
+            // `DurableWrites.collecting`, which these would keep alive as long as the download.
+            Task.detached { [weak self] in
+                let lines = ProgressLines(interval: interval, emit: emit, now: now, metrics: metrics)
+                for await progress in download.progressUpdates {
+                    lines.report(progress, of: download)
+                    await self?.backgroundProgressed(download, progress)
+                }
+            }
+        } else {
+            // A `queue add` download's progress needs no await: its callback writes the lines, and
+            // no task waits per queued download (at 10,000 jobs those tasks were a third of the
+            // agent's memory, docs/benchmarks.md).
+            let lines = ProgressLines(interval: interval, emit: emit, now: now, metrics: metrics)
+            // Weak: the download holds its callback.
+            download.onProgress = { [weak download] progress in
+                if let download { lines.report(progress, of: download) }
+            }
+        }
+        guard isBackground else {
+            // One stream for every `queue add` download's events and one task reading it: a task
+            // waiting per queued download was most of the agent's memory at 10,000 jobs.
+            let feed = eventFeed
+            if feed.claimReader() {
+                Task.detached { [weak self] in
+                    for await item in feed.events {
+                        guard let self else { return }
+                        await self.report(item.event, of: item.download, emit: emit, now: now, metrics: metrics)
                     }
                 }
-                if isBackground { await self?.backgroundProgressed(download, progress) }
-                guard ContinuousClock.now - last >= interval, download.state == .running else { continue }
-                last = ContinuousClock.now
-                var facts = EventSchema.DownloadFacts(download)
-                (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
-                emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
             }
+            // Weak: the download holds its follower. Kept past a final state, so a resumed
+            // download (`skipping`) is followed already.
+            download.follow { [weak download] event in
+                if let download { feed.yield(download, event) }
+            }
+            return
         }
         Task.detached { [weak self] in
             var index = 0
             for await event in download.events {
                 index += 1
                 guard index > skipping, let self else { continue }
-                metrics.record(event, for: download.id, at: now())
-                let path = event == .waitingForConnectivity ? await self.currentPath : nil
-                emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
-                await self.downloadEventArrived(download, event)
+                await self.report(event, of: download, emit: emit, now: now, metrics: metrics)
             }
         }
+    }
+
+    /// One event of a download: its metrics, its line, then what the service does about it.
+    private nonisolated func report(_ event: DownloadEvent, of download: Download, emit: @Sendable (String) -> Void,
+                                    now: @Sendable () -> Date, metrics: DownloadMetrics) async {
+        metrics.record(event, for: download.id, at: now())
+        let path = event == .waitingForConnectivity ? await currentPath : nil
+        emit(EventSchema.downloadLine(event, EventSchema.DownloadFacts(download), at: now(), path: path))
+        await downloadEventArrived(download, event)
     }
 
     private func downloadEventArrived(_ download: Download, _ event: DownloadEvent) async {
@@ -572,6 +596,75 @@ package actor AgentService {
 
     func emitAgent(_ event: String, _ fields: [JSONValue.Member]) {
         environment.emit(EventSchema.line(.agent, event, at: environment.now(), fields))
+    }
+}
+
+/// The events of every download the service follows (not background sessions'), in the order
+/// they happened, read by one task (`AgentService.observe`).
+final class DownloadEventFeed: Sendable {
+    struct Item: Sendable {
+        var download: Download
+        var event: DownloadEvent
+    }
+
+    let events: AsyncStream<Item>
+    private let continuation: AsyncStream<Item>.Continuation
+    private let hasReader = Mutex(false)
+
+    init() { (events, continuation) = AsyncStream.makeStream(of: Item.self) }
+
+    /// Ends the stream (the service is gone): the reader's loop ends.
+    func finish() { continuation.finish() }
+
+    func yield(_ download: Download, _ event: DownloadEvent) { continuation.yield(Item(download: download, event: event)) }
+
+    /// True the first time only: that caller starts the one reader.
+    func claimReader() -> Bool {
+        hasReader.withLock { hasReader in
+            defer { hasReader = true }
+            return !hasReader
+        }
+    }
+}
+
+/// The `connections` and `progress` lines of one download and its metrics, from its progress
+/// updates (on the engine's thread or the agent's: the lock keeps one download's lines in order).
+final class ProgressLines: Sendable {
+    private struct State {
+        var last = ContinuousClock.now
+        var connections = DownloadConnections()
+    }
+
+    private let interval: Duration
+    private let emit: @Sendable (String) -> Void
+    private let now: @Sendable () -> Date
+    private let metrics: DownloadMetrics
+    private let state = Mutex(State())
+
+    init(interval: Duration, emit: @escaping @Sendable (String) -> Void, now: @escaping @Sendable () -> Date,
+         metrics: DownloadMetrics) {
+        (self.interval, self.emit, self.now, self.metrics) = (interval, emit, now, metrics)
+    }
+
+    func report(_ progress: DownloadProgress, of download: Download) {
+        metrics.progressed(download.id, to: progress.bytesReceived)
+        metrics.connections(download.id, progress.connections)
+        state.withLock { state in
+            if progress.connections != state.connections {
+                // Each change of connections or paths is a line (a ramp is a few, a path change one).
+                state.connections = progress.connections
+                if state.connections.count > 0, download.state == .running {
+                    var facts = EventSchema.DownloadFacts(download)
+                    (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+                    emit(EventSchema.downloadLine(.connections, facts, at: now(), EventSchema.connectionFields(state.connections)))
+                }
+            }
+            guard ContinuousClock.now - state.last >= interval, download.state == .running else { return }
+            state.last = ContinuousClock.now
+            var facts = EventSchema.DownloadFacts(download)
+            (facts.bytes, facts.total) = (progress.bytesReceived, progress.totalBytes)
+            emit(EventSchema.downloadLine(.progress, facts, at: now(), EventSchema.progressFields(progress)))
+        }
     }
 }
 

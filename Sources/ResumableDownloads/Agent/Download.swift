@@ -33,6 +33,9 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         var finishWaiters: [UUID: CheckedContinuation<URL, any Error>] = [:]
         var onEvent: (@Sendable (DownloadEvent) -> Void)?
         var onProgress: (@Sendable (DownloadProgress) -> Void)?
+        /// The agent service's one follower (`follow`), kept past a final state: a resumed
+        /// failed download goes on reporting to it.
+        var follower: (@Sendable (DownloadEvent) -> Void)?
     }
 
     private let observers: Mutex<Observers>
@@ -79,6 +82,19 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     public var events: AsyncStream<DownloadEvent> {
         subscribe(\.eventContinuations, bufferingPolicy: .unbounded) { observers, continuation in
             for event in observers.history { continuation.yield(event) }
+        }
+    }
+
+    /// Gives `follower` the recent events (the replay `events` gives), then every new one, in
+    /// order, on the thread that reports it, past a final state too (a resumed failed download
+    /// goes on); a download already followed keeps its follower. For a caller that follows
+    /// thousands of downloads: no task waits per download.
+    package func follow(_ follower: @escaping @Sendable (DownloadEvent) -> Void) {
+        observers.withLock { observers in
+            guard observers.follower == nil else { return }
+            // Under the lock: an event reported meanwhile is either in the replay or after it.
+            for event in observers.history { follower(event) }
+            observers.follower = follower
         }
     }
 
@@ -173,11 +189,13 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
                 observers.eventContinuations = [:]
                 observers.progressContinuations = [:]
             }
-            return (streams: streams, progress: progress, waiters: waiters, handler: observers.onEvent)
+            return (streams: streams, progress: progress, waiters: waiters, handler: observers.onEvent,
+                    follower: observers.follower)
         }
         if let event {
             for stream in observed.streams { stream.yield(event) }
             observed.handler?(event)
+            observed.follower?(event)
         }
         for waiter in observed.waiters {
             switch state {
@@ -202,13 +220,14 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
 
     /// Records an event that does not change the state (retrying, restartedFromZero).
     func emit(_ event: DownloadEvent) {
-        let (streams, handler) = observers.withLock { observers in
+        let (streams, handler, follower) = observers.withLock { observers in
             observers.history.append(event)
             if observers.history.count > 256 { observers.history.removeFirst(observers.history.count - 256) }
-            return (Array(observers.eventContinuations.values), observers.onEvent)
+            return (Array(observers.eventContinuations.values), observers.onEvent, observers.follower)
         }
         for stream in streams { stream.yield(event) }
         handler?(event)
+        follower?(event)
     }
 
     func report(bytesReceived: Int64, totalBytes: Int64?, resetRate: Bool = false) {

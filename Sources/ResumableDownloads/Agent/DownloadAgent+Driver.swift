@@ -72,6 +72,9 @@ extension DownloadAgent {
         return "\(scheme)://\(url.host?.lowercased() ?? ""):\(port)"
     }
 
+    /// Finished files that may wait for their completion group with their slot given away.
+    static let maximumFilesAwaitingCompletion = 32
+
     /// Unsynced bytes after which even an attempt that ended early is checkpointed.
     static let lightCheckpointLimit: Int64 = 1 << 20
 
@@ -162,16 +165,21 @@ extension DownloadAgent {
         // the time (a second per MiB). Below 1 MiB unsynced, the queued writes are only awaited;
         // the block journal covers a crash meanwhile, and the next checkpoint (periodic, pause,
         // shutdown, failure, completion) makes them durable.
+        // A transfer that ended with the whole body is usually completed next: its completion
+        // group fsyncs the data (`CompletionGroupCommit`), so a checkpoint here was a second
+        // fdatasync and record write per file (issue 29). Should the machine not complete it,
+        // the next checkpoint covers the bytes, as for a light one.
         let isLight = switch result {
-        case .transport, .incomplete: true
+        case .transport, .incomplete, .completed: true
         default: false
         }
+        let isWhole = if case .completed = result { true } else { false }
         do {
             if isLight {
                 await driver.file.settled()
                 if let error = driver.file.writeError { throw error }
             }
-            if !isLight || driver.file.unsyncedBytes >= Self.lightCheckpointLimit {
+            if !isLight || (!isWhole && driver.file.unsyncedBytes >= Self.lightCheckpointLimit) {
                 try await driver.file.checkpoint()
             }
         } catch {
@@ -246,7 +254,16 @@ extension DownloadAgent {
             }
         case .complete(let total):
             do {
-                let url = try await driver.file.complete(totalLength: total, expectedLength: driver.download.options.expectedLength)
+                try await driver.file.verifyCompletion(totalLength: total, expectedLength: driver.download.options.expectedLength)
+                // The transfer is over and its bytes verified: its slot goes to the next download
+                // while this one waits for its completion group (the fsyncs and the rename), as
+                // long as few wait: each holds its descriptors, and a slow disk must not let
+                // thousands pile up (EMFILE at 10,000 jobs without this bound).
+                if CompletionGroupCommit.shared.inFlight < Self.maximumFilesAwaitingCompletion {
+                    scheduler.release(id)
+                    schedule()
+                }
+                let url = try await driver.file.commitCompletion()
                 driver.download.report(bytesReceived: total, totalBytes: total)
                 entries[id]?.record = driver.file.record   // its validators, for `completedEntity(of:)`
                 configuration.logger.info("download completed", metadata: ["id": id.uuidString, "bytes": "\(total)"])
@@ -449,6 +466,9 @@ extension DownloadAgent {
         entries[driver.id]?.mailbox = nil
         entries[driver.id]?.transfer = nil
         entries[driver.id]?.driver = nil
+        // Its descriptors (the destination's directory) go with it: a finished job's entry
+        // stays, and 10,000 of them kept 10,000 directories open.
+        entries[driver.id]?.file = nil
         scheduler.release(driver.id)
     }
 

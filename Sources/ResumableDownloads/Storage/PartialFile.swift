@@ -290,7 +290,14 @@ final class PartialFile: Sendable {
             queue.async { [self] in
                 let record = state.withLock { $0.record }
                 guard BlockJournal.binding(for: record) != journal.withLock({ $0?.currentBinding }) else { return }
-                do { try writeRecord() } catch let error as DownloadError { fail(error) } catch {}
+                // An entity of one journal block or less is not worth two fsyncs before its first
+                // byte (at 10,000 small files they were a fifth of the agent's): a crash before
+                // its completion fetches it again, at most 256 KiB, since the journal bound to
+                // validators the record does not have keeps nothing.
+                let isSmall = record.totalLength.map { $0 <= Int64(1) << BlockJournal.defaultBlockShift } ?? false
+                if !isSmall {
+                    do { try writeRecord() } catch let error as DownloadError { fail(error) } catch {}
+                }
                 journal.withLock { $0?.rebind(record: record) }
             }
             return
@@ -560,13 +567,22 @@ final class PartialFile: Sendable {
     /// Clears a write error so a resumed download can try again (space may have been freed).
     func clearWriteError() { state.withLock { $0.writeError = nil } }
 
-    /// Verifies length and SHA-256, fsyncs, renames into place, fsyncs the directory and deletes
-    /// the record. On a verification failure nothing is moved; the caller discards the data.
+    /// Verifies length and SHA-256, then puts the file in place with the next completion group
+    /// (`CompletionGroupCommit`: fsync, the record naming the finished file, rename, directory
+    /// fsync, record removal). On a verification failure nothing is moved; the caller discards
+    /// the data.
     func complete(totalLength: Int64, expectedLength: Int64?) async throws -> URL {
+        try await verifyCompletion(totalLength: totalLength, expectedLength: expectedLength)
+        return try await commitCompletion()
+    }
+
+    /// The first half of `complete`: after the queued writes, every byte of `totalLength` is
+    /// written, the file has that length, and its SHA-256 is the expected one. Nothing is synced
+    /// or moved; the transfer's slot can go to the next download meanwhile.
+    func verifyCompletion(totalLength: Int64, expectedLength: Int64?) async throws {
         try await onQueue { [self] in
             if let error = state.withLock({ $0.writeError }) { throw error }
             let (record, written) = state.withLock { ($0.record, $0.written) }
-            try sync()
             let size = try size()
             // Every byte must have been written in this run or kept from a verified one: a hole
             // (never written, or garbage a crash left) is not part of the file, whatever its length.
@@ -590,49 +606,83 @@ final class PartialFile: Sendable {
                     throw DownloadError.checksumMismatch.with(description: "SHA-256 is \(actual), expected \(expected)")
                 }
             }
-            let name = record.destination.lastPathComponent
-            // The rename and the record's removal cannot be one step: the record first says which
-            // file it is about to become, so a crash between the two is recognised on restart as
-            // finished (`finishedBefore`), not fetched again and failed against its own file.
-            do throws(Errno) {
-                let finished = ResumeRecord.FinishedFile(try file.status())
-                state.withLock {
-                    $0.record.finishedFile = finished
-                    // The job's --on-complete run becomes due in the same write (issue 32): a kill
-                    // after the rename leaves a record that says so, and the restart runs it.
-                    if $0.record.onComplete?.step == nil { $0.record.onComplete?.step = .pending }
-                }
-            } catch {
-                throw DownloadError.fileSystem("stat", path: path, errno: error.rawValue)
+        }
+    }
+
+    /// The second half of `complete`, after `verifyCompletion`: waits for the completion group
+    /// that makes the file durable and puts it in place; returns where it is.
+    func commitCompletion() async throws -> URL {
+        try await CompletionGroupCommit.shared.commit(self)
+        return record.destination
+    }
+
+    // MARK: completion group steps (CompletionGroupCommit, on its thread; the transfer has ended
+    // and the queue is idle, so nothing else touches the file meanwhile)
+
+    /// Step 1: starts write-back of the data (not a barrier; the fsyncs of a group then find it
+    /// written).
+    func startFinishingWriteBack() { try? file.startWriteBack(offset: 0, count: 0) }
+
+    /// Step 2: fdatasync, then the record says which file it is about to become (`pending` for
+    /// its --on-complete run in the same write, issue 32); returns the record's name and bytes.
+    func finishedRecord() throws -> (name: String, bytes: [UInt8]) {
+        try sync()
+        // The rename and the record's removal cannot be one step: the record first says which
+        // file it is about to become, so a crash between the two is recognised on restart as
+        // finished (`finishedBefore`), not fetched again and failed against its own file.
+        let finished: ResumeRecord.FinishedFile
+        do throws(Errno) { finished = ResumeRecord.FinishedFile(try file.status()) } catch {
+            throw DownloadError.fileSystem("stat", path: path, errno: error.rawValue)
+        }
+        let record = state.withLock { state in
+            state.record.finishedFile = finished
+            if state.record.onComplete?.step == nil { state.record.onComplete?.step = .pending }
+            return state.record
+        }
+        do { return (recordName, try Array(ResumeRecord.encoder().encode(record))) } catch {
+            throw DownloadError.fileSystem.with(description: "cannot encode the resume record \(recordPath): \(error)")
+        }
+    }
+
+    /// The state directory the record is written to (the group writes each directory's at once).
+    var recordDirectory: CheckedDirectory { stateDirectory }
+
+    /// The destination's directory (its fsync makes the group's renames in it durable).
+    var placementDirectory: CheckedDirectory { destinationDirectory }
+
+    /// Step 3, once the record is durable: renames the file into place, without replacing what
+    /// appeared meanwhile unless asked to, and checks the name now holds our file.
+    func placeFinishedFile() throws {
+        let record = record
+        let name = record.destination.lastPathComponent
+        do throws(FileTrustError) {
+            try destinationDirectory.rename(partialName, to: name, replacing: record.replacesExistingFile == true)
+        } catch where error.isAlreadyExisting {
+            throw DownloadError.destinationExists.with(description:
+                "\(record.destination.path) appeared during the download and was not replaced; the verified download is kept in \(path)")
+        } catch {
+            throw DownloadError.file(error)
+        }
+        do throws(FileTrustError) {
+            // Renamed by name: make sure the name now holds our file, not one swapped in.
+            guard let placed = try destinationDirectory.status(of: name), placed.isSameFile(as: fileStatus) else {
+                throw FileTrustError.unsafe(record.destination.path, "is not the file that was downloaded (\(partialName) was replaced during the download)")
             }
-            try writeRecord()
-            do throws(FileTrustError) {
-                try destinationDirectory.rename(partialName, to: name, replacing: record.replacesExistingFile == true)
-            } catch where error.isAlreadyExisting {
-                throw DownloadError.destinationExists.with(description:
-                    "\(record.destination.path) appeared during the download and was not replaced; the verified download is kept in \(path)")
-            } catch {
-                throw DownloadError.file(error)
-            }
-            do throws(FileTrustError) {
-                // Renamed by name: make sure the name now holds our file, not one swapped in.
-                guard let placed = try destinationDirectory.status(of: name), placed.isSameFile(as: fileStatus) else {
-                    throw FileTrustError.unsafe(record.destination.path, "is not the file that was downloaded (\(partialName) was replaced during the download)")
-                }
-                try destinationDirectory.sync()
-            } catch {
-                throw DownloadError.file(error)
-            }
-            limits.afterRename?()
-            closeOnQueue()
-            journal.withLock { $0?.remove() }
-            // A record whose --on-complete command is still due stays until that run is done
-            // (`DownloadAgent.recordCompletionStep`).
-            if state.withLock({ $0.record.onComplete.map { $0.step == .done } ?? true }) {
-                try? stateDirectory.remove(recordName)
-                try? stateDirectory.sync()
-            }
-            return record.destination
+        } catch {
+            throw DownloadError.file(error)
+        }
+    }
+
+    /// Step 4, once the renames are durable: closes the file and removes the journal and the
+    /// record (a record whose --on-complete command is still due stays until that run is done,
+    /// `DownloadAgent.recordCompletionStep`). The removals are not fsynced: a record left by a
+    /// crash names a file already in place, which `finishedBefore` recognises as done.
+    func finishPlacement() {
+        limits.afterRename?()
+        closeOnQueue()
+        journal.withLock { $0?.remove() }
+        if state.withLock({ $0.record.onComplete.map { $0.step == .done } ?? true }) {
+            try? stateDirectory.remove(recordName)
         }
     }
 

@@ -61,8 +61,7 @@ final class RecordGroupCommit: Sendable {
     }
 
     private struct State {
-        var staged: [Staged] = []
-        var isWriting = false
+        var groups = StagedGroups<Staged>()
         /// Records staged and not yet written, with the tasks waiting for them.
         var pending: [UUID: [CheckedContinuation<Void, Never>]] = [:]
     }
@@ -74,10 +73,8 @@ final class RecordGroupCommit: Sendable {
     func stage(id: UUID, bytes: [UInt8], as name: String, in directory: CheckedDirectory,
                written: @escaping @Sendable (FileTrustError?) -> Void) {
         let startsWriter = state.withLock { state in
-            state.staged.append(Staged(id: id, directory: directory, name: name, bytes: bytes, written: written))
             if state.pending[id] == nil { state.pending[id] = [] }
-            defer { state.isWriting = true }
-            return !state.isWriting
+            return state.groups.stage(Staged(id: id, directory: directory, name: name, bytes: bytes, written: written))
         }
         if startsWriter { SystemThread.detach(name: "record-commit") { [self] in writeGroups() } }
     }
@@ -98,16 +95,7 @@ final class RecordGroupCommit: Sendable {
     }
 
     private func writeGroups() {
-        while true {
-            let group: [Staged]? = state.withLock { state in
-                guard !state.staged.isEmpty else {
-                    state.isWriting = false
-                    return nil
-                }
-                defer { state.staged = [] }
-                return state.staged
-            }
-            guard let group else { return }
+        while let group = state.withLock({ $0.groups.next() }) {
             // Agents in one process may use different directories: one group commit for each.
             var byDirectory: [ObjectIdentifier: [Staged]] = [:]
             for staged in group { byDirectory[ObjectIdentifier(staged.directory), default: []].append(staged) }
@@ -120,5 +108,29 @@ final class RecordGroupCommit: Sendable {
                 }
             }
         }
+    }
+}
+
+/// The staging both group commits share (`RecordGroupCommit`, `CompletionGroupCommit`): members
+/// staged while a group is being written form the next one, drained by one writer at a time.
+struct StagedGroups<Member> {
+    private var staged: [Member] = []
+    private var isWriting = false
+
+    /// Stages `member`; true when no writer runs and the caller must start one.
+    mutating func stage(_ member: Member) -> Bool {
+        staged.append(member)
+        defer { isWriting = true }
+        return !isWriting
+    }
+
+    /// The next group for the writer, or nil when none is staged (the writer ends).
+    mutating func next() -> [Member]? {
+        guard !staged.isEmpty else {
+            isWriting = false
+            return nil
+        }
+        defer { staged = [] }
+        return staged
     }
 }
