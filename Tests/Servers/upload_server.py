@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 import uuid
@@ -73,6 +74,7 @@ class Handler(BaseHTTPRequestHandler):
                 state["generation"] = state.get("generation", 0) + 1
                 generation = state["generation"]
                 state["readers"] = state.get("readers", 0) + 1
+                state.setdefault("sockets", set()).add(self.connection)
         got = 0
         started = time.monotonic()
         try:
@@ -85,6 +87,7 @@ class Handler(BaseHTTPRequestHandler):
             if state is not None:
                 with LOCK:
                     state["readers"] -= 1
+                    state["sockets"].discard(self.connection)
         if got < 0:
             with LOCK:
                 got = (state["offset"] - offset) if state is not None else 0
@@ -117,9 +120,19 @@ class Handler(BaseHTTPRequestHandler):
         return got
 
     def take_over(self, state):
-        """A new request for an upload stops the one still reading it, and waits for it."""
+        """A new request for an upload stops the one still reading it, and waits for it.
+
+        A reader blocked on a connection whose client is gone (its reset lost with the link) would
+        hold the offset until TCP gave up: its socket is shut down, as tusd v2 asks the lock's
+        holder to release it, so the new request sees the settled offset at once."""
         with LOCK:
             state["generation"] = state.get("generation", 0) + 1
+            stale = list(state.get("sockets", ()))
+        for connection in stale:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         deadline = time.monotonic() + 5
         while state.get("readers", 0) > 0 and time.monotonic() < deadline:
             time.sleep(0.005)

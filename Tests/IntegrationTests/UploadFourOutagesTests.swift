@@ -1,0 +1,186 @@
+import Foundation
+import Glibc
+import Testing
+import TestSupport
+
+/// Issue 28's four outages at a random point of an upload, against both servers: the IETF draft
+/// test server (upload_server.py) and a real tus server (aiohttp-tus, tus_server.py).
+///
+/// A client namespace reaches a server namespace (its address on loopback) over one or two veth
+/// uplinks shaped with `tc tbf` at 64 Mbit/s; the file is 24 MiB (about 3 s on the wire, so the
+/// suite stays fast; the 256 MiB runs are bench/upload_bench.py's). The outage begins once a
+/// random 2-16 MiB have been handed to the socket:
+/// - link down: the only uplink goes down for 1 s;
+/// - path switch: the primary goes down, the second uplink stays;
+/// - upstream blackhole: the server namespace DROPs everything from the client (path up);
+/// - server reset: the client namespace REJECTs its own segments to the server with tcp-reset.
+/// Each time the server's file is byte-identical, the server read at most 1 MiB twice (its own
+/// count of body bytes, a cut-off append included), and bytes flow again (the `resumed` event,
+/// after the server answered its offset) within the outage's bound of its restore.
+@Suite("Uploads through the four outages", .serialized,
+       .enabled(if: getuid() == 0, "network namespaces need root"),
+       .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
+struct UploadFourOutagesTests {
+    typealias F = DownloadFixtures
+    static let serverAddress = "10.86.0.1"
+    static let length = 24 << 20
+    static let port = 8080
+    static let hasTus = (try? sh(["python3", "-c", "import aiohttp_tus"])) != nil
+
+    enum Outage: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case linkDown, pathSwitch, blackhole, reset
+        var testDescription: String { rawValue }
+
+        /// Restore -> bytes flowing, as a test can hold it on a shared machine. Issue 28 asks
+        /// 0.1 s when the kernel shows the restore (the link's return) and 0.3 s otherwise (the
+        /// other path taking over; a removed DROP or REJECT, found by the first retry after a
+        /// 50-100 ms backoff, since the rule goes as soon as the attempt ended): the runs print
+        /// their figures for docs/uploads.md, and a starved run (load 11-20) took up to 0.6 s.
+        /// This bound catches what matters to a user: an offset question waiting on the dead
+        /// connection's reader (0.67-5 s before upload_server.py released it) or a lost restore.
+        var flowingBound: Duration { .seconds(1) }
+    }
+
+    enum Server: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case ietf, tus
+        var testDescription: String { rawValue }
+        var script: String { self == .ietf ? "upload_server.py" : "tus_server.py" }
+        var path: String { self == .ietf ? "ietf/" : "uploads" }
+    }
+
+    /// The two namespaces; `uplinks` veth pairs, the first preferred (metric 100, 200 ...).
+    final class Lab: Sendable {
+        let lab = NetworkLab()
+        let client: String
+        let server: String
+        let directory: ScratchDirectory
+        let clientDirectory: ScratchDirectory
+
+        init(uplinks: Int) throws {
+            client = try lab.namespace("4c")
+            server = try lab.namespace("4s")
+            directory = try ScratchDirectory("upload-four")
+            clientDirectory = try ScratchDirectory("upload-four-client")
+            try ip("-n \(server) addr add \(UploadFourOutagesTests.serverAddress)/32 dev lo")
+            for index in 1...uplinks {
+                try ip("link add eth\(index) netns \(client) type veth peer name peth\(index) netns \(server)")
+                try ip("-n \(server) addr add 10.86.\(index).1/24 dev peth\(index)")
+                try ip("-n \(server) link set peth\(index) up")
+                try ip("-n \(client) addr add 10.86.\(index).2/24 dev eth\(index)")
+                try linkUp(index)
+                _ = try sh(["ip", "netns", "exec", client, "tc", "qdisc", "add", "dev", "eth\(index)", "root", "tbf",
+                            "rate", "64mbit", "burst", "64kb", "latency", "50ms"])
+            }
+        }
+
+        func linkUp(_ index: Int) throws {
+            try ip("-n \(client) link set eth\(index) up")
+            // The default route goes with the link.
+            try ip("-n \(client) route replace default via 10.86.\(index).1 dev eth\(index) metric \(index * 100)")
+        }
+
+        func linkDown(_ index: Int) throws { try ip("-n \(client) link set eth\(index) down") }
+
+        func startServer(_ kind: Server) throws {
+            let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("Servers/\(kind.script)").path
+            _ = try lab.spawn(["ip", "netns", "exec", server, "python3", path, "--directory", directory.url.path,
+                               "--address", UploadFourOutagesTests.serverAddress, "--port", String(UploadFourOutagesTests.port)])
+            let server = server
+            let accepts = F.waitSync(timeout: .seconds(15)) {
+                (try? sh(["ip", "netns", "exec", server, "bash", "-c",
+                          "exec 3<>/dev/tcp/\(UploadFourOutagesTests.serverAddress)/\(UploadFourOutagesTests.port)"])) != nil
+            }
+            guard accepts else { throw LabCommandFailure(description: "\(kind.script) did not start in \(server)") }
+        }
+
+        /// Body bytes the server has read over every request (its _stats.json).
+        var bodyBytesRead: Int {
+            let stats = (try? Data(contentsOf: directory.url("_stats.json")))
+                .flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }
+            return stats?["body_bytes"] as? Int ?? -1
+        }
+
+        deinit { lab.close() }
+    }
+
+    static func sent(_ line: String) -> Int? {
+        guard line.contains("\"progress\""), let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        else { return nil }
+        return object["sent"] as? Int
+    }
+
+    @Test(arguments: Outage.allCases, Server.allCases)
+    func theFileArrivesOnce(outage: Outage, server: Server) async throws {
+        if server == .tus && !Self.hasTus {
+            print("skipped: aiohttp-tus is not installed (scripts/setup.sh)")
+            return
+        }
+        let lab = try Lab(uplinks: outage == .pathSwitch ? 2 : 1)
+        try lab.startServer(server)
+        let cutAt = Int.random(in: (2 << 20)...(16 << 20))
+        let content = F.randomData(count: Self.length, seed: UInt64(cutAt))
+        let file = lab.clientDirectory.url("four-\(outage.rawValue).bin")
+        try content.write(to: file)
+        // The blackhole is noticed by the idle timeout: 1 s keeps the test short.
+        let upload = try LineProcess("reachability", ["upload", "--json", "--idle-timeout", "1", file.path,
+                                                      "http://\(Self.serverAddress):\(Self.port)/\(server.path)"],
+                                     namespace: lab.client)
+        defer { upload.kill() }
+        let started = await upload.waitForLine(timeout: .seconds(30)) { (Self.sent($0) ?? 0) >= cutAt }
+        #expect(started != nil, "the upload did not start: \(upload.transcript)")
+        let resetRule = ["OUTPUT", "-p", "tcp", "--dport", String(Self.port), "!", "--tcp-flags", "RST", "RST",
+                         "-j", "REJECT", "--reject-with", "tcp-reset"]
+        let dropRule = ["INPUT", "-s", "10.86.1.2", "-j", "DROP"]
+        let restoredAt: ContinuousClock.Instant
+        switch outage {
+        case .linkDown:
+            try lab.linkDown(1)
+            #expect(await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") } != nil, "\(upload.transcript)")
+            // The outage: what the link's absence is, not a wait for an event.
+            try await Task.sleep(for: .seconds(1))
+            restoredAt = .now
+            try lab.linkUp(1)
+        case .pathSwitch:
+            // Taken before the command: its own run time counts against the upload.
+            restoredAt = .now
+            try lab.linkDown(1)
+        case .blackhole:
+            _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-A"] + dropRule)
+            let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+            #expect(interrupted?.text.contains("-1001") == true, "\(upload.transcript)")
+            restoredAt = .now
+            _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + dropRule)
+        case .reset:
+            _ = try sh(["ip", "netns", "exec", lab.client, "iptables", "-A"] + resetRule)
+            let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+            // -1004 when the reset met libcurl's fresh connection: a reused connection found
+            // dead before its answer (between tus pieces) is retried once on a new one, refused.
+            #expect(["-1005", "-1004"].contains { interrupted?.text.contains($0) == true }, "\(upload.transcript)")
+            restoredAt = .now
+            _ = try sh(["ip", "netns", "exec", lab.client, "iptables", "-D"] + resetRule)
+        }
+        let resumed = await upload.waitForLine(timeout: .seconds(30)) { $0.contains("\"resumed\"") }
+        #expect(resumed != nil, "no resumed event: \(upload.transcript)")
+        let status = await upload.waitForExit(timeout: .seconds(60))
+        #expect(status == 0, "\(upload.transcript)")
+        let flowing = (resumed?.arrival ?? .now) - restoredAt
+        let stored: URL
+        if server == .ietf {
+            let created = try #require(upload.texts.first { $0.contains("\"created\"") }, "\(upload.transcript)")
+            let id = try #require(created.split(separator: "/").last?.split(separator: "\"").first.map(String.init))
+            stored = lab.directory.url(id)
+        } else {
+            // aiohttp-tus names the finished file after the Upload-Metadata filename.
+            stored = lab.directory.url(file.lastPathComponent)
+        }
+        #expect((try? Data(contentsOf: stored)) == content, "the server's file differs: \(upload.transcript)")
+        let readTwice = lab.bodyBytesRead - content.count
+        let completed = upload.texts.last { $0.contains("\"completed\"") }
+            .flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let handedTwice = completed?["bytes_resent"] as? Int ?? -1
+        print("upload four outages: \(outage) \(server) cut at \(cutAt >> 10) KiB: flowing \(flowing) after the restore; the server read \(readTwice) bytes twice, \(handedTwice) handed to the socket twice")
+        #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
+        #expect(flowing <= outage.flowingBound, "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
+    }
+}
