@@ -162,6 +162,8 @@ struct AgentCommandTests {
         (["--cacert", "/nonexistent/ca.pem"], Int32(66), "cannot read --cacert /nonexistent/ca.pem"),
         (["--limit-rate", "fast"], 64, "expected bytes per second"),
         (["--proxy", "ftp://p"], 64, "expected a proxy URL"),
+        (["--proxy", "http://p:0"], 64, "the port must be 1 to 65535"),
+        (["--proxy", "http://u:pw@p:3128", "--no-proxy"], 64, "cannot be used together"),
     ])
     func agentTransportOptionsAreChecked(arguments: [String], status: Int32, fragment: String) async throws {
         let directory = try Directory()
@@ -179,7 +181,10 @@ struct AgentCommandTests {
         (["-HX: y"], "does not take '-H, --header <name: value>'"),
         (["--limit-rate", "1m"], "start the agent with 'reachability agent --limit-rate SPEED'"),
         (["--cacert", "ca.pem"], "'reachability agent --cacert FILE'"),
-        (["-x", "http://p:3128"], "'reachability agent --proxy URL'"),
+        (["-x", "ftp://p"], "expected a proxy URL like http://host:3128"),
+        (["-x", "http://user:secret@p :3128"], "'http://user:***@p :3128'"),
+        (["-x", "http://p:3128", "--no-proxy"], "cannot be used together"),
+        (["--upload", "/etc/hostname", "--no-proxy"], "are for downloads, not '--upload'"),
         (["-k"], "always check the server's certificate"),
         (["--insecure"], "always check the server's certificate"),
     ])

@@ -86,6 +86,15 @@ package enum ControlCodec {
                 }
             }
             job.pieceHashes = request.pieces
+            if let proxy = request.proxy, !proxy.isEmpty {
+                do {
+                    job.proxy = try ProxyURL(proxy).text
+                } catch {
+                    return .failure(ControlRejection(id: id, error: .invalidArgument("'proxy' \(error.description)")))
+                }
+            } else {
+                job.proxy = request.proxy
+            }
             return .success((id, .add(url: url, output: request.output, sha256: digest,
                                       replace: request.replace ?? false, clientKey: request.clientKey, job: job)))
         case .setURL:
