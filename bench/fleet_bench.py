@@ -29,7 +29,6 @@ Usage: sudo bench/fleet_bench.py --binary .build/release/reachability [--clients
        [--scenarios fleet,replace] [--origin-rate 20m]
 """
 import argparse
-import hashlib
 import os
 import random
 import shutil
@@ -40,18 +39,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchnet import ip, random_file, run  # noqa: E402
+from benchnet import ip, random_file, run, sha256_file  # noqa: E402
 
 PROXY = "http://10.77.2.1:3128"
 URL = "http://10.77.1.2/f.bin"
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def wait_listening(namespace, address, port, timeout=20):

@@ -129,4 +129,24 @@ struct DownloadSiteCacheTests {
         try sh(["ip", "netns", "exec", site.client, "curl", "-sf", "-o", "/dev/null", "-x", SiteCacheLab.proxyURL,
                 "-r", "0-\(last)", site.url("f.bin")])
     }
+
+    /// `download --metalink URL --netns NS`: the document is fetched inside NS (through the
+    /// proxy, the only way there to the origin), as the file is; from the host namespace the
+    /// origin cannot be reached at all.
+    @Test func aMetalinkByURLIsFetchedInsideTheNamespace() async throws {
+        let site = try SiteCacheLab(cache: .nginxSlice)
+        defer { site.close() }
+        let content = F.randomData(count: 1 << 20, seed: 3433)
+        try site.serve(content, at: "f.bin", modified: Self.stampA)
+        try Data(DownloadMetalinkTests.metalink(name: "f.bin", content: content, wholeHash: true,
+                                                urls: [(site.url("f.bin"), 1)]).utf8)
+            .write(to: site.root.appendingPathComponent("f.meta4"))
+        let directory = try F.Directory("cach")
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "--netns", site.client,
+                                  "--proxy", SiteCacheLab.proxyURL, "--metalink", site.url("f.meta4")],
+                                 directory: directory.url)
+        defer { run.kill() }
+        #expect(await run.waitForExit(timeout: .seconds(60)) == 0, "\(run.transcript)")
+        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(content), "\(run.transcript)")
+    }
 }

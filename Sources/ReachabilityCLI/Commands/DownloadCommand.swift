@@ -290,6 +290,9 @@ struct DownloadCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
+        // Into --netns before anything reaches the network: a Metalink given by URL is fetched
+        // there, as the file is (issue 34).
+        try DownloadPlan.enterNamespace(of: self, in: context)
         let command = try await resolvingMetalink(in: context)
         let plan = try DownloadPlan.prepare(command, in: context)
         return try await DownloadRun(command: command, plan: plan, context: context).execute()
