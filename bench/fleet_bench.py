@@ -239,7 +239,9 @@ def fleet_run(fleet, tool, binary, cache, replace, versions, size, replace_at, t
     elapsed = time.monotonic() - start
     for p in processes:
         p.wait()
-    results = {"A": 0, "B": 0, "none": 0, "neither": 0}
+    # "neither": a file of the full length that is neither version (a splice): with exit 0
+    # ("neither"), or left by a peer that failed ("neitherFailed").
+    results = {"A": 0, "B": 0, "none": 0, "neither": 0, "neitherFailed": 0}
     by_digest = {versions["A"][1]: "A", versions["B"][1]: "B"}
     for out_dir, p in zip(outs, processes):
         path = f"{out_dir}/f.bin"
@@ -247,7 +249,7 @@ def fleet_run(fleet, tool, binary, cache, replace, versions, size, replace_at, t
             results[by_digest.get(sha256_file(path), "neither")] += 1
         elif os.path.exists(path) and os.path.getsize(path) == size and tool != "ours":
             # A peer that failed yet left a full-length file: counted by its content.
-            results[by_digest.get(sha256_file(path), "neither")] += 1
+            results[by_digest.get(sha256_file(path), "neitherFailed")] += 1
         else:
             results["none"] += 1
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -301,7 +303,7 @@ def main():
             row = fleet_run(fleet, tool, binary, cache, scenario == "replace", versions, size, args.replace_at, args.timeout)
             rows.setdefault((scenario, cache, tool), []).append(row)
             print(f"{scenario:8} {cache:6} {tool:7} {row['seconds']:7.2f} s  origin {row['origin'] / size:5.2f} copies  "
-                  f"A {row['A']} B {row['B']} none {row['none']} neither {row['neither']}", file=sys.stderr, flush=True)
+                  f"A {row['A']} B {row['B']} none {row['none']} neither {row['neither']} (+{row['neitherFailed']} failed)", file=sys.stderr, flush=True)
     finally:
         if fleet:
             fleet.close()
@@ -309,16 +311,16 @@ def main():
 
     print(f"\n{args.clients} clients, {args.size_mib} MiB, origin limit_rate {args.origin_rate} per connection, "
           f"{args.runs} runs each, load {min(loads):.1f}-{max(loads):.1f}\n")
-    print("| scenario | cache | tool | time worst / median (s) | origin copies worst / median | files A / B / none / neither (all runs) |")
+    print("| scenario | cache | tool | time worst / median (s) | origin copies worst / median | files A / B / none / neither with exit 0 / neither, failed (all runs) |")
     print("|---|---|---|---|---|---|")
     for (scenario, cache, tool), results in rows.items():
         times = [r["seconds"] for r in results]
         copies = [r["origin"] / size for r in results]
-        total = {key: sum(r[key] for r in results) for key in ("A", "B", "none", "neither")}
+        total = {key: sum(r[key] for r in results) for key in ("A", "B", "none", "neither", "neitherFailed")}
         print(f"| {scenario} | {cache} | {tool} | {max(times):.1f} / {statistics.median(times):.1f} | "
               f"{max(copies):.2f} / {statistics.median(copies):.2f} | "
-              f"{total['A']} / {total['B']} / {total['none']} / {total['neither']} |")
-    spliced = sum(r["neither"] for (s, c, t), rs in rows.items() if t == "ours" for r in rs)
+              f"{total['A']} / {total['B']} / {total['none']} / {total['neither']} / {total['neitherFailed']} |")
+    spliced = sum(r["neither"] + r["neitherFailed"] for (s, c, t), rs in rows.items() if t == "ours" for r in rs)
     if spliced:
         print(f"\nFAILURE: reachability left {spliced} spliced files", file=sys.stderr)
         sys.exit(1)

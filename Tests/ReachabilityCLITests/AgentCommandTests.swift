@@ -158,6 +158,25 @@ struct AgentCommandTests {
         #expect(await agent.terminate() == 0)
     }
 
+    /// A job's own proxy (`queue add --proxy`) wins over the agent's (here none), and is named
+    /// with its password masked.
+    @Test func queueAddProxyIsTheJobsOwn() async throws {
+        let directory = try Directory()
+        let port = 1 + UInt16.random(in: 1...50)   // privileged ports below 64: nothing listens there
+        let agent = await Self.start(["--state-dir", directory.state, "--no-proxy"],
+                                     harness: Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, staysOpen: true)))
+        #expect(await agent.waitFor(#""event":"listening""#))
+        let (status, _, errors) = await Self.control(["queue", "add", "--proxy", "http://user:secret@127.0.0.1:\(port)",
+                                                      "http://192.0.2.1/f.bin"], state: directory.state)
+        #expect(status == 0, "\(errors)")
+        #expect(await agent.waitFor("could not connect through the proxy http://user:***@127.0.0.1:\(port)"),
+                "\(agent.harness.standardOutput.text)")
+        #expect(agent.harness.standardOutput.text.contains(#""proxy":"http://user:***@127.0.0.1:\#(port)""#),
+                "the started event names the job's proxy: \(agent.harness.standardOutput.text)")
+        #expect(!agent.harness.standardOutput.text.contains("secret"), "the proxy password is never logged")
+        #expect(await agent.terminate() == 0)
+    }
+
     @Test(arguments: [
         (["--cacert", "/nonexistent/ca.pem"], Int32(66), "cannot read --cacert /nonexistent/ca.pem"),
         (["--limit-rate", "fast"], 64, "expected bytes per second"),
