@@ -37,6 +37,15 @@ def wait_for_port(port, timeout=10, host="127.0.0.1"):
     return False
 
 
+def sha256_file(path):
+    """The sha256 (hex) of the file at `path`, read 1 MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def random_file(path, mib, seed):
     """Writes `mib` MiB of seeded random bytes to `path`; returns their sha256 (hex)."""
     generator = random.Random(seed)

@@ -19,7 +19,7 @@ packages=(
 )
 for option in "$@"; do
   case "$option" in
-    --bench) packages+=(curl wget aria2 time valgrind) ;;  # peers measured by bench/; callgrind for bench/hot_text.py
+    --bench) packages+=(curl wget aria2 time valgrind squid) ;;  # peers measured by bench/; callgrind for bench/hot_text.py; squid: the site cache of bench/fleet_bench.py
     --package) packages+=(dpkg-dev debhelper lintian debootstrap systemd-container) ;;  # scripts/build-deb.sh, scripts/test-deb.sh
     *) echo "setup: unknown option '$option' (--bench, --package)" >&2; exit 64 ;;
   esac
@@ -58,6 +58,10 @@ done
 # need it, so stop it when this script is what installed it.
 if [[ " ${missing[*]} " == *" nginx-light "* ]] && command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now nginx >/dev/null 2>&1 || true
+fi
+# The same for squid (--bench): bench/fleet_bench.py and the site-cache tests start their own.
+if [[ " ${missing[*]} " == *" squid "* ]] && command -v systemctl >/dev/null 2>&1; then
+  systemctl disable --now squid >/dev/null 2>&1 || true
 fi
 
 # `swift run` and `swift test` after this script need swift on PATH in the caller's shell, which a

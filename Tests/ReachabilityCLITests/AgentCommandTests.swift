@@ -158,10 +158,31 @@ struct AgentCommandTests {
         #expect(await agent.terminate() == 0)
     }
 
+    /// A job's own proxy (`queue add --proxy`) wins over the agent's (here none), and is named
+    /// with its password masked.
+    @Test func queueAddProxyIsTheJobsOwn() async throws {
+        let directory = try Directory()
+        let port = 1 + UInt16.random(in: 1...50)   // privileged ports below 64: nothing listens there
+        let agent = await Self.start(["--state-dir", directory.state, "--no-proxy"],
+                                     harness: Harness(source: ScriptedPathSource(current: Fixtures.satisfiedWifi, staysOpen: true)))
+        #expect(await agent.waitFor(#""event":"listening""#))
+        let (status, _, errors) = await Self.control(["queue", "add", "--proxy", "http://user:secret@127.0.0.1:\(port)",
+                                                      "http://192.0.2.1/f.bin"], state: directory.state)
+        #expect(status == 0, "\(errors)")
+        #expect(await agent.waitFor("could not connect through the proxy http://user:***@127.0.0.1:\(port)"),
+                "\(agent.harness.standardOutput.text)")
+        #expect(agent.harness.standardOutput.text.contains(#""proxy":"http://user:***@127.0.0.1:\#(port)""#),
+                "the started event names the job's proxy: \(agent.harness.standardOutput.text)")
+        #expect(!agent.harness.standardOutput.text.contains("secret"), "the proxy password is never logged")
+        #expect(await agent.terminate() == 0)
+    }
+
     @Test(arguments: [
         (["--cacert", "/nonexistent/ca.pem"], Int32(66), "cannot read --cacert /nonexistent/ca.pem"),
         (["--limit-rate", "fast"], 64, "expected bytes per second"),
         (["--proxy", "ftp://p"], 64, "expected a proxy URL"),
+        (["--proxy", "http://p:0"], 64, "the port must be 1 to 65535"),
+        (["--proxy", "http://u:pw@p:3128", "--no-proxy"], 64, "cannot be used together"),
     ])
     func agentTransportOptionsAreChecked(arguments: [String], status: Int32, fragment: String) async throws {
         let directory = try Directory()
@@ -179,7 +200,10 @@ struct AgentCommandTests {
         (["-HX: y"], "does not take '-H, --header <name: value>'"),
         (["--limit-rate", "1m"], "start the agent with 'reachability agent --limit-rate SPEED'"),
         (["--cacert", "ca.pem"], "'reachability agent --cacert FILE'"),
-        (["-x", "http://p:3128"], "'reachability agent --proxy URL'"),
+        (["-x", "ftp://p"], "expected a proxy URL like http://host:3128"),
+        (["-x", "http://user:secret@p :3128"], "'http://user:***@p :3128'"),
+        (["-x", "http://p:3128", "--no-proxy"], "cannot be used together"),
+        (["--upload", "/etc/hostname", "--no-proxy"], "are for downloads, not '--upload'"),
         (["-k"], "always check the server's certificate"),
         (["--insecure"], "always check the server's certificate"),
     ])

@@ -32,6 +32,10 @@ public enum EventSchemaValidator {
             for key in ["id", "url", "file", "bytes", "total"] where object.index(forKey: key) == nil {
                 problems.append("download line without \(key): \(line)")
             }
+            if event == "started" || event == "resumed", object.index(forKey: "proxy") == nil
+                || !(object["proxy"] is String || object["proxy"] is NSNull) {
+                problems.append("\(event) without proxy (a string or null): \(line)")
+            }
             switch event {
             case "resumed": if !(object["offset"] is Int) { problems.append("resumed without offset: \(line)") }
             case "progress":

@@ -28,7 +28,7 @@ extension ControlCodec {
         }
     }
 
-    /// The options of an `add` job: connections, priority, time limits, completion command, mirrors, pieces.
+    /// The options of an `add` job: connections, priority, time limits, completion command, mirrors, pieces, proxy.
     static func decodeJob(_ request: ControlRequest) -> Result<QueueJobOptions, ControlError> {
         var job = QueueJobOptions(allowsConstrained: request.constrained ?? true, waitsForACPower: request.notOnBattery ?? false)
         if let connections = request.connections {
@@ -67,6 +67,15 @@ extension ControlCodec {
             }
         }
         job.pieceHashes = request.pieces
+        if let proxy = request.proxy, !proxy.isEmpty {
+            do {
+                job.proxy = try ProxyURL(proxy).text
+            } catch {
+                return .failure(.invalidArgument("'proxy' \(error.description)"))
+            }
+        } else {
+            job.proxy = request.proxy
+        }
         return .success(job)
     }
 }

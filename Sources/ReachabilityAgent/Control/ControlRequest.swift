@@ -72,6 +72,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var mirrors: [String]?
     /// `add`: SHA-256 hashes of the file's pieces (a Metalink's; absent: none).
     package var pieces: PieceHashes?
+    /// `add`: the job's own proxy URL, "" for a direct connection (absent: the agent's setting).
+    package var proxy: String?
     package var download: String?
     /// For `metrics`: `openmetrics` (default) or `prometheus`; checked in `ControlCodec`.
     package var format: String?
@@ -115,6 +117,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             onComplete = job.onComplete
             mirrors = job.mirrors.isEmpty ? nil : job.mirrors.map(\.absoluteString)
             pieces = job.pieceHashes
+            proxy = job.proxy
         case .pause(let download), .resume(let download), .cancel(let download):
             self.download = download
         case .setURL(let download, let url):
@@ -153,7 +156,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, notOnBattery, priority, download, format
-        case deadline, noProgressTimeout, onComplete, mirrors, pieces
+        case deadline, noProgressTimeout, onComplete, mirrors, pieces, proxy
         case session, settings, task, taskIdentifier, changes, action, sequence, upload, limit
     }
 
@@ -182,6 +185,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         onComplete = try container.decodeIfPresent([String].self, forKey: .onComplete)
         mirrors = try container.decodeIfPresent([String].self, forKey: .mirrors)
         pieces = try container.decodeIfPresent(PieceHashes.self, forKey: .pieces)
+        proxy = try container.decodeIfPresent(String.self, forKey: .proxy)
         download = try container.decodeIfPresent(String.self, forKey: .download)
         format = try container.decodeIfPresent(String.self, forKey: .format)
         session = try container.decodeIfPresent(String.self, forKey: .session)
@@ -217,6 +221,8 @@ package struct QueueJobOptions: Sendable, Hashable {
     package var mirrors: [URL] = []
     /// The file's piece hashes (a Metalink's).
     package var pieceHashes: PieceHashes? = nil
+    /// Its own proxy (`--proxy`, a `ProxyURL`'s text; "" for none: `--no-proxy`); nil for the agent's.
+    package var proxy: String? = nil
 
     package init(connections: Int? = nil, allowsConstrained: Bool = true, priority: DownloadPriority = .normal,
                  waitsForACPower: Bool = false, deadline: Duration? = nil, noProgressTimeout: Duration? = nil) {

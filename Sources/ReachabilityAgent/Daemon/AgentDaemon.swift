@@ -165,6 +165,7 @@ package final class AgentDaemon: Sendable {
                                                                 maximumConcurrentDownloads: settings.maximumConcurrentDownloads,
                                                                 logger: logger)
                 configureDownloads(&configuration)
+                if let proxy = settings.proxy { configuration.proxy = proxy }
                 configuration.maximumConnectionsPerHost = settings.maximumConnectionsPerHost
                 configuration.spacePolicy = SpacePolicy(minimumFree: settings.minimumFreeSpace)
                 configuration.agentRateLimit = rateLimit.limit

@@ -171,15 +171,15 @@ package actor AgentService {
         return restored.count + background
     }
 
-    /// Applies new settings; a different concurrency limit or per-server connection bound
-    /// replaces the download agent (its transfers are checkpointed and restored).
+    /// Applies new settings; a different concurrency limit, per-server connection bound, free-space
+    /// rule or proxy replaces the download agent (its transfers are checkpointed and restored).
     package func reload(_ newSettings: AgentSettings) async {
         let old = settings
         settings = newSettings
         if let state = environment.rateLimit?.reload(newSettings.rateLimit) { reportLimit(state) }
         if newSettings.maximumConcurrentDownloads != old.maximumConcurrentDownloads
             || newSettings.maximumConnectionsPerHost != old.maximumConnectionsPerHost
-            || newSettings.minimumFreeSpace != old.minimumFreeSpace {
+            || newSettings.minimumFreeSpace != old.minimumFreeSpace || newSettings.proxy != old.proxy {
             let finished = await agent.downloads.filter { $0.state.isFinal }
             history += finished.filter { !backgroundEngineIDs.contains($0.id) }.map { Self.snapshot($0) }
             let uploads = await stopUploadJobs()
@@ -336,6 +336,7 @@ package actor AgentService {
             options.completionCommand = job.onComplete.map { CompletionCommand(arguments: $0, owner: uid) }
             options.mirrors = job.mirrors
             options.pieceHashes = job.pieceHashes
+            options.proxy = job.proxy
             if job.waitsForACPower { await refreshPower() }
             let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination), options: options)
             downloadOwners[download.id] = uid

@@ -21,6 +21,10 @@ package struct AgentSettings: Sendable, Equatable {
     package var minimumFreeSpace = MinimumFreeSpace.standard
     /// One bandwidth limit for the whole agent, by time of day (`limit-rate=` lines).
     package var rateLimit = AgentRateLimitPolicy()
+    /// The proxy for every download (`--proxy`, `proxy=`): a checked `ProxyURL`'s text, "" for
+    /// none (`--no-proxy`, `proxy=none`), nil for the agent's environment (`http_proxy`, ...).
+    /// A job's own proxy (`queue add --proxy`) wins over it.
+    package var proxy: String?
 
     package init(maximumConcurrentDownloads: Int, allowsExpensive: Bool, allowsRoaming: Bool = true,
                  downloadDirectories: [String] = []) {
@@ -37,7 +41,8 @@ package struct AgentSettings: Sendable, Equatable {
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64), `connections` (1...16),
     /// `no-expensive` and `no-roaming` (true/false), `min-free-space` (`2g`, `10%`), `download-dir` (an absolute directory; repeatable),
-    /// `limit-rate` (`RATE [HH:MM-HH:MM [DAYS]]`, repeatable: `AgentRateLimitPolicy`). Values
+    /// `limit-rate` (`RATE [HH:MM-HH:MM [DAYS]]`, repeatable: `AgentRateLimitPolicy`), `proxy` (a
+    /// proxy URL, or `none` for direct connections: `ProxyURL`). Values
     /// present in the file override `base`.
     package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
         var settings = base
@@ -75,6 +80,16 @@ package struct AgentSettings: Sendable, Equatable {
                                   kind: .configuration)
                 }
                 directories.append(directory)
+            case "proxy":
+                if parts[1].lowercased() == "none" {
+                    settings.proxy = ""
+                } else {
+                    do {
+                        settings.proxy = try ProxyURL(String(parts[1])).text
+                    } catch {
+                        throw AgentFailure("\(location): proxy \(error.description) (or 'none' for direct connections)", kind: .configuration)
+                    }
+                }
             case "limit-rate":
                 do {
                     var policy = rateLimit ?? AgentRateLimitPolicy()
@@ -84,7 +99,7 @@ package struct AgentSettings: Sendable, Equatable {
                     throw AgentFailure("\(location): \(error.message(for: parts[0]))", kind: .configuration)
                 }
             default:
-                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir, limit-rate)",
+                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir, limit-rate, proxy)",
                                 kind: .configuration)
             }
         }

@@ -31,12 +31,13 @@ struct AgentCommand: Command {
         appended to STATE_DIR/agent.log. Control it with 'reachability queue add|list|pause|resume|cancel' \
         and 'reachability agent status' over STATE_DIR/agent.sock (0600; only the same user or root); \
         'reachability agent metrics' prints the path and download metrics in OpenMetrics text. \
-        --limit-rate, --cacert and --proxy apply to every download the agent runs; request headers \
+        --limit-rate, --cacert and --proxy (or --no-proxy) apply to every download the agent runs (a \
+        job's own 'queue add --proxy' wins); request headers \
         are not kept (see 'reachability help queue add').
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
         (lines 'max-concurrent=N', 'connections=N', 'no-expensive=true|false', 'no-roaming=true|false' and \
-        'download-dir=/abs/dir'; values there override the command line; no-expensive and no-roaming \
+        'download-dir=/abs/dir', 'proxy=URL|none'; values there override the command line; no-expensive and no-roaming \
         apply to downloads queued afterwards). Queued files go \
         to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
         an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
@@ -74,6 +75,7 @@ struct AgentCommand: Command {
         monitor = try MonitorOptions(arguments: arguments)
         metrics = try MetricsOptions(arguments: arguments)
         transport = try TransportOptions(arguments: arguments)
+        settings.proxy = transport.proxy
     }
 
     /// Hands the parsed options to `AgentDaemon.run`, which owns the agent's whole life, with this

@@ -58,6 +58,7 @@ struct DownloadCommand: Command {
         "insecure", short: "k",
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
     static let proxy = TransportOptions.proxy
+    static let noProxy = TransportOptions.noProxy
     static let mirror = MirrorOptions.mirror
     static let sameFile = MirrorOptions.sameFile
     static let waitForSpace = Option.flag(
@@ -65,7 +66,7 @@ struct DownloadCommand: Command {
         help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, mirror, sameFile, metalink]
+                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -83,7 +84,11 @@ struct DownloadCommand: Command {
         terminal; otherwise events are printed one per line.
         """ + "\n\n" + """
         Proxies: libcurl's environment variables are honoured as by curl (http_proxy, https_proxy, \
-        all_proxy, no_proxy); --proxy overrides them. A proxy that cannot be reached is named in the error.
+        all_proxy, no_proxy); --proxy overrides them, --no-proxy ignores them. A proxy that cannot be \
+        reached is named in the error, and the started/resumed events name the proxy used ("proxy", \
+        its password masked; null for a direct connection). Through a site cache (nginx proxy_cache \
+        with slice, squid), a range whose ETag, Last-Modified or length differs from the download's is \
+        never written: see docs/downloads.md.
         """ + "\n\n" + """
         Exit status: 0 every file complete and verified; 1 a download failed for good (HTTP error, \
         checksum mismatch, untrusted certificate, bad reply; nothing is kept but an expired link's \
@@ -285,6 +290,9 @@ struct DownloadCommand: Command {
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
+        // Into --netns before anything reaches the network: a Metalink given by URL is fetched
+        // there, as the file is (issue 34).
+        try DownloadPlan.enterNamespace(of: self, in: context)
         let command = try await resolvingMetalink(in: context)
         let plan = try DownloadPlan.prepare(command, in: context)
         return try await DownloadRun(command: command, plan: plan, context: context).execute()

@@ -11,15 +11,21 @@ struct DownloadPlan: Sendable {
     var stateRoot: URL
     var tuning: DownloadTuning
 
+    /// Re-executes inside `--netns` when needed: it returns only in the namespace (at once when
+    /// already there). Privilege (77) and classify.conf (78) errors come first.
+    static func enterNamespace(of command: DownloadCommand, in context: CommandContext) throws {
+        if let namespace = command.monitor.networkNamespace, context.environment[NamespaceReexec.marker] != namespace,
+           NamespaceReexec.isToolProcess {
+            _ = try command.monitor.configuration(in: context)
+            try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
+        }
+    }
+
     /// Re-executes inside `--netns` first when needed (it returns only in the namespace), then
     /// fails early on anything the run would fail on later: a bad knob (78), an unsafe state
     /// directory (78), a folder that cannot be made (73).
     static func prepare(_ command: DownloadCommand, in context: CommandContext) throws -> DownloadPlan {
-        if let namespace = command.monitor.networkNamespace, context.environment[NamespaceReexec.marker] != namespace,
-           NamespaceReexec.isToolProcess {
-            _ = try command.monitor.configuration(in: context)   // privilege (77) and classify.conf (78) errors first
-            try NamespaceReexec.execute(inNamespace: namespace, environment: context.environment)
-        }
+        try enterNamespace(of: command, in: context)
         let tuning = try DownloadTuning(context: context)
         let stateRoot = try DownloadStateDirectory.resolve(override: command.stateDirectoryOverride, environment: context.environment,
                                                            system: .current(context))

@@ -87,7 +87,7 @@ struct QueueAddCommand: Command {
     static let metalink = Option.flag(
         "metalink", help: "The argument is a local Metalink 4 file (.meta4) of one file: its URLs become the source and mirrors, its SHA-256 and piece hashes the checks.")
     static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority, deadline, noProgressTimeout,
-                          onComplete, mirror, metalink] + QueueAddUpload.options + [ControlOptions.stateDirectory]
+                          onComplete, mirror, metalink, TransportOptions.proxy, TransportOptions.noProxy] + QueueAddUpload.options + [ControlOptions.stateDirectory]
     static let positionals = [Positional(name: "url", help: "An http or https URL (with --upload: where the file goes).")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -96,8 +96,10 @@ struct QueueAddCommand: Command {
         after a restart in its records, and headers usually carry credentials or short-lived tokens \
         that must not sit on disk (and would have expired by the time a restored download asks \
         again). Use 'reachability download -H ...' for such a file: it keeps headers in memory only. \
-        --limit-rate, --cacert and --proxy are the agent's settings for all its downloads: give them \
-        to 'reachability agent'. --insecure is not offered for queued downloads: give the agent \
+        --limit-rate and --cacert are the agent's settings for all its downloads: give them to \
+        'reachability agent'. --proxy URL (or --no-proxy) is this job's own, over the agent's proxy \
+        (its --proxy, agent.conf's proxy=, its environment); it is kept in memory only, so a job \
+        restored after an agent restart uses the agent's proxy. --insecure is not offered for queued downloads: give the agent \
         --cacert with the server's certificate instead.
         """ + "\n\n" + ControlOptions.discussion
     static let refusedOptions = [
@@ -107,8 +109,6 @@ struct QueueAddCommand: Command {
                       reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --limit-rate SPEED'"),
         RefusedOption(option: TransportOptions.certificateAuthorities,
                       reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --cacert FILE'"),
-        RefusedOption(option: TransportOptions.proxy,
-                      reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --proxy URL' (or with http_proxy/https_proxy in its environment)"),
         RefusedOption(option: DownloadCommand.insecure,
                       reason: "queued downloads always check the server's certificate; start the agent with '--cacert FILE' holding the server's certificate instead"),
     ]
@@ -134,6 +134,7 @@ struct QueueAddCommand: Command {
                               deadline: try arguments.value(Self.deadline, as: JobTimeLimits.seconds),
                               noProgressTimeout: try arguments.value(Self.noProgressTimeout, as: JobTimeLimits.seconds))
         job.onComplete = try Self.onCompleteCommand(arguments)
+        job.proxy = try TransportOptions.proxySetting(arguments)
         let positional = try arguments.positional(Self.positionals[0])[0]
         job.mirrors = try arguments.values(Self.mirror).map { text in
             do {
@@ -157,6 +158,9 @@ struct QueueAddCommand: Command {
         } else {
             if upload != nil, !job.mirrors.isEmpty {
                 throw UsageError("'\(Self.mirror.synopsis)' is for downloads, not '--upload'")
+            }
+            if upload != nil, job.proxy != nil {
+                throw UsageError("'\(TransportOptions.proxy.synopsis)' and '\(TransportOptions.noProxy.synopsis)' are for downloads, not '--upload'")
             }
             url = try DownloadCommand.parseURL(positional)
         }

@@ -2,9 +2,10 @@ import FoundationEssentials
 import ReachabilityBase
 import ResumableDownloads
 
-/// `--limit-rate`, `--cacert` and `--proxy`: how transfers reach servers. `download` takes them
-/// for its run; the agent takes them for every download it runs (restored ones too) and keeps
-/// them nowhere but its command line. `queue add` refuses them (see `QueueAddCommand`).
+/// `--limit-rate`, `--cacert`, `--proxy` and `--no-proxy`: how transfers reach servers. `download`
+/// takes them for its run; the agent takes them for every download it runs (restored ones too)
+/// and keeps them nowhere but its command line (`agent.conf`'s `proxy=` overrides its proxy).
+/// `queue add` takes only the proxy ones, for its job (see `QueueAddCommand`).
 struct TransportOptions: Sendable, Equatable {
     static let limitRate = Option.value(
         "limit-rate", valueName: "speed",
@@ -18,8 +19,11 @@ struct TransportOptions: Sendable, Equatable {
         "proxy", short: "x", valueName: "url",
         help: "Use this proxy (http://, https://, socks5h://). Default: http_proxy, https_proxy, all_proxy and no_proxy, as curl; '' for none.")
 
-    /// The three, for an option table.
-    static let all = [limitRate, certificateAuthorities, proxy]
+    static let noProxy = Option.flag(
+        "no-proxy", help: "Connect directly: ignore http_proxy, https_proxy and all_proxy (the same as --proxy '').")
+
+    /// The four, for an option table.
+    static let all = [limitRate, certificateAuthorities, proxy, noProxy]
 
     /// `--limit-rate`, in bytes per second.
     var maximumBytesPerSecond: Int64?
@@ -34,14 +38,24 @@ struct TransportOptions: Sendable, Equatable {
             guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
             certificateAuthorityFile = file
         }
-        proxy = arguments.value(Self.proxy)
-        if let proxy, !proxy.isEmpty {
-            guard let components = URLComponents(string: proxy), components.host?.isEmpty == false,
-                  let scheme = components.scheme?.lowercased(),
-                  ["http", "https", "socks4", "socks4a", "socks5", "socks5h"].contains(scheme) else {
-                throw UsageError.invalidValue(ProxyEnvironment.redacted(proxy), for: Self.proxy,
-                                              "expected a proxy URL like http://host:3128 or socks5h://host:1080")
+        proxy = try Self.proxySetting(arguments)
+    }
+
+    /// `--proxy URL` (checked once into a `ProxyURL`), `--proxy ''` or `--no-proxy` ("": none),
+    /// or nil for the environment's; both options at once are a usage error.
+    static func proxySetting(_ arguments: ParsedArguments) throws -> String? {
+        let given = arguments.value(Self.proxy)
+        if arguments.isSet(Self.noProxy) {
+            guard given == nil else {
+                throw UsageError("'\(Self.proxy.synopsis)' and '\(Self.noProxy.synopsis)' cannot be used together")
             }
+            return ""
+        }
+        guard let given, !given.isEmpty else { return given }
+        do {
+            return try ProxyURL(given).text
+        } catch {
+            throw UsageError.invalidValue(error.shownText, for: Self.proxy, error.problem)
         }
     }
 

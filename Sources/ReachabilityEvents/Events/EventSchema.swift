@@ -52,15 +52,18 @@ package enum EventSchema {
         package var file: String
         package var bytes: Int64?
         package var total: Int64?
+        /// The proxy in use, redacted (nil: direct); `started` and `resumed` lines carry it.
+        package var proxy: String?
 
-        package init(id: String?, url: String, file: String, bytes: Int64?, total: Int64?) {
-            (self.id, self.url, self.file, self.bytes, self.total) = (id, url, file, bytes, total)
+        package init(id: String?, url: String, file: String, bytes: Int64?, total: Int64?, proxy: String? = nil) {
+            (self.id, self.url, self.file, self.bytes, self.total, self.proxy) = (id, url, file, bytes, total, proxy)
         }
 
         package init(_ download: Download) {
             let progress = download.progress
             self.init(id: download.id.uuidString.lowercased(), url: URLRedaction.redacted(download.url),
-                      file: download.destination.path, bytes: progress.bytesReceived, total: progress.totalBytes)
+                      file: download.destination.path, bytes: progress.bytesReceived, total: progress.totalBytes,
+                      proxy: download.proxyDescription)
         }
     }
 
@@ -81,6 +84,10 @@ package enum EventSchema {
     /// captive portal from one without a path: `"reason":"portal"` and its `portalURL`.
     package static func downloadLine(_ event: DownloadEvent, _ facts: DownloadFacts, at time: Date, path: NetworkPath? = nil) -> String {
         var (name, fields) = describe(event)
+        if name == .started || name == .resumed {
+            // Which proxy carried it (a site cache, say), so a fleet's logs show it.
+            fields += [.init(key: "proxy", value: .string(facts.proxy))]
+        }
         if event == .waitingForConnectivity, let portal = portal(of: path) {
             fields += [.init(key: "reason", value: .string("portal")),
                        .init(key: "portalURL", value: .string(portal.isEmpty ? nil : portal))]

@@ -18,6 +18,10 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     /// The options it was created with.
     public let options: DownloadOptions
 
+    /// The proxy its requests go through now, as events show it (password masked; libcurl's
+    /// environment variables when no proxy was set); nil for a direct connection.
+    public var proxyDescription: String? { ProxyEnvironment.shownProxy(for: url, explicit: options.proxy) }
+
     private struct Observers {
         weak var agent: DownloadAgent?
         var url: URL

@@ -300,6 +300,7 @@ extension DownloadAgent {
         let offset = file.writtenEnd
         var settings = self.settings
         settings.additionalHeaders += options.requestHeaders
+        settings.proxy = options.proxy
         if let timeout = options.requestTimeout {
             settings.connectTimeout = min(settings.connectTimeout, timeout)
             settings.stallTimeout = min(settings.stallTimeout, timeout)

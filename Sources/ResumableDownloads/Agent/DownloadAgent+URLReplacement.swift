@@ -49,7 +49,7 @@ extension DownloadAgent {
             throw error as? DownloadError ?? .fileSystem.with(description: "cannot write the resume record: \(error)")
         }
         entries[download.id]?.record = record
-        entries[download.id]?.host = gateHost(for: url)
+        entries[download.id]?.host = gateHost(for: url, proxy: download.options.proxy)
         download.replaceURL(with: url)
         configuration.logger.info("download URL replaced", metadata: [
             "id": download.id.uuidString, "from": URLRedaction.redacted(previous), "to": URLRedaction.redacted(url)])

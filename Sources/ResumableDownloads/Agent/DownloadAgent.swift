@@ -321,11 +321,13 @@ public actor DownloadAgent {
         try record.validate(name: ResumeRecord.fileName(for: id))
         // A pipelined add's record joins a group commit (DownloadAgent+GroupCommit.swift).
         let isStaged = try writeNewRecord(record, to: stateDirectory, isNew: state == nil)
+        // The proxy is decided once, here: the job's own, else the agent's (nil: the environment's).
+        let options = options.withProxy(options.proxy ?? configuration.proxy)
         let download = Download(id: id, url: url, destination: destination, options: options, agent: self,
                                 state: .queued, progress: DownloadProgress(bytesReceived: record.verifiedOffset,
                                                                            totalBytes: record.totalLength))
         prepare(download)
-        entries[id] = Entry(download: download, record: record, host: gateHost(for: url))
+        entries[id] = Entry(download: download, record: record, host: gateHost(for: url, proxy: options.proxy))
         deadlineWatch.track(id, deadline: options.deadline)
         destinationHolders[destination.path] = id
         creationOrder.append(id)
@@ -539,6 +541,8 @@ public actor DownloadAgent {
             options.mirrors = caller.mirrors
             options.pieceHashes = caller.pieceHashes
         }
+        // A job's own proxy lives in memory only too; the agent's applies otherwise.
+        options.proxy = caller?.proxy ?? configuration.proxy
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }
@@ -546,7 +550,7 @@ public actor DownloadAgent {
         let download = Download(id: record.id, url: record.url, destination: record.destination, options: options,
                                 agent: self, state: .queued,
                                 progress: DownloadProgress(bytesReceived: recovered, totalBytes: record.totalLength))
-        entries[record.id] = Entry(download: download, record: record, host: gateHost(for: record.url))
+        entries[record.id] = Entry(download: download, record: record, host: gateHost(for: record.url, proxy: options.proxy))
         deadlineWatch.track(record.id, deadline: options.deadline)
         if let holder = destinationHolders[record.destination.path].flatMap({ entries[$0] }), !holder.download.state.isFinal {
             // Two records for one destination (only by hand): the check keeps finding the first.
@@ -726,9 +730,9 @@ public actor DownloadAgent {
     }
 
     /// Where a download's traffic goes first: the proxy libcurl will use for it, else its server.
-    func gateHost(for url: URL) -> String? {
+    func gateHost(for url: URL, proxy explicit: String?) -> String? {
         guard hostPathSource != nil else { return nil }
-        if let proxy = ProxyEnvironment.proxy(for: url, explicit: configuration.proxy) {
+        if let proxy = ProxyEnvironment.proxy(for: url, explicit: explicit) {
             return URL(string: proxy.contains("://") ? proxy : "http://" + proxy)?.host
         }
         return url.host

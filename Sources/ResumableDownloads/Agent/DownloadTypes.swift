@@ -102,6 +102,12 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// SHA-256 hashes of the file's pieces (a Metalink's): each piece is checked as it lands, and
     /// a mirror whose bytes fail is dropped and its pieces fetched from another source.
     public var pieceHashes: PieceHashes?
+    /// The proxy for this download's requests (a `ProxyURL`'s text; "" for none), nil for the
+    /// agent's setting. The agent fills in its own when nil, so a created `Download`'s options
+    /// say what it uses (nil there: libcurl's environment variables). Kept in memory and not
+    /// encoded: it may carry a password, and a restored download gets it again from whoever
+    /// restores it, else the agent's.
+    public var proxy: String?
     /// The agent's `--on-complete` command, carried into the resume record (not encoded here:
     /// it is the agent's, not a client's to send).
     package var completionCommand: CompletionCommand?
@@ -124,6 +130,13 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
         self.priority = Self.clampedPriority(priority)
         self.requestHeaders = requestHeaders
         self.requestTimeout = requestTimeout
+    }
+
+    /// These options with `proxy` set.
+    func withProxy(_ proxy: String?) -> DownloadOptions {
+        var options = self
+        options.proxy = proxy
+        return options
     }
 
     /// A priority within 0...1 (NaN is the default, 0.5).

@@ -33,8 +33,70 @@ public enum ProxyEnvironment {
         return false
     }
 
+    /// What events show for a download to `url`: the redacted proxy libcurl will use, nil for a
+    /// direct connection.
+    public static func shownProxy(for url: URL?, explicit: String?,
+                                  environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        proxy(for: url, explicit: explicit, environment: environment).map(redacted)
+    }
+
     /// The proxy URL without a password, for messages (`http://user:***@proxy:3128`).
     public static func redacted(_ proxy: String) -> String { URLRedaction.redacted(proxy) }
+}
+
+/// A proxy URL checked once where it comes in (`download --proxy`, `agent.conf`'s `proxy=`, a
+/// queued job's proxy): http, https or socks scheme, a host, a port in range, nothing libcurl
+/// would read as another option (spaces, control characters). `text` is what libcurl gets;
+/// `description` is the redacted form every message and event shows.
+public struct ProxyURL: Sendable, Hashable, CustomStringConvertible {
+    /// Schemes libcurl's CURLOPT_PROXY accepts that this project supports.
+    public static let schemes: Set<String> = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
+
+    /// The URL as given, for libcurl.
+    public let text: String
+
+    /// Checks `text`; the error says what was expected and shows the text redacted.
+    public init(_ text: String) throws(ProxyURLError) {
+        guard !text.isEmpty, text.count <= 2048, !text.contains(where: { $0.isWhitespace }),
+              HTTPWire.isSafeOnTheWire(text) else {
+            throw ProxyURLError(text: text, problem: "expected a proxy URL like http://host:3128 or socks5h://host:1080")
+        }
+        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
+              Self.schemes.contains(scheme), let host = components.host, !host.isEmpty else {
+            throw ProxyURLError(text: text, problem: "expected a proxy URL like http://host:3128 or socks5h://host:1080")
+        }
+        if let port = components.port, !(1...65535).contains(port) {
+            throw ProxyURLError(text: text, problem: "the port must be 1 to 65535")
+        }
+        self.text = text
+    }
+
+    /// The URL with its password masked (`http://user:***@proxy:3128`).
+    public var description: String { URLRedaction.redacted(text) }
+
+    /// Whether the URL carries a user name or password.
+    public var hasCredentials: Bool { URLComponents(string: text).map { $0.user != nil || $0.password != nil } ?? false }
+}
+
+/// A proxy URL that cannot be used, and why.
+public struct ProxyURLError: Error, Sendable, CustomStringConvertible {
+    /// The text as given, redacted.
+    public let shownText: String
+    /// What was wrong with it.
+    public let problem: String
+
+    init(text: String, problem: String) {
+        // Without `scheme://` the redaction finds no userinfo; `user:secret@host` still hides it.
+        if !text.contains("://"), let at = text.lastIndex(of: "@") {
+            shownText = "***" + text[at...]
+        } else {
+            shownText = URLRedaction.redacted(text)
+        }
+        self.problem = problem
+    }
+
+    /// `'http://x' is not a usable proxy: ...`
+    public var description: String { "'\(shownText)': \(problem)" }
 }
 
 /// Rules for extra request headers (`download -H`).

@@ -39,4 +39,25 @@ struct AgentSettingsTests {
             #expect(error.message.hasPrefix("/s/agent.conf:2: min-free-space: expected "), "\(error.message)")
         }
     }
+
+    /// `proxy=`: a checked URL or `none`; a bad one names its line and never shows the password.
+    @Test func proxyIsCheckedOnceAndItsPasswordNeverShown() throws {
+        var base = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true)
+        base.proxy = "http://cli:3128"
+        #expect(try AgentSettings.parse("", base: base, path: "a").proxy == "http://cli:3128")
+        #expect(try AgentSettings.parse("proxy = http://u:p@cache.site:3128", base: base, path: "a").proxy
+                == "http://u:p@cache.site:3128")
+        #expect(try AgentSettings.parse("proxy=none", base: base, path: "a").proxy == "")
+        #expect(try AgentSettings.parse("proxy=socks5h://10.0.0.1:1080", base: base, path: "a").proxy == "socks5h://10.0.0.1:1080")
+        for bad in ["proxy=ftp://u:secret@x", "proxy=http://u:secret@x:70000", "proxy=u:secret@x", "proxy=http://u:secret@"] {
+            do {
+                _ = try AgentSettings.parse("# c\n" + bad, base: base, path: "/s/agent.conf")
+                Issue.record("\(bad) accepted")
+            } catch {
+                #expect(error.kind == .configuration)
+                #expect(error.message.hasPrefix("/s/agent.conf:2: proxy "), "\(error.message)")
+                #expect(!error.message.contains("secret"), "\(error.message)")
+            }
+        }
+    }
 }

@@ -135,6 +135,46 @@ struct ResponseStateMachineTests {
         }
     }
 
+    /// Issue 34: what a cache says about its answer (`Age`, `Via`, `X-Cache`, `X-Cache-Lookup`,
+    /// `Warning`) never makes a range of another version acceptable, on a resume or on a segment:
+    /// a changed ETag, Last-Modified or total length is refused, nothing written.
+    @Test(arguments: [
+        ["ETag": "\"v2\""],
+        ["ETag": "W/\"v2\""],
+        ["Last-Modified": "Tue, 02 Jan 2024 00:00:00 GMT"],
+        ["Content-Range": "bytes 1000-1999/3000"],
+    ])
+    func aCacheSayingItsAnswerIsFreshDoesNotHideAnotherVersion(change: [String: String]) {
+        let cacheSays = ["Age": "3600", "Via": "1.1 sitecache (squid/5.7)", "X-Cache": "HIT from sitecache",
+                         "X-Cache-Lookup": "HIT from sitecache:3128", "Warning": "110 - \"Response is Stale\""]
+        let fields = ["Content-Range": "bytes 1000-1999/2000", "Content-Length": "1000", "ETag": "\"v1\"",
+                      "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"]
+            .merging(cacheSays) { $1 }.merging(change) { $1 }
+        var resume = machine(offset: 1000, etag: "\"v1\"", total: 2000, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT",
+                             observed: "\"v1\"")
+        guard case .abort(.restartFromZero) = resume.event(head(206, fields)) else {
+            Issue.record("a resume took another version's range for \(change)"); return
+        }
+        var segment = ResponseStateMachine(request: .init(offset: 1000, entityTag: "\"v1\"", knownTotalLength: 2000,
+                                                          lastModified: "Mon, 01 Jan 2024 00:00:00 GMT",
+                                                          observedEntityTag: "\"v1\"", end: 2000, isSegment: true,
+                                                          requiresValidator: true))
+        guard case .abort(.restartFromZero) = segment.event(head(206, fields)) else {
+            Issue.record("a segment took another version's range for \(change)"); return
+        }
+        #expect(segment.refusal != nil)
+        // The same answer with the download's own validators and length is taken, cache headers or not.
+        var same = ResponseStateMachine(request: .init(offset: 1000, entityTag: "\"v1\"", knownTotalLength: 2000,
+                                                       lastModified: "Mon, 01 Jan 2024 00:00:00 GMT",
+                                                       observedEntityTag: "\"v1\"", end: 2000, isSegment: true,
+                                                       requiresValidator: true))
+        guard case .begin = same.event(head(206, ["Content-Range": "bytes 1000-1999/2000", "Content-Length": "1000",
+                                                  "ETag": "\"v1\"", "Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT"]
+                                                .merging(cacheSays) { $1 })) else {
+            Issue.record("a cached range of the same version was refused"); return
+        }
+    }
+
     @Test func lastModifiedIsAValidatorOnlyWhenStrong() {
         var sameSecond = machine()
         guard case .begin(let a) = sameSecond.event(head(200, ["Last-Modified": "Mon, 01 Jan 2024 00:00:00 GMT",
