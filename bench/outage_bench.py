@@ -53,6 +53,8 @@ import tempfile
 import threading
 import time
 
+from benchnet import sha256_file
+
 PREFIX = f"rchO{os.getpid()}"
 SERVER_ADDRESS = "10.88.0.1"
 STALL_SECONDS = 3
@@ -315,14 +317,6 @@ def run_one(index, tool, case, args, content, digest):
     finally:
         lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fmt(value, digits=2, unit=" s"):
