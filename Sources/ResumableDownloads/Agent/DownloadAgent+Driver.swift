@@ -255,6 +255,9 @@ extension DownloadAgent {
         case .complete(let total):
             do {
                 try await driver.file.verifyCompletion(totalLength: total, expectedLength: driver.download.options.expectedLength)
+                // Every byte is here and verified: said before the slot goes, so that a reader
+                // seeing `running` with all bytes knows the download is only finishing.
+                driver.download.report(bytesReceived: total, totalBytes: total)
                 // The transfer is over and its bytes verified: its slot goes to the next download
                 // while this one waits for its completion group (the fsyncs and the rename), as
                 // long as few wait: each holds its descriptors, and a slow disk must not let
@@ -264,7 +267,6 @@ extension DownloadAgent {
                     schedule()
                 }
                 let url = try await driver.file.commitCompletion()
-                driver.download.report(bytesReceived: total, totalBytes: total)
                 entries[id]?.record = driver.file.record   // its validators, for `completedEntity(of:)`
                 configuration.logger.info("download completed", metadata: ["id": id.uuidString, "bytes": "\(total)"])
                 finishDriver(driver)
