@@ -25,6 +25,9 @@ final class LocalDownloadBackend: DownloadTaskBackend {
         var lock: DownloadLock?
         var resumeDataCallbacks: [@Sendable (Data?) -> Void] = []
         var error: URLError?
+        /// The resume data answers and the completion, held until the task's lock is released:
+        /// a caller that resumes from them at once must find the download free, not in use.
+        var afterRelease: [@Sendable () -> Void] = []
     }
 
     let session: ResumableURLSession
@@ -134,11 +137,12 @@ final class LocalDownloadBackend: DownloadTaskBackend {
         case .answerResumeData(let data):
             let callbacks = core.resumeDataCallbacks
             core.resumeDataCallbacks = []
-            session.enqueue { for callback in callbacks { callback(data) } }
+            let answer: @Sendable () -> Void = { for callback in callbacks { callback(data) } }
+            if data == nil { session.enqueue(answer) } else { core.afterRelease.append(answer) }
         case .complete(let completion):
             let error = completion.map(urlError)
             core.error = error
-            session.enqueue { owner?.complete(with: error) }
+            core.afterRelease.append { owner?.complete(with: error) }
         }
     }
 
@@ -293,9 +297,9 @@ final class LocalDownloadBackend: DownloadTaskBackend {
     }
 
     private func release(keepFiles: Bool) async {
-        let (download, lock, id) = core.withLock { core in
-            defer { core.download = nil; core.lock = nil }
-            return (core.download, core.lock, core.downloadID)
+        let (download, lock, id, deliveries) = core.withLock { core in
+            defer { core.download = nil; core.lock = nil; core.afterRelease = [] }
+            return (core.download, core.lock, core.downloadID, core.afterRelease)
         }
         if let download, case .success(let engine) = session.engine { await engine.agent.forget(download) }
         // Only a task holding the id's lock may delete its files (another may be using them).
@@ -303,6 +307,7 @@ final class LocalDownloadBackend: DownloadTaskBackend {
             if !keepFiles, let id { session.directory?.removeFiles(of: id) }
             lock.release()
         }
+        for delivery in deliveries { session.enqueue(delivery) }
         if let owner { session.unregister(owner) }
         commands.finish()
     }
