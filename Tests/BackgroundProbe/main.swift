@@ -251,12 +251,14 @@ Task {
                     } catch {
                         emit(["call": "downloadFailed", "code": (error as? URLError)?.code.rawValue ?? 0])
                     }
-                case "upload":
+                case "upload", "upload-unresumed":
                     var request = URLRequest(url: URL(string: words[2])!)
                     request.httpMethod = "POST"
                     let task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: words[1]))
-                    task.resume()
-                    emit(["call": "created", "task": task.taskIdentifier, "upload": words[1]])
+                    // Made and never resumed: as on Apple platforms it never starts.
+                    let resumes = words[0] == "upload"
+                    if resumes { task.resume() }
+                    emit(["call": "created", "task": task.taskIdentifier, "upload": words[1], "resumed": resumes])
                 case "upload-data":
                     var request = URLRequest(url: URL(string: words[1])!)
                     request.httpMethod = "POST"
@@ -281,12 +283,6 @@ Task {
                     let task = session.uploadTask(withResumeData: data)
                     task.resume()
                     emit(["call": "created", "task": task.taskIdentifier, "fromResumeData": true])
-                case "upload-unresumed":
-                    // Made and never resumed: as on Apple platforms it never starts.
-                    var request = URLRequest(url: URL(string: words[2])!)
-                    request.httpMethod = "POST"
-                    let task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: words[1]))
-                    emit(["call": "created", "task": task.taskIdentifier, "upload": words[1], "resumed": false])
                 case "invalidate": session.invalidateAndCancel()
                 case "finish": session.finishTasksAndInvalidate()
                 case "quit": exit(0)

@@ -45,6 +45,17 @@ struct BackgroundUploadTests {
             return try ProbeProcess(arguments, namespace: nil, product: "background-probe")
         }
 
+        /// A probe (launching nothing) uploading the fixture's file to `url`, once `sent` bytes
+        /// went out: the probe and the task.
+        func uploading(_ session: String, to url: URL, sent: Int) async throws -> (ProbeProcess, Int) {
+            let probe = try probe(session, launches: false)
+            #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
+            probe.send("upload \(file.path) \(url.absoluteString)")
+            let task = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
+            #expect(await probe.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= sent } != nil, "\(probe.transcript)")
+            return (probe, task)
+        }
+
         func stop() { agent.stop() }
     }
 
@@ -157,12 +168,8 @@ struct BackgroundUploadTests {
         defer { server.stop() }
         let fixture = try Fixture(count: 8 << 20, seed: 2887)
         defer { fixture.stop() }
-        let probe = try fixture.probe("bgta-resumedata", launches: false)
+        let (probe, first) = try await fixture.uploading("bgta-resumedata", to: server.url("ietf/"), sent: 2 << 20)
         defer { probe.kill() }
-        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
-        probe.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
-        let first = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
-        #expect(await probe.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 2 << 20 } != nil, "\(probe.transcript)")
         probe.send("upload-cancel-with-data \(first)")
         let resumeData = await probe.waitForCall("uploadResumeData")
         #expect((resumeData?.object["bytes"]?.int ?? 0) > 0, "resume data from the cancel: \(probe.transcript)")
@@ -272,12 +279,8 @@ struct BackgroundUploadTests {
         defer { server.stop() }
         let fixture = try Fixture(count: 8 << 20, seed: 2885)
         defer { fixture.stop() }
-        let probe = try fixture.probe("bgta-cancel", launches: false)
+        let (probe, task) = try await fixture.uploading("bgta-cancel", to: server.url("ietf/"), sent: 1 << 20)
         defer { probe.kill() }
-        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
-        probe.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
-        let task = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
-        #expect(await probe.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 1 << 20 } != nil, "\(probe.transcript)")
         probe.send("upload-tasks")
         let listed = await probe.waitForCall("uploadTasks")
         #expect(listed?.object["tasks"] != nil && probe.transcript.contains("\"expected\":\(8 << 20)"), "listed with its length: \(probe.transcript)")
