@@ -95,6 +95,8 @@ final class BackgroundUploadRouter: Sendable {
         let seconds = Double(request.timeout.components.seconds) + Double(request.timeout.components.attoseconds) / 1e18
         if seconds > 0, seconds < link.configuration.timeoutIntervalForRequest { spec.timeout = seconds }
         spec.upload = BackgroundUploadSpec(file: opened.path, method: request.method)
+        // From resume data: the agent asks the server its offset and sends only the rest.
+        spec.upload?.resume = request.upload?.resuming
         link.createUpload(spec, file: opened.descriptor) { [weak self] message in
             guard let sink = self?.state.withLock({ $0.sinks.removeValue(forKey: identifier) }) else { return }
             sink(.finished(.init(code: .cannotOpenFile, description: "the agent refused the upload task: \(message)")))
@@ -155,7 +157,12 @@ final class BackgroundUploadRouter: Sendable {
                 sink(.finished(nil))
             } else {
                 let failure = event.failure ?? BackgroundFailure(code: URLError.Code.unknown.rawValue, message: "the agent gave no reason")
-                sink(.finished(.init(code: URLError.Code(rawValue: failure.code) ?? .unknown, description: failure.message)))
+                var ended = DataTaskStateMachine.Failure(code: URLError.Code(rawValue: failure.code) ?? .unknown, description: failure.message)
+                // Signed with the background directory's key, as download resume data is.
+                if let resume = failure.uploadResume, let key = link.directory?.key {
+                    ended.uploadResumeData = try? UploadResumeData.encoded(resume, key: key)
+                }
+                sink(.finished(ended))
             }
             // Acknowledged once the delegate has heard the end: a process killed before that
             // gets it again at its next attach.
@@ -193,10 +200,12 @@ final class BackgroundUploadRouter: Sendable {
         for work in waiting { work() }
     }
 
-    /// Cancelling the exchange cancels the agent's task (its `failed` event ends the exchange).
+    /// Cancelling the exchange cancels the agent's task (its `failed` event ends the exchange);
+    /// stopping it for resume data asks the agent for where the server holds the upload.
     private struct Exchange: DataExchange {
         let link: BackgroundSessionLink
         let identifier: Int
         func cancel() { link.perform(.cancel, on: identifier) }
+        func stopForResumeData() { link.perform(.cancelProducingResumeData, on: identifier) }
     }
 }

@@ -23,6 +23,13 @@ extension DataExchanger {
 protocol DataExchange: Sendable {
     /// Stops it at once (its `.finished` may still arrive, and is ignored by a completed task).
     func cancel()
+    /// Stops it for `cancel(byProducingResumeData:)`: its `.finished` carries the resume data.
+    func stopForResumeData()
+}
+
+extension DataExchange {
+    /// A transport that runs the upload here ends it the same way either way.
+    func stopForResumeData() { cancel() }
 }
 
 /// What a data task asks for, checked: no fields the transport owns.

@@ -51,6 +51,7 @@ public final class ResumableDataTask: ResumableURLSessionTask {
     private enum Work {
         case start(attempt: Int)
         case abort(any DataExchange)
+        case stopForResumeData(any DataExchange)
         case answer(allow: Bool)
     }
 
@@ -205,6 +206,7 @@ public final class ResumableDataTask: ResumableURLSessionTask {
             switch item {
             case .start(let attempt): start(attempt: attempt)
             case .abort(let exchange): exchange.cancel()
+            case .stopForResumeData(let exchange): exchange.stopForResumeData()
             case .answer(let allow): handle(.responseAnswered(allow: allow))
             }
         }
@@ -221,7 +223,7 @@ public final class ResumableDataTask: ResumableURLSessionTask {
             core.exchange = nil
         case .stopExchangeForResumeData:
             // The attempt stays current: its end carries the resume data.
-            if let exchange = core.exchange { work.append(.abort(exchange)) }
+            if let exchange = core.exchange { work.append(.stopForResumeData(exchange)) }
         case .deliverResumeData(let data):
             // On the delegate queue, in order, before the completion (as download tasks do).
             let callbacks = core.resumeDataCallbacks

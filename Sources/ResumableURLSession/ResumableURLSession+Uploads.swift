@@ -64,17 +64,13 @@ extension ResumableURLSession {
 
     private func makeResumedUploadTask(_ resumeData: Data,
                                        completionHandler: (@Sendable (Data?, URLResponse?, (any Error)?) -> Void)?) -> ResumableUploadTask {
-        let state: Result<UploadResumeState, ResumeDataError>
-        switch engine {
-        case .failure(let failure):
-            state = .failure(.malformed.with(failure.description))
-        case .success(let engine):
+        let state: Result<UploadResumeState, ResumeDataError> = resumeDataKey().flatMap { key in
             do {
-                state = .success(try UploadResumeData.decode(resumeData, key: engine.directory.key))
+                return .success(try UploadResumeData.decode(resumeData, key: key))
             } catch let error as ResumeDataError {
-                state = .failure(error)
+                return .failure(error)
             } catch {
-                state = .failure(.malformed.with("\(error)"))
+                return .failure(.malformed.with("\(error)"))
             }
         }
         var request: URLRequest

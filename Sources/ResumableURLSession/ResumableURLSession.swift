@@ -225,21 +225,25 @@ public final class ResumableURLSession: Sendable {
         makeTask(decodeResumeData(resumeData), completionHandler: nil)
     }
 
-    /// Resume data checked with this session's key (a background session's: `STATE/background`'s).
+    /// The key that signs this session's resume data (a background session's: `STATE/background`'s).
+    func resumeDataKey() -> Result<[UInt8], ResumeDataError> {
+        if let link = backgroundLink.withLock({ $0 }) {
+            guard let directory = link.directory else { return .failure(.malformed.with("the background state directory cannot be used")) }
+            return .success(directory.key)
+        }
+        switch engine {
+        case .success(let engine): return .success(engine.directory.key)
+        // The task completes with the storage failure when resumed.
+        case .failure(let failure): return .failure(.malformed.with(failure.description))
+        }
+    }
+
+    /// Resume data checked with this session's key.
     private func decodeResumeData(_ resumeData: Data) -> ResumableDownloadTask.Source {
         let key: [UInt8]
-        if let link = backgroundLink.withLock({ $0 }) {
-            guard let directory = link.directory else {
-                return .resumeData(.failure(.malformed.with("the background state directory cannot be used")), original: resumeData)
-            }
-            key = directory.key
-        } else {
-            switch engine {
-            case .success(let engine): key = engine.directory.key
-            case .failure(let failure):
-                // The task completes with the storage failure when resumed.
-                return .resumeData(.failure(.malformed.with(failure.description)), original: resumeData)
-            }
+        switch resumeDataKey() {
+        case .success(let found): key = found
+        case .failure(let error): return .resumeData(.failure(error), original: resumeData)
         }
         do {
             return .resumeData(.success(try ResumeData.decode(resumeData, key: key)), original: resumeData)

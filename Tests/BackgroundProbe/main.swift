@@ -12,6 +12,7 @@
 //   stdin: tasks | resume N | suspend N | cancel N | cancel-with-data N | invalidate | quit
 //          | download URL | resume-data-download
 //          | upload FILE URL | upload-data URL | upload-tasks | upload-cancel N
+//          | upload-cancel-with-data N | upload-resume-data | upload-unresumed FILE URL
 //
 // Upload tasks (issue 28) report "sent", "response", "data" and "uploadCompleted" lines.
 //
@@ -98,6 +99,8 @@ struct Options: Sendable {
 final class Probe: ProbeProgressLines, ResumableURLSessionDataDelegate {
     let options: Options
     let resumeData = Mutex<Data?>(nil)
+    /// The last upload task's resume data (cancel, or a failure's `uploadTaskResumeData`).
+    let uploadResumeData = Mutex<Data?>(nil)
     let died = Atomic<Bool>(false)
 
     init(options: Options) { self.options = options }
@@ -142,6 +145,7 @@ final class Probe: ProbeProgressLines, ResumableURLSessionDataDelegate {
 
     func urlSession(_ session: ResumableURLSession, task: ResumableDataTask, didCompleteWithError error: (any Error)?) {
         let urlError = error as? URLError
+        if let data = urlError?.uploadTaskResumeData { uploadResumeData.withLock { $0 = data } }
         emit(["call": "uploadCompleted", "task": task.taskIdentifier, "code": urlError?.code.rawValue ?? NSNull(),
               "message": error.map { "\($0.localizedDescription)" } ?? NSNull(), "sent": task.countOfBytesSent,
               "expected": task.countOfBytesExpectedToSend])
@@ -247,12 +251,14 @@ Task {
                     } catch {
                         emit(["call": "downloadFailed", "code": (error as? URLError)?.code.rawValue ?? 0])
                     }
-                case "upload":
+                case "upload", "upload-unresumed":
                     var request = URLRequest(url: URL(string: words[2])!)
                     request.httpMethod = "POST"
                     let task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: words[1]))
-                    task.resume()
-                    emit(["call": "created", "task": task.taskIdentifier, "upload": words[1]])
+                    // Made and never resumed: as on Apple platforms it never starts.
+                    let resumes = words[0] == "upload"
+                    if resumes { task.resume() }
+                    emit(["call": "created", "task": task.taskIdentifier, "upload": words[1], "resumed": resumes])
                 case "upload-data":
                     var request = URLRequest(url: URL(string: words[1])!)
                     request.httpMethod = "POST"
@@ -267,6 +273,16 @@ Task {
                 case "upload-cancel":
                     let (_, uploads, _) = await session.tasks
                     uploads.first { $0.taskIdentifier == Int(words[1]) }?.cancel()
+                case "upload-cancel-with-data":
+                    let (_, uploads, _) = await session.tasks
+                    let data = await uploads.first { $0.taskIdentifier == Int(words[1]) }?.cancelByProducingResumeData()
+                    if let data { probe.uploadResumeData.withLock { $0 = data } }
+                    emit(["call": "uploadResumeData", "bytes": data?.count ?? NSNull()])
+                case "upload-resume-data":
+                    guard let data = probe.uploadResumeData.withLock({ $0 }) else { return emit(["call": "error", "message": "no upload resume data"]) }
+                    let task = session.uploadTask(withResumeData: data)
+                    task.resume()
+                    emit(["call": "created", "task": task.taskIdentifier, "fromResumeData": true])
                 case "invalidate": session.invalidateAndCancel()
                 case "finish": session.finishTasksAndInvalidate()
                 case "quit": exit(0)

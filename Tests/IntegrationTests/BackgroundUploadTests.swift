@@ -45,6 +45,17 @@ struct BackgroundUploadTests {
             return try ProbeProcess(arguments, namespace: nil, product: "background-probe")
         }
 
+        /// A probe (launching nothing) uploading the fixture's file to `url`, once `sent` bytes
+        /// went out: the probe and the task.
+        func uploading(_ session: String, to url: URL, sent: Int) async throws -> (ProbeProcess, Int) {
+            let probe = try probe(session, launches: false)
+            #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
+            probe.send("upload \(file.path) \(url.absoluteString)")
+            let task = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
+            #expect(await probe.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= sent } != nil, "\(probe.transcript)")
+            return (probe, task)
+        }
+
         func stop() { agent.stop() }
     }
 
@@ -148,6 +159,80 @@ struct BackgroundUploadTests {
         #expect(read - fixture.content.count <= 1 << 20, "the server read \(read - fixture.content.count) bytes twice")
     }
 
+    /// Resume data from a background upload task (`cancel(byProducingResumeData:)`) makes a new
+    /// background task whose agent job asks the server its offset and sends only the rest: the
+    /// server reads each byte once, and the delegate hears the response and its body and
+    /// `didCompleteWithError(nil)` once.
+    @Test func resumeDataFromACancelledUploadContinuesFromTheServersOffset() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 2 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 8 << 20, seed: 2887)
+        defer { fixture.stop() }
+        let (probe, first) = try await fixture.uploading("bgta-resumedata", to: server.url("ietf/"), sent: 2 << 20)
+        defer { probe.kill() }
+        probe.send("upload-cancel-with-data \(first)")
+        let resumeData = await probe.waitForCall("uploadResumeData")
+        #expect((resumeData?.object["bytes"]?.int ?? 0) > 0, "resume data from the cancel: \(probe.transcript)")
+        let cancelled = await probe.waitForCall("uploadCompleted", task: first)
+        #expect(cancelled?.object["code"]?.int == URLError.Code.cancelled.rawValue, "\(probe.transcript)")
+        probe.send("upload-resume-data")
+        let second = try #require(await probe.waitForLine { $0["call"]?.string == "created" && $0["fromResumeData"] != nil }?.object["task"]?.int,
+                                  "\(probe.transcript)")
+        let done = await probe.waitForCall("uploadCompleted", task: second, timeout: .seconds(60))
+        #expect(done != nil && done?.object["code"] == .null, "didCompleteWithError(nil): \(probe.transcript)\n\(fixture.agent.output.suffix(20))")
+        // Ends are delivered before this line: what came for each task is all there is.
+        probe.send("upload-tasks")
+        _ = await probe.waitForCall("uploadTasks")
+        let responses = probe.calls("response").filter { $0.object["task"]?.int == second }
+        #expect(responses.count == 1 && responses.first?.object["status"]?.int == 201, "the server's response once: \(probe.transcript)")
+        let bodies = probe.calls("data").filter { $0.object["task"]?.int == second }.compactMap { $0.object["text"]?.string }
+        #expect(bodies == ["stored\n"], "the server's response body once: \(bodies)")
+        #expect(probe.calls("uploadCompleted").filter { $0.object["task"]?.int == second }.count == 1, "\(probe.transcript)")
+        let cancelledResponses = probe.calls("response").filter { $0.object["task"]?.int == first }.count
+        #expect(cancelledResponses == 0, "\(probe.transcript)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
+        #expect(names.count == 1 && names.first.flatMap { server.stored($0) } == fixture.content, "one upload, the file: \(names)")
+        let resumed = fixture.agent.events.filter { $0["type"] as? String == "background" && $0["event"] as? String == "uploadResumed" }
+        let offset = resumed.last?["offset"] as? Int ?? 0
+        let read = try server.bodyBytesRead()
+        print("background upload from resume data: continued from byte \(offset) of \(fixture.content.count); the server read \(read) bytes")
+        #expect(resumed.count == 1 && offset > 0, "the new task continued from the server's offset: \(resumed)")
+        #expect(read == fixture.content.count, "the server read each byte once: \(read) bytes for \(fixture.content.count)")
+    }
+
+    /// A task made and never resumed is not started, and not reported after a relaunch (as on
+    /// Apple platforms): the agent never hears of it, the server gets nothing, nothing is kept.
+    @Test func anUploadTaskNeverResumedIsNotReplayedAndLeaksNothing() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 8 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 64 << 10, seed: 2888)
+        defer { fixture.stop() }
+        let first = try fixture.probe("bgta-unresumed", launches: false)
+        defer { first.kill() }
+        #expect(await first.waitForCall("attached") != nil, "\(first.transcript)")
+        first.send("upload-unresumed \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        #expect(await first.waitForCall("created") != nil, "\(first.transcript)")
+        first.send("quit")
+        _ = await first.waitForExit()
+        let again = try fixture.probe("bgta-unresumed", launches: false)
+        defer { again.kill() }
+        #expect(await again.waitForCall("attached") != nil, "\(again.transcript)")
+        again.send("upload-tasks")
+        #expect(await again.waitForCall("uploadTasks") != nil, "\(again.transcript)")
+        #expect(again.transcript.contains("\"tasks\":[]"), "not replayed: \(again.transcript)")
+        #expect(again.calls("uploadCompleted").isEmpty && again.calls("response").isEmpty, "\(again.transcript)")
+        let status = try fixture.agent.control(["agent", "status", "--json"])
+        #expect(status.standardOutput.contains("\"tasks\":0"), "no agent job: \(status.standardOutput)")
+        #expect(try server.requestCount() == 0, "the server heard nothing")
+        // Nothing of it kept: no file of the state directory names it.
+        let kept = FileManager.default.enumerator(atPath: fixture.state.path)?.compactMap { $0 as? String } ?? []
+        let mentions = kept.filter { name in
+            let url = fixture.state.appendingPathComponent(name)
+            return (try? Data(contentsOf: url)).map { String(decoding: $0, as: UTF8.self).contains(fixture.file.lastPathComponent) } ?? false
+        }
+        #expect(mentions.isEmpty, "no file of the state directory names it: \(mentions)")
+    }
+
     @Test func whatTheProgramCannotSendIsRefusedBeforeTheAgentGetsIt() async throws {
         let target = "http://127.0.0.1:9/ietf/"
         let shared = try ScratchDirectory("bgta-upload-shared", permissions: 0o755)
@@ -194,12 +279,8 @@ struct BackgroundUploadTests {
         defer { server.stop() }
         let fixture = try Fixture(count: 8 << 20, seed: 2885)
         defer { fixture.stop() }
-        let probe = try fixture.probe("bgta-cancel", launches: false)
+        let (probe, task) = try await fixture.uploading("bgta-cancel", to: server.url("ietf/"), sent: 1 << 20)
         defer { probe.kill() }
-        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
-        probe.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
-        let task = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
-        #expect(await probe.waitForLine { $0["call"]?.string == "sent" && ($0["total"]?.int ?? 0) >= 1 << 20 } != nil, "\(probe.transcript)")
         probe.send("upload-tasks")
         let listed = await probe.waitForCall("uploadTasks")
         #expect(listed?.object["tasks"] != nil && probe.transcript.contains("\"expected\":\(8 << 20)"), "listed with its length: \(probe.transcript)")

@@ -27,8 +27,8 @@ struct URLSessionResumableUploadTests {
         let paths: AsyncStream<NetworkPath>.Continuation
         let server: UploadTestServer
 
-        init(waitsForConnectivity: Bool = false) throws {
-            server = try UploadTestServer(bytesPerSecond: 8 << 20)
+        init(waitsForConnectivity: Bool = false, lie: String? = nil, resetAfter: Int? = nil) throws {
+            server = try UploadTestServer(lie: lie, bytesPerSecond: 8 << 20, resetAfter: resetAfter)
             directory = try ScratchDirectory("resumable-upload-task")
             var configuration = ResumableURLSession.Configuration(stateDirectory: directory.url("state"))
             configuration.timeoutIntervalForRequest = 10
@@ -158,6 +158,24 @@ struct URLSessionResumableUploadTests {
         let readTwice = try fixture.server.bodyBytesRead() - content.count
         #expect(readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
         #expect(task.countOfBytesSent >= Int64(content.count))
+        await fixture.shutDown()
+    }
+
+    /// A server that lies about its offset once asked (its first connection reset at 1 MiB, the
+    /// path up; the task continues by itself): the task ends with -1011 and the reason, without
+    /// resume data, and the server never completes the file.
+    @Test(arguments: ["past-end", "backwards", "beyond", "forget"])
+    func aServerLyingAboutItsOffsetEndsTheTaskWithTheReason(lie: String) async throws {
+        let fixture = try Fixture(waitsForConnectivity: true, lie: lie, resetAfter: 1 << 20)
+        let (file, _) = try fixture.file(seed: 2817)
+        let task = fixture.session.uploadTask(with: Self.post(fixture.server.url("ietf/")), fromFile: file)
+        task.resume()
+        #expect(await fixture.delegate.waitForCompletion(of: task))
+        let error = try #require(fixture.delegate.error(of: task), "\(lie): completed without an error")
+        #expect(error.code == .badServerResponse, "\(lie): \(error)")
+        #expect(error.localizedDescription.contains("the upload server reported"), "\(lie): \(error.localizedDescription)")
+        #expect(error.uploadTaskResumeData == nil, "nothing to continue on a lying server")
+        #expect(task.response == nil || (task.response as? HTTPURLResponse)?.statusCode != 201, "\(lie)")
         await fixture.shutDown()
     }
 

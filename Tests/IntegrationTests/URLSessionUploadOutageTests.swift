@@ -4,22 +4,24 @@ import Testing
 import TestSupport
 
 /// Resumable upload tasks against a real link cut: `urlsession-probe --upload` in a client
-/// namespace, uploading 16 MiB through a veth shaped to 64 Mbit/s (upload28's
-/// `UploadOutageTests.Lab`) to upload_server.py (IETF draft-05) in a server namespace; the link
-/// goes down once 4 MiB went out.
+/// namespace, uploading 16 MiB through a veth shaped to 64 Mbit/s (`UploadFourOutagesTests.Lab`
+/// with one uplink) to upload_server.py (IETF draft-05) in a server namespace; the link goes
+/// down once 4 MiB went out.
 @Suite("ResumableURLSession upload tasks through a link outage", .serialized,
        .enabled(if: getuid() == 0, "network namespaces need root"),
        .enabled(if: UploadTestServer.isAvailable, "python3 is not installed"))
 struct URLSessionUploadOutageTests: DownloadScenarios {
-    typealias Lab = UploadOutageTests.Lab
+    typealias Lab = UploadFourOutagesTests.Lab
+    static let length = 16 << 20
+    static let url = "http://\(UploadFourOutagesTests.serverAddress):\(UploadFourOutagesTests.port)/ietf/"
 
     /// The probe uploading a fresh 16 MiB file, and the file.
     static func upload(_ lab: Lab, seed: UInt64, _ extra: [String] = []) throws -> (ProbeProcess, Data) {
-        let content = F.randomData(count: UploadOutageTests.length, seed: seed)
+        let content = F.randomData(count: length, seed: seed)
         let file = lab.clientDirectory.url("storm-\(seed).jpg")
         try content.write(to: file)
         let probe = try ProbeProcess(["--state-dir", lab.clientDirectory.url("session").path,
-                                      "--url", "http://\(UploadOutageTests.serverAddress):8080/ietf/", "--upload", file.path] + extra,
+                                      "--url", url, "--upload", file.path] + extra,
                                      namespace: lab.client)
         return (probe, content)
     }
@@ -36,12 +38,12 @@ struct URLSessionUploadOutageTests: DownloadScenarios {
 
     @Test("a link cut ends the upload task at once with -1005 and resume data")
     func aLinkCutEndsTheTaskWithResumeData() async throws {
-        let lab = try Lab()
-        try lab.startServer("upload_server.py")
+        let lab = try Lab(uplinks: 1)
+        try lab.startServer(.ietf)
         let (probe, _) = try Self.upload(lab, seed: 2821)
         #expect(await Self.waitUntilSent(probe, 4 << 20), "\(probe.transcript)")
         let cut = ContinuousClock.now
-        try lab.linkDown()
+        try lab.linkDown(1)
         let completed = try #require(await probe.waitForCall("completed", task: 1, timeout: .seconds(10)), "\(probe.transcript)")
         let elapsed = completed.arrival - cut
         #expect(completed.object["code"]?.int == -1005, "\(probe.transcript)")
@@ -52,14 +54,14 @@ struct URLSessionUploadOutageTests: DownloadScenarios {
 
     @Test("with waitsForConnectivity the upload task stops with the link and finishes once it is back")
     func withWaitsForConnectivityTheTaskFinishesAfterTheOutage() async throws {
-        let lab = try Lab()
-        try lab.startServer("upload_server.py")
+        let lab = try Lab(uplinks: 1)
+        try lab.startServer(.ietf)
         let (probe, content) = try Self.upload(lab, seed: 2822, ["--waits-for-connectivity"])
         #expect(await Self.waitUntilSent(probe, 4 << 20), "\(probe.transcript)")
-        try lab.linkDown()
+        try lab.linkDown(1)
         try await holdOutage(for: .seconds(1))
         #expect(probe.calls("completed").isEmpty, "the task waits for the link: \(probe.transcript)")
-        try lab.linkUp()
+        try lab.linkUp(1)
         let completed = try #require(await probe.waitForCall("completed", task: 1, timeout: .seconds(60)), "\(probe.transcript)")
         #expect(completed.object["code"] == nil, "\(probe.transcript)")
         #expect(Self.stored(lab, content), "the server's file is the file")

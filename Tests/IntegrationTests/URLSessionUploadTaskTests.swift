@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import FoundationNetworking
 import LinuxReachability
 import Synchronization
@@ -135,6 +136,26 @@ struct URLSessionUploadTaskTests {
         }
         #expect(try server.requestCount() == 0, "nothing reached the server")
         await fixture.shutDown()
+    }
+
+    /// Another user's file (root's 0600 file, the program running as nobody): the task ends with
+    /// `noPermissionsToReadFile` naming the file, and nothing reaches the server.
+    @Test(.needsRoot) func anotherUsersFileEndsTheTaskWithNoPermissions() async throws {
+        let server = try UploadTestServer()
+        defer { server.stop() }
+        let shared = try ScratchDirectory("upload-task-shared", permissions: 0o755)
+        let secret = shared.url("secret.jpg")
+        try Data("root's".utf8).write(to: secret)
+        #expect(chmod(secret.path, 0o600) == 0)
+        let mine = try ScratchDirectory("upload-task-nobody", permissions: 0o755)
+        #expect(chown(mine.path, 65534, 65534) == 0)
+        let probe = try ProbeProcess(["--state-dir", mine.url("state").path, "--url", server.url("ietf/").absoluteString,
+                                      "--upload", secret.path], namespace: nil,
+                                     prefix: ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        defer { probe.kill() }
+        let completed = try #require(await probe.waitForCall("completed", task: 1), "\(probe.transcript)")
+        #expect(completed.object["code"]?.int == URLError.Code.noPermissionsToReadFile.rawValue, "\(probe.transcript)")
+        #expect(try server.requestCount() == 0, "nothing reached the server")
     }
 
     @Test func aPathLostUnderARequestEndsItAtOnce() async throws {

@@ -133,10 +133,15 @@ struct UploadFourOutagesTests {
                          "-j", "REJECT", "--reject-with", "tcp-reset"]
         let dropRule = ["INPUT", "-s", "10.86.1.2", "-j", "DROP"]
         let restoredAt: ContinuousClock.Instant
+        // The path's loss is seen by the kernel: the attempt ends at once with -1005.
+        var cutToInterrupted: Duration?
         switch outage {
         case .linkDown:
+            let cut = ContinuousClock.now
             try lab.linkDown(1)
-            #expect(await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") } != nil, "\(upload.transcript)")
+            let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+            #expect(interrupted?.text.contains("-1005") == true, "\(upload.transcript)")
+            cutToInterrupted = (interrupted?.arrival ?? .now) - cut
             // The outage: what the link's absence is, not a wait for an event.
             try await Task.sleep(for: .seconds(1))
             restoredAt = .now
@@ -145,6 +150,9 @@ struct UploadFourOutagesTests {
             // Taken before the command: its own run time counts against the upload.
             restoredAt = .now
             try lab.linkDown(1)
+            let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+            #expect(interrupted?.text.contains("-1005") == true, "the path moved: \(upload.transcript)")
+            cutToInterrupted = (interrupted?.arrival ?? .now) - restoredAt
         case .blackhole:
             _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-A"] + dropRule)
             let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
@@ -179,8 +187,13 @@ struct UploadFourOutagesTests {
         let completed = upload.texts.last { $0.contains("\"completed\"") }
             .flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         let handedTwice = completed?["bytes_resent"] as? Int ?? -1
-        print("upload four outages: \(outage) \(server) cut at \(cutAt >> 10) KiB: flowing \(flowing) after the restore; the server read \(readTwice) bytes twice, \(handedTwice) handed to the socket twice")
+        let interruptedText = cutToInterrupted.map { "interrupted \($0) after the cut; " } ?? ""
+        print("upload four outages: \(outage) \(server) cut at \(cutAt >> 10) KiB: \(interruptedText)flowing \(flowing) after the restore; the server read \(readTwice) bytes twice, \(handedTwice) handed to the socket twice")
         #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
+        // Socket buffers and a tus piece cut off: never the file again.
+        #expect(handedTwice >= 0 && handedTwice <= 2 << 20, "\(handedTwice) bytes handed to the socket twice: \(upload.transcript)")
+        #expect(upload.texts.contains { $0.contains("\"protocol\":\"\(server.rawValue)\"") }, "chose \(server): \(upload.transcript)")
+        if let cutToInterrupted { #expect(cutToInterrupted < .seconds(1), "-1005 \(cutToInterrupted) after the cut") }
         #expect(flowing <= outage.flowingBound, "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
     }
 }

@@ -3,9 +3,11 @@
 
 Speaks draft-ietf-httpbis-resumable-upload-05 (Upload-Draft-Interop-Version 6) under /ietf/,
 plain PUT/POST under /plain/, and echoes any request under /echo. Every body byte it reads is
-counted (GET /_stats), so a test can tell bytes sent twice; --lie makes it misreport offsets.
+counted (GET /_stats), so a test can tell bytes sent twice; --lie makes it misreport offsets;
+--reset-after N resets the first connection that reads past body byte N of an upload (once), so
+a client on loopback, its path up, has to ask the offset (and meets the lie).
 
-    upload_server.py --port 0 --directory DIR [--lie MODE] [--port-file FILE]
+    upload_server.py --port 0 --directory DIR [--lie MODE] [--reset-after N] [--rate BPS]
 
 Prints "port N" on stdout once it listens. Files land in DIR/<upload id>.
 """
@@ -14,6 +16,7 @@ import hashlib
 import json
 import os
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -43,6 +46,7 @@ class Handler(BaseHTTPRequestHandler):
     directory = "."
     lie = None
     rate = 0  # body bytes per second read, 0 for as fast as it comes
+    reset_after = None  # an upload's body byte past which its connection is reset, once
 
     def log_message(self, *args):
         pass
@@ -111,6 +115,13 @@ class Handler(BaseHTTPRequestHandler):
                 if state is not None:
                     with LOCK:
                         state["offset"] = offset + got
+                    if Handler.reset_after is not None and offset + got >= Handler.reset_after:
+                        Handler.reset_after = None
+                        # SO_LINGER 0: the close sends RST, as a server that crashed or a
+                        # middlebox would; the client sees its connection reset.
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        os.close(self.connection.detach())
+                        raise OSError("reset by --reset-after")
                 if self.rate:
                     # Reading slowly lets TCP's window slow the client: an upload lasts long
                     # enough for a test to cut it in the middle.
@@ -291,12 +302,14 @@ def main():
     parser.add_argument("--directory", required=True)
     parser.add_argument("--rate", type=int, default=0)
     parser.add_argument("--lie", choices=["past-end", "backwards", "beyond", "forget"])
+    parser.add_argument("--reset-after", type=int)
     arguments = parser.parse_args()
     Handler.directory = arguments.directory
     global STATS_FILE
     STATS_FILE = os.path.join(arguments.directory, "_stats.json")
     Handler.lie = arguments.lie
     Handler.rate = arguments.rate
+    Handler.reset_after = arguments.reset_after
     server = ThreadingHTTPServer((arguments.address, arguments.port), Handler)
     server.daemon_threads = True
     print("port %d" % server.server_address[1], flush=True)

@@ -18,11 +18,13 @@ public final class UploadTestServer: Sendable {
     public static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") }
 
     /// Starts the server; `lie` makes it misreport offsets (past-end, backwards, beyond, forget),
-    /// `bytesPerSecond` reads bodies at that pace.
-    public init(lie: String? = nil, bytesPerSecond: Int? = nil) throws {
+    /// `bytesPerSecond` reads bodies at that pace, `resetAfter` resets the connection reading
+    /// past that body byte of an upload (once).
+    public init(lie: String? = nil, bytesPerSecond: Int? = nil, resetAfter: Int? = nil) throws {
         directory = try ScratchDirectory("upload-server")
         (process, port) = try Self.launch("/usr/bin/python3", [Self.script.path, "--directory", directory.url.path]
-            + (lie.map { ["--lie", $0] } ?? []) + (bytesPerSecond.map { ["--rate", String($0)] } ?? []))
+            + (lie.map { ["--lie", $0] } ?? []) + (bytesPerSecond.map { ["--rate", String($0)] } ?? [])
+            + (resetAfter.map { ["--reset-after", String($0)] } ?? []))
     }
 
     /// Starts a test server program that prints "port N" as its first line, and reads the port.

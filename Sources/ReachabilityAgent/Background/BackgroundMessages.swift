@@ -190,6 +190,7 @@ package struct BackgroundTaskSpec: Codable, Sendable, Hashable {
         if let upload {
             if let problem = upload.problem { return problem }
             if resumeState != nil { return "an upload task cannot continue a download's resume data" }
+            if let resume = upload.resume, resume.url.absoluteString != self.url { return "the upload's resume data is for another URL" }
         }
         _ = url
         return Self.headerProblem(headers, label: "the request's headers")
@@ -269,6 +270,9 @@ package struct BackgroundFailure: Codable, Sendable, Hashable {
     package var httpStatus: Int?
     /// Present when the stored bytes can be continued.
     package var resumeState: ResumeState?
+    /// An upload task's: where the server holds the upload, when it can be continued
+    /// (`URLError.uploadTaskResumeData`).
+    package var uploadResume: UploadResumeState?
 
     package static let cancelled = BackgroundFailure(code: -999, message: "cancelled")
 

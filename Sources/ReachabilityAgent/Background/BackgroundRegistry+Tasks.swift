@@ -33,8 +33,11 @@ extension BackgroundRegistry {
             || session.record.tasks.contains(where: { $0.transfer == id }) {
             return .failure(.sessionInUse("another task is already resuming this download"))
         }
+        var record = BackgroundTaskRecord(spec: spec, transfer: id)
+        // Made from resume data: the server holds the upload already (its offset is asked).
+        record.uploadResume = spec.upload?.resume
         update(key) { session in
-            session.record.tasks.append(BackgroundTaskRecord(spec: spec, transfer: id))
+            session.record.tasks.append(record)
             session.record.nextTaskIdentifier = max(session.record.nextTaskIdentifier, spec.taskIdentifier + 1)
         }
         return .success([.persistSoon(key)])
@@ -194,6 +197,7 @@ extension BackgroundRegistry {
             let state = producingResumeData ? task.spec.resumeState : nil
             var failure = BackgroundFailure.cancelled
             failure.resumeState = state
+            if producingResumeData { failure.uploadResume = task.uploadResume }
             return Performed(actions: addEvent(.failed, task: task, failure: failure, in: key, now: now), resumeState: state)
         }
         let others = live.tasks.subtracting([identifier])
@@ -216,9 +220,12 @@ extension BackgroundRegistry {
         }
         var failure = BackgroundFailure.cancelled
         if producingResumeData, task.spec.upload != nil {
-            // The agent would have carried the upload on by itself; what it sent stays on the
-            // server only until the server expires it, so no resume data is promised.
-            failure.message = "cancelled; a background upload task produces no resume data (the agent continues it by itself: let it run, or make a new upload task)"
+            // The server keeps what it acknowledged: a new task asks its offset (the transfer is
+            // stopped before this event goes out, so that offset is settled).
+            failure.uploadResume = task.uploadResume
+            if task.uploadResume == nil {
+                failure.message = "cancelled; no resume data: the server holds nothing of this upload to continue (it took it as one plain request, or had not named it yet)"
+            }
         }
         return Performed(actions: actions + addEvent(.failed, task: task, failure: failure, in: key, now: now))
     }

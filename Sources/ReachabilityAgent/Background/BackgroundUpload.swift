@@ -15,6 +15,9 @@ package struct BackgroundUploadSpec: Codable, Sendable, Hashable {
     /// The file as the agent saw it through the passed descriptor (set by the agent, never
     /// taken from the session): another file at the path, or this one changed, ends the task.
     package var identity: UploadFileIdentity?
+    /// Where an earlier task left the upload (`uploadTask(withResumeData:)`): the agent asks
+    /// that resource its offset and sends only the rest, never the file from zero.
+    package var resume: UploadResumeState?
 
     package init(file: String, method: String) {
         self.file = file
@@ -27,6 +30,10 @@ package struct BackgroundUploadSpec: Codable, Sendable, Hashable {
             return "the upload's file must be an absolute path (at most 4096 bytes)"
         }
         guard HTTPMethod(method) != nil else { return "the upload's method must be an HTTP token such as POST or PUT" }
+        if let resume {
+            do { try resume.validate() } catch { return "the upload's resume data: \(error.description)" }
+            guard resume.filePath == file else { return "the upload's resume data is for another file (\(resume.filePath))" }
+        }
         return nil
     }
 }

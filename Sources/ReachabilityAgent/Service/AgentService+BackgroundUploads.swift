@@ -60,7 +60,12 @@ extension AgentService {
         background.transferStarted(start.id)
         let handlers = backgroundUploadHandlers(run, url: url, upload: upload)
         let agent = agent
-        let resume = run.live.withLock { $0.resume } ?? start.uploadResume
+        // What the server holds (from the record, or resume data the task was made from): its
+        // offset is asked first, and what it acknowledges next is kept on the same state.
+        let resume = run.live.withLock { live -> UploadResumeState? in
+            if live.resume == nil { live.resume = start.uploadResume }
+            return live.resume
+        }
         let task = Task { [weak self] in
             let outcome: Result<UploadResult, UploadFailure>
             do throws(UploadFailure) {
@@ -154,7 +159,10 @@ extension AgentService {
             guard failure.error != .cancelled else { return }
             backgroundUploads[run.id] = nil
             run.close()
-            await applyBackground(background.transferFailed(run.id, BackgroundFailure(failure.error, resumeState: nil), now: now))
+            var ended = BackgroundFailure(failure.error, resumeState: nil)
+            // Where the server still holds it: the error's uploadTaskResumeData continues it.
+            ended.uploadResume = failure.resumeState
+            await applyBackground(background.transferFailed(run.id, ended, now: now))
         }
     }
 

@@ -142,6 +142,9 @@ struct UploadCommand: Command {
         if text.hasPrefix("cannot open") || text.contains("only regular files can be uploaded") || text.hasPrefix("cannot examine") {
             return ExitCode(rawValue: 66)
         }
+        // A file that changed (or could not be read) mid-upload cannot be continued: the server's
+        // part is of another version, so a later run must start again (not "try again later").
+        if failure.error == .fileSystem { return .failure }
         if failure.resumeState != nil { return .temporaryFailure }
         return .failure
     }

@@ -5,7 +5,9 @@ import ResumableDownloads
 
 /// A background session's upload tasks in the registry (issue 28): never joined to another
 /// task's transfer, their start carries the file, their end carries the server's response (kept
-/// until acknowledged, also for a launch), and a cancel asking for resume data says why none comes.
+/// until acknowledged, also for a launch), and a cancel asking for resume data hands where the
+/// server holds the upload, or says why none comes; a task made from that resume data starts
+/// from it.
 @Suite("Background registry: upload tasks")
 struct BackgroundRegistryUploadTests {
     typealias Tests = BackgroundRegistryTests
@@ -64,7 +66,11 @@ struct BackgroundRegistryUploadTests {
         #expect(response.body.count == BackgroundUploadResponse.maximumBodyLength && response.isBodyTruncated)
     }
 
-    @Test func cancellingForResumeDataCancelsAndSaysWhyThereIsNone() throws {
+    static let held = UploadResumeState(url: URL(string: "http://192.0.2.1/files/")!, uploadURL: URL(string: "http://192.0.2.1/files/7")!,
+                                        protocolInUse: .tus, acknowledgedOffset: 1024, length: 4096,
+                                        file: UploadFileIdentity(size: 4096, modified: 1, device: 2, inode: 1), filePath: "/home/me/sky-1.jpg")
+
+    @Test func cancellingForResumeDataBeforeTheServerHoldsItSaysWhyThereIsNone() throws {
         var (registry, transfers) = try Tests.attached(tasks: [Self.upload(1)])
         _ = try registry.perform(.resume, on: 1, in: Tests.key, connection: 1, now: Tests.now, availableBytes: Tests.plenty).get()
         registry.transferStarted(transfers[0])
@@ -73,7 +79,38 @@ struct BackgroundRegistryUploadTests {
         #expect(performed.awaitsStop == nil && performed.resumeState == nil)
         #expect(performed.actions.contains(.cancelTransfer(transfers[0])), "\(performed.actions)")
         let failure = try #require(registry.sessions[Tests.key]?.record.pending.first?.failure)
-        #expect(failure.code == -999 && failure.message.contains("no resume data"))
+        #expect(failure.code == -999 && failure.message.contains("no resume data") && failure.uploadResume == nil)
+    }
+
+    @Test func cancellingForResumeDataHandsWhereTheServerHoldsIt() throws {
+        var (registry, transfers) = try Tests.attached(tasks: [Self.upload(1)])
+        _ = try registry.perform(.resume, on: 1, in: Tests.key, connection: 1, now: Tests.now, availableBytes: Tests.plenty).get()
+        registry.transferStarted(transfers[0])
+        _ = registry.uploadHeld(transfers[0], Self.held)
+        let performed = try registry.perform(.cancelProducingResumeData, on: 1, in: Tests.key, connection: 1, now: Tests.now,
+                                             availableBytes: Tests.plenty).get()
+        // The transfer stops before the event is applied: the server's offset is settled when it is asked.
+        let cancelAt = try #require(performed.actions.firstIndex(of: .cancelTransfer(transfers[0])), "\(performed.actions)")
+        let deliverAt = performed.actions.firstIndex { if case .deliver = $0 { true } else { false } }
+        #expect(deliverAt.map { $0 > cancelAt } == true, "\(performed.actions)")
+        let failure = try #require(registry.sessions[Tests.key]?.record.pending.first?.failure)
+        #expect(failure.code == -999 && failure.uploadResume == Self.held)
+        // A plain cancel hands nothing.
+        var (plain, plainTransfers) = try Tests.attached(tasks: [Self.upload(1)])
+        _ = try plain.perform(.resume, on: 1, in: Tests.key, connection: 1, now: Tests.now, availableBytes: Tests.plenty).get()
+        plain.transferStarted(plainTransfers[0])
+        _ = plain.uploadHeld(plainTransfers[0], Self.held)
+        _ = try plain.perform(.cancel, on: 1, in: Tests.key, connection: 1, now: Tests.now, availableBytes: Tests.plenty).get()
+        #expect(plain.sessions[Tests.key]?.record.pending.first?.failure?.uploadResume == nil)
+    }
+
+    @Test func aTaskFromResumeDataStartsFromWhereTheServerHoldsIt() throws {
+        var spec = Self.upload(1)
+        spec.upload?.resume = Self.held
+        var (registry, transfers) = try Tests.attached(tasks: [spec])
+        let performed = try registry.perform(.resume, on: 1, in: Tests.key, connection: 1, now: Tests.now, availableBytes: Tests.plenty).get()
+        let start = try #require(Tests.starts(performed.actions).first)
+        #expect(start.id == transfers[0] && start.uploadResume == Self.held, "the agent asks that resource its offset")
     }
 
     @Test func uploadSpecsAreChecked() {
@@ -84,5 +121,22 @@ struct BackgroundRegistryUploadTests {
         badMethod.upload?.method = "P O S T"
         #expect(badMethod.problem?.contains("method") == true)
         #expect(Self.upload(1).problem == nil)
+        // Resume data must be for this file and URL, with offsets in bounds.
+        var otherFile = Self.upload(1)
+        otherFile.upload?.file = "/home/me/other.jpg"
+        otherFile.upload?.resume = Self.held
+        #expect(otherFile.problem?.contains("another file") == true)
+        var otherURL = Self.upload(1)
+        otherURL.url = "http://192.0.2.9/files/"
+        otherURL.upload?.resume = Self.held
+        #expect(otherURL.problem?.contains("another URL") == true)
+        var beyond = Self.upload(1)
+        beyond.upload?.resume = Self.held
+        beyond.upload?.resume?.acknowledgedOffset = 5000
+        #expect(beyond.problem?.contains("out of bounds") == true)
+        var plainProtocol = Self.upload(1)
+        plainProtocol.upload?.resume = Self.held
+        plainProtocol.upload?.resume?.protocolInUse = .put
+        #expect(plainProtocol.problem?.contains("without resumption") == true)
     }
 }
