@@ -45,9 +45,7 @@ package struct AgentSettings: Sendable, Equatable {
     /// proxy URL, or `none` for direct connections: `ProxyURL`). Values
     /// present in the file override `base`.
     package static func parse(_ text: String, base: AgentSettings, path: String) throws(AgentFailure) -> AgentSettings {
-        var settings = base
-        var directories: [String] = []
-        var rateLimit: AgentRateLimitPolicy?
+        var file = ConfigurationFile(settings: base)
         for (number, rawLine) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
             var line = Substring(rawLine)
             if let hash = line.firstIndex(of: "#") { line = line[..<hash] }
@@ -56,55 +54,69 @@ package struct AgentSettings: Sendable, Equatable {
             let parts = trimmed.split(separator: "=", maxSplits: 1).map { $0.trimmingWhitespace() }
             let location = "\(path):\(number + 1)"
             guard parts.count == 2 else { throw AgentFailure("\(location): expected key=value", kind: .configuration) }
-            func value<Kind: TextValueKind>(_ kind: Kind) throws(AgentFailure) -> Kind.Value {
-                do {
-                    return try kind.parse(parts[1])
-                } catch {
-                    throw AgentFailure("\(location): \(error.message(for: parts[0]))", kind: .configuration)
-                }
-            }
-            switch parts[0] {
-            case "max-concurrent":
-                settings.maximumConcurrentDownloads = try value(Self.concurrency)
-            case "connections":
-                settings.maximumConnectionsPerHost = try value(Self.connections)
-            case "no-expensive":
-                settings.allowsExpensive = !(try value(YesOrNo()))
-            case "no-roaming":
-                settings.allowsRoaming = !(try value(YesOrNo()))
-            case "min-free-space":
-                settings.minimumFreeSpace = try value(MinimumFreeSpace.Text())
-            case "download-dir":
-                guard let directory = AgentDestination.normalizedAbsolutePath(parts[1]) else {
-                    throw AgentFailure("\(location): download-dir must be an absolute path without . or .. components",
-                                  kind: .configuration)
-                }
-                directories.append(directory)
-            case "proxy":
-                if parts[1].lowercased() == "none" {
-                    settings.proxy = ""
-                } else {
-                    do {
-                        settings.proxy = try ProxyURL(String(parts[1])).text
-                    } catch {
-                        throw AgentFailure("\(location): proxy \(error.description) (or 'none' for direct connections)", kind: .configuration)
-                    }
-                }
-            case "limit-rate":
-                do {
-                    var policy = rateLimit ?? AgentRateLimitPolicy()
-                    try policy.add(parts[1])
-                    rateLimit = policy
-                } catch {
-                    throw AgentFailure("\(location): \(error.message(for: parts[0]))", kind: .configuration)
-                }
-            default:
-                throw AgentFailure("\(location): unknown key '\(parts[0])' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir, limit-rate, proxy)",
-                                kind: .configuration)
+            try file.apply(parts[0], parts[1], location: location)
+        }
+        var settings = file.settings
+        if !file.directories.isEmpty { settings.downloadDirectories = file.directories }
+        if let rateLimit = file.rateLimit { settings.rateLimit = rateLimit }
+        return settings
+    }
+}
+
+/// `agent.conf` as it is read: the settings so far, and the keys that may repeat (`download-dir`,
+/// `limit-rate`), collected until the whole file is read.
+private struct ConfigurationFile {
+    var settings: AgentSettings
+    var directories: [String] = []
+    var rateLimit: AgentRateLimitPolicy?
+
+    /// Applies one `key=value` line found at `location`.
+    mutating func apply(_ key: String, _ text: String, location: String) throws(AgentFailure) {
+        func value<Kind: TextValueKind>(_ kind: Kind) throws(AgentFailure) -> Kind.Value {
+            do {
+                return try kind.parse(text)
+            } catch {
+                throw AgentFailure("\(location): \(error.message(for: key))", kind: .configuration)
             }
         }
-        if !directories.isEmpty { settings.downloadDirectories = directories }
-        if let rateLimit { settings.rateLimit = rateLimit }
-        return settings
+        switch key {
+        case "max-concurrent":
+            settings.maximumConcurrentDownloads = try value(AgentSettings.concurrency)
+        case "connections":
+            settings.maximumConnectionsPerHost = try value(AgentSettings.connections)
+        case "no-expensive":
+            settings.allowsExpensive = !(try value(YesOrNo()))
+        case "no-roaming":
+            settings.allowsRoaming = !(try value(YesOrNo()))
+        case "min-free-space":
+            settings.minimumFreeSpace = try value(MinimumFreeSpace.Text())
+        case "download-dir":
+            guard let directory = AgentDestination.normalizedAbsolutePath(text) else {
+                throw AgentFailure("\(location): download-dir must be an absolute path without . or .. components",
+                              kind: .configuration)
+            }
+            directories.append(directory)
+        case "proxy":
+            if text.lowercased() == "none" {
+                settings.proxy = ""
+            } else {
+                do {
+                    settings.proxy = try ProxyURL(String(text)).text
+                } catch {
+                    throw AgentFailure("\(location): proxy \(error.description) (or 'none' for direct connections)", kind: .configuration)
+                }
+            }
+        case "limit-rate":
+            do {
+                var policy = rateLimit ?? AgentRateLimitPolicy()
+                try policy.add(text)
+                rateLimit = policy
+            } catch {
+                throw AgentFailure("\(location): \(error.message(for: key))", kind: .configuration)
+            }
+        default:
+            throw AgentFailure("\(location): unknown key '\(key)' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir, limit-rate, proxy)",
+                            kind: .configuration)
+        }
     }
 }

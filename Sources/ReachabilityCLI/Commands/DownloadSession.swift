@@ -94,20 +94,7 @@ final class DownloadSession: Sendable {
                      configuration: (URL) -> DownloadAgent.Configuration,
                      options: DownloadOptions) async throws -> DownloadSession {
         let directory = DownloadStateDirectory.jobDirectory(for: job, in: stateRoot)
-        // Checked (ours, 0700, no links) before anything in it is read or locked.
-        let root = try StateDirectoryLocation.open(stateRoot.path)
-        let descriptor: FileDescriptor
-        do throws(FileTrustError) {
-            descriptor = try root.subdirectory("downloads", creating: true)
-                .subdirectory(directory.lastPathComponent, creating: true)
-                .openOwnedFile("lock", creating: .openOrCreate, mode: 0o600).descriptor
-        } catch {
-            throw StateDirectoryLocation.failure(error)
-        }
-        guard (try? descriptor.tryLockExclusive()) == true else {
-            descriptor.close()
-            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
-        }
+        let descriptor = try lock(job, directory: directory, stateRoot: stateRoot)
         do {
             let finished = try checkExistingDestination(job, options: options, directory: directory)
             let agent: DownloadAgent
@@ -116,23 +103,7 @@ final class DownloadSession: Sendable {
             } catch {
                 throw CommandFailure(message: "cannot start the download engine: \(error)", exitCode: .failure)
             }
-            if let finished {
-                let comparison: ResumeValidator.Comparison
-                do {
-                    comparison = try await compareWithServer(finished, job: job, agent: agent)
-                } catch {
-                    await agent.shutdown()
-                    throw error
-                }
-                await agent.shutdown()
-                switch comparison {
-                case .same(let reason):
-                    throw AlreadyComplete(reason: "already complete (\(reason)); nothing downloaded")
-                case .different(let reason):
-                    throw CommandFailure(message: "\(job.destination.path) already exists and may not be the server's file: \(reason); "
-                                         + "delete it to download again", exitCode: .cannotCreate)
-                }
-            }
+            if let finished { try await refuseExisting(finished, job: job, agent: agent) }
             // Only this job's record is acted on; a --sha256 given now is adopted.
             if let match = await agent.restoreDownload(from: job.url, to: job.destination, options: options) {
                 return DownloadSession(job: job, agent: agent, download: match, directory: directory, lockDescriptor: descriptor)
@@ -157,6 +128,45 @@ final class DownloadSession: Sendable {
             if !(error is AlreadyComplete) { removeIfEmpty(directory) }
             descriptor.close()
             throw error
+        }
+    }
+
+    /// Creates and locks the job's directory under `stateRoot` (checked: ours, 0700, no links,
+    /// before anything in it is read or locked); the returned descriptor holds the lock.
+    private static func lock(_ job: DownloadCommand.Job, directory: URL, stateRoot: URL) throws -> FileDescriptor {
+        let root = try StateDirectoryLocation.open(stateRoot.path)
+        let descriptor: FileDescriptor
+        do throws(FileTrustError) {
+            descriptor = try root.subdirectory("downloads", creating: true)
+                .subdirectory(directory.lastPathComponent, creating: true)
+                .openOwnedFile("lock", creating: .openOrCreate, mode: 0o600).descriptor
+        } catch {
+            throw StateDirectoryLocation.failure(error)
+        }
+        guard (try? descriptor.tryLockExclusive()) == true else {
+            descriptor.close()
+            throw CommandFailure(message: "another 'reachability download' is writing \(job.destination.path)", exitCode: .temporaryFailure)
+        }
+        return descriptor
+    }
+
+    /// Ends the job when its destination already exists: `AlreadyComplete` when the server's
+    /// file is provably the same, else a failure that says to delete it. Shuts the agent down.
+    private static func refuseExisting(_ finished: CompletionMarker, job: DownloadCommand.Job, agent: DownloadAgent) async throws -> Never {
+        let comparison: ResumeValidator.Comparison
+        do {
+            comparison = try await compareWithServer(finished, job: job, agent: agent)
+        } catch {
+            await agent.shutdown()
+            throw error
+        }
+        await agent.shutdown()
+        switch comparison {
+        case .same(let reason):
+            throw AlreadyComplete(reason: "already complete (\(reason)); nothing downloaded")
+        case .different(let reason):
+            throw CommandFailure(message: "\(job.destination.path) already exists and may not be the server's file: \(reason); "
+                                 + "delete it to download again", exitCode: .cannotCreate)
         }
     }
 

@@ -195,6 +195,7 @@ extension DownloadAgent {
     }
 
     /// Carries out one action; true when the driver has ended.
+    // Over 60 lines: one case per `DownloadStateMachine.Action`, each the action's whole effect (a table).
     private func perform(_ action: DownloadStateMachine.Action, _ driver: DriverResources) async -> Bool {
         let id = driver.id
         switch action {

@@ -386,12 +386,10 @@ public actor DownloadAgent {
         record.adoptPolicy(of: options)
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
-        if let state {
-            record.entityTag = state.entityTag
-            record.lastModified = state.lastModified
-            record.verifiedOffset = state.verifiedOffset
-            record.ranges = state.ranges
-            record.seams = state.seams
+        if var state {
+            state.id = id
+            state.url = url
+            record.state = state
         }
         return record
     }

@@ -130,7 +130,7 @@ final class PartialFile: Sendable {
             // Lost data (the file is shorter than the record says): trust the file.
             durable = record.durable
             durable.formIntersection(RangeSet(0..<size))
-            record.setDurable(durable)
+            record.state.setDurable(durable)
             // Past the checkpoint, keep what the journal vouches for, block by block: after a
             // crash that is nearly everything written, after a power loss what survived.
             blockJournal = BlockJournal(record: record, directory: stateDirectory)
@@ -457,7 +457,7 @@ final class PartialFile: Sendable {
         do {
             try sync()
             state.withLock {
-                $0.record.setDurable(written)
+                $0.record.state.setDurable(written)
                 $0.record.updatedAt = Date()
                 $0.bytesSinceCheckpoint = 0
             }

@@ -2,7 +2,12 @@ import FoundationEssentials
 import LinuxSystem
 
 /// Everything needed to continue a download after a crash or relaunch, stored as versioned JSON
-/// in the agent's state directory next to the `NAME.part` data file.
+/// in the agent's state directory next to the `NAME.part` data file: the download's resume facts
+/// (`state`, the one model of them, issue 31) and the job around them (`job`: destination,
+/// options, history). Both are encoded into one JSON object (the state under its own keys, as the
+/// background protocol carries it), so the record holds no copy of a resume fact of its own.
+/// Record fields are read and written through the record (`record.verifiedOffset`,
+/// `record.destination`) by dynamic member lookup.
 ///
 /// Invariant: `verifiedOffset` bytes of the partial file, and the byte `ranges` past them (a
 /// download fetched in segments), were fsynced before this record was written, and they all come
@@ -13,85 +18,91 @@ import LinuxSystem
 /// A record read back is not trusted: `validate(name:)` rejects one that is not well formed or
 /// does not belong to its file name, and the partial file's path is derived from the destination,
 /// never read (older records stored a `partialPath`; it is ignored).
-struct ResumeRecord: Codable, Sendable, Hashable {
+@dynamicMemberLookup
+struct ResumeRecord: Sendable, Hashable {
     /// The format version this code writes; older versions are migrated on load, newer rejected.
-    static let currentVersion = 1
+    /// Version 2 stores the resume facts under `ResumeState`'s keys (`offset`, not version 1's
+    /// `verifiedOffset`).
+    static let currentVersion = 2
 
-    var version: Int = ResumeRecord.currentVersion
-    var id: UUID
-    var url: URL
-    var destination: URL
-    /// A strong ETag (weak ones are never stored: they cannot validate byte ranges).
-    var entityTag: String?
-    /// The Last-Modified value when it was strong (the response's Date a second or more later),
-    /// used as validator when there is no strong ETag.
-    var lastModified: String?
-    /// Any ETag seen with the stored bytes, weak ones too: a different one on resume is a change.
-    var observedEntityTag: String?
-    var totalLength: Int64?
-    var verifiedOffset: Int64
-    /// Durable byte ranges past `verifiedOffset` as `[start, end)` pairs, sorted, disjoint and
-    /// apart from it (absent when the stored bytes are one prefix, and in older records).
-    var ranges: [[Int64]]?
-    /// Unverified seams (absent when none, and in older records).
-    var seams: [Int64]?
-    var expectedSHA256: String?
-    /// The length the caller expects, checked at completion (optional; absent in older records).
-    var expectedLength: Int64?
-    var allowsExpensive: Bool
-    /// `DownloadOptions.allowsRoaming`: false, or absent (older records, and the default) for true.
-    var allowsRoaming: Bool?
-    /// `DownloadOptions.allowsConstrained`: false, or absent (older records, and the default) for true.
-    var allowsConstrained: Bool?
-    /// `DownloadOptions.waitsForACPower`: true, or absent (older records, and the default) for false.
-    var waitsForACPower: Bool?
-    /// `DownloadOptions.priority` when not the default 0.5 (absent in older records), so that a
-    /// restored job keeps its class (issue 32).
-    var priority: Float?
-    /// `DownloadOptions.maximumConnections` (absent: the agent's bound, and in older records).
-    var maximumConnections: Int?
-    /// `DownloadOptions.deadline` and `noProgressTimeout` (issue 32; absent: none), so a restored
-    /// job keeps its time limits.
-    var deadline: Date?
-    var noProgressTimeout: Duration?
-    /// `DownloadOptions.completionCommand` (issue 32; absent: none, and in older records), so a
-    /// restored job still runs its `--on-complete` command when it ends.
-    var onComplete: CompletionCommand?
-    /// `DownloadOptions.replacesExistingFile` (absent in older records: never replace).
-    var replacesExistingFile: Bool?
-    /// Transfer attempts made so far (all attempts, for diagnostics).
-    var attempts: Int
-    /// Set just before the verified `NAME.part` is renamed to `NAME` (issue 29): a crash between
-    /// the rename and the removal of this record leaves a record whose partial file is gone and
-    /// whose destination is this very file, which a restart recognises as finished instead of
-    /// fetching it again. Absent until then, and in older records.
-    var finishedFile: FinishedFile?
-    var createdAt: Date
-    var updatedAt: Date
+    /// The resume facts: id, URL, validators, length, the verified prefix, ranges and seams.
+    var state: ResumeState
+    /// The rest of the record.
+    var job: Job
+
+    /// What the record keeps beside the resume facts. A field added here is optional (absent in
+    /// older records) so that every record on disk still reads back; its coding is synthesised.
+    struct Job: Codable, Sendable, Hashable {
+        var version: Int = ResumeRecord.currentVersion
+        var destination: URL
+        /// Any ETag seen with the stored bytes, weak ones too: a different one on resume is a change.
+        var observedEntityTag: String?
+        var expectedSHA256: String?
+        /// The length the caller expects, checked at completion (optional; absent in older records).
+        var expectedLength: Int64?
+        var allowsExpensive: Bool
+        /// `DownloadOptions.allowsRoaming`: false, or absent (older records, and the default) for true.
+        var allowsRoaming: Bool?
+        /// `DownloadOptions.allowsConstrained`: false, or absent (older records, and the default) for true.
+        var allowsConstrained: Bool?
+        /// `DownloadOptions.waitsForACPower`: true, or absent (older records, and the default) for false.
+        var waitsForACPower: Bool?
+        /// `DownloadOptions.priority` when not the default 0.5 (absent in older records), so that a
+        /// restored job keeps its class (issue 32).
+        var priority: Float?
+        /// `DownloadOptions.maximumConnections` (absent: the agent's bound, and in older records).
+        var maximumConnections: Int?
+        /// `DownloadOptions.deadline` and `noProgressTimeout` (issue 32; absent: none), so a restored
+        /// job keeps its time limits.
+        var deadline: Date?
+        var noProgressTimeout: Duration?
+        /// `DownloadOptions.completionCommand` (issue 32; absent: none, and in older records), so a
+        /// restored job still runs its `--on-complete` command when it ends.
+        var onComplete: CompletionCommand?
+        /// `DownloadOptions.replacesExistingFile` (absent in older records: never replace).
+        var replacesExistingFile: Bool?
+        /// Transfer attempts made so far (all attempts, for diagnostics).
+        var attempts: Int
+        /// Set just before the verified `NAME.part` is renamed to `NAME` (issue 29): a crash between
+        /// the rename and the removal of this record leaves a record whose partial file is gone and
+        /// whose destination is this very file, which a restart recognises as finished instead of
+        /// fetching it again. Absent until then, and in older records.
+        var finishedFile: FinishedFile?
+        var createdAt: Date
+        var updatedAt: Date
+    }
 
     init(id: UUID, url: URL, destination: URL, expectedSHA256: String?,
          totalLength: Int64?, allowsExpensive: Bool, now: Date = Date()) {
-        self.id = id
-        self.url = url
-        self.destination = destination
-        self.expectedSHA256 = expectedSHA256
-        self.totalLength = totalLength
-        self.allowsExpensive = allowsExpensive
-        verifiedOffset = 0
-        attempts = 0
-        createdAt = now
-        updatedAt = now
+        state = ResumeState(id: id, url: url, entityTag: nil, lastModified: nil, totalLength: totalLength, verifiedOffset: 0)
+        job = Job(destination: destination, expectedSHA256: expectedSHA256, allowsExpensive: allowsExpensive,
+                  attempts: 0, createdAt: now, updatedAt: now)
+    }
+
+    /// A resume fact, read through the record.
+    subscript<Value>(dynamicMember path: KeyPath<ResumeState, Value>) -> Value { state[keyPath: path] }
+
+    /// A resume fact, read and written through the record.
+    subscript<Value>(dynamicMember path: WritableKeyPath<ResumeState, Value>) -> Value {
+        get { state[keyPath: path] }
+        set { state[keyPath: path] = newValue }
+    }
+
+    /// A field of the job, read and written through the record.
+    subscript<Value>(dynamicMember path: WritableKeyPath<Job, Value>) -> Value {
+        get { job[keyPath: path] }
+        set { job[keyPath: path] = newValue }
     }
 
     /// The partial file: `NAME.part` next to the destination (derived, never stored).
     var partialPath: String {
-        let path = destination.path.unicodeScalars
-        let folder = path.dropLast(destination.lastPathComponent.unicodeScalars.count)
+        let path = job.destination.path.unicodeScalars
+        let folder = path.dropLast(job.destination.lastPathComponent.unicodeScalars.count)
         return String(String.UnicodeScalarView(folder)) + partialName
     }
 
     /// The partial file's name in the destination's directory.
-    var partialName: String { Self.partialName(for: destination.lastPathComponent) }
+    var partialName: String { Self.partialName(for: job.destination.lastPathComponent) }
 
     /// `NAME.part`; for a name that leaves no room for `.part` in the 255 bytes a file name may
     /// have, its first bytes (whole characters), `~`, eight hex digits of a hash of the whole
@@ -119,55 +130,25 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     /// The record's file name in the state directory.
     static func fileName(for id: UUID) -> String { id.uuidString + ".json" }
 
-    /// The `If-Range` value: the strong ETag, else Last-Modified, else nil (then a resume is unsafe
-    /// and the download restarts from zero).
-    var validator: String? { entityTag ?? lastModified }
-
     /// Takes the options' policy (paths, power, priority, connections, time limits, command),
     /// each stored only when it differs from the default so older readers and records agree.
     mutating func adoptPolicy(of options: DownloadOptions) {
-        allowsRoaming = options.allowsRoaming ? nil : false
-        allowsConstrained = options.allowsConstrained ? nil : false
-        waitsForACPower = options.waitsForACPower ? true : nil
-        priority = options.priority == 0.5 ? nil : options.priority
-        maximumConnections = options.maximumConnections
-        deadline = options.deadline
-        noProgressTimeout = options.noProgressTimeout
-        onComplete = options.completionCommand
+        job.allowsRoaming = options.allowsRoaming ? nil : false
+        job.allowsConstrained = options.allowsConstrained ? nil : false
+        job.waitsForACPower = options.waitsForACPower ? true : nil
+        job.priority = options.priority == 0.5 ? nil : options.priority
+        job.maximumConnections = options.maximumConnections
+        job.deadline = options.deadline
+        job.noProgressTimeout = options.noProgressTimeout
+        job.onComplete = options.completionCommand
     }
 
     /// Forgets the entity: used when the server sent a new version.
     mutating func resetEntity(entityTag: String?, lastModified: String?, totalLength: Int64?) {
-        observedEntityTag = nil
-        self.entityTag = entityTag
-        self.lastModified = lastModified
-        self.totalLength = totalLength
-        verifiedOffset = 0
-        ranges = nil
-        seams = nil
+        job.observedEntityTag = nil
+        state = ResumeState(id: state.id, url: state.url, entityTag: entityTag, lastModified: lastModified,
+                            totalLength: totalLength, verifiedOffset: 0)
     }
-
-    /// Most ranges and seams a record holds (a segmented download has a few dozen).
-    static let maximumRanges = 1024
-
-    /// Every durable byte: the verified prefix and the ranges past it.
-    var durable: RangeSet<Int64> {
-        var set = RangeSet<Int64>()
-        if verifiedOffset > 0 { set.insert(contentsOf: 0..<verifiedOffset) }
-        for pair in ranges ?? [] where pair.count == 2 && pair[0] < pair[1] { set.insert(contentsOf: pair[0]..<pair[1]) }
-        return set
-    }
-
-    /// Sets `verifiedOffset` and `ranges` from the durable bytes.
-    mutating func setDurable(_ set: RangeSet<Int64>) {
-        let prefix = set.ranges.first.flatMap { $0.lowerBound == 0 ? $0.upperBound : nil } ?? 0
-        verifiedOffset = prefix
-        let rest = set.ranges.filter { $0.lowerBound > 0 }
-        ranges = rest.isEmpty ? nil : rest.map { [$0.lowerBound, $0.upperBound] }
-    }
-
-    /// The unverified seams as a set.
-    var seamSet: Set<Int64> { Set(seams ?? []) }
 
     static func encoder() -> JSONEncoder {
         let encoder = JSONEncoder()
@@ -190,6 +171,18 @@ struct ResumeRecord: Codable, Sendable, Hashable {
             throw DownloadError.fileSystem.with(description: "unsupported resume record version \(version)")
         }
         return try decoder().decode(ResumeRecord.self, from: data)
+    }
+
+    /// The resume facts as version 1 records stored them: `ResumeState`'s fields, the prefix under
+    /// `verifiedOffset` (read so that records written before version 2 continue).
+    private struct Version1Facts: Decodable {
+        var id: UUID
+        var url: URL
+        var entityTag, lastModified: String?
+        var totalLength: Int64?
+        var verifiedOffset: Int64
+        var ranges: [[Int64]]?
+        var seams: [Int64]?
     }
 
     /// The identity of a verified download as it was renamed into place: the same file on the
@@ -221,65 +214,32 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     }
 
     /// Checks a record read from the file `name`: it must belong to that file (its id is the
-    /// name), name an http(s) URL and an absolute, normalised destination with a usable file name,
-    /// and hold consistent offsets and lengths.
+    /// name), hold resume facts that pass `ResumeState`'s rules (an http(s) URL, consistent
+    /// offsets, ranges and validators), and name an absolute, normalised destination with a
+    /// usable file name.
     func validate(name: String) throws(Invalid) {
-        guard name == Self.fileName(for: id) else { throw Invalid(description: "its id \(id) does not match the file name") }
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https", url.host?.isEmpty == false else {
-            throw Invalid(description: "its URL is not http or https")
-        }
-        let path = destination.path
-        guard destination.isFileURL, path.hasPrefix("/"), destination.standardizedFileURL.path == path,
+        guard name == Self.fileName(for: state.id) else { throw Invalid(description: "its id \(state.id) does not match the file name") }
+        if let problem = state.problem { throw Invalid(description: problem) }
+        let path = job.destination.path
+        guard job.destination.isFileURL, path.hasPrefix("/"), job.destination.standardizedFileURL.path == path,
               !path.split(separator: "/", omittingEmptySubsequences: false).dropFirst().contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }),
               !path.utf8.contains(0) else {
             throw Invalid(description: "its destination is not an absolute, normalised path")
         }
-        let name = destination.lastPathComponent
+        let name = job.destination.lastPathComponent
         guard !name.isEmpty, name != "/", name.utf8.count <= 255 else { throw Invalid(description: "its destination has no usable file name") }
-        guard verifiedOffset >= 0 else { throw Invalid(description: "its verified offset is negative") }
-        if let totalLength {
-            guard totalLength >= 0, verifiedOffset <= totalLength else { throw Invalid(description: "its offsets disagree with its length") }
-        }
-        try Self.validate(ranges: ranges, seams: seams, verifiedOffset: verifiedOffset, totalLength: totalLength)
-        if let expectedLength, expectedLength < 0 { throw Invalid(description: "its expected length is negative") }
-        if let expectedSHA256, SHA256.normalizedHexDigest(expectedSHA256) == nil {
+        if let expectedLength = job.expectedLength, expectedLength < 0 { throw Invalid(description: "its expected length is negative") }
+        if let expectedSHA256 = job.expectedSHA256, SHA256.normalizedHexDigest(expectedSHA256) == nil {
             throw Invalid(description: "its SHA-256 is not 64 hex digits")
         }
-        guard attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
-        if let priority, !(0...1).contains(priority) { throw Invalid(description: "its priority is not within 0...1") }
-        if let maximumConnections, !(1...DownloadAgent.maximumConnectionsPerHostLimit).contains(maximumConnections) {
+        guard job.attempts >= 0 else { throw Invalid(description: "its attempt count is negative") }
+        if let priority = job.priority, !(0...1).contains(priority) { throw Invalid(description: "its priority is not within 0...1") }
+        if let maximumConnections = job.maximumConnections, !(1...DownloadAgent.maximumConnectionsPerHostLimit).contains(maximumConnections) {
             throw Invalid(description: "its connection bound is not 1 to \(DownloadAgent.maximumConnectionsPerHostLimit)")
         }
-        // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
-        if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) {
-            throw Invalid(description: problem)
-        }
         // Any tag seen, weak ones too; only compared, but read back like the others.
-        if let observedEntityTag, !ResumeValidator.isHeaderSafe(observedEntityTag) {
+        if let observedEntityTag = job.observedEntityTag, !ResumeValidator.isHeaderSafe(observedEntityTag) {
             throw Invalid(description: "the observed entity tag is not one line of visible ASCII")
-        }
-    }
-
-    /// The rules for stored ranges and seams (records, and resume data made from them): ranges
-    /// need a length, are sorted, disjoint `[start, end)` pairs past and apart from the verified
-    /// prefix, within the length, at most `maximumRanges`; seams lie inside the length.
-    static func validate(ranges: [[Int64]]?, seams: [Int64]?, verifiedOffset: Int64, totalLength: Int64?) throws(Invalid) {
-        if let ranges {
-            guard let totalLength, ranges.count <= maximumRanges else {
-                throw Invalid(description: "its ranges need a length and are at most \(maximumRanges)")
-            }
-            var previousEnd = verifiedOffset
-            for pair in ranges {
-                guard pair.count == 2, pair[0] > previousEnd, pair[0] < pair[1], pair[1] <= totalLength else {
-                    throw Invalid(description: "its ranges are not sorted, disjoint [start, end) pairs past the verified offset within the length")
-                }
-                previousEnd = pair[1]
-            }
-        }
-        if let seams {
-            guard let totalLength, seams.count <= maximumRanges, seams.allSatisfy({ $0 > 0 && $0 < totalLength }) else {
-                throw Invalid(description: "its seams are not offsets inside the length")
-            }
         }
     }
 
@@ -290,7 +250,7 @@ struct ResumeRecord: Codable, Sendable, Hashable {
     /// fsync, rename, fsync of the directory): a crash leaves the old or the new record.
     func write(to directory: CheckedDirectory) throws {
         let data = try Self.encoder().encode(self)
-        do { try directory.writeAtomically(Array(data), to: Self.fileName(for: id)) } catch { throw DownloadError.file(error) }
+        do { try directory.writeAtomically(Array(data), to: Self.fileName(for: state.id)) } catch { throw DownloadError.file(error) }
     }
 
     /// Reads and validates the record `name` in `directory` (a regular file of ours, no link).
@@ -303,5 +263,28 @@ struct ResumeRecord: Codable, Sendable, Hashable {
         }
         record.expectedSHA256 = record.expectedSHA256.flatMap(SHA256.normalizedHexDigest)
         return record
+    }
+}
+
+extension ResumeRecord: Codable {
+    /// Reads the job's fields and the resume facts from one JSON object (version 1's facts by
+    /// their old keys).
+    init(from decoder: any Decoder) throws {
+        job = try Job(from: decoder)
+        if job.version == 1 {
+            let old = try Version1Facts(from: decoder)
+            state = ResumeState(id: old.id, url: old.url, entityTag: old.entityTag, lastModified: old.lastModified,
+                                totalLength: old.totalLength, verifiedOffset: old.verifiedOffset, ranges: old.ranges,
+                                seams: old.seams)
+            job.version = ResumeRecord.currentVersion   // migrated: written back in version 2's layout
+        } else {
+            state = try ResumeState(from: decoder)
+        }
+    }
+
+    /// Writes the resume facts (under `ResumeState`'s keys) and the job's fields into one JSON object.
+    func encode(to encoder: any Encoder) throws {
+        try state.encode(to: encoder)
+        try job.encode(to: encoder)
     }
 }

@@ -40,12 +40,6 @@ package struct ResumeState: Sendable, Hashable, Codable {
         self.seams = seams
     }
 
-    init(_ record: ResumeRecord) {
-        self.init(id: record.id, url: record.url, entityTag: record.entityTag, lastModified: record.lastModified,
-                  totalLength: record.totalLength, verifiedOffset: record.verifiedOffset, ranges: record.ranges,
-                  seams: record.seams)
-    }
-
     /// The wire keys: `offset` for the prefix and the URL as a string, as the background
     /// protocol's resume state always had (state it persisted before ranges existed reads back).
     private enum CodingKeys: String, CodingKey {
@@ -87,7 +81,8 @@ package struct ResumeState: Sendable, Hashable, Codable {
     /// One past the last durable byte: the partial file must be at least this long.
     package var storedEnd: Int64 { max(verifiedOffset, ranges?.last?.last ?? 0) }
 
-    /// The `If-Range` value a resume would send, as in `ResumeRecord.validator`.
+    /// The `If-Range` value: the strong ETag, else Last-Modified, else nil (then a resume is unsafe
+    /// and the download restarts from zero).
     package var validator: String? { entityTag ?? lastModified }
 
     /// Whether another process can continue from this state: bytes are stored and a validator
@@ -99,32 +94,76 @@ package struct ResumeState: Sendable, Hashable, Codable {
 
     /// Throws `DownloadError.invalidRequest` with the reason when the state cannot be trusted.
     package func validate() throws {
-        func reject(_ reason: String) -> DownloadError {
-            DownloadError.invalidRequest.with(description: "invalid resume state: \(reason)")
-        }
+        if let problem { throw DownloadError.invalidRequest.with(description: "invalid resume state: \(problem)") }
+    }
+
+    /// Why the state cannot be trusted, or nil: the rules for resume facts wherever they come from
+    /// (a record read back, resume data, the background protocol).
+    var problem: String? {
         guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
               let host = url.host, !host.isEmpty else {
-            throw reject("only http and https URLs can be resumed: \(URLRedaction.redacted(url).prefix(200))")
+            return "only http and https URLs can be resumed: \(URLRedaction.redacted(url).prefix(200))"
         }
-        guard verifiedOffset >= 0 else { throw reject("negative offset \(verifiedOffset)") }
+        guard verifiedOffset >= 0 else { return "negative offset \(verifiedOffset)" }
         if let totalLength, totalLength < verifiedOffset || totalLength < 0 {
-            throw reject("offset \(verifiedOffset) beyond the length \(totalLength)")
+            return "offset \(verifiedOffset) beyond the length \(totalLength)"
         }
-        do {
-            try ResumeRecord.validate(ranges: ranges, seams: seams, verifiedOffset: verifiedOffset, totalLength: totalLength)
-        } catch {
-            throw reject(error.description)
-        }
-        if let problem = ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified) {
-            throw reject(problem)
-        }
+        if let problem = rangeProblem { return problem }
+        // Validators go into the If-Range header: a planted CR/LF must not smuggle a header in.
+        return ResumeValidator.problem(entityTag: entityTag, lastModified: lastModified)
     }
+
+    /// Most ranges and seams a state holds (a segmented download has a few dozen).
+    static let maximumRanges = 1024
+
+    /// The rules for stored ranges and seams: ranges need a length, are sorted, disjoint
+    /// `[start, end)` pairs past and apart from the verified prefix, within the length, at most
+    /// `maximumRanges`; seams lie inside the length.
+    private var rangeProblem: String? {
+        if let ranges {
+            guard let totalLength, ranges.count <= Self.maximumRanges else {
+                return "its ranges need a length and are at most \(Self.maximumRanges)"
+            }
+            var previousEnd = verifiedOffset
+            for pair in ranges {
+                guard pair.count == 2, pair[0] > previousEnd, pair[0] < pair[1], pair[1] <= totalLength else {
+                    return "its ranges are not sorted, disjoint [start, end) pairs past the verified offset within the length"
+                }
+                previousEnd = pair[1]
+            }
+        }
+        if let seams {
+            guard let totalLength, seams.count <= Self.maximumRanges, seams.allSatisfy({ $0 > 0 && $0 < totalLength }) else {
+                return "its seams are not offsets inside the length"
+            }
+        }
+        return nil
+    }
+
+    /// Every durable byte: the verified prefix and the ranges past it.
+    var durable: RangeSet<Int64> {
+        var set = RangeSet<Int64>()
+        if verifiedOffset > 0 { set.insert(contentsOf: 0..<verifiedOffset) }
+        for pair in ranges ?? [] where pair.count == 2 && pair[0] < pair[1] { set.insert(contentsOf: pair[0]..<pair[1]) }
+        return set
+    }
+
+    /// Sets `verifiedOffset` and `ranges` from the durable bytes.
+    mutating func setDurable(_ set: RangeSet<Int64>) {
+        let prefix = set.ranges.first.flatMap { $0.lowerBound == 0 ? $0.upperBound : nil } ?? 0
+        verifiedOffset = prefix
+        let rest = set.ranges.filter { $0.lowerBound > 0 }
+        ranges = rest.isEmpty ? nil : rest.map { [$0.lowerBound, $0.upperBound] }
+    }
+
+    /// The unverified seams as a set.
+    var seamSet: Set<Int64> { Set(seams ?? []) }
 }
 
 extension DownloadAgent {
     /// A download's durable resume state once it is not transferring (paused, or stopped by a
     /// failure); nil while a transfer runs or for a download this agent does not hold.
     package func resumeState(of download: Download) -> ResumeState? {
-        resumeRecord(of: download).map(ResumeState.init)
+        resumeRecord(of: download)?.state
     }
 }

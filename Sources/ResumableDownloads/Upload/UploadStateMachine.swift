@@ -197,6 +197,7 @@ struct UploadStateMachine: Sendable {
         }
     }
 
+    // Over 60 lines: one case per protocol step, each that step's answer to every status (a table).
     private mutating func answered(_ head: ResponseHead) -> Action {
         let status = head.statusCode
         switch step {

@@ -31,10 +31,56 @@ struct ResumeRecordTests {
         let record = sample()
         let data = try ResumeRecord.encoder().encode(record)
         let text = String(decoding: data, as: UTF8.self)
-        #expect(text.contains("\"version\" : 1"))
-        #expect(text.contains("\"verifiedOffset\" : 500"))
+        #expect(text.contains("\"version\" : 2"))
+        #expect(text.contains("\"offset\" : 500"), "the resume facts under ResumeState's keys")
+        #expect(!text.contains("verifiedOffset") && !text.contains("\"state\""), "one flat object, no copy of a fact")
         #expect(!text.contains("partialPath"), "the partial path is derived, never stored")
         #expect(try ResumeRecord.decode(data) == record)
+    }
+
+    /// A record as version 1 wrote it (the resume facts as fields of the record, the prefix under
+    /// `verifiedOffset`), with every optional field a version-1 agent could store.
+    static let version1File = """
+    {
+      "allowsConstrained" : false,
+      "allowsExpensive" : false,
+      "attempts" : 3,
+      "createdAt" : "2023-11-14T22:13:20Z",
+      "destination" : "file:///tmp/a.iso",
+      "entityTag" : "\\"v1\\"",
+      "expectedLength" : 1000,
+      "expectedSHA256" : "\(String(repeating: "ab", count: 32))",
+      "id" : "5B1F6C1E-2D7A-4E43-9C1B-0E1F2A3B4C5D",
+      "lastModified" : "Mon, 01 Jan 2024 00:00:00 GMT",
+      "maximumConnections" : 4,
+      "observedEntityTag" : "\\"v1\\"",
+      "priority" : 0.75,
+      "ranges" : [ [ 700, 1000 ] ],
+      "seams" : [ 700 ],
+      "totalLength" : 1000,
+      "updatedAt" : "2023-11-14T22:13:20Z",
+      "url" : "https://example.invalid/a.iso",
+      "verifiedOffset" : 500,
+      "version" : 1
+    }
+    """
+
+    @Test func aVersion1RecordReadsBackWithItsFactsAndIsRewrittenAsVersion2() throws {
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
+        let name = "5B1F6C1E-2D7A-4E43-9C1B-0E1F2A3B4C5D.json"
+        #expect(FileManager.default.createFile(atPath: url.appendingPathComponent(name).path,
+                                               contents: Data(Self.version1File.utf8), attributes: [.posixPermissions: 0o600]))
+        var record = try ResumeRecord.read(name, in: state)
+        #expect(record.id.uuidString == "5B1F6C1E-2D7A-4E43-9C1B-0E1F2A3B4C5D" && record.verifiedOffset == 500 && record.ranges == [[700, 1000]] && record.seams == [700])
+        #expect(record.entityTag == "\"v1\"" && record.lastModified == "Mon, 01 Jan 2024 00:00:00 GMT" && record.totalLength == 1000)
+        #expect(record.url == URL(string: "https://example.invalid/a.iso")! && record.destination.path == "/tmp/a.iso")
+        #expect(record.priority == 0.75 && record.maximumConnections == 4 && record.allowsConstrained == false)
+        #expect(record.expectedLength == 1000 && record.attempts == 3 && record.observedEntityTag == "\"v1\"")
+        #expect(record.version == ResumeRecord.currentVersion, "migrated on load")
+        record.attempts += 1
+        try record.write(to: state)
+        #expect(try ResumeRecord.read(name, in: state) == record)
     }
 
     @Test func thePartialPathIsDerivedFromTheDestination() throws {
@@ -102,7 +148,7 @@ struct ResumeRecordTests {
         var durable = RangeSet<Int64>(0..<100)
         durable.insert(contentsOf: 300..<400)
         durable.insert(contentsOf: 700..<1000)
-        record.setDurable(durable)
+        record.state.setDurable(durable)
         record.seams = [300, 700]
         #expect(record.verifiedOffset == 100)
         #expect(record.ranges == [[300, 400], [700, 1000]])
@@ -111,9 +157,9 @@ struct ResumeRecordTests {
         #expect(decoded.durable == durable)
         #expect(decoded.seamSet == [300, 700])
         // Without a prefix every range is listed; one prefix alone lists none.
-        record.setDurable(RangeSet(200..<300))
+        record.state.setDurable(RangeSet(200..<300))
         #expect(record.verifiedOffset == 0 && record.ranges == [[200, 300]])
-        record.setDurable(RangeSet(0..<300))
+        record.state.setDurable(RangeSet(0..<300))
         #expect(record.verifiedOffset == 300 && record.ranges == nil)
     }
 
