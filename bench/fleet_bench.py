@@ -23,7 +23,7 @@ Last-Modified, so a new ETag) once the origin has sent --replace-at of one copy.
 result must be version A whole, version B whole, or no file (a failure that says why): a file
 that is neither is a splice, counted in the table (it must be 0 for reachability).
 
-Needs root, nginx (with the slice module), squid (scripts/setup.sh --bench), aria2c, curl.
+Needs root, nginx (with the slice module), squid (scripts/setup.sh), aria2c, curl (scripts/setup.sh --bench).
 Usage: sudo bench/fleet_bench.py --binary .build/release/reachability [--clients 20]
        [--size-mib 32] [--runs 3] [--caches nginx,squid] [--tools ours,aria2c,curl]
        [--scenarios fleet,replace] [--origin-rate 20m]
