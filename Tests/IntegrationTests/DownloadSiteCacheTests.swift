@@ -70,8 +70,9 @@ struct DownloadSiteCacheTests {
     /// The origin's file is replaced by another of the same length while a download runs
     /// through the nginx slice cache: slices fetched before stay A, later ones come as B. The
     /// file ends as exactly A or exactly B, or the download gives up with no file (a refused
-    /// ETag restarts it; the cache cutting responses at the version's seam is retried as a lost
-    /// connection until --max-outage), never mixed.
+    /// ETag restarts it; the cache cutting responses at the version's seam is found by the seam
+    /// probe, exit 1 in about 5 s, or, should the cuts not repeat at one offset, retried as lost
+    /// connections until --max-outage, exit 75), never mixed.
     @Test func aVersionChangeBehindTheCacheIsNeverSpliced() async throws {
         let site = try SiteCacheLab(cache: .nginxSlice, originRate: "3m")
         defer { site.close() }

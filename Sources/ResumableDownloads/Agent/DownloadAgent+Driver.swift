@@ -324,11 +324,11 @@ extension DownloadAgent {
                                       overlap: min(offset, plan.overlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
-        let written = file.written
-        let probesSeam = plan.probesSeam && offset > 0 && written.ranges.count == 1 && written.ranges.first?.lowerBound == 0
+        let probesSeam = plan.probesSeam && offset > 0
         if probesSeam {
             // Responses keep being cut at the offset: ask for the one byte there, without the
-            // overlap or If-Range, only to compare its validators (nothing of it is written).
+            // overlap or If-Range, only to compare its validators (nothing of it is written, so
+            // ranges stored past it, from a segmented run, need no planner for this request).
             request.overlap = 0
             request.ifRange = nil
             request.rangeEnd = offset + 1
