@@ -19,6 +19,9 @@ import ReachabilityBase
 /// - Restarts from zero (a 200 to a range, a changed entity, an overlap that differs) are
 ///   bounded by `maximumRestarts` and backed off; every attempt start goes through a token
 ///   bucket, so no server behaviour causes a request storm.
+/// - Two responses in a row cut at one offset, the second with no new byte, make the next
+///   attempt a seam probe (the byte at the offset, validators only): another version there is a
+///   cache holding part of an older one, which restarts from zero once and then fails saying so.
 /// - A transfer suspected of stalling (the engine saw no byte for a while, or no answer to its
 ///   request) is raced by a fresh connection (before an answer, one that sends the request
 ///   again), when its host's turn comes: races to one host take turns, at most two a second,
@@ -668,7 +671,7 @@ struct DownloadStateMachine: Sendable {
     }
 
     private func restartLimitError(_ reason: String) -> DownloadError {
-        if versionSeams > 0 { return versionSeamError(reason) }
+        if versionSeams > 0, reason.hasPrefix(ResponseStateMachine.changedVersionPrefix) { return versionSeamError(reason) }
         if entityTagChanges >= 2, !file.hasExpectedDigest {
             return .badServerResponse.with(description: """
                 the server sent another ETag with each response for a file of the same length (\(entityTagChanges + 1) \
@@ -685,9 +688,9 @@ struct DownloadStateMachine: Sendable {
     private func versionSeamError(_ reason: String) -> DownloadError {
         .badServerResponse.with(description: """
             \(reason); the same after restarting from zero (restarted \(restarts) times): a cache between \
-            (the proxy, such as an nginx slice cache) still holds the first part of an older version. Purge \
-            the URL from the cache (or wait until its entries expire), or download without the proxy, then \
-            run again
+            (the proxy, or the site's own, such as an nginx slice cache) still holds the first part of an older \
+            version. Purge the URL from the cache (or wait until its entries expire), or download around it \
+            (without the proxy), then run again
             """)
     }
 
