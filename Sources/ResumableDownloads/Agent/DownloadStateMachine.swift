@@ -63,6 +63,8 @@ struct DownloadStateMachine: Sendable {
         var isRecovery = false
         /// A seam probe (`AttemptPlan.probesSeam`).
         var probesSeam = false
+        /// The resume overlap planned for it.
+        var overlap: Int64 = 0
         var sawResponse = false
         var race: RaceState = .idle
         var stop: Stop?
@@ -314,7 +316,8 @@ struct DownloadStateMachine: Sendable {
             phase = .retryScheduled(.rateLimited)
             return arm(.retry, at: available)
         }
-        let attempt = Attempt(id: nextAttempt, isProbe: isProbe, isRecovery: isRecovery, probesSeam: suspectsSeam)
+        let attempt = Attempt(id: nextAttempt, isProbe: isProbe, isRecovery: isRecovery, probesSeam: suspectsSeam,
+                              overlap: overlap.bytes)
         suspectsSeam = false
         nextAttempt += 1
         phase = .transferring(attempt)
@@ -323,7 +326,7 @@ struct DownloadStateMachine: Sendable {
         if !isProbe { actions.append(announceAttempt()) }
         actions.append(.startAttempt(AttemptPlan(id: attempt.id, freshConnection: freshConnection || isProbe,
                                                  isProbe: isProbe, connectTimeout: probeConnectTimeout,
-                                                 isRecovery: isRecovery, overlap: overlap.bytes,
+                                                 isRecovery: isRecovery, overlap: attempt.overlap,
                                                  usesValidators: !ignoresValidators, probesSeam: attempt.probesSeam)))
         return actions
     }
@@ -523,8 +526,11 @@ struct DownloadStateMachine: Sendable {
         if attempt.sawResponse, attempt.stop == nil, !attempt.probesSeam {
             let cutShort = Self.isCutShort(result)
             overlap.connectionEnded(delivered: received, cutShort: cutShort)
-            // Cut twice in a row at one offset, the second time with nothing new: a seam.
+            // Cut twice in a row at one offset, the second time with nothing new and no more than
+            // its overlap delivered (a resume cut where its new bytes would begin): a seam. A
+            // server that ignores ranges and cuts every response is not one (no probe for it).
             suspectsSeam = cutShort && !madeProgress && facts.storedBytes > 0 && lastCut == facts.storedBytes
+                && received <= attempt.overlap
             lastCut = cutShort ? facts.storedBytes : nil
         }
         var actions: [Action] = []

@@ -751,10 +751,16 @@ struct DownloadStateMachineSeamTests {
     /// Runs A's first part up to the seam and one more resume cut there; returns the next plan.
     static func cutTwiceAtTheSeam(_ h: inout T.Harness) -> M.AttemptPlan? {
         h.send(.responseStarted(attempt: h.attempt))
-        var next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: seam), received: seam)
+        let next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: seam), received: seam)
         #expect(T.starts(next).map(\.probesSeam) == [false], "a cut after progress is a blip first: \(next)")
+        return cutAtTheSeam(&h, after: next)
+    }
+
+    /// A resume planned by `actions` gets its overlap and is cut at the seam; returns the next plan.
+    static func cutAtTheSeam(_ h: inout T.Harness, after actions: [M.Action]) -> M.AttemptPlan? {
+        let resume = plan(&h, after: actions)
         h.send(.responseStarted(attempt: h.attempt))
-        next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: seam), received: 64 << 10)
+        let next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: seam), received: resume?.overlap ?? 0)
         return plan(&h, after: next)
     }
 
@@ -768,11 +774,12 @@ struct DownloadStateMachineSeamTests {
         var next = h.end(.restartFromZero(reason: Self.changed), file: .init(storedBytes: Self.seam), received: 0)
         #expect(next.contains(.restartFromZero(reason: Self.changed)), "\(next)")
         #expect(T.starts(next).map(\.probesSeam) == [false], "\(next)")
-        // The cache still holds A's first part: cut at the same seam right away (no new byte
-        // past the furthest ever stored), probed at once, and the same seam ends the download.
+        // The cache still holds A's first part: cut at the same seam (A's part again is no
+        // progress past the furthest ever stored, and more than an overlap: no probe yet), then
+        // a resume cut there is probed, and the same seam ends the download.
         h.send(.responseStarted(attempt: h.attempt))
         next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: Self.seam), received: Self.seam)
-        #expect(Self.plan(&h, after: next)?.probesSeam == true, "\(next)")
+        #expect(Self.cutAtTheSeam(&h, after: next)?.probesSeam == true, "\(next)")
         h.send(.responseStarted(attempt: h.attempt))
         next = h.end(.restartFromZero(reason: Self.changed), file: .init(storedBytes: Self.seam), received: 0)
         guard case .failed(let error) = T.exits(next).first else { Issue.record("expected a failure: \(next)"); return }
