@@ -23,7 +23,7 @@ Last-Modified, so a new ETag) once the origin has sent --replace-at of one copy.
 result must be version A whole, version B whole, or no file (a failure that says why): a file
 that is neither is a splice, counted in the table (it must be 0 for reachability).
 
-Needs root, nginx (with the slice module), squid (scripts/setup.sh --bench), aria2c, curl.
+Needs root, nginx (with the slice module), squid (scripts/setup.sh), aria2c, curl (scripts/setup.sh --bench).
 Usage: sudo bench/fleet_bench.py --binary .build/release/reachability [--clients 20]
        [--size-mib 32] [--runs 3] [--caches nginx,squid] [--tools ours,aria2c,curl]
        [--scenarios fleet,replace] [--origin-rate 20m]
@@ -80,6 +80,8 @@ class Fleet:
         self.clients = [f"{prefix}-c{i:02d}" for i in range(clients)]
         self.namespaces, self.processes = [], []
         self.cache_process = None
+        # --squid-log DIR: squid logs every request (time, ms, client, status, bytes, Range).
+        self.squid_log = None
         for ns in [self.origin, self.cache] + self.clients:
             ip(f"netns add {ns}")
             self.namespaces.append(ns)
@@ -142,6 +144,8 @@ class Fleet:
             argv = ["nginx", "-c", f"{p}/nginx.conf", "-p", f"{p}/", "-e", f"{p}/error.log"]
         else:
             with open(f"{p}/squid.conf", "w") as f:
+                access_log = (f'logformat trace %ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm "%{{Range}}>h"\n'
+                              f"access_log {p}/access.log trace") if self.squid_log else "access_log none"
                 f.write(f"""http_port 10.77.2.1:3128
 http_access allow all
 visible_hostname sitecache
@@ -153,12 +157,13 @@ quick_abort_min -1 KB
 collapsed_forwarding on
 refresh_pattern . 60 20% 4320
 pid_filename none
-access_log none
+{access_log}
 cache_log {p}/cache.log
 cache_store_log none
 coredump_dir {p}
 shutdown_lifetime 0 seconds
 """)
+            open(f"{p}/access.log", "w").close()
             run("chown", "-R", "proxy:proxy", p)   # squid drops root for Debian's `proxy` user
             argv = ["/usr/sbin/squid", "-N", "-f", f"{p}/squid.conf"]
         self.cache_process = subprocess.Popen(["ip", "netns", "exec", self.cache] + argv,
@@ -254,6 +259,8 @@ def fleet_run(fleet, tool, binary, cache, replace, versions, size, replace_at, t
             results["none"] += 1
         shutil.rmtree(out_dir, ignore_errors=True)
     fleet.stop_cache()
+    if fleet.squid_log and cache == "squid":
+        shutil.copyfile(f"{fleet.workdir}/squid/access.log", f"{fleet.squid_log}/{tool}-{int(time.time())}.log")
     return {"seconds": elapsed, "origin": fleet.origin_bytes(), "replaced": replaced_at, **results}
 
 
@@ -274,6 +281,8 @@ def main():
     parser.add_argument("--replace-at", type=float, default=0.25, help="replace: fraction of one copy the origin sent first")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--seed", type=int, default=34)
+    parser.add_argument("--squid-log", help="keep squid's access log of each run in this directory "
+                        "(time, ms, client, status, bytes, Range: requests per client and aborted ones)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("fleet_bench: needs root (network namespaces)")
@@ -293,6 +302,9 @@ def main():
     rows = {}
     try:
         fleet = Fleet(prefix, workdir, args.clients, args.origin_rate)
+        if args.squid_log:
+            os.makedirs(args.squid_log, exist_ok=True)
+            fleet.squid_log = args.squid_log
         plan = [(scenario, cache, tool) for scenario in args.scenarios.split(",") for cache in args.caches.split(",")
                 for tool in args.tools.split(",")]
         order = [entry for entry in plan for _ in range(args.runs)]

@@ -9,6 +9,7 @@ packages=(
   libcurl4-openssl-dev libssl-dev        # CCurl (libcurl + libcrypto for SHA-256)
   iproute2 iptables procps kmod util-linux  # namespaces, cut links, setpriv
   nginx-light openssl                    # integration tests start their own nginx (TLS too)
+  squid                                  # the site-cache tests (and bench/fleet_bench.py) start their own squid
   python3                                # holds tun devices open in the VPN test
   python3-prometheus-client              # the real OpenMetrics/Prometheus parser the metrics tests use
   libsystemd-dev                         # CSystemdBus (sd-bus headers; libsystemd0 is loaded at run time)
@@ -19,7 +20,7 @@ packages=(
 )
 for option in "$@"; do
   case "$option" in
-    --bench) packages+=(curl wget aria2 time valgrind squid) ;;  # peers measured by bench/; callgrind for bench/hot_text.py; squid: the site cache of bench/fleet_bench.py
+    --bench) packages+=(curl wget aria2 time valgrind) ;;  # peers measured by bench/; callgrind for bench/hot_text.py
     --package) packages+=(dpkg-dev debhelper lintian debootstrap systemd-container) ;;  # scripts/build-deb.sh, scripts/test-deb.sh
     *) echo "setup: unknown option '$option' (--bench, --package)" >&2; exit 64 ;;
   esac
@@ -59,7 +60,7 @@ done
 if [[ " ${missing[*]} " == *" nginx-light "* ]] && command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now nginx >/dev/null 2>&1 || true
 fi
-# The same for squid (--bench): bench/fleet_bench.py and the site-cache tests start their own.
+# The same for squid: the site-cache tests and bench/fleet_bench.py start their own.
 if [[ " ${missing[*]} " == *" squid "* ]] && command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now squid >/dev/null 2>&1 || true
 fi

@@ -98,8 +98,8 @@ struct QueueAddCommand: Command {
         again). Use 'reachability download -H ...' for such a file: it keeps headers in memory only. \
         --limit-rate and --cacert are the agent's settings for all its downloads: give them to \
         'reachability agent'. --proxy URL (or --no-proxy) is this job's own, over the agent's proxy \
-        (its --proxy, agent.conf's proxy=, its environment); it is kept in memory only, so a job \
-        restored after an agent restart uses the agent's proxy. --insecure is not offered for queued downloads: give the agent \
+        (its --proxy, agent.conf's proxy=, its environment). The job's proxy, mirrors and piece \
+        hashes are kept in its resume record: a job restored after an agent restart keeps them. --insecure is not offered for queued downloads: give the agent \
         --cacert with the server's certificate instead.
         """ + "\n\n" + ControlOptions.discussion
     static let refusedOptions = [

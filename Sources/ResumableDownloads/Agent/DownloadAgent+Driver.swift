@@ -325,13 +325,23 @@ extension DownloadAgent {
                                       overlap: min(offset, plan.overlap),
                                       interfaceName: pinnedInterface, freshConnection: plan.freshConnection,
                                       settings: settings)
-        let segmentation = self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
+        let probesSeam = plan.probesSeam && offset > 0
+        if probesSeam {
+            // Responses keep being cut at the offset: ask for the one byte there, without the
+            // overlap or If-Range, only to compare its validators (nothing of it is written, so
+            // ranges stored past it, from a segmented run, need no planner for this request).
+            request.overlap = 0
+            request.ifRange = nil
+            request.rangeEnd = offset + 1
+            request.isSeamProbe = true
+        }
+        let segmentation = probesSeam ? nil : self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
         request.segmentation = segmentation
         request.agentRate = configuration.agentRateLimit.map { AgentRateShare(limit: $0, job: id, priority: options.priority) }
         let multipath = segmentation.flatMap { $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil }
         configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
                                                          "interface": pinnedInterface ?? "-",
-                                                         "probe": "\(plan.isProbe)", "overlap": "\(request.overlap)",
+                                                         "probe": "\(plan.isProbe)", "seamProbe": "\(probesSeam)", "overlap": "\(request.overlap)",
                                                          "validators": "\(validators)",
                                                          "connectTimeout": "\(settings.connectTimeout)"])
         let transferID = engine.makeTransferID()

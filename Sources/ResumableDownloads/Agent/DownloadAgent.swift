@@ -348,13 +348,9 @@ public actor DownloadAgent {
         guard destination.isFileURL else {
             throw DownloadError.invalidRequest.with(description: "destination must be a file URL: \(destination)")
         }
-        for mirror in options.mirrors {
-            guard let scheme = mirror.scheme?.lowercased(), scheme == "http" || scheme == "https", mirror.host != nil else {
-                throw DownloadError.unsupportedURL.with(description: "only http and https mirrors can be used: \(URLRedaction.redacted(mirror))")
-            }
-        }
-        if options.mirrors.count > Self.maximumMirrors {
-            throw DownloadError.invalidRequest.with(description: "at most \(Self.maximumMirrors) mirrors per download")
+        if let problem = JobSources.problem(withMirrors: options.mirrors) {
+            let code: DownloadError = options.mirrors.count > Self.maximumMirrors ? .invalidRequest : .unsupportedURL
+            throw code.with(description: problem)
         }
         if let state {
             try state.validate()
@@ -386,6 +382,7 @@ public actor DownloadAgent {
         record.adoptPolicy(of: options)
         record.expectedLength = options.expectedLength
         record.replacesExistingFile = options.replacesExistingFile ? true : nil
+        record.sources = JobSources(options)
         if var state {
             state.id = id
             state.url = url
@@ -461,6 +458,7 @@ public actor DownloadAgent {
         if let length = options.expectedLength { record.expectedLength = length }
         record.allowsExpensive = options.allowsExpensive
         record.adoptPolicy(of: options)
+        record.sources = JobSources(options)
         if let state = try? stateDirectory() { try? record.write(to: state) }
         let download = restore(record, sourcesFrom: options)
         schedule()
@@ -534,13 +532,17 @@ public actor DownloadAgent {
             options.waitsForACPower = record.waitsForACPower ?? false
             options.completionCommand = record.onComplete
         }
+        // The caller restoring gives the job's sources again (a rerun of `download`); else the
+        // record keeps those the job was added with (an agent restarted).
         if let caller {
-            // Mirrors and piece hashes live in memory only: the caller restoring gives them.
             options.mirrors = caller.mirrors
             options.pieceHashes = caller.pieceHashes
+        } else if let sources = record.sources {
+            options.mirrors = sources.mirrors ?? []
+            options.pieceHashes = sources.pieceHashes
         }
-        // A job's own proxy lives in memory only too; the agent's applies otherwise.
-        options.proxy = caller?.proxy ?? configuration.proxy
+        // A job's own proxy, else the agent's.
+        options.proxy = caller?.proxy ?? record.sources?.proxy ?? configuration.proxy
         // What the block journal vouches for past the last checkpoint (after a crash, nearly
         // everything written), as the transfer will find it: not the fsynced checkpoint alone.
         let recovered = (try? stateDirectory()).map { BlockJournal.recoverableBytes(record: record, stateDirectory: $0) }

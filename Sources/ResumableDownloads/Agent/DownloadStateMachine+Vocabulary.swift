@@ -136,6 +136,10 @@ extension DownloadStateMachine {
         /// validators); false once they vary between responses and an expected SHA-256 proves
         /// the result instead (the overlap and length checks still apply).
         var usesValidators = true
+        /// Responses were cut at the stored offset twice in a row without a new byte: ask for
+        /// the byte at the offset only, to read its validators (`ResponseStateMachine`'s seam
+        /// probe), instead of resuming.
+        var probesSeam = false
     }
 
     /// How the driver ends.

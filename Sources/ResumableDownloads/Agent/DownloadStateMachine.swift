@@ -19,6 +19,9 @@ import ReachabilityBase
 /// - Restarts from zero (a 200 to a range, a changed entity, an overlap that differs) are
 ///   bounded by `maximumRestarts` and backed off; every attempt start goes through a token
 ///   bucket, so no server behaviour causes a request storm.
+/// - Two responses in a row cut at one offset, the second with no new byte, make the next
+///   attempt a seam probe (the byte at the offset, validators only): another version there is a
+///   cache holding part of an older one, which restarts from zero once and then fails saying so.
 /// - A transfer suspected of stalling (the engine saw no byte for a while, or no answer to its
 ///   request) is raced by a fresh connection (before an answer, one that sends the request
 ///   again), when its host's turn comes: races to one host take turns, at most two a second,
@@ -58,6 +61,10 @@ struct DownloadStateMachine: Sendable {
         var isProbe: Bool
         /// A retry right after a connection that was delivering died.
         var isRecovery = false
+        /// A seam probe (`AttemptPlan.probesSeam`).
+        var probesSeam = false
+        /// The resume overlap planned for it.
+        var overlap: Int64 = 0
         var sawResponse = false
         var race: RaceState = .idle
         var stop: Stop?
@@ -113,6 +120,13 @@ struct DownloadStateMachine: Sendable {
     private(set) var entityTagChanges = 0
     /// Set once ETags vary and an expected digest proves the result: resumes stop using validators.
     private(set) var ignoresValidators = false
+    /// Where the last response the server cut short left the stored bytes.
+    private var lastCut: Int64?
+    /// A response was cut again where the one before it was, without a new byte: the next
+    /// attempt probes that seam.
+    private var suspectsSeam = false
+    /// Seam probes that found another version past the seam (a cache holding part of an older one).
+    private(set) var versionSeams = 0
     private var nextAttempt = 1
     private var nextGeneration = 1
     private var armed: [Timer.Kind: Int] = [:]
@@ -302,7 +316,9 @@ struct DownloadStateMachine: Sendable {
             phase = .retryScheduled(.rateLimited)
             return arm(.retry, at: available)
         }
-        let attempt = Attempt(id: nextAttempt, isProbe: isProbe, isRecovery: isRecovery)
+        let attempt = Attempt(id: nextAttempt, isProbe: isProbe, isRecovery: isRecovery, probesSeam: suspectsSeam,
+                              overlap: overlap.bytes)
+        suspectsSeam = false
         nextAttempt += 1
         phase = .transferring(attempt)
         actions += disarm(.retry)
@@ -310,8 +326,8 @@ struct DownloadStateMachine: Sendable {
         if !isProbe { actions.append(announceAttempt()) }
         actions.append(.startAttempt(AttemptPlan(id: attempt.id, freshConnection: freshConnection || isProbe,
                                                  isProbe: isProbe, connectTimeout: probeConnectTimeout,
-                                                 isRecovery: isRecovery, overlap: overlap.bytes,
-                                                 usesValidators: !ignoresValidators)))
+                                                 isRecovery: isRecovery, overlap: attempt.overlap,
+                                                 usesValidators: !ignoresValidators, probesSeam: attempt.probesSeam)))
         return actions
     }
 
@@ -507,8 +523,15 @@ struct DownloadStateMachine: Sendable {
             highWater = facts.storedBytes
             consecutiveFailures = 0
         }
-        if attempt.sawResponse, attempt.stop == nil {
-            overlap.connectionEnded(delivered: received, cutShort: Self.isCutShort(result))
+        if attempt.sawResponse, attempt.stop == nil, !attempt.probesSeam {
+            let cutShort = Self.isCutShort(result)
+            overlap.connectionEnded(delivered: received, cutShort: cutShort)
+            // Cut twice in a row at one offset, the second time with nothing new and no more than
+            // its overlap delivered (a resume cut where its new bytes would begin): a seam. A
+            // server that ignores ranges and cuts every response is not one (no probe for it).
+            suspectsSeam = cutShort && !madeProgress && facts.storedBytes > 0 && lastCut == facts.storedBytes
+                && received <= attempt.overlap
+            lastCut = cutShort ? facts.storedBytes : nil
         }
         var actions: [Action] = []
         // A race turn asked for or held ends with the attempt.
@@ -568,6 +591,12 @@ struct DownloadStateMachine: Sendable {
 
         case .restartFromZero(let reason):
             restarts += 1
+            if attempt.probesSeam {
+                versionSeams += 1
+                // The seam came back after a restart: the cache still holds the old version's
+                // first part, and restarting again would only fetch it again.
+                if versionSeams > 1 { return exit(.failed(versionSeamError(reason))) }
+            }
             if restarts > policy.maximumRestarts { return exit(.failed(restartLimitError(reason))) }
             file.storedBytes = 0
             let restart = Action.restartFromZero(reason: reason)
@@ -648,6 +677,7 @@ struct DownloadStateMachine: Sendable {
     }
 
     private func restartLimitError(_ reason: String) -> DownloadError {
+        if versionSeams > 0, reason.hasPrefix(ResponseStateMachine.changedVersionPrefix) { return versionSeamError(reason) }
         if entityTagChanges >= 2, !file.hasExpectedDigest {
             return .badServerResponse.with(description: """
                 the server sent another ETag with each response for a file of the same length (\(entityTagChanges + 1) \
@@ -658,6 +688,16 @@ struct DownloadStateMachine: Sendable {
                 """)
         }
         return .badServerResponse.with(description: "\(reason) (restarted from zero \(restarts) times)")
+    }
+
+    /// A download that keeps meeting the seam between two versions: what it is and what to do.
+    private func versionSeamError(_ reason: String) -> DownloadError {
+        .badServerResponse.with(description: """
+            \(reason); the same after restarting from zero (restarted \(restarts) times): a cache between \
+            (the proxy, or the site's own, such as an nginx slice cache) still holds the first part of an older \
+            version. Purge the URL from the cache (or wait until its entries expire), or download around it \
+            (without the proxy), then run again
+            """)
     }
 
     /// Whether the server ended the connection before the end of the entity.

@@ -96,17 +96,17 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// Other sources of the same file (mirrors, issue 34). Ranges are fetched from them beside
     /// the download's URL, the faster ones getting more, when they are proven the same file:
     /// `expectedSHA256` or `pieceHashes` given, or else each range's answer carries the first
-    /// source's strong validator and length (a mirror that does not is dropped). Kept in memory,
-    /// not in the resume record: whoever restores the download gives them again.
+    /// source's strong validator and length (a mirror that does not is dropped). Kept in the
+    /// resume record (`JobSources`) for an agent restart; a caller restoring gives them again.
     public var mirrors: [URL] = []
     /// SHA-256 hashes of the file's pieces (a Metalink's): each piece is checked as it lands, and
     /// a mirror whose bytes fail is dropped and its pieces fetched from another source.
     public var pieceHashes: PieceHashes?
     /// The proxy for this download's requests (a `ProxyURL`'s text; "" for none), nil for the
     /// agent's setting. The agent fills in its own when nil, so a created `Download`'s options
-    /// say what it uses (nil there: libcurl's environment variables). Kept in memory and not
-    /// encoded: it may carry a password, and a restored download gets it again from whoever
-    /// restores it, else the agent's.
+    /// say what it uses (nil there: libcurl's environment variables). Not encoded here (it may
+    /// carry a password, and a client's options travel over the control socket); the job's own
+    /// is kept in its resume record (`JobSources`, mode 0600), so a restored job keeps it.
     public var proxy: String?
     /// The agent's `--on-complete` command, carried into the resume record (not encoded here:
     /// it is the agent's, not a client's to send).

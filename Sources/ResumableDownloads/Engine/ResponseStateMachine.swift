@@ -71,6 +71,12 @@ struct ResponseStateMachine: Sendable {
         /// With `isSegment`: the 206 must carry the recorded strong validator (segments without
         /// an expected SHA-256 rest on it).
         var requiresValidator = false
+        /// A probe of the bytes at `offset` (no overlap), sent after responses were cut at that
+        /// offset again and again: only its validators are read, against the recorded ones, and
+        /// none of its bytes is written (the overlap rule stays whole). A cache holding part of
+        /// an older version (nginx slice) serves the bytes before the seam as that version and
+        /// cuts every response where its slices change version; this is how that is told.
+        var isSeamProbe = false
 
         /// The first byte asked for.
         var rangeStart: Int64 { offset - overlap }
@@ -254,6 +260,7 @@ struct ResponseStateMachine: Sendable {
 
     private mutating func decide(_ head: ResponseHead) -> Action {
         let status = head.statusCode
+        if request.isSeamProbe, status == 200 || status == 206 { return .abort(seamProbeResult(head)) }
         if request.isSegment, status == 200 || status == 206, let refusal = refuseSegment(head) {
             self.refusal = refusal
             return .abort(.restartFromZero(reason: refusal.reason))
@@ -333,6 +340,41 @@ struct ResponseStateMachine: Sendable {
         return nil
     }
 
+    /// How `head` says the entity is not the recorded one (another total length, ETag or
+    /// Last-Modified), or nil. A validator that differs from the recorded one is a new version,
+    /// whatever the server did with If-Range; a missing one is left to the overlap comparison.
+    private func entityChange(_ head: ResponseHead, totalLength: Int64?) -> String? {
+        if let known = request.knownTotalLength, let total = totalLength, known != total {
+            return "total length changed from \(known) to \(total)"
+        }
+        if let sent = request.entityTag, let received = head.strongEntityTag, sent != received {
+            return "ETag changed from \(sent) to \(received)"
+        }
+        if let seen = request.observedEntityTag, let received = head.anyEntityTag, seen != received {
+            return "ETag changed from \(seen) to \(received)"
+        }
+        if let recorded = request.lastModified, let received = head.lastModified, recorded != received {
+            return "Last-Modified changed from \(recorded) to \(received)"
+        }
+        return nil
+    }
+
+    /// A seam probe's answer: the entity changed at the offset where responses keep being cut
+    /// (restart from zero, saying so), or it did not (the cut is the server's habit: a lost
+    /// connection that made no progress, as the cuts before it). Nothing is written either way.
+    private func seamProbeResult(_ head: ResponseHead) -> AttemptResult {
+        let total = head.statusCode == 206 ? head["content-range"].flatMap(ContentRange.init)?.totalLength : head.contentLength
+        guard let change = entityChange(head, totalLength: total) else {
+            return .transport(.networkConnectionLost.with(description:
+                "every response is cut at offset \(request.offset), and the bytes from there carry the same validators"))
+        }
+        return .restartFromZero(reason: "\(Self.changedVersionPrefix): every response was cut at offset \(request.offset), "
+                                    + "and from there the \(change)")
+    }
+
+    /// How a version change found at a seam begins (users and tests look for it).
+    static let changedVersionPrefix = "the file changed on the server (or a cache holds an older version)"
+
     private func decidePartial(_ head: ResponseHead) -> Action {
         guard request.offset > 0 else {
             return .abort(.failed(.badServerResponse.with(description: "206 to a request without Range")))
@@ -343,19 +385,8 @@ struct ResponseStateMachine: Sendable {
         guard range.lowerBound == request.rangeStart else {
             return .abort(.restartFromZero(reason: "Content-Range starts at \(range.lowerBound), asked for \(request.rangeStart)"))
         }
-        if let known = request.knownTotalLength, let total = contentRange.totalLength, known != total {
-            return .abort(.restartFromZero(reason: "total length changed from \(known) to \(total)"))
-        }
-        // A validator that differs from the recorded one is a new version, whatever the server
-        // did with If-Range; a missing one is left to the overlap comparison.
-        if let sent = request.entityTag, let received = head.strongEntityTag, sent != received {
-            return .abort(.restartFromZero(reason: "ETag changed from \(sent) to \(received)"))
-        }
-        if let seen = request.observedEntityTag, let received = head.anyEntityTag, seen != received {
-            return .abort(.restartFromZero(reason: "ETag changed from \(seen) to \(received)"))
-        }
-        if let recorded = request.lastModified, let received = head.lastModified, recorded != received {
-            return .abort(.restartFromZero(reason: "Last-Modified changed from \(recorded) to \(received)"))
+        if let change = entityChange(head, totalLength: contentRange.totalLength) {
+            return .abort(.restartFromZero(reason: change))
         }
         if let length = head.contentLength, length != range.upperBound - range.lowerBound + 1 {
             return .abort(.restartFromZero(reason: "Content-Length \(length) disagrees with Content-Range"))

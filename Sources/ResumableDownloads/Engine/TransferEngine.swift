@@ -238,7 +238,8 @@ final class TransferEngine: @unchecked Sendable {
                                                           observedEntityTag: request.observedEntityTag,
                                                           overlap: request.overlap, end: request.rangeEnd,
                                                           isSegment: request.isSegment,
-                                                          requiresValidator: request.requiresValidator))
+                                                          requiresValidator: request.requiresValidator,
+                                                          isSeamProbe: request.isSeamProbe))
         let now = ContinuousClock.now
         let transfer = Transfer(id: id, request: request, file: file, callbacks: callbacks,
                                 stall: StallDetector(minimum: request.settings.stallSuspicion,

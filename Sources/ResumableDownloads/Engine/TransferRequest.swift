@@ -65,6 +65,9 @@ struct TransferRequest: Sendable {
     var isSegment = false
     /// With `isSegment`: the 206 must carry the recorded strong validator.
     var requiresValidator = false
+    /// Asks only for the byte at `offset` and reads the answer's validators, writing nothing
+    /// (`ResponseStateMachine.Request.isSeamProbe`).
+    var isSeamProbe = false
 }
 
 /// What an attempt that may use several connections starts from (`TransferEngine`'s segment

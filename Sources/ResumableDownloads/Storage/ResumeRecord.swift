@@ -61,6 +61,9 @@ struct ResumeRecord: Sendable, Hashable {
         var onComplete: CompletionCommand?
         /// `DownloadOptions.replacesExistingFile` (absent in older records: never replace).
         var replacesExistingFile: Bool?
+        /// The job's own proxy, mirrors and piece hashes (issue 34; absent: none of its own, and in
+        /// older records), so a restored job keeps them (`JobSources`).
+        var sources: JobSources?
         /// Transfer attempts made so far (all attempts, for diagnostics).
         var attempts: Int
         /// Set just before the verified `NAME.part` is renamed to `NAME` (issue 29): a crash between
@@ -229,6 +232,7 @@ struct ResumeRecord: Sendable, Hashable {
         let name = job.destination.lastPathComponent
         guard !name.isEmpty, name != "/", name.utf8.count <= 255 else { throw Invalid(description: "its destination has no usable file name") }
         if let expectedLength = job.expectedLength, expectedLength < 0 { throw Invalid(description: "its expected length is negative") }
+        try job.sources?.validate()
         if let expectedSHA256 = job.expectedSHA256, SHA256.normalizedHexDigest(expectedSHA256) == nil {
             throw Invalid(description: "its SHA-256 is not 64 hex digits")
         }
@@ -243,8 +247,9 @@ struct ResumeRecord: Sendable, Hashable {
         }
     }
 
-    /// Records are small; anything larger is not one of ours.
-    static let maximumSize = 64 << 10
+    /// Records are small; anything larger is not one of ours. Most of this room is for a job's
+    /// own sources (`JobSources`: up to 8192 piece hashes and 256 mirrors); others stay a few KiB.
+    static let maximumSize = 4 << 20
 
     /// Writes the record atomically and durably into `directory` (temp file created with O_EXCL,
     /// fsync, rename, fsync of the directory): a crash leaves the old or the new record.

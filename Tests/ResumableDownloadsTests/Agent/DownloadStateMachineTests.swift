@@ -728,3 +728,87 @@ struct DownloadStateMachineTests {
         #expect(h.send(.start(Self.half, Self.usable)).isEmpty)
     }
 }
+
+/// A cache holding the first part of an older version (nginx slice) cuts every response at the
+/// seam between the versions: the resume's overlap gets the old bytes, the next byte never
+/// comes. Two cuts in a row at one offset make the next attempt a seam probe; another version
+/// past the seam restarts from zero once, and fails at once with what to do when it comes back.
+@Suite("Download state machine: the seam of a cache holding an older version")
+struct DownloadStateMachineSeamTests {
+    typealias M = DownloadStateMachine
+    typealias T = DownloadStateMachineTests
+    static let seam: Int64 = 8 << 20
+    static let changed = "\(ResponseStateMachine.changedVersionPrefix): every response was cut at offset 8388608, "
+        + "and from there the ETag changed from \"A\" to \"B\""
+
+    /// The attempt `actions` start, at once or when their retry timer fires.
+    static func plan(_ h: inout T.Harness, after actions: [M.Action]) -> M.AttemptPlan? {
+        if let plan = T.starts(actions).first { return plan }
+        guard let (timer, at) = T.timers(actions).first else { return nil }
+        return T.starts(h.send(.timerFired(timer), after: at - h.now)).first
+    }
+
+    /// Runs A's first part up to the seam and one more resume cut there; returns the next plan.
+    static func cutTwiceAtTheSeam(_ h: inout T.Harness) -> M.AttemptPlan? {
+        h.send(.responseStarted(attempt: h.attempt))
+        let next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: seam), received: seam)
+        #expect(T.starts(next).map(\.probesSeam) == [false], "a cut after progress is a blip first: \(next)")
+        return cutAtTheSeam(&h, after: next)
+    }
+
+    /// A resume planned by `actions` gets its overlap and is cut at the seam; returns the next plan.
+    static func cutAtTheSeam(_ h: inout T.Harness, after actions: [M.Action]) -> M.AttemptPlan? {
+        let resume = plan(&h, after: actions)
+        h.send(.responseStarted(attempt: h.attempt))
+        let next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: seam), received: resume?.overlap ?? 0)
+        return plan(&h, after: next)
+    }
+
+    @Test func twoCutsAtOneOffsetProbeTheSeamAndAnotherVersionThereEndsTheDownloadSayingWhy() {
+        var h = T.Harness(maximumRestarts: 3)
+        h.send(.start(T.empty, T.usable))
+        let probe = Self.cutTwiceAtTheSeam(&h)
+        #expect(probe?.probesSeam == true, "\(String(describing: probe))")
+        h.send(.responseStarted(attempt: h.attempt))
+        // The probe's byte is another version: restart from zero, once, at once.
+        var next = h.end(.restartFromZero(reason: Self.changed), file: .init(storedBytes: Self.seam), received: 0)
+        #expect(next.contains(.restartFromZero(reason: Self.changed)), "\(next)")
+        #expect(T.starts(next).map(\.probesSeam) == [false], "\(next)")
+        // The cache still holds A's first part: cut at the same seam (A's part again is no
+        // progress past the furthest ever stored, and more than an overlap: no probe yet), then
+        // a resume cut there is probed, and the same seam ends the download.
+        h.send(.responseStarted(attempt: h.attempt))
+        next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: Self.seam), received: Self.seam)
+        #expect(Self.cutAtTheSeam(&h, after: next)?.probesSeam == true, "\(next)")
+        h.send(.responseStarted(attempt: h.attempt))
+        next = h.end(.restartFromZero(reason: Self.changed), file: .init(storedBytes: Self.seam), received: 0)
+        guard case .failed(let error) = T.exits(next).first else { Issue.record("expected a failure: \(next)"); return }
+        #expect(error.description.contains(ResponseStateMachine.changedVersionPrefix), "\(error)")
+        #expect(error.description.contains("Purge the URL from the cache"), "says what to do: \(error)")
+    }
+
+    @Test func aProbeThatFindsTheSameVersionResumesAsBeforeAndLeavesTheOverlapAlone() {
+        var h = T.Harness()
+        h.send(.start(T.empty, T.usable))
+        #expect(Self.cutTwiceAtTheSeam(&h)?.probesSeam == true)
+        h.send(.responseStarted(attempt: h.attempt))
+        let next = h.end(.transport(.networkConnectionLost.with(description: "cut, same validators")),
+                         file: .init(storedBytes: Self.seam), received: 0, after: .seconds(10))
+        let plan = Self.plan(&h, after: next)
+        #expect(plan?.probesSeam == false, "a normal resume follows: \(next)")
+        // The probe's empty answer did not shrink the overlap below what the 64 KiB cut left.
+        #expect(plan?.overlap == 16 << 10, "\(String(describing: plan))")
+    }
+
+    @Test func cutsAtDifferentOffsetsOrWithProgressAreNoSeam() {
+        var h = T.Harness()
+        h.send(.start(T.empty, T.usable))
+        var stored: Int64 = 0
+        for _ in 0..<6 {
+            stored += 100 << 10
+            h.send(.responseStarted(attempt: h.attempt))
+            let next = h.end(.transport(.networkConnectionLost), file: .init(storedBytes: stored), received: 164 << 10)
+            #expect(Self.plan(&h, after: next)?.probesSeam == false, "\(next)")
+        }
+    }
+}

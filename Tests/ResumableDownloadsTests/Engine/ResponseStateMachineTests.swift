@@ -289,3 +289,49 @@ struct ResponseStateMachineTests {
         #expect(heads.isEmpty, "\(code)")
     }
 }
+
+/// The seam probe (`Request.isSeamProbe`): sent after responses were cut at the stored offset
+/// again and again, it reads only the validators of the bytes at the offset and writes nothing.
+@Suite("Response rules: seam probe")
+struct ResponseSeamProbeTests {
+    func probe(etag: String? = "\"A\"", lastModified: String? = nil) -> ResponseStateMachine {
+        ResponseStateMachine(request: .init(offset: 8 << 20, entityTag: etag, knownTotalLength: 16 << 20,
+                                            lastModified: lastModified, observedEntityTag: etag, end: (8 << 20) + 1,
+                                            isSeamProbe: true))
+    }
+
+    func head(_ status: Int, _ fields: [String: String]) -> ResponseStateMachine.Event {
+        .head(ResponseHead(statusCode: status, fields: fields))
+    }
+
+    @Test(arguments: [
+        ["Content-Range": "bytes 8388608-8388608/16777216", "ETag": "\"B\""],           // another version past the seam
+        ["Content-Range": "bytes 8388608-8388608/9000000", "ETag": "\"A\""],            // another length
+        ["Content-Length": "16777216", "ETag": "\"B\""],                                 // a 200 of another version
+    ])
+    func anotherVersionPastTheSeamRestartsFromZeroSayingSo(fields: [String: String]) {
+        var m = probe()
+        let action = m.event(head(fields["Content-Range"] == nil ? 200 : 206, fields))
+        guard case .abort(.restartFromZero(let reason)) = action else {
+            Issue.record("expected a restart for \(fields): \(action)"); return
+        }
+        #expect(reason.hasPrefix(ResponseStateMachine.changedVersionPrefix), "\(reason)")
+        #expect(reason.contains("offset 8388608"), "\(reason)")
+        // Not a byte of it is written.
+        #expect(m.event(.body(count: 1)) == .abort(.restartFromZero(reason: reason)))
+    }
+
+    @Test func theSameVersionPastTheSeamIsACutLikeTheOthers() {
+        var m = probe(etag: nil, lastModified: "Tue, 14 Nov 2023 22:13:20 GMT")
+        let action = m.event(head(206, ["Content-Range": "bytes 8388608-8388608/16777216",
+                                        "Last-Modified": "Tue, 14 Nov 2023 22:13:20 GMT"]))
+        guard case .abort(.transport(let error)) = action else { Issue.record("\(action)"); return }
+        #expect(error.urlCode == .networkConnectionLost)
+        #expect(m.event(.body(count: 1)) == .abort(.transport(error)), "nothing is written")
+    }
+
+    @Test func otherAnswersFollowTheUsualRules() {
+        var m = probe()
+        #expect(m.event(head(503, ["Retry-After": "2"])) == .abort(.serverBusy(status: 503, retryAfter: .seconds(2))))
+    }
+}

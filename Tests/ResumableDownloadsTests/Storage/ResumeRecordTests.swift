@@ -133,6 +133,15 @@ struct ResumeRecordTests {
             r.totalLength = 1 << 40; r.verifiedOffset = 0; r.ranges = (1...1025).map { [Int64($0) * 10, Int64($0) * 10 + 5] } }),
         ("a seam at zero", { @Sendable (r: inout ResumeRecord) in r.seams = [0] }),
         ("a seam past the length", { @Sendable (r: inout ResumeRecord) in r.seams = [1000] }),
+        ("a proxy that is no URL", { @Sendable (r: inout ResumeRecord) in r.sources = JobSources(proxy: "evil host:1") }),
+        ("a proxy smuggling a header", { @Sendable (r: inout ResumeRecord) in r.sources = JobSources(proxy: "http://p:1/\r\nX: 1") }),
+        ("a file mirror", { @Sendable (r: inout ResumeRecord) in r.sources = JobSources(mirrors: [URL(string: "file:///etc/shadow")!]) }),
+        ("too many mirrors", { @Sendable (r: inout ResumeRecord) in
+            r.sources = JobSources(mirrors: Array(repeating: URL(string: "http://m.invalid/f")!, count: 257)) }),
+        ("a mirror URL too long", { @Sendable (r: inout ResumeRecord) in
+            r.sources = JobSources(mirrors: [URL(string: "http://m.invalid/" + String(repeating: "a", count: 9000))!]) }),
+        ("too many piece hashes", { @Sendable (r: inout ResumeRecord) in
+            r.sources = JobSources(pieceHashes: PieceHashes(length: 1, sha256: Array(repeating: digest, count: 8193), fileLength: 8193)) }),
     ] as [(String, @Sendable (inout ResumeRecord) -> Void)])
     func rejectsRecordsThatDoNotHoldTogether(_ label: String, _ edit: @Sendable (inout ResumeRecord) -> Void) {
         let id = UUID()
@@ -140,6 +149,25 @@ struct ResumeRecordTests {
         #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: id)) }
         edit(&record)
         #expect(throws: ResumeRecord.Invalid.self, "\(label)") { try record.validate(name: ResumeRecord.fileName(for: id)) }
+    }
+
+    /// A job's own sources (issue 34) round-trip, and a record whose piece hashes do not
+    /// cover their file is not read (decoding checks them as a client's value).
+    @Test func aJobsSourcesRoundTripAndBadPieceHashesAreNotRead() throws {
+        var record = sample()
+        let pieces = try #require(PieceHashes(length: 400, sha256: Array(repeating: Self.digest, count: 3), fileLength: 1000))
+        record.sources = JobSources(proxy: "http://user:secret@cache.invalid:3128",
+                                    mirrors: [URL(string: "https://mirror.invalid/a.iso")!], pieceHashes: pieces)
+        #expect(throws: Never.self) { try record.validate(name: ResumeRecord.fileName(for: record.id)) }
+        let data = try ResumeRecord.encoder().encode(record)
+        #expect(try ResumeRecord.decode(data) == record)
+        let shortened = String(decoding: data, as: UTF8.self).replacingOccurrences(of: "\"fileLength\" : 1000", with: "\"fileLength\" : 5000")
+        #expect(throws: (any Error).self) { try ResumeRecord.decode(Data(shortened.utf8)) }
+        // Only what the options name of their own is kept.
+        #expect(JobSources(DownloadOptions()) == nil)
+        var options = DownloadOptions()
+        options.mirrors = [URL(string: "http://m.invalid/a.iso")!]
+        #expect(JobSources(options) == JobSources(mirrors: options.mirrors))
     }
 
     @Test func rangesAndSeamsRoundTripAndDescribeTheDurableBytes() throws {
