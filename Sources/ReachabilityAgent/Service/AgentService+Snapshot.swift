@@ -154,23 +154,12 @@ struct DownloadTally {
     /// Adds a census's counts.
     mutating func add(_ census: DownloadCensus.Counts) {
         for kind in DownloadCensus.Kind.allCases {
-            let state = Self.reported(kind)
+            let state = AgentService.reportedState(kind)
             for priority in Self.classes {
                 let count = census.count(kind, priority)
                 stateCounts[Self.index(of: state)] += count
                 if ![.completed, .failed].contains(kind) { classCounts[Self.index(of: priority)] += count }
             }
-        }
-    }
-
-    private static func reported(_ kind: DownloadCensus.Kind) -> AgentDownload.State {
-        switch kind {
-        case .queued: .queued
-        case .running: .running
-        case .waitingForConnectivity: .waitingForConnectivity
-        case .paused: .paused
-        case .completed: .completed
-        case .failed: .failed
         }
     }
 

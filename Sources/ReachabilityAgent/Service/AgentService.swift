@@ -566,8 +566,11 @@ package actor AgentService {
 
     package static func stateName(_ state: DownloadState) -> String { reportedState(state).rawValue }
 
-    package static func reportedState(_ state: DownloadState) -> AgentDownload.State {
-        switch state {
+    package static func reportedState(_ state: DownloadState) -> AgentDownload.State { reportedState(DownloadCensus.Kind(state)) }
+
+    /// The state a download of `kind` is reported in.
+    static func reportedState(_ kind: DownloadCensus.Kind) -> AgentDownload.State {
+        switch kind {
         case .queued: .queued
         case .running: .running
         case .waitingForConnectivity: .waitingForConnectivity

@@ -10,7 +10,8 @@ package final class DownloadCensus: Sendable {
     package enum Kind: Int, Sendable, CaseIterable {
         case queued, running, waitingForConnectivity, paused, completed, failed
 
-        init(_ state: DownloadState) {
+        /// The kind of `state`.
+        package init(_ state: DownloadState) {
             self = switch state {
             case .queued: .queued
             case .running: .running
