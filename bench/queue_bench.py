@@ -6,7 +6,9 @@ N small files from nginx (a server namespace, no rate limit) to a client namespa
   agent     `reachability agent --max-concurrent C` in the client namespace; one client writes N
             `add` lines on one connection (reading replies as they come: adds/s, first and last
             thousand separately, so a per-add cost growing with the queue shows), while an honest
-            client times `status` every 50 ms and `queue list` every 500 ms. Time from the first
+            client times `status` every 50 ms, `queue list` (its default page: the first 100
+            unfinished and the latest 100 finished, `"rows": 100`) every 500 ms and
+            `queue list --all` every 2 s. Time from the first
             add to the N-th `completed` line; peak RSS (VmHWM) of the agent.
 Every file is checked (size) afterwards. Judge by the worst of --runs, not the median.
 
@@ -85,10 +87,10 @@ class AgentRun:
         sock.connect(f"{self.state}/agent.sock")
         return sock
 
-    def request(self, command):
+    def request(self, command, **fields):
         started = time.monotonic()
         sock = self.connect()
-        sock.sendall(json.dumps({"version": 1, "id": 1, "command": command}).encode() + b"\n")
+        sock.sendall(json.dumps(dict({"version": 1, "id": 1, "command": command}, **fields)).encode() + b"\n")
         reply = sock.makefile("rb").readline()
         sock.close()
         return time.monotonic() - started, json.loads(reply)
@@ -114,18 +116,22 @@ def run_agent(build, network, urls, directory, concurrent, env=None):
     agent = AgentRun(build, network, os.path.join(directory, "state"), concurrent, env)
     count = len(urls)
     add_times = []
-    status_latencies, list_latencies = [], []
+    status_latencies, list_latencies, page_latencies = [], [], []
     stop = threading.Event()
 
     def honest():
-        next_list = time.monotonic()
+        next_list = next_page = time.monotonic()
         while not stop.is_set():
             latency, _ = agent.request("status")
             status_latencies.append(latency)
+            if time.monotonic() >= next_page:
+                latency, reply = agent.request("list", rows=100)
+                page_latencies.append(latency)
+                next_page = time.monotonic() + 0.5
             if time.monotonic() >= next_list:
                 latency, reply = agent.request("list")
                 list_latencies.append((latency, len(reply.get("downloads", []))))
-                next_list = time.monotonic() + 0.5
+                next_list = time.monotonic() + 2
             time.sleep(0.05)
 
     watcher = threading.Thread(target=honest, daemon=True)
@@ -162,9 +168,11 @@ def run_agent(build, network, urls, directory, concurrent, env=None):
             "addsPerSecond": count / (add_times[-1] - started), "firstThousandAddsPerSecond": thousand / first,
             "lastThousandAddsPerSecond": thousand / last,
             "statusP99ms": percentile(status_latencies, 0.99) * 1000, "statusMaxMs": max(status_latencies) * 1000,
+            "listPageP99ms": percentile(page_latencies, 0.99) * 1000, "listPageMaxMs": max(page_latencies) * 1000,
             "listP99ms": percentile([l for l, _ in list_latencies], 0.99) * 1000,
             "listOfAllP99ms": percentile(big_lists, 0.99) * 1000 if big_lists else float("nan"),
-            "statusSamples": len(status_latencies), "listSamples": len(list_latencies)}
+            "statusSamples": len(status_latencies), "listPageSamples": len(page_latencies),
+            "listSamples": len(list_latencies)}
 
 
 def summarize(results):
@@ -177,7 +185,8 @@ def summarize(results):
                    "rssMiBWorst": max(r["rssMiB"] for r in mine)}
         if name == "agent":
             summary.update({key + "Worst": max(r[key] for r in mine)
-                            for key in ("statusP99ms", "statusMaxMs", "listP99ms", "listOfAllP99ms")})
+                            for key in ("statusP99ms", "statusMaxMs", "listPageP99ms", "listPageMaxMs", "listP99ms",
+                                        "listOfAllP99ms")})
             peers = {r["run"]: r["seconds"] for r in results if r["tool"] == "aria2c"}
             ratios = [r["seconds"] / peers[r["run"]] for r in mine if r["run"] in peers]
             if ratios:

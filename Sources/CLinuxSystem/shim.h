@@ -186,4 +186,11 @@ static inline long long clinux_available_bytes(int descriptor) {
     return (long long)info.f_bavail * (long long)info.f_frsize;
 }
 
+/* mallopt(3) parameters: negative macros the Swift Glibc module does not import (glibc only). */
+#ifdef __GLIBC__
+#include <malloc.h>
+static const int CLINUX_M_ARENA_MAX = M_ARENA_MAX;
+static const int CLINUX_M_MMAP_THRESHOLD = M_MMAP_THRESHOLD;
+#endif
+
 #endif

@@ -42,6 +42,17 @@ package enum CurrentProcess {
         return nil
     }
 
+    /// Bounds glibc's heap for a long-running process with many short-lived threads: at most
+    /// `arenas` malloc arenas (glibc's default is 8 per core, each keeping the free memory of the
+    /// threads that used it), and blocks of `mapThreshold` bytes or more mapped and unmapped on
+    /// their own (glibc otherwise raises that threshold after the first large free, and large
+    /// transient buffers stay in an arena). An operator's `MALLOC_ARENA_MAX` or
+    /// `MALLOC_MMAP_THRESHOLD_` wins. Call before starting threads.
+    package static func boundHeap(arenas: Int32, mapThreshold: Int32) {
+        if !Syscall.hasEnvironmentVariable("MALLOC_ARENA_MAX") { _ = Syscall.setMallocArenaLimit(arenas) }
+        if !Syscall.hasEnvironmentVariable("MALLOC_MMAP_THRESHOLD_") { _ = Syscall.setMallocMapThreshold(mapThreshold) }
+    }
+
     /// Names the calling thread (ps -L, top -H and gdb show it; Linux keeps 15 bytes). Written to
     /// /proc/thread-self/comm: glibc's pthread_setname_np is hidden from Swift's Glibc module
     /// (it needs _GNU_SOURCE) and prctl is variadic. Best effort: without /proc the inherited

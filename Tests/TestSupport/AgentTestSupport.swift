@@ -104,7 +104,7 @@ public final class AgentProcess: Sendable {
 
     /// `queue list --json`, parsed.
     public func list() throws -> [[String: Any]] {
-        let result = try control(["queue", "list", "--json"])
+        let result = try control(["queue", "list", "--json", "--all"])
         return result.standardOutput.split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }

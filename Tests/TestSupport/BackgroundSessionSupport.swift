@@ -84,7 +84,7 @@ public final class BackgroundLab: Sendable {
 
     /// `queue list --json`, parsed.
     public func list() -> [[String: Any]] {
-        let text = (try? control(["queue", "list", "--json"]))?.standardOutput ?? ""
+        let text = (try? control(["queue", "list", "--json", "--all"]))?.standardOutput ?? ""
         return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
 

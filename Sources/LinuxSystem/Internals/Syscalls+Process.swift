@@ -8,6 +8,16 @@ import Musl
 // Process, thread, signal and namespace system calls (see Syscalls.swift for the rules).
 extension Syscall {
     static var processID: Int32 { getpid() }
+    static func hasEnvironmentVariable(_ name: String) -> Bool { getenv(name) != nil }
+    #if canImport(Glibc)
+    /// mallopt(3); false when glibc refused the value.
+    static func setMallocArenaLimit(_ arenas: Int32) -> Bool { mallopt(CLINUX_M_ARENA_MAX, arenas) == 1 }
+    static func setMallocMapThreshold(_ bytes: Int32) -> Bool { mallopt(CLINUX_M_MMAP_THRESHOLD, bytes) == 1 }
+    #else
+    // musl has one heap and no mallopt.
+    static func setMallocArenaLimit(_ arenas: Int32) -> Bool { false }
+    static func setMallocMapThreshold(_ bytes: Int32) -> Bool { false }
+    #endif
     static func unsetEnvironment(_ name: String) { unsetenv(name) }
 
     /// The passwd entry's home directory for the effective user.

@@ -64,7 +64,7 @@ public struct AgentClient: Sendable {
 
     /// Every download the agent knows, finished ones included.
     public func downloads() async throws(AgentClientError) -> [AgentDownload] {
-        try await request(.list).downloads ?? []
+        try await request(.list()).downloads ?? []
     }
 
     /// Pauses the download with this ID (or unique ID prefix); its resume data is kept, also

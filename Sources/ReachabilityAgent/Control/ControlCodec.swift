@@ -35,7 +35,12 @@ package enum ControlCodec {
             return decodeAdd(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .setURL:
             return decodeSetURL(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
-        case .list: return .success((id, .list))
+        case .list:
+            if let rows = request.rows, !ControlProtocol.listRows.contains(rows) {
+                return .failure(ControlRejection(id: id, error: .invalidArgument(
+                    "'rows' must be \(ControlProtocol.listRows.lowerBound)-\(ControlProtocol.listRows.upperBound)")))
+            }
+            return .success((id, .list(rows: request.rows)))
         case .limit:
             return decodeLimit(request).map { (id, $0) }.mapError { ControlRejection(id: id, error: $0) }
         case .status: return .success((id, .status))

@@ -14,6 +14,8 @@ package enum ControlProtocol {
     package static let version = 1
     /// Longest request line accepted; longer ones are answered with `tooLarge` and skipped.
     package static let maximumRequestSize = 64 << 10
+    /// The `rows` a `list` may ask for (`queue list` asks for 100 unless `--all`).
+    package static let listRows = 1...1_000_000
     /// Longest `clientKey` accepted.
     package static let maximumClientKeyLength = 128
 

@@ -95,6 +95,8 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     package var upload: UploadJobRequest?
     /// `limit`: bytes per second in decimal digits, or `none`.
     package var limit: String?
+    /// `list`: at most this many unfinished and this many finished downloads (absent: every one).
+    package var rows: Int?
 
     package init(id: ControlRequestID?, command: ControlCommand) {
         version = ControlProtocol.version
@@ -125,7 +127,9 @@ package struct ControlRequest: Codable, Sendable, Equatable {
             self.url = url.absoluteString
         case .metrics(let format):
             self.format = format.rawValue
-        case .list, .status:
+        case .list(let rows):
+            self.rows = rows
+        case .status:
             break
         case .limit(let bytesPerSecond):
             limit = bytesPerSecond.map { String($0) } ?? "none"
@@ -157,7 +161,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case version, id, command, url, output, sha256, replace, clientKey, connections, constrained, notOnBattery, priority, download, format
         case deadline, noProgressTimeout, onComplete, mirrors, pieces, proxy
-        case session, settings, task, taskIdentifier, changes, action, sequence, upload, limit
+        case session, settings, task, taskIdentifier, changes, action, sequence, upload, limit, rows
     }
 
     /// Decodes like the synthesized init, except that an unknown command name is reported as
@@ -197,6 +201,7 @@ package struct ControlRequest: Codable, Sendable, Equatable {
         sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence)
         upload = try container.decodeIfPresent(UploadJobRequest.self, forKey: .upload)
         limit = try container.decodeIfPresent(String.self, forKey: .limit)
+        rows = try container.decodeIfPresent(Int.self, forKey: .rows)
     }
 }
 
@@ -243,8 +248,10 @@ package enum ControlCommand: Sendable, Equatable {
     /// `job` holds its connections, constrained-path rule and priority class.
     case add(url: URL, output: String?, sha256: String?, replace: Bool = false, clientKey: String? = nil,
              job: QueueJobOptions = QueueJobOptions())
-    /// Every download the agent knows.
-    case list
+    /// The downloads the agent knows: every one, or (`rows`) at most that many not finished
+    /// (the first in line) and that many finished (the latest), as aria2's `tellWaiting` and
+    /// `tellStopped` page theirs: 10,000 finished jobs are 2.6 MB a `queue list` would send.
+    case list(rows: Int? = nil)
     /// Pause the download with this ID (or unique ID prefix).
     case pause(String)
     /// Resume it.

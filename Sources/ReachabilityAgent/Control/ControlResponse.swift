@@ -17,6 +17,8 @@ package struct ControlResponse: Codable, Sendable, Equatable {
     package var resumeState: ResumeState?
     /// An event pushed to an attached session (no `id`).
     package var event: BackgroundEvent?
+    /// `list` with `rows`: how many downloads it left out.
+    package var omittedDownloads: Int?
 
     package static func failure(_ error: ControlError, id: ControlRequestID?) -> ControlResponse {
         ControlResponse(id: id, ok: false, error: error)

@@ -131,7 +131,7 @@ package final class ControlServer: Sendable {
         }
         defer {
             admission.withLock { $0.release(uid: credentials.uid, program: credentials.pid, attached: peer.isStreaming) }
-            _ = wait { await self.closed(peer); return nil }
+            wait { await self.closed(peer) }
         }
         var machine = ControlConnectionStateMachine()
         var requestStarted: ContinuousClock.Instant?
@@ -175,14 +175,34 @@ package final class ControlServer: Sendable {
             // their records are durable: their fsyncs are shared (a group commit). Any other
             // request waits until the adds before it are answered.
             var adds = PendingAdds()
-            for action in actions {
+            var index = actions.startIndex
+            while index < actions.endIndex {
+                let action = actions[index]
+                index += 1
                 switch action {
                 case .handle(let id, let command):
                     observer(.request(command, credentials))
                     if case .add = command {
-                        let writes = DurableWrites()
-                        let response = wait { await DurableWrites.$collecting.withValue(writes) { await self.handler(command, id, peer) } }
-                        adds.append(response, writes)
+                        // The adds that follow it are carried out in the same task, in order: one
+                        // hand-over between this thread and the pool per run of adds, not per add
+                        // (on 2 loaded cores each hand-over waited for a CPU: 101 adds/s).
+                        var run = [(id, command)]
+                        while index < actions.endIndex, case .handle(let nextID, let next) = actions[index], case .add = next {
+                            observer(.request(next, credentials))
+                            run.append((nextID, next))
+                            index += 1
+                        }
+                        let batch = run
+                        let carried = wait { () -> [(ControlResponse?, DurableWrites)] in
+                            var carried: [(ControlResponse?, DurableWrites)] = []
+                            for (id, command) in batch {
+                                let writes = DurableWrites()
+                                let response = await DurableWrites.$collecting.withValue(writes) { await self.handler(command, id, peer) }
+                                carried.append((response, writes))
+                            }
+                            return carried
+                        }
+                        for (response, writes) in carried { adds.append(response, writes) }
                         continue
                     }
                     guard adds.answer(reply) || peer.isStreaming else { return }
@@ -210,16 +230,17 @@ package final class ControlServer: Sendable {
     }
 
     /// Runs async work from a plain thread and blocks that thread (never a pool thread) for it.
-    private func wait(_ work: @escaping @Sendable () async -> ControlResponse?) -> ControlResponse? {
+    private func wait<Result: Sendable>(_ work: @escaping @Sendable () async -> Result) -> Result {
         let semaphore = DispatchSemaphore(value: 0)
-        let result = Mutex<ControlResponse?>(nil)
+        let result = Mutex<Result?>(nil)
         Task {
             let response = await work()
             result.withLock { $0 = response }
             semaphore.signal()
         }
         semaphore.wait()
-        return result.withLock { $0 }
+        // Set before the signal.
+        return result.withLock { $0 }!
     }
 }
 

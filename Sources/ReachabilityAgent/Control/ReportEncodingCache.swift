@@ -25,7 +25,8 @@ final class ReportEncodingCache: Sendable {
         let marker = Array(#""downloads":[]"#.utf8)
         guard let hole = shell.firstRange(of: marker) else { return ControlCodec.encode(response) }
         // Taken out while in use, so it is changed in place; a list made meanwhile encodes anew.
-        let previous = reports.withLock { reports in
+        let isPage = (response.omittedDownloads ?? 0) > 0
+        var previous = reports.withLock { reports in
             defer { reports = [:] }
             return reports
         }
@@ -47,7 +48,13 @@ final class ReportEncodingCache: Sendable {
         }
         line.append(UInt8(ascii: "]"))
         line += shell[(hole.upperBound)...]
-        reports.withLock { $0 = current }
+        if isPage {
+            // A page (`queue list` without --all) keeps the other rows' encodings for the next
+            // whole list, updated in place; a whole list keeps only its own rows.
+            for (id, encoded) in current { previous[id] = encoded }
+            current = previous
+        }
+        reports.withLock { [current] in $0 = current }
         return line
     }
 }

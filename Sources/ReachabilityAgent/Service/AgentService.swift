@@ -278,10 +278,15 @@ package actor AgentService {
             let response = await add(url, output: output, sha256: sha256, replace: replace, job: job, id: id, uid: uid)
             addsByClientKey[key] = response.download.flatMap { UUID(uuidString: $0.id) }.map { .added($0) }
             return response
-        case .list:
-            let earlier = history, rows = backgroundRows(visibleTo: uid)
+        case .list(let rows):
+            let earlier = history, background = backgroundRows(visibleTo: uid)
             let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache, path: path)
-            return .success(id: id, downloads: earlier + live + rows + uploadRows(visibleTo: uid))
+            let page = ListPage(earlier + live + background + uploadRows(visibleTo: uid), rows: rows) {
+                [.completed, .failed].contains($0.state)
+            }
+            var response = ControlResponse.success(id: id, downloads: page.rows)
+            response.omittedDownloads = rows.map { _ in page.omitted }
+            return response
         case .status:
             var status = status(visibleTo: uid)
             status.backgroundSessions = backgroundStatuses(visibleTo: uid)
@@ -547,6 +552,11 @@ package actor AgentService {
             case .completed, .failed: break
             }
         }
+        return summary(running: running, waiting: waiting, queued: queued, paused: paused)
+    }
+
+    /// `summary(_:)` of downloads already counted.
+    static func summary(running: Int, waiting: Int, queued: Int, paused: Int) -> String {
         let parts = [(running, "downloading"), (waiting, "waiting for network"), (queued, "queued"), (paused, "paused")]
             .filter { $0.0 > 0 }.map { "\($0.0) \($0.1)" }
         return parts.isEmpty ? "idle" : parts.joined(separator: ", ")
@@ -556,8 +566,11 @@ package actor AgentService {
 
     package static func stateName(_ state: DownloadState) -> String { reportedState(state).rawValue }
 
-    package static func reportedState(_ state: DownloadState) -> AgentDownload.State {
-        switch state {
+    package static func reportedState(_ state: DownloadState) -> AgentDownload.State { reportedState(DownloadCensus.Kind(state)) }
+
+    /// The state a download of `kind` is reported in.
+    static func reportedState(_ kind: DownloadCensus.Kind) -> AgentDownload.State {
+        switch kind {
         case .queued: .queued
         case .running: .running
         case .waitingForConnectivity: .waitingForConnectivity

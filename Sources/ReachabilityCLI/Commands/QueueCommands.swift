@@ -210,25 +210,35 @@ struct QueueListCommand: Command {
     static let name = "queue list"
     static let abstract = "List the agent's downloads."
     static let json = Option.flag("json", help: "Print one JSON object per download (NDJSON).")
-    static let options = [json, ControlOptions.stateDirectory]
+    static let all = Option.flag("all", help: "List every download, not only the first \(rows) unfinished and the latest \(rows) finished.")
+    static let options = [json, all, ControlOptions.stateDirectory]
     static let discussion: String? = """
         Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file, \
         then the job's own choices in brackets when it has any ([priority low, at most 2 connections, no constrained paths]). \
-        A last line shows the agent's bandwidth limit when one is in force (limit 2 MiB/s (09:00-17:00 mon,tue,wed,thu,fri)).
+        A last line shows the agent's bandwidth limit when one is in force (limit 2 MiB/s (09:00-17:00 mon,tue,wed,thu,fri)). \
+        Without --all, a queue of thousands shows its first \(rows) unfinished and latest \(rows) finished downloads, \
+        and a line on stderr says how many more there are.
         """ + "\n\n" + ControlOptions.discussion
+    /// Rows of each kind without `--all` (aria2c's `tellStopped` pages the same way).
+    static let rows = 100
 
     var isJSON: Bool
+    var isAll: Bool
     var control: ControlOptions
 
     init(arguments: ParsedArguments) throws {
         isJSON = arguments.isSet(Self.json)
+        isAll = arguments.isSet(Self.all)
         control = ControlOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try await control.send(.list, in: context)
+        let response = try await control.send(.list(rows: isAll ? nil : Self.rows), in: context)
         for download in response.downloads ?? [] {
             context.output.line(isJSON ? DownloadLine.json(download) : DownloadLine.text(download))
+        }
+        if let omitted = response.omittedDownloads, omitted > 0 {
+            context.errorOutput.line("\(omitted) more downloads not shown; 'queue list --all' lists every one")
         }
         if !isJSON, let limit = await AgentLimitCommand.limitInForce(control, in: context) { context.output.line(limit) }
         return .success

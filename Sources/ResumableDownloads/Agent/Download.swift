@@ -40,20 +40,36 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         /// The agent service's one follower (`follow`), kept past a final state: a resumed
         /// failed download goes on reporting to it.
         var follower: (@Sendable (DownloadEvent) -> Void)?
+        /// Counts this download's state while it is in its agent's list (`leaveCensus()`).
+        var census: DownloadCensus?
     }
+
+    /// Its class, as its agent's census counts it.
+    private let priorityClass: DownloadPriority
 
     private let observers: Mutex<Observers>
 
     init(id: UUID, url: URL, destination: URL, options: DownloadOptions, agent: DownloadAgent,
-         state: DownloadState, progress: DownloadProgress) {
+         state: DownloadState, progress: DownloadProgress, census: DownloadCensus? = nil) {
         self.id = id
         self.destination = destination
         self.options = options
+        priorityClass = DownloadPriority(value: options.priority)
         var initial = Observers(url: url)
         initial.agent = agent
         initial.state = state
         initial.progress = progress
+        initial.census = census
+        census?.add(state, priority: priorityClass)
         observers = Mutex(initial)
+    }
+
+    /// No longer counted by its agent's census (it left the agent's list).
+    func leaveCensus() {
+        observers.withLock { observers in
+            observers.census?.remove(observers.state, priority: priorityClass)
+            observers.census = nil
+        }
     }
 
     /// Fetched from `url` from now on (the agent's record says so already).
@@ -179,6 +195,8 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     /// state it describes. A final state ends the event and progress streams after the event.
     func update(state: DownloadState, event: DownloadEvent? = nil) {
         let observed = observers.withLock { observers in
+            // Under the same lock as the state: the census never disagrees with it.
+            observers.census?.move(from: observers.state, to: state, priority: priorityClass)
             observers.state = state
             observers.waitReason = nil
             if let event {

@@ -12,7 +12,7 @@ struct ControlCodecTests {
     static func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
 
     @Test(arguments: [
-        (#"{"version":1,"id":1,"command":"list"}"#, ControlCommand.list),
+        (#"{"version":1,"id":1,"command":"list"}"#, ControlCommand.list()),
         (#"{"version":1,"id":"x","command":"status"}"#, .status),
         (#"{"version":1,"command":"metrics"}"#, .metrics(.openMetrics)),
         (#"{"version":1,"command":"metrics","format":"prometheus"}"#, .metrics(.prometheus)),
@@ -109,7 +109,7 @@ struct ControlCodecTests {
     }
 
     @Test func requestsRoundTrip() throws {
-        let commands: [ControlCommand] = [.list, .status, .metrics(.openMetrics), .metrics(.prometheus), .pause("ab"), .resume("ab"), .cancel("ab"),
+        let commands: [ControlCommand] = [.list(), .list(rows: 7), .status, .metrics(.openMetrics), .metrics(.prometheus), .pause("ab"), .resume("ab"), .cancel("ab"),
                                           .add(url: URL(string: "https://example.org/f")!, output: "/o", sha256: nil),
                                           .add(url: URL(string: "https://example.org/f")!, output: nil, sha256: nil,
                                                job: QueueJobOptions(connections: 3, allowsConstrained: false, priority: .foreground)),

@@ -15,7 +15,7 @@ struct ControlConnectionStateMachineTests {
         var machine = ControlConnectionStateMachine()
         #expect(machine.received(Self.bytes(#"{"version":1,"id":1,"com"#)) == [])
         #expect(machine.received(Self.bytes("mand\":\"list\"}\r\n{\"version\":1,\"id\":2,\"command\":\"status\"}\n\n"))
-                == [.handle(.number(1), .list), .handle(.number(2), .status)])
+                == [.handle(.number(1), .list()), .handle(.number(2), .status)])
         #expect(machine.endOfInput() == [.close])
         #expect(machine.received(Self.bytes("{}\n")) == [])
     }
@@ -26,7 +26,7 @@ struct ControlConnectionStateMachineTests {
         #expect(actions.count == 2)
         guard case .reply(let reply) = actions.first else { Issue.record("no reply"); return }
         #expect(!reply.ok && reply.error?.code == .malformed)
-        #expect(actions.last == .handle(.number(2), .list))
+        #expect(actions.last == .handle(.number(2), .list()))
     }
 
     @Test func oversizedLinesAreAnsweredOnceAndSkipped() {
@@ -41,6 +41,6 @@ struct ControlConnectionStateMachineTests {
     @Test func anUnterminatedLastLineIsHandledAtEndOfInput() {
         var machine = ControlConnectionStateMachine()
         #expect(machine.received(Self.bytes(#"{"version":1,"command":"list"}"#)) == [])
-        #expect(machine.endOfInput() == [.handle(nil, .list), .close])
+        #expect(machine.endOfInput() == [.handle(nil, .list()), .close])
     }
 }

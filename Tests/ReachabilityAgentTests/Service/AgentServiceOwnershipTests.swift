@@ -68,7 +68,7 @@ struct AgentServiceOwnershipTests {
         let other = await service.handle(.add(url: URL(string: "http://192.0.2.9/other.bin")!, output: nil, sha256: nil, clientKey: "k1"),
                                          id: nil, peer: bob.peer)
         #expect(other?.ok == true && other?.download?.id != a?.download?.id)
-        #expect(await service.handle(.list, id: nil).downloads?.count == 2)
+        #expect(await service.handle(.list(), id: nil).downloads?.count == 2)
         await service.shutdown()
     }
 }

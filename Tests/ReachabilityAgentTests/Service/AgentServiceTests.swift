@@ -77,7 +77,7 @@ struct AgentServiceTests {
         let download = try #require(added.download)
         #expect(download.destination == directory.path + "/files/file.iso")
 
-        let list = await service.handle(.list, id: nil)
+        let list = await service.handle(.list(), id: nil)
         #expect(list.downloads?.map(\.id) == [download.id])
 
         let paused = await service.handle(.pause(String(download.id.prefix(6))), id: nil)
@@ -119,7 +119,7 @@ struct AgentServiceTests {
         let defaults = try #require(downloads.first { $0.id.uuidString.lowercased() == plain.id }?.options)
         #expect(defaults.maximumConnections == nil && defaults.allowsConstrained && defaults.priority == 0.5)
 
-        let listed = await service.handle(.list, id: nil).downloads ?? []
+        let listed = await service.handle(.list(), id: nil).downloads ?? []
         #expect(listed.map(\.priority) == ["high", "normal"])
         #expect(listed.map(\.connections) == [3, nil] && listed.map(\.allowsConstrained) == [false, nil])
         #expect(await service.handle(.status, id: nil).status?.priorities == ["high": 1, "normal": 1])
@@ -128,9 +128,36 @@ struct AgentServiceTests {
         // The record keeps them: a restarted agent restores the job with its class and bound.
         let restarted = try Self.offlineService(scratch.url, events: EventSink())
         #expect(await restarted.start() == 2)
-        let restored = (await restarted.handle(.list, id: nil).downloads ?? []).first { $0.id == added.id }
+        let restored = (await restarted.handle(.list(), id: nil).downloads ?? []).first { $0.id == added.id }
         #expect(restored?.priority == "high" && restored?.connections == 3 && restored?.allowsConstrained == false)
         await restarted.shutdown()
+    }
+
+    /// `status` counts from the agent's census (issue 29) what `list` shows, through adds, a
+    /// pause and a cancel; a `list` with `rows` sends a page and says how many it left out.
+    @Test func statusCountsMatchTheListAndListPages() async throws {
+        let scratch = try ScratchDirectory("ac")
+        let service = try Self.offlineService(scratch.url, events: EventSink())
+        #expect(await service.start() == 0)
+        var ids: [String] = []
+        for index in 0..<5 {
+            let job = QueueJobOptions(priority: index == 0 ? .low : .normal)
+            ids.append(try #require(await service.handle(.add(url: URL(string: "http://192.0.2.9/f\(index)")!, output: nil, sha256: nil,
+                                                              job: job), id: nil).download?.id))
+        }
+        _ = await service.handle(.pause(ids[1]), id: nil)
+        _ = await service.handle(.cancel(ids[2]), id: nil)
+        let listed = await service.handle(.list(), id: nil).downloads ?? []
+        let expected = Dictionary(grouping: listed, by: \.state.rawValue).mapValues(\.count)
+        let status = try #require(await service.handle(.status, id: nil).status)
+        #expect(status.counts == expected, "\(listed.map(\.state))")
+        #expect(status.priorities?.values.reduce(0, +) == 4, "the cancelled one is not counted in a class")
+        #expect(status.summary.contains("1 paused"), "\(status.summary)")
+
+        let page = await service.handle(.list(rows: 2), id: nil)
+        #expect(page.downloads?.map(\.id) == [ids[0], ids[1], ids[2]], "two unfinished first in line, the one finished")
+        #expect(page.omittedDownloads == 2)
+        await service.shutdown()
     }
 
     @Test func userPausesSurviveARestart() async throws {
@@ -145,7 +172,7 @@ struct AgentServiceTests {
 
         let second = try Self.offlineService(directory, events: EventSink())
         #expect(await second.start() == 2)
-        let states = Dictionary(uniqueKeysWithValues: (await second.handle(.list, id: nil).downloads ?? []).map { ($0.id, $0.state) })
+        let states = Dictionary(uniqueKeysWithValues: (await second.handle(.list(), id: nil).downloads ?? []).map { ($0.id, $0.state) })
         #expect(states[a.id] == .paused)
         #expect(states[b.id] != .paused)
         await second.shutdown()
