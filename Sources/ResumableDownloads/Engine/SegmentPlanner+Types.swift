@@ -54,6 +54,20 @@ extension SegmentPlanner {
         /// below that, and one that does not gives nothing for a second; cutting the test
         /// connection again sent 14 % of a file twice (issue 30, unthrottled nginx on a veth).
         var lineRate: Double = 120e6
+        /// A first connection at least this fast (bytes/s) gets no test connection on its own path
+        /// while no path showed a cap, unless it shows a cap's signs (`quietShare`): on a loaded
+        /// machine an unthrottled veth read 73-120 MB/s, and each test there cut the first
+        /// connection, up to 16 % of a file sent twice (issue 30). Slower ones are tested: a
+        /// server pacing evenly shows no bursts.
+        var slowRate: Double = 25e6
+        /// A cap's sign: the connection was silent over at least this share of the engine's
+        /// ticks (at least `capSignTicks` of them, each within `awakeTick` of the one before, so
+        /// that the engine was running and would have read what arrived): nginx's `limit_rate`
+        /// sends a chunk and sleeps (2 MiB then 500 ms at `4m`), while a connection limited by
+        /// the path or the client always has bytes waiting.
+        var quietShare = 0.5
+        var capSignTicks = 4
+        var awakeTick: Duration = .milliseconds(100)
         var maximumChunk: Int64 = 256 << 20
         /// In the tail, pieces under `minimumSegment` are taken only from a holder still busy for
         /// longer than this (and than a window).
@@ -159,6 +173,9 @@ extension SegmentPlanner {
         case pathsChanged([Path])
         /// The disk fell behind (the writer paused a transfer): more connections would not help.
         case backpressure
+        /// The writer holds the transfers paused now (the disk behind): their silence at this
+        /// tick is the client's, not the server's (no cap's sign).
+        case writerPaused
         /// The only connection's answer was the whole entity (a 200 to a resume): everything
         /// stored is being replaced by its body, from zero.
         case restartedInPlace(connection: Int, total: Int64?, allowsSegments: Bool)
@@ -209,6 +226,10 @@ extension SegmentPlanner {
         var seam: Int64?
         /// The longest silence between two deliveries (bursts, writer pauses).
         var longestGap: Duration = .zero
+        /// The engine's ticks since its first byte (or the last writer pause) that followed
+        /// another within `awakeTick`, and those of them with no byte since the one before.
+        var ticks = 0
+        var quietTicks = 0
 
         var remaining: Int64 { max(0, end - position) }
         var isSeamCheck: Bool { seam != nil }

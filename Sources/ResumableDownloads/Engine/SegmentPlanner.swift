@@ -14,7 +14,9 @@ import ReachabilityBase
 ///   validator; anything else (`rangeRefused`) switches segments off for the attempt while the
 ///   first connection carries on.
 /// - **Adaptive.** Connections are added in rounds, only while the rest of the download would
-///   take longer than `minimumRemainingTime` and the disk keeps up (no backpressure). A round adds
+///   take longer than `minimumRemainingTime` and the disk keeps up (no backpressure). A first
+///   connection at `lineRate`, or at `slowRate` without a cap's signs (silent over `quietShare` of
+///   the engine's ticks, as a server pacing in bursts), gets no test connection on its path. A round adds
 ///   a connection on a path not used yet, or doubles the connections of a path in use; once a
 ///   round showed a **per-connection cap** (each added connection carried at least `capShare` of
 ///   what an older one carried over the same span, and the older ones kept `capShare` of their
@@ -100,6 +102,10 @@ struct SegmentPlanner: Sendable {
     /// When the connection set last changed.
     private var changedAt: Instant?
     private var lastBackpressure: Instant?
+    /// The last tick at which the writer held the transfers: a rate measured over it reads low.
+    private var lastWriterPause: Instant?
+    /// The last tick (cap signs count ticks that follow one closely).
+    private var lastTickAt: Instant?
     private var nextID = 1
     private var isStarted = false
     private var startedAt: Instant?
@@ -227,6 +233,12 @@ struct SegmentPlanner: Sendable {
 
         case .backpressure:
             lastBackpressure = now
+            forgetTicks()
+            return []
+
+        case .writerPaused:
+            lastWriterPause = now
+            forgetTicks()
             return []
 
         case .restartedInPlace(let id, let total, let allows):
@@ -643,6 +655,7 @@ struct SegmentPlanner: Sendable {
 
     private mutating func tick(now: Instant) -> [Action] {
         guard isStarted, !isComplete else { return [] }
+        countTicks(now: now)
         var actions: [Action] = []
         if let round { actions += judge(round, now: now) }
         for (path, since) in fullPaths where now - since >= (stalledPaths.contains(path) ? Self.stalledReprobe : configuration.reprobeInterval) {
@@ -660,6 +673,34 @@ struct SegmentPlanner: Sendable {
         actions += dropUselessExpensive(now: now)
         if round == nil, isSegmenting, settled(now: now) { actions += grow(now: now) }
         return actions + fill(now: now)
+    }
+
+    /// Counts, per delivering connection, the ticks that followed another within `awakeTick` (the
+    /// engine ran and would have read what arrived) and those that found nothing new since it.
+    /// A tick after a longer sleep (a loaded machine) proves nothing and is not counted.
+    private mutating func countTicks(now: Instant) {
+        defer { lastTickAt = now }
+        guard let last = lastTickAt, now - last <= configuration.awakeTick else { return }
+        for (id, connection) in connections where !connection.isSeamCheck {
+            guard let first = connection.firstByteAt, first <= last else { continue }
+            connections[id]!.ticks += 1
+            if (connection.lastByteAt ?? first) <= last { connections[id]!.quietTicks += 1 }
+        }
+    }
+
+    /// The writer paused the connections: the silences counted so far may be its own.
+    private mutating func forgetTicks() {
+        for id in connections.keys {
+            connections[id]!.ticks = 0
+            connections[id]!.quietTicks = 0
+        }
+    }
+
+    /// Whether `connection` shows a per-connection cap's signs: silent over `quietShare` of the
+    /// engine's ticks (a server pacing in bursts).
+    private func showsCapSigns(_ connection: Connection) -> Bool {
+        connection.ticks >= configuration.capSignTicks
+            && Double(connection.quietTicks) >= configuration.quietShare * Double(connection.ticks)
     }
 
     /// Whether the connection count has held for a window and the aggregate rate was measured
@@ -689,8 +730,15 @@ struct SegmentPlanner: Sendable {
         let seconds = Double(total - storedBytes) / current
         guard seconds * 1000 >= Double(configuration.minimumRemainingTime.milliseconds) else { return [] }
         if let lastBackpressure, now - lastBackpressure < window * 2 { return [] }
+        if let lastWriterPause, now - lastWriterPause <= window { return [] }
         // Until a range answer has come back, one extra connection tests the server.
         guard capability == .shown || connectionCount == 1, let path = nextGrowthPath() else { return [] }
+        // A fast first connection without a cap's signs gets no test beside it on its path: the
+        // test would gain nothing and its cut costs the bytes both had in flight.
+        if connectionCount == 1, cappedPaths.isEmpty, current >= configuration.slowRate,
+           let only = connections.values.first(where: { !$0.isSeamCheck }), only.path == path, !showsCapSigns(only) {
+            return []
+        }
         let onPath = count(on: path)
         // A capped server rewards every connection allowed: all of them at once; otherwise double.
         let wanted = cappedPaths.contains(path) ? maximumConnections - connectionCount : max(1, onPath)

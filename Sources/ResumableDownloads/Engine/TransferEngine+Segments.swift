@@ -329,6 +329,10 @@ extension TransferEngine {
             }
             if !group.isFinishing, now - group.lastTick >= Self.groupTick {
                 group.lastTick = now
+                if group.members.values.contains(where: { transfers[$0.engineID]?.primary.isPausedForBackpressure == true }) {
+                    // Silent because we hold them: not a cap's sign (`SegmentPlanner.Configuration.quietShare`).
+                    apply(group.planner.handle(.writerPaused, now: now), to: group)
+                }
                 apply(group.planner.handle(.tick, now: now), to: group)
             }
         }
