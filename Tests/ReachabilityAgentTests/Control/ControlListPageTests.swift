@@ -41,11 +41,28 @@ struct ControlListPageTests {
         #"{"version":1,"command":"list","rows":0}"#,
         #"{"version":1,"command":"list","rows":-5}"#,
         #"{"version":1,"command":"list","rows":1000001}"#,
+        #"{"version":1,"command":"list","rows":1e16}"#,
+        #"{"version":1,"command":"list","rows":9e18}"#,
+        #"{"version":1,"command":"list","rows":-1}"#,
     ])
     func refusesRowsOutOfBounds(line: String) {
         switch ControlCodec.decodeRequest(Array(line.utf8)) {
         case .success(let value): Issue.record("accepted \(value)")
         case .failure(let rejection): #expect(rejection.error.code == .invalidArgument, "\(rejection.error.message)")
+        }
+    }
+
+    /// Values that are no integer at all are malformed, never a crash or a page.
+    @Test(arguments: [
+        #"{"version":1,"command":"list","rows":1e300}"#,
+        #"{"version":1,"command":"list","rows":2.5}"#,
+        #"{"version":1,"command":"list","rows":"inf"}"#,
+        #"{"version":1,"command":"list","rows":"nan"}"#,
+    ])
+    func refusesRowsThatAreNoInteger(line: String) {
+        switch ControlCodec.decodeRequest(Array(line.utf8)) {
+        case .success(let value): Issue.record("accepted \(value)")
+        case .failure(let rejection): #expect(rejection.error.code == .malformed, "\(rejection.error.message)")
         }
     }
 
