@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxSystem
 import ReachabilityAgent
 import ReachabilityBase
