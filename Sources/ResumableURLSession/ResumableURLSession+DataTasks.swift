@@ -56,7 +56,7 @@ extension ResumableURLSession {
     func awaitData(
         _ make: (@escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> ResumableDataTask
     ) async throws -> (Data, URLResponse) {
-        try await awaitTask(make, onCancel: { $0.cancel() }) { data, response, error in
+        try await awaitTask(make, onCancel: { $0.cancelAwaited() }) { data, response, error in
             guard let data, let response, error == nil else { throw error ?? URLError(.badServerResponse) }
             return (data, response)
         }
@@ -122,7 +122,6 @@ extension ResumableURLSession {
     }
 }
 
-/// The task of one awaited request, and whether the awaiting Swift task was cancelled before it existed.
 /// A task `awaitTask` can start and cancel: the two task classes.
 protocol AwaitableTask: ResumableURLSessionTask {
     func resume()
@@ -139,6 +138,7 @@ extension ResumableDownloadTask: AwaitableTask {
     func cancelAwaited() { cancel(byProducingResumeData: { _ in }) }
 }
 
+/// The task of one awaited request, and whether the awaiting Swift task was cancelled before it existed.
 final class RunningTask<Task: Sendable>: Sendable {
     private let state = Mutex<(task: Task?, isCancelled: Bool)>((nil, false))
 
