@@ -58,21 +58,6 @@ struct DownloadTaskStateMachine: Sendable {
             return URLError(code, userInfo: info)
         }
 
-        /// The engine's error with its URLError code; an outage longer than the resource timeout
-        /// is `.timedOut`, as on Apple platforms.
-        init(_ error: DownloadError) {
-            code = error == .connectivityTimeout ? .timedOut : error.urlErrorCode
-            description = error.description
-            underlying = .download(error)
-        }
-
-        init(code: URLError.Code, description: String, underlying: Underlying? = nil,
-             networkUnavailableReason: URLError.NetworkUnavailableReason? = nil) {
-            self.code = code
-            self.description = description
-            self.underlying = underlying
-            self.networkUnavailableReason = networkUnavailableReason
-        }
     }
 
     /// How `didCompleteWithError` is called: success, or a failure with optional resume data.
@@ -410,5 +395,15 @@ struct DownloadTaskStateMachine: Sendable {
         phase = .completed
         failure = completion
         return answer(completion.resumeData) + [.complete(completion), .release(keepFiles: keepFiles)]
+    }
+}
+
+extension DownloadTaskStateMachine.Failure {
+    /// The engine's error with its URLError code; an outage longer than the resource timeout
+    /// is `.timedOut`, as on Apple platforms. (In an extension, so that the struct keeps the
+    /// memberwise initializer Swift writes.)
+    init(_ error: DownloadError) {
+        self.init(code: error == .connectivityTimeout ? .timedOut : error.urlErrorCode, description: error.description,
+                  underlying: .download(error))
     }
 }

@@ -28,30 +28,8 @@ extension ResumableURLSession {
     private func awaitDownload(
         _ make: (@escaping @Sendable (URL?, URLResponse?, (any Error)?) -> Void) -> ResumableDownloadTask
     ) async throws -> (URL, URLResponse) {
-        let running = RunningTask<ResumableDownloadTask>()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(URL, URLResponse), any Error>) in
-                let task = make { location, response, error in
-                    guard let location, let response else {
-                        continuation.resume(throwing: error ?? URLError(.unknown))
-                        return
-                    }
-                    // The session deletes its file when this handler returns: the caller's copy
-                    // goes to the temporary directory first.
-                    do {
-                        continuation.resume(returning: (try Self.keep(location), response))
-                    } catch {
-                        continuation.resume(throwing: URLError(.cannotMoveFile, userInfo: [
-                            NSLocalizedDescriptionKey: "cannot move the downloaded file out of \(location.deletingLastPathComponent().path): \(error.localizedDescription)",
-                            NSUnderlyingErrorKey: error]))
-                    }
-                }
-                task.resume()
-                if running.started(task) { task.cancel(byProducingResumeData: { _ in }) }
-            }
-        } onCancel: { [isBackground = configuration.isBackground] in
-            guard let task = running.cancel() else { return }
-            guard isBackground else { return task.cancel(byProducingResumeData: { _ in }) }
+        try await awaitTask(make, onCancel: { [isBackground = configuration.isBackground] task in
+            guard isBackground else { return task.cancelAwaited() }
             // After the caller's own cancellation handlers, not before. This one is the inner
             // handler and runs first; the WWDC pattern's `onCancel` (the outer one, on the same
             // thread right after) makes a download task for the same request, which joins this
@@ -60,7 +38,18 @@ extension ResumableURLSession {
             // never a lost one.
             Task {
                 try? await Task.sleep(for: ResumableURLSession.backgroundCancelDelay)
-                task.cancel(byProducingResumeData: { _ in })
+                task.cancelAwaited()
+            }
+        }) { location, response, error in
+            guard let location, let response else { throw error ?? URLError(.unknown) }
+            // The session deletes its file when this handler returns: the caller's copy goes to
+            // the temporary directory first.
+            do {
+                return (try Self.keep(location), response)
+            } catch {
+                throw URLError(.cannotMoveFile, userInfo: [
+                    NSLocalizedDescriptionKey: "cannot move the downloaded file out of \(location.deletingLastPathComponent().path): \(error.localizedDescription)",
+                    NSUnderlyingErrorKey: error])
             }
         }
     }

@@ -56,20 +56,32 @@ extension ResumableURLSession {
     func awaitData(
         _ make: (@escaping @Sendable (Data?, URLResponse?, (any Error)?) -> Void) -> ResumableDataTask
     ) async throws -> (Data, URLResponse) {
-        let running = RunningTask<ResumableDataTask>()
+        try await awaitTask(make, onCancel: { $0.cancelAwaited() }) { data, response, error in
+            guard let data, let response, error == nil else { throw error ?? URLError(.badServerResponse) }
+            return (data, response)
+        }
+    }
+
+    /// Resumes the task `make` creates and waits for its completion handler, whose values
+    /// `finish` turns into the result (inside the handler: before the session cleans up after
+    /// it); the one wait behind `data(for:)` and `download(for:)`. A cancelled Swift task cancels
+    /// the task: at once when the cancel came before the task existed, else with `onCancel`.
+    func awaitTask<SessionTask: AwaitableTask, Body, Value>(
+        _ make: (@escaping @Sendable (Body?, URLResponse?, (any Error)?) -> Void) -> SessionTask,
+        onCancel: @escaping @Sendable (SessionTask) -> Void,
+        finish: @escaping @Sendable (Body?, URLResponse?, (any Error)?) throws -> sending Value
+    ) async throws -> Value {
+        let running = RunningTask<SessionTask>()
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<(Data, URLResponse), any Error>) in
-                let task = make { data, response, error in
-                    guard let data, let response, error == nil else {
-                        return continuation.resume(throwing: error ?? URLError(.badServerResponse))
-                    }
-                    continuation.resume(returning: (data, response))
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Value, any Error>) in
+                let task = make { body, response, error in
+                    do { continuation.resume(returning: try finish(body, response, error)) } catch { continuation.resume(throwing: error) }
                 }
                 task.resume()
-                if running.started(task) { task.cancel() }
+                if running.started(task) { task.cancelAwaited() }
             }
         } onCancel: {
-            running.cancel()?.cancel()
+            if let task = running.cancel() { onCancel(task) }
         }
     }
 
@@ -108,6 +120,22 @@ extension ResumableURLSession {
     func deliverNowToDataDelegate(_ call: (any ResumableURLSessionDataDelegate) -> Void) {
         if let delegate = delegate as? any ResumableURLSessionDataDelegate { call(delegate) }
     }
+}
+
+/// A task `awaitTask` can start and cancel: the two task classes.
+protocol AwaitableTask: ResumableURLSessionTask {
+    func resume()
+    /// Ends the task for a caller that no longer waits for it.
+    func cancelAwaited()
+}
+
+extension ResumableDataTask: AwaitableTask {
+    func cancelAwaited() { cancel() }
+}
+
+extension ResumableDownloadTask: AwaitableTask {
+    /// By producing resume data, so that the stored bytes are kept for a later request.
+    func cancelAwaited() { cancel(byProducingResumeData: { _ in }) }
 }
 
 /// The task of one awaited request, and whether the awaiting Swift task was cancelled before it existed.

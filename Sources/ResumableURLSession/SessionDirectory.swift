@@ -31,17 +31,6 @@ struct SessionStorageError: Error, Sendable, Hashable, CustomStringConvertible {
 /// through a symbolic link. Names always derive from a download id; nothing read from resume
 /// data becomes a path.
 final class SessionDirectory: Sendable {
-    /// The identity of a partial file. Device and inode alone are not enough: a file deleted
-    /// and created again often gets the same inode number back, so the modification time (in
-    /// nanoseconds) is part of it; nothing writes a partial file between the moment resume data
-    /// is made and the moment it is used.
-    struct FileIdentity: Sendable, Hashable {
-        var device: UInt64
-        var inode: UInt64
-        var modified: Int64
-        var size: Int64
-    }
-
     let root: URL
     let downloads: URL
     let records: URL
@@ -77,7 +66,9 @@ final class SessionDirectory: Sendable {
     }
 
     /// The partial file of download `id`: nil when there is none; throws `ResumeDataError.unsafeFile`
-    /// when the name holds anything but a regular file of this user with one link.
+    /// when the name holds anything but a regular file of this user with one link. Its identity
+    /// is what resume data seals: nothing writes a partial file between the moment resume data
+    /// is made and the moment it is used.
     func partialFile(for id: UUID) throws -> FileIdentity? {
         let name = ResumeData.partialFileName(for: id)
         let found: FileStatus?
@@ -92,7 +83,7 @@ final class SessionDirectory: Sendable {
         guard status.linkCount == 1 else {
             throw ResumeDataError.unsafeFile.with("the partial file \(name) has \(status.linkCount) hard links")
         }
-        return FileIdentity(device: status.device, inode: status.inode, modified: status.modified, size: status.size)
+        return FileIdentity(status)
     }
 
     /// Takes the exclusive lock on download `id` (any process, any session); throws

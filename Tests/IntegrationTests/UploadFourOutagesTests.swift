@@ -142,8 +142,7 @@ struct UploadFourOutagesTests {
             let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
             #expect(interrupted?.text.contains("-1005") == true, "\(upload.transcript)")
             cutToInterrupted = (interrupted?.arrival ?? .now) - cut
-            // The outage: what the link's absence is, not a wait for an event.
-            try await Task.sleep(for: .seconds(1))
+            try await holdOutage(for: .seconds(1))
             restoredAt = .now
             try lab.linkUp(1)
         case .pathSwitch:

@@ -1,5 +1,6 @@
 import Testing
 @testable import LinuxReachability
+import TestSupport
 
 /// Runs a classic BPF program the way the kernel does on a netlink datagram (only the opcodes
 /// `EventFilter` emits); an out-of-bounds load drops, as in the kernel.
@@ -117,7 +118,7 @@ struct EventFilterTests {
     @Test("with the watched hosts' addresses: a route is kept exactly when user space would keep it",
           arguments: [1, 8, EventFilter.maximumDestinationsPerFamily])
     func manyDestinations(count: Int) {
-        var generator = SeededGenerator(state: UInt64(count))
+        var generator = SplitMix(seed: UInt64(count))
         var destinations = [RoutePrefix(address: [8, 8, 8, 8])!, RoutePrefix(address: IPAddress.parse("2001:4860:4860::8888")!)!]
         for _ in 1..<count {
             destinations.append(RoutePrefix(address: [10, UInt8.random(in: 0...255, using: &generator), UInt8.random(in: 0...255, using: &generator), 1])!)
@@ -158,15 +159,5 @@ struct EventFilterTests {
         let program = EventFilter.program(destinations: many + [RoutePrefix(address: IPAddress.parse("2001:4860:4860::8888")!)!])
         #expect(runFilter(program, on: routeNotification("172.16.0.0", 16)) != 0)
         #expect(runFilter(program, on: routeNotification("fd00::", 16)) == 0)
-    }
-}
-
-
-/// Knuth's MMIX linear congruential generator: the cases are drawn, and replay, from a seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-        return state ^ (state >> 29)
     }
 }

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import LinuxSystem
 import ResumableDownloads
 
 /// One background session as the agent keeps it on disk (`STATE/background/sessions/*.json`),

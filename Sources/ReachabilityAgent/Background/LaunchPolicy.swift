@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// When the agent starts a background session's program for its events (Apple's relaunch for
 /// `handleEventsForBackgroundURLSession`, BITS's `SetNotifyCmdLine`), one session's worth. Pure:
@@ -49,9 +50,10 @@ package struct LaunchPolicy: Sendable, Hashable {
 
     package init() {}
 
-    /// 1 s after the first failure, doubling, at most `maximumBackoff`.
+    /// 1 s after the first failure, doubling, at most `maximumBackoff`: the package's one
+    /// back-off with the launcher's numbers.
     package static func backoff(afterFailures count: Int) -> TimeInterval {
-        min(maximumBackoff, Double(1 << max(0, min(count, 30) - 1)))
+        ExponentialBackoff(initial: .seconds(1), maximum: .seconds(maximumBackoff)).delay(afterFailures: count).timeInterval
     }
 
     /// Whether the launcher is failing (shown by `agent status` and in metrics).

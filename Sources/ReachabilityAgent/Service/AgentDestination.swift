@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 
 /// Where the agent may put a download. A control request names a URL and perhaps an output
 /// path; neither is trusted: file names taken from URLs are percent-decoded then sanitized, and
@@ -30,7 +31,7 @@ package enum AgentDestination {
         var utf8 = Array(text.utf8)[...]
         while let byte = utf8.popFirst() {
             if byte == UInt8(ascii: "%"), utf8.count >= 2,
-               let value = UInt8(String(decoding: utf8.prefix(2), as: UTF8.self), radix: 16) {
+               let value = HTTPWire.percentEncodedOctet(utf8.prefix(2)) {
                 bytes.append(value)
                 utf8 = utf8.dropFirst(2)
             } else {

@@ -55,6 +55,13 @@ package enum HTTPWire {
         return size
     }
 
+    /// A URI's `pct-encoded` octet (RFC 3986 §2.1: the two `HEXDIG` after a `%`), or nil:
+    /// `UInt8("+f", radix: 16)` is 15.
+    package static func percentEncodedOctet(_ bytes: some Collection<UInt8>) -> UInt8? {
+        guard bytes.count == 2, let value = chunkSize(bytes) else { return nil }
+        return UInt8(value)
+    }
+
     /// Whether `byte` is an ASCII digit.
     package static func isDigit(_ byte: UInt8) -> Bool {
         byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")

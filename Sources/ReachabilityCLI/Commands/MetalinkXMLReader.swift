@@ -206,13 +206,9 @@ struct MetalinkXMLReader {
                 throw Failure(description: "a bare '&' or an unterminated entity reference")
             }
             let name = String(decoding: raw[(ampersand + 1)..<semicolon], as: UTF8.self)
-            switch name {
-            case "amp": result += "&"
-            case "lt": result += "<"
-            case "gt": result += ">"
-            case "quot": result += "\""
-            case "apos": result += "'"
-            default:
+            if let text = Self.predefinedEntities[name] {
+                result += text
+            } else {
                 guard let scalar = Self.characterReference(name) else {
                     throw Failure(description: "the entity &\(name); is not one of XML's five (no others can be defined)")
                 }
@@ -222,6 +218,9 @@ struct MetalinkXMLReader {
         }
         return result + String(decoding: raw[position...], as: UTF8.self)
     }
+
+    /// XML's five predefined entities, the only named ones a document without a DTD may use.
+    private static let predefinedEntities = ["amp": "&", "lt": "<", "gt": ">", "quot": "\"", "apos": "'"]
 
     /// `#65` or `#x41` as a scalar; nil for anything else, NUL included.
     private static func characterReference(_ name: String) -> Unicode.Scalar? {

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxSystem
 import ReachabilityAgent
 import ReachabilityBase
@@ -245,56 +244,62 @@ struct QueueListCommand: Command {
     }
 }
 
-/// `queue pause|resume|cancel ID`: the three share everything but the command.
-protocol QueueControlCommand: Command {
-    static func command(_ id: String) -> ControlCommand
-    var id: String { get }
-    var control: ControlOptions { get }
-    init(id: String, control: ControlOptions)
-}
-
-extension QueueControlCommand {
+/// `queue pause|resume|cancel ID`: one command, its verb a type parameter (the command list
+/// names types), so the three share everything but the row of `QueueVerb` they read.
+struct QueueControlCommand<Verb: QueueVerbName>: Command {
+    static var name: String { "queue \(Verb.verb.rawValue)" }
+    static var abstract: String { Verb.verb.abstract }
     static var options: [Option] { [ControlOptions.stateDirectory] }
     static var positionals: [Positional] { [Positional(name: "id", help: "A download ID or a unique prefix of one (see 'queue list').")] }
     static var discussion: String? { ControlOptions.discussion }
 
+    var id: String
+    var control: ControlOptions
+
     init(arguments: ParsedArguments) throws {
-        self.init(id: arguments.positional(Self.positionals[0])[0], control: ControlOptions(arguments: arguments))
+        id = arguments.positional(Self.positionals[0])[0]
+        control = ControlOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
-        let response = try await control.send(Self.command(id), in: context)
+        let response = try await control.send(Verb.verb.command(id), in: context)
         if let download = response.download { context.output.line(DownloadLine.text(download)) }
         return .success
     }
 }
 
+/// The verbs of `queue pause|resume|cancel ID`: each one's abstract and the request it sends.
+enum QueueVerb: String, Sendable {
+    case pause, resume, cancel
+
+    var abstract: String {
+        switch self {
+        case .pause: "Pause a download; its resume data is kept, also across agent restarts."
+        case .resume: "Resume a paused (or resumably failed) download."
+        case .cancel: "Cancel a download and delete its partial file."
+        }
+    }
+
+    func command(_ id: String) -> ControlCommand {
+        switch self {
+        case .pause: .pause(id)
+        case .resume: .resume(id)
+        case .cancel: .cancel(id)
+        }
+    }
+}
+
+/// A type naming one `QueueVerb`, so that `QueueControlCommand` can be one command per verb.
+protocol QueueVerbName: Sendable { static var verb: QueueVerb { get } }
 /// `reachability queue pause ID`.
-struct QueuePauseCommand: QueueControlCommand {
-    static let name = "queue pause"
-    static let abstract = "Pause a download; its resume data is kept, also across agent restarts."
-    static func command(_ id: String) -> ControlCommand { .pause(id) }
-    var id: String
-    var control: ControlOptions
-}
-
+enum QueuePause: QueueVerbName { static let verb = QueueVerb.pause }
 /// `reachability queue resume ID`.
-struct QueueResumeCommand: QueueControlCommand {
-    static let name = "queue resume"
-    static let abstract = "Resume a paused (or resumably failed) download."
-    static func command(_ id: String) -> ControlCommand { .resume(id) }
-    var id: String
-    var control: ControlOptions
-}
-
+enum QueueResume: QueueVerbName { static let verb = QueueVerb.resume }
 /// `reachability queue cancel ID`.
-struct QueueCancelCommand: QueueControlCommand {
-    static let name = "queue cancel"
-    static let abstract = "Cancel a download and delete its partial file."
-    static func command(_ id: String) -> ControlCommand { .cancel(id) }
-    var id: String
-    var control: ControlOptions
-}
+enum QueueCancel: QueueVerbName { static let verb = QueueVerb.cancel }
+typealias QueuePauseCommand = QueueControlCommand<QueuePause>
+typealias QueueResumeCommand = QueueControlCommand<QueueResume>
+typealias QueueCancelCommand = QueueControlCommand<QueueCancel>
 
 /// `reachability agent status [--json]`.
 struct AgentStatusCommand: Command {

@@ -1,6 +1,5 @@
 import FoundationEssentials
 import Synchronization
-import Glibc
 import LinuxReachability
 import LinuxSystem
 

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import LinuxSystem
 
 /// A per-block checksum journal beside a download's resume record: what lets a restart after a

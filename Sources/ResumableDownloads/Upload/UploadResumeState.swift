@@ -14,38 +14,9 @@ package enum UploadProtocol: String, Codable, Sendable, CaseIterable {
     case put
 }
 
-/// What identifies the file being uploaded: a change of any of these ends the upload.
-package struct UploadFileIdentity: Codable, Sendable, Hashable {
-    package var size: Int64
-    /// Modification time in nanoseconds since 1970.
-    package var modified: Int64
-    package var device: UInt64
-    package var inode: UInt64
-
-    /// The identity `fstat` gives.
-    package init(_ status: FileStatus) {
-        size = status.size
-        modified = status.modified
-        device = status.device
-        inode = status.inode
-    }
-
-    /// An identity from its parts.
-    package init(size: Int64, modified: Int64, device: UInt64, inode: UInt64) {
-        self.size = size
-        self.modified = modified
-        self.device = device
-        self.inode = inode
-    }
-
-    /// How `status` differs from this identity, nil when it is the same file, unchanged.
-    package func change(to status: FileStatus) -> String? {
-        if status.device != device || status.inode != inode { return "it was replaced by another file" }
-        if status.size != size { return "its size went from \(size) to \(status.size) bytes" }
-        if status.modified != modified { return "it was modified" }
-        return nil
-    }
-}
+/// What identifies the file being uploaded: a change of any of these ends the upload
+/// (LinuxSystem's `FileIdentity`, under the name the upload code knows it by).
+package typealias UploadFileIdentity = FileIdentity
 
 /// Everything needed to continue an upload later: where the server keeps it, how much it
 /// acknowledged, which protocol, and which file (a changed file is refused). Encodable as JSON.

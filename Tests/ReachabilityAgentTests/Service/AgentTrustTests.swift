@@ -28,6 +28,13 @@ struct AgentTrustTests {
         #expect(!name.contains("/") && !name.hasPrefix(".") && name.utf8.count <= 200)
     }
 
+    /// `%` and two hex digits only: a sign or one digit is no escape (`UInt8("+f", radix: 16)` is
+    /// 15, and the name once decoded `%+f` to a control byte).
+    @Test func onlyTwoHexDigitsArePercentDecoded() {
+        #expect(AgentDestination.percentDecoded("a%2Eb%c3%a9") == "a.bé")
+        #expect(AgentDestination.percentDecoded("a%+fb%-1c%1") == "a%+fb%-1c%1")
+    }
+
     @Test func outputMustBeInAnAllowedDirectory() throws {
         let files = "/var/lib/reachability/files"
         let url = URL(string: "http://h/x.iso")!

@@ -53,6 +53,15 @@ struct HTTPWireTests {
         }
     }
 
+    @Test("percent-encoded octets: exactly two hex digits")
+    func percentEncodedOctets() {
+        #expect(HTTPWire.percentEncodedOctet(Array("2E".utf8)) == 0x2E)
+        #expect(HTTPWire.percentEncodedOctet(Array("ff".utf8)) == 0xFF)
+        for text in ["", "f", "+f", "-1", " 1", "1 ", "g0", "100", "0x"] {
+            #expect(HTTPWire.percentEncodedOctet(Array(text.utf8)) == nil, "\(text)")
+        }
+    }
+
     @Test("tokens and wire-safe values")
     func tokensAndValues() {
         #expect(HTTPWire.isToken("X-Custom_Header!#$%&'*+-.^`|~9"))
