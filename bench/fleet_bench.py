@@ -9,7 +9,8 @@ bridge towards the clients, no forwarding: clients reach the origin only through
 --clients client namespaces (10.77.2.10+). Caches, each started empty for every run:
 
   nginx   proxy_cache + slice 1m, proxy_cache_key $uri$is_args$args$slice_range,
-          proxy_set_header Range $slice_range, proxy_cache_lock on (docs/downloads.md)
+          proxy_set_header Range $slice_range, proxy_cache_lock on (docs/downloads.md), read from
+          Tests/Servers/nginx-slice-cache.conf.in, the file the tests (SiteCacheLab) run too
   squid   memory cache, range_offset_limit -1, quick_abort_min -1, collapsed_forwarding on
 
 Tools, every client at once, the proxy given as each tool takes it: reachability download with
