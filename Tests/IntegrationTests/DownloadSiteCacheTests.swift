@@ -24,6 +24,11 @@ struct DownloadSiteCacheTests {
         try site.serve(Self.versionA, at: "f.bin", modified: Self.stampA)
         try warm(site, through: Self.size - 1)
         try site.serve(Self.versionB, at: "f.bin", modified: Self.stampA.addingTimeInterval(100))
+        try await downloadsVersionA(through: site)
+    }
+
+    /// `download --proxy` of f.bin through `site`'s cache exits 0 with exactly version A.
+    private func downloadsVersionA(through site: SiteCacheLab) async throws {
         let directory = try F.Directory("cach")
         let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-o", "f.bin",
                                   "--proxy", SiteCacheLab.proxyURL, site.url("f.bin")],
@@ -125,13 +130,7 @@ struct DownloadSiteCacheTests {
         let site = try SiteCacheLab(cache: .squid, originRate: "2m")
         defer { site.close() }
         try site.serve(Self.versionA, at: "f.bin", modified: Self.stampA)
-        let directory = try F.Directory("cach")
-        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-o", "f.bin",
-                                  "--proxy", SiteCacheLab.proxyURL, site.url("f.bin")],
-                                 namespace: site.client, directory: directory.url)
-        defer { run.kill() }
-        #expect(await run.waitForExit(timeout: .seconds(60)) == 0, "\(run.transcript)")
-        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(Self.versionA), "\(run.transcript)")
+        try await downloadsVersionA(through: site)
         let requests = site.squidRequests
         // A head is about 400 bytes; a request ended before its body started carried no more.
         let headOnly = requests.filter { $0.result.contains("ABORTED") && $0.bytes < 2048 }
