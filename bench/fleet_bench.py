@@ -9,7 +9,8 @@ bridge towards the clients, no forwarding: clients reach the origin only through
 --clients client namespaces (10.77.2.10+). Caches, each started empty for every run:
 
   nginx   proxy_cache + slice 1m, proxy_cache_key $uri$is_args$args$slice_range,
-          proxy_set_header Range $slice_range, proxy_cache_lock on (docs/downloads.md)
+          proxy_set_header Range $slice_range, proxy_cache_lock on (docs/downloads.md), read from
+          Tests/Servers/nginx-slice-cache.conf.in, the file the tests (SiteCacheLab) run too
   squid   memory cache, range_offset_limit -1, quick_abort_min -1, collapsed_forwarding on
 
 Tools, every client at once, the proxy given as each tool takes it: reachability download with
@@ -43,6 +44,13 @@ from benchnet import ip, random_file, run, sha256_file  # noqa: E402
 
 PROXY = "http://10.77.2.1:3128"
 URL = "http://10.77.1.2/f.bin"
+
+
+def slice_cache_template(store):
+    """Tests/Servers/nginx-slice-cache.conf.in, the tests' configuration too, its store at `store`."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Tests", "Servers", "nginx-slice-cache.conf.in")
+    with open(path) as f:
+        return f.read().replace("@STORE@", store)
 
 
 def wait_listening(namespace, address, port, timeout=20):
@@ -123,24 +131,8 @@ class Fleet:
         os.makedirs(f"{p}/tmp", exist_ok=True)
         if kind == "nginx":
             with open(f"{p}/nginx.conf", "w") as f:
-                f.write(NGINX_PRELUDE.format(p=p) + "http {\n    access_log off;\n" + NGINX_TEMP.format(p=p) + f"""\
-    proxy_cache_path {p}/store levels=1:2 keys_zone=site:10m max_size=4g inactive=1h use_temp_path=off;
-    server {{
-        listen 10.77.2.1:3128;
-        location / {{
-            slice 1m;
-            proxy_cache site;
-            proxy_cache_key $uri$is_args$args$slice_range;
-            proxy_set_header Range $slice_range;
-            proxy_http_version 1.1;
-            proxy_cache_valid 200 206 1h;
-            proxy_cache_lock on;
-            proxy_cache_lock_timeout 120s;
-            proxy_pass http://10.77.1.2:80;
-        }}
-    }}
-}}
-""")
+                f.write(NGINX_PRELUDE.format(p=p) + "http {\n    access_log off;\n" + NGINX_TEMP.format(p=p)
+                        + slice_cache_template(f"{p}/store") + "}\n")
             argv = ["nginx", "-c", f"{p}/nginx.conf", "-p", f"{p}/", "-e", f"{p}/error.log"]
         else:
             with open(f"{p}/squid.conf", "w") as f:

@@ -17,14 +17,27 @@ struct AgentJobSourcesTests: DownloadScenarios {
     static func requests(_ server: DownloadTestNginx) -> Int { server.loggedRequests.count }
 
     @Test func mirrorsAndPieceHashesOutliveASIGKILL() throws {
-        let mirrors = try MirrorSegmentsTests.Mirrors(seed: 3441)
+        try mirrorsAndPiecesOutliveASIGKILL(pieceLength: 256 << 10, seed: 3441)
+    }
+
+    /// A Metalink of 12,288 pieces (2 KiB each over 24 MiB), more than the record holds
+    /// (`JobSources.maximumPieces`, 8192): they live in a side file beside the record, read back
+    /// (and checked against the digest the record keeps) by the restarted agent, and removed with
+    /// the record once the job completes.
+    @Test func moreThan8192PieceHashesOutliveASIGKILL() throws {
+        try mirrorsAndPiecesOutliveASIGKILL(pieceLength: 2 << 10, seed: 3443)
+    }
+
+    private func mirrorsAndPiecesOutliveASIGKILL(pieceLength: Int, seed: UInt64) throws {
+        let mirrors = try MirrorSegmentsTests.Mirrors(seed: seed)
         defer { mirrors.stop() }
         let namespace = try ConnectedNamespace()
         let directory = try F.Directory("srcs34d")
         try AgentTests.allowDownloads(into: directory)
         // The bad mirror first: it is the job's URL, so the record would name it alone.
         try Data(DownloadMetalinkTests.metalink(name: "f.bin", content: mirrors.content, wholeHash: false,
-                                                urls: [(mirrors.badURL, 1), (mirrors.fastURL, 2), (mirrors.slowURL, 3)]).utf8)
+                                                urls: [(mirrors.badURL, 1), (mirrors.fastURL, 2), (mirrors.slowURL, 3)],
+                                                pieceLength: pieceLength).utf8)
             .write(to: directory.file("f.meta4"))
         var first: AgentProcess? = try AgentProcess(stateDirectory: directory.file("state"), arguments: ["--netns", namespace.name])
         defer { first?.stop() }
@@ -33,6 +46,10 @@ struct AgentJobSourcesTests: DownloadScenarios {
         #expect(added.status == 0, "\(added)")
         #expect(F.waitSync(timeout: .seconds(30)) { (try? first!.list())?.first.map { ($0["bytesReceived"] as? Int ?? 0) > 2 << 20 } == true },
                 "\(first!.output)")
+        let pieceFiles = { (try? FileManager.default.contentsOfDirectory(atPath: directory.file("state/records").path))?
+            .filter { $0.hasSuffix(".pieces") } ?? [] }
+        let isLarge = mirrors.content.count / pieceLength > JobSources.maximumPieces
+        #expect(pieceFiles().count == (isLarge ? 1 : 0), "over 8192 piece hashes are kept beside the record: \(pieceFiles())")
         first!.stop()   // SIGKILL
         first = nil
         let before = (fast: Self.requests(mirrors.fast), slow: Self.requests(mirrors.slow), bad: Self.requests(mirrors.bad))
@@ -48,6 +65,8 @@ struct AgentJobSourcesTests: DownloadScenarios {
         let dropped = AgentSetURLTests.events(second, "sourceDropped")
         #expect(after.bad == 0 || dropped.contains { ($0["reason"] as? String ?? "").contains("failed a piece hash") },
                 "bad asked \(after.bad) times after the restart, dropped: \(dropped)")
+        #expect(!second.output.contains("invalid resume record"), "the record and its side file were read back: \(second.output)")
+        #expect(F.waitSync(timeout: .seconds(10)) { pieceFiles().isEmpty }, "the side file goes with the record: \(pieceFiles())")
         _ = second.terminate()
     }
 

@@ -257,7 +257,8 @@ struct AgentTests: DownloadScenarios {
         }
         try #require(connected == 0)
         var oversized = Data(#"{"version":1,"command":"list","pad":""#.utf8)
-        oversized.append(Data(repeating: UInt8(ascii: "x"), count: 100 << 10))
+        // Past ControlProtocol.maximumRequestSize (12 MiB: room for an add's piece hashes).
+        oversized.append(Data(repeating: UInt8(ascii: "x"), count: (12 << 20) + (100 << 10)))
         oversized.append(Data("\"}\n".utf8))
         let requests = [Data("this is not json\n".utf8), Data(#"{"version":9,"id":"v","command":"list"}"#.utf8 + [10]),
                         Data(#"{"version":1,"id":3,"command":"reboot"}"#.utf8 + [10]), oversized,

@@ -13,8 +13,8 @@ import TestSupport
        .needsNginx)
 struct DownloadMetalinkTests: DownloadScenarios {
 
-    static func metalink(name: String, content: Data, wholeHash: Bool, urls: [(String, Int)]) -> String {
-        let pieceLength = 256 << 10
+    static func metalink(name: String, content: Data, wholeHash: Bool, urls: [(String, Int)],
+                         pieceLength: Int = 256 << 10) -> String {
         let pieces = stride(from: 0, to: content.count, by: pieceLength).map {
             "<hash>\(F.sha256(content.subdata(in: $0..<min($0 + pieceLength, content.count))))</hash>"
         }.joined()

@@ -79,6 +79,25 @@ public final class SiteCacheLab: Sendable {
         return text.split(separator: "\n").compactMap { $0.split(separator: " ").dropFirst().first.flatMap { Int($0) } }.reduce(0, +)
     }
 
+    /// One request squid logged (`.squid` only): its result (`TCP_MISS/206`, `TCP_MISS_ABORTED/206`,
+    /// ...), bytes sent to the client with the head, and its `Range` header.
+    public struct SquidRequest: Sendable, CustomStringConvertible {
+        public var result: String
+        public var bytes: Int
+        public var range: String
+        public var description: String { "\(result) \(bytes) \(range)" }
+    }
+
+    /// The requests squid logged so far (finished or aborted ones; squid logs a request when it ends).
+    public var squidRequests: [SquidRequest] {
+        let text = (try? String(contentsOf: directory.appendingPathComponent("squid/access.log"), encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count >= 7, let bytes = Int(fields[4]) else { return nil }
+            return SquidRequest(result: String(fields[3]), bytes: bytes, range: fields[6...].joined(separator: " "))
+        }
+    }
+
     /// Kills the servers and removes the namespaces and files.
     public func close() {
         lab.close()
@@ -118,28 +137,20 @@ public final class SiteCacheLab: Sendable {
         http {
             access_log off;
         \(DownloadFixtures.nginxTemporaryPaths(prefix: p))
-            proxy_cache_path \(p)/store levels=1:2 keys_zone=site:10m max_size=2g inactive=1h use_temp_path=off;
-            server {
-                listen 10.77.2.1:3128;
-                location / {
-                    slice 1m;
-                    proxy_cache site;
-                    proxy_cache_key $uri$is_args$args$slice_range;
-                    proxy_set_header Range $slice_range;
-                    proxy_http_version 1.1;
-                    proxy_cache_valid 200 206 1h;
-                    proxy_cache_lock on;
-                    proxy_cache_lock_timeout 60s;
-                    proxy_pass http://10.77.1.2:80;
-                    add_header X-Cache $upstream_cache_status;
-                }
-            }
+        \(try Self.sliceCacheTemplate(store: p + "/store"))
         }
         """
         try configuration.write(toFile: p + "/nginx.conf", atomically: true, encoding: .utf8)
         _ = try lab.spawn(["ip", "netns", "exec", cacheNamespace, "/usr/sbin/nginx", "-c", p + "/nginx.conf", "-p", p + "/",
                            "-e", p + "/error.log"])
         try waitForListener(in: cacheNamespace, address: "10.77.2.1", port: 3128, log: p + "/error.log")
+    }
+
+    /// Tests/Servers/nginx-slice-cache.conf.in (bench/fleet_bench.py reads it too), its store at `store`.
+    static func sliceCacheTemplate(store: String) throws -> String {
+        let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Servers/nginx-slice-cache.conf.in")
+        return try String(contentsOf: file, encoding: .utf8).replacingOccurrences(of: "@STORE@", with: store)
     }
 
     /// squid of docs/downloads.md: memory cache only, ranges widened to the whole object.
@@ -158,7 +169,8 @@ public final class SiteCacheLab: Sendable {
         collapsed_forwarding on
         refresh_pattern . 60 20% 4320
         pid_filename none
-        access_log stdio:\(p)/access.log
+        logformat ranges %ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm "%{Range}>h"
+        access_log stdio:\(p)/access.log ranges
         cache_log \(p)/cache.log
         cache_store_log none
         coredump_dir \(p)

@@ -13,7 +13,11 @@ package enum ControlProtocol {
     /// The only version spoken; a request with another one gets `unsupportedVersion`.
     package static let version = 1
     /// Longest request line accepted; longer ones are answered with `tooLarge` and skipped.
-    package static let maximumRequestSize = 64 << 10
+    /// An `add` of a Metalink carries its piece hashes (67 bytes each in JSON: 64 KiB held fewer
+    /// than 1,000, a 1 GiB file in 1 MiB pieces) and mirrors: room for `PieceFile.maximumCount`
+    /// hashes and the most mirrors. Only the agent's own user (or root) may send one, and each
+    /// connection reads one line at a time, so this bounds what one of that user's connections holds.
+    package static let maximumRequestSize = 12 << 20
     /// The `rows` a `list` may ask for (`queue list` asks for 100 unless `--all`).
     package static let listRows = 1...1_000_000
     /// Longest `clientKey` accepted.

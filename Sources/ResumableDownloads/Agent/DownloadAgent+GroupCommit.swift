@@ -14,6 +14,10 @@ extension DownloadAgent {
             try record.write(to: directory)
             return false
         }
+        // Piece hashes kept beside the record are written first (at once: a large job is rare).
+        if let pieceFile = record.sources?.pieceFile, let pieces = record.sources?.pieceHashes {
+            try pieceFile.store(pieces, for: record.id, in: directory)
+        }
         let bytes = try Array(ResumeRecord.encoder().encode(record))
         let id = record.id
         writes.begin()

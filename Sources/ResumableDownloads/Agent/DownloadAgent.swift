@@ -462,8 +462,15 @@ public actor DownloadAgent {
         if let length = options.expectedLength { record.expectedLength = length }
         record.allowsExpensive = options.allowsExpensive
         record.adoptPolicy(of: options)
+        let previous = record
         record.sources = JobSources(options)
-        if let state = try? stateDirectory() { try? record.write(to: state) }
+        if let state = try? stateDirectory() {
+            // Piece hashes given anew (another Metalink): the old side file goes once the record
+            // naming the new one is written.
+            if (try? record.write(to: state)) != nil, previous.sources?.pieceFile != record.sources?.pieceFile {
+                PartialFile.removePieceFile(of: previous, in: state)
+            }
+        }
         let download = restore(record, sourcesFrom: options)
         schedule()
         return download

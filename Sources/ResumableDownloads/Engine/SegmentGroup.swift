@@ -83,7 +83,14 @@ final class SegmentGroup {
         self.callbacks = callbacks
         self.segmentation = segmentation
         host = Self.hostKey(template.url)
-        planner = SegmentPlanner(configuration: segmentation.configuration)
+        var configuration = segmentation.configuration
+        if ProxyEnvironment.proxy(for: template.url, explicit: template.settings.proxy) != nil {
+            // A connection added through a caching proxy gets its head at once and its body when
+            // the cache's fill reaches its range (`StallDetector.proxiedBodyStart`): judged
+            // without it after two seconds, it was closed with its head alone and added again.
+            configuration.firstByteTimeout = max(configuration.firstByteTimeout, StallDetector.proxiedBodyStart)
+        }
+        planner = SegmentPlanner(configuration: configuration)
         interfacePaths = segmentation.paths
         lastProgress = now
         lastTick = now

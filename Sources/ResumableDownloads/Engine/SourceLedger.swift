@@ -14,11 +14,17 @@ public struct PieceHashes: Sendable, Hashable, Codable {
     /// Pieces of `length` bytes for a file of `fileLength`; nil when they do not cover it exactly.
     public init?(length: Int64, sha256: [String], fileLength: Int64) {
         guard length > 0, fileLength >= 0, !sha256.isEmpty,
-              Int64(sha256.count) == (fileLength + length - 1) / length,
+              Int64(sha256.count) == Self.pieceCount(length: length, fileLength: fileLength),
               sha256.allSatisfy({ $0.count == 64 && $0.allSatisfy(\.isHexDigit) }) else { return nil }
         self.length = length
         self.sha256 = sha256.map { $0.lowercased() }
         self.fileLength = fileLength
+    }
+
+    /// Pieces of `length` (> 0) bytes in a file of `fileLength` (>= 0) bytes, without the
+    /// overflow `(fileLength + length - 1) / length` has for a hostile length near `Int64.max`.
+    static func pieceCount(length: Int64, fileLength: Int64) -> Int64 {
+        fileLength / length + (fileLength % length == 0 ? 0 : 1)
     }
 
     private enum CodingKeys: String, CodingKey { case length, sha256, fileLength }

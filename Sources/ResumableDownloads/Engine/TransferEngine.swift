@@ -243,7 +243,9 @@ final class TransferEngine: @unchecked Sendable {
         let now = ContinuousClock.now
         let transfer = Transfer(id: id, request: request, file: file, callbacks: callbacks,
                                 stall: StallDetector(minimum: request.settings.stallSuspicion,
-                                                     maximum: request.settings.stallTimeout, now: now))
+                                                     maximum: request.settings.stallTimeout, now: now,
+                                                     isProxied: ProxyEnvironment.proxy(for: request.url,
+                                                                                       explicit: request.settings.proxy) != nil))
         transfer.rate = request.settings.maximumBytesPerSecond.map(ReceiveRateLimiter.init)
         transfer.group = group
         transfer.member = member

@@ -172,6 +172,7 @@ final class PartialFile: Sendable {
         }
         try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
         try? stateDirectory.remove(BlockJournal.fileName(for: record.id))
+        removePieceFile(of: record, in: stateDirectory)
         try? stateDirectory.sync()
     }
 
@@ -683,6 +684,7 @@ final class PartialFile: Sendable {
         journal.withLock { $0?.remove() }
         if state.withLock({ $0.record.onComplete.map { $0.step == .done } ?? true }) {
             try? stateDirectory.remove(recordName)
+            Self.removePieceFile(of: record, in: stateDirectory)
         }
     }
 
@@ -694,6 +696,11 @@ final class PartialFile: Sendable {
             state.withLock { $0.record.onComplete?.step = step }
             try writeRecord()
         }
+    }
+
+    /// Removes the side file of piece hashes the record names (`PieceFile`), with the record.
+    static func removePieceFile(of record: ResumeRecord, in stateDirectory: CheckedDirectory) {
+        if let pieceFile = record.sources?.pieceFile { try? stateDirectory.remove(pieceFile.fileName(for: record.id)) }
     }
 
     /// Whether `record` belongs to a download that finished before a crash: its partial file is
@@ -717,6 +724,7 @@ final class PartialFile: Sendable {
         // A record whose --on-complete run is not done stays for that run (issue 32).
         if record.onComplete.map({ $0.step == .done }) ?? true {
             try? stateDirectory.remove(ResumeRecord.fileName(for: record.id))
+            removePieceFile(of: record, in: stateDirectory)
         }
         try? stateDirectory.sync()
         return true
@@ -730,6 +738,7 @@ final class PartialFile: Sendable {
             // By descriptor-relative name, and only while the name still is our file.
             try? destinationDirectory.remove(partialName, ifSameAs: fileStatus)
             try? stateDirectory.remove(recordName)
+            Self.removePieceFile(of: record, in: stateDirectory)
             try? stateDirectory.sync()
         }
     }

@@ -248,12 +248,17 @@ struct ResumeRecord: Sendable, Hashable {
     }
 
     /// Records are small; anything larger is not one of ours. Most of this room is for a job's
-    /// own sources (`JobSources`: up to 8192 piece hashes and 256 mirrors); others stay a few KiB.
+    /// own sources (`JobSources`: up to 8192 piece hashes, more in a side file, and 256 mirrors);
+    /// others stay a few KiB.
     static let maximumSize = 4 << 20
 
     /// Writes the record atomically and durably into `directory` (temp file created with O_EXCL,
     /// fsync, rename, fsync of the directory): a crash leaves the old or the new record.
     func write(to directory: CheckedDirectory) throws {
+        // The side file first: a record never names piece hashes that are not on disk.
+        if let pieceFile = job.sources?.pieceFile, let pieces = job.sources?.pieceHashes {
+            try pieceFile.store(pieces, for: state.id, in: directory)
+        }
         let data = try Self.encoder().encode(self)
         do { try directory.writeAtomically(Array(data), to: Self.fileName(for: state.id)) } catch { throw DownloadError.file(error) }
     }
@@ -263,7 +268,12 @@ struct ResumeRecord: Sendable, Hashable {
         let bytes: [UInt8]
         do { bytes = try directory.readOwnedFile(name, limit: maximumSize) } catch { throw DownloadError.file(error) }
         var record = try decode(Data(bytes))
-        do { try record.validate(name: name) } catch {
+        do {
+            try record.validate(name: name)
+            if let pieceFile = record.job.sources?.pieceFile {
+                record.job.sources?.pieceHashes = try pieceFile.load(for: record.state.id, in: directory)
+            }
+        } catch {
             throw DownloadError.fileSystem.with(description: "invalid resume record \(directory.child(name)): \(error)")
         }
         record.expectedSHA256 = record.expectedSHA256.flatMap(SHA256.normalizedHexDigest)

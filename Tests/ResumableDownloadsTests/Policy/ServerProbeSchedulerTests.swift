@@ -220,6 +220,34 @@ struct RecoveryPartsTests {
         #expect(!dying.isLearning && dying.interval == .seconds(1))
     }
 
+    /// Between a head and its first body byte: a direct server is suspected after the learning
+    /// minimum, as before; through a proxy (squid holding a range's body until its one fetch of
+    /// the object reaches it) only after `proxiedBodyStart`. Once the body flows, a proxied
+    /// transfer is judged like any other.
+    @Test func aProxysSilenceAfterTheHeadIsACacheFillingNotAStall() {
+        let head = t0 + .milliseconds(50)
+        var direct = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0)
+        direct.restart(at: head)
+        #expect(direct.deadline == head + .seconds(2), "direct: unchanged")
+
+        var proxied = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0, isProxied: true)
+        proxied.restart(at: head)
+        #expect(proxied.deadline == head + StallDetector.proxiedBodyStart)
+        #expect(StallDetector.proxiedBodyStart >= .seconds(10))
+        let body = head + .seconds(7)
+        Self.steady(&proxied, from: body, to: body + .seconds(4), every: .milliseconds(10))
+        #expect(proxied.interval == .seconds(1), "once the body flows, the pace rules: \(proxied.interval)")
+        #expect(proxied.deadline == body + .seconds(4) + .seconds(1))
+
+        // Never past the stall timeout; a false alarm doubles the wait.
+        var capped = StallDetector(minimum: .seconds(1), maximum: .seconds(8), now: t0, isProxied: true)
+        capped.restart(at: head)
+        #expect(capped.interval == .seconds(8))
+        var alarmed = StallDetector(minimum: .seconds(1), maximum: .seconds(30), now: t0, isProxied: true)
+        alarmed.falseAlarm()
+        #expect(alarmed.interval == StallDetector.proxiedBodyStart * 2)
+    }
+
     // MARK: race turns
 
     static let host = "http://server:80"

@@ -170,6 +170,100 @@ struct ResumeRecordTests {
         #expect(JobSources(options) == JobSources(mirrors: options.mirrors))
     }
 
+    /// Piece hashes beyond the record's 8192 go to a side file beside it, written once, and come
+    /// back whole after a restart: the record keeps the side file's digest, not the hashes.
+    @Test func manyPieceHashesLiveInASideFileAndComeBack() throws {
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
+        var record = sample()
+        let count = 9000
+        let digests = (0..<count).map { SHA256.hex(Array("piece \($0)".utf8)) }
+        let pieces = try #require(PieceHashes(length: 1024, sha256: digests, fileLength: Int64(count) * 1024 - 100))
+        var options = DownloadOptions()
+        options.pieceHashes = pieces
+        record.sources = JobSources(options)
+        let file = try #require(record.sources?.pieceFile, "over 8192 hashes get a side file")
+        try record.write(to: state)
+        let name = ResumeRecord.fileName(for: record.id)
+        let names = try FileManager.default.contentsOfDirectory(atPath: url.path).sorted()
+        #expect(names == [name, file.fileName(for: record.id)].sorted())
+        let recordSize = try #require(try FileManager.default.attributesOfItem(atPath: url.path + "/" + name)[.size] as? Int)
+        #expect(recordSize < 8 << 10, "the record stays small: \(recordSize) bytes")
+        let read = try ResumeRecord.read(name, in: state)
+        #expect(read.sources?.pieceHashes == pieces)
+        #expect(read == record)
+        // Written once: a checkpoint leaves the side file alone.
+        let before = try FileManager.default.attributesOfItem(atPath: url.path + "/" + file.fileName(for: record.id))[.modificationDate] as? Date
+        record.verifiedOffset = 900
+        try record.write(to: state)
+        let after = try FileManager.default.attributesOfItem(atPath: url.path + "/" + file.fileName(for: record.id))[.modificationDate] as? Date
+        #expect(before == after)
+        // Up to 8192 stay in the record, as before.
+        options.pieceHashes = try #require(PieceHashes(length: 1024, sha256: Array(digests.prefix(8192)), fileLength: 8192 * 1024))
+        #expect(JobSources(options)?.pieceFile == nil && JobSources(options)?.pieceHashes == options.pieceHashes)
+    }
+
+    /// A side file of piece hashes is read back as input: edited, cut, grown, swapped for
+    /// another job's, replaced by a link or missing, it is refused (and its record with it:
+    /// moved aside by the agent) without a crash; and a record naming impossible counts or
+    /// lengths is refused before any file is opened.
+    @Test(arguments: ["edited", "cut", "grown", "swapped", "link", "missing", "fifo"])
+    func aHostilePieceFileIsRefused(_ attack: String) throws {
+        let (state, url, scratch) = try state()
+        defer { withExtendedLifetime(scratch) {} }
+        func pieces(_ seed: Int) throws -> PieceHashes {
+            try #require(PieceHashes(length: 1024, sha256: (0..<8200).map { SHA256.hex(Array("\(seed) \($0)".utf8)) },
+                                     fileLength: 8200 * 1024))
+        }
+        var record = sample()
+        var options = DownloadOptions()
+        options.pieceHashes = try pieces(1)
+        record.sources = JobSources(options)
+        try record.write(to: state)
+        let side = url.path + "/" + record.sources!.pieceFile!.fileName(for: record.id)
+        var bytes = try #require(FileManager.default.contents(atPath: side))
+        switch attack {
+        case "edited": bytes[bytes.count - 10] = bytes[bytes.count - 10] == UInt8(ascii: "a") ? UInt8(ascii: "b") : UInt8(ascii: "a")
+        case "cut": bytes = bytes.prefix(bytes.count - 65)
+        case "grown": bytes += Data(repeating: UInt8(ascii: "0"), count: 65)
+        case "swapped": bytes = Data(PieceFile.bytes(try pieces(2)))
+        default: break
+        }
+        unlink(side)
+        switch attack {
+        case "link":
+            let elsewhere = url.path + "-elsewhere.pieces"
+            FileManager.default.createFile(atPath: elsewhere, contents: bytes)
+            symlink(elsewhere, side)
+        case "fifo": mkfifo(side, 0o600)
+        case "missing": break
+        default: FileManager.default.createFile(atPath: side, contents: bytes, attributes: [.posixPermissions: 0o600])
+        }
+        #expect(throws: (any Error).self, "\(attack)") { try ResumeRecord.read(ResumeRecord.fileName(for: record.id), in: state) }
+    }
+
+    @Test func impossiblePieceFileReferencesAreRefusedWithoutACrash() throws {
+        let id = UUID()
+        for (count, length, fileLength, digest) in [(9000, Int64(1024), Int64(9000 * 1024), "xyz"),
+                                                     (9000, Int64(2), Int64.max, Self.digest),
+                                                     (Int.max, Int64(1), Int64.max, Self.digest),
+                                                     (-1, Int64(1024), Int64(1), Self.digest),
+                                                     (9000, Int64(0), Int64(1), Self.digest),
+                                                     (9000, Int64(1024), Int64(-5), Self.digest),
+                                                     (100, Int64(1024), Int64(100 * 1024), Self.digest)] {
+            var record = sample(id: id)
+            var sources = JobSources()
+            sources.pieceFile = PieceFile(length: length, fileLength: fileLength, count: count, sha256: digest)
+            record.sources = sources
+            #expect(throws: ResumeRecord.Invalid.self, "\(count) \(length) \(fileLength)") {
+                try record.validate(name: ResumeRecord.fileName(for: id))
+            }
+        }
+        // The piece count of a hostile length near Int64.max no longer overflows.
+        #expect(PieceHashes(length: 2, sha256: [Self.digest], fileLength: .max) == nil)
+        #expect(PieceHashes(length: .max, sha256: [Self.digest], fileLength: .max) != nil)
+    }
+
     @Test func rangesAndSeamsRoundTripAndDescribeTheDurableBytes() throws {
         let id = UUID()
         var record = sample(id: id)
