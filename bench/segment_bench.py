@@ -407,7 +407,8 @@ def measure_transfer(args, scenario, rate):
             base = [tool for tool in args.peers.split(",") if tool]
         else:
             base = ["curl", "aria2c", "aria2c-x16"] if scenario == "capped" else ["curl", "curl+sync", "aria2c-x16"]
-        tools = tools_for(args, base) + (["baseline"] if args.baseline else [])
+        # The other build runs each --ours variant too, so each row has its A/B beside it.
+        tools = tools_for(args, base) + ([("baseline " + variant).strip() for variant in args.ours] if args.baseline else [])
         for run in range(args.runs):
             order = tools[:]
             random.Random(args.seed + run).shuffle(order)
@@ -893,7 +894,8 @@ def main():
     parser.add_argument("--cut-at", type=float, default=0.3)
     parser.add_argument("--cut-seconds", type=float, default=3.0)
     parser.add_argument("--ours", action="append", help="extra reachability arguments (repeatable; '' = defaults)")
-    parser.add_argument("--baseline", help="another reachability build measured as 'baseline' (capped, unthrottled)")
+    parser.add_argument("--baseline", help="another reachability build measured as 'baseline' with each --ours "
+                        "variant (capped, unthrottled)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--seed", type=int, default=18)
     parser.add_argument("--peers", help="capped/unthrottled: the other tools, comma-separated (default: curl, aria2c, "
