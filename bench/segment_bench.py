@@ -328,14 +328,37 @@ def clean_outputs(out, state):
     shutil.rmtree(state, ignore_errors=True)
 
 
+class Finished:
+    """A finished command: exit status, output, and the CPU time it and its children used."""
+
+    def __init__(self, returncode, stdout, stderr, cpu):
+        self.returncode, self.stdout, self.stderr, self.cpu = returncode, stdout, stderr, cpu
+
+
 def run_timed(lab, argv, timeout):
+    """Runs `argv` in the client namespace: (Finished, wall seconds, most connections at once).
+    The CPU time (user + system) comes from wait4 on the command (`ip netns exec` execs it), so
+    it counts the tool and the children it waited for (curl and sync under `sh`), not the
+    sampler's `ss` runs."""
     sampler = ConnectionSampler(lab)
     sampler.start()
-    start = time.monotonic()
-    proc = subprocess.run(["ip", "netns", "exec", lab.client] + argv, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "NO_COLOR": "1"})
-    elapsed = time.monotonic() - start
-    return proc, elapsed, sampler.stop()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(["ip", "netns", "exec", lab.client] + argv, stdout=out, stderr=err,
+                                env={**os.environ, "NO_COLOR": "1"})
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        elapsed = time.monotonic() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        finished = Finished(proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                            {"user": usage.ru_utime, "sys": usage.ru_stime})
+    return finished, elapsed, sampler.stop()
 
 
 def tools_for(args, base):
@@ -384,7 +407,8 @@ def measure_transfer(args, scenario, rate):
             base = [tool for tool in args.peers.split(",") if tool]
         else:
             base = ["curl", "aria2c", "aria2c-x16"] if scenario == "capped" else ["curl", "curl+sync", "aria2c-x16"]
-        tools = tools_for(args, base) + (["baseline"] if args.baseline else [])
+        # The other build runs each --ours variant too, so each row has its A/B beside it.
+        tools = tools_for(args, base) + ([("baseline " + variant).strip() for variant in args.ours] if args.baseline else [])
         for run in range(args.runs):
             order = tools[:]
             random.Random(args.seed + run).shuffle(order)
@@ -400,8 +424,10 @@ def measure_transfer(args, scenario, rate):
                     print(f"# {tool}: exit {proc.returncode}: {proc.stderr[-500:]}", file=sys.stderr)
                 results.append({"tool": tool, "run": run, "seconds": elapsed, "ok": ok, "most": most,
                                 "opened": len({row[0] for row in log}), "requests": len(log),
-                                "sent": sum(row[2] for row in log), "size": size, "load": max(before, load())})
-                print(f"# {scenario} run {run + 1} {tool}: {elapsed:.2f} s, {most} at once, "
+                                "sent": sum(row[2] for row in log), "size": size, "load": max(before, load()),
+                                "user": proc.cpu["user"], "sys": proc.cpu["sys"]})
+                print(f"# {scenario} run {run + 1} {tool}: {elapsed:.2f} s (user {proc.cpu['user']:.2f} s, "
+                      f"sys {proc.cpu['sys']:.2f} s), {most} at once, "
                       f"{results[-1]['opened']} opened, {len(log)} requests, load {results[-1]['load']:.1f}, ok={ok}",
                       file=sys.stderr, flush=True)
                 if args.trace:
@@ -439,6 +465,16 @@ def report_transfer(scenario, results, args):
               f"| {max(r['most'] for r in rows)} | {max(r['opened'] for r in rows)} "
               f"| {max(r['sent'] for r in rows) / rows[0]['size']:.3f} | {max(r['load'] for r in rows):.1f} "
               f"| {'ok' if all(r['ok'] for r in rows) else 'WRONG'} |")
+    # CPU time (user + system, from wait4): what each tool does per byte, which the machine's
+    # load does not change as much as it changes the wall time.
+    print("\n| tool | CPU user+sys: worst | median | best | user (median) | sys (median) |")
+    print("|---|---|---|---|---|---|")
+    for tool in tools:
+        rows = [r for r in results if r["tool"] == tool and "user" in r]
+        if rows:
+            cpu = sorted(r["user"] + r["sys"] for r in rows)
+            print(f"| {tool} | {cpu[-1]:.2f} s | {statistics.median(cpu):.2f} s | {cpu[0]:.2f} s "
+                  f"| {statistics.median(r['user'] for r in rows):.2f} s | {statistics.median(r['sys'] for r in rows):.2f} s |")
     loads = [r["load"] for r in results]
     print(f"\nLoad average (1 min) over the runs: {min(loads):.1f}-{max(loads):.1f} "
           f"(the machine is shared: other builds and tests ran meanwhile).")
@@ -858,7 +894,8 @@ def main():
     parser.add_argument("--cut-at", type=float, default=0.3)
     parser.add_argument("--cut-seconds", type=float, default=3.0)
     parser.add_argument("--ours", action="append", help="extra reachability arguments (repeatable; '' = defaults)")
-    parser.add_argument("--baseline", help="another reachability build measured as 'baseline' (capped, unthrottled)")
+    parser.add_argument("--baseline", help="another reachability build measured as 'baseline' with each --ours "
+                        "variant (capped, unthrottled)")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--seed", type=int, default=18)
     parser.add_argument("--peers", help="capped/unthrottled: the other tools, comma-separated (default: curl, aria2c, "

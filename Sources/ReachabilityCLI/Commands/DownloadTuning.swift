@@ -26,7 +26,11 @@ struct DownloadTuning: Sendable, Equatable {
     func apply(to configuration: inout DownloadAgent.Configuration) {
         if let stallTimeout { configuration.stallTimeout = stallTimeout }
         if let connectTimeout { configuration.connectTimeout = connectTimeout }
-        if let checkpointBytes { configuration.checkpointInterval = checkpointBytes }
+        if let checkpointBytes {
+            // A test asking for a checkpoint every N bytes gets exactly that, however fast.
+            configuration.checkpointInterval = checkpointBytes
+            configuration.checkpointSpacing = .zero
+        }
         if let maximumFailures { configuration.maximumConsecutiveFailures = maximumFailures }
     }
 }

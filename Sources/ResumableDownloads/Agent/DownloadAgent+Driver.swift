@@ -91,26 +91,8 @@ extension DownloadAgent {
     /// Runs a download until it completes, fails, or is paused, cancelled or shut down: feeds its
     /// `DownloadStateMachine` every input, one at a time, and carries out the actions it answers.
     func drive(_ id: UUID, inputs: AsyncStream<DriverInput>, mailbox: AsyncStream<DriverInput>.Continuation) async {
-        guard let entry = entries[id] else { return }
+        guard let entry = entries[id], let file = openPartialFile(id, entry) else { return }
         let download = entry.download
-        let file: PartialFile
-        do {
-            let state = try stateDirectory()
-            if PartialFile.finishedBefore(entry.record, stateDirectory: state) {
-                // Killed between renaming the verified file into place and removing its record.
-                finishRestored(id, entry.record)
-                return
-            }
-            let highWater = max(256 << 10, configuration.writeBufferLimit)
-            var limits = PartialFile.Limits(highWater: highWater, lowWater: highWater / 4,
-                                            checkpointInterval: max(1 << 20, configuration.checkpointInterval))
-            limits.afterRename = configuration.afterRenameHook
-            file = try PartialFile(record: entry.record, stateDirectory: state, limits: limits)
-        } catch {
-            let failure = error as? DownloadError ?? .fileSystem.with(description: "\(error)")
-            endDriver(id, failure: failure)
-            return
-        }
         entries[id]?.file = file
         download.report(bytesReceived: file.writtenBytes, totalBytes: file.record.totalLength, resetRate: true)
         let driver = DriverResources(id: id, download: download, file: file, host: Self.hostKey(entry.record.url),
@@ -132,27 +114,55 @@ extension DownloadAgent {
                 if let waited { probes.recordAnswerTime(waited, host: driver.host) }
                 actions = machine.handle(.responseStarted(attempt: attempt), now: now)
             case .attemptEnded(let attempt, let outcome):
-                if outcome.disablesSegments, !driver.segmentsDisabled {
-                    driver.segmentsDisabled = true
-                    configuration.logger.info("segments off: the server answers ranges inconsistently",
-                                              metadata: ["id": driver.id.uuidString])
-                }
-                driver.download.report(connections: DownloadConnections())
-                driver.lastAttemptFailed = switch outcome.result {
-                case .completed, .aborted: false
-                default: true
-                }
-                if let forgotten = driver.sources?.takeForgets(), !forgotten.isEmpty {
-                    // A mirror's bytes proved wrong: they are fetched again (after the queued writes).
-                    await driver.file.settled()
-                    do { try await driver.file.forget(forgotten) } catch {}
-                }
-                let result = await checkpoint(after: outcome, attempt: attempt, driver)
+                let result = await attemptEnded(attempt, outcome, driver)
                 actions = machine.handle(.attemptEnded(attempt: attempt, result, file: driver.facts,
                                                        received: outcome.bytesReceived),
                                          now: .now, random: .random(in: 0...1))
             }
         }
+    }
+
+    /// Opens the download's partial file; nil when the driver ended instead (the file was
+    /// finished before a crash, or cannot be opened).
+    private func openPartialFile(_ id: UUID, _ entry: Entry) -> PartialFile? {
+        do {
+            let state = try stateDirectory()
+            if PartialFile.finishedBefore(entry.record, stateDirectory: state) {
+                // Killed between renaming the verified file into place and removing its record.
+                finishRestored(id, entry.record)
+                return nil
+            }
+            let highWater = max(256 << 10, configuration.writeBufferLimit)
+            var limits = PartialFile.Limits(highWater: highWater, lowWater: highWater / 4,
+                                            checkpointInterval: max(1 << 20, configuration.checkpointInterval))
+            limits.afterRename = configuration.afterRenameHook
+            limits.checkpointSpacing = configuration.checkpointSpacing
+            return try PartialFile(record: entry.record, stateDirectory: state, limits: limits)
+        } catch {
+            endDriver(id, failure: error as? DownloadError ?? .fileSystem.with(description: "\(error)"))
+            return nil
+        }
+    }
+
+    /// What an ended attempt leaves: segments off after inconsistent ranges, a mirror's wrong
+    /// bytes forgotten, the checkpoint; returns the result the machine is told.
+    private func attemptEnded(_ attempt: Int, _ outcome: TransferOutcome, _ driver: DriverResources) async -> AttemptResult {
+        if outcome.disablesSegments, !driver.segmentsDisabled {
+            driver.segmentsDisabled = true
+            configuration.logger.info("segments off: the server answers ranges inconsistently",
+                                      metadata: ["id": driver.id.uuidString])
+        }
+        driver.download.report(connections: DownloadConnections())
+        driver.lastAttemptFailed = switch outcome.result {
+        case .completed, .aborted: false
+        default: true
+        }
+        if let forgotten = driver.sources?.takeForgets(), !forgotten.isEmpty {
+            // A mirror's bytes proved wrong: they are fetched again (after the queued writes).
+            await driver.file.settled()
+            do { try await driver.file.forget(forgotten) } catch {}
+        }
+        return await checkpoint(after: outcome, attempt: attempt, driver)
     }
 
     /// Checkpoints after an attempt; a failed checkpoint turns the result into a write failure
@@ -288,19 +298,58 @@ extension DownloadAgent {
         let id = driver.id
         let file = driver.file
         let host = entries[id]?.followsHost == true ? entries[id]?.host : nil
-        let usability = pathWaiters.usability(access: PathAccess(driver.download.options), host: host)
-        var pinnedInterface: String? = if case .usable(let pinned) = usability { pinned } else { nil }
-        let options = driver.download.options
-        if pinnedInterface == nil, !options.interfaces.isEmpty {
-            // `--interface`: the first named interface that is usable (all of them when several
-            // connections are allowed, see `segmentation`).
-            pinnedInterface = MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: nil,
-                                                    access: PathAccess(options), interfaces: options.interfaces)
-                .first?.interface ?? options.interfaces.first
-        }
+        let pinnedInterface = pinnedInterface(for: driver, host: host)
         file.updateRecord { $0.attempts += 1; $0.updatedAt = Date() }
-        let record = file.record
-        let offset = file.writtenEnd
+        let request = attemptRequest(plan, driver, pinnedInterface: pinnedInterface, host: host)
+        let multipath = request.segmentation.flatMap {
+            $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil
+        }
+        configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(request.offset)",
+                                                         "interface": pinnedInterface ?? "-",
+                                                         "probe": "\(plan.isProbe)", "seamProbe": "\(request.isSeamProbe)",
+                                                         "overlap": "\(request.overlap)",
+                                                         "validators": "\(plan.usesValidators)",
+                                                         "connectTimeout": "\(request.settings.connectTimeout)"])
+        let transferID = engine.makeTransferID()
+        let attempt = plan.id
+        let mailbox = driver.mailbox
+        let download = driver.download
+        // Registered and queued in one actor turn: a path update handled after this sees the
+        // transfer, and its abort is queued behind the start.
+        entries[id]?.transfer = ActiveTransfer(id: transferID, attempt: attempt,
+                                               pathKey: PathKey(pathWaiters.gatingPath(host: host)),
+                                               pinnedInterface: pinnedInterface, multipath: multipath)
+        let started = engine.start(transferID, request, into: file, progress: { [weak download] offset in
+            download?.report(bytesReceived: offset, totalBytes: file.record.totalLength)
+            mailbox.yield(.machine(.bytesArrived(attempt: attempt)))
+        }, events: Self.attemptEvents(attempt, mailbox: mailbox, download: download), completion: { outcome in
+            mailbox.yield(.attemptEnded(attempt: attempt, outcome))
+        })
+        if !started {
+            mailbox.yield(.attemptEnded(attempt: attempt, TransferOutcome(result: .aborted(.shutdown), bytesReceived: 0)))
+        }
+    }
+
+    /// The interface an attempt is bound to: the one the path waiters pinned, else the first
+    /// usable one of `--interface` (all of them when several connections are allowed, see
+    /// `segmentation`); nil lets the routing table choose.
+    private func pinnedInterface(for driver: DriverResources, host: String?) -> String? {
+        let options = driver.download.options
+        let usability = pathWaiters.usability(access: PathAccess(options), host: host)
+        if case .usable(let pinned) = usability, let pinned { return pinned }
+        guard !options.interfaces.isEmpty else { return nil }
+        return MultipathPolicy.paths(for: pathWaiters.gatingPath(host: host), pinnedInterface: nil,
+                                     access: PathAccess(options), interfaces: options.interfaces)
+            .first?.interface ?? options.interfaces.first
+    }
+
+    /// The request of an attempt from the file's written end: its settings, the resume overlap
+    /// and validators, a seam probe when responses keep being cut there, and its segmentation.
+    private func attemptRequest(_ plan: DownloadStateMachine.AttemptPlan, _ driver: DriverResources,
+                                pinnedInterface: String?, host: String?) -> TransferRequest {
+        let record = driver.file.record
+        let offset = driver.file.writtenEnd
+        let options = driver.download.options
         var settings = self.settings
         settings.additionalHeaders += options.requestHeaders
         settings.proxy = options.proxy
@@ -335,28 +384,18 @@ extension DownloadAgent {
             request.rangeEnd = offset + 1
             request.isSeamProbe = true
         }
-        let segmentation = probesSeam ? nil : self.segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
-        request.segmentation = segmentation
-        request.agentRate = configuration.agentRateLimit.map { AgentRateShare(limit: $0, job: id, priority: options.priority) }
-        let multipath = segmentation.flatMap { $0.paths.contains { $0.interface != nil && $0.interface != pinnedInterface } ? $0.paths : nil }
-        configuration.logger.debug("attempt", metadata: ["id": id.uuidString, "offset": "\(offset)",
-                                                         "interface": pinnedInterface ?? "-",
-                                                         "probe": "\(plan.isProbe)", "seamProbe": "\(probesSeam)", "overlap": "\(request.overlap)",
-                                                         "validators": "\(validators)",
-                                                         "connectTimeout": "\(settings.connectTimeout)"])
-        let transferID = engine.makeTransferID()
-        let attempt = plan.id
-        let mailbox = driver.mailbox
-        let download = driver.download
-        // Registered and queued in one actor turn: a path update handled after this sees the
-        // transfer, and its abort is queued behind the start.
-        entries[id]?.transfer = ActiveTransfer(id: transferID, attempt: attempt,
-                                               pathKey: PathKey(pathWaiters.gatingPath(host: host)),
-                                               pinnedInterface: pinnedInterface, multipath: multipath)
-        let started = engine.start(transferID, request, into: file, progress: { [weak download] offset in
-            download?.report(bytesReceived: offset, totalBytes: file.record.totalLength)
-            mailbox.yield(.machine(.bytesArrived(attempt: attempt)))
-        }, events: { event in
+        request.segmentation = probesSeam ? nil : segmentation(for: driver, pinnedInterface: pinnedInterface, host: host, plan: plan)
+        request.agentRate = configuration.agentRateLimit.map {
+            AgentRateShare(limit: $0, job: driver.id, priority: options.priority)
+        }
+        return request
+    }
+
+    /// What the engine tells about an attempt, as inputs in the driver's mailbox (and the
+    /// download's own reports).
+    private static func attemptEvents(_ attempt: Int, mailbox: AsyncStream<DriverInput>.Continuation,
+                                      download: Download) -> @Sendable (TransferEvent) -> Void {
+        { event in
             switch event {
             case .responseStarted(let connectTime, let waited):
                 mailbox.yield(.responseStarted(attempt: attempt, connectTime: connectTime, waited: waited))
@@ -375,11 +414,6 @@ extension DownloadAgent {
                     DownloadConnections.Path(interface: $0.interface, connections: $0.connections)
                 }))
             }
-        }, completion: { outcome in
-            mailbox.yield(.attemptEnded(attempt: attempt, outcome))
-        })
-        if !started {
-            mailbox.yield(.attemptEnded(attempt: attempt, TransferOutcome(result: .aborted(.shutdown), bytesReceived: 0)))
         }
     }
 

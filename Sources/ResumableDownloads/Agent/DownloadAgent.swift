@@ -53,8 +53,12 @@ public actor DownloadAgent {
         public var maximumConsecutiveFailures: Int
         /// Spacing between downloads restarting together when a path comes back.
         public var restartStagger: Duration
-        /// Bytes between periodic checkpoints (fsync + record).
+        /// Bytes between periodic checkpoints (fsync + record) ...
         public var checkpointInterval: Int64
+        /// ... and the least time between them (1 s; zero: by bytes only). A fast download is
+        /// not held up by an fsync every `checkpointInterval`; the block journal keeps what a
+        /// kill leaves meanwhile.
+        public var checkpointSpacing: Duration = .seconds(1)
         /// Unwritten bytes per download before its transfer is paused (memory bound; at least
         /// 256 KiB). 512 KiB by default: with the engine's 128 KiB gathers and libcurl's 128 KiB
         /// receive buffer, about 0.75 MiB of buffers per download. Twice these sizes cost 0.6 MiB

@@ -59,6 +59,24 @@ struct PartialFileTests {
         await file.close()
     }
 
+    /// Issue 30: a fast download is not stopped for an fsync every `checkpointInterval`; by
+    /// bytes only (spacing zero, as before), 4 MiB at 256 KiB took 16 periodic checkpoints.
+    @Test(arguments: [(Duration.zero, 16), (Duration.seconds(3600), 0)])
+    func periodicCheckpointsAreSpacedInTime(spacing: Duration, expected: Int) async throws {
+        let directory = try TemporaryDirectory()
+        var limits = PartialFile.Limits(highWater: 8 << 20, lowWater: 1 << 20, checkpointInterval: 256 << 10)
+        limits.checkpointSpacing = spacing
+        let file = try PartialFile(record: record(in: directory), stateDirectory: try directory.state(), limits: limits)
+        let block = Data(repeating: 5, count: 256 << 10)
+        for index in 0..<16 { block.withUnsafeBytes { file.append($0, at: Int64(index) << 18) } }
+        await file.settled()
+        #expect(file.statistics.periodicCheckpoints == expected)
+        #expect(file.writtenEnd == 4 << 20)
+        // An explicit checkpoint (pause, shutdown, an attempt's end) is never spaced out.
+        #expect(try await file.checkpoint() == 4 << 20)
+        await file.close()
+    }
+
     @Test func completionVerifiesAndMovesIntoPlace() async throws {
         let directory = try TemporaryDirectory()
         let bytes = Data("hello, world\n".utf8)
