@@ -221,9 +221,19 @@ extension AgentService {
             let state = mirror.current
             guard !state.hasBackground else { return nil }
             let path = state.path, cache = reportCache
-            // Chosen before any report is made: a page of 10,000 costs a state read per download.
-            let rowsNow: [ListRow] = state.history.map { .earlier($0) } + state.agent.downloadsNow.map { .live($0) }
-                + uploadRows(visibleTo: uid).map { .earlier($0) }
+            // A page's candidates from the census's order (O(rows), issue 29): the first `rows`
+            // unfinished and latest `rows` finished of the current agent's downloads hold every
+            // one of theirs the page can take. Reports are made only for the page's rows.
+            let live: [Download], listed: Int
+            if let rows {
+                let censusPage = state.agent.census.page(rows: rows)
+                (live, listed) = (censusPage.rows, censusPage.listed)
+            } else {
+                live = state.agent.downloadsNow
+                listed = live.count
+            }
+            let uploads = uploadRows(visibleTo: uid)
+            let rowsNow: [ListRow] = state.history.map { .earlier($0) } + live.map { .live($0) } + uploads.map { .earlier($0) }
             let page = ListPage(rowsNow, rows: rows) { $0.isFinished }
             var response = ControlResponse.success(id: id, downloads: page.rows.map {
                 switch $0 {
@@ -231,7 +241,7 @@ extension AgentService {
                 case .live(let download): cache.report(download, path: path)
                 }
             })
-            response.omittedDownloads = rows.map { _ in page.omitted }
+            response.omittedDownloads = rows.map { _ in state.history.count + listed + uploads.count - page.rows.count }
             return response
         default:
             return nil
@@ -244,15 +254,15 @@ extension AgentService {
     /// latency is its CPU time stretched by the machine's run queue (issue 29).
     nonisolated func status(_ state: ServiceSnapshot.State, visibleTo uid: UInt32) -> AgentStatus {
         let visible = mirror.owners.visibility(to: uid)
-        let every = state.agent.downloadsNow
+        let census = state.agent.census.current
         var tally = DownloadTally()
         if let visible {
-            for download in every where visible(download.id) {
+            for download in state.agent.downloadsNow where visible(download.id) {
                 tally.count(download.state, priority: download.options.priority)
             }
         } else {
             // Everyone's downloads: the agent's census, without visiting them.
-            tally.add(state.agent.census.current)
+            tally.add(census)
         }
         for entry in state.history where UUID(uuidString: entry.id).map({ visible?($0) ?? true }) ?? (uid == 0) {
             tally.count(entry.state)
@@ -269,7 +279,7 @@ extension AgentService {
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
             interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
             allowsRoaming: settings.allowsRoaming, isRoaming: path?.isRoaming,
-            counts: tally.counts, summary: tally.summary, totalDownloads: uid == 0 ? every.count + state.history.count : nil,
+            counts: tally.counts, summary: tally.summary, totalDownloads: uid == 0 ? census.listed + state.history.count : nil,
             priorities: tally.priorities)
         (status.power, status.isOnBattery) = (power.description, power.isOnBattery)
         describeLimit(in: &status)
