@@ -1,6 +1,7 @@
 import FoundationEssentials
 import LinuxReachability
 import LinuxSystem
+import ReachabilityBase
 import ResumableDownloads
 import Synchronization
 
@@ -122,17 +123,40 @@ struct ListPage<Row> {
     }
 }
 
-/// UPower's facts, read again once they are a second old.
+/// UPower's facts, read again once they are a second old: the read (a system-bus connection
+/// and two calls, up to 250 ms) runs on a thread of its own while `status` answers with the
+/// facts it has, so a status polled every 50 ms never waits for it; only the first waits.
 final class RecentPowerFacts: Sendable {
-    private let latest = Mutex<(facts: PowerFacts, at: ContinuousClock.Instant)?>(nil)
+    private struct Latest {
+        var facts: PowerFacts?
+        var at: ContinuousClock.Instant?
+        var isReading = false
+    }
 
-    /// The facts read within the last second, else `read()`'s (on the calling thread).
-    func facts(read: () -> PowerFacts) -> PowerFacts {
+    private let latest = Mutex(Latest())
+
+    /// The latest facts, read by `read` on the calling thread if there are none yet; facts a
+    /// second old are read again in the background.
+    func facts(read: @escaping @Sendable () -> PowerFacts) -> PowerFacts {
         let now = ContinuousClock.now
-        if let latest = latest.withLock({ $0 }), now - latest.at < .seconds(1) { return latest.facts }
-        let facts = read()
-        latest.withLock { $0 = (facts, now) }
-        return facts
+        let (known, isStale) = latest.withLock { latest -> (PowerFacts?, Bool) in
+            guard let facts = latest.facts, let at = latest.at else { return (nil, false) }
+            let isStale = now - at >= .seconds(1) && !latest.isReading
+            if isStale { latest.isReading = true }
+            return (facts, isStale)
+        }
+        guard let known else {
+            let facts = read()
+            latest.withLock { $0 = Latest(facts: facts, at: .now) }
+            return facts
+        }
+        if isStale {
+            SystemThread.detach(name: "power-facts") { [self] in
+                let facts = read()
+                latest.withLock { $0 = Latest(facts: facts, at: .now) }
+            }
+        }
+        return known
     }
 }
 
