@@ -97,6 +97,7 @@ class AgentRun:
         self.state = state
         os.makedirs(state, mode=0o700)
         self.completed = 0
+        self.answered = {}
         self.lock = threading.Lock()
         self.process = subprocess.Popen(["ip", "netns", "exec", network.client, f"{build}/reachability", "agent",
                                          "--state-dir", state, "--max-concurrent", str(concurrent)],
@@ -114,6 +115,12 @@ class AgentRun:
             elif '"type":"download","event":"completed"' in line:
                 with self.lock:
                     self.completed += 1
+            elif '"answeredInMicroseconds"' in line:
+                # The agent's own share of a round trip: from the accept to the reply written.
+                event = json.loads(line)
+                kind = event.get("command", "") + ("Page" if "rows" in event else "")
+                with self.lock:
+                    self.answered.setdefault(kind, []).append(event["answeredInMicroseconds"] / 1000)
 
     def connect(self):
         sock = socket.socket(socket.AF_UNIX)
@@ -187,6 +194,7 @@ def run_agent(build, network, urls, directory, concurrent, env=None):
             "listPageP99ms": percentile(page_latencies, 0.99) * 1000, "listPageMaxMs": max(page_latencies) * 1000,
             "listP99ms": percentile([l for l, _ in list_latencies], 0.99) * 1000,
             "listOfAllP99ms": percentile(big_lists, 0.99) * 1000 if big_lists else float("nan"),
+            "agentSideP99ms": {kind: round(percentile(values, 0.99), 2) for kind, values in sorted(agent.answered.items())},
             "statusSamples": len(status_latencies), "listPageSamples": len(page_latencies),
             "listSamples": len(list_latencies)}
 

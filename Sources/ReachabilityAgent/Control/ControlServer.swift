@@ -103,12 +103,13 @@ package final class ControlServer: Sendable {
                 connection.close()
                 break
             }
-            SystemThread.detach(name: "control-conn") { [self] in serve(connection) }
+            let acceptedAt = ContinuousClock.now
+            SystemThread.detach(name: "control-conn") { [self] in serve(connection, acceptedAt: acceptedAt) }
         }
         listener.close()
     }
 
-    private func serve(_ connection: FileDescriptor) {
+    private func serve(_ connection: FileDescriptor, acceptedAt: ContinuousClock.Instant) {
         // Only the agent's own user and root may talk to it; the 0700 directory already keeps
         // others out, this holds even if someone loosens the permissions.
         guard let credentials = try? connection.peerCredentials() else { connection.close(); return }
@@ -132,13 +133,15 @@ package final class ControlServer: Sendable {
             admission.withLock { $0.release(uid: credentials.uid, program: credentials.pid, attached: peer.isStreaming) }
             wait { await self.closed(peer) }
         }
-        readRequests(from: connection, peer: peer)
+        readRequests(from: connection, peer: peer, acceptedAt: acceptedAt)
     }
 
     /// Reads request lines until the peer closes, idles past `idleTimeout`, leaves a request
     /// unfinished past `requestDeadline`, or cannot be answered.
-    private func readRequests(from connection: FileDescriptor, peer: ControlPeer) {
+    private func readRequests(from connection: FileDescriptor, peer: ControlPeer, acceptedAt: ContinuousClock.Instant) {
         var machine = ControlConnectionStateMachine()
+        // When the lines being carried out arrived: the accept for the first ones.
+        var arrivedAt = acceptedAt, isFirst = true
         var requestStarted: ContinuousClock.Instant?
         var idleSince = ContinuousClock.now
         while true {
@@ -164,12 +167,14 @@ package final class ControlServer: Sendable {
             } catch {
                 bytes = []
             }
+            if !isFirst { arrivedAt = .now }
+            isFirst = false
             let wasInsideRequest = machine.isInsideRequest
             let actions = bytes.isEmpty ? machine.endOfInput() : machine.received(bytes)
             if !wasInsideRequest, !bytes.isEmpty { requestStarted = .now }
             if !machine.isInsideRequest { requestStarted = nil }
             if !actions.isEmpty { idleSince = .now }
-            guard carryOut(actions, for: peer) else { return }
+            guard carryOut(actions, for: peer, arrivedAt: arrivedAt) else { return }
             // The deadline covers reading one line, not carrying out the lines before it: a
             // pipelining client's partial next line starts its clock once they are answered.
             if !actions.isEmpty, machine.isInsideRequest { requestStarted = .now }
@@ -181,7 +186,8 @@ package final class ControlServer: Sendable {
     /// Adds that arrived together are carried out in order, and answered in order once their
     /// records are durable: their fsyncs are shared (a group commit). Any other request waits
     /// until the adds before it are answered.
-    private func carryOut(_ actions: [ControlConnectionStateMachine.Action], for peer: ControlPeer) -> Bool {
+    private func carryOut(_ actions: [ControlConnectionStateMachine.Action], for peer: ControlPeer,
+                          arrivedAt: ContinuousClock.Instant) -> Bool {
         let credentials = peer.credentials
         // An attached session's requests that arrived are carried out even when their reply
         // cannot be written: a program that resumes a task and exits at once (or is killed)
@@ -212,7 +218,7 @@ package final class ControlServer: Sendable {
                     // download's events take, and to the agent's stdout, which a slow reader
                     // of it fills (issue 29: status p99 under 10,000 jobs).
                     let isSent = reply(response)
-                    observer(.request(command, credentials))
+                    observer(.request(command, credentials, answeredIn: .now - arrivedAt))
                     guard isSent else { return false }
                     continue
                 }
@@ -329,8 +335,9 @@ package struct ControlAdmission: Sendable, Equatable {
 package enum ControlServerEvent: Sendable {
     /// A peer with another uid connected and was refused.
     case refused(PeerCredentials)
-    /// A valid request from a peer.
-    case request(ControlCommand, PeerCredentials)
+    /// A valid request from a peer; with the time from its arrival (the connection's accept
+    /// for its first line) to its reply written, for those answered at once (`status`, `list`).
+    case request(ControlCommand, PeerCredentials, answeredIn: Duration? = nil)
     /// A request answered with an error without being handled (malformed, too large).
     case rejected(ControlError, PeerCredentials)
     /// Something went wrong with the socket itself.
