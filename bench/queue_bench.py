@@ -5,8 +5,9 @@ N small files from nginx (a server namespace, no rate limit) to a client namespa
   aria2c    `aria2c -i LIST -j C`: wall time, peak RSS (/usr/bin/time).
   agent     `reachability agent --max-concurrent C` in the client namespace; one client writes N
             `add` lines on one connection (reading replies as they come: adds/s, first and last
-            thousand separately, so a per-add cost growing with the queue shows), while an honest
-            client times `status` every 50 ms, `queue list` (its default page: the first 100
+            thousand, and each successive thousand: a per-add cost growing with the queue shows as
+            a falling series), while an honest
+            client (a process of its own) times `status` every 50 ms, `queue list` (its default page: the first 100
             unfinished and the latest 100 finished, `"rows": 100`) every 500 ms and
             `queue list --all` every 2 s. Time from the first
             add to the N-th `completed` line; peak RSS (VmHWM) of the agent.
@@ -21,6 +22,7 @@ Usage: bench/queue_bench.py [--build .build/release] [--files 10000] [--size 409
 """
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import socket
@@ -58,11 +60,44 @@ def run_aria2c(network, urls, directory, concurrent):
     return {"seconds": elapsed, "rssMiB": rss_kib / 1024, "files": done, "status": result.returncode}
 
 
+def timed_request(path, command, **fields):
+    """One request on a new connection, as `reachability agent status` makes it: (seconds, reply)."""
+    started = time.monotonic()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(30)
+    sock.connect(path)
+    sock.sendall(json.dumps(dict({"version": 1, "id": 1, "command": command}, **fields)).encode() + b"\n")
+    reply = sock.makefile("rb").readline()
+    sock.close()
+    return time.monotonic() - started, json.loads(reply)
+
+
+def honest_client(path, stop, results):
+    """The honest client, in a process of its own (as `agent status` is): `status` every 50 ms,
+    a `queue list` page every 500 ms, the whole list every 2 s. In the bench's own process its
+    latencies included waiting for Python's GIL, held by the threads reading 10,000 add replies
+    and the agent's event lines."""
+    status, pages, lists = [], [], []
+    next_list = next_page = time.monotonic()
+    while not stop.is_set():
+        status.append(timed_request(path, "status")[0])
+        if time.monotonic() >= next_page:
+            pages.append(timed_request(path, "list", rows=100)[0])
+            next_page = time.monotonic() + 0.5
+        if time.monotonic() >= next_list:
+            latency, reply = timed_request(path, "list")
+            lists.append((latency, len(reply.get("downloads", []))))
+            next_list = time.monotonic() + 2
+        time.sleep(0.05)
+    results.put((status, pages, lists))
+
+
 class AgentRun:
     def __init__(self, build, network, state, concurrent, env=None):
         self.state = state
         os.makedirs(state, mode=0o700)
         self.completed = 0
+        self.answered = {}
         self.lock = threading.Lock()
         self.process = subprocess.Popen(["ip", "netns", "exec", network.client, f"{build}/reachability", "agent",
                                          "--state-dir", state, "--max-concurrent", str(concurrent)],
@@ -80,6 +115,12 @@ class AgentRun:
             elif '"type":"download","event":"completed"' in line:
                 with self.lock:
                     self.completed += 1
+            elif '"answeredInMicroseconds"' in line:
+                # The agent's own share of a round trip: from the accept to the reply written.
+                event = json.loads(line)
+                kind = event.get("command", "") + ("Page" if "rows" in event else "")
+                with self.lock:
+                    self.answered.setdefault(kind, []).append(event["answeredInMicroseconds"] / 1000)
 
     def connect(self):
         sock = socket.socket(socket.AF_UNIX)
@@ -87,13 +128,6 @@ class AgentRun:
         sock.connect(f"{self.state}/agent.sock")
         return sock
 
-    def request(self, command, **fields):
-        started = time.monotonic()
-        sock = self.connect()
-        sock.sendall(json.dumps(dict({"version": 1, "id": 1, "command": command}, **fields)).encode() + b"\n")
-        reply = sock.makefile("rb").readline()
-        sock.close()
-        return time.monotonic() - started, json.loads(reply)
 
     def peak_rss_mib(self):
         # `ip netns exec` execs the agent in place: the child is the agent.
@@ -116,25 +150,9 @@ def run_agent(build, network, urls, directory, concurrent, env=None):
     agent = AgentRun(build, network, os.path.join(directory, "state"), concurrent, env)
     count = len(urls)
     add_times = []
-    status_latencies, list_latencies, page_latencies = [], [], []
-    stop = threading.Event()
-
-    def honest():
-        next_list = next_page = time.monotonic()
-        while not stop.is_set():
-            latency, _ = agent.request("status")
-            status_latencies.append(latency)
-            if time.monotonic() >= next_page:
-                latency, reply = agent.request("list", rows=100)
-                page_latencies.append(latency)
-                next_page = time.monotonic() + 0.5
-            if time.monotonic() >= next_list:
-                latency, reply = agent.request("list")
-                list_latencies.append((latency, len(reply.get("downloads", []))))
-                next_list = time.monotonic() + 2
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=honest, daemon=True)
+    context = multiprocessing.get_context("spawn")
+    stop, results = context.Event(), context.Queue()
+    watcher = context.Process(target=honest_client, args=(f"{agent.state}/agent.sock", stop, results))
     watcher.start()
     sock = agent.connect()
     sock.settimeout(None)   # 10,000 adds take longer than one request's timeout
@@ -155,6 +173,7 @@ def run_agent(build, network, urls, directory, concurrent, env=None):
         time.sleep(0.05)
     elapsed = time.monotonic() - started
     stop.set()
+    status_latencies, page_latencies, list_latencies = results.get()
     watcher.join()
     rss = agent.peak_rss_mib()
     agent.stop()
@@ -164,13 +183,18 @@ def run_agent(build, network, urls, directory, concurrent, env=None):
     first = (add_times[thousand - 1] - started) if thousand else float("nan")
     last = (add_times[-1] - add_times[-thousand - 1]) if thousand else float("nan")
     big_lists = [latency for latency, size in list_latencies if size >= count]
+    # Adds/s over each successive thousand: a per-add cost that grows with the queue shows as a
+    # falling series (issue 29: "adds at a constant rate").
+    marks = [started] + [add_times[i - 1] for i in range(1000, count + 1, 1000)]
+    per_thousand = [round(1000 / (b - a)) if b > a else None for a, b in zip(marks, marks[1:])]
     return {"seconds": elapsed, "rssMiB": rss, "files": done, "addFailures": failures,
             "addsPerSecond": count / (add_times[-1] - started), "firstThousandAddsPerSecond": thousand / first,
-            "lastThousandAddsPerSecond": thousand / last,
+            "lastThousandAddsPerSecond": thousand / last, "addsPerSecondPerThousand": per_thousand,
             "statusP99ms": percentile(status_latencies, 0.99) * 1000, "statusMaxMs": max(status_latencies) * 1000,
             "listPageP99ms": percentile(page_latencies, 0.99) * 1000, "listPageMaxMs": max(page_latencies) * 1000,
             "listP99ms": percentile([l for l, _ in list_latencies], 0.99) * 1000,
             "listOfAllP99ms": percentile(big_lists, 0.99) * 1000 if big_lists else float("nan"),
+            "agentSideP99ms": {kind: round(percentile(values, 0.99), 2) for kind, values in sorted(agent.answered.items())},
             "statusSamples": len(status_latencies), "listPageSamples": len(page_latencies),
             "listSamples": len(list_latencies)}
 

@@ -113,6 +113,7 @@ struct AgentTests: DownloadScenarios {
         let usage = try agent.control(["queue", "add", "ftp://example.org/x"])
         #expect(usage.status == 64)
         #expect(agent.output.contains { $0.contains(#""type":"control","event":"request","command":"pause""#) })
+        #expect(agent.output.contains { $0.contains(#""type":"control","event":"request","command":"status""#) && $0.contains(#""answeredInMicroseconds":"#) })
         _ = agent.terminate()
         // One schema for the agent's NDJSON and `download --json` (docs/events.md).
         let problems = agent.output.flatMap(EventSchemaValidator.problems)

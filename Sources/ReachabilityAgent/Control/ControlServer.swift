@@ -103,12 +103,13 @@ package final class ControlServer: Sendable {
                 connection.close()
                 break
             }
-            SystemThread.detach(name: "control-conn") { [self] in serve(connection) }
+            let acceptedAt = ContinuousClock.now
+            SystemThread.detach(name: "control-conn") { [self] in serve(connection, acceptedAt: acceptedAt) }
         }
         listener.close()
     }
 
-    private func serve(_ connection: FileDescriptor) {
+    private func serve(_ connection: FileDescriptor, acceptedAt: ContinuousClock.Instant) {
         // Only the agent's own user and root may talk to it; the 0700 directory already keeps
         // others out, this holds even if someone loosens the permissions.
         guard let credentials = try? connection.peerCredentials() else { connection.close(); return }
@@ -118,22 +119,29 @@ package final class ControlServer: Sendable {
         // writes requests and never reads cannot hold a serving thread and a slot for ever.
         try? connection.setSendTimeout(milliseconds: ControlPeer.plainSendTimeout)
         defer { peer.finish() }
-        func reply(_ response: ControlResponse) -> Bool { peer.send(response) }
         let ownUID = CurrentProcess.effectiveUserID
         guard credentials.uid == ownUID || credentials.uid == 0 else {
             observer(.refused(credentials))
-            _ = reply(.failure(.refused(uid: credentials.uid), id: nil))
+            _ = peer.send(.failure(.refused(uid: credentials.uid), id: nil))
             return
         }
         guard admission.withLock({ $0.admit(uid: credentials.uid, program: credentials.pid) }) else {
-            _ = reply(.failure(.failed("too many control connections from uid \(credentials.uid) (pid \(credentials.pid)); close some, or read their replies"), id: nil))
+            _ = peer.send(.failure(.failed("too many control connections from uid \(credentials.uid) (pid \(credentials.pid)); close some, or read their replies"), id: nil))
             return
         }
         defer {
             admission.withLock { $0.release(uid: credentials.uid, program: credentials.pid, attached: peer.isStreaming) }
             wait { await self.closed(peer) }
         }
+        readRequests(from: connection, peer: peer, acceptedAt: acceptedAt)
+    }
+
+    /// Reads request lines until the peer closes, idles past `idleTimeout`, leaves a request
+    /// unfinished past `requestDeadline`, or cannot be answered.
+    private func readRequests(from connection: FileDescriptor, peer: ControlPeer, acceptedAt: ContinuousClock.Instant) {
         var machine = ControlConnectionStateMachine()
+        // When the lines being carried out arrived: the accept for the first ones.
+        var arrivedAt = acceptedAt, isFirst = true
         var requestStarted: ContinuousClock.Instant?
         var idleSince = ContinuousClock.now
         while true {
@@ -143,13 +151,11 @@ package final class ControlServer: Sendable {
             let deadline = requestStarted.map { $0 + requestDeadline } ?? idleSince + idleTimeout
             guard deadline > now else {
                 if requestStarted != nil {
-                    _ = reply(.failure(.failed("request not completed within \(requestDeadline) of its first byte"), id: nil))
+                    _ = peer.send(.failure(.failed("request not completed within \(requestDeadline) of its first byte"), id: nil))
                 }
                 return
             }
-            let remaining = deadline - now
-            let milliseconds = max(1, remaining.milliseconds)
-            try? connection.setReceiveTimeout(milliseconds: Int(milliseconds))
+            try? connection.setReceiveTimeout(milliseconds: Int(max(1, (deadline - now).milliseconds)))
             let bytes: [UInt8]
             do {
                 // With any descriptors the peer passed (an upload's open file), kept for its request.
@@ -161,71 +167,90 @@ package final class ControlServer: Sendable {
             } catch {
                 bytes = []
             }
+            if !isFirst { arrivedAt = .now }
+            isFirst = false
             let wasInsideRequest = machine.isInsideRequest
             let actions = bytes.isEmpty ? machine.endOfInput() : machine.received(bytes)
             if !wasInsideRequest, !bytes.isEmpty { requestStarted = .now }
             if !machine.isInsideRequest { requestStarted = nil }
             if !actions.isEmpty { idleSince = .now }
-            defer {
-                // The deadline covers reading one line, not carrying out the lines before it: a
-                // pipelining client's partial next line starts its clock once they are answered.
-                if !actions.isEmpty, machine.isInsideRequest { requestStarted = .now }
-            }
-            // Adds that arrived together are carried out in order, and answered in order once
-            // their records are durable: their fsyncs are shared (a group commit). Any other
-            // request waits until the adds before it are answered.
-            var adds = PendingAdds()
-            var index = actions.startIndex
-            while index < actions.endIndex {
-                let action = actions[index]
-                index += 1
-                switch action {
-                case .handle(let id, let command):
+            guard carryOut(actions, for: peer, arrivedAt: arrivedAt) else { return }
+            // The deadline covers reading one line, not carrying out the lines before it: a
+            // pipelining client's partial next line starts its clock once they are answered.
+            if !actions.isEmpty, machine.isInsideRequest { requestStarted = .now }
+        }
+    }
+
+    /// Carries out and answers the requests that arrived together; false when the connection
+    /// must close (the peer asked to, or a reply could not be written to a plain connection).
+    /// Adds that arrived together are carried out in order, and answered in order once their
+    /// records are durable: their fsyncs are shared (a group commit). Any other request waits
+    /// until the adds before it are answered.
+    private func carryOut(_ actions: [ControlConnectionStateMachine.Action], for peer: ControlPeer,
+                          arrivedAt: ContinuousClock.Instant) -> Bool {
+        let credentials = peer.credentials
+        // An attached session's requests that arrived are carried out even when their reply
+        // cannot be written: a program that resumes a task and exits at once (or is killed)
+        // meant it, and the agent owns the task from then on.
+        func reply(_ response: ControlResponse) -> Bool { peer.send(response) || peer.isStreaming }
+        var adds = PendingAdds()
+        var index = actions.startIndex
+        while index < actions.endIndex {
+            let action = actions[index]
+            index += 1
+            switch action {
+            case .handle(let id, let command):
+                if case .add = command {
                     observer(.request(command, credentials))
-                    if case .add = command {
-                        // The adds that follow it are carried out in the same task, in order: one
-                        // hand-over between this thread and the pool per run of adds, not per add
-                        // (on 2 loaded cores each hand-over waited for a CPU: 101 adds/s).
-                        var run = [(id, command)]
-                        while index < actions.endIndex, case .handle(let nextID, let next) = actions[index], case .add = next {
-                            observer(.request(next, credentials))
-                            run.append((nextID, next))
-                            index += 1
-                        }
-                        let batch = run
-                        let carried = wait { () -> [(ControlResponse?, DurableWrites)] in
-                            var carried: [(ControlResponse?, DurableWrites)] = []
-                            for (id, command) in batch {
-                                let writes = DurableWrites()
-                                let response = await DurableWrites.$collecting.withValue(writes) { await self.handler(command, id, peer) }
-                                carried.append((response, writes))
-                            }
-                            return carried
-                        }
-                        for (response, writes) in carried { adds.append(response, writes) }
-                        continue
+                    // The adds that follow it are carried out in the same task, in order.
+                    var run = [(id, command)]
+                    while index < actions.endIndex, case .handle(let nextID, let next) = actions[index], case .add = next {
+                        observer(.request(next, credentials))
+                        run.append((nextID, next))
+                        index += 1
                     }
-                    guard adds.answer(reply) || peer.isStreaming else { return }
-                    if let response = immediate?(command, id, peer) {
-                        guard reply(response) || peer.isStreaming else { return }
-                        continue
-                    }
-                    // An attached session's requests that arrived are carried out even when their
-                    // reply cannot be written: a program that resumes a task and exits at once
-                    // (or is killed) meant it, and the agent owns the task from then on.
-                    if let response = wait({ await self.handler(command, id, peer) }) {
-                        guard reply(response) || peer.isStreaming else { return }
-                    }
-                case .reply(let response):
-                    guard adds.answer(reply) || peer.isStreaming else { return }
-                    observer(.rejected(response.error ?? .failed("rejected"), credentials))
-                    guard reply(response) || peer.isStreaming else { return }
-                case .close:
-                    _ = adds.answer(reply)
-                    return
+                    for (response, writes) in carryOutAdds(run, for: peer) { adds.append(response, writes) }
+                    continue
                 }
+                guard adds.answer(reply) else { return false }
+                if let response = immediate?(command, id, peer) {
+                    // Logged once answered: the log line is written under the lock every
+                    // download's events take, and to the agent's stdout, which a slow reader
+                    // of it fills (issue 29: status p99 under 10,000 jobs).
+                    let isSent = reply(response)
+                    observer(.request(command, credentials, answeredIn: .now - arrivedAt))
+                    guard isSent else { return false }
+                    continue
+                }
+                observer(.request(command, credentials))
+                if let response = wait({ await self.handler(command, id, peer) }) {
+                    guard reply(response) else { return false }
+                }
+            case .reply(let response):
+                guard adds.answer(reply) else { return false }
+                observer(.rejected(response.error ?? .failed("rejected"), credentials))
+                guard reply(response) else { return false }
+            case .close:
+                _ = adds.answer(reply)
+                return false
             }
-            guard adds.answer(reply) || peer.isStreaming else { return }
+        }
+        return adds.answer(reply)
+    }
+
+    /// Carries out a run of adds in one task, in order: one hand-over between this thread and
+    /// the pool per run of adds, not per add (on 2 loaded cores each hand-over waited for a
+    /// CPU: 101 adds/s). Each reply comes with the writes it must wait for.
+    private func carryOutAdds(_ run: [(ControlRequestID?, ControlCommand)], for peer: ControlPeer)
+        -> [(ControlResponse?, DurableWrites)] {
+        wait { () -> [(ControlResponse?, DurableWrites)] in
+            var carried: [(ControlResponse?, DurableWrites)] = []
+            for (id, command) in run {
+                let writes = DurableWrites()
+                let response = await DurableWrites.$collecting.withValue(writes) { await self.handler(command, id, peer) }
+                carried.append((response, writes))
+            }
+            return carried
         }
     }
 
@@ -310,8 +335,9 @@ package struct ControlAdmission: Sendable, Equatable {
 package enum ControlServerEvent: Sendable {
     /// A peer with another uid connected and was refused.
     case refused(PeerCredentials)
-    /// A valid request from a peer.
-    case request(ControlCommand, PeerCredentials)
+    /// A valid request from a peer; with the time from its arrival (the connection's accept
+    /// for its first line) to its reply written, for those answered at once (`status`, `list`).
+    case request(ControlCommand, PeerCredentials, answeredIn: Duration? = nil)
     /// A request answered with an error without being handled (malformed, too large).
     case rejected(ControlError, PeerCredentials)
     /// Something went wrong with the socket itself.

@@ -309,9 +309,13 @@ package final class AgentDaemon: Sendable {
         switch event {
         case .refused(let peer):
             return ("refused", [.init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
-        case .request(let command, let peer):
-            return ("request", [.init(key: "command", value: .string(ControlRequest(id: nil, command: command).command.rawValue)),
-                                .init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))])
+        case .request(let command, let peer, let answeredIn):
+            var fields: [JSONValue.Member] = [.init(key: "command", value: .string(ControlRequest(id: nil, command: command).command.rawValue)),
+                                              .init(key: "uid", value: .integer(Int(peer.uid))), .init(key: "pid", value: .integer(Int(peer.pid)))]
+            // The agent's share of a round trip (issue 29: where a `status` under load waits).
+            if case .list(let rows?) = command { fields.append(.init(key: "rows", value: .integer(rows))) }
+            if let answeredIn { fields.append(.init(key: "answeredInMicroseconds", value: .integer(Int(answeredIn / .microseconds(1))))) }
+            return ("request", fields)
         case .rejected(let error, let peer):
             return ("rejected", [.init(key: "code", value: .string(error.code.rawValue)),
                                  .init(key: "message", value: .string(error.message)), .init(key: "uid", value: .integer(Int(peer.uid)))])

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import LinuxReachability
 import LinuxSystem
+import ReachabilityBase
 import ResumableDownloads
 import Synchronization
 
@@ -122,17 +123,40 @@ struct ListPage<Row> {
     }
 }
 
-/// UPower's facts, read again once they are a second old.
+/// UPower's facts, read again once they are a second old: the read (a system-bus connection
+/// and two calls, up to 250 ms) runs on a thread of its own while `status` answers with the
+/// facts it has, so a status polled every 50 ms never waits for it; only the first waits.
 final class RecentPowerFacts: Sendable {
-    private let latest = Mutex<(facts: PowerFacts, at: ContinuousClock.Instant)?>(nil)
+    private struct Latest {
+        var facts: PowerFacts?
+        var at: ContinuousClock.Instant?
+        var isReading = false
+    }
 
-    /// The facts read within the last second, else `read()`'s (on the calling thread).
-    func facts(read: () -> PowerFacts) -> PowerFacts {
+    private let latest = Mutex(Latest())
+
+    /// The latest facts, read by `read` on the calling thread if there are none yet; facts a
+    /// second old are read again in the background.
+    func facts(read: @escaping @Sendable () -> PowerFacts) -> PowerFacts {
         let now = ContinuousClock.now
-        if let latest = latest.withLock({ $0 }), now - latest.at < .seconds(1) { return latest.facts }
-        let facts = read()
-        latest.withLock { $0 = (facts, now) }
-        return facts
+        let (known, isStale) = latest.withLock { latest -> (PowerFacts?, Bool) in
+            guard let facts = latest.facts, let at = latest.at else { return (nil, false) }
+            let isStale = now - at >= .seconds(1) && !latest.isReading
+            if isStale { latest.isReading = true }
+            return (facts, isStale)
+        }
+        guard let known else {
+            let facts = read()
+            latest.withLock { $0 = Latest(facts: facts, at: .now) }
+            return facts
+        }
+        if isStale {
+            SystemThread.detach(name: "power-facts") { [self] in
+                let facts = read()
+                latest.withLock { $0 = Latest(facts: facts, at: .now) }
+            }
+        }
+        return known
     }
 }
 
@@ -221,9 +245,22 @@ extension AgentService {
             let state = mirror.current
             guard !state.hasBackground else { return nil }
             let path = state.path, cache = reportCache
-            // Chosen before any report is made: a page of 10,000 costs a state read per download.
-            let rowsNow: [ListRow] = state.history.map { .earlier($0) } + state.agent.downloadsNow.map { .live($0) }
-                + uploadRows(visibleTo: uid).map { .earlier($0) }
+            guard let rows else {
+                // Every row, without the page's enum rows: a copy and a release per row were a
+                // tenth of a whole list's CPU time (perf, issue 29).
+                var reports = state.history
+                let live = state.agent.downloadsNow
+                reports.reserveCapacity(reports.count + live.count)
+                for download in live { reports.append(cache.report(download, path: path)) }
+                return .success(id: id, downloads: reports + uploadRows(visibleTo: uid))
+            }
+            // A page's candidates from the census's order (O(rows), issue 29): the first `rows`
+            // unfinished and latest `rows` finished of the current agent's downloads hold every
+            // one of theirs the page can take. Reports are made only for the page's rows.
+            let censusPage = state.agent.census.page(rows: rows)
+            let (live, listed) = (censusPage.rows, censusPage.listed)
+            let uploads = uploadRows(visibleTo: uid)
+            let rowsNow: [ListRow] = state.history.map { .earlier($0) } + live.map { .live($0) } + uploads.map { .earlier($0) }
             let page = ListPage(rowsNow, rows: rows) { $0.isFinished }
             var response = ControlResponse.success(id: id, downloads: page.rows.map {
                 switch $0 {
@@ -231,7 +268,7 @@ extension AgentService {
                 case .live(let download): cache.report(download, path: path)
                 }
             })
-            response.omittedDownloads = rows.map { _ in page.omitted }
+            response.omittedDownloads = state.history.count + listed + uploads.count - page.rows.count
             return response
         default:
             return nil
@@ -244,15 +281,15 @@ extension AgentService {
     /// latency is its CPU time stretched by the machine's run queue (issue 29).
     nonisolated func status(_ state: ServiceSnapshot.State, visibleTo uid: UInt32) -> AgentStatus {
         let visible = mirror.owners.visibility(to: uid)
-        let every = state.agent.downloadsNow
+        let census = state.agent.census.current
         var tally = DownloadTally()
         if let visible {
-            for download in every where visible(download.id) {
+            for download in state.agent.downloadsNow where visible(download.id) {
                 tally.count(download.state, priority: download.options.priority)
             }
         } else {
             // Everyone's downloads: the agent's census, without visiting them.
-            tally.add(state.agent.census.current)
+            tally.add(census)
         }
         for entry in state.history where UUID(uuidString: entry.id).map({ visible?($0) ?? true }) ?? (uid == 0) {
             tally.count(entry.state)
@@ -269,7 +306,7 @@ extension AgentService {
             pathStatus: path?.status.rawValue, connection: path?.connection.rawValue,
             interface: path?.isSatisfied == true ? path?.primaryInterface?.name : nil, isExpensive: path?.isExpensive,
             allowsRoaming: settings.allowsRoaming, isRoaming: path?.isRoaming,
-            counts: tally.counts, summary: tally.summary, totalDownloads: uid == 0 ? every.count + state.history.count : nil,
+            counts: tally.counts, summary: tally.summary, totalDownloads: uid == 0 ? census.listed + state.history.count : nil,
             priorities: tally.priorities)
         (status.power, status.isOnBattery) = (power.description, power.isOnBattery)
         describeLimit(in: &status)

@@ -46,6 +46,8 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
 
     /// Its class, as its agent's census counts it.
     private let priorityClass: DownloadPriority
+    /// Its place in its agent's list, as the census orders a `queue list` page.
+    private let listPosition: UInt64
 
     private let observers: Mutex<Observers>
 
@@ -60,14 +62,15 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
         initial.state = state
         initial.progress = progress
         initial.census = census
-        census?.add(state, priority: priorityClass)
+        listPosition = census?.nextPosition() ?? 0
         observers = Mutex(initial)
+        census?.add(self, at: listPosition, state, priority: priorityClass)
     }
 
     /// No longer counted by its agent's census (it left the agent's list).
     func leaveCensus() {
         observers.withLock { observers in
-            observers.census?.remove(observers.state, priority: priorityClass)
+            observers.census?.remove(at: listPosition, observers.state, priority: priorityClass)
             observers.census = nil
         }
     }
@@ -196,7 +199,7 @@ public final class Download: Sendable, Hashable, Identifiable, CustomStringConve
     func update(state: DownloadState, event: DownloadEvent? = nil) {
         let observed = observers.withLock { observers in
             // Under the same lock as the state: the census never disagrees with it.
-            observers.census?.move(from: observers.state, to: state, priority: priorityClass)
+            observers.census?.move(at: listPosition, from: observers.state, to: state, priority: priorityClass)
             observers.state = state
             observers.waitReason = nil
             if let event {

@@ -40,34 +40,123 @@ package final class DownloadCensus: Sendable {
         /// How many downloads of `priority` are in `kind`.
         package func count(_ kind: Kind, _ priority: DownloadPriority) -> Int { cells[Self.cell(kind, priority)] }
 
+        /// How many downloads are counted, in every kind and class.
+        package var listed: Int { cells.reduce(0, +) }
+
         /// How many downloads are in `kind`, of every class.
         package func count(_ kind: Kind) -> Int { DownloadPriority.allCases.reduce(0) { $0 + count(kind, $1) } }
 
         mutating func add(_ kind: Kind, _ priority: DownloadPriority, _ change: Int) { cells[Self.cell(kind, priority)] += change }
     }
 
-    private let counts = Mutex(Counts())
+    /// The first unfinished and the latest finished downloads in list order, and how many are
+    /// listed: what a `queue list` page shows (`page(rows:)`).
+    package struct Page: Sendable {
+        /// The page's downloads in list order.
+        package var rows: [Download]
+        /// How many downloads the census counts (the page's and the others).
+        package var listed: Int
+    }
+
+    /// The counts, and the listed downloads' positions split by whether they are finished, each
+    /// part in list order: a `queue list` page read every download's state to choose its 200
+    /// rows (a lock and a side-table retain each: `queue list` p99 272 ms at 10,000 jobs,
+    /// issue 29); kept as states change, a page costs O(rows). Inserting into the middle of a
+    /// sorted array moves at most 80 KB at 10,000 jobs, and a download mostly finishes near
+    /// the front of the unfinished part and lands near the end of the finished one.
+    private struct Book {
+        var counts = Counts()
+        var nextPosition: UInt64 = 0
+        var unfinished: [UInt64] = []
+        var finished: [UInt64] = []
+        /// Weak: each download holds its census while listed (a strong pair would be a cycle
+        /// that outlives an agent whose downloads were never removed).
+        var downloads: [UInt64: WeakDownload] = [:]
+
+        mutating func insert(_ position: UInt64, isFinished: Bool) {
+            if isFinished { DownloadCensus.insert(position, into: &finished) } else { DownloadCensus.insert(position, into: &unfinished) }
+        }
+
+        mutating func remove(_ position: UInt64, isFinished: Bool) {
+            if isFinished { DownloadCensus.remove(position, from: &finished) } else { DownloadCensus.remove(position, from: &unfinished) }
+        }
+    }
+
+    private struct WeakDownload {
+        weak var download: Download?
+    }
+
+    private let book = Mutex(Book())
 
     /// An empty census.
     package init() {}
 
     /// The counts now.
-    package var current: Counts { counts.withLock { $0 } }
+    package var current: Counts { book.withLock { $0.counts } }
 
-    func add(_ state: DownloadState, priority: DownloadPriority) {
-        counts.withLock { $0.add(Kind(state), priority, 1) }
+    /// The first `rows` unfinished and the latest `rows` finished downloads, in list order.
+    package func page(rows limit: Int) -> Page {
+        let (positions, listed) = book.withLock { book -> ([(UInt64, WeakDownload)], Int) in
+            let chosen = book.unfinished.prefix(limit) + book.finished.suffix(limit)
+            return (chosen.sorted().compactMap { position in book.downloads[position].map { (position, $0) } },
+                    book.unfinished.count + book.finished.count)
+        }
+        return Page(rows: positions.compactMap { $0.1.download }, listed: listed)
     }
 
-    func remove(_ state: DownloadState, priority: DownloadPriority) {
-        counts.withLock { $0.add(Kind(state), priority, -1) }
+    /// The next download's position in the list: the order of the agent's list, which appends
+    /// each download right after making it.
+    func nextPosition() -> UInt64 { book.withLock { book in defer { book.nextPosition += 1 }; return book.nextPosition } }
+
+    func add(_ download: Download, at position: UInt64, _ state: DownloadState, priority: DownloadPriority) {
+        book.withLock { book in
+            book.counts.add(Kind(state), priority, 1)
+            book.downloads[position] = WeakDownload(download: download)
+            book.insert(position, isFinished: state.isFinal)
+        }
     }
 
-    func move(from old: DownloadState, to new: DownloadState, priority: DownloadPriority) {
+    func remove(at position: UInt64, _ state: DownloadState, priority: DownloadPriority) {
+        book.withLock { book in
+            book.counts.add(Kind(state), priority, -1)
+            book.downloads[position] = nil
+            book.remove(position, isFinished: state.isFinal)
+        }
+    }
+
+    func move(at position: UInt64, from old: DownloadState, to new: DownloadState, priority: DownloadPriority) {
         let (from, to) = (Kind(old), Kind(new))
         guard from != to else { return }
-        counts.withLock { counts in
-            counts.add(from, priority, -1)
-            counts.add(to, priority, 1)
+        book.withLock { book in
+            book.counts.add(from, priority, -1)
+            book.counts.add(to, priority, 1)
+            guard old.isFinal != new.isFinal else { return }
+            book.remove(position, isFinished: old.isFinal)
+            book.insert(position, isFinished: new.isFinal)
         }
+    }
+
+    /// Where `position` is, or would go, in the sorted `positions`.
+    private static func index(of position: UInt64, in positions: [UInt64]) -> Int {
+        // Most changes happen at the end (a new download, a completion in line).
+        if let last = positions.last, last < position { return positions.count }
+        var (low, high) = (0, positions.count)
+        while low < high {
+            let middle = (low + high) / 2
+            if positions[middle] < position { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    private static func insert(_ position: UInt64, into positions: inout [UInt64]) {
+        let index = index(of: position, in: positions)
+        guard index == positions.count || positions[index] != position else { return }
+        positions.insert(position, at: index)
+    }
+
+    private static func remove(_ position: UInt64, from positions: inout [UInt64]) {
+        let index = index(of: position, in: positions)
+        guard index < positions.count, positions[index] == position else { return }
+        positions.remove(at: index)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LinuxReachability
+import LinuxSystem
 import ResumableDownloads
 import Synchronization
 import Testing
@@ -157,6 +158,39 @@ struct AgentServiceTests {
         let page = await service.handle(.list(rows: 2), id: nil)
         #expect(page.downloads?.map(\.id) == [ids[0], ids[1], ids[2]], "two unfinished first in line, the one finished")
         #expect(page.omittedDownloads == 2)
+        await service.shutdown()
+    }
+
+    /// A `list` page answered from the census's order (issue 29: O(rows), not a state read per
+    /// download) has the rows and the count the whole list's `ListPage` gives, with finished
+    /// downloads between unfinished ones, and again after a cancelled one is resumed (it moves
+    /// back among the unfinished, in its place).
+    @Test func listPagesFromTheCensusMatchTheWholeList() async throws {
+        let scratch = try ScratchDirectory("lp")
+        let service = try Self.offlineService(scratch.url, events: EventSink())
+        #expect(await service.start() == 0)
+        let (peer, client) = try AgentServiceOwnershipTests.peer(id: 1, uid: CurrentProcess.effectiveUserID)
+        defer { client.close() }
+        var ids: [String] = []
+        for index in 0..<12 {
+            ids.append(try #require(await service.handle(.add(url: URL(string: "http://192.0.2.9/p\(index)")!, output: nil, sha256: nil),
+                                                         id: nil).download?.id))
+        }
+        for index in [1, 4, 5, 9, 11] { _ = await service.handle(.cancel(ids[index]), id: nil) }
+        func check(_ label: String) async throws {
+            let every = await service.handle(.list(), id: nil).downloads ?? []
+            for rows in [1, 2, 3, 7, 100] {
+                let expected = ListPage(every, rows: rows) { [.completed, .failed].contains($0.state) }
+                let page = try #require(service.answerWithoutWaiting(.list(rows: rows), id: nil, peer: peer))
+                #expect(page.downloads?.map(\.id) == expected.rows.map(\.id), "\(label), rows \(rows)")
+                #expect(page.omittedDownloads == expected.omitted, "\(label), rows \(rows)")
+            }
+            let whole = try #require(service.answerWithoutWaiting(.list(), id: nil, peer: peer))
+            #expect(whole.downloads?.map(\.id) == every.map(\.id) && whole.omittedDownloads == nil, "\(label): every row without rows")
+        }
+        try await check("cancelled between")
+        _ = await service.handle(.resume(ids[4]), id: nil)
+        try await check("one resumed")
         await service.shutdown()
     }
 
