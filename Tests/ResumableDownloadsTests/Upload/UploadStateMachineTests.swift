@@ -144,7 +144,7 @@ struct UploadStateMachineTests {
 
         var allowed = Self.machine(.put, method: .put, allowsPlainRetry: true)
         _ = allowed.event(.start)
-        #expect(allowed.event(.failed(.networkConnectionLost, interim: [], bytesSent: 10)) == .waitAndRetry(failures: 1))
+        #expect(allowed.event(.failed(.networkConnectionLost, interim: [], bytesSent: 10)) == .waitForServer(failures: 1))
         let again = try #require(Self.request(allowed.event(.retry)))
         #expect(again.method == .put)
         #expect(again.bodyOffset == 0)
