@@ -245,10 +245,18 @@ struct UploadFourOutagesTests {
             : (lab.server, ["INPUT", "-s", "10.86.1.2", "-j", "DROP"])
         let began = ContinuousClock.now
         _ = try sh(["ip", "netns", "exec", rule.namespace, "iptables", "-A"] + rule.rule)
-        // The outage itself: a span of time, not an event to wait for. Its length is random
-        // within one probe spacing, so the restore falls anywhere between two probes.
-        try await Task.sleep(for: .seconds(seconds + Double.random(in: 0..<0.5)))
-        let attempts = Self.synCount(lab, comment: comment) ?? -1
+        // The outage itself: a span of time, sampled every 50 ms for the attempts' times. Its
+        // length is random within one probe spacing, so the restore falls anywhere between two.
+        let ends = began + .seconds(seconds + Double.random(in: 0..<0.5))
+        var attempts = 0
+        var attemptTimes: [ContinuousClock.Instant] = []
+        while ContinuousClock.now < ends {
+            let count = Self.synCount(lab, comment: comment) ?? 0
+            if count > attempts { attemptTimes.append(.now) }
+            attempts = max(attempts, count)
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        attempts = Self.synCount(lab, comment: comment) ?? -1
         let restoredAt = ContinuousClock.now
         _ = try sh(["ip", "netns", "exec", rule.namespace, "iptables", "-D"] + rule.rule)
         let outageLength = restoredAt - began
@@ -257,9 +265,14 @@ struct UploadFourOutagesTests {
         let lastResumed = upload.lines.last { $0.text.contains("\"resumed\"") }
         let flowing = (lastResumed?.arrival ?? .now) - restoredAt
         let rate = Double(attempts) / outageLength.timeInterval
-        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s), flowing \(flowing) after the restore")
+        // Once settled (2 s in: the quick first probe is paid back by a longer gap after it),
+        // attempts come every 500 ms: a restore waits at most that long for the next.
+        let settled = attemptTimes.filter { $0 - began >= .seconds(2) }
+        let widestGap = zip(settled, settled.dropFirst()).map { $1 - $0 }.max() ?? .zero
+        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap)), flowing \(flowing) after the restore")
         #expect((try? Data(contentsOf: Self.storedFile(lab, .ietf, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(attempts >= 0 && rate <= 2.1, "\(attempts) connection attempts in \(outageLength)")
+        #expect(settled.count >= 2 && widestGap <= .milliseconds(700), "attempts \(widestGap) apart during the outage")
         #expect(flowing <= .milliseconds(750), "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
     }
 }
