@@ -18,17 +18,9 @@ extension AgentExchanger {
                 return events(.finished(.init(code: .badURL, description: "the request's method \(request.method) is not an HTTP token")))
             }
             let file: URL
-            switch body {
-            case .file(let url): file = url
-            case .data(let data):
-                // Kept as a file: what a drop leaves unsent goes again from there.
-                do {
-                    file = try directory.writeUploadBody(data)
-                } catch {
-                    return events(.finished(.init(code: .cannotCreateFile, description:
-                        "cannot keep the upload's body in \(directory.downloads.path) to send it again after a drop: \(error)",
-                        underlying: .storage(SessionStorageError("\(error)")))))
-                }
+            switch Self.uploadFile(body, directory: directory) {
+            case .success(let url): file = url
+            case .failure(let failure): return events(.finished(failure))
             }
             // The file's problems as Foundation names them (a missing file, a directory, a FIFO),
             // before anything reaches the server; the agent opens it again for itself.
@@ -40,26 +32,13 @@ extension AgentExchanger {
             options.method = method
             options.headerFields = request.headers.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }
             options.idleTimeout = request.timeout
-            let counter = Mutex(SentCounter())
-            let handlers = UploadHandlers(
-                progress: { position, length in
-                    if let sent = counter.withLock({ $0.reached(position) }) { events(.sent(bytes: sent, total: length)) }
-                },
-                event: { event in
-                    switch event {
-                    case .resumed(let offset): counter.withLock { $0.position = offset }
-                    case .interrupted(let error) where plan.stopsAtInterruption: stopper.stop(interruptedBy: error)
-                    case .waitingForConnectivity where plan.stopsAtInterruption:
-                        // The path went between two requests (the task began on a usable one).
-                        stopper.stop(interruptedBy: .networkConnectionLost)
-                    default: break
-                    }
-                })
+            let counter = SentCounterBox()
+            let handlers = Self.uploadHandlers(plan: plan, stopper: stopper, counter: counter, events: events)
             do throws(UploadFailure) {
                 let result = try await agent.upload(fileAt: file.path, to: request.url, options: options,
                                                     resuming: plan.resuming, handlers: handlers)
                 // The agent's own count of bytes handed to connections is the exact one.
-                if let sent = counter.withLock({ $0.settled(result.bytesSent) }) { events(.sent(bytes: sent, total: result.length)) }
+                if let sent = counter.state.withLock({ $0.settled(result.bytesSent) }) { events(.sent(bytes: sent, total: result.length)) }
                 directory.removeUploadBody(file)
                 events(.response(.init(statusCode: result.response.statusCode, headers: result.response.fields, url: request.url)))
                 if !result.body.isEmpty { events(.body(result.body)) }
@@ -76,6 +55,47 @@ extension AgentExchanger {
         stopper.started(task)
         return RunningExchange(task: task)
     }
+
+    /// The file the upload sends: the caller's, or the body kept as a file (what a drop leaves
+    /// unsent goes again from there).
+    private static func uploadFile(_ body: DataExchangeBody, directory: SessionDirectory) -> Result<URL, DataTaskStateMachine.Failure> {
+        switch body {
+        case .file(let url): return .success(url)
+        case .data(let data):
+            do {
+                return .success(try directory.writeUploadBody(data))
+            } catch {
+                return .failure(.init(code: .cannotCreateFile, description:
+                    "cannot keep the upload's body in \(directory.downloads.path) to send it again after a drop: \(error)",
+                    underlying: .storage(SessionStorageError("\(error)"))))
+            }
+        }
+    }
+
+    /// Progress as the task counts it (bytes past the server's offset once resumed), and the
+    /// stop at the first interruption when the task does not wait for connectivity.
+    private static func uploadHandlers(plan: UploadPlan, stopper: UploadStopper, counter: SentCounterBox,
+                                       events: @escaping @Sendable (DataExchangeEvent) -> Void) -> UploadHandlers {
+        UploadHandlers(
+            progress: { position, length in
+                if let sent = counter.state.withLock({ $0.reached(position) }) { events(.sent(bytes: sent, total: length)) }
+            },
+            event: { event in
+                switch event {
+                case .resumed(let offset): counter.state.withLock { $0.position = offset }
+                case .interrupted(let error) where plan.stopsAtInterruption: stopper.stop(interruptedBy: error)
+                case .waitingForConnectivity where plan.stopsAtInterruption:
+                    // The path went between two requests (the task began on a usable one).
+                    stopper.stop(interruptedBy: .networkConnectionLost)
+                default: break
+                }
+            })
+    }
+}
+
+/// The task's `SentCounter`, shared by the upload's handlers and its end.
+private final class SentCounterBox: Sendable {
+    let state = Mutex(SentCounter())
 }
 
 /// Bytes really handed to connections, from the positions the upload reports (a resumed attempt

@@ -192,47 +192,55 @@ extension AgentService {
             if delta > 0 { table.counters.withLock { $0.sentBytes += delta } }
             if due { emit(Self.uploadLine("progress", job, at: now())) }
         }, event: { event in
-            var fields: [JSONValue.Member] = []
-            let name: String
-            switch event {
-            case .protocolChosen(let chosen):
-                job.live.withLock { $0.protocolInUse = chosen }
-                _ = job.updateRecord(in: store) { $0.protocolInUse = chosen }
-                name = "protocol"
-                fields = [.init(key: "protocol", value: .string(chosen.rawValue))]
-            case .created(let uploadURL):
-                // Written before anything more is sent: a restart asks this resource its offset.
-                let chosen = job.live.withLock { $0.protocolInUse }
-                if let chosen, chosen == .ietf || chosen == .tus {
-                    _ = job.updateRecord(in: store) { record in
-                        record.resume = UploadResumeState(url: record.url, uploadURL: uploadURL, protocolInUse: chosen,
-                                                          acknowledgedOffset: 0, length: record.file.size, file: record.file,
-                                                          filePath: record.filePath)
-                    }
-                }
-                name = "created"
-                fields = [.init(key: "uploadURL", value: .string(URLRedaction.redacted(uploadURL)))]
-            case .interrupted(let error):
-                name = "interrupted"
-                fields = [.init(key: "code", value: .integer(error.errorCode)), .init(key: "message", value: .string(error.description))]
-            case .resumed(let offset):
-                job.live.withLock { live in
-                    live.position = offset
-                    live.state = .running
-                }
-                _ = job.updateRecord(in: store) { record in
-                    guard var resume = record.resume else { return }
-                    resume.acknowledgedOffset = max(resume.acknowledgedOffset, offset)
-                    record.resume = resume
-                }
-                name = "resumed"
-                fields = [.init(key: "offset", value: .integer(Int(offset)))]
-            case .waitingForConnectivity:
-                job.live.withLock { $0.state = .waitingForConnectivity }
-                name = "waiting"
-            }
+            let (name, fields) = Self.noteUploadEvent(event, job, store: store)
             emit(Self.uploadLine(name, job, at: now(), fields))
         })
+    }
+
+    /// What an upload event means for the job: its live state and record updated (the server's
+    /// hold written before the next byte goes), and its event line's name and fields.
+    private static func noteUploadEvent(_ event: UploadEvent, _ job: UploadJob,
+                                        store: UploadJobStore?) -> (name: String, fields: [JSONValue.Member]) {
+        var fields: [JSONValue.Member] = []
+        let name: String
+        switch event {
+        case .protocolChosen(let chosen):
+            job.live.withLock { $0.protocolInUse = chosen }
+            _ = job.updateRecord(in: store) { $0.protocolInUse = chosen }
+            name = "protocol"
+            fields = [.init(key: "protocol", value: .string(chosen.rawValue))]
+        case .created(let uploadURL):
+            // Written before anything more is sent: a restart asks this resource its offset.
+            let chosen = job.live.withLock { $0.protocolInUse }
+            if let chosen, chosen == .ietf || chosen == .tus {
+                _ = job.updateRecord(in: store) { record in
+                    record.resume = UploadResumeState(url: record.url, uploadURL: uploadURL, protocolInUse: chosen,
+                                                      acknowledgedOffset: 0, length: record.file.size, file: record.file,
+                                                      filePath: record.filePath)
+                }
+            }
+            name = "created"
+            fields = [.init(key: "uploadURL", value: .string(URLRedaction.redacted(uploadURL)))]
+        case .interrupted(let error):
+            name = "interrupted"
+            fields = [.init(key: "code", value: .integer(error.errorCode)), .init(key: "message", value: .string(error.description))]
+        case .resumed(let offset):
+            job.live.withLock { live in
+                live.position = offset
+                live.state = .running
+            }
+            _ = job.updateRecord(in: store) { record in
+                guard var resume = record.resume else { return }
+                resume.acknowledgedOffset = max(resume.acknowledgedOffset, offset)
+                record.resume = resume
+            }
+            name = "resumed"
+            fields = [.init(key: "offset", value: .integer(Int(offset)))]
+        case .waitingForConnectivity:
+            job.live.withLock { $0.state = .waitingForConnectivity }
+            name = "waiting"
+        }
+        return (name, fields)
     }
 
     /// Stops the job's task for `reason` and waits (bounded) until it has ended; false when it

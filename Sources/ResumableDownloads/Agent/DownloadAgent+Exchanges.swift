@@ -20,6 +20,14 @@ extension DownloadAgent {
     /// (what a resumable upload may have to resend).
     package func exchangeOutcome(_ request: ExchangeRequest, waitsForConnectivity: Bool = false,
                                  handlers: ExchangeHandlers = ExchangeHandlers()) async throws(DownloadError) -> (result: Result<ExchangeResponse, DownloadError>, bytesSent: Int64) {
+        let outcome = try await exchangeReport(request, waitsForConnectivity: waitsForConnectivity, handlers: handlers)
+        return (outcome.result, outcome.bytesSent)
+    }
+
+    /// `exchangeOutcome`, with what the connection showed of the server (whether it connected,
+    /// how long that took): what a resumable upload reports to its host's server wait.
+    func exchangeReport(_ request: ExchangeRequest, waitsForConnectivity: Bool = false,
+                        handlers: ExchangeHandlers = ExchangeHandlers()) async throws(DownloadError) -> ExchangeOutcome {
         activate()
         guard !isShutDown else { throw DownloadError.invalidRequest.with(description: "the agent is shut down") }
         try request.validate()
@@ -54,7 +62,7 @@ extension DownloadAgent {
         } onCancel: {
             engine.abort(id, reason: .cancelled)
         }
-        return (outcome.result, outcome.bytesSent)
+        return outcome
     }
 
     /// Whether a request may be sent now: the path is satisfied, or no path source says otherwise.
@@ -78,7 +86,7 @@ extension DownloadAgent {
     }
 
     /// Waits for the next path the agent reads; false when the task is cancelled first.
-    private func waitForNextPath() async -> Bool {
+    func waitForNextPath() async -> Bool {
         let id = engine.makeTransferID()
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in

@@ -98,6 +98,12 @@ package struct ExchangeRequest: Sendable {
     package var responseBodyLimit: Int
     /// Pins the request to this interface (SO_BINDTODEVICE), when set.
     package var interfaceName: String?
+    /// A connect timeout shorter than the agent's, when set: a probe of a server that does not
+    /// answer gives up before the next is due (`ServerWaitSchedule.connectTimeout`).
+    package var connectTimeout: Duration?
+    /// Whether to open a new connection rather than reuse one (a probe after a failure: a kept
+    /// connection may be the one that died).
+    package var freshConnection = false
 
     /// A request with the usual defaults: follows redirects when there is no body, 60 s idle
     /// timeout, up to 64 MiB of response body in memory.
@@ -187,4 +193,8 @@ struct ExchangeOutcome: Sendable {
     var result: Result<ExchangeResponse, DownloadError>
     /// Request body bytes handed to the connection (also when it failed).
     var bytesSent: Int64
+    /// How long the connection took to set up, when this exchange made one.
+    var connectTime: Duration? = nil
+    /// Whether a connection to the server was made (a failure after it is not a silent server).
+    var didConnect = false
 }

@@ -150,8 +150,8 @@ extension TransferEngine {
         let request = context.request
         let options = CurlRequestOptions(
             url: request.url.absoluteString, rangeStart: 0, sendsRange: false, ifRange: nil,
-            interface: request.interfaceName.map { "if!\($0)" }, freshConnection: false,
-            connectTimeoutMilliseconds: max(1, Int(settings.connectTimeout.milliseconds)),
+            interface: request.interfaceName.map { "if!\($0)" }, freshConnection: request.freshConnection,
+            connectTimeoutMilliseconds: max(1, Int(min(settings.connectTimeout, request.connectTimeout ?? settings.connectTimeout).milliseconds)),
             // The idle timeout below does this job for exchanges; a slow server is not a stall.
             lowSpeedLimitBytesPerSecond: 0, lowSpeedTimeSeconds: 0,
             maximumRedirects: settings.maximumRedirects,
@@ -185,8 +185,10 @@ extension TransferEngine {
     func finishExchange(_ id: UInt64, forced: DownloadError?, failure: TransferFailure?, detail: String) {
         guard let context = exchanges.removeValue(forKey: id) else { return }
         var info: CurlTransferInfo?
+        var connectTime: Duration?
         if let easy = context.easy {
             info = easy.info()
+            connectTime = easy.connectTime
             if forced != nil, let socket = easy.activeSocket {
                 // An exchange we end (the path went, the server went silent) must not go on
                 // without us: closing a socket normally lets the kernel keep sending its queued
@@ -212,7 +214,8 @@ extension TransferEngine {
         } else {
             result = .failure(DownloadError.badServerResponse.with(description: "the server closed the connection without a response"))
         }
-        context.completion(ExchangeOutcome(result: result, bytesSent: context.bytesSent))
+        let didConnect = info?.didConnect ?? false || context.finalHead != nil || !context.interimHeads.isEmpty
+        context.completion(ExchangeOutcome(result: result, bytesSent: context.bytesSent, connectTime: connectTime, didConnect: didConnect))
     }
 
     /// Engine thread: ends exchanges idle for longer than their timeout; returns how long the

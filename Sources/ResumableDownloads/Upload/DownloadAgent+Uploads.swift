@@ -102,6 +102,50 @@ extension DownloadAgent {
     package func upload(file descriptor: FileDescriptor, path: String, to url: URL, options: UploadOptions = UploadOptions(),
                         resuming state: UploadResumeState? = nil,
                         handlers: UploadHandlers = UploadHandlers()) async throws(UploadFailure) -> UploadResult {
+        let opened = try Self.uploadableStatus(of: descriptor, path: path, resuming: state)
+        let fileName = path.split(separator: "/").last.map(String.init) ?? "file"
+        var run = UploadRun(machine: UploadStateMachine(
+            url: state?.url ?? url, fileName: fileName, length: opened.size, method: options.method,
+            protocol: options.protocolChoice, allowsPlainRetry: options.allowsPlainRetry, resuming: state),
+                            descriptor: descriptor, opened: opened, path: path, options: options, handlers: handlers,
+                            wait: UploadServerWait(url: state?.url ?? url, coordinator: probes))
+        let watcher = watchPaths(for: run.wait)
+        defer {
+            watcher.cancel()
+            run.wait.end()
+        }
+        var wakes = run.wait.wakes.makeAsyncIterator()
+        var action = run.machine.event(.start)
+        while true {
+            run.noteProtocol()
+            switch action {
+            case .send(let plan):
+                if let result = try await sendStep(plan, &run, &action) { return result }
+            case .waitAndRetry(let failures):
+                // The server answered with a status worth retrying: the downloads' backoff (capped at 1 s).
+                let backoff = Backoff(initial: configuration.initialBackoff, maximum: min(configuration.maximumBackoff, .seconds(1)),
+                                      maximumRetryAfter: configuration.maximumRetryAfter)
+                do {
+                    if hasUsablePath { try await Task.sleep(for: backoff.delay(afterFailures: failures, jitter: Double.random(in: 0.5...1))) }
+                } catch {
+                    throw run.failure(.cancelled)
+                }
+                try await waitForPathIfNeeded(&run)
+                action = run.machine.event(.retry)
+            case .waitForServer:
+                try await waitForServerTurn(&run, &wakes)
+                action = run.machine.event(.retry)
+            case .finish(let head):
+                return run.result(head, body: Data())
+            case .fail(let error, let isResumable):
+                throw isResumable ? run.failure(error) : UploadFailure(error: error)
+            }
+        }
+    }
+
+    /// The file's status when it can be uploaded (a regular file, the one `state` describes).
+    private static func uploadableStatus(of descriptor: FileDescriptor, path: String,
+                                         resuming state: UploadResumeState?) throws(UploadFailure) -> FileStatus {
         let opened: FileStatus
         do { opened = try descriptor.status() } catch {
             throw UploadFailure(error: DownloadError.fileSystem.with(description: "cannot examine \(path): \(error)"))
@@ -110,81 +154,66 @@ extension DownloadAgent {
             throw UploadFailure(error: DownloadError.invalidRequest.with(description:
                 "\(path) is \(opened.kindDescription); only regular files can be uploaded (they can be resumed)"))
         }
-        let identity = UploadFileIdentity(opened)
         if let state {
             do { try state.validate() } catch { throw UploadFailure(error: error) }
             if let change = state.file.change(to: opened) {
                 throw UploadFailure(error: ExchangeContext.fileChanged(change))
             }
         }
-        let fileName = path.split(separator: "/").last.map(String.init) ?? "file"
-        var machine = UploadStateMachine(url: state?.url ?? url, fileName: fileName, length: opened.size, method: options.method,
-                                         protocol: options.protocolChoice, allowsPlainRetry: options.allowsPlainRetry,
-                                         resuming: state)
-        var chosen: UploadProtocol?
-        // Offset questions that timed out in a row: each next one waits twice as long (up to 60 s).
-        var slowOffsetAnswers = 0
-        var action = machine.event(.start)
-        while true {
-            if chosen != machine.protocolInUse, machine.protocolInUse != .auto {
-                chosen = machine.protocolInUse
-                handlers.event(.protocolChosen(machine.protocolInUse))
-            }
-            switch action {
-            case .send(let plan):
-                if Task.isCancelled {
-                    throw UploadFailure(error: .cancelled, resumeState: machine.resumeState(file: identity, path: path))
-                }
-                if let now = try? descriptor.status(), let change = identity.change(to: now) {
-                    throw UploadFailure(error: ExchangeContext.fileChanged(change))
-                }
-                let hadURL = machine.uploadURL
-                let announced = AnnouncedUploadURL()
-                // A server may answer its offset only once the reader of the connection that died
-                // has given up (the draft test server waits 5 s, tusd for its network timeout):
-                // asking again with the same timeout could miss that answer every time.
-                var attemptOptions = options
-                if plan.method == .head {
-                    attemptOptions.idleTimeout = min(options.idleTimeout * (1 << min(slowOffsetAnswers, 4)), max(options.idleTimeout, .seconds(60)))
-                }
-                let (event, response) = await send(plan, descriptor: descriptor, opened: opened, options: attemptOptions, handlers: handlers,
-                                                   announced: hadURL == nil && machine.protocolInUse == .ietf ? announced : nil)
-                if plan.method == .head {
-                    if case .failed(let error, _, _) = event, error == .timedOut { slowOffsetAnswers += 1 } else { slowOffsetAnswers = 0 }
-                }
-                action = machine.event(event)
-                if hadURL == nil, let created = machine.uploadURL, announced.url.withLock({ $0 }) != created {
-                    handlers.event(.created(created))
-                }
-                if case .send(let next) = action, next.method == .patch, let offset = next.bodyOffset, plan.method == .head {
-                    // An append after the server was asked its offset continues an interrupted upload.
-                    handlers.event(.resumed(from: offset))
-                }
-                if case .finish(let head) = action {
-                    return UploadResult(response: head, body: response?.body ?? Data(), protocolUsed: machine.protocolInUse,
-                                        length: opened.size, bytesSent: machine.totalBytesSent)
-                }
-            case .waitAndRetry(let failures):
-                do {
-                    if hasUsablePath {
-                        // The path did not go (a server that stopped answering): back off a little.
-                        let backoff = Backoff(initial: configuration.initialBackoff,
-                                              maximum: min(configuration.maximumBackoff, .seconds(1)),
-                                              maximumRetryAfter: configuration.maximumRetryAfter)
-                        try await Task.sleep(for: backoff.delay(afterFailures: failures, jitter: Double.random(in: 0.5...1)))
-                    }
-                    if !hasUsablePath { handlers.event(.waitingForConnectivity) }
-                    try await waitForUsablePath()
-                } catch {
-                    throw UploadFailure(error: .cancelled, resumeState: machine.resumeState(file: identity, path: path))
-                }
-                action = machine.event(.retry)
-            case .finish(let head):
-                return UploadResult(response: head, body: Data(), protocolUsed: machine.protocolInUse,
-                                    length: opened.size, bytesSent: machine.totalBytesSent)
-            case .fail(let error, let isResumable):
-                throw UploadFailure(error: error, resumeState: isResumable ? machine.resumeState(file: identity, path: path) : nil)
-            }
+        return opened
+    }
+
+    /// Sends `plan` and feeds the answer to the machine (`action` is its next); the result when
+    /// the upload is done.
+    private func sendStep(_ plan: UploadStateMachine.Request, _ run: inout UploadRun,
+                          _ action: inout UploadStateMachine.Action) async throws(UploadFailure) -> UploadResult? {
+        if Task.isCancelled { throw run.failure(.cancelled) }
+        if let now = try? run.descriptor.status(), let change = run.identity.change(to: now) {
+            throw UploadFailure(error: ExchangeContext.fileChanged(change))
+        }
+        let hadURL = run.machine.uploadURL
+        let announced = AnnouncedUploadURL()
+        let (event, response) = await send(plan, run: &run,
+                                           announced: hadURL == nil && run.machine.protocolInUse == .ietf ? announced : nil)
+        action = run.machine.event(event)
+        if hadURL == nil, let created = run.machine.uploadURL, announced.url.withLock({ $0 }) != created {
+            run.handlers.event(.created(created))
+        }
+        if case .send(let next) = action, next.method == .patch, let offset = next.bodyOffset, plan.method == .head {
+            // An append after the server was asked its offset continues an interrupted upload.
+            run.handlers.event(.resumed(from: offset))
+        }
+        if case .finish(let head) = action { return run.result(head, body: response?.body ?? Data()) }
+        return nil
+    }
+
+    /// Waits for a usable path when there is none (announcing it).
+    private func waitForPathIfNeeded(_ run: inout UploadRun) async throws(UploadFailure) {
+        guard !hasUsablePath else { return }
+        run.handlers.event(.waitingForConnectivity)
+        do { try await waitForUsablePath() } catch { throw run.failure(.cancelled) }
+    }
+
+    /// After a connection failure: a new path is tried at once (a fresh connection); on the same
+    /// usable path the upload waits for its host's probe turn, as downloads do.
+    private func waitForServerTurn(_ run: inout UploadRun,
+                                   _ wakes: inout AsyncStream<UploadServerWait.Wake>.Iterator) async throws(UploadFailure) {
+        run.probe = nil
+        let current = PathKey(pathWaiters.path)
+        if !hasUsablePath || current != run.attemptPath {
+            run.wait.leave()
+            try await waitForPathIfNeeded(&run)
+            run.probe = .fresh(connectTimeout: nil)
+            return
+        }
+        let turn: UploadServerWait.Turn
+        do { turn = try await nextTurn(of: run.wait, wakes: &wakes, startedOn: current) } catch { throw run.failure(.cancelled) }
+        switch turn {
+        case .probe(let connectTimeout): run.probe = .fresh(connectTimeout: connectTimeout)
+        case .released: run.probe = .fresh(connectTimeout: nil)
+        case .pathChanged:
+            try await waitForPathIfNeeded(&run)
+            run.probe = .fresh(connectTimeout: nil)
         }
     }
 
@@ -192,19 +221,14 @@ extension DownloadAgent {
     /// `announced`, for an IETF creation: a `104`'s upload resource is reported (`created`) the
     /// moment it arrives, while the body still goes out, so an owner that keeps it (the agent's
     /// job record) can continue from the server's offset even if it dies before the request ends.
-    private func send(_ plan: UploadStateMachine.Request, descriptor: FileDescriptor, opened: FileStatus,
-                      options: UploadOptions, handlers: UploadHandlers,
+    private func send(_ plan: UploadStateMachine.Request, run: inout UploadRun,
                       announced: AnnouncedUploadURL? = nil) async -> (UploadStateMachine.Event, ExchangeResponse?) {
-        let length = opened.size
-        let base = plan.bodyOffset ?? 0
-        let body: ExchangeBody = plan.bodyOffset.map {
-            .file(ExchangeFileRange(descriptor: descriptor, offset: $0, length: plan.bodyLength ?? (length - $0), identity: opened))
-        } ?? .empty
-        let isCreation = plan.bodyOffset == 0 && plan.method != .patch
-        let request = ExchangeRequest(method: plan.method, url: plan.url,
-                                      headerFields: plan.headerFields + (isCreation ? options.headerFields : []),
-                                      body: body, idleTimeout: options.idleTimeout)
+        let request = run.exchangeRequest(for: plan)
+        run.attemptPath = PathKey(pathWaiters.path)
+        let handlers = run.handlers
         let interim = Mutex<[ResponseHead]>([])
+        let base = plan.bodyOffset ?? 0
+        let length = run.opened.size
         let exchangeHandlers = ExchangeHandlers(
             interimResponse: { head in
                 interim.withLock { $0.append(head) }
@@ -219,18 +243,111 @@ extension DownloadAgent {
             },
             bytesSent: { sent, _ in handlers.progress(base + sent, length) },
             waitingForConnectivity: { handlers.event(.waitingForConnectivity) })
+        let outcome: ExchangeOutcome
         do {
-            let outcome = try await exchangeOutcome(request, waitsForConnectivity: options.waitsForConnectivity,
-                                                    handlers: exchangeHandlers)
-            switch outcome.result {
-            case .success(let response):
-                return (.answered(response.head, interim: response.interimHeads, bytesSent: outcome.bytesSent), response)
-            case .failure(let error):
-                handlers.event(.interrupted(error))
-                return (.failed(error, interim: interim.withLock { $0 }, bytesSent: outcome.bytesSent), nil)
-            }
+            outcome = try await exchangeReport(request, waitsForConnectivity: run.options.waitsForConnectivity,
+                                               handlers: exchangeHandlers)
         } catch {
             return (.failed(error, interim: [], bytesSent: 0), nil)
+        }
+        run.noteOutcome(outcome, of: plan)
+        switch outcome.result {
+        case .success(let response):
+            return (.answered(response.head, interim: response.interimHeads, bytesSent: outcome.bytesSent), response)
+        case .failure(let error):
+            handlers.event(.interrupted(error))
+            return (.failed(error, interim: interim.withLock { $0 }, bytesSent: outcome.bytesSent), nil)
+        }
+    }
+}
+
+/// One upload's driver state beside its machine: the file, what the caller asked, its place in
+/// the host's server wait, and how the next attempt connects.
+struct UploadRun {
+    /// How the next attempt connects after a failure.
+    enum Probe: Equatable {
+        /// A new connection; `connectTimeout` from the host's probe turn, or the wait's own.
+        case fresh(connectTimeout: Duration?)
+    }
+
+    var machine: UploadStateMachine
+    let descriptor: FileDescriptor
+    let opened: FileStatus
+    let identity: UploadFileIdentity
+    let path: String
+    let options: UploadOptions
+    let handlers: UploadHandlers
+    let wait: UploadServerWait
+    var chosen: UploadProtocol?
+    /// Offset questions that timed out in a row: each next one waits twice as long (up to 60 s).
+    var slowOffsetAnswers = 0
+    var probe: Probe?
+    /// The path the last attempt started on.
+    var attemptPath = PathKey(nil)
+
+    init(machine: UploadStateMachine, descriptor: FileDescriptor, opened: FileStatus, path: String,
+         options: UploadOptions, handlers: UploadHandlers, wait: UploadServerWait) {
+        self.machine = machine
+        self.descriptor = descriptor
+        self.opened = opened
+        identity = UploadFileIdentity(opened)
+        self.path = path
+        self.options = options
+        self.handlers = handlers
+        self.wait = wait
+    }
+
+    /// Reports the protocol once it is known, and when it changes.
+    mutating func noteProtocol() {
+        guard chosen != machine.protocolInUse, machine.protocolInUse != .auto else { return }
+        chosen = machine.protocolInUse
+        handlers.event(.protocolChosen(machine.protocolInUse))
+    }
+
+    /// The failure that ends the upload with `error`, keeping what can continue it.
+    func failure(_ error: DownloadError) -> UploadFailure {
+        UploadFailure(error: error, resumeState: machine.resumeState(file: identity, path: path))
+    }
+
+    func result(_ head: ResponseHead, body: Data) -> UploadResult {
+        UploadResult(response: head, body: body, protocolUsed: machine.protocolInUse, length: opened.size,
+                     bytesSent: machine.totalBytesSent)
+    }
+
+    /// The exchange for `plan`, connecting as the last failure asked.
+    func exchangeRequest(for plan: UploadStateMachine.Request) -> ExchangeRequest {
+        let length = opened.size
+        let body: ExchangeBody = plan.bodyOffset.map {
+            .file(ExchangeFileRange(descriptor: descriptor, offset: $0, length: plan.bodyLength ?? (length - $0), identity: opened))
+        } ?? .empty
+        let isCreation = plan.bodyOffset == 0 && plan.method != .patch
+        var idleTimeout = options.idleTimeout
+        if plan.method == .head {
+            // A server may answer its offset only once the reader of the connection that died
+            // has given up (the draft test server waits 5 s, tusd for its network timeout):
+            // asking again with the same timeout could miss that answer every time.
+            idleTimeout = min(idleTimeout * (1 << min(slowOffsetAnswers, 4)), max(idleTimeout, .seconds(60)))
+        }
+        var request = ExchangeRequest(method: plan.method, url: plan.url,
+                                      headerFields: plan.headerFields + (isCreation ? options.headerFields : []),
+                                      body: body, idleTimeout: idleTimeout)
+        if case .fresh(let connectTimeout) = probe {
+            request.freshConnection = true
+            request.connectTimeout = connectTimeout ?? wait.connectTimeout
+        }
+        return request
+    }
+
+    /// What an attempt showed of the server, for the host's wait and the next offset question.
+    mutating func noteOutcome(_ outcome: ExchangeOutcome, of plan: UploadStateMachine.Request) {
+        probe = nil
+        if let connectTime = outcome.connectTime { wait.recordConnectTime(connectTime) }
+        let failure: DownloadError? = if case .failure(let error) = outcome.result { error } else { nil }
+        if plan.method == .head { slowOffsetAnswers = failure == .timedOut ? slowOffsetAnswers + 1 : 0 }
+        if outcome.didConnect {
+            wait.report(reachable: true)
+        } else if let failure, RetryClass(failure.urlCode) == .connectionLevel {
+            wait.report(reachable: false)
         }
     }
 }

@@ -26,9 +26,13 @@ struct UploadStateMachine: Sendable {
 
     enum Action: Sendable, Equatable {
         case send(Request)
-        /// The exchange failed on the way: wait for a usable path (and a backoff while the path
-        /// did not change), then feed `.retry`.
+        /// The server answered with a status worth retrying (5xx, 408, 429): wait for a usable
+        /// path and a backoff, then feed `.retry`.
         case waitAndRetry(failures: Int)
+        /// The connection failed (reset, refused, timed out, lost): wait for a usable path, then
+        /// for the host's next probe turn, the downloads' pace (`ServerProbeScheduler`), then
+        /// feed `.retry`.
+        case waitForServer(failures: Int)
         /// Done: the server has every byte (the final answer's head).
         case finish(ResponseHead)
         /// Give up; `isResumable` when the resume state can continue it later.
@@ -58,6 +62,9 @@ struct UploadStateMachine: Sendable {
     /// Failures in a row without new acknowledged bytes before the upload gives up (keeping its
     /// resume state).
     static let maximumFailuresWithoutProgress = 30
+    /// Connection failures in a row without new acknowledged bytes before it gives up: probes
+    /// come at most two a second (`ServerWaitSchedule`), so about a minute of a silent server.
+    static let maximumProbesWithoutProgress = 120
 
     let url: URL
     let fileName: String
@@ -275,27 +282,29 @@ struct UploadStateMachine: Sendable {
         if error == .cancelled || error.code == .fileSystem || error.code == .invalidRequest {
             return .fail(error, isResumable: uploadURL != nil)
         }
-        if uploadURL != nil { return retryLater() }
-        if step == .discover { return retryLater() }
-        if step == .create, protocolInUse == .tus { return retryLater() }
+        if uploadURL != nil { return retryLater(after: error) }
+        if step == .discover { return retryLater(after: error) }
+        if step == .create, protocolInUse == .tus { return retryLater(after: error) }
         // No resumable upload exists on the server: Foundation's -1005 with no resume data; a
         // PUT may be sent again from zero where the caller allows it, a POST never.
         if allowsPlainRetry, step == .plainSend || step == .create, (protocolInUse == .put ? HTTPMethod.put : method).isIdempotent {
             if step == .create { protocolInUse = .put }
             step = .plainSend
-            return retryLater()
+            return retryLater(after: error)
         }
         return .fail(error, isResumable: false)
     }
 
-    private mutating func retryLater() -> Action {
+    /// `error`: the transport failure, nil after a status answer.
+    private mutating func retryLater(after error: DownloadError? = nil) -> Action {
         failures += 1
-        guard failures <= Self.maximumFailuresWithoutProgress else {
+        let isConnectionLevel = error.map { RetryClass($0.urlCode) == .connectionLevel } ?? false
+        guard failures <= (isConnectionLevel ? Self.maximumProbesWithoutProgress : Self.maximumFailuresWithoutProgress) else {
             return .fail(DownloadError.connectivityTimeout.with(description:
                 "the upload failed \(failures) times in a row without progress; its resume data is kept"),
                          isResumable: uploadURL != nil)
         }
-        return .waitAndRetry(failures: failures)
+        return isConnectionLevel ? .waitForServer(failures: failures) : .waitAndRetry(failures: failures)
     }
 
     private func statusFailure(_ head: ResponseHead, _ what: String) -> Action {

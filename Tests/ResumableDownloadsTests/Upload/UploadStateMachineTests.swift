@@ -57,6 +57,22 @@ struct UploadStateMachineTests {
         #expect(machine.totalBytesSent == Self.length)
     }
 
+    /// A connection failure waits for the host's probe turn (the downloads' pace, with its own,
+    /// larger budget: about a minute of probes); a status worth retrying backs off.
+    @Test func connectionFailuresWaitForTheServerAndStatusesBackOff() throws {
+        var machine = Self.interruptedDraft(sent: 4000)
+        #expect(Self.request(machine.event(.retry))?.method == .head)
+        #expect(machine.event(.answered(Self.head(503), interim: [], bytesSent: 0)) == .waitAndRetry(failures: 2))
+        _ = machine.event(.retry)
+        for failures in 3...UploadStateMachine.maximumProbesWithoutProgress {
+            #expect(machine.event(.failed(.timedOut, interim: [], bytesSent: 0)) == .waitForServer(failures: failures))
+            _ = machine.event(.retry)
+        }
+        let (error, resumable) = try #require(Self.failure(machine.event(.failed(.cannotConnectToHost, interim: [], bytesSent: 0))))
+        #expect(error.code == .connectivityTimeout)
+        #expect(resumable)
+    }
+
     @Test func autoFallsBackToTheDraftWithoutTus() throws {
         var machine = Self.machine(.auto)
         _ = machine.event(.start)
@@ -144,7 +160,7 @@ struct UploadStateMachineTests {
 
         var allowed = Self.machine(.put, method: .put, allowsPlainRetry: true)
         _ = allowed.event(.start)
-        #expect(allowed.event(.failed(.networkConnectionLost, interim: [], bytesSent: 10)) == .waitAndRetry(failures: 1))
+        #expect(allowed.event(.failed(.networkConnectionLost, interim: [], bytesSent: 10)) == .waitForServer(failures: 1))
         let again = try #require(Self.request(allowed.event(.retry)))
         #expect(again.method == .put)
         #expect(again.bodyOffset == 0)
