@@ -55,7 +55,8 @@ struct DownloadSpaceWaitTests: DownloadScenarios {
         #expect(await Self.waitsForSpace(download), "state \(download.state), events \(log.all)")
         guard case .lowDiskSpace(let free, let needed) = download.waitReason else { Issue.record("no reason"); return }
         #expect(free < needed, "\(free) \(needed)")
-        #expect(log.all.contains { if case .waiting(.lowDiskSpace) = $0 { true } else { false } }, "\(log.all)")
+        // The state is set before the event reaches the log's stream: wait for the event too.
+        #expect(await log.wait(timeout: .seconds(10)) { if case .waiting(.lowDiskSpace) = $0 { true } else { false } }, "\(log.all)")
         #expect(!log.all.contains { if case .failed = $0 { true } else { false } }, "\(log.all)")
         // Its bytes stay, it is not finished, and it stays waiting while the disk is full.
         let partial = try FileManager.default.attributesOfItem(atPath: destination.path + ".part")[.size] as? Int ?? 0
