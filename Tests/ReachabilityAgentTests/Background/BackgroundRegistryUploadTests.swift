@@ -116,13 +116,7 @@ struct BackgroundRegistryUploadTests {
     /// `timeoutIntervalForResource` running out stops the transfer (the server keeps what it
     /// took): the -1001 carries where the server holds the upload, as a failure does.
     @Test func theResourceTimeoutHandsWhereTheServerHoldsTheUpload() throws {
-        var (registry, transfers) = try Tests.attached(tasks: [Self.upload(1)])
-        var settings = Tests.settings()
-        settings.timeoutIntervalForResource = 60
-        _ = registry.detach(1, now: Tests.now)
-        _ = try registry.attach(Tests.key, settings: settings, connection: 2, pid: 42, now: Tests.now).get()
-        _ = try registry.perform(.resume, on: 1, in: Tests.key, connection: 2, now: Tests.now, availableBytes: Tests.plenty).get()
-        registry.transferStarted(transfers[0])
+        var (registry, transfers) = try Tests.runningWithAResourceTimeout(Self.upload(1))
         _ = registry.uploadHeld(transfers[0], Self.held)
         #expect(registry.timerFired(now: Tests.now.addingTimeInterval(60), availableBytes: Tests.plenty).contains(.stopTransfer(transfers[0])))
         _ = registry.transferStopped(transfers[0], resumeState: nil, now: Tests.now)
