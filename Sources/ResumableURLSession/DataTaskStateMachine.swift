@@ -19,7 +19,8 @@ import Foundation
 ///   one) follows the path in its transport, as a download does: the transport continues it
 ///   from the server's offset when the path is back (`waitsForConnectivity`), or ends it with
 ///   -1005 and resume data. A path change alone does not end it here, and
-///   `cancel(byProducingResumeData:)` stops the transport and waits for its resume data.
+///   `cancel(byProducingResumeData:)` stops the transport and waits for its resume data; so does
+///   the resource timeout, whose -1001 carries it (the server keeps what it took).
 struct DataTaskStateMachine: Sendable {
     typealias Failure = DownloadTaskStateMachine.Failure
 
@@ -106,8 +107,16 @@ struct DataTaskStateMachine: Sendable {
         var heldBody: [Data] = []
         /// The exchange ended while the delegate had not answered yet.
         var heldEnd: Failure??
-        /// `cancel(byProducingResumeData:)` stopped it; its end brings the resume data.
-        var isCancellingForResumeData = false
+        /// Why the task stopped it for its resume data (which its end brings), if it did.
+        var stop: Stop?
+    }
+
+    /// Why a resumable upload's exchange is being stopped for its resume data.
+    private enum Stop: Sendable, Hashable {
+        /// `cancel(byProducingResumeData:)`: -999, and the data to its caller too.
+        case cancelForResumeData
+        /// `timeoutIntervalForResource` ran out: -1001 carrying the data.
+        case resourceTimeout
     }
 
     private enum Answer: Sendable, Hashable { case notAsked, pending, allowed }
@@ -194,10 +203,10 @@ struct DataTaskStateMachine: Sendable {
         case .completed:
             return [.deliverResumeData(nil)]
         case .exchanging(var exchange) where options.transportFollowsPath:
-            guard !exchange.isCancellingForResumeData else { return [] }
-            exchange.isCancellingForResumeData = true
+            let stopping = exchange.stop != nil
+            exchange.stop = .cancelForResumeData
             phase = .exchanging(exchange)
-            return [.stopExchangeForResumeData]
+            return stopping ? [] : [.stopExchangeForResumeData]
         default:
             return [.deliverResumeData(nil)] + cancelled()
         }
@@ -262,12 +271,20 @@ struct DataTaskStateMachine: Sendable {
         switch phase {
         case .waitingForPath:
             return finish(Failure(code: .timedOut, description: "no usable network path within the resource timeout"))
+        case .exchanging(var exchange) where options.transportFollowsPath:
+            // A resumable upload's transport is stopped, not aborted: its end brings the resume data.
+            guard exchange.stop == nil else { return [] }
+            exchange.stop = .resourceTimeout
+            phase = .exchanging(exchange)
+            return [.stopExchangeForResumeData]
         case .exchanging:
-            return [.abortExchange] + finish(Failure(code: .timedOut, description: "the request did not finish within the resource timeout"))
+            return [.abortExchange] + finish(Self.resourceTimedOut)
         default:
             return []
         }
     }
+
+    static let resourceTimedOut = Failure(code: .timedOut, description: "the request did not finish within the resource timeout")
 
     private mutating func received(_ head: Response) -> [Action] {
         guard case .exchanging(var exchange) = phase, exchange.answer == .notAsked else { return [] }
@@ -300,16 +317,17 @@ struct DataTaskStateMachine: Sendable {
 
     private mutating func exchangeFinished(_ failure: Failure?) -> [Action] {
         guard case .exchanging(var exchange) = phase else { return [] }
-        if exchange.isCancellingForResumeData {
-            // Stopped for its resume data: cancelled, unless it completed first.
+        if let stop = exchange.stop {
+            // Stopped for its resume data: cancelled or timed out, unless it completed first.
+            let answer: [Action] = stop == .cancelForResumeData ? [.deliverResumeData(failure?.uploadResumeData)] : []
             guard let failure else {
-                exchange.isCancellingForResumeData = false
+                exchange.stop = nil
                 phase = .exchanging(exchange)
-                return [.deliverResumeData(nil)] + exchangeFinished(nil)
+                return answer + exchangeFinished(nil)
             }
-            var cancelled = Failure.cancelled
-            cancelled.uploadResumeData = failure.uploadResumeData
-            return [.deliverResumeData(failure.uploadResumeData)] + finish(cancelled)
+            var ended = stop == .cancelForResumeData ? Failure.cancelled : Self.resourceTimedOut
+            ended.uploadResumeData = failure.uploadResumeData
+            return answer + finish(ended)
         }
         if failure?.code == .networkConnectionLost, options.retriesAfterPathChange, !hasRetried, exchange.answer == .notAsked {
             // The transport saw the path go (or its connection die) before the path did here.

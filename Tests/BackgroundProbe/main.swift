@@ -148,7 +148,7 @@ final class Probe: ProbeProgressLines, ResumableURLSessionDataDelegate {
         if let data = urlError?.uploadTaskResumeData { uploadResumeData.withLock { $0 = data } }
         emit(["call": "uploadCompleted", "task": task.taskIdentifier, "code": urlError?.code.rawValue ?? NSNull(),
               "message": error.map { "\($0.localizedDescription)" } ?? NSNull(), "sent": task.countOfBytesSent,
-              "expected": task.countOfBytesExpectedToSend])
+              "expected": task.countOfBytesExpectedToSend, "resumeData": urlError?.uploadTaskResumeData?.count ?? NSNull()])
     }
 
     func urlSessionDidFinishEvents(forBackgroundURLSession session: ResumableURLSession) {

@@ -35,8 +35,8 @@ struct BackgroundUploadTests {
         var state: URL { directory.url("state") }
 
         /// `background-probe` on the fixture's agent (running already: the probe only attaches).
-        func probe(_ session: String, launches: Bool = true) throws -> ProbeProcess {
-            var arguments = ["--state-dir", state.path, "--session", session, "--lifetime", "90"]
+        func probe(_ session: String, launches: Bool = true, arguments extra: [String] = []) throws -> ProbeProcess {
+            var arguments = ["--state-dir", state.path, "--session", session, "--lifetime", "90"] + extra
             if launches {
                 let probe = try BuiltProducts.url("background-probe").path
                 arguments += [probe, "--state-dir", state.path, "--output", launched.url.path, "--exit-after-events", "--lifetime", "60"]
@@ -175,6 +175,16 @@ struct BackgroundUploadTests {
         #expect((resumeData?.object["bytes"]?.int ?? 0) > 0, "resume data from the cancel: \(probe.transcript)")
         let cancelled = await probe.waitForCall("uploadCompleted", task: first)
         #expect(cancelled?.object["code"]?.int == URLError.Code.cancelled.rawValue, "\(probe.transcript)")
+        _ = try await Self.continueFromResumeData(probe, fixture, server, after: "a cancel")
+        let cancelledResponses = probe.calls("response").filter { $0.object["task"]?.int == first }.count
+        #expect(cancelledResponses == 0, "\(probe.transcript)")
+    }
+
+    /// A task from the probe's last upload resume data, checked to end the upload from the
+    /// server's offset: the response (201), its body and `didCompleteWithError(nil)` once, one
+    /// upload on the server, the file, each byte read once. The offset it continued from.
+    static func continueFromResumeData(_ probe: ProbeProcess, _ fixture: Fixture, _ server: UploadTestServer,
+                                       after what: String) async throws -> Int {
         probe.send("upload-resume-data")
         let second = try #require(await probe.waitForLine { $0["call"]?.string == "created" && $0["fromResumeData"] != nil }?.object["task"]?.int,
                                   "\(probe.transcript)")
@@ -188,15 +198,78 @@ struct BackgroundUploadTests {
         let bodies = probe.calls("data").filter { $0.object["task"]?.int == second }.compactMap { $0.object["text"]?.string }
         #expect(bodies == ["stored\n"], "the server's response body once: \(bodies)")
         #expect(probe.calls("uploadCompleted").filter { $0.object["task"]?.int == second }.count == 1, "\(probe.transcript)")
-        let cancelledResponses = probe.calls("response").filter { $0.object["task"]?.int == first }.count
-        #expect(cancelledResponses == 0, "\(probe.transcript)")
         let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
         #expect(names.count == 1 && names.first.flatMap { server.stored($0) } == fixture.content, "one upload, the file: \(names)")
         let resumed = fixture.agent.events.filter { $0["type"] as? String == "background" && $0["event"] as? String == "uploadResumed" }
         let offset = resumed.last?["offset"] as? Int ?? 0
         let read = try server.bodyBytesRead()
-        print("background upload from resume data: continued from byte \(offset) of \(fixture.content.count); the server read \(read) bytes")
+        print("background upload from resume data after \(what): continued from byte \(offset) of \(fixture.content.count); the server read \(read) bytes")
         #expect(resumed.count == 1 && offset > 0, "the new task continued from the server's offset: \(resumed)")
+        #expect(read == fixture.content.count, "the server read each byte once: \(read) bytes for \(fixture.content.count)")
+        return offset
+    }
+
+    /// A server that fails mid-upload but keeps what it took (503 to the creation request once
+    /// it read 3 MiB) ends the background task with an error carrying `uploadTaskResumeData`
+    /// (Apple's, where the server supports resumption); a task from it asks the server its
+    /// offset and sends only the rest.
+    @Test func aServerFailingMidUploadHandsResumeDataThatContinuesFromItsOffset() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 8 << 20, failAfter: 3 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 8 << 20, seed: 2889)
+        defer { fixture.stop() }
+        let probe = try fixture.probe("bgta-failed", launches: false)
+        defer { probe.kill() }
+        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
+        probe.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        let first = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
+        let failed = try #require(await probe.waitForCall("uploadCompleted", task: first, timeout: .seconds(60)),
+                                  "\(probe.transcript)\n\(fixture.agent.output.suffix(20))")
+        #expect(failed.object["code"]?.int == URLError.Code.badServerResponse.rawValue, "\(failed.object)")
+        #expect((failed.object["resumeData"]?.int ?? 0) > 0, "the failure carries uploadTaskResumeData: \(failed.object)")
+        let held = try server.bodyBytesRead()
+        let offset = try await Self.continueFromResumeData(probe, fixture, server, after: "a 503 at \(held) bytes")
+        #expect(offset == held, "continued where the server stood (\(held) bytes)")
+    }
+
+    /// `timeoutIntervalForResource` (3 s, the server reading 2 MiB a second) ends each task with
+    /// -1001 and `uploadTaskResumeData`; each task from the last one's resume data continues from
+    /// the server's offset, until one completes: the server reads each byte of the file once.
+    @Test func theResourceTimeoutHandsResumeDataThatContinuesFromTheServersOffset() async throws {
+        let server = try UploadTestServer(bytesPerSecond: 2 << 20)
+        defer { server.stop() }
+        let fixture = try Fixture(count: 8 << 20, seed: 2890)
+        defer { fixture.stop() }
+        let probe = try fixture.probe("bgta-timeout", launches: false, arguments: ["--resource-timeout", "3"])
+        defer { probe.kill() }
+        #expect(await probe.waitForCall("attached") != nil, "\(probe.transcript)")
+        probe.send("upload \(fixture.file.path) \(server.url("ietf/").absoluteString)")
+        var task = try #require(await probe.waitForCall("created")?.object["task"]?.int, "\(probe.transcript)")
+        var timeouts = 0
+        for _ in 0..<8 {
+            let ended = try #require(await probe.waitForCall("uploadCompleted", task: task, timeout: .seconds(30)),
+                                     "\(probe.transcript)\n\(fixture.agent.output.suffix(20))")
+            if ended.object["code"] == .null { break }
+            #expect(ended.object["code"]?.int == URLError.Code.timedOut.rawValue, "\(ended.object)")
+            try #require((ended.object["resumeData"]?.int ?? 0) > 0, "-1001 carries uploadTaskResumeData: \(ended.object)")
+            timeouts += 1
+            probe.send("upload-resume-data")
+            let previous = task
+            task = try #require(await probe.waitForLine { $0["call"]?.string == "created" && $0["fromResumeData"] != nil && $0["task"]?.int != previous }?
+                .object["task"]?.int, "\(probe.transcript)")
+        }
+        let done = probe.calls("uploadCompleted").filter { $0.object["task"]?.int == task }
+        #expect(done.count == 1 && done.first?.object["code"] == .null, "a task from resume data completed: \(probe.transcript)")
+        let resumed = fixture.agent.events.filter { $0["type"] as? String == "background" && $0["event"] as? String == "uploadResumed" }
+            .compactMap { $0["offset"] as? Int }
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.directory.url.path).filter { !$0.hasPrefix("_") }
+        #expect(names.count == 1 && names.first.flatMap { server.stored($0) } == fixture.content, "one upload, the file: \(names)")
+        let read = try server.bodyBytesRead()
+        print("background upload through resource timeouts: \(timeouts) timeouts, continued from \(resumed); the server read \(read) bytes")
+        // Each task from resume data asked the server its offset and continued from it (never
+        // from less than the task before), and the server read each byte once (below).
+        #expect(timeouts >= 1 && resumed.count == timeouts && resumed.first.map { $0 > 0 } == true
+                && zip(resumed, resumed.dropFirst()).allSatisfy { $0 <= $1 }, "\(timeouts) timeouts, continued from \(resumed)")
         #expect(read == fixture.content.count, "the server read each byte once: \(read) bytes for \(fixture.content.count)")
     }
 

@@ -259,6 +259,14 @@ struct UploadFourOutagesTests {
         attempts = Self.synCount(lab, comment: comment) ?? -1
         let restoredAt = ContinuousClock.now
         _ = try sh(["ip", "netns", "exec", rule.namespace, "iptables", "-D"] + rule.rule)
+        let removed = ContinuousClock.now - restoredAt
+        // Where the time after the restore goes: the wait for the next connection attempt (a SYN
+        // seen, within a listing's time), then that attempt: the probe is the offset HEAD's own
+        // connection, and the PATCH follows on it.
+        var nextSYN: Duration?
+        while nextSYN == nil, ContinuousClock.now - restoredAt < .seconds(1) {
+            if let count = Self.synCount(lab, comment: comment), count > attempts { nextSYN = ContinuousClock.now - restoredAt }
+        }
         let outageLength = restoredAt - began
         let status = await upload.waitForExit(timeout: .seconds(60))
         #expect(status == 0, "\(upload.transcript)")
@@ -269,7 +277,7 @@ struct UploadFourOutagesTests {
         // attempts come every 500 ms: a restore waits at most that long for the next.
         let settled = attemptTimes.filter { $0 - began >= .seconds(2) }
         let widestGap = zip(settled, settled.dropFirst()).map { $1 - $0 }.max() ?? .zero
-        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap)), flowing \(flowing) after the restore")
+        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap)), flowing \(flowing) after the restore (rule gone at \(removed), next SYN seen by \(nextSYN.map { "\($0)" } ?? "none"), SYNs by the flow \((Self.synCount(lab, comment: comment) ?? -1) - attempts))")
         #expect((try? Data(contentsOf: Self.storedFile(lab, .ietf, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(attempts >= 0 && rate <= 2.1, "\(attempts) connection attempts in \(outageLength)")
         #expect(settled.count >= 2 && widestGap <= .milliseconds(700), "attempts \(widestGap) apart during the outage")

@@ -231,6 +231,29 @@ struct DataTaskStateMachineTests {
         #expect(machine.failure?.code == .cancelled)
     }
 
+    @Test func theResourceTimeoutStopsAnUploadForItsResumeData() {
+        var machine = Self.uploading()
+        _ = machine.handle(.sent(bytes: 1 << 20, total: 4 << 20))
+        #expect(machine.handle(.resourceTimeoutExpired) == [.stopExchangeForResumeData], "stopped, not aborted")
+        #expect(machine.publicState == .running, "not completed before the resume data is known")
+        // The transport's end (the agent's -999 or -1001, or the local transport's) brings the data.
+        var stopped = Machine.Failure.cancelled
+        stopped.uploadResumeData = Self.resumeData
+        var expired = Machine.resourceTimedOut
+        expired.uploadResumeData = Self.resumeData
+        #expect(machine.handle(.exchangeFinished(stopped)) == [.complete(expired)])
+        // A cancel for resume data while it stops gets the data, and the task is cancelled.
+        var cancelled = Self.uploading()
+        _ = cancelled.handle(.resourceTimeoutExpired)
+        #expect(cancelled.handle(.cancelProducingResumeData) == [], "stopping already")
+        var withData = Machine.Failure.cancelled
+        withData.uploadResumeData = Self.resumeData
+        #expect(cancelled.handle(.exchangeFinished(stopped)) == [.deliverResumeData(Self.resumeData), .complete(withData)])
+        // A plain exchange is aborted at once, as before.
+        var plain = Self.exchanging()
+        #expect(plain.handle(.resourceTimeoutExpired) == [.abortExchange, .complete(Machine.resourceTimedOut)])
+    }
+
     @Test func anUploadThatCompletesWhileBeingCancelledForResumeDataCompletes() {
         var machine = Self.uploading()
         _ = machine.handle(.response(Self.head))

@@ -5,9 +5,11 @@ Speaks draft-ietf-httpbis-resumable-upload-05 (Upload-Draft-Interop-Version 6) u
 plain PUT/POST under /plain/, and echoes any request under /echo. Every body byte it reads is
 counted (GET /_stats), so a test can tell bytes sent twice; --lie makes it misreport offsets;
 --reset-after N resets the first connection that reads past body byte N of an upload (once), so
-a client on loopback, its path up, has to ask the offset (and meets the lie).
+a client on loopback, its path up, has to ask the offset (and meets the lie); --fail-after N
+answers the first creation request that reads past body byte N with 503 (once), keeping what it
+read, as a server that fails mid-upload but holds the upload.
 
-    upload_server.py --port 0 --directory DIR [--lie MODE] [--reset-after N] [--rate BPS]
+    upload_server.py --port 0 --directory DIR [--lie MODE] [--reset-after N] [--fail-after N] [--rate BPS]
 
 Prints "port N" on stdout once it listens. Files land in DIR/<upload id>.
 """
@@ -47,6 +49,7 @@ class Handler(BaseHTTPRequestHandler):
     lie = None
     rate = 0  # body bytes per second read, 0 for as fast as it comes
     reset_after = None  # an upload's body byte past which its connection is reset, once
+    fail_after = None  # a creation's body byte past which it is answered 503, once
 
     def log_message(self, *args):
         pass
@@ -122,6 +125,10 @@ class Handler(BaseHTTPRequestHandler):
                         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                         os.close(self.connection.detach())
                         raise OSError("reset by --reset-after")
+                    if Handler.fail_after is not None and self.command == "POST" and offset + got >= Handler.fail_after:
+                        Handler.fail_after = None
+                        self.failed_midway = True
+                        break
                 if self.rate:
                     # Reading slowly lets TCP's window slow the client: an upload lasts long
                     # enough for a test to cut it in the middle.
@@ -221,12 +228,29 @@ class Handler(BaseHTTPRequestHandler):
             got, length = self.read_body_into(self.file_path(upload_id), 0, state)
             with LOCK:
                 state["complete"] = complete and got == length
+            if getattr(self, "failed_midway", False):
+                return self.fail_midway(state)
             if got < length:
                 self.close_connection = True
                 return
             return self.reply(201 if state["complete"] else 201,
                               [("Location", "/ietf/" + upload_id)] + self.offset_fields(state))
         self.reply(404)
+
+    def fail_midway(self, state):
+        """503 with what it holds, the rest of the body left unread: the answer goes out, then the
+        write side closes and the unread body is drained (not stored, not counted), so the close
+        does not reset the connection before the client reads the answer."""
+        self.close_connection = True
+        self.reply(503, self.offset_fields(state))
+        self.wfile.flush()
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(5)
+            while self.connection.recv(65536):
+                pass
+        except OSError:
+            pass
 
     def do_HEAD(self):
         if self.path.startswith("/ietf/"):
@@ -303,6 +327,7 @@ def main():
     parser.add_argument("--rate", type=int, default=0)
     parser.add_argument("--lie", choices=["past-end", "backwards", "beyond", "forget"])
     parser.add_argument("--reset-after", type=int)
+    parser.add_argument("--fail-after", type=int)
     arguments = parser.parse_args()
     Handler.directory = arguments.directory
     global STATS_FILE
@@ -310,6 +335,7 @@ def main():
     Handler.lie = arguments.lie
     Handler.rate = arguments.rate
     Handler.reset_after = arguments.reset_after
+    Handler.fail_after = arguments.fail_after
     server = ThreadingHTTPServer((arguments.address, arguments.port), Handler)
     server.daemon_threads = True
     print("port %d" % server.server_address[1], flush=True)

@@ -19,12 +19,13 @@ public final class UploadTestServer: Sendable {
 
     /// Starts the server; `lie` makes it misreport offsets (past-end, backwards, beyond, forget),
     /// `bytesPerSecond` reads bodies at that pace, `resetAfter` resets the connection reading
-    /// past that body byte of an upload (once).
-    public init(lie: String? = nil, bytesPerSecond: Int? = nil, resetAfter: Int? = nil) throws {
+    /// past that body byte of an upload (once), `failAfter` answers the creation request reading
+    /// past that body byte with 503, keeping what it read (once).
+    public init(lie: String? = nil, bytesPerSecond: Int? = nil, resetAfter: Int? = nil, failAfter: Int? = nil) throws {
         directory = try ScratchDirectory("upload-server")
         (process, port) = try Self.launch("/usr/bin/python3", [Self.script.path, "--directory", directory.url.path]
             + (lie.map { ["--lie", $0] } ?? []) + (bytesPerSecond.map { ["--rate", String($0)] } ?? [])
-            + (resetAfter.map { ["--reset-after", String($0)] } ?? []))
+            + (resetAfter.map { ["--reset-after", String($0)] } ?? []) + (failAfter.map { ["--fail-after", String($0)] } ?? []))
     }
 
     /// Starts a test server program that prints "port N" as its first line, and reads the port.

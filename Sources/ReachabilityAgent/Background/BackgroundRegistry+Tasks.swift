@@ -233,8 +233,10 @@ extension BackgroundRegistry {
     /// `timeoutIntervalForResource` ran out: -1001, with resume data where the bytes are the task's alone.
     mutating func expire(_ identifier: Int, in key: BackgroundSessionKey, now: Date) -> [Action] {
         guard let session = sessions[key], let task = session.task(identifier) else { return [] }
-        let failure = BackgroundFailure(code: -1001, message: "the resource did not arrive within timeoutIntervalForResource (\(Int(session.record.settings.timeoutIntervalForResource)) s)",
+        var failure = BackgroundFailure(code: -1001, message: "the resource did not arrive within timeoutIntervalForResource (\(Int(session.record.settings.timeoutIntervalForResource)) s)",
                                         resumeState: task.spec.resumeState)
+        // An upload the server holds (or that resume data named) continues from the error's uploadTaskResumeData.
+        failure.uploadResume = task.uploadResume
         guard let live = transfers[task.transfer], live.tasks.contains(identifier) else {
             return addEvent(.failed, task: task, failure: failure, in: key, now: now)
         }
@@ -347,6 +349,9 @@ extension BackgroundRegistry {
                 answered = resumeState
             case .resourceTimeout:
                 failure = BackgroundFailure(code: -1001, message: "the resource did not arrive within timeoutIntervalForResource (\(Int(session.record.settings.timeoutIntervalForResource)) s)")
+                // The upload's transfer is stopped, not cancelled: the server keeps what it took,
+                // and the error's uploadTaskResumeData continues it from there.
+                failure.uploadResume = task.uploadResume
             }
             failure.resumeState = resumeState
             actions += addEvent(.failed, task: task, failure: failure, in: transfer.session, now: now)

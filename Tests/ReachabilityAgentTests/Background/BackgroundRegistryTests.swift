@@ -205,14 +205,20 @@ struct BackgroundRegistryTests {
         #expect(unstarted.resumeState == fromData.resumeState && unstarted.awaitsStop == nil)
     }
 
-    @Test func theResourceTimeoutEndsATaskWithMinus1001AndResumeData() throws {
-        var (registry, transfers) = try Self.attached(tasks: [Self.spec(1)])
+    /// A registry whose session has a 60 s resource timeout and task 1 (`spec`) running.
+    static func runningWithAResourceTimeout(_ spec: BackgroundTaskSpec) throws -> (BackgroundRegistry, [UUID]) {
+        var (registry, transfers) = try Self.attached(tasks: [spec])
         var settings = Self.settings()
         settings.timeoutIntervalForResource = 60
         _ = registry.detach(1, now: Self.now)
         _ = try registry.attach(Self.key, settings: settings, connection: 2, pid: 42, now: Self.now).get()
         _ = try registry.perform(.resume, on: 1, in: Self.key, connection: 2, now: Self.now, availableBytes: Self.plenty).get()
         registry.transferStarted(transfers[0])
+        return (registry, transfers)
+    }
+
+    @Test func theResourceTimeoutEndsATaskWithMinus1001AndResumeData() throws {
+        var (registry, transfers) = try Self.runningWithAResourceTimeout(Self.spec(1))
         #expect(registry.timerFired(now: Self.now.addingTimeInterval(59), availableBytes: Self.plenty)
             .allSatisfy { if case .stopTransfer = $0 { false } else { true } })
         #expect(registry.timerFired(now: Self.now.addingTimeInterval(60), availableBytes: Self.plenty).contains(.stopTransfer(transfers[0])))

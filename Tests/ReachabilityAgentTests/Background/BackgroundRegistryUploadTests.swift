@@ -113,6 +113,17 @@ struct BackgroundRegistryUploadTests {
         #expect(start.id == transfers[0] && start.uploadResume == Self.held, "the agent asks that resource its offset")
     }
 
+    /// `timeoutIntervalForResource` running out stops the transfer (the server keeps what it
+    /// took): the -1001 carries where the server holds the upload, as a failure does.
+    @Test func theResourceTimeoutHandsWhereTheServerHoldsTheUpload() throws {
+        var (registry, transfers) = try Tests.runningWithAResourceTimeout(Self.upload(1))
+        _ = registry.uploadHeld(transfers[0], Self.held)
+        #expect(registry.timerFired(now: Tests.now.addingTimeInterval(60), availableBytes: Tests.plenty).contains(.stopTransfer(transfers[0])))
+        _ = registry.transferStopped(transfers[0], resumeState: nil, now: Tests.now)
+        let failure = try #require(registry.sessions[Tests.key]?.record.pending.first?.failure)
+        #expect(failure.code == -1001 && failure.uploadResume == Self.held, "\(failure)")
+    }
+
     @Test func uploadSpecsAreChecked() {
         var relative = Self.upload(1)
         relative.upload?.file = "sky.jpg"
