@@ -354,6 +354,7 @@ package actor AgentService {
             let download = try await agent.download(from: url, to: URL(fileURLWithPath: destination), options: options)
             downloadOwners[download.id] = uid
             if let argv = job.onComplete { environment.onComplete.register(argv, for: download.id) }
+            options.opensAllConnections = job.connections != nil
             observe(download)
             emitDownload(.queued, download)
             refreshSummary()
