@@ -267,12 +267,20 @@ package actor AgentService {
             }
         case .list(let rows):
             let earlier = history, background = backgroundRows(visibleTo: uid)
-            let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache, path: path)
-            let page = ListPage(earlier + live + background + uploadRows(visibleTo: uid), rows: rows) {
+            guard let rows else {
+                let live = await Self.reports(of: agent.downloadsNow, excluding: backgroundEngineIDs, cache: reportCache, path: path)
+                return .success(id: id, downloads: earlier + live + background + uploadRows(visibleTo: uid))
+            }
+            // A page's candidates from the census's order without the background sessions'
+            // downloads (their rows are the sessions' own): O(rows), not O(jobs) (issue 29).
+            let censusPage = agent.census.page(rows: rows, excluding: backgroundEngineIDs)
+            let live = await Self.reports(of: censusPage.rows, excluding: [], cache: reportCache, path: path)
+            let uploads = uploadRows(visibleTo: uid)
+            let page = ListPage(earlier + live + background + uploads, rows: rows) {
                 [.completed, .failed].contains($0.state)
             }
             var response = ControlResponse.success(id: id, downloads: page.rows)
-            response.omittedDownloads = rows.map { _ in page.omitted }
+            response.omittedDownloads = earlier.count + censusPage.listed + background.count + uploads.count - page.rows.count
             return response
         case .status:
             var status = status(visibleTo: uid)
@@ -346,6 +354,7 @@ package actor AgentService {
                                           priority: job.priority.value)
                 .limitingTime(job, now: environment.now())
             options.waitsForACPower = job.waitsForACPower
+            options.opensAllConnections = job.connections != nil
             options.completionCommand = job.onComplete.map { CompletionCommand(arguments: $0, owner: uid) }
             options.mirrors = job.mirrors
             options.pieceHashes = job.pieceHashes

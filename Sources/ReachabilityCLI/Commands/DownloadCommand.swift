@@ -30,7 +30,7 @@ struct DownloadCommand: Command {
         "no-roaming", help: "Never use a modem registered on a visited network (roaming, per ModemManager); wait for another path.")
     static let connections = Option.value(
         "connections", valueName: "n",
-        help: "Open at most this many connections to one server at once (1-\(DownloadAgent.maximumConnectionsPerHostLimit), default \(DownloadAgent.defaultConnectionsPerHost), as a web browser). More than one only when the server answers ranges with a validator (or --sha256 is given), and only while each added connection makes the download faster.")
+        help: "Open this many connections to one server (1-\(DownloadAgent.maximumConnectionsPerHostLimit)): all of them as soon as the server has answered a range request with a 206, as aria2c -x N. Without it: up to \(DownloadAgent.defaultConnectionsPerHost) (as a web browser), added only while each added one makes the download faster. More than one only when the server answers ranges with a validator (or --sha256 is given).")
     static let interface = Option.repeating(
         "interface", valueName: "name",
         help: "Download over this interface only (repeatable: the connections are spread over all those named). Default: every usable uplink when there are several, else the routing table's choice.")

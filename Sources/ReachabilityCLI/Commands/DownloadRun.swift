@@ -276,6 +276,7 @@ final class DownloadRun: Sendable {
                                       usesExpensivePathsOnlyAsFallback: command.usesExpensivePathsOnlyAsFallback)
         options.mirrors = mirrors
         options.pieceHashes = command.pieceHashes
+        options.opensAllConnections = command.maximumConnections != nil
         return options
     }
 

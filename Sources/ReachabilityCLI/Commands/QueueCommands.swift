@@ -70,7 +70,7 @@ struct QueueAddCommand: Command {
     static let replace = Option.flag("replace", help: "Replace a file that exists at the destination (otherwise the request is refused).")
     static let connections = Option.value(
         "connections", valueName: "n",
-        help: "Open at most this many connections at once for this job (1-\(DownloadAgent.maximumConnectionsPerHostLimit)); the agent's own per-server bound (--connections of 'reachability agent') still applies. Default: that bound.")
+        help: "Open this many connections for this job (1-\(DownloadAgent.maximumConnectionsPerHostLimit)), all once the server has answered a range; the agent's own per-server bound (--connections of 'reachability agent') still applies. Default: up to that bound, added while each helps.")
     static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
     static let noConstrained = Option.flag(
         "no-constrained", help: "Keep this job off constrained paths (a connection the user asked to save data on, NetworkManager Metered=yes): it waits for another path.")

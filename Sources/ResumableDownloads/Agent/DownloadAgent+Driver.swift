@@ -443,6 +443,8 @@ extension DownloadAgent {
             : [SegmentPlanner.Path(interface: pinnedInterface)]
         var planner = SegmentPlanner.Configuration(maximumConnections: canSplit ? bound : 1)
         planner.expensiveUse = options.usesExpensivePathsOnlyAsFallback ? .fallbackOnly : .whenUseful
+        // A count the caller named (`--connections N`) opens at once; the default ramps.
+        planner.opensAllAtOnce = options.opensAllConnections
         // A server that just failed an attempt has not shown it serves more connections.
         if driver.lastAttemptFailed { planner.growthDelay = .seconds(5) }
         let hasDigest = record.expectedSHA256 != nil

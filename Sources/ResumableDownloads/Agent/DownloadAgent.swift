@@ -545,6 +545,7 @@ public actor DownloadAgent {
             .withTimeLimits(deadline: record.deadline, noProgressTimeout: record.noProgressTimeout)
         if given == nil {
             options.waitsForACPower = record.waitsForACPower ?? false
+            options.opensAllConnections = record.opensAllConnections ?? false
             options.completionCommand = record.onComplete
         }
         // The caller restoring gives the job's sources again (a rerun of `download`); else the

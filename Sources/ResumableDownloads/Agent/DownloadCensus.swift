@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Synchronization
 
 /// How many of an agent's downloads are in each state and class, kept as they change: a status
@@ -54,8 +55,12 @@ package final class DownloadCensus: Sendable {
     package struct Page: Sendable {
         /// The page's downloads in list order.
         package var rows: [Download]
-        /// How many downloads the census counts (the page's and the others).
+        /// How many downloads the census counts (the page's and the others), the excluded ones
+        /// not among them.
         package var listed: Int
+        /// How many entries of the list order were read to choose the rows: the page's cost
+        /// (at most `rows` and the excluded ones met, on each side), for tests.
+        package var visited = 0
     }
 
     /// The counts, and the listed downloads' positions split by whether they are finished, each
@@ -72,6 +77,9 @@ package final class DownloadCensus: Sendable {
         /// Weak: each download holds its census while listed (a strong pair would be a cycle
         /// that outlives an agent whose downloads were never removed).
         var downloads: [UInt64: WeakDownload] = [:]
+        /// Each listed download's position, so an exclusion by identifier is found without
+        /// visiting the downloads.
+        var positions: [UUID: UInt64] = [:]
 
         mutating func insert(_ position: UInt64, isFinished: Bool) {
             if isFinished { DownloadCensus.insert(position, into: &finished) } else { DownloadCensus.insert(position, into: &unfinished) }
@@ -84,6 +92,8 @@ package final class DownloadCensus: Sendable {
 
     private struct WeakDownload {
         weak var download: Download?
+        /// Its identifier, read without reaching the download (a weak load retains it).
+        var id: UUID
     }
 
     private let book = Mutex(Book())
@@ -95,13 +105,38 @@ package final class DownloadCensus: Sendable {
     package var current: Counts { book.withLock { $0.counts } }
 
     /// The first `rows` unfinished and the latest `rows` finished downloads, in list order.
-    package func page(rows limit: Int) -> Page {
-        let (positions, listed) = book.withLock { book -> ([(UInt64, WeakDownload)], Int) in
-            let chosen = book.unfinished.prefix(limit) + book.finished.suffix(limit)
-            return (chosen.sorted().compactMap { position in book.downloads[position].map { (position, $0) } },
-                    book.unfinished.count + book.finished.count)
+    package func page(rows limit: Int) -> Page { page(rows: limit, excluding: []) }
+
+    /// The first `rows` unfinished and the latest `rows` finished downloads that are not in
+    /// `excluded` (a background session's, listed by the session's own rows), in list order.
+    /// It reads `rows` entries of each part and the excluded ones met on the way, never the
+    /// whole list: with background sessions present a `queue list` page read every download
+    /// (issue 29).
+    package func page(rows limit: Int, excluding excluded: Set<UUID>) -> Page {
+        let (chosen, listed, visited) = book.withLock { book -> ([WeakDownload], Int, Int) in
+            var visited = 0
+            func isIncluded(_ position: UInt64) -> Bool {
+                visited += 1
+                guard let entry = book.downloads[position] else { return false }
+                return excluded.isEmpty || !excluded.contains(entry.id)
+            }
+            var unfinished: [UInt64] = [], finished: [UInt64] = []
+            var index = book.unfinished.startIndex
+            while unfinished.count < limit, index < book.unfinished.endIndex {
+                if isIncluded(book.unfinished[index]) { unfinished.append(book.unfinished[index]) }
+                index += 1
+            }
+            index = book.finished.endIndex
+            while finished.count < limit, index > book.finished.startIndex {
+                index -= 1
+                if isIncluded(book.finished[index]) { finished.append(book.finished[index]) }
+            }
+            // Excluded downloads the census lists (identifiers of others are not counted).
+            let excludedListed = excluded.isEmpty ? 0 : excluded.reduce(0) { $0 + (book.positions[$1] == nil ? 0 : 1) }
+            let chosen = (unfinished + finished).sorted().compactMap { book.downloads[$0] }
+            return (chosen, book.unfinished.count + book.finished.count - excludedListed, visited)
         }
-        return Page(rows: positions.compactMap { $0.1.download }, listed: listed)
+        return Page(rows: chosen.compactMap(\.download), listed: listed, visited: visited)
     }
 
     /// The next download's position in the list: the order of the agent's list, which appends
@@ -111,7 +146,8 @@ package final class DownloadCensus: Sendable {
     func add(_ download: Download, at position: UInt64, _ state: DownloadState, priority: DownloadPriority) {
         book.withLock { book in
             book.counts.add(Kind(state), priority, 1)
-            book.downloads[position] = WeakDownload(download: download)
+            book.downloads[position] = WeakDownload(download: download, id: download.id)
+            book.positions[download.id] = position
             book.insert(position, isFinished: state.isFinal)
         }
     }
@@ -119,7 +155,9 @@ package final class DownloadCensus: Sendable {
     func remove(at position: UInt64, _ state: DownloadState, priority: DownloadPriority) {
         book.withLock { book in
             book.counts.add(Kind(state), priority, -1)
-            book.downloads[position] = nil
+            if let id = book.downloads.removeValue(forKey: position)?.id, book.positions[id] == position {
+                book.positions[id] = nil
+            }
             book.remove(position, isFinished: state.isFinal)
         }
     }

@@ -67,6 +67,11 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     /// `maximumConnectionsPerHost`, which bounds all downloads to one server together); nil
     /// takes that bound. 1 fetches over one connection.
     public var maximumConnections: Int?
+    /// Whether `maximumConnections` is a count asked for (`--connections N`): all of them open as
+    /// soon as the server has answered a range, as `aria2c -x N`. False (the default, and a
+    /// background session's `httpMaximumConnectionsPerHost`): a bound, ramped up to while each
+    /// added connection helps (docs/segments.md).
+    public var opensAllConnections: Bool = false
     /// Interfaces the download may use, by name (`--interface`); empty lets the monitor's usable
     /// paths decide (several when the host has several uplinks, see `docs/downloads.md`).
     public var interfaces: [String] = []
@@ -145,7 +150,7 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
     private enum CodingKeys: String, CodingKey {
         case expectedSHA256, expectedLength, allowsExpensive, replacesExistingFile, allowsRoaming, allowsConstrained,
              maximumConnections, interfaces, usesExpensivePathsOnlyAsFallback, priority, requestHeaders, requestTimeout,
-             deadline, noProgressTimeout, mirrors, pieceHashes
+             deadline, noProgressTimeout, mirrors, pieceHashes, opensAllConnections
     }
 
     /// Decodes options; keys added later may be absent.
@@ -158,6 +163,7 @@ public struct DownloadOptions: Sendable, Hashable, Codable {
         allowsRoaming = try container.decodeIfPresent(Bool.self, forKey: .allowsRoaming) ?? true
         allowsConstrained = try container.decodeIfPresent(Bool.self, forKey: .allowsConstrained) ?? true
         maximumConnections = try container.decodeIfPresent(Int.self, forKey: .maximumConnections)
+        opensAllConnections = try container.decodeIfPresent(Bool.self, forKey: .opensAllConnections) ?? false
         interfaces = try container.decodeIfPresent([String].self, forKey: .interfaces) ?? []
         usesExpensivePathsOnlyAsFallback = try container.decodeIfPresent(Bool.self, forKey: .usesExpensivePathsOnlyAsFallback) ?? false
         priority = Self.clampedPriority(try container.decodeIfPresent(Float.self, forKey: .priority) ?? 0.5)

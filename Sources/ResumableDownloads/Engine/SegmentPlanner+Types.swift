@@ -109,6 +109,12 @@ extension SegmentPlanner {
         /// a server that just dropped a connection has not shown it serves more).
         var growthDelay: Duration = .zero
         var expensiveUse: ExpensiveUse = .whenUseful
+        /// The caller asked for `maximumConnections` itself (`--connections N`): the test
+        /// connection goes out as soon as the first bytes flow, and once its 206 is back every
+        /// connection allowed opens at once and stays, as `aria2c -x N` does. Without it the
+        /// count ramps in judged rounds (a polite default that keeps one connection where a
+        /// second gains nothing).
+        var opensAllAtOnce = false
 
         init(maximumConnections: Int) {
             self.maximumConnections = max(1, maximumConnections)

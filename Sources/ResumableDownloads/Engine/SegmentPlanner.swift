@@ -209,7 +209,7 @@ struct SegmentPlanner: Sendable {
             return started(stored: stored, seams: seams, total: total, allowsSegments: allowsSegments, paths: paths, now: now)
 
         case .accepted(let id, let total, let isRange, let allows):
-            return accepted(id, total: total, isRange: isRange, allowsSegments: allows)
+            return accepted(id, total: total, isRange: isRange, allowsSegments: allows, now: now)
 
         case .reachedEnd(let id):
             return reachedEnd(id)
@@ -275,7 +275,8 @@ struct SegmentPlanner: Sendable {
     }
 
     /// A response was accepted: it may tell the size and whether ranges work.
-    private mutating func accepted(_ id: Int, total: Int64?, isRange: Bool, allowsSegments allows: Bool) -> [Action] {
+    private mutating func accepted(_ id: Int, total: Int64?, isRange: Bool, allowsSegments allows: Bool,
+                                   now: Instant) -> [Action] {
         guard let connection = connections[id] else { return [] }
         if self.total == nil, let total {
             self.total = total
@@ -285,8 +286,23 @@ struct SegmentPlanner: Sendable {
             }
         }
         if allowsSegments == nil { allowsSegments = allows && self.total != nil }
-        if isRange, capability == .untested, connection.start > 0 { capability = .shown }
+        if isRange, capability == .untested, connection.start > 0 {
+            capability = .shown
+            if configuration.opensAllAtOnce { return openAll(on: connection.path, now: now) }
+        }
         return []
+    }
+
+    /// The caller asked for its connection count (`opensAllAtOnce`) and the server has shown it
+    /// serves ranges: every connection allowed opens now on `path`, as `aria2c -x N` does, and
+    /// is not judged (the test's round ends here, kept).
+    private mutating func openAll(on path: Path, now: Instant) -> [Action] {
+        guard isSegmenting else { return [] }
+        if let round, round.path == path { self.round = nil }
+        cappedPaths.insert(path)
+        targets[path] = count(on: path) + max(0, maximumConnections - connectionCount)
+        changedAt = now
+        return fill(now: now)
     }
 
     /// The one connection restarted from zero (a new version): everything stored is void.
@@ -671,7 +687,10 @@ struct SegmentPlanner: Sendable {
             return false
         }
         actions += dropUselessExpensive(now: now)
-        if round == nil, isSegmenting, settled(now: now) { actions += grow(now: now) }
+        // An asked-for count sends its test connection once bytes flow, not after a judged span.
+        if round == nil, isSegmenting, configuration.opensAllAtOnce && capability == .untested ? meter.total > 0 : settled(now: now) {
+            actions += grow(now: now)
+        }
         return actions + fill(now: now)
     }
 
@@ -726,7 +745,8 @@ struct SegmentPlanner: Sendable {
         if let startedAt, now - startedAt < configuration.growthDelay { return [] }
         let current = bytesPerSecond(at: now)
         guard current > 0 else { return [] }
-        if connectionCount == 1, cappedPaths.isEmpty, current >= configuration.lineRate { return [] }
+        let isAsked = configuration.opensAllAtOnce
+        if !isAsked, connectionCount == 1, cappedPaths.isEmpty, current >= configuration.lineRate { return [] }
         let seconds = Double(total - storedBytes) / current
         guard seconds * 1000 >= Double(configuration.minimumRemainingTime.milliseconds) else { return [] }
         if let lastBackpressure, now - lastBackpressure < window * 2 { return [] }
@@ -735,7 +755,7 @@ struct SegmentPlanner: Sendable {
         guard capability == .shown || connectionCount == 1, let path = nextGrowthPath() else { return [] }
         // A fast first connection without a cap's signs gets no test beside it on its path: the
         // test would gain nothing and its cut costs the bytes both had in flight.
-        if connectionCount == 1, cappedPaths.isEmpty, current >= configuration.slowRate,
+        if !isAsked, connectionCount == 1, cappedPaths.isEmpty, current >= configuration.slowRate,
            let only = connections.values.first(where: { !$0.isSeamCheck }), only.path == path, !showsCapSigns(only) {
             return []
         }

@@ -52,6 +52,8 @@ struct ResumeRecord: Sendable, Hashable {
         var priority: Float?
         /// `DownloadOptions.maximumConnections` (absent: the agent's bound, and in older records).
         var maximumConnections: Int?
+        /// `DownloadOptions.opensAllConnections`: true, or absent (older records, and the default) for false.
+        var opensAllConnections: Bool?
         /// `DownloadOptions.deadline` and `noProgressTimeout` (issue 32; absent: none), so a restored
         /// job keeps its time limits.
         var deadline: Date?
@@ -141,6 +143,7 @@ struct ResumeRecord: Sendable, Hashable {
         job.waitsForACPower = options.waitsForACPower ? true : nil
         job.priority = options.priority == 0.5 ? nil : options.priority
         job.maximumConnections = options.maximumConnections
+        job.opensAllConnections = options.opensAllConnections ? true : nil
         job.deadline = options.deadline
         job.noProgressTimeout = options.noProgressTimeout
         job.onComplete = options.completionCommand

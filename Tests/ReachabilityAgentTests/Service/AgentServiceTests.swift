@@ -194,6 +194,43 @@ struct AgentServiceTests {
         await service.shutdown()
     }
 
+    /// With background sessions present `list` goes through the actor, which left their
+    /// downloads out by reading every download (O(jobs), issue 29). Its page now comes from the
+    /// census without them: the rows and count the whole list's `ListPage` gives, with excluded
+    /// downloads first and last in line (a page's edges) and between, and a page reads its rows
+    /// and the excluded ones it meets, not the list.
+    @Test func listPagesWithBackgroundDownloadsComeFromTheCensus() async throws {
+        let scratch = try ScratchDirectory("lb")
+        let service = try Self.offlineService(scratch.url, events: EventSink())
+        #expect(await service.start() == 0)
+        var ids: [String] = []
+        for index in 0..<40 {
+            ids.append(try #require(await service.handle(.add(url: URL(string: "http://192.0.2.9/b\(index)")!, output: nil, sha256: nil),
+                                                         id: nil).download?.id))
+        }
+        let finished = [1, 4, 5, 9, 11, 20, 30, 37, 38, 39]
+        for index in finished { _ = await service.handle(.cancel(ids[index]), id: nil) }
+        // First and second unfinished, last finished, one between, and an identifier not listed.
+        let excluded = [0, 2, 39, 20, 12].map { UUID(uuidString: ids[$0])! } + [UUID()]
+        await service.treatAsBackground(Set(excluded))
+        let every = await service.handle(.list(), id: nil).downloads ?? []
+        #expect(every.count == 40 - 5, "the whole list leaves the background downloads out")
+        for rows in [1, 2, 3, 7, 29, 100] {
+            let expected = ListPage(every, rows: rows) { [.completed, .failed].contains($0.state) }
+            let page = await service.handle(.list(rows: rows), id: nil)
+            #expect(page.downloads?.map(\.id) == expected.rows.map(\.id), "rows \(rows)")
+            #expect(page.omittedDownloads == expected.omitted, "rows \(rows)")
+        }
+        // The cost: entries read, not time. Unfinished: 0 and 2 excluded before the third row;
+        // finished: 39 excluded before the last three rows (38, 37, 30).
+        let agent = await service.agent
+        let page = agent.census.page(rows: 3, excluding: Set(excluded))
+        #expect(page.visited == (3 + 2) + (3 + 1), "read \(page.visited) entries of 40")
+        #expect(page.listed == 35)
+        #expect(agent.census.page(rows: 3).visited == 6)
+        await service.shutdown()
+    }
+
     @Test func userPausesSurviveARestart() async throws {
         let scratch = try ScratchDirectory("au")
         let directory = scratch.url
@@ -211,4 +248,9 @@ struct AgentServiceTests {
         #expect(states[b.id] != .paused)
         await second.shutdown()
     }
+}
+
+extension AgentService {
+    /// Treats `ids` as background sessions' downloads (as `backgroundEngineIDs` holds them).
+    func treatAsBackground(_ ids: Set<UUID>) { backgroundEngineIDs = ids }
 }
