@@ -22,8 +22,13 @@ Failures the kernel cannot see (the client's path stays up; N is drawn from --le
 
 reachability runs with its defaults: up to 6 connections where the server caps each (nginx's
 limit_rate does), so a file is fetched in segments; "on disk" is the file's allocated blocks, and
-bytes sent twice are counted from nginx's access log ($body_bytes_sent of every request, minus
-the file's size): bytes on the wire, never the file's size.
+bytes sent twice are the TCP payload the client's uplinks received (their rx_bytes in the client's
+namespace, less 66 bytes of Ethernet, IPv4 and TCP-with-timestamps header per received packet,
+the uplink a path switch deletes read just before), minus the file's length: bytes on the wire,
+never the file's size on disk (sparse), and counted even for requests nginx never logged (a
+killed nginx logs none of the responses it was sending). HTTP response heads (~300 bytes a
+request) count as sent twice. nginx's access log gives the same figure where it saw every
+request; it is printed beside it per run ("log").
 
 Measured: time from restore to the first byte beyond what was on disk at restore ("resume"),
 time from restore to the server seeing a new connection ("reconnect", polled with ss), whether
@@ -79,6 +84,8 @@ class Lab:
         self.server = f"{PREFIX}-{index}s"
         self.workdir = workdir
         self.nginx = None
+        self.uplinks = []
+        self.gone_rx = (0, 0)
         for ns in (self.client, self.server):
             ip(f"netns add {ns}")
             ip(f"-n {ns} link set lo up")
@@ -106,8 +113,35 @@ class Lab:
         ip(f"-n {self.server} link set p{name} up")
         ip(f"-n {self.client} addr add {address}/32 dev {name}")
         ip(f"-n {self.client} link set {name} up")
+        self.uplinks.append(name)
         if route:
             self.route(name, metric)
+
+    # Ethernet (14), IPv4 (20) and TCP with timestamps (32): one per packet the uplink received
+    # (a GRO-merged packet carries one), so rx_bytes less this per rx_packets is TCP payload.
+    HEADER_BYTES = 14 + 20 + 32
+
+    def rx(self, name):
+        """(rx_bytes, rx_packets) of the client's uplink `name`, read in the client's namespace."""
+        out = sh("ip", "netns", "exec", self.client, "cat", f"/sys/class/net/{name}/statistics/rx_bytes",
+                 f"/sys/class/net/{name}/statistics/rx_packets")
+        received, packets = (int(x) for x in out.split())
+        return received, packets
+
+    def delete_uplink(self, name):
+        """Deletes a client uplink, keeping what it received (its counters go with it)."""
+        received, packets = self.rx(name)
+        self.gone_rx = (self.gone_rx[0] + received, self.gone_rx[1] + packets)
+        self.uplinks.remove(name)
+        ip(f"-n {self.client} link del {name}")
+
+    def payload_received(self):
+        """TCP payload every client uplink received so far (deleted ones included)."""
+        received, packets = self.gone_rx
+        for name in self.uplinks:
+            more, count = self.rx(name)
+            received, packets = received + more, packets + count
+        return received - self.HEADER_BYTES * packets
 
     def route(self, name, metric=None):
         extra = f" metric {metric}" if metric is not None else ""
@@ -259,7 +293,7 @@ def run_one(index, tool, case, args, content, digest):
             old_connections = lab.client_connections()
             lab.uplink("eth2", "10.88.0.3", route=False)
             lab.route("eth2", metric=10)
-            ip(f"-n {lab.client} link del eth1")
+            lab.delete_uplink("eth1")
         elif scenario == "outage":
             ip(f"-n {lab.client} link set eth1 down")
             time.sleep(seconds)
@@ -302,7 +336,8 @@ def run_one(index, tool, case, args, content, digest):
         if resumed is None and proc.returncode == 0:
             resumed = finished
         ok = proc.returncode == 0 and os.path.exists(out) and sha256_file(out) == digest
-        sent = lab.bytes_sent_when_idle(timeout=5)
+        logged = lab.bytes_sent_when_idle(timeout=5)
+        sent = lab.payload_received()
         if not ok:
             print(f"# {tool} {scenario}: exit {proc.returncode}: {proc.stderr.read().decode(errors='replace')[-600:]}",
                   file=sys.stderr, flush=True)
@@ -311,7 +346,7 @@ def run_one(index, tool, case, args, content, digest):
             "status": proc.returncode, "total": finished - start,
             "resume": (resumed - restored) if resumed else None,
             "reconnect": (reconnected - restored) if reconnected else None,
-            "done": finished - restored, "wasted": sent - len(content), "attempts": attempts,
+            "done": finished - restored, "wasted": sent - len(content), "logged": logged - len(content), "attempts": attempts,
             "rate": attempts / outage if outage > 0 else 0.0,
         }
     finally:
@@ -378,7 +413,7 @@ def main():
         print(f"# {case[0]:>9} {case[2]:>7.3f}s phase {case[1]:.2f} {tool:<12} ok={result['ok']} "
               f"resume={fmt(result['resume'])} reconnect={fmt(result['reconnect'], 3)} "
               f"attempts={result['attempts']} ({result['rate']:.2f}/s) total={result['total']:.1f}s "
-              f"sent twice={result['wasted'] / 1048576:.2f} MiB load={os.getloadavg()[0]:.1f}",
+              f"sent twice={result['wasted'] / 1048576:.2f} MiB (log {result['logged'] / 1048576:.2f}) load={os.getloadavg()[0]:.1f}",
               file=sys.stderr, flush=True)
 
     for case in cases:

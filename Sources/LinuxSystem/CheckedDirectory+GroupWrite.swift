@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Atomic writes of many small files at once (a group commit).
 extension CheckedDirectory {
     /// `writeAtomically` for several files whose durability may be shared: every file is written
@@ -56,5 +58,96 @@ extension CheckedDirectory {
             for index in renamed { results[index] = error }
         }
         return results
+    }
+}
+
+/// fsyncs of several files side by side: a completion group's data barriers (issue 29).
+///
+/// Why: one after another, a group's fdatasyncs each wait for their own journal commit and
+/// device flush; in flight together, the file system carries several in one commit and the
+/// device queues their writes, so the group waits about as long as its slowest file, not the
+/// sum. A few threads are enough for that (each mostly waits in the kernel), and a bound keeps
+/// a group of a thousand files from starting a thousand threads.
+package enum SideBySideSync {
+    /// The most syncs in flight at once by default (the calling thread and three helpers).
+    package static let defaultWidth = 4
+
+    /// Makes each of `files` durable: fdatasync (data and size), or fsync with
+    /// `includingMetadata`. Up to `width` run at once on short-lived threads, the calling thread
+    /// one of them; returns when all have ended. Per file in order: nil once durable, else the
+    /// errno of its own sync (one file failing says nothing about the others). When no thread or
+    /// wake-up descriptor can be made the syncs run one after another on the calling thread.
+    package static func sync(_ files: [FileDescriptor], includingMetadata: Bool = false,
+                             width: Int = defaultWidth) -> [Errno?] {
+        let work = Work(files, includingMetadata: includingMetadata)
+        let helpers = min(max(0, width - 1), files.count - 1)
+        guard helpers > 0, let done = try? WakeSignal() else {
+            work.run()
+            return work.results
+        }
+        defer { done.close() }
+        var started = 0
+        for _ in 0..<helpers {
+            let failed = CurrentProcess.startThread {
+                CurrentProcess.nameCurrentThread("side-sync")
+                work.run()
+                work.helperEnded()
+                done.signal()
+            }
+            guard failed == nil else { break }   // the calling thread takes the rest
+            started += 1
+        }
+        work.run()
+        // Every file is taken once the calling thread runs out; wait for the helpers' last syncs.
+        var entries = [PollEntry(done.pollDescriptor, .readable)]
+        while work.helpersEnded < started {
+            entries[0].isReady = false
+            try? Poll.wait(&entries, timeoutMilliseconds: 1000)
+            done.reset()
+        }
+        return work.results
+    }
+
+    /// The files, the next one to take and the results, shared by the threads.
+    private final class Work: Sendable {
+        private struct State {
+            var next = 0
+            var results: [Errno?]
+            var helpersEnded = 0
+        }
+
+        private let files: [FileDescriptor]
+        private let includingMetadata: Bool
+        private let state: Mutex<State>
+
+        init(_ files: [FileDescriptor], includingMetadata: Bool) {
+            self.files = files
+            self.includingMetadata = includingMetadata
+            state = Mutex(State(results: [Errno?](repeating: nil, count: files.count)))
+        }
+
+        var results: [Errno?] { state.withLock { $0.results } }
+        var helpersEnded: Int { state.withLock { $0.helpersEnded } }
+
+        func helperEnded() { state.withLock { $0.helpersEnded += 1 } }
+
+        /// Takes files until none is left, syncing each outside the lock.
+        func run() {
+            while true {
+                let index = state.withLock { state -> Int? in
+                    guard state.next < files.count else { return nil }
+                    defer { state.next += 1 }
+                    return state.next
+                }
+                guard let index else { return }
+                var failure: Errno?
+                do throws(Errno) {
+                    if includingMetadata { try files[index].sync() } else { try files[index].syncData() }
+                } catch {
+                    failure = error
+                }
+                state.withLock { $0.results[index] = failure }
+            }
+        }
     }
 }

@@ -295,6 +295,43 @@ struct CheckedFileTests {
         #expect(directory.writeAtomically(group: []).isEmpty)
     }
 
+    /// A group's fsyncs side by side (`SideBySideSync`): every file gets its own answer in order,
+    /// and a descriptor whose sync fails (a pipe: EINVAL) is reported for that file alone, with
+    /// the calling thread alone (width 1), a few helpers, and more files than threads.
+    @Test(arguments: [1, 2, 4, 16])
+    func sideBySideSyncsReportEachFilesOwnFailure(_ width: Int) throws {
+        let scratch = try Scratch()
+        let directory = try CheckedDirectory.open(scratch.at("data"), policy: .privateState, creating: true)
+        let pipe = Pipe()
+        let broken = FileDescriptor(rawValue: pipe.fileHandleForWriting.fileDescriptor)
+        var files: [FileDescriptor] = []
+        defer { for file in files where file.rawValue != broken.rawValue { file.close() } }
+        var failing = Set<Int>()
+        for index in 0..<12 {
+            if index % 5 == 1 {
+                files.append(broken)
+                failing.insert(index)
+                continue
+            }
+            let file = try directory.openOwnedFile("f\(index)", creating: .exclusive, mode: 0o600).descriptor
+            try file.writeAll(Array(repeating: UInt8(index), count: 64 << 10))
+            files.append(file)
+        }
+        for includingMetadata in [false, true] {
+            let results = SideBySideSync.sync(files, includingMetadata: includingMetadata, width: width)
+            #expect(results.count == files.count)
+            for (index, result) in results.enumerated() {
+                if failing.contains(index) {
+                    #expect(result == .invalidArgument, "file \(index): \(String(describing: result))")
+                } else {
+                    #expect(result == nil, "file \(index): \(String(describing: result))")
+                }
+            }
+        }
+        #expect(SideBySideSync.sync([]).isEmpty)
+        #expect(SideBySideSync.sync([broken]) == [.invalidArgument], "one file: on the calling thread")
+    }
+
     @Test func namesAreSingleComponents() throws {
         let scratch = try Scratch()
         let directory = try CheckedDirectory.open(scratch.path, policy: .shared)

@@ -9,7 +9,8 @@ import Synchronization
 /// Alone, a finished file cost five fsyncs (its data, its record, the state directory, the
 /// destination's directory, the state directory again after the record's removal): at 10,000
 /// small files that was most of the agent's time, where `aria2c -i` syncs nothing. A group
-/// starts write-back of every file first, so the fsyncs after the first find little left; then
+/// starts write-back of every file first, then runs their fdatasyncs side by side
+/// (`SideBySideSync`: one after another each waited for its own journal commit); then
 /// writes every record at once (`CheckedDirectory.writeAtomically(group:)`, one directory fsync),
 /// renames every file and fsyncs each destination directory once. The order per file is the one
 /// a file alone had: data durable, then the record naming the finished file, then the rename; a
@@ -59,11 +60,11 @@ final class CompletionGroupCommit: Sendable {
 
     /// One group's steps; the failure of each file (nil: in place).
     private static func write(_ files: [PartialFile]) -> [(any Error)?] {
-        var failures = [(any Error)?](repeating: nil, count: files.count)
         for file in files { file.startFinishingWriteBack() }
-        // Data durable, then each state directory's records at once.
+        // Data durable (the fdatasyncs side by side), then each state directory's records at once.
+        var failures = PartialFile.syncFinishedData(of: files)
         var records: [String: [(index: Int, name: String, bytes: [UInt8])]] = [:]
-        for (index, file) in files.enumerated() {
+        for (index, file) in files.enumerated() where failures[index] == nil {
             do {
                 let record = try file.finishedRecord()
                 records[file.recordDirectory.path, default: []].append((index, record.name, record.bytes))

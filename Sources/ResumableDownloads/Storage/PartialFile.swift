@@ -639,10 +639,18 @@ final class PartialFile: Sendable {
     /// written).
     func startFinishingWriteBack() { try? file.startWriteBack(offset: 0, count: 0) }
 
-    /// Step 2: fdatasync, then the record says which file it is about to become (`pending` for
-    /// its --on-complete run in the same write, issue 32); returns the record's name and bytes.
+    /// Step 2a for a group: the files' fdatasyncs side by side (`SideBySideSync`), not one after
+    /// another; per file in order, nil once its data is durable, else why not.
+    static func syncFinishedData(of files: [PartialFile]) -> [(any Error)?] {
+        SideBySideSync.sync(files.map(\.file)).enumerated().map { index, failure in
+            failure.map { DownloadError.fileSystem("fsync", path: files[index].path, errno: $0.rawValue) }
+        }
+    }
+
+    /// Step 2b, once its data is durable (`syncFinishedData`): the record says which file it is
+    /// about to become (`pending` for its --on-complete run in the same write, issue 32); returns
+    /// the record's name and bytes.
     func finishedRecord() throws -> (name: String, bytes: [UInt8]) {
-        try sync()
         // The rename and the record's removal cannot be one step: the record first says which
         // file it is about to become, so a crash between the two is recognised on restart as
         // finished (`finishedBefore`), not fetched again and failed against its own file.
