@@ -48,6 +48,39 @@ struct DownloadLocalNetworkTests: DownloadScenarios {
         #expect(net.requests.map(\.status) == [200], "\(net.requests)")
     }
 
+    /// The command's own exchanges before a download (issue 34): the rerun's HEAD that checks a
+    /// finished file's length and validator, and the GET of a Metalink given by URL, wait for the
+    /// route to their server, as downloads do, not for a default route (before: 30 s, exit 75).
+    @Test("a rerun after success and --metalink URL ask a LAN server at once, with no default route")
+    func preflightExchangesFollowTheServersRoute() async throws {
+        let (net, content) = try OutageLab.localNetworkOnly(rate: "50m", size: 1 << 20, seed: 2105)
+        defer { net.close() }
+        let first = try net.download("file.bin", ["--max-outage", "60"])
+        #expect(await first.waitForExit(timeout: .seconds(30)) == 0, "\(first.transcript)")
+        let clock = ContinuousClock()
+        var start = clock.now
+        let rerun = try net.download("file.bin", ["--max-outage", "60"])
+        #expect(await rerun.waitForExit(timeout: .seconds(45)) == 0, "\(rerun.transcript)")
+        // Generous for a loaded machine; the bug waited the full 30 s before giving up.
+        #expect(clock.now - start < .seconds(15), "\(clock.now - start)\n\(rerun.transcript)")
+        #expect(net.requests.map(\.status).last == 200, "the rerun asked the server: \(net.requests)")
+
+        // A Metalink served by the same LAN server, with a file: and a magnet: source that
+        // are skipped (said on stderr), never fetched.
+        let metalink = DownloadMetalinkTests.metalink(name: "m.bin", content: content, wholeHash: true, urls: [
+            ("file:///etc/passwd", 1), ("magnet:?xt=urn:btih:0000000000000000000000000000000000000000", 2),
+            ("\(net.url)/file.bin", 3),
+        ])
+        try net.serve(Data(metalink.utf8), at: "m.meta4")
+        start = clock.now
+        let fetched = try net.download("m.meta4", ["--max-outage", "60", "--metalink"])
+        #expect(await fetched.waitForExit(timeout: .seconds(45)) == 0, "\(fetched.transcript)")
+        #expect(clock.now - start < .seconds(15), "\(clock.now - start)\n\(fetched.transcript)")
+        #expect(F.sha256(fileAt: net.downloaded("m.bin")) == F.sha256(content))
+        #expect(fetched.standardError.contains("2 <url>s skipped, never fetched (file:, magnet:)"), "\(fetched.transcript)")
+        #expect(!fetched.eventNames.contains("waiting"), "\(fetched.eventNames)")
+    }
+
     @Test("download from 127.0.0.1 with no default route at all")
     func loopbackServerWithoutRoutes() async throws {
         let lab = NetworkLab()

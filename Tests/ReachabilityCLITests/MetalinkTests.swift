@@ -49,6 +49,36 @@ struct MetalinkTests {
         #expect(metalink.sources.first?.location == "us")
     }
 
+    /// `file:` and `magnet:` sources are skipped and said so, never read as paths; piece hashes
+    /// without a `<size>` are ignored (and said so) when a whole-file SHA-256 checks the file.
+    @Test func skipsOtherSchemesAndSizelessPiecesWithAWholeHashAndSaysSo() throws {
+        let file = """
+            <hash type="sha-256">\(Self.digest)</hash>
+            <pieces length="4" type="sha-256"><hash>\(Self.digest)</hash></pieces>
+            <url priority="1">file:///etc/passwd</url>
+            <url priority="2">magnet:?xt=urn:btih:0000000000000000000000000000000000000000</url>
+            <url priority="3">http://a.example/f.iso</url>
+            <url priority="4">FILE:relative/path</url>
+            """
+        let metalink = try Metalink(parsing: Self.document(file: file))
+        #expect(metalink.sources.map(\.url.absoluteString) == ["http://a.example/f.iso"])
+        #expect(metalink.pieces == nil && metalink.sha256 == Self.digest && metalink.size == nil)
+        #expect(metalink.notes == [
+            "its sha-256 <pieces> are ignored: without a <size> they cannot be checked; the whole-file SHA-256 checks the file",
+            "3 <url>s skipped, never fetched (file:, magnet:): only http and https are downloaded",
+        ], "\(metalink.notes)")
+        let command = try DownloadCommandTests.parse(["--metalink", "m"]).adopting(metalink, from: "m")
+        #expect(command.metalinkPieces == nil && command.pieceHashes == nil && command.expectedSHA256 == Self.digest)
+        #expect(try command.jobs(workingDirectory: "/w").first?.mirrors == [])
+        #expect(try Metalink(parsing: Self.document(file: Self.full)).notes == ["1 <url> skipped, never fetched (ftp:): only http and https are downloaded"])
+    }
+
+    @Test(arguments: [("http://a", "http"), ("MAGNET:?x", "magnet"), ("file:///x", "file"), ("svn+ssh://h/x", "svn+ssh"),
+                      ("//a/b", nil), ("1abc:x", nil), ("no colon", nil), ("a b:c", nil)] as [(String, String?)])
+    func readsASchemeAsRFC3986Does(text: String, scheme: String?) {
+        #expect(Metalink.scheme(of: text) == scheme)
+    }
+
     @Test func acceptsAPrefixedNamespaceCDATAAndCharacterReferences() throws {
         let text = """
             <ml:metalink xmlns:ml="\(Metalink.namespace)"><ml:file name="caf&#xE9;&#46;iso"><ml:url><![CDATA[http://a.example/x]]></ml:url></ml:file></ml:metalink>
@@ -83,6 +113,11 @@ struct MetalinkTests {
         (String(decoding: document(file: "<url>http://a.example/f</url><pieces length=\"0\" type=\"sha-256\"><hash>\(digest)</hash></pieces>"), as: UTF8.self), "length is not a byte count"),
         (String(decoding: document(file: "<url priority=\"0\">http://a.example/f</url>"), as: UTF8.self), "a number from 1 to 999999"),
         (String(decoding: document(file: "<url>ftp://a.example/f</url>"), as: UTF8.self), "no http or https"),
+        (String(decoding: document(file: "<url>magnet:?xt=urn:btih:00</url><url>file:///etc/passwd</url>"), as: UTF8.self),
+         "no http or https <url> (only those are supported; file:, magnet: skipped)"),
+        (String(decoding: document(file: "<url>http://a.example/f</url><pieces length=\"4\" type=\"sha-256\"><hash>\(digest)</hash></pieces>"), as: UTF8.self),
+         "cannot be checked without the file's <size>, and it gives no whole-file sha-256 <hash>"),
+        (String(decoding: document(file: "<url>//a.example/f</url>"), as: UTF8.self), "is not a URL"),
         (String(decoding: document(file: ""), as: UTF8.self), "no <url>"),
         (String(decoding: document(file: "<url>http://a.example/f</url>"), as: UTF8.self) + "<metalink/>", "content after the root"),
         ("<metalink xmlns=\"\(Metalink.namespace)\"><file name=\"a\"><url>http://a.example/f</url></file>", "it ends inside"),

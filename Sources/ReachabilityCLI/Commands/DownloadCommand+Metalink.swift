@@ -54,6 +54,7 @@ extension DownloadCommand {
         } catch {
             throw CommandFailure(message: "\(metalinkFile): \(error.description)", exitCode: .dataError)
         }
+        Self.reportNotes(of: document, from: metalinkFile, in: context)
         return try adopting(document, from: metalinkFile)
     }
 
@@ -84,6 +85,14 @@ extension DownloadCommand {
         command.sources.isSameFile = true
         command.sources.mirrors = document.sources.dropFirst().map(\.url)
         return command
+    }
+
+    /// What of the Metalink is not used (skipped `<url>`s, ignored piece hashes), on stderr.
+    static func reportNotes(of document: Metalink, from file: String, in context: CommandContext) {
+        let shown = metalinkURL(file).map { URLRedaction.redacted($0) } ?? file
+        for note in document.notes {
+            context.errorOutput.line("Note: \(TerminalText.escaped(shown)): \(note)")
+        }
     }
 
     /// A local Metalink document read and parsed (66 when it cannot be read, 65 when unusable).

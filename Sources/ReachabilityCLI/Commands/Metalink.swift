@@ -36,6 +36,9 @@ struct Metalink: Sendable, Equatable {
     var pieces: Pieces?
     /// The http and https sources, by priority (ties in document order).
     var sources: [Source]
+    /// What of the document is not used, for the user to read (`<url>`s of other schemes, piece
+    /// hashes that cannot be placed).
+    var notes: [String] = []
 
     /// Largest size believed: 1 PiB (anything larger is a hostile or broken file).
     static let maximumSize: Int64 = 1 << 50
@@ -88,22 +91,40 @@ struct Metalink: Sendable, Equatable {
             sha256 = nil
         }
         pieces = try Self.pieces(of: file, size: size)
-        sources = try Self.sources(of: file)
+        if pieces != nil, size == nil {
+            // Piece hashes cannot be checked without the length: the last piece's end is unknown,
+            // and a file cut short (or grown) would pass every piece it has.
+            guard sha256 != nil else {
+                throw Failure(description: "its sha-256 <pieces> cannot be checked without the file's <size>, and it gives no whole-file sha-256 <hash>; add a <size> or a <hash type=\"sha-256\">")
+            }
+            pieces = nil
+            notes.append("its sha-256 <pieces> are ignored: without a <size> they cannot be checked; the whole-file SHA-256 checks the file")
+        }
+        let (sources, skipped) = try Self.sources(of: file)
+        self.sources = sources
+        if !skipped.isEmpty {
+            let schemes = Set(skipped).sorted().map { $0 + ":" }.joined(separator: ", ")
+            notes.append("\(skipped.count) <url>\(skipped.count == 1 ? "" : "s") skipped, never fetched (\(schemes)): only http and https are downloaded")
+        }
     }
 
-    /// The document's http and https `<url>`s with their priority and location, best first; other
-    /// schemes are left out, and a document with none of these is refused.
-    private static func sources(of file: MetalinkXMLReader.Element) throws(Failure) -> [Source] {
+    /// The document's http and https `<url>`s with their priority and location, best first, and
+    /// the schemes of the others (`file:`, `magnet:`, `ftp:`), which are skipped: never fetched,
+    /// nor read as a path. A document with no http or https `<url>` is refused.
+    private static func sources(of file: MetalinkXMLReader.Element) throws(Failure) -> (sources: [Source], skipped: [String]) {
         var sources: [Source] = []
-        var otherSchemes = 0
+        var skipped: [String] = []
         for element in file.children where element.localName == "url" {
             let text = element.text.trimmed
-            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else {
-                throw Failure(description: "its <url> '\(URLRedaction.redacted(String(text.prefix(200))))' is not a URL")
-            }
-            guard scheme == "http" || scheme == "https" else {
-                otherSchemes += 1
+            // The scheme is read first: `magnet:?xt=...` and `file:///x` have no host, and are
+            // skipped, not refused as broken.
+            if let scheme = Self.scheme(of: text), scheme != "http", scheme != "https" {
+                skipped.append(scheme)
                 continue
+            }
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty,
+                  scheme == "http" || scheme == "https" else {
+                throw Failure(description: "its <url> '\(URLRedaction.redacted(String(text.prefix(200))))' is not a URL")
             }
             var priority: Int?
             if let given = element.attributes["priority"] {
@@ -126,12 +147,24 @@ struct Metalink: Sendable, Equatable {
             }
         }
         guard !sources.isEmpty else {
-            throw Failure(description: otherSchemes > 0 ? "it has no http or https <url> (only those are supported)" : "it has no <url>")
+            throw Failure(description: skipped.isEmpty ? "it has no <url>"
+                : "it has no http or https <url> (only those are supported; \(Set(skipped).sorted().map { $0 + ":" }.joined(separator: ", ")) skipped)")
         }
         // A stable sort: equal priorities keep the document's order.
-        return sources.enumerated().sorted {
+        let sorted = sources.enumerated().sorted {
             ($0.element.priority ?? 1_000_000, $0.offset) < ($1.element.priority ?? 1_000_000, $1.offset)
         }.map(\.element)
+        return (sorted, skipped)
+    }
+
+    /// The lowercased scheme of a URL's text (RFC 3986: a letter, then letters, digits, `+-.`,
+    /// then `:`), nil when it has none.
+    static func scheme(of text: String) -> String? {
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let scheme = text[..<colon]
+        guard let first = scheme.first, first.isASCII, first.isLetter, scheme.count <= 32,
+              scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }) else { return nil }
+        return scheme.lowercased()
     }
 
     /// `<pieces>` with SHA-256 digests; pieces of other types (sha-1) are left out, the whole

@@ -181,6 +181,7 @@ struct QueueAddCommand: Command {
         var url = url, job = job, expectedSHA256 = expectedSHA256
         if let metalinkFile {
             let document = try DownloadCommand.metalinkDocument(metalinkFile, in: context)
+            DownloadCommand.reportNotes(of: document, from: metalinkFile, in: context)
             if let given = expectedSHA256, let listed = document.sha256, given != listed {
                 throw CommandFailure(message: "\(metalinkFile): its SHA-256 differs from --sha256; give one of them", exitCode: .dataError)
             }

@@ -36,18 +36,25 @@ extension DownloadAgent {
         // online): an exchange started before them would take the first as a change and end with
         // -1005. So it starts only once the agent has read its first path.
         try await waitForFirstPath()
-        if !hasUsablePath {
+        // The route to the exchange's server (or proxy) gates it, as it gates downloads: a server
+        // reached by a route of its own is asked at once on a machine without a default route.
+        let host = gateHost(for: request.url, proxy: configuration.proxy)
+        if let host { retainHostPaths(host) }
+        defer { if let host { releaseHostPaths(host) } }
+        try await waitForHostAnswer(host)
+        if !hasUsablePath(toward: host) {
             guard waitsForConnectivity else {
                 throw DownloadError.notConnectedToInternet.with(description:
-                    "not connected: no usable network path (set waitsForConnectivity to wait for one)")
+                    "not connected: no usable network path to \(host ?? "the server") (set waitsForConnectivity to wait for one)")
             }
             handlers.waitingForConnectivity()
-            try await waitForUsablePath()
+            while !hasUsablePath(toward: host) {
+                guard await waitForNextPath() else { throw DownloadError.cancelled }
+            }
         }
         guard !Task.isCancelled else { throw DownloadError.cancelled }
         let id = engine.makeTransferID()
-        // updateValue: a subscript assignment of a nil key would remove the entry instead.
-        exchangePaths.updateValue(pathWaiters.path.map(PathKey.init), forKey: id)
+        exchangePaths[id] = (host, pathWaiters.gatingPath(host: host).map(PathKey.init))
         defer { exchangePaths[id] = nil }
         let engine = engine
         let settings = settings
@@ -67,6 +74,20 @@ extension DownloadAgent {
 
     /// Whether a request may be sent now: the path is satisfied, or no path source says otherwise.
     package var hasUsablePath: Bool { pathWaiters.path?.isSatisfied ?? true }
+
+    /// `hasUsablePath` for a request to `host`: the route to that host when the agent follows
+    /// hosts' routes (a destination route without a default one is usable), else the primary path.
+    func hasUsablePath(toward host: String?) -> Bool {
+        pathWaiters.gatingPath(host: host)?.isSatisfied ?? true
+    }
+
+    /// Waits until the route to `host` has been read once (at once when hosts are not followed);
+    /// throws `cancelled` when the task is cancelled first.
+    func waitForHostAnswer(_ host: String?) async throws(DownloadError) {
+        while pathWaiters.gate(host: host) == .pending {
+            guard await waitForNextPath() else { throw DownloadError.cancelled }
+        }
+    }
 
     /// Waits until the path is usable; throws `cancelled` when the task is cancelled first.
     package func waitForUsablePath() async throws(DownloadError) {
@@ -105,13 +126,14 @@ extension DownloadAgent {
         connectivityWaiters.removeValue(forKey: id)?.resume(returning: false)
     }
 
-    /// A new path: exchanges that started on another path end (`-1005`); waiters look again
-    /// (each waits for what it needs: a first path, a usable one).
-    func exchangesFollow(_ path: NetworkPath) {
-        let key = PathKey(path)
+    /// A new path (the primary one, or a host's route): exchanges whose gating path is no longer
+    /// the one they started on end (`-1005`); waiters look again (each waits for what it needs: a
+    /// first path, a host's answer, a usable one).
+    func exchangesFollowPaths() {
         for (id, started) in exchangePaths {
+            guard let current = pathWaiters.gatingPath(host: started.host) else { continue }
             // Started with no path source: only losing the path ends it.
-            let isLost = started.map { $0 != key } ?? !path.isSatisfied
+            let isLost = started.key.map { $0 != PathKey(current) } ?? !current.isSatisfied
             if isLost { engine.abort(id, reason: .pathChanged) }
         }
         let waiters = connectivityWaiters

@@ -211,9 +211,9 @@ public actor DownloadAgent {
     var isShutDown = false
     /// The state directory, opened and checked once.
     private var checkedStateDirectory: CheckedDirectory?
-    /// Running exchanges and the path each started on, nil before the first path is known
-    /// (DownloadAgent+Exchanges.swift).
-    var exchangePaths: [UInt64: PathKey?] = [:]
+    /// Running exchanges: the host whose route gates each (nil: the primary path) and the path
+    /// it started on, nil before the first path is known (DownloadAgent+Exchanges.swift).
+    var exchangePaths: [UInt64: (host: String?, key: PathKey?)] = [:]
     /// Exchanges waiting for a usable path, resumed with false when cancelled.
     var connectivityWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
     /// Downloads held back by the free-space rule, and its watch (DownloadAgent+Space.swift).
@@ -706,7 +706,7 @@ public actor DownloadAgent {
                 "source": newPath.primaryRoute?.sourceAddress ?? "-"])
         }
         post(pathWaiters.update(newPath, listeners: listeners()))
-        exchangesFollow(newPath)
+        exchangesFollowPaths()
     }
 
     /// The downloads whose drivers hear about paths, in creation order.
@@ -758,8 +758,15 @@ public actor DownloadAgent {
 
     /// A driver for a download to `host` starts: its path is followed while any driver needs it.
     func followHost(of id: UUID) {
-        guard let source = hostPathSource, let host = entries[id]?.host, entries[id]?.followsHost == false else { return }
+        guard hostPathSource != nil, let host = entries[id]?.host, entries[id]?.followsHost == false else { return }
         entries[id]?.followsHost = true
+        retainHostPaths(host)
+    }
+
+    /// Follows `host`'s path while anyone (a download's driver, an exchange) holds it; each
+    /// `retainHostPaths` is balanced by one `releaseHostPaths`.
+    func retainHostPaths(_ host: String) {
+        guard let source = hostPathSource else { return }
         if let follower = hostFollowers[host] {
             hostFollowers[host] = (follower.count + 1, follower.relay)
             return
@@ -780,6 +787,11 @@ public actor DownloadAgent {
     func stopFollowingHost(of id: UUID) {
         guard let host = entries[id]?.host, entries[id]?.followsHost == true else { return }
         entries[id]?.followsHost = false
+        releaseHostPaths(host)
+    }
+
+    /// The last holder of `host` stops following it.
+    func releaseHostPaths(_ host: String) {
         guard let follower = hostFollowers[host] else { return }
         if follower.count > 1 {
             hostFollowers[host] = (follower.count - 1, follower.relay)
@@ -798,11 +810,13 @@ public actor DownloadAgent {
                 "interface": hostPath.path?.primaryInterface?.name ?? "-", "addresses": hostPath.addresses.joined(separator: " ")])
         }
         post(pathWaiters.update(hostPath, for: host, listeners: listeners()))
+        exchangesFollowPaths()
     }
 
     private func hostPathsEnded(_ host: String) {
         guard hostFollowers[host] != nil else { return }
         post(pathWaiters.unfollow(host, listeners: listeners()))
+        exchangesFollowPaths()
     }
 
     // MARK: scheduling
