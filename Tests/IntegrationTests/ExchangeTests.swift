@@ -19,8 +19,10 @@ struct ExchangeTests: DownloadScenarios {
         let agent: DownloadAgent
         let paths: AsyncStream<NetworkPath>.Continuation
 
-        init(initialPath: NetworkPath = ScriptedPaths.online(), lie: String? = nil, bytesPerSecond: Int? = nil) throws {
-            server = try UploadTestServer(lie: lie, bytesPerSecond: bytesPerSecond)
+        init(initialPath: NetworkPath = ScriptedPaths.online(), lie: String? = nil, bytesPerSecond: Int? = nil,
+             resetAfter: Int? = nil, isBusyAfterReset: Bool = false) throws {
+            server = try UploadTestServer(lie: lie, bytesPerSecond: bytesPerSecond, resetAfter: resetAfter,
+                                          isBusyAfterReset: isBusyAfterReset)
             state = try ScratchDirectory("exchange")
             let (stream, continuation) = AsyncStream.makeStream(of: NetworkPath.self)
             continuation.yield(initialPath)

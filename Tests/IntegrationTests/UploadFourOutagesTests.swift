@@ -250,11 +250,12 @@ struct UploadFourOutagesTests {
         let ends = began + .seconds(seconds + Double.random(in: 0..<0.5))
         var attempts = 0
         var attemptTimes: [ContinuousClock.Instant] = []
-        while ContinuousClock.now < ends {
+        // Nothing ends the outage early: the condition only samples.
+        _ = await waitUntil(deadline: ends, every: .milliseconds(50)) {
             let count = Self.synCount(lab, comment: comment) ?? 0
             if count > attempts { attemptTimes.append(.now) }
             attempts = max(attempts, count)
-            try await Task.sleep(for: .milliseconds(50))
+            return false
         }
         attempts = Self.synCount(lab, comment: comment) ?? -1
         let restoredAt = ContinuousClock.now
@@ -264,8 +265,10 @@ struct UploadFourOutagesTests {
         // seen, within a listing's time), then that attempt: the probe is the offset HEAD's own
         // connection, and the PATCH follows on it.
         var nextSYN: Duration?
-        while nextSYN == nil, ContinuousClock.now - restoredAt < .seconds(1) {
-            if let count = Self.synCount(lab, comment: comment), count > attempts { nextSYN = ContinuousClock.now - restoredAt }
+        _ = await waitUntil(deadline: restoredAt + .seconds(1), every: .milliseconds(2)) {
+            guard let count = Self.synCount(lab, comment: comment), count > attempts else { return false }
+            nextSYN = ContinuousClock.now - restoredAt
+            return true
         }
         let outageLength = restoredAt - began
         let status = await upload.waitForExit(timeout: .seconds(60))

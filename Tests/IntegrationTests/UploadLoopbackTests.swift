@@ -135,6 +135,36 @@ struct UploadLoopbackTests: DownloadScenarios {
         await fixture.agent.shutdown()
     }
 
+    /// A server that stays overloaded after it reset the upload's connection: the upload fails
+    /// (the reset, then a 503 to every offset question) exactly as many times in a row as it was
+    /// told to bear, then ends with resume data for the upload the server holds.
+    @Test func anUploadGivesUpAfterItsFailuresWithResumeData() async throws {
+        let fixture = try Fixture(bytesPerSecond: 8 << 20, resetAfter: 1 << 20, isBusyAfterReset: true)
+        let (file, _) = try Self.file(fixture, "storm.jpg", count: 4 << 20, seed: 9)
+        var options = Self.options(.ietf)
+        options.maximumFailuresWithoutProgress = 5
+        let recorder = Recorder()
+        var failure: UploadFailure?
+        do {
+            let result = try await fixture.agent.upload(fileAt: file.path, to: fixture.server.url("ietf/"), options: options,
+                                                        handlers: recorder.handlers)
+            Issue.record("the upload completed against a busy server: \(result.response.statusCode)")
+        } catch {
+            failure = error
+        }
+        let ended = try #require(failure)
+        #expect("\(ended.error)".contains("failed 5 times in a row"), "\(ended.error)")
+        let created = try #require(recorder.all.compactMap { if case .created(let url) = $0 { url } else { nil } }.first)
+        let resume = try #require(ended.resumeState, "no resume data")
+        #expect(resume.uploadURL == created)
+        #expect(resume.protocolInUse == .ietf)
+        // One failure was the reset; each of the other four is a 503 the server counted.
+        #expect(try fixture.server.busyAnswers() == 4)
+        let interruptions = recorder.all.filter { if case .interrupted = $0 { true } else { false } }
+        #expect(interruptions.count == 1, "only the reset broke a connection: \(recorder.all)")
+        await fixture.agent.shutdown()
+    }
+
     @Test func aFileChangedMidUploadEndsIt() async throws {
         let fixture = try Fixture(bytesPerSecond: 8 << 20)
         let (file, _) = try Self.file(fixture, "growing.log", count: 6 << 20, seed: 6)

@@ -7,9 +7,12 @@ counted (GET /_stats), so a test can tell bytes sent twice; --lie makes it misre
 --reset-after N resets the first connection that reads past body byte N of an upload (once), so
 a client on loopback, its path up, has to ask the offset (and meets the lie); --fail-after N
 answers the first creation request that reads past body byte N with 503 (once), keeping what it
-read, as a server that fails mid-upload but holds the upload.
+read, as a server that fails mid-upload but holds the upload; --busy-after-reset answers every
+request after that reset with 503 (counted in the stats' "busy_answers"), as a server that stays
+overloaded, so an upload fails until it gives up.
 
-    upload_server.py --port 0 --directory DIR [--lie MODE] [--reset-after N] [--fail-after N] [--rate BPS]
+    upload_server.py --port 0 --directory DIR [--lie MODE] [--reset-after N [--busy-after-reset]]
+                     [--fail-after N] [--rate BPS]
 
 Prints "port N" on stdout once it listens. Files land in DIR/<upload id>.
 """
@@ -25,17 +28,19 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
-STATS = {"body_bytes": 0, "requests": []}
+STATS = {"body_bytes": 0, "requests": [], "busy_answers": 0}
 UPLOADS = {}  # id -> {"offset": int, "complete": bool, "length": int or None}
 
 
 STATS_FILE = None
 
 
-def record(method, path, count):
+def record(method, path, count, busy=False):
     with LOCK:
         STATS["body_bytes"] += count
         STATS["requests"].append({"method": method, "path": path, "bytes": count})
+        if busy:
+            STATS["busy_answers"] += 1
         if STATS_FILE:
             # Also on disk, so a test reads it without an HTTP client of its own.
             with open(STATS_FILE + ".tmp", "w") as out:
@@ -50,9 +55,23 @@ class Handler(BaseHTTPRequestHandler):
     rate = 0  # body bytes per second read, 0 for as fast as it comes
     reset_after = None  # an upload's body byte past which its connection is reset, once
     fail_after = None  # a creation's body byte past which it is answered 503, once
+    busy_after_reset = False  # 503 to every request once --reset-after has reset its connection
+    has_reset = False
 
     def log_message(self, *args):
         pass
+
+    def parse_request(self):
+        """Reads the request's head; once the server is busy, answers 503 without reading any
+        body (the connection closes after it) and skips the method's handler."""
+        if not super().parse_request():
+            return False
+        if not (Handler.busy_after_reset and Handler.has_reset):
+            return True
+        record(self.command, self.path, 0, busy=True)
+        self.close_connection = True
+        self.reply(503, [("Connection", "close")])
+        return False
 
     # --- helpers ---
     def reply(self, status, headers=(), body=b""):
@@ -120,6 +139,7 @@ class Handler(BaseHTTPRequestHandler):
                         state["offset"] = offset + got
                     if Handler.reset_after is not None and offset + got >= Handler.reset_after:
                         Handler.reset_after = None
+                        Handler.has_reset = True
                         # SO_LINGER 0: the close sends RST, as a server that crashed or a
                         # middlebox would; the client sees its connection reset.
                         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -328,6 +348,7 @@ def main():
     parser.add_argument("--lie", choices=["past-end", "backwards", "beyond", "forget"])
     parser.add_argument("--reset-after", type=int)
     parser.add_argument("--fail-after", type=int)
+    parser.add_argument("--busy-after-reset", action="store_true")
     arguments = parser.parse_args()
     Handler.directory = arguments.directory
     global STATS_FILE
@@ -336,6 +357,7 @@ def main():
     Handler.rate = arguments.rate
     Handler.reset_after = arguments.reset_after
     Handler.fail_after = arguments.fail_after
+    Handler.busy_after_reset = arguments.busy_after_reset
     server = ThreadingHTTPServer((arguments.address, arguments.port), Handler)
     server.daemon_threads = True
     print("port %d" % server.server_address[1], flush=True)

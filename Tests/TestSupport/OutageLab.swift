@@ -129,6 +129,24 @@ public final class OutageLab: Sendable {
         try serverIptables(["-I", "INPUT", "1", "-p", "tcp", "--dport", "80", "--syn"])
     }
 
+    /// Counts every new connection to port 80 from now on, once however often its SYN is sent:
+    /// a rule (second in INPUT, no target) that matches only the first SYN of each client
+    /// address and source port (hashlimit allows each pair one a day). A loaded client's
+    /// retransmitted SYNs, which `connectionAttempts` counts, do not inflate it.
+    public func countConnections() throws {
+        try serverIptables(["-I", "INPUT", "2", "-p", "tcp", "--dport", "80", "--syn", "-m", "hashlimit",
+                            "--hashlimit-mode", "srcip,srcport", "--hashlimit-upto", "1/day", "--hashlimit-burst", "1",
+                            "--hashlimit-name", "rchconnections", "-m", "comment", "--comment", "rch-connections"])
+    }
+
+    /// Connections the client opened to port 80 since `countConnections()`: distinct source
+    /// ports of SYNs, counted on the server side (before any DROP).
+    public var connections: Int {
+        let output = (try? serverIptables(["-L", "INPUT", "-v", "-x", "-n"])) ?? ""
+        guard let line = output.split(separator: "\n").first(where: { $0.contains("rch-connections") }) else { return -1 }
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true).first ?? "") ?? -1
+    }
+
     /// SYNs to port 80 since `countConnectionAttempts()` (retransmissions included).
     public var connectionAttempts: Int {
         let output = (try? serverIptables(["-L", "INPUT", "1", "-v", "-x", "-n"])) ?? ""

@@ -20,12 +20,15 @@ public final class UploadTestServer: Sendable {
     /// Starts the server; `lie` makes it misreport offsets (past-end, backwards, beyond, forget),
     /// `bytesPerSecond` reads bodies at that pace, `resetAfter` resets the connection reading
     /// past that body byte of an upload (once), `failAfter` answers the creation request reading
-    /// past that body byte with 503, keeping what it read (once).
-    public init(lie: String? = nil, bytesPerSecond: Int? = nil, resetAfter: Int? = nil, failAfter: Int? = nil) throws {
+    /// past that body byte with 503, keeping what it read (once); `isBusyAfterReset` answers
+    /// every request after that reset with 503 (`busyAnswers()` counts them).
+    public init(lie: String? = nil, bytesPerSecond: Int? = nil, resetAfter: Int? = nil, failAfter: Int? = nil,
+                isBusyAfterReset: Bool = false) throws {
         directory = try ScratchDirectory("upload-server")
         (process, port) = try Self.launch("/usr/bin/python3", [Self.script.path, "--directory", directory.url.path]
             + (lie.map { ["--lie", $0] } ?? []) + (bytesPerSecond.map { ["--rate", String($0)] } ?? [])
-            + (resetAfter.map { ["--reset-after", String($0)] } ?? []) + (failAfter.map { ["--fail-after", String($0)] } ?? []))
+            + (resetAfter.map { ["--reset-after", String($0)] } ?? []) + (failAfter.map { ["--fail-after", String($0)] } ?? [])
+            + (isBusyAfterReset ? ["--busy-after-reset"] : []))
     }
 
     /// Starts a test server program that prints "port N" as its first line, and reads the port.
@@ -58,6 +61,11 @@ public final class UploadTestServer: Sendable {
     /// Body bytes the server has read, over every request.
     public func bodyBytesRead() throws -> Int {
         (try stats()["body_bytes"] as? Int) ?? -1
+    }
+
+    /// Requests answered 503 by `isBusyAfterReset`.
+    public func busyAnswers() throws -> Int {
+        (try stats()["busy_answers"] as? Int) ?? -1
     }
 
     /// Requests the server has read (their heads), over every connection.

@@ -90,17 +90,22 @@ struct ServerWaitSchedule: Sendable, Hashable {
         return interval
     }
 
-    /// How long a probe may take to connect: 90 % of the spacing (`1 - jitter`; a probe that has
-    /// not connected by the time the next is due is as good as lost, and its SYN would only be
-    /// retransmitted after a second anyway; ending it just before the next is due keeps probes of
-    /// a blackholed server on the interval rather than on interval + timeout slack), but never
-    /// less than four connect round trips seen on this host, nor less than 2 s before any
-    /// connection to the host succeeded (so a distant server is not cut off before it could
-    /// answer).
+    /// How long after a probe's connect gave up its failure may take to reach the scheduler
+    /// (the engine's thread, the task's actor, on a loaded machine): a failure reported after
+    /// the next probe fell due delays that probe by the difference.
+    var reportAllowance: Duration = .milliseconds(150)
+
+    /// How long a probe may take to connect: the spacing less `reportAllowance`, at most 90 % of
+    /// it (`1 - jitter`; a probe that has not connected by the time the next is due is as good as
+    /// lost, and its SYN would only be retransmitted after a second anyway; ending it early
+    /// enough for its failure to be known before the next is due keeps probes of a blackholed
+    /// server on the interval rather than on interval + slack), but never less than four connect
+    /// round trips seen on this host, nor less than 2 s before any connection to the host
+    /// succeeded (so a distant server is not cut off before it could answer).
     func connectTimeout(waited: Duration, connectTime: Duration?) -> Duration {
         let settled = settledInterval(waited: waited)
         guard let connectTime else { return max(settled, .seconds(2)) }
-        let beforeTheNext = settled.scaled(by: 1 - jitter)
+        let beforeTheNext = min(settled.scaled(by: 1 - jitter), settled - reportAllowance)
         return max(beforeTheNext, connectTime * 4)
     }
 }

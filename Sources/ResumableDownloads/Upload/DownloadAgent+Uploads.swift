@@ -20,6 +20,10 @@ package struct UploadOptions: Sendable {
     package var idleTimeout: Duration = .seconds(5)
     /// Whether to wait for a usable path instead of failing with `-1009` at the start.
     package var waitsForConnectivity = true
+    /// Failures in a row without new acknowledged bytes (server errors, timeouts) that end the
+    /// upload with its resume data: 30 by default. Connection failures, which wait for the
+    /// host's probes, end it after 120 (about a minute of a silent server) or this many if more.
+    package var maximumFailuresWithoutProgress = 30
 
     /// The defaults: protocol from the server, `POST`, no plain retry, 5 s idle timeout.
     package init() {}
@@ -106,7 +110,8 @@ extension DownloadAgent {
         let fileName = path.split(separator: "/").last.map(String.init) ?? "file"
         var run = UploadRun(machine: UploadStateMachine(
             url: state?.url ?? url, fileName: fileName, length: opened.size, method: options.method,
-            protocol: options.protocolChoice, allowsPlainRetry: options.allowsPlainRetry, resuming: state),
+            protocol: options.protocolChoice, allowsPlainRetry: options.allowsPlainRetry,
+            maximumFailures: options.maximumFailuresWithoutProgress, resuming: state),
                             descriptor: descriptor, opened: opened, path: path, options: options, handlers: handlers,
                             wait: UploadServerWait(url: state?.url ?? url, coordinator: probes))
         let watcher = watchPaths(for: run.wait)

@@ -59,11 +59,11 @@ struct UploadStateMachine: Sendable {
     /// most an outage can make us send again.
     static let tusPieceSize: Int64 = 1 << 20
     static let draftInteropVersion = "6"
-    /// Failures in a row without new acknowledged bytes before the upload gives up (keeping its
-    /// resume state).
+    /// Failures in a row without new acknowledged bytes that end the upload (keeping its resume
+    /// state), unless the caller chose another count: the last of them ends it.
     static let maximumFailuresWithoutProgress = 30
-    /// Connection failures in a row without new acknowledged bytes before it gives up: probes
-    /// come at most two a second (`ServerWaitSchedule`), so about a minute of a silent server.
+    /// Connection failures in a row without new acknowledged bytes that end it: probes come at
+    /// most two a second (`ServerWaitSchedule`), so about a minute of a silent server.
     static let maximumProbesWithoutProgress = 120
 
     let url: URL
@@ -71,6 +71,8 @@ struct UploadStateMachine: Sendable {
     let length: Int64
     let method: HTTPMethod
     let allowsPlainRetry: Bool
+    /// Failures in a row (other than connection failures) that end the upload.
+    let maximumFailures: Int
     private(set) var protocolInUse: UploadProtocol
     private(set) var uploadURL: URL?
     /// Bytes the server confirmed it holds.
@@ -85,8 +87,10 @@ struct UploadStateMachine: Sendable {
 
     /// A new upload of `length` bytes, or one continuing `state` (its URL and offset).
     init(url: URL, fileName: String, length: Int64, method: HTTPMethod, protocol chosen: UploadProtocol,
-         allowsPlainRetry: Bool, resuming state: UploadResumeState? = nil) {
+         allowsPlainRetry: Bool, maximumFailures: Int = UploadStateMachine.maximumFailuresWithoutProgress,
+         resuming state: UploadResumeState? = nil) {
         self.url = url
+        self.maximumFailures = max(1, maximumFailures)
         self.fileName = fileName
         self.length = length
         self.method = method
@@ -299,7 +303,7 @@ struct UploadStateMachine: Sendable {
     private mutating func retryLater(after error: DownloadError? = nil) -> Action {
         failures += 1
         let isConnectionLevel = error.map { RetryClass($0.urlCode) == .connectionLevel } ?? false
-        guard failures <= (isConnectionLevel ? Self.maximumProbesWithoutProgress : Self.maximumFailuresWithoutProgress) else {
+        guard failures < (isConnectionLevel ? max(Self.maximumProbesWithoutProgress, maximumFailures) : maximumFailures) else {
             return .fail(DownloadError.connectivityTimeout.with(description:
                 "the upload failed \(failures) times in a row without progress; its resume data is kept"),
                          isResumable: uploadURL != nil)

@@ -23,12 +23,13 @@ struct ServerProbeSchedulerTests {
         #expect(s.join(c, host: host, now: t0).isEmpty)
         #expect(s.join(a, host: host, now: t0).isEmpty, "joining twice changes nothing")
         let grant = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(100))
-        #expect(grant == [.grant(a, connectTimeout: .seconds(2))], "no connection seen yet: a generous timeout")
-        // Refused: the same download is first in line again. The failed attempt that began the
-        // wait and the quick probe were two attempts in 100 ms: the third waits for 1.5 s from the
-        // start (plus the wait's phase, 25 ms at random 0.5), keeping two a second on average.
-        let next = s.report(a, host: host, reachable: false, now: t0 + .milliseconds(101), random: 0.5)
-        #expect(armed(next)?.at == t0 + .milliseconds(1525))
+        #expect(grant.first == .grant(a, connectTimeout: .seconds(2)), "no connection seen yet: a generous timeout")
+        // The next probe is armed with the grant. The failed attempt that began the wait and the
+        // quick probe were two attempts in 100 ms: the third waits for 1.5 s from the start (plus
+        // the wait's phase, 25 ms at random 0.5), keeping two a second on average.
+        #expect(armed(grant)?.at == t0 + .milliseconds(1525))
+        // Refused: the same download is first in line again, for the probe already armed.
+        #expect(s.report(a, host: host, reachable: false, now: t0 + .milliseconds(101), random: 0.5).isEmpty)
         #expect(s.probes(of: host) == 1)
         #expect(s.waiters(of: host) == [a, b, c])
         // A stale timer does nothing.
@@ -57,11 +58,11 @@ struct ServerProbeSchedulerTests {
         var s = S(schedule: ServerWaitSchedule())
         let first = s.join(a, host: host, now: t0)
         _ = s.join(b, host: host, now: t0)
-        _ = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(100))
-        let next = s.leave(a, now: t0 + .milliseconds(200))
-        #expect(armed(next)?.at == t0 + .milliseconds(1525))
-        #expect(s.timerFired(host: host, generation: armed(next)!.generation, now: t0 + .milliseconds(1525))
-                == [.grant(b, connectTimeout: .seconds(2))])
+        let grant = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(100))
+        #expect(s.leave(a, now: t0 + .milliseconds(200)).isEmpty, "the next probe is armed already")
+        #expect(armed(grant)?.at == t0 + .milliseconds(1525))
+        #expect(s.timerFired(host: host, generation: armed(grant)!.generation, now: t0 + .milliseconds(1525)).first
+                == .grant(b, connectTimeout: .seconds(2)))
         // The last one leaves: the host is forgotten.
         #expect(s.leave(b, now: t0 + .seconds(1)).isEmpty)
         #expect(s.waiters(of: host).isEmpty)
@@ -79,8 +80,8 @@ struct ServerProbeSchedulerTests {
                 Issue.record("timer not honoured"); return
             }
             starts.append(now)
-            let rearmed = s.report(a, host: host, reachable: false, now: now, random: 0.5)
-            guard let (g, at) = armed(rearmed) else { Issue.record("not rearmed"); return }
+            #expect(s.report(a, host: host, reachable: false, now: now, random: 0.5).isEmpty)
+            guard let (g, at) = armed(next) else { Issue.record("not rearmed"); return }
             generation = g
             now = at
         }
@@ -121,7 +122,8 @@ struct ServerProbeSchedulerTests {
         var s = S(schedule: ServerWaitSchedule())
         #expect(s.connectTimeout(for: host, now: t0) == .seconds(2))
         s.recordConnectTime(.microseconds(200), host: host)
-        #expect(s.connectTimeout(for: host, now: t0) == .milliseconds(450), "a fast server: just before the next probe is due")
+        #expect(s.connectTimeout(for: host, now: t0) == .milliseconds(350),
+                "a fast server: early enough for its failure to be known before the next probe is due")
         s.recordConnectTime(.milliseconds(400), host: "https://far:443")
         #expect(s.connectTimeout(for: "https://far:443", now: t0) == .milliseconds(1600), "a far one: four round trips")
     }
@@ -142,10 +144,77 @@ struct ServerProbeSchedulerTests {
         // A probe that used its whole connect timeout: the next one goes without further delay.
         var s = S(schedule: ServerWaitSchedule())
         let first = s.join(a, host: host, now: t0)
-        _ = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(100))
+        let grant = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(100))
+        #expect(s.timerFired(host: host, generation: armed(grant)!.generation, now: t0 + .milliseconds(1525)).isEmpty,
+                "one probe at a time: the next waits for this one's end")
         let next = s.report(a, host: host, reachable: false, now: t0 + .milliseconds(2100), random: 0.5)
-        #expect(armed(next)?.at == t0 + .milliseconds(2100))
+        #expect(next.first == .grant(a, connectTimeout: .seconds(2)), "granted in the report itself: \(next)")
     }
+
+    /// Probes of a blackholed server, each failure reported 140 ms after its connect gave up
+    /// (a loaded machine): settled probes still go exactly 500 ms apart, since the next is armed
+    /// with the grant and the connect timeout leaves room for the report. A report later than
+    /// that sends the next probe at once, with no timer in between.
+    @Test func probesOfABlackholedServerAreExactlyAnIntervalApart() {
+        var s = S(schedule: ServerWaitSchedule())
+        s.recordConnectTime(.microseconds(300), host: host)
+        var actions = s.join(a, host: host, now: t0, justProbed: true, random: 0.5)
+        var starts: [ContinuousClock.Instant] = []
+        for _ in 0..<12 {
+            guard let (generation, at) = armed(actions) else { Issue.record("not armed: \(actions)"); return }
+            let grant = s.timerFired(host: host, generation: generation, now: at)
+            guard case .grant(let id, let connectTimeout)? = grant.first, id == a else { Issue.record("no grant: \(grant)"); return }
+            starts.append(at)
+            #expect(connectTimeout == .milliseconds(350))
+            // The connect gives up after its timeout; the failure arrives 140 ms later.
+            #expect(s.report(a, host: host, reachable: false, now: at + connectTimeout + .milliseconds(140)).isEmpty)
+            actions = grant
+        }
+        let gaps = zip(starts.dropFirst(), starts).map { $0 - $1 }
+        #expect(gaps.dropFirst().allSatisfy { $0 == .milliseconds(500) }, "\(gaps)")
+        // A failure reported after the next probe fell due: that probe goes with the report.
+        guard let (generation, at) = armed(actions) else { Issue.record("not armed"); return }
+        let grant = s.timerFired(host: host, generation: generation, now: at)
+        #expect(s.timerFired(host: host, generation: armed(grant)!.generation, now: at + .milliseconds(500)).isEmpty)
+        let late = s.report(a, host: host, reachable: false, now: at + .milliseconds(560))
+        #expect(late.first == .grant(a, connectTimeout: .milliseconds(350)), "\(late)")
+        #expect(armed(late)?.at == at + .milliseconds(1060), "the next one 500 ms after this late one")
+    }
+
+    /// A download that leaves the wait and joins again (another path read, a retry of its own)
+    /// goes on with the host's wait within an interval: no quick first probe, no fresh budget.
+    @Test func aProberLeavingAndJoiningAgainGoesOnWithTheWait() {
+        var s = S(schedule: ServerWaitSchedule())
+        s.recordConnectTime(.microseconds(300), host: host)
+        let first = s.join(a, host: host, now: t0, justProbed: true, random: 0)
+        var grant = s.timerFired(host: host, generation: armed(first)!.generation, now: t0 + .milliseconds(1000))
+        #expect(grant.first == .grant(a, connectTimeout: .milliseconds(350)))
+        _ = s.report(a, host: host, reachable: false, now: t0 + .milliseconds(1360))
+        grant = s.timerFired(host: host, generation: armed(grant)!.generation, now: t0 + .milliseconds(1500))
+        #expect(s.probes(of: host) == 3)
+        // The prober leaves mid-probe, and the host's wait ends with it...
+        #expect(s.leave(a, now: t0 + .milliseconds(1600)).isEmpty)
+        #expect(s.waiters(of: host).isEmpty && !s.isWaiting(a))
+        // ...but it joins again 200 ms later, its probe failed: the wait goes on.
+        let again = s.join(a, host: host, now: t0 + .milliseconds(1800), justProbed: true)
+        #expect(s.probes(of: host) == 4, "the failed attempt counts as the wait's probe")
+        #expect(armed(again)?.at == t0 + .milliseconds(2500), "not a quick first probe at 1.9 s: \(again)")
+        // Another download joining instead goes on with it too.
+        var other = S(schedule: ServerWaitSchedule())
+        let start = other.join(a, host: host, now: t0, random: 0)
+        let probe = other.timerFired(host: host, generation: armed(start)!.generation, now: t0 + .milliseconds(100))
+        _ = other.leave(a, now: t0 + .milliseconds(300))
+        let joined = other.join(b, host: host, now: t0 + .milliseconds(400))
+        #expect(armed(joined)?.at == armed(probe)?.at, "the probe armed before the leave: \(joined)")
+        // After an interval the ended wait is forgotten: a new wait, a quick first probe.
+        _ = other.leave(b, now: t0 + .milliseconds(500))
+        #expect(armed(other.join(c, host: host, now: t0 + .milliseconds(1001)))?.at == t0 + .milliseconds(1101))
+        // An answer forgets it at once.
+        _ = other.leave(c, now: t0 + .milliseconds(1200))
+        _ = other.report(b, host: host, reachable: true, now: t0 + .milliseconds(1250))
+        #expect(armed(other.join(a, host: host, now: t0 + .milliseconds(1300)))?.at == t0 + .milliseconds(1400))
+    }
+
 }
 
 @Suite("Attempt rate limit, stall detector, slots and path notices")

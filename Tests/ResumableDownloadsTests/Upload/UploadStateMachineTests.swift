@@ -64,7 +64,7 @@ struct UploadStateMachineTests {
         #expect(Self.request(machine.event(.retry))?.method == .head)
         #expect(machine.event(.answered(Self.head(503), interim: [], bytesSent: 0)) == .waitAndRetry(failures: 2))
         _ = machine.event(.retry)
-        for failures in 3...UploadStateMachine.maximumProbesWithoutProgress {
+        for failures in 3..<UploadStateMachine.maximumProbesWithoutProgress {
             #expect(machine.event(.failed(.timedOut, interim: [], bytesSent: 0)) == .waitForServer(failures: failures))
             _ = machine.event(.retry)
         }
