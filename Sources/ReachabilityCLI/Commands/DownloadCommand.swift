@@ -37,18 +37,11 @@ struct DownloadCommand: Command {
     static let expensiveAsFallback = Option.flag(
         "expensive-as-fallback",
         help: "Use an expensive path only while no other path is usable (by default it is also used beside them, while it adds throughput).")
-    static let stateDirectory = Option.value(
-        "state-dir", valueName: "dir",
-        help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
+    static let stateDirectory = Option.stateDirectory(holding: "resume data")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
         help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx (fractions allowed; 'inf', or more than 100 years, waits forever). Default: wait forever.")
     static let maximumOutageValue = SecondsOrForever()
-    static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
-    static let json = Option.flag(
-        "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
-    static let quiet = Option.flag(
-        "quiet", short: "q", help: "Print no events and no progress bars; errors are still printed.")
     static let header = Option.repeating(
         "header", short: "H", valueName: "name: value",
         help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own.")
@@ -66,7 +59,7 @@ struct DownloadCommand: Command {
         help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
+                          maximumOutage, waitForSpace] + EventOutputOptions.all + [header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -135,10 +128,9 @@ struct DownloadCommand: Command {
     var isJSON: Bool
     var isQuiet: Bool
     var headers: [String]
-    var maximumBytesPerSecond: Int64?
-    var certificateAuthorityFile: String?
+    /// `--limit-rate`, `--cacert`, `--proxy`, `--no-proxy`: set on each engine the command starts.
+    var transport: TransportOptions
     var verifiesCertificates: Bool
-    var proxyURL: String?
     var monitor: MonitorOptions
     /// `--metalink`: the Metalink file given instead of URLs (read by `resolvingMetalink`).
     var metalinkFile: String?
@@ -182,7 +174,7 @@ struct DownloadCommand: Command {
         allowsExpensive = !arguments.isSet(Self.noExpensive)
         waitsForSpace = arguments.isSet(Self.waitForSpace)
         allowsRoaming = !arguments.isSet(Self.noRoaming)
-        maximumConnections = try arguments.value(Self.connections, as: Self.connectionsValue)
+        maximumConnections = try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue)
         interfaces = try arguments.values(Self.interface).map { name in
             guard NetworkInterface.isValidName(name) else {
                 throw UsageError.invalidValue(name, for: Self.interface, "expected an interface name (1-15 visible characters, no '/' or ':')")
@@ -198,22 +190,19 @@ struct DownloadCommand: Command {
             throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")
         }
         maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
-        isJSON = arguments.isSet(Self.json)
-        isQuiet = arguments.isSet(Self.quiet)
+        let events = EventOutputOptions(arguments: arguments)
+        (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
         headers = try arguments.values(Self.header).map { line in
             if let problem = HeaderValidation.problem(with: line) {
                 throw UsageError.invalidValue(line, for: Self.header, problem)
             }
             return line
         }
-        let transport = try TransportOptions(arguments: arguments)
-        maximumBytesPerSecond = transport.maximumBytesPerSecond
-        certificateAuthorityFile = transport.certificateAuthorityFile
+        transport = try TransportOptions(arguments: arguments)
         verifiesCertificates = !arguments.isSet(Self.insecure)
-        proxyURL = transport.proxy
         monitor = try MonitorOptions(arguments: arguments)
         if writesToStandardOutput && isJSON {
-            throw UsageError("'\(Self.output.synopsis)' '-' and '\(Self.json.synopsis)' both write to stdout; use one")
+            throw UsageError("'\(Self.output.synopsis)' '-' and '\(EventOutputOptions.json.synopsis)' both write to stdout; use one")
         }
         if explicitOutput == nil || explicitOutput == "-" {
             for url in (sources.isSameFile ? Array(urls.prefix(1)) : urls) where explicitOutput == nil && Self.defaultFileName(for: url) == nil {

@@ -71,7 +71,6 @@ struct QueueAddCommand: Command {
     static let connections = Option.value(
         "connections", valueName: "n",
         help: "Open at most this many connections at once for this job (1-\(DownloadAgent.maximumConnectionsPerHostLimit)); the agent's own per-server bound (--connections of 'reachability agent') still applies. Default: that bound.")
-    static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
     static let noConstrained = Option.flag(
         "no-constrained", help: "Keep this job off constrained paths (a connection the user asked to save data on, NetworkManager Metered=yes): it waits for another path.")
     static let priority = Option.value(
@@ -126,7 +125,7 @@ struct QueueAddCommand: Command {
     init(arguments: ParsedArguments) throws {
         upload = try QueueAddUpload(arguments: arguments)
         replacesExistingFile = arguments.isSet(Self.replace)
-        job = QueueJobOptions(connections: try arguments.value(Self.connections, as: Self.connectionsValue),
+        job = QueueJobOptions(connections: try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue),
                               allowsConstrained: !arguments.isSet(Self.noConstrained),
                               priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal,
                               waitsForACPower: arguments.isSet(Self.notOnBattery),

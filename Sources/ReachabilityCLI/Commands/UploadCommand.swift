@@ -26,12 +26,9 @@ struct UploadCommand: Command {
     static let idleTimeout = Option.value(
         "idle-timeout", valueName: "seconds",
         help: "End an attempt when nothing was sent or received for this long, and resume it (a server that stopped answering). Default: 5.")
-    static let json = Option.flag(
-        "json", help: "Print one JSON object per event on stdout (NDJSON) instead of text lines on stderr.")
-    static let quiet = Option.flag("quiet", short: "q", help: "Print no events and no progress; errors are still printed.")
     static let file = Positional(name: "file", help: "The regular file to upload.")
     static let url = Positional(name: "url", help: "The http or https URL to upload to.")
-    static let options = [protocolOption, method, header, restartPlain, idleTimeout, json, quiet] + MonitorOptions.all
+    static let options = [protocolOption, method, header, restartPlain, idleTimeout] + EventOutputOptions.all + MonitorOptions.all
     static let positionals = [file, url]
     static let discussion: String? = """
         The file is read as it is sent; if it changes meanwhile (size, modification time or \
@@ -86,8 +83,8 @@ struct UploadCommand: Command {
         if let seconds = try arguments.value(Self.idleTimeout, as: Self.idleTimeoutValue) {
             uploadOptions.idleTimeout = seconds
         }
-        isJSON = arguments.isSet(Self.json)
-        isQuiet = arguments.isSet(Self.quiet)
+        let events = EventOutputOptions(arguments: arguments)
+        (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
         monitor = try MonitorOptions(arguments: arguments)
     }
 
