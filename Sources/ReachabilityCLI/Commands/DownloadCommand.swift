@@ -192,12 +192,7 @@ struct DownloadCommand: Command {
         maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
         let events = EventOutputOptions(arguments: arguments)
         (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
-        headers = try arguments.values(Self.header).map { line in
-            if let problem = HeaderValidation.problem(with: line) {
-                throw UsageError.invalidValue(line, for: Self.header, problem)
-            }
-            return line
-        }
+        headers = try arguments.headerLines(Self.header, reserved: HeaderValidation.reservedNames)
         transport = try TransportOptions(arguments: arguments)
         verifiesCertificates = !arguments.isSet(Self.insecure)
         monitor = try MonitorOptions(arguments: arguments)

@@ -73,12 +73,7 @@ struct UploadCommand: Command {
             }
             uploadOptions.method = method
         }
-        uploadOptions.headerFields = try arguments.values(Self.header).map { line in
-            if let problem = HeaderValidation.problem(with: line, reserved: ExchangeRequest.reservedHeaderNames) {
-                throw UsageError.invalidValue(line, for: Self.header, problem)
-            }
-            return line
-        }
+        uploadOptions.headerFields = try arguments.headerLines(Self.header, reserved: ExchangeRequest.reservedHeaderNames)
         uploadOptions.allowsPlainRetry = arguments.isSet(Self.restartPlain)
         if let seconds = try arguments.value(Self.idleTimeout, as: Self.idleTimeoutValue) {
             uploadOptions.idleTimeout = seconds
