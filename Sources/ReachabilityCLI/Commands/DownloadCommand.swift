@@ -165,12 +165,7 @@ struct DownloadCommand: Command {
         if let directory, directory.isEmpty {
             throw UsageError.invalidValue(directory, for: Self.directory, "expected a directory")
         }
-        if let hex = arguments.value(Self.sha256) {
-            guard let digest = SHA256.normalizedHexDigest(hex) else {
-                throw UsageError.invalidValue(hex, for: Self.sha256, "expected 64 hexadecimal digits")
-            }
-            expectedSHA256 = digest
-        }
+        expectedSHA256 = try arguments.sha256Digest(Self.sha256)
         allowsExpensive = !arguments.isSet(Self.noExpensive)
         waitsForSpace = arguments.isSet(Self.waitForSpace)
         allowsRoaming = !arguments.isSet(Self.noRoaming)

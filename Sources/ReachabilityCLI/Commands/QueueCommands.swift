@@ -134,13 +134,7 @@ struct QueueAddCommand: Command {
         job.onComplete = try Self.onCompleteCommand(arguments)
         job.proxy = try TransportOptions.proxySetting(arguments)
         let positional = try arguments.positional(Self.positionals[0])[0]
-        job.mirrors = try arguments.values(Self.mirror).map { text in
-            do {
-                return try DownloadCommand.parseURL(text)
-            } catch {
-                throw UsageError.invalidValue(URLRedaction.redacted(text), for: Self.mirror, "expected an http or https URL")
-            }
-        }
+        job.mirrors = try arguments.urls(Self.mirror)
         guard job.mirrors.count <= DownloadAgent.maximumMirrors else {
             throw UsageError("'\(Self.mirror.synopsis)' was given \(job.mirrors.count) times; at most \(DownloadAgent.maximumMirrors) mirrors")
         }
@@ -166,12 +160,7 @@ struct QueueAddCommand: Command {
             guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
             outputPath = output
         }
-        if let sha = arguments.value(Self.sha256) {
-            guard let digest = SHA256.normalizedHexDigest(sha) else {
-                throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hexadecimal digits")
-            }
-            expectedSHA256 = digest
-        }
+        expectedSHA256 = try arguments.sha256Digest(Self.sha256)
         control = ControlOptions(arguments: arguments)
     }
 

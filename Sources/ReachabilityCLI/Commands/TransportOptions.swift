@@ -72,17 +72,3 @@ struct TransportOptions: Sendable, Equatable {
         configuration.proxy = proxy
     }
 }
-
-extension ParsedArguments {
-    /// The `name: value` lines given to a repeatable `-H` option (`download`'s, `upload`'s), each
-    /// checked by `HeaderValidation` with the names the command sets itself refused; a bad line
-    /// is a usage error naming it.
-    func headerLines(_ option: Option, reserved: Set<String>) throws -> [String] {
-        try values(option).map { line in
-            if let problem = HeaderValidation.problem(with: line, reserved: reserved) {
-                throw UsageError.invalidValue(line, for: option, problem)
-            }
-            return line
-        }
-    }
-}
