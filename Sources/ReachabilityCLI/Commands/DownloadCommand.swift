@@ -150,7 +150,7 @@ struct DownloadCommand: Command {
         urls = metalinkFile != nil ? [] : try arguments.positional(Self.urls).map(Self.parseURL)
         sources = try MirrorOptions(arguments: arguments, urls: urls)
         explicitOutput = arguments.value(Self.output)
-        directory = arguments.value(Self.directory)
+        directory = try arguments.nonEmptyValue(Self.directory, expected: "a directory")
         if let explicitOutput {
             if urls.count > 1, !sources.isSameFile {
                 throw UsageError("'\(Self.output.synopsis)' names one file but \(urls.count) URLs were given; use '\(Self.directory.synopsis)' instead")
@@ -161,9 +161,6 @@ struct DownloadCommand: Command {
             if explicitOutput.isEmpty || (explicitOutput.hasSuffix("/") && explicitOutput != "-") {
                 throw UsageError.invalidValue(explicitOutput, for: Self.output, "expected a file name")
             }
-        }
-        if let directory, directory.isEmpty {
-            throw UsageError.invalidValue(directory, for: Self.directory, "expected a directory")
         }
         expectedSHA256 = try arguments.sha256Digest(Self.sha256)
         allowsExpensive = !arguments.isSet(Self.noExpensive)
@@ -180,10 +177,7 @@ struct DownloadCommand: Command {
         if usesExpensivePathsOnlyAsFallback && !allowsExpensive {
             throw UsageError("'\(Self.expensiveAsFallback.synopsis)' and '\(Self.noExpensive.synopsis)' contradict each other; use one")
         }
-        stateDirectoryOverride = arguments.value(Self.stateDirectory)
-        if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
-            throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")
-        }
+        stateDirectoryOverride = try arguments.nonEmptyValue(Self.stateDirectory, expected: "a directory")
         maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
         let events = EventOutputOptions(arguments: arguments)
         (isJSON, isQuiet) = (events.isJSON, events.isQuiet)

@@ -28,6 +28,14 @@ extension ParsedArguments {
         }
     }
 
+    /// A file or directory named by `option`, nil when not given; '' names nothing and is a
+    /// usage error ("expected `what`").
+    func nonEmptyValue(_ option: Option, expected what: String) throws(UsageError) -> String? {
+        guard let text = value(option) else { return nil }
+        guard !text.isEmpty else { throw UsageError.invalidValue(text, for: option, "expected \(what)") }
+        return text
+    }
+
     /// `--sha256 HEX` (`download`, `queue add`) as `SHA256.normalizedHexDigest` gives it; nil
     /// when not given.
     func sha256Digest(_ option: Option) throws -> String? {

@@ -156,10 +156,7 @@ struct QueueAddCommand: Command {
             }
             url = try DownloadCommand.parseURL(positional)
         }
-        if let output = arguments.value(Self.output) {
-            guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
-            outputPath = output
-        }
+        outputPath = try arguments.nonEmptyValue(Self.output, expected: "a file path")
         expectedSHA256 = try arguments.sha256Digest(Self.sha256)
         control = ControlOptions(arguments: arguments)
     }

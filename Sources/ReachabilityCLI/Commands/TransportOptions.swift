@@ -34,10 +34,7 @@ struct TransportOptions: Sendable, Equatable {
 
     init(arguments: ParsedArguments) throws {
         maximumBytesPerSecond = try arguments.value(Self.limitRate, as: Self.rate)
-        if let file = arguments.value(Self.certificateAuthorities) {
-            guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
-            certificateAuthorityFile = file
-        }
+        certificateAuthorityFile = try arguments.nonEmptyValue(Self.certificateAuthorities, expected: "a PEM file")
         proxy = try Self.proxySetting(arguments)
     }
 
