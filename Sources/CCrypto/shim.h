@@ -12,7 +12,7 @@
  */
 #ifndef CCRYPTO_SHIM_H
 #define CCRYPTO_SHIM_H
-#include <dlfcn.h>
+#include "../CLinuxSystem/dlopen_table.h"
 #include <openssl/evp.h>
 #include <openssl/opensslv.h>
 #include <stddef.h>
@@ -33,38 +33,17 @@ static const int CCRYPTO_SHA256_LENGTH = 32;
 /* CCRYPTO_LIBRARY for Swift, which cannot import a macro built by concatenation. */
 static inline const char *ccrypto_library_name(void) { return CCRYPTO_LIBRARY; }
 
-/* The libcrypto functions used, resolved from the shared library. */
-typedef struct ccrypto_api {
-    EVP_MD_CTX *(*md_ctx_new)(void);
-    void (*md_ctx_free)(EVP_MD_CTX *context);
-    int (*md_ctx_copy_ex)(EVP_MD_CTX *out, const EVP_MD_CTX *in);
-    const EVP_MD *(*sha256)(void);
-    int (*digest_init_ex)(EVP_MD_CTX *context, const EVP_MD *type, ENGINE *engine);
-    int (*digest_update)(EVP_MD_CTX *context, const void *bytes, size_t count);
-    int (*digest_final_ex)(EVP_MD_CTX *context, unsigned char *digest, unsigned int *length);
-} ccrypto_api;
-
-/* Loads libcrypto and fills `api`. Returns NULL on success, else a message (dlerror's text,
- * valid until the next dl* call on this thread). The library stays loaded for the process's
- * life. Not thread-safe: call once (SHA256.swift keeps the table in a lazy static). */
-static inline const char *ccrypto_load(ccrypto_api *api) {
-    void *library = dlopen(CCRYPTO_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (library == NULL) return dlerror();
-#define CCRYPTO_RESOLVE(field, symbol) \
-    do { \
-        *(void **)(&api->field) = dlsym(library, #symbol); \
-        if (api->field == NULL) return "libcrypto lacks " #symbol; \
-    } while (0)
-    CCRYPTO_RESOLVE(md_ctx_new, EVP_MD_CTX_new);
-    CCRYPTO_RESOLVE(md_ctx_free, EVP_MD_CTX_free);
-    CCRYPTO_RESOLVE(md_ctx_copy_ex, EVP_MD_CTX_copy_ex);
-    CCRYPTO_RESOLVE(sha256, EVP_sha256);
-    CCRYPTO_RESOLVE(digest_init_ex, EVP_DigestInit_ex);
-    CCRYPTO_RESOLVE(digest_update, EVP_DigestUpdate);
-    CCRYPTO_RESOLVE(digest_final_ex, EVP_DigestFinal_ex);
-#undef CCRYPTO_RESOLVE
-    return NULL;
-}
+/* The libcrypto functions used, one row each: `ccrypto_api` and `ccrypto_load` (dlopen_table.h). */
+#define CCRYPTO_FUNCTIONS(ROW) \
+    ROW(EVP_MD_CTX *, md_ctx_new, EVP_MD_CTX_new, (void)) \
+    ROW(void, md_ctx_free, EVP_MD_CTX_free, (EVP_MD_CTX *context)) \
+    ROW(int, md_ctx_copy_ex, EVP_MD_CTX_copy_ex, (EVP_MD_CTX *out, const EVP_MD_CTX *in)) \
+    ROW(const EVP_MD *, sha256, EVP_sha256, (void)) \
+    ROW(int, digest_init_ex, EVP_DigestInit_ex, (EVP_MD_CTX *context, const EVP_MD *type, ENGINE *engine)) \
+    ROW(int, digest_update, EVP_DigestUpdate, (EVP_MD_CTX *context, const void *bytes, size_t count)) \
+    ROW(int, digest_final_ex, EVP_DigestFinal_ex, (EVP_MD_CTX *context, unsigned char *digest, \
+        unsigned int *length))
+DLOPEN_TABLE(ccrypto_api, ccrypto_load, CCRYPTO_LIBRARY, CCRYPTO_FUNCTIONS)
 
 /* Creates a SHA-256 digest context; NULL on allocation failure. Free with ccrypto_sha256_free. */
 static inline EVP_MD_CTX *ccrypto_sha256_new(const ccrypto_api *api) {

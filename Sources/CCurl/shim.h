@@ -4,7 +4,7 @@
  * libraries (TLS, Kerberos, LDAP, SSH, IDN, PSL, brotli...) into every process that links
  * ResumableDownloads, and relocating them is most of the page faults and several MB of resident
  * memory of `reachability status` and `watch`, which never download. ccurl_load fills a table
- * of function pointers once; every call goes through it.
+ * of function pointers once (Sources/CLinuxSystem/dlopen_table.h); every call goes through it.
  *
  * Swift cannot call C variadic functions, and curl_easy_setopt / curl_easy_getinfo /
  * curl_multi_setopt are variadic. Each helper below fixes one argument type so the Swift side
@@ -16,7 +16,7 @@
 #ifndef CCURL_SHIM_H
 #define CCURL_SHIM_H
 #include <curl/curl.h>
-#include <dlfcn.h>
+#include "../CLinuxSystem/dlopen_table.h"
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -25,64 +25,30 @@
 /* libcurl's soname: 4 since 2006 (libcurl4 on Debian and Ubuntu). */
 #define CCURL_LIBRARY "libcurl.so.4"
 
-typedef struct ccurl_api {
-    CURLcode (*global_init)(long flags);
-    char *(*version)(void);
-    CURL *(*easy_init)(void);
-    CURLcode (*easy_setopt)(CURL *handle, CURLoption option, ...);
-    CURLcode (*easy_getinfo)(CURL *handle, CURLINFO info, ...);
-    CURLcode (*easy_pause)(CURL *handle, int bitmask);
-    void (*easy_cleanup)(CURL *handle);
-    const char *(*easy_strerror)(CURLcode code);
-    struct curl_slist *(*slist_append)(struct curl_slist *list, const char *text);
-    void (*slist_free_all)(struct curl_slist *list);
-    CURLM *(*multi_init)(void);
-    CURLMcode (*multi_setopt)(CURLM *multi, CURLMoption option, ...);
-    CURLMcode (*multi_add_handle)(CURLM *multi, CURL *handle);
-    CURLMcode (*multi_remove_handle)(CURLM *multi, CURL *handle);
-    CURLMcode (*multi_perform)(CURLM *multi, int *running);
-    CURLMcode (*multi_timeout)(CURLM *multi, long *milliseconds);
-    CURLMcode (*multi_poll)(CURLM *multi, struct curl_waitfd extra[], unsigned int count,
-                            int timeout_ms, int *ready);
-    CURLMcode (*multi_wakeup)(CURLM *multi);
-    CURLMsg *(*multi_info_read)(CURLM *multi, int *queued);
-    CURLMcode (*multi_cleanup)(CURLM *multi);
-} ccurl_api;
-
-/* Loads libcurl and fills `api`. Returns NULL on success, else a message (dlerror's text, valid
- * until the next dl* call on this thread). The library stays loaded for the process's life.
- * Not thread-safe: call once (Curl.swift keeps the table in a lazy static). */
-static inline const char *ccurl_load(ccurl_api *api) {
-    void *library = dlopen(CCURL_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (library == NULL) return dlerror();
-#define CCURL_RESOLVE(field, symbol) \
-    do { \
-        *(void **)(&api->field) = dlsym(library, #symbol); \
-        if (api->field == NULL) return "libcurl lacks " #symbol; \
-    } while (0)
-    CCURL_RESOLVE(global_init, curl_global_init);
-    CCURL_RESOLVE(version, curl_version);
-    CCURL_RESOLVE(easy_init, curl_easy_init);
-    CCURL_RESOLVE(easy_setopt, curl_easy_setopt);
-    CCURL_RESOLVE(easy_getinfo, curl_easy_getinfo);
-    CCURL_RESOLVE(easy_pause, curl_easy_pause);
-    CCURL_RESOLVE(easy_cleanup, curl_easy_cleanup);
-    CCURL_RESOLVE(easy_strerror, curl_easy_strerror);
-    CCURL_RESOLVE(slist_append, curl_slist_append);
-    CCURL_RESOLVE(slist_free_all, curl_slist_free_all);
-    CCURL_RESOLVE(multi_init, curl_multi_init);
-    CCURL_RESOLVE(multi_setopt, curl_multi_setopt);
-    CCURL_RESOLVE(multi_add_handle, curl_multi_add_handle);
-    CCURL_RESOLVE(multi_remove_handle, curl_multi_remove_handle);
-    CCURL_RESOLVE(multi_perform, curl_multi_perform);
-    CCURL_RESOLVE(multi_timeout, curl_multi_timeout);
-    CCURL_RESOLVE(multi_poll, curl_multi_poll);        /* libcurl >= 7.66 */
-    CCURL_RESOLVE(multi_wakeup, curl_multi_wakeup);    /* libcurl >= 7.68 */
-    CCURL_RESOLVE(multi_info_read, curl_multi_info_read);
-    CCURL_RESOLVE(multi_cleanup, curl_multi_cleanup);
-#undef CCURL_RESOLVE
-    return NULL;
-}
+/* The libcurl functions used, one row each: `ccurl_api` and `ccurl_load` (dlopen_table.h). */
+#define CCURL_FUNCTIONS(ROW) \
+    ROW(CURLcode, global_init, curl_global_init, (long flags)) \
+    ROW(char *, version, curl_version, (void)) \
+    ROW(CURL *, easy_init, curl_easy_init, (void)) \
+    ROW(CURLcode, easy_setopt, curl_easy_setopt, (CURL *handle, CURLoption option, ...)) \
+    ROW(CURLcode, easy_getinfo, curl_easy_getinfo, (CURL *handle, CURLINFO info, ...)) \
+    ROW(CURLcode, easy_pause, curl_easy_pause, (CURL *handle, int bitmask)) \
+    ROW(void, easy_cleanup, curl_easy_cleanup, (CURL *handle)) \
+    ROW(const char *, easy_strerror, curl_easy_strerror, (CURLcode code)) \
+    ROW(struct curl_slist *, slist_append, curl_slist_append, (struct curl_slist *list, const char *text)) \
+    ROW(void, slist_free_all, curl_slist_free_all, (struct curl_slist *list)) \
+    ROW(CURLM *, multi_init, curl_multi_init, (void)) \
+    ROW(CURLMcode, multi_setopt, curl_multi_setopt, (CURLM *multi, CURLMoption option, ...)) \
+    ROW(CURLMcode, multi_add_handle, curl_multi_add_handle, (CURLM *multi, CURL *handle)) \
+    ROW(CURLMcode, multi_remove_handle, curl_multi_remove_handle, (CURLM *multi, CURL *handle)) \
+    ROW(CURLMcode, multi_perform, curl_multi_perform, (CURLM *multi, int *running)) \
+    ROW(CURLMcode, multi_timeout, curl_multi_timeout, (CURLM *multi, long *milliseconds)) \
+    ROW(CURLMcode, multi_poll, curl_multi_poll, (CURLM *multi, struct curl_waitfd extra[], \
+        unsigned int count, int timeout_ms, int *ready)) /* libcurl >= 7.66 */ \
+    ROW(CURLMcode, multi_wakeup, curl_multi_wakeup, (CURLM *multi)) /* libcurl >= 7.68 */ \
+    ROW(CURLMsg *, multi_info_read, curl_multi_info_read, (CURLM *multi, int *queued)) \
+    ROW(CURLMcode, multi_cleanup, curl_multi_cleanup, (CURLM *multi))
+DLOPEN_TABLE(ccurl_api, ccurl_load, CCURL_LIBRARY, CCURL_FUNCTIONS)
 
 /* --- constants Swift cannot import (macros that are expressions) --- */
 

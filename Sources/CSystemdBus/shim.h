@@ -16,7 +16,7 @@
  */
 #ifndef CSYSTEMDBUS_SHIM_H
 #define CSYSTEMDBUS_SHIM_H
-#include <dlfcn.h>
+#include "../CLinuxSystem/dlopen_table.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <systemd/sd-bus.h>
@@ -24,91 +24,50 @@
 /* libsystemd's soname: 0 since systemd 209 (libsystemd0 on Debian and Ubuntu). */
 #define CSDBUS_LIBRARY "libsystemd.so.0"
 
-typedef struct csdbus_api {
-    int (*bus_new)(sd_bus **ret);
-    int (*bus_set_address)(sd_bus *bus, const char *address);
-    int (*bus_set_bus_client)(sd_bus *bus, int b);
-    int (*bus_set_description)(sd_bus *bus, const char *description);
-    int (*bus_negotiate_fds)(sd_bus *bus, int b);
-    int (*bus_start)(sd_bus *bus);
-    sd_bus *(*bus_flush_close_unref)(sd_bus *bus);
-    int (*bus_is_open)(sd_bus *bus);
-    int (*bus_get_fd)(sd_bus *bus);
-    int (*bus_get_events)(sd_bus *bus);
-    int (*bus_get_timeout)(sd_bus *bus, uint64_t *timeout_usec);
-    int (*bus_process)(sd_bus *bus, sd_bus_message **r);
-    int (*bus_call_async)(sd_bus *bus, sd_bus_slot **slot, sd_bus_message *m,
-                          sd_bus_message_handler_t callback, void *userdata, uint64_t usec);
-    int (*bus_add_match_async)(sd_bus *bus, sd_bus_slot **slot, const char *match,
-                               sd_bus_message_handler_t callback, sd_bus_message_handler_t install_callback,
-                               void *userdata);
-    int (*message_new_method_call)(sd_bus *bus, sd_bus_message **m, const char *destination,
-                                   const char *path, const char *interface, const char *member);
-    sd_bus_message *(*message_unref)(sd_bus_message *m);
-    int (*message_set_auto_start)(sd_bus_message *m, int b);
-    int (*message_get_type)(sd_bus_message *m, uint8_t *type);
-    int (*message_get_cookie)(sd_bus_message *m, uint64_t *cookie);
-    int (*message_get_reply_cookie)(sd_bus_message *m, uint64_t *cookie);
-    const char *(*message_get_signature)(sd_bus_message *m, int complete);
-    const char *(*message_get_path)(sd_bus_message *m);
-    const char *(*message_get_interface)(sd_bus_message *m);
-    const char *(*message_get_member)(sd_bus_message *m);
-    const char *(*message_get_sender)(sd_bus_message *m);
-    const sd_bus_error *(*message_get_error)(sd_bus_message *m);
-    int (*message_append_basic)(sd_bus_message *m, char type, const void *p);
-    int (*message_read_basic)(sd_bus_message *m, char type, void *p);
-    int (*message_skip)(sd_bus_message *m, const char *types);
-    int (*message_enter_container)(sd_bus_message *m, char type, const char *contents);
-    int (*message_exit_container)(sd_bus_message *m);
-    int (*message_peek_type)(sd_bus_message *m, char *type, const char **contents);
-} csdbus_api;
-
-/* Loads libsystemd and fills `api`. Returns NULL on success, else a message (dlerror's text,
- * valid until the next dl* call on this thread). The library stays loaded for the process's
- * life. Not thread-safe: call once (SystemBusConnection.swift keeps the table in a lazy static). */
-static inline const char *csdbus_load(csdbus_api *api) {
-    void *library = dlopen(CSDBUS_LIBRARY, RTLD_NOW | RTLD_LOCAL);
-    if (library == NULL) return dlerror();
-#define CSDBUS_RESOLVE(field, symbol) \
-    do { \
-        *(void **)(&api->field) = dlsym(library, #symbol); \
-        if (api->field == NULL) return "libsystemd lacks " #symbol; \
-    } while (0)
-    CSDBUS_RESOLVE(bus_new, sd_bus_new);
-    CSDBUS_RESOLVE(bus_set_address, sd_bus_set_address);
-    CSDBUS_RESOLVE(bus_set_bus_client, sd_bus_set_bus_client);
-    CSDBUS_RESOLVE(bus_set_description, sd_bus_set_description);
-    CSDBUS_RESOLVE(bus_negotiate_fds, sd_bus_negotiate_fds);
-    CSDBUS_RESOLVE(bus_start, sd_bus_start);
-    CSDBUS_RESOLVE(bus_flush_close_unref, sd_bus_flush_close_unref);
-    CSDBUS_RESOLVE(bus_is_open, sd_bus_is_open);
-    CSDBUS_RESOLVE(bus_get_fd, sd_bus_get_fd);
-    CSDBUS_RESOLVE(bus_get_events, sd_bus_get_events);
-    CSDBUS_RESOLVE(bus_get_timeout, sd_bus_get_timeout);
-    CSDBUS_RESOLVE(bus_process, sd_bus_process);
-    CSDBUS_RESOLVE(bus_call_async, sd_bus_call_async);
-    CSDBUS_RESOLVE(bus_add_match_async, sd_bus_add_match_async);   /* systemd >= 237 */
-    CSDBUS_RESOLVE(message_new_method_call, sd_bus_message_new_method_call);
-    CSDBUS_RESOLVE(message_unref, sd_bus_message_unref);
-    CSDBUS_RESOLVE(message_set_auto_start, sd_bus_message_set_auto_start);
-    CSDBUS_RESOLVE(message_get_type, sd_bus_message_get_type);
-    CSDBUS_RESOLVE(message_get_cookie, sd_bus_message_get_cookie);
-    CSDBUS_RESOLVE(message_get_reply_cookie, sd_bus_message_get_reply_cookie);
-    CSDBUS_RESOLVE(message_get_signature, sd_bus_message_get_signature);
-    CSDBUS_RESOLVE(message_get_path, sd_bus_message_get_path);
-    CSDBUS_RESOLVE(message_get_interface, sd_bus_message_get_interface);
-    CSDBUS_RESOLVE(message_get_member, sd_bus_message_get_member);
-    CSDBUS_RESOLVE(message_get_sender, sd_bus_message_get_sender);
-    CSDBUS_RESOLVE(message_get_error, sd_bus_message_get_error);
-    CSDBUS_RESOLVE(message_append_basic, sd_bus_message_append_basic);
-    CSDBUS_RESOLVE(message_read_basic, sd_bus_message_read_basic);
-    CSDBUS_RESOLVE(message_skip, sd_bus_message_skip);
-    CSDBUS_RESOLVE(message_enter_container, sd_bus_message_enter_container);
-    CSDBUS_RESOLVE(message_exit_container, sd_bus_message_exit_container);
-    CSDBUS_RESOLVE(message_peek_type, sd_bus_message_peek_type);
-#undef CSDBUS_RESOLVE
-    return NULL;
-}
+/* The sd-bus functions used, one row each: `csdbus_api` and `csdbus_load` (dlopen_table.h). */
+#define CSDBUS_FUNCTIONS(ROW) \
+    ROW(int, bus_new, sd_bus_new, (sd_bus **ret)) \
+    ROW(int, bus_set_address, sd_bus_set_address, (sd_bus *bus, const char *address)) \
+    ROW(int, bus_set_bus_client, sd_bus_set_bus_client, (sd_bus *bus, int b)) \
+    ROW(int, bus_set_description, sd_bus_set_description, (sd_bus *bus, const char *description)) \
+    ROW(int, bus_negotiate_fds, sd_bus_negotiate_fds, (sd_bus *bus, int b)) \
+    ROW(int, bus_start, sd_bus_start, (sd_bus *bus)) \
+    ROW(sd_bus *, bus_flush_close_unref, sd_bus_flush_close_unref, (sd_bus *bus)) \
+    ROW(int, bus_is_open, sd_bus_is_open, (sd_bus *bus)) \
+    ROW(int, bus_get_fd, sd_bus_get_fd, (sd_bus *bus)) \
+    ROW(int, bus_get_events, sd_bus_get_events, (sd_bus *bus)) \
+    ROW(int, bus_get_timeout, sd_bus_get_timeout, (sd_bus *bus, uint64_t *timeout_usec)) \
+    ROW(int, bus_process, sd_bus_process, (sd_bus *bus, sd_bus_message **r)) \
+    ROW(int, bus_call_async, sd_bus_call_async, (sd_bus *bus, sd_bus_slot **slot, sd_bus_message *m, \
+        sd_bus_message_handler_t callback, void *userdata, uint64_t usec)) \
+    ROW(int, bus_add_match_async, sd_bus_add_match_async, (sd_bus *bus, sd_bus_slot **slot, \
+        const char *match, sd_bus_message_handler_t callback, \
+        sd_bus_message_handler_t install_callback, void *userdata)) /* systemd >= 237 */ \
+    ROW(int, message_new_method_call, sd_bus_message_new_method_call, (sd_bus *bus, sd_bus_message **m, \
+        const char *destination, const char *path, const char *interface, const char *member)) \
+    ROW(sd_bus_message *, message_unref, sd_bus_message_unref, (sd_bus_message *m)) \
+    ROW(int, message_set_auto_start, sd_bus_message_set_auto_start, (sd_bus_message *m, int b)) \
+    ROW(int, message_get_type, sd_bus_message_get_type, (sd_bus_message *m, uint8_t *type)) \
+    ROW(int, message_get_cookie, sd_bus_message_get_cookie, (sd_bus_message *m, uint64_t *cookie)) \
+    ROW(int, message_get_reply_cookie, sd_bus_message_get_reply_cookie, (sd_bus_message *m, \
+        uint64_t *cookie)) \
+    ROW(const char *, message_get_signature, sd_bus_message_get_signature, (sd_bus_message *m, \
+        int complete)) \
+    ROW(const char *, message_get_path, sd_bus_message_get_path, (sd_bus_message *m)) \
+    ROW(const char *, message_get_interface, sd_bus_message_get_interface, (sd_bus_message *m)) \
+    ROW(const char *, message_get_member, sd_bus_message_get_member, (sd_bus_message *m)) \
+    ROW(const char *, message_get_sender, sd_bus_message_get_sender, (sd_bus_message *m)) \
+    ROW(const sd_bus_error *, message_get_error, sd_bus_message_get_error, (sd_bus_message *m)) \
+    ROW(int, message_append_basic, sd_bus_message_append_basic, (sd_bus_message *m, char type, \
+        const void *p)) \
+    ROW(int, message_read_basic, sd_bus_message_read_basic, (sd_bus_message *m, char type, void *p)) \
+    ROW(int, message_skip, sd_bus_message_skip, (sd_bus_message *m, const char *types)) \
+    ROW(int, message_enter_container, sd_bus_message_enter_container, (sd_bus_message *m, char type, \
+        const char *contents)) \
+    ROW(int, message_exit_container, sd_bus_message_exit_container, (sd_bus_message *m)) \
+    ROW(int, message_peek_type, sd_bus_message_peek_type, (sd_bus_message *m, char *type, \
+        const char **contents))
+DLOPEN_TABLE(csdbus_api, csdbus_load, CSDBUS_LIBRARY, CSDBUS_FUNCTIONS)
 
 /* --- constants Swift cannot import --- */
 

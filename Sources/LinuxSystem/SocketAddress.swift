@@ -24,19 +24,16 @@ package struct SocketAddress: Sendable {
     package init?(ipAddress bytes: [UInt8], port: UInt16) {
         guard bytes.count == 4 || bytes.count == 16, let presentation = Self.presentation(ofIPAddress: bytes) else { return nil }
         ipAddress = bytes
+        // The bytes are in network order already: loaded as they are into `in_addr`/`in6_addr`.
         if bytes.count == 4 {
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            withUnsafeMutableBytes(of: &address.sin_addr) { $0.copyBytes(from: bytes) }
-            (storage, length) = Self.stored(address)
+            (storage, length) = Self.stored(sockaddr_in(sin_family: sa_family_t(AF_INET), sin_port: port.bigEndian,
+                                                        sin_addr: bytes.withUnsafeBytes { $0.loadUnaligned(as: in_addr.self) },
+                                                        sin_zero: (0, 0, 0, 0, 0, 0, 0, 0)))
             (family, text) = (.ipv4, "\(presentation):\(port)")
         } else {
-            var address = sockaddr_in6()
-            address.sin6_family = sa_family_t(AF_INET6)
-            address.sin6_port = port.bigEndian
-            withUnsafeMutableBytes(of: &address.sin6_addr) { $0.copyBytes(from: bytes) }
-            (storage, length) = Self.stored(address)
+            (storage, length) = Self.stored(sockaddr_in6(sin6_family: sa_family_t(AF_INET6), sin6_port: port.bigEndian, sin6_flowinfo: 0,
+                                                         sin6_addr: bytes.withUnsafeBytes { $0.loadUnaligned(as: in6_addr.self) },
+                                                         sin6_scope_id: 0))
             (family, text) = (.ipv6, "[\(presentation)]:\(port)")
         }
     }

@@ -36,8 +36,6 @@ package struct AgentSettings: Sendable, Equatable {
 
     /// `--max-concurrent` and `max-concurrent=`.
     package static let concurrency = Count(1...64)
-    /// `--connections` and `connections=`.
-    package static let connections = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
 
     /// `agent.conf`: `key=value` lines, `#` comments. Keys: `max-concurrent` (1...64), `connections` (1...16),
     /// `no-expensive` and `no-roaming` (true/false), `min-free-space` (`2g`, `10%`), `download-dir` (an absolute directory; repeatable),
@@ -72,51 +70,77 @@ private struct ConfigurationFile {
 
     /// Applies one `key=value` line found at `location`.
     mutating func apply(_ key: String, _ text: String, location: String) throws(AgentFailure) {
-        func value<Kind: TextValueKind>(_ kind: Kind) throws(AgentFailure) -> Kind.Value {
-            do {
-                return try kind.parse(text)
-            } catch {
-                throw AgentFailure("\(location): \(error.message(for: key))", kind: .configuration)
-            }
+        guard let row = AgentSettings.fileKeys.first(where: { $0.name == key }) else {
+            let names = AgentSettings.fileKeys.map(\.name).joined(separator: ", ")
+            throw AgentFailure("\(location): unknown key '\(key)' (expected \(names))", kind: .configuration)
         }
-        switch key {
-        case "max-concurrent":
-            settings.maximumConcurrentDownloads = try value(AgentSettings.concurrency)
-        case "connections":
-            settings.maximumConnectionsPerHost = try value(AgentSettings.connections)
-        case "no-expensive":
-            settings.allowsExpensive = !(try value(YesOrNo()))
-        case "no-roaming":
-            settings.allowsRoaming = !(try value(YesOrNo()))
-        case "min-free-space":
-            settings.minimumFreeSpace = try value(MinimumFreeSpace.Text())
-        case "download-dir":
+        try row.apply(&self, text, location)
+    }
+}
+
+/// A value of `key` read by `kind`, or the line's error.
+private func value<Kind: TextValueKind>(_ kind: Kind, _ text: String, key: String, location: String) throws(AgentFailure) -> Kind.Value {
+    do {
+        return try kind.parse(text)
+    } catch {
+        throw AgentFailure("\(location): \(error.message(for: key))", kind: .configuration)
+    }
+}
+
+extension AgentSettings {
+    /// One key of `agent.conf`.
+    package struct FileKey: Sendable {
+        /// The key, as the command-line option of the same setting is named.
+        package let name: String
+        /// How its value is written (`N`, `true|false`), for help.
+        package let form: String
+        fileprivate let apply: @Sendable (inout ConfigurationFile, _ text: String, _ location: String) throws(AgentFailure) -> Void
+    }
+
+    /// The keys of `agent.conf`, one row each: the parser, its error for an unknown key and
+    /// `reachability help agent` all read this table, so they cannot drift.
+    package static let fileKeys: [FileKey] = [
+        FileKey(name: "max-concurrent", form: "N") { (file, text, location) throws(AgentFailure) in
+            file.settings.maximumConcurrentDownloads = try value(AgentSettings.concurrency, text, key: "max-concurrent", location: location)
+        },
+        FileKey(name: "connections", form: "N") { (file, text, location) throws(AgentFailure) in
+            file.settings.maximumConnectionsPerHost = try value(DownloadAgent.connectionsPerHostValue, text, key: "connections", location: location)
+        },
+        FileKey(name: "no-expensive", form: "true|false") { (file, text, location) throws(AgentFailure) in
+            file.settings.allowsExpensive = !(try value(YesOrNo(), text, key: "no-expensive", location: location))
+        },
+        FileKey(name: "no-roaming", form: "true|false") { (file, text, location) throws(AgentFailure) in
+            file.settings.allowsRoaming = !(try value(YesOrNo(), text, key: "no-roaming", location: location))
+        },
+        FileKey(name: "min-free-space", form: "SIZE|PERCENT%") { (file, text, location) throws(AgentFailure) in
+            file.settings.minimumFreeSpace = try value(MinimumFreeSpace.Text(), text, key: "min-free-space", location: location)
+        },
+        FileKey(name: "download-dir", form: "/abs/dir") { (file, text, location) throws(AgentFailure) in
             guard let directory = AgentDestination.normalizedAbsolutePath(text) else {
                 throw AgentFailure("\(location): download-dir must be an absolute path without . or .. components",
-                              kind: .configuration)
+                                   kind: .configuration)
             }
-            directories.append(directory)
-        case "proxy":
-            if text.lowercased() == "none" {
-                settings.proxy = ""
-            } else {
-                do {
-                    settings.proxy = try ProxyURL(String(text)).text
-                } catch {
-                    throw AgentFailure("\(location): proxy \(error.description) (or 'none' for direct connections)", kind: .configuration)
-                }
-            }
-        case "limit-rate":
-            do {
-                var policy = rateLimit ?? AgentRateLimitPolicy()
+            file.directories.append(directory)
+        },
+        FileKey(name: "limit-rate", form: "RATE [HH:MM-HH:MM [DAYS]]") { (file, text, location) throws(AgentFailure) in
+            do throws(InvalidValue) {
+                var policy = file.rateLimit ?? AgentRateLimitPolicy()
                 try policy.add(text)
-                rateLimit = policy
+                file.rateLimit = policy
             } catch {
-                throw AgentFailure("\(location): \(error.message(for: key))", kind: .configuration)
+                throw AgentFailure("\(location): \(error.message(for: "limit-rate"))", kind: .configuration)
             }
-        default:
-            throw AgentFailure("\(location): unknown key '\(key)' (expected max-concurrent, connections, no-expensive, no-roaming, min-free-space, download-dir, limit-rate, proxy)",
-                            kind: .configuration)
-        }
-    }
+        },
+        FileKey(name: "proxy", form: "URL|none") { (file, text, location) throws(AgentFailure) in
+            guard text.lowercased() != "none" else {
+                file.settings.proxy = ""
+                return
+            }
+            do throws(ProxyURLError) {
+                file.settings.proxy = try ProxyURL(text).text
+            } catch {
+                throw AgentFailure("\(location): proxy \(error.description) (or 'none' for direct connections)", kind: .configuration)
+            }
+        },
+    ]
 }

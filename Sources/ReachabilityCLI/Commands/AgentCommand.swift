@@ -9,9 +9,7 @@ import ReachabilityAgent
 struct AgentCommand: Command {
     static let name = "agent"
     static let abstract = "Run the download agent: resume unfinished downloads, follow the network path, accept queue commands."
-    static let stateDirectory = Option.value(
-        "state-dir", valueName: "dir",
-        help: "State directory (socket, lock, log, resume records). Default: $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability.")
+    static let stateDirectory = Option.stateDirectory(holding: "socket, lock, log, resume records")
     static let maximumConcurrent = Option.value(
         "max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4).")
     static let connections = Option.value(
@@ -26,6 +24,8 @@ struct AgentCommand: Command {
     static let logSizeValue = ByteCount(1024...(1 << 40))
     static let options = [stateDirectory, maximumConcurrent, connections, noExpensive, noRoaming, logSize] + TransportOptions.all
         + MetricsOptions.all + MonitorOptions.all
+    /// `agent.conf`'s keys as the help lists them, from the table its parser reads.
+    static let agentConfigurationLines = AgentSettings.fileKeys.map { "'\($0.name)=\($0.form)'" }.joined(separator: ", ")
     static let discussion: String? = """
         Events (path changes, download events, control requests) are printed as NDJSON on stdout and \
         appended to STATE_DIR/agent.log. Control it with 'reachability queue add|list|pause|resume|cancel' \
@@ -36,8 +36,7 @@ struct AgentCommand: Command {
         are not kept (see 'reachability help queue add').
 
         SIGTERM/SIGINT checkpoint every transfer and exit. SIGHUP re-reads STATE_DIR/agent.conf \
-        (lines 'max-concurrent=N', 'connections=N', 'no-expensive=true|false', 'no-roaming=true|false' and \
-        'download-dir=/abs/dir', 'proxy=URL|none'; values there override the command line; no-expensive and no-roaming \
+        (lines \(agentConfigurationLines); values there override the command line; no-expensive and no-roaming \
         apply to downloads queued afterwards). Queued files go \
         to STATE_DIR/files (named from the URL, sanitized) or, with -o, into a download-dir= directory; \
         an existing file is never replaced without 'queue add --replace'. With NOTIFY_SOCKET set the agent speaks \
@@ -69,7 +68,7 @@ struct AgentCommand: Command {
             maximumConcurrentDownloads: try arguments.value(Self.maximumConcurrent, as: AgentSettings.concurrency) ?? 4,
             allowsExpensive: !arguments.isSet(Self.noExpensive),
             allowsRoaming: !arguments.isSet(Self.noRoaming))
-        settings.maximumConnectionsPerHost = try arguments.value(Self.connections, as: AgentSettings.connections)
+        settings.maximumConnectionsPerHost = try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue)
             ?? DownloadAgent.defaultConnectionsPerHost
         logSizeLimit = Int(try arguments.value(Self.logSize, as: Self.logSizeValue) ?? 1 << 20)
         monitor = try MonitorOptions(arguments: arguments)

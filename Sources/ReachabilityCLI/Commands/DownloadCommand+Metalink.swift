@@ -116,7 +116,7 @@ extension DownloadCommand {
     static let metalinkFetchLimit = Duration.seconds(60)
 
     /// Fetches a Metalink document (`--metalink URL`): one GET through an agent with this
-    /// command's headers, proxy and certificates, at most `maximumMetalinkBytes` kept (a larger
+    /// command's headers and transport options (proxy, certificates, rate limit), at most `maximumMetalinkBytes` kept (a larger
     /// one is refused with 65, as a file); an error or a status other than 200 exits 1.
     func fetchMetalink(_ url: URL, in context: CommandContext) async throws -> [UInt8] {
         let source = try monitor.startPathSource(in: context)
@@ -127,11 +127,8 @@ extension DownloadCommand {
         let directory = stateRoot.appendingPathComponent("metalink", isDirectory: true)
         var configuration = DownloadAgent.Configuration(stateDirectory: directory, maximumOutageWait: maximumOutageWait)
         configuration.additionalHeaders = headers
-        configuration.certificateAuthorityFile = certificateAuthorityFile.map {
-            URL(fileURLWithPath: $0, relativeTo: URL(fileURLWithPath: context.currentDirectory, isDirectory: true))
-        }
+        transport.apply(to: &configuration, workingDirectory: context.currentDirectory)
         configuration.verifiesCertificates = verifiesCertificates
-        configuration.proxy = proxyURL
         let agent: DownloadAgent
         do {
             agent = try DownloadAgent(configuration: configuration, paths: source.paths, hostPaths: { source.paths(to: $0) })

@@ -37,18 +37,11 @@ struct DownloadCommand: Command {
     static let expensiveAsFallback = Option.flag(
         "expensive-as-fallback",
         help: "Use an expensive path only while no other path is usable (by default it is also used beside them, while it adds throughput).")
-    static let stateDirectory = Option.value(
-        "state-dir", valueName: "dir",
-        help: "Where resume data is kept (default $REACHABILITY_STATE_DIR, else $XDG_STATE_HOME/reachability, else /var/lib/reachability as root, else ~/.local/state/reachability).")
+    static let stateDirectory = Option.stateDirectory(holding: "resume data")
     static let maximumOutage = Option.value(
         "max-outage", valueName: "seconds",
         help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx (fractions allowed; 'inf', or more than 100 years, waits forever). Default: wait forever.")
     static let maximumOutageValue = SecondsOrForever()
-    static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
-    static let json = Option.flag(
-        "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
-    static let quiet = Option.flag(
-        "quiet", short: "q", help: "Print no events and no progress bars; errors are still printed.")
     static let header = Option.repeating(
         "header", short: "H", valueName: "name: value",
         help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own.")
@@ -66,7 +59,7 @@ struct DownloadCommand: Command {
         help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, waitForSpace, json, quiet, header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
+                          maximumOutage, waitForSpace] + EventOutputOptions.all + [header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
         + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
@@ -135,10 +128,9 @@ struct DownloadCommand: Command {
     var isJSON: Bool
     var isQuiet: Bool
     var headers: [String]
-    var maximumBytesPerSecond: Int64?
-    var certificateAuthorityFile: String?
+    /// `--limit-rate`, `--cacert`, `--proxy`, `--no-proxy`: set on each engine the command starts.
+    var transport: TransportOptions
     var verifiesCertificates: Bool
-    var proxyURL: String?
     var monitor: MonitorOptions
     /// `--metalink`: the Metalink file given instead of URLs (read by `resolvingMetalink`).
     var metalinkFile: String?
@@ -158,7 +150,7 @@ struct DownloadCommand: Command {
         urls = metalinkFile != nil ? [] : try arguments.positional(Self.urls).map(Self.parseURL)
         sources = try MirrorOptions(arguments: arguments, urls: urls)
         explicitOutput = arguments.value(Self.output)
-        directory = arguments.value(Self.directory)
+        directory = try arguments.nonEmptyValue(Self.directory, expected: "a directory")
         if let explicitOutput {
             if urls.count > 1, !sources.isSameFile {
                 throw UsageError("'\(Self.output.synopsis)' names one file but \(urls.count) URLs were given; use '\(Self.directory.synopsis)' instead")
@@ -170,19 +162,11 @@ struct DownloadCommand: Command {
                 throw UsageError.invalidValue(explicitOutput, for: Self.output, "expected a file name")
             }
         }
-        if let directory, directory.isEmpty {
-            throw UsageError.invalidValue(directory, for: Self.directory, "expected a directory")
-        }
-        if let hex = arguments.value(Self.sha256) {
-            guard let digest = SHA256.normalizedHexDigest(hex) else {
-                throw UsageError.invalidValue(hex, for: Self.sha256, "expected 64 hexadecimal digits")
-            }
-            expectedSHA256 = digest
-        }
+        expectedSHA256 = try arguments.sha256Digest(Self.sha256)
         allowsExpensive = !arguments.isSet(Self.noExpensive)
         waitsForSpace = arguments.isSet(Self.waitForSpace)
         allowsRoaming = !arguments.isSet(Self.noRoaming)
-        maximumConnections = try arguments.value(Self.connections, as: Self.connectionsValue)
+        maximumConnections = try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue)
         interfaces = try arguments.values(Self.interface).map { name in
             guard NetworkInterface.isValidName(name) else {
                 throw UsageError.invalidValue(name, for: Self.interface, "expected an interface name (1-15 visible characters, no '/' or ':')")
@@ -193,27 +177,16 @@ struct DownloadCommand: Command {
         if usesExpensivePathsOnlyAsFallback && !allowsExpensive {
             throw UsageError("'\(Self.expensiveAsFallback.synopsis)' and '\(Self.noExpensive.synopsis)' contradict each other; use one")
         }
-        stateDirectoryOverride = arguments.value(Self.stateDirectory)
-        if let stateDirectoryOverride, stateDirectoryOverride.isEmpty {
-            throw UsageError.invalidValue(stateDirectoryOverride, for: Self.stateDirectory, "expected a directory")
-        }
+        stateDirectoryOverride = try arguments.nonEmptyValue(Self.stateDirectory, expected: "a directory")
         maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
-        isJSON = arguments.isSet(Self.json)
-        isQuiet = arguments.isSet(Self.quiet)
-        headers = try arguments.values(Self.header).map { line in
-            if let problem = HeaderValidation.problem(with: line) {
-                throw UsageError.invalidValue(line, for: Self.header, problem)
-            }
-            return line
-        }
-        let transport = try TransportOptions(arguments: arguments)
-        maximumBytesPerSecond = transport.maximumBytesPerSecond
-        certificateAuthorityFile = transport.certificateAuthorityFile
+        let events = EventOutputOptions(arguments: arguments)
+        (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
+        headers = try arguments.headerLines(Self.header, reserved: HeaderValidation.reservedNames)
+        transport = try TransportOptions(arguments: arguments)
         verifiesCertificates = !arguments.isSet(Self.insecure)
-        proxyURL = transport.proxy
         monitor = try MonitorOptions(arguments: arguments)
         if writesToStandardOutput && isJSON {
-            throw UsageError("'\(Self.output.synopsis)' '-' and '\(Self.json.synopsis)' both write to stdout; use one")
+            throw UsageError("'\(Self.output.synopsis)' '-' and '\(EventOutputOptions.json.synopsis)' both write to stdout; use one")
         }
         if explicitOutput == nil || explicitOutput == "-" {
             for url in (sources.isSameFile ? Array(urls.prefix(1)) : urls) where explicitOutput == nil && Self.defaultFileName(for: url) == nil {

@@ -289,12 +289,8 @@ final class DownloadRun: Sendable {
         var configuration = DownloadAgent.Configuration(stateDirectory: stateDirectory, maximumOutageWait: command.maximumOutageWait,
                                                         logger: logger)
         configuration.additionalHeaders = command.headers
-        configuration.maximumBytesPerSecond = command.maximumBytesPerSecond
-        configuration.certificateAuthorityFile = command.certificateAuthorityFile.map {
-            URL(fileURLWithPath: $0, relativeTo: URL(fileURLWithPath: context.currentDirectory, isDirectory: true))
-        }
+        command.transport.apply(to: &configuration, workingDirectory: context.currentDirectory)
         configuration.verifiesCertificates = command.verifiesCertificates
-        configuration.proxy = command.proxyURL
         if let maximumConnections = command.maximumConnections { configuration.maximumConnectionsPerHost = maximumConnections }
         if command.waitsForSpace { configuration.spacePolicy = SpacePolicy() }
         plan.tuning.apply(to: &configuration)

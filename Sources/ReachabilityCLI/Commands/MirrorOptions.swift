@@ -43,13 +43,7 @@ struct MirrorOptions: Sendable, Equatable {
 
     init(arguments: ParsedArguments, urls: [URL]) throws {
         isSameFile = arguments.isSet(Self.sameFile)
-        let given = try arguments.values(Self.mirror).map { text in
-            do {
-                return try DownloadCommand.parseURL(text)
-            } catch {
-                throw UsageError.invalidValue(URLRedaction.redacted(text), for: Self.mirror, "expected an http or https URL")
-            }
-        }
+        let given = try arguments.urls(Self.mirror)
         if isSameFile && urls.count < 2 && given.isEmpty {
             throw UsageError("'\(Self.sameFile.synopsis)' needs two or more URLs (the sources of one file)")
         }

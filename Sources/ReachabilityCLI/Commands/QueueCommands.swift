@@ -71,7 +71,6 @@ struct QueueAddCommand: Command {
     static let connections = Option.value(
         "connections", valueName: "n",
         help: "Open this many connections for this job (1-\(DownloadAgent.maximumConnectionsPerHostLimit)), all once the server has answered a range; the agent's own per-server bound (--connections of 'reachability agent') still applies. Default: up to that bound, added while each helps.")
-    static let connectionsValue = Count(1...DownloadAgent.maximumConnectionsPerHostLimit)
     static let noConstrained = Option.flag(
         "no-constrained", help: "Keep this job off constrained paths (a connection the user asked to save data on, NetworkManager Metered=yes): it waits for another path.")
     static let priority = Option.value(
@@ -126,7 +125,7 @@ struct QueueAddCommand: Command {
     init(arguments: ParsedArguments) throws {
         upload = try QueueAddUpload(arguments: arguments)
         replacesExistingFile = arguments.isSet(Self.replace)
-        job = QueueJobOptions(connections: try arguments.value(Self.connections, as: Self.connectionsValue),
+        job = QueueJobOptions(connections: try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue),
                               allowsConstrained: !arguments.isSet(Self.noConstrained),
                               priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal,
                               waitsForACPower: arguments.isSet(Self.notOnBattery),
@@ -135,13 +134,7 @@ struct QueueAddCommand: Command {
         job.onComplete = try Self.onCompleteCommand(arguments)
         job.proxy = try TransportOptions.proxySetting(arguments)
         let positional = try arguments.positional(Self.positionals[0])[0]
-        job.mirrors = try arguments.values(Self.mirror).map { text in
-            do {
-                return try DownloadCommand.parseURL(text)
-            } catch {
-                throw UsageError.invalidValue(URLRedaction.redacted(text), for: Self.mirror, "expected an http or https URL")
-            }
-        }
+        job.mirrors = try arguments.urls(Self.mirror)
         guard job.mirrors.count <= DownloadAgent.maximumMirrors else {
             throw UsageError("'\(Self.mirror.synopsis)' was given \(job.mirrors.count) times; at most \(DownloadAgent.maximumMirrors) mirrors")
         }
@@ -163,16 +156,8 @@ struct QueueAddCommand: Command {
             }
             url = try DownloadCommand.parseURL(positional)
         }
-        if let output = arguments.value(Self.output) {
-            guard !output.isEmpty else { throw UsageError.invalidValue(output, for: Self.output, "expected a file path") }
-            outputPath = output
-        }
-        if let sha = arguments.value(Self.sha256) {
-            guard let digest = SHA256.normalizedHexDigest(sha) else {
-                throw UsageError.invalidValue(sha, for: Self.sha256, "expected 64 hexadecimal digits")
-            }
-            expectedSHA256 = digest
-        }
+        outputPath = try arguments.nonEmptyValue(Self.output, expected: "a file path")
+        expectedSHA256 = try arguments.sha256Digest(Self.sha256)
         control = ControlOptions(arguments: arguments)
     }
 

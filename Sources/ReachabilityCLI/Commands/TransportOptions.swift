@@ -3,7 +3,7 @@ import ReachabilityBase
 import ResumableDownloads
 
 /// `--limit-rate`, `--cacert`, `--proxy` and `--no-proxy`: how transfers reach servers. `download`
-/// takes them for its run; the agent takes them for every download it runs (restored ones too)
+/// takes them for its run (its Metalink fetch too); the agent takes them for every download it runs (restored ones too)
 /// and keeps them nowhere but its command line (`agent.conf`'s `proxy=` overrides its proxy).
 /// `queue add` takes only the proxy ones, for its job (see `QueueAddCommand`).
 struct TransportOptions: Sendable, Equatable {
@@ -34,10 +34,7 @@ struct TransportOptions: Sendable, Equatable {
 
     init(arguments: ParsedArguments) throws {
         maximumBytesPerSecond = try arguments.value(Self.limitRate, as: Self.rate)
-        if let file = arguments.value(Self.certificateAuthorities) {
-            guard !file.isEmpty else { throw UsageError.invalidValue(file, for: Self.certificateAuthorities, "expected a PEM file") }
-            certificateAuthorityFile = file
-        }
+        certificateAuthorityFile = try arguments.nonEmptyValue(Self.certificateAuthorities, expected: "a PEM file")
         proxy = try Self.proxySetting(arguments)
     }
 
@@ -64,7 +61,8 @@ struct TransportOptions: Sendable, Equatable {
         certificateAuthorityFile.map { URL(fileURLWithPath: $0, relativeTo: URL(fileURLWithPath: workingDirectory, isDirectory: true)) }
     }
 
-    /// Sets the three on an agent configuration.
+    /// Sets the three on an engine's configuration: the one place they reach libcurl's settings,
+    /// for `download` (its files and its Metalink fetch) and for every download of the agent.
     func apply(to configuration: inout DownloadAgent.Configuration, workingDirectory: String) {
         configuration.maximumBytesPerSecond = maximumBytesPerSecond
         configuration.certificateAuthorityFile = certificateAuthorityURL(workingDirectory: workingDirectory)

@@ -26,12 +26,9 @@ struct UploadCommand: Command {
     static let idleTimeout = Option.value(
         "idle-timeout", valueName: "seconds",
         help: "End an attempt when nothing was sent or received for this long, and resume it (a server that stopped answering). Default: 5.")
-    static let json = Option.flag(
-        "json", help: "Print one JSON object per event on stdout (NDJSON) instead of text lines on stderr.")
-    static let quiet = Option.flag("quiet", short: "q", help: "Print no events and no progress; errors are still printed.")
     static let file = Positional(name: "file", help: "The regular file to upload.")
     static let url = Positional(name: "url", help: "The http or https URL to upload to.")
-    static let options = [protocolOption, method, header, restartPlain, idleTimeout, json, quiet] + MonitorOptions.all
+    static let options = [protocolOption, method, header, restartPlain, idleTimeout] + EventOutputOptions.all + MonitorOptions.all
     static let positionals = [file, url]
     static let discussion: String? = """
         The file is read as it is sent; if it changes meanwhile (size, modification time or \
@@ -76,18 +73,13 @@ struct UploadCommand: Command {
             }
             uploadOptions.method = method
         }
-        uploadOptions.headerFields = try arguments.values(Self.header).map { line in
-            if let problem = HeaderValidation.problem(with: line, reserved: ExchangeRequest.reservedHeaderNames) {
-                throw UsageError.invalidValue(line, for: Self.header, problem)
-            }
-            return line
-        }
+        uploadOptions.headerFields = try arguments.headerLines(Self.header, reserved: ExchangeRequest.reservedHeaderNames)
         uploadOptions.allowsPlainRetry = arguments.isSet(Self.restartPlain)
         if let seconds = try arguments.value(Self.idleTimeout, as: Self.idleTimeoutValue) {
             uploadOptions.idleTimeout = seconds
         }
-        isJSON = arguments.isSet(Self.json)
-        isQuiet = arguments.isSet(Self.quiet)
+        let events = EventOutputOptions(arguments: arguments)
+        (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
         monitor = try MonitorOptions(arguments: arguments)
     }
 

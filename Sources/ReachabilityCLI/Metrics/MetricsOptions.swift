@@ -29,10 +29,7 @@ struct MetricsOptions: Sendable, Equatable {
     var interval: Duration
 
     init(arguments: ParsedArguments) throws {
-        if let path = arguments.value(Self.file) {
-            guard !path.isEmpty else { throw UsageError.invalidValue(path, for: Self.file, "expected a file path") }
-            self.path = path
-        }
+        path = try arguments.nonEmptyValue(Self.file, expected: "a file path")
         interval = .seconds(15)
         if let given = try arguments.value(Self.interval, as: Seconds(.seconds(1)...Duration.seconds(86_400))) {
             guard path != nil else {

@@ -493,16 +493,22 @@ extension DownloadAgent {
     /// A restored download whose file was already in place: completed without a transfer.
     private func finishRestored(_ id: UUID, _ record: ResumeRecord) {
         guard let entry = entries[id] else { return }
-        entries[id]?.driver = nil
-        entries[id]?.mailbox?.finish()
-        entries[id]?.mailbox = nil
-        stopFollowingHost(of: id)
-        scheduler.release(id)
+        releaseEntry(id)
         let size = record.finishedFile?.size ?? record.totalLength ?? 0
         entry.download.report(bytesReceived: size, totalBytes: size)
         configuration.logger.info("download completed before a restart", metadata: ["id": id.uuidString, "bytes": "\(size)"])
         entry.download.update(state: .completed, event: .completed(record.destination))
         schedule()
+    }
+
+    /// A download that ends without a running driver (restored complete, or failed) gives up
+    /// its driver, mailbox, host watch and slot.
+    private func releaseEntry(_ id: UUID) {
+        entries[id]?.driver = nil
+        entries[id]?.mailbox?.finish()
+        entries[id]?.mailbox = nil
+        stopFollowingHost(of: id)
+        scheduler.release(id)
     }
 
     /// The driver's bookkeeping ends: timers, probe queue, mailbox, slot.
@@ -550,11 +556,7 @@ extension DownloadAgent {
 
     func endDriver(_ id: UUID, failure: DownloadError) {
         guard let entry = entries[id] else { return }
-        entries[id]?.driver = nil
-        entries[id]?.mailbox?.finish()
-        entries[id]?.mailbox = nil
-        stopFollowingHost(of: id)
-        scheduler.release(id)
+        releaseEntry(id)
         configuration.logger.warning("download failed", metadata: ["id": id.uuidString, "error": failure.description])
         entry.download.update(state: .failed(failure), event: .failed(failure))
         schedule()

@@ -2,6 +2,7 @@ import FoundationEssentials
 import Synchronization
 import LinuxReachability
 import LinuxSystem
+import ReachabilityBase
 
 /// Downloads files over HTTP(S) with resume data, driven by the network path.
 ///
@@ -148,6 +149,8 @@ public actor DownloadAgent {
     public static let defaultConnectionsPerHost = 6
     /// The largest `maximumConnectionsPerHost` (aria2's, for one server).
     public static let maximumConnectionsPerHostLimit = 16
+    /// `--connections` (of `download`, `agent` and `queue add`) and `agent.conf`'s `connections=`.
+    package static let connectionsPerHostValue = Count(1...maximumConnectionsPerHostLimit)
 
     /// What the user last asked of a download (a driver's machine decides how to get there).
     enum Intent { case run, pause, cancel, shutdown }
