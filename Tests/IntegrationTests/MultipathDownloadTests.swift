@@ -100,30 +100,82 @@ struct MultipathDownloadTests: DownloadScenarios {
     }
 
     /// The wired uplink goes down mid-download: its connections' ranges move to the cellular one
-    /// at once (no wait for the network, no gap), and when it comes back it is used again.
+    /// at once (no wait for the network, no gap), and when it comes back it is used again. The
+    /// handovers are timed on the download's own clock, from the agent reading that the route to
+    /// the server moved to the `connections` event that shows the move: load delays the kernel's
+    /// news and this test's polling of the counters, which are not the rule (wall time around
+    /// the whole took 2.019 s against 2 s once, at load).
     @Test("an uplink going down hands its ranges over at once; coming back, it is used again")
     func uplinkCutAndRestored() async throws {
         let (net, content) = try Self.lab(seed: 1814)
         defer { net.close() }
-        let cellularBase = Self.received(net, "ww0")
         let cli = try net.download("file.bin")
-        #expect(await Self.waitForTraffic(net, "ww0", beyond: cellularBase, bytes: 512 << 10, timeout: .seconds(20)),
-                "both uplinks were never in use\n\(cli.transcript)")
+        // Cut with most of the file still to come. Whether ww0 already carries a share when eth1
+        // goes varies (the ramp adds it once eth1 stops gaining; once in 20 runs it had carried
+        // under 512 KiB by the end): either way eth1's ranges must move to it at once.
+        #expect(await cli.waitForBytes(2 << 20, timeout: .seconds(20)), "\(cli.transcript)")
         try ip("-n \(net.client) link set eth1 down")
-        let cut = ContinuousClock.now
         // The cellular uplink keeps delivering; the download never waits for the network.
         let atCut = Self.received(net, "ww0")
-        #expect(await Self.waitForTraffic(net, "ww0", beyond: atCut, bytes: 256 << 10, timeout: .seconds(2)))
-        #expect(ContinuousClock.now - cut < .seconds(2))
+        #expect(await Self.waitForTraffic(net, "ww0", beyond: atCut, bytes: 256 << 10, timeout: .seconds(15)))
+        let cut = try #require(await Self.handover(cli, pathOver: "ww0", connectionsOver: ["ww0"]),
+                               "no handover to ww0\n\(cli.transcript)")
+        #expect(cut.duration < .seconds(1), "\(cut)\n\(cli.transcript)")
         try ip("-n \(net.client) link set eth1 up")
         try ip("-n \(net.client) route replace default via \(OutageLab.serverAddress) dev eth1 onlink metric 100")
-        let restored = ContinuousClock.now
         let wiredAtRestore = Self.received(net, "eth1")
-        let usedAgain = await Self.waitForTraffic(net, "eth1", beyond: wiredAtRestore, bytes: 256 << 10, timeout: .seconds(5))
+        let usedAgain = await Self.waitForTraffic(net, "eth1", beyond: wiredAtRestore, bytes: 256 << 10, timeout: .seconds(15))
         #expect(usedAgain || cli.bytesSeen == content.count, "eth1 not used again\n\(cli.transcript)")
-        if usedAgain { #expect(ContinuousClock.now - restored < .seconds(3)) }
+        var back: Handover?
+        if usedAgain {
+            back = await Self.handover(cli, pathOver: "eth1", connectionsOver: ["eth1", "ww0"], after: cut.handedOver)
+            #expect(back != nil, "eth1 carried bytes but no event said so\n\(cli.transcript)")
+            if let back { #expect(back.duration < .seconds(2), "\(back)\n\(cli.transcript)") }
+        }
         #expect(await cli.waitForExit(timeout: .seconds(60)) == 0, "\(cli.transcript)")
         #expect(F.sha256(fileAt: net.downloaded("file.bin")) == F.sha256(content))
         #expect(cli.count("waiting") == 0, "\(cli.eventNames)")
+        print("multipath handover: cut \(cut.duration), restore \(back.map { "\($0.duration)" } ?? "-")")
+    }
+
+    /// A handover read from a download's transcript: when the agent read (its `--verbose` log)
+    /// that the route to the server went over another interface, and when the first
+    /// `connections` event after that showed the connections moved.
+    struct Handover: CustomStringConvertible {
+        var pathMoved: Date
+        var handedOver: Date
+        var duration: Duration { .milliseconds(Int64((handedOver.timeIntervalSince(pathMoved) * 1000).rounded())) }
+        var description: String { "the route moved at \(pathMoved), the connections at \(handedOver): \(duration)" }
+    }
+
+    /// Waits up to 10 s for the agent to read the route to the server over `interface` (after
+    /// `after`) and then for a `connections` event over exactly `interfaces`; nil if none came.
+    static func handover(_ cli: CLIProcess, pathOver interface: String, connectionsOver interfaces: Set<String>,
+                         after: Date = .distantPast) async -> Handover? {
+        _ = await F.wait(timeout: .seconds(10)) {
+            handover(in: cli, pathOver: interface, connectionsOver: interfaces, after: after) != nil
+        }
+        return handover(in: cli, pathOver: interface, connectionsOver: interfaces, after: after)
+    }
+
+    static func handover(in cli: CLIProcess, pathOver interface: String, connectionsOver interfaces: Set<String>,
+                         after: Date) -> Handover? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        // "<time> info <label>: host=... interface=ww0 ... path to host changed"
+        let moved = cli.standardError.split(separator: "\n").lazy.compactMap { line -> Date? in
+            guard line.hasSuffix("path to host changed"), line.contains(" interface=\(interface) "),
+                  let stamp = line.split(separator: " ").first, let time = formatter.date(from: String(stamp)),
+                  time > after else { return nil }
+            return time
+        }.first
+        guard let moved else { return nil }
+        let handedOver = cli.events.lazy.compactMap { event -> Date? in
+            guard event["event"] as? String == "connections", let paths = event["paths"] as? [[String: Any]],
+                  Set(paths.compactMap { $0["interface"] as? String }) == interfaces,
+                  let stamp = event["time"] as? String, let time = formatter.date(from: stamp), time >= moved else { return nil }
+            return time
+        }.first
+        return handedOver.map { Handover(pathMoved: moved, handedOver: $0) }
     }
 }
