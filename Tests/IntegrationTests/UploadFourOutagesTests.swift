@@ -188,18 +188,55 @@ struct UploadFourOutagesTests {
 
     /// Starts uploading a new random file to `server` and returns once a random 2 MiB to two
     /// thirds of it have been handed to the socket: the outage's moment.
-    static func uploadUntilTheCut(_ lab: Lab, _ server: Server, name: String) async throws -> (Data, URL, LineProcess, cutAt: Int) {
+    static func uploadUntilTheCut(_ lab: Lab, _ server: Server, name: String,
+                                  idleTimeout: String? = "1") async throws -> (Data, URL, LineProcess, cutAt: Int) {
         let cutAt = Int.random(in: (2 << 20)...(length * 2 / 3))
         let content = F.randomData(count: length, seed: UInt64(cutAt))
         let file = lab.clientDirectory.url(name)
         try content.write(to: file)
         // The blackhole is noticed by the idle timeout: 1 s keeps the test short.
-        let upload = try LineProcess("reachability", ["upload", "--json", "--idle-timeout", "1", file.path,
-                                                      "http://\(serverAddress):\(port)/\(server.path)"],
+        let upload = try LineProcess("reachability", ["upload", "--json"] + (idleTimeout.map { ["--idle-timeout", $0] } ?? [])
+                                         + [file.path, "http://\(serverAddress):\(port)/\(server.path)"],
                                      namespace: lab.client)
         let started = await upload.waitForLine(timeout: .seconds(30)) { (sent($0) ?? 0) >= cutAt }
         #expect(started != nil, "the upload did not start at \(cutAt >> 10) KiB: \(upload.transcript)")
         return (content, file, upload, cutAt)
+    }
+
+    /// A blackhole mid-append (the server namespace drops everything from the client, whose path
+    /// stays up) with the default 5 s idle timeout: the silent append is raced by a fresh
+    /// connection asking the server's offset (as downloads race a silent transfer); it cannot
+    /// connect, so the upload is interrupted after the silence's suspicion (2 s while its pace
+    /// is being learned) and the racer's connect timeout (1 s), not at the idle timeout, then
+    /// waits for the host's probes and resumes from the server's offset.
+    @Test(arguments: Server.allCases)
+    func aSilentAppendIsRacedByAFreshConnection(server: Server) async throws {
+        if server == .tus && !Self.hasTus {
+            print("skipped: aiohttp-tus is not installed (scripts/setup.sh)")
+            return
+        }
+        let lab = try Lab(uplinks: 1)
+        try lab.startServer(server)
+        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, server, name: "silent.bin", idleTimeout: nil)
+        defer { upload.kill() }
+        let dropRule = ["INPUT", "-s", "10.86.1.2", "-j", "DROP"]
+        let cut = ContinuousClock.now
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-A"] + dropRule)
+        let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+        let noticed = (interrupted?.arrival ?? .now) - cut
+        let restoredAt = ContinuousClock.now
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + dropRule)
+        let resumed = await upload.waitForLine(timeout: .seconds(30)) { $0.contains("\"resumed\"") }
+        let status = await upload.waitForExit(timeout: .seconds(60))
+        #expect(status == 0, "\(upload.transcript)")
+        let flowing = (resumed?.arrival ?? .now) - restoredAt
+        let readTwice = lab.bodyBytesRead - content.count
+        print("upload silent append: \(server) cut at \(cutAt >> 10) KiB: interrupted \(noticed) after the blackhole (\(interrupted?.text ?? "none")), flowing \(flowing) after the restore; the server read \(readTwice) bytes twice")
+        #expect(interrupted?.text.contains("a new connection to it could not be made") == true, "\(upload.transcript)")
+        #expect(noticed < .milliseconds(4200), "interrupted \(noticed) after the blackhole (the idle timeout is 5 s)")
+        #expect((try? Data(contentsOf: Self.storedFile(lab, server, upload, file))) == content, "the server's file differs: \(upload.transcript)")
+        #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
+        #expect(flowing <= .milliseconds(750), "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
     }
 
     /// Where the server stored the upload of `file`.
