@@ -317,7 +317,9 @@ struct UploadFourOutagesTests {
         // attempts come every 500 ms: a restore waits at most that long for the next.
         let settled = attemptTimes.filter { $0 - began >= .seconds(2) }
         let widestGap = zip(settled, settled.dropFirst()).map { $1 - $0 }.max() ?? .zero
-        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap)), flowing \(flowing) after the restore (rule gone at \(removed), next SYN seen by \(nextSYN.map { "\($0)" } ?? "none"), SYNs by the flow \((Self.synCount(lab, comment: comment) ?? -1) - attempts))")
+        // The mean spacing has the sampling's error only at its two ends.
+        let meanGap = settled.count >= 2 ? (settled.last! - settled.first!) / (settled.count - 1) : .zero
+        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap), \(meanGap) on average), flowing \(flowing) after the restore (rule gone at \(removed), next SYN seen by \(nextSYN.map { "\($0)" } ?? "none"), SYNs by the flow \((Self.synCount(lab, comment: comment) ?? -1) - attempts))")
         #expect((try? Data(contentsOf: Self.storedFile(lab, .ietf, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(attempts >= 0 && rate <= 2.1, "\(attempts) connection attempts in \(outageLength)")
         #expect(settled.count >= 2 && widestGap <= .milliseconds(700), "attempts \(widestGap) apart during the outage")
