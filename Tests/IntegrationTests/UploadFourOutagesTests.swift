@@ -239,6 +239,43 @@ struct UploadFourOutagesTests {
         #expect(flowing <= .milliseconds(750), "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
     }
 
+    /// The append's own connection goes silent (the server namespace drops only its packets)
+    /// while new connections still reach the server (tus: aiohttp-tus answers an offset `HEAD`
+    /// beside a running `PATCH`): the racer gets the server's offset and takes over from it,
+    /// within the silence's suspicion and a round trip, not the 5 s idle timeout.
+    @Test func aSilentAppendIsTakenOverFromTheServersOffset() async throws {
+        guard Self.hasTus else {
+            print("skipped: aiohttp-tus is not installed (scripts/setup.sh)")
+            return
+        }
+        let lab = try Lab(uplinks: 1)
+        try lab.startServer(.tus)
+        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, .tus, name: "takeover.bin", idleTimeout: nil)
+        defer { upload.kill() }
+        // The append's connection: the client's one established connection to the server.
+        let sockets = try sh(["ip", "netns", "exec", lab.client, "ss", "-Htn", "state", "established",
+                              "dst", "\(Self.serverAddress):\(Self.port)"])
+        let firstLine: Substring = sockets.split(separator: "\n").first ?? ""
+        let columns: [Substring] = firstLine.split(separator: " ", omittingEmptySubsequences: true)
+        let local: Substring = columns.count > 2 ? columns[2] : ""
+        let port = String(local.split(separator: ":").last ?? "")
+        try #require(!port.isEmpty, "no connection: \(sockets)")
+        let dropRule = ["INPUT", "-s", "10.86.1.2", "-p", "tcp", "--sport", port, "-j", "DROP"]
+        let cut = ContinuousClock.now
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-A"] + dropRule)
+        defer { _ = try? sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + dropRule) }
+        let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+        let noticed = (interrupted?.arrival ?? .now) - cut
+        let status = await upload.waitForExit(timeout: .seconds(60))
+        #expect(status == 0, "\(upload.transcript)")
+        let readTwice = lab.bodyBytesRead - content.count
+        print("upload silent append taken over: tus cut at \(cutAt >> 10) KiB (port \(port)): interrupted \(noticed) after the drop (\(interrupted?.text ?? "none")); the server read \(readTwice) bytes twice")
+        #expect(interrupted?.text.contains("continues from the server's offset") == true, "\(upload.transcript)")
+        #expect(noticed < .milliseconds(4200), "interrupted \(noticed) after the drop (the idle timeout is 5 s)")
+        #expect((try? Data(contentsOf: Self.storedFile(lab, .tus, upload, file))) == content, "the server's file differs: \(upload.transcript)")
+        #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
+    }
+
     /// Where the server stored the upload of `file`.
     static func storedFile(_ lab: Lab, _ server: Server, _ upload: LineProcess, _ file: URL) throws -> URL {
         guard server == .ietf else {
