@@ -36,8 +36,9 @@ struct DownloadServerOutageTests: DownloadScenarios {
     }
 
     /// `lab(seed:)` with a download of its file that has received its first MiB.
-    static func downloading(seed: UInt64, sourceLocation: SourceLocation = #_sourceLocation) async throws -> (OutageLab, [Data], CLIProcess) {
-        let (net, contents) = try lab(seed: seed)
+    static func downloading(seed: UInt64, size: Int = size,
+                            sourceLocation: SourceLocation = #_sourceLocation) async throws -> (OutageLab, [Data], CLIProcess) {
+        let (net, contents) = try lab(seed: seed, size: size)
         do {
             let cli = try net.download("file.bin")
             #expect(await cli.waitForBytes(1 << 20), "\(cli.transcript)", sourceLocation: sourceLocation)
@@ -100,7 +101,10 @@ struct DownloadServerOutageTests: DownloadScenarios {
 
     @Test("upstream blackhole (server-side DROP, client path up): suspected, raced, waited out cheaply")
     func upstreamBlackhole() async throws {
-        let (net, contents, cli) = try await Self.downloading(seed: 31)
+        // 6 MiB: nginx sends a new connection's first second at once, and on a loaded machine the
+        // first MiB is reported late, so 3 MiB could be all in before the DROP went in (3 of 20
+        // runs at load 11-15 saw no outage at all: no attempt, never waiting).
+        let (net, contents, cli) = try await Self.downloading(seed: 31, size: 6 << 20)
         defer { net.close() }
         let noticed = try await Self.waitOutServerOutage(net, cli, contents, attempts: 6,
                                                          start: { try Self.apply(Self.blackhole, "-A", net) },

@@ -188,18 +188,96 @@ struct UploadFourOutagesTests {
 
     /// Starts uploading a new random file to `server` and returns once a random 2 MiB to two
     /// thirds of it have been handed to the socket: the outage's moment.
-    static func uploadUntilTheCut(_ lab: Lab, _ server: Server, name: String) async throws -> (Data, URL, LineProcess, cutAt: Int) {
+    static func uploadUntilTheCut(_ lab: Lab, _ server: Server, name: String,
+                                  idleTimeout: String? = "1") async throws -> (Data, URL, LineProcess, cutAt: Int) {
         let cutAt = Int.random(in: (2 << 20)...(length * 2 / 3))
         let content = F.randomData(count: length, seed: UInt64(cutAt))
         let file = lab.clientDirectory.url(name)
         try content.write(to: file)
         // The blackhole is noticed by the idle timeout: 1 s keeps the test short.
-        let upload = try LineProcess("reachability", ["upload", "--json", "--idle-timeout", "1", file.path,
-                                                      "http://\(serverAddress):\(port)/\(server.path)"],
+        let upload = try LineProcess("reachability", ["upload", "--json"] + (idleTimeout.map { ["--idle-timeout", $0] } ?? [])
+                                         + [file.path, "http://\(serverAddress):\(port)/\(server.path)"],
                                      namespace: lab.client)
         let started = await upload.waitForLine(timeout: .seconds(30)) { (sent($0) ?? 0) >= cutAt }
         #expect(started != nil, "the upload did not start at \(cutAt >> 10) KiB: \(upload.transcript)")
         return (content, file, upload, cutAt)
+    }
+
+    /// A blackhole mid-append (the server namespace drops everything from the client, whose path
+    /// stays up) with the default 5 s idle timeout: the silent append is raced by a fresh
+    /// connection asking the server's offset (as downloads race a silent transfer); it cannot
+    /// connect, so the upload is interrupted after the silence's suspicion (2 s while its pace
+    /// is being learned) and the racer's connect timeout (1 s), not at the idle timeout, then
+    /// waits for the host's probes and resumes from the server's offset.
+    @Test(arguments: Server.allCases)
+    func aSilentAppendIsRacedByAFreshConnection(server: Server) async throws {
+        if server == .tus && !Self.hasTus {
+            print("skipped: aiohttp-tus is not installed (scripts/setup.sh)")
+            return
+        }
+        let lab = try Lab(uplinks: 1)
+        try lab.startServer(server)
+        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, server, name: "silent.bin", idleTimeout: nil)
+        defer { upload.kill() }
+        let dropRule = ["INPUT", "-s", "10.86.1.2", "-j", "DROP"]
+        let cut = ContinuousClock.now
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-A"] + dropRule)
+        let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+        let noticed = (interrupted?.arrival ?? .now) - cut
+        let restoredAt = ContinuousClock.now
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + dropRule)
+        let resumed = await upload.waitForLine(timeout: .seconds(30)) { $0.contains("\"resumed\"") }
+        let status = await upload.waitForExit(timeout: .seconds(60))
+        #expect(status == 0, "\(upload.transcript)")
+        let flowing = (resumed?.arrival ?? .now) - restoredAt
+        let readTwice = lab.bodyBytesRead - content.count
+        print("upload silent append: \(server) cut at \(cutAt >> 10) KiB: interrupted \(noticed) after the blackhole (\(interrupted?.text ?? "none")), flowing \(flowing) after the restore; the server read \(readTwice) bytes twice")
+        #expect(interrupted?.text.contains("a new connection to it could not be made") == true, "\(upload.transcript)")
+        #expect(noticed < .milliseconds(4200), "interrupted \(noticed) after the blackhole (the idle timeout is 5 s)")
+        #expect((try? Data(contentsOf: Self.storedFile(lab, server, upload, file))) == content, "the server's file differs: \(upload.transcript)")
+        #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
+        // The rule goes the moment the upload is interrupted, while the dropped append may still
+        // be alive on the server's side: 1 of 20 runs (tus, load 10.7) flowed 1.54 s after the
+        // restore, the others within 0.12 s (not traced yet). What this test holds is the
+        // interruption; the restore's bound is aLongServerOutageIsProbedAtTwoAttemptsASecond's.
+        #expect(flowing <= .seconds(2), "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
+    }
+
+    /// The append's own connection goes silent (the server namespace drops only its packets)
+    /// while new connections still reach the server (tus: aiohttp-tus answers an offset `HEAD`
+    /// beside a running `PATCH`): the racer gets the server's offset and takes over from it,
+    /// within the silence's suspicion and a round trip, not the 5 s idle timeout.
+    @Test func aSilentAppendIsTakenOverFromTheServersOffset() async throws {
+        guard Self.hasTus else {
+            print("skipped: aiohttp-tus is not installed (scripts/setup.sh)")
+            return
+        }
+        let lab = try Lab(uplinks: 1)
+        try lab.startServer(.tus)
+        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, .tus, name: "takeover.bin", idleTimeout: nil)
+        defer { upload.kill() }
+        // The append's connection: the client's one established connection to the server.
+        let sockets = try sh(["ip", "netns", "exec", lab.client, "ss", "-Htn", "state", "established",
+                              "dst", "\(Self.serverAddress):\(Self.port)"])
+        let firstLine: Substring = sockets.split(separator: "\n").first ?? ""
+        let columns: [Substring] = firstLine.split(separator: " ", omittingEmptySubsequences: true)
+        let local: Substring = columns.count > 2 ? columns[2] : ""
+        let port = String(local.split(separator: ":").last ?? "")
+        try #require(!port.isEmpty, "no connection: \(sockets)")
+        let dropRule = ["INPUT", "-s", "10.86.1.2", "-p", "tcp", "--sport", port, "-j", "DROP"]
+        let cut = ContinuousClock.now
+        _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-A"] + dropRule)
+        defer { _ = try? sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + dropRule) }
+        let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+        let noticed = (interrupted?.arrival ?? .now) - cut
+        let status = await upload.waitForExit(timeout: .seconds(60))
+        #expect(status == 0, "\(upload.transcript)")
+        let readTwice = lab.bodyBytesRead - content.count
+        print("upload silent append taken over: tus cut at \(cutAt >> 10) KiB (port \(port)): interrupted \(noticed) after the drop (\(interrupted?.text ?? "none")); the server read \(readTwice) bytes twice")
+        #expect(interrupted?.text.contains("continues from the server's offset") == true, "\(upload.transcript)")
+        #expect(noticed < .milliseconds(4200), "interrupted \(noticed) after the drop (the idle timeout is 5 s)")
+        #expect((try? Data(contentsOf: Self.storedFile(lab, .tus, upload, file))) == content, "the server's file differs: \(upload.transcript)")
+        #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
     }
 
     /// Where the server stored the upload of `file`.
@@ -280,7 +358,9 @@ struct UploadFourOutagesTests {
         // attempts come every 500 ms: a restore waits at most that long for the next.
         let settled = attemptTimes.filter { $0 - began >= .seconds(2) }
         let widestGap = zip(settled, settled.dropFirst()).map { $1 - $0 }.max() ?? .zero
-        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap)), flowing \(flowing) after the restore (rule gone at \(removed), next SYN seen by \(nextSYN.map { "\($0)" } ?? "none"), SYNs by the flow \((Self.synCount(lab, comment: comment) ?? -1) - attempts))")
+        // The mean spacing has the sampling's error only at its two ends.
+        let meanGap = settled.count >= 2 ? (settled.last! - settled.first!) / (settled.count - 1) : .zero
+        print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap), \(meanGap) on average), flowing \(flowing) after the restore (rule gone at \(removed), next SYN seen by \(nextSYN.map { "\($0)" } ?? "none"), SYNs by the flow \((Self.synCount(lab, comment: comment) ?? -1) - attempts))")
         #expect((try? Data(contentsOf: Self.storedFile(lab, .ietf, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(attempts >= 0 && rate <= 2.1, "\(attempts) connection attempts in \(outageLength)")
         #expect(settled.count >= 2 && widestGap <= .milliseconds(700), "attempts \(widestGap) apart during the outage")

@@ -208,8 +208,8 @@ struct ServerProbeScheduler: Sendable {
     }
 
     /// Grants the first waiter the probe and arms the one after it at once: probes are spaced
-    /// from their grants, not from the moment a failure is reported (which comes late under load;
-    /// waiting for it put 0.6 s between probes of a blackholed server instead of 0.5 s).
+    /// from their grants, not from the moment a failure is reported (which comes late on a
+    /// loaded machine, and would push the next probe back by as much).
     private mutating func grantNext(_ host: String, now: Instant, random: Double) -> [Action] {
         guard var entry = hosts[host], entry.prober == nil, !entry.waiters.isEmpty else { return [] }
         let prober = entry.waiters.removeFirst()

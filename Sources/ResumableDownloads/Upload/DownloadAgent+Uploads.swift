@@ -184,7 +184,21 @@ extension DownloadAgent {
         if hadURL == nil, let created = run.machine.uploadURL, announced.url.withLock({ $0 }) != created {
             run.handlers.event(.created(created))
         }
-        if case .send(let next) = action, next.method == .patch, let offset = next.bodyOffset, plan.method == .head {
+        var asked = plan.method == .head
+        if let answer = run.takeOver {
+            // A racer asked the offset while the append was silent: its answer is the one the
+            // machine's next question would get.
+            run.takeOver = nil
+            switch action {
+            case .waitForServer, .waitAndRetry: action = run.machine.event(.retry)
+            default: break
+            }
+            if case .send(let question) = action, question.method == .head {
+                action = run.machine.event(.answered(answer, interim: [], bytesSent: 0))
+                asked = true
+            }
+        }
+        if case .send(let next) = action, next.method == .patch, let offset = next.bodyOffset, asked {
             // An append after the server was asked its offset continues an interrupted upload.
             run.handlers.event(.resumed(from: offset))
         }
@@ -249,11 +263,28 @@ extension DownloadAgent {
             bytesSent: { sent, _ in handlers.progress(base + sent, length) },
             waitingForConnectivity: { handlers.event(.waitingForConnectivity) })
         let outcome: ExchangeOutcome
-        do {
-            outcome = try await exchangeReport(request, waitsForConnectivity: run.options.waitsForConnectivity,
-                                               handlers: exchangeHandlers)
-        } catch {
-            return (.failed(error, interim: [], bytesSent: 0), nil)
+        if UploadAppendRace.isRaced(plan, protocol: run.machine.protocolInUse, idleTimeout: request.idleTimeout) {
+            let silence = AppendSilence(maximum: request.idleTimeout)
+            var raced = exchangeHandlers
+            raced.bytesSent = { sent, expected in
+                silence.progressed()
+                exchangeHandlers.bytesSent(sent, expected)
+            }
+            let (appended, verdict) = await raceSilentAppend(request, machine: run.machine, wait: run.wait,
+                                                             waitsForConnectivity: run.options.waitsForConnectivity,
+                                                             handlers: raced, silence: silence, interim: { interim.withLock { $0 } })
+            switch appended {
+            case .success(let ended): outcome = ended
+            case .failure(let error): return (.failed(error, interim: [], bytesSent: 0), nil)
+            }
+            if let event = run.decide(verdict, appended: outcome, interim: interim.withLock { $0 }) { return (event, nil) }
+        } else {
+            do {
+                outcome = try await exchangeReport(request, waitsForConnectivity: run.options.waitsForConnectivity,
+                                                   handlers: exchangeHandlers)
+            } catch {
+                return (.failed(error, interim: [], bytesSent: 0), nil)
+            }
         }
         run.noteOutcome(outcome, of: plan)
         switch outcome.result {
@@ -287,6 +318,8 @@ struct UploadRun {
     /// Offset questions that timed out in a row: each next one waits twice as long (up to 60 s).
     var slowOffsetAnswers = 0
     var probe: Probe?
+    /// The offset a racer got while the last append was silent: the answer to the next question.
+    var takeOver: ResponseHead?
     /// The path the last attempt started on.
     var attemptPath = PathKey(nil)
 
@@ -341,6 +374,33 @@ struct UploadRun {
             request.connectTimeout = connectTimeout ?? wait.connectTimeout
         }
         return request
+    }
+
+    /// The machine's event for an append a racer ended (`verdict`), after `appended`; nil when
+    /// the race decided nothing and the append's own outcome stands.
+    mutating func decide(_ verdict: UploadAppendRace.Verdict, appended: ExchangeOutcome,
+                         interim: [ResponseHead]) -> UploadStateMachine.Event? {
+        switch verdict {
+        case .none:
+            return nil
+        case .serverGone(let racer):
+            // The server is gone on this path: the upload waits for the host's probes now,
+            // instead of after the idle timeout.
+            probe = nil
+            if let racer { noteOutcome(racer, of: UploadStateMachine.Request(method: .head, url: machine.url, headerFields: [], bodyOffset: nil)) }
+            let error = DownloadError.timedOut.with(description:
+                "the server stopped taking the upload's data, and a new connection to it could not be made")
+            handlers.event(.interrupted(error))
+            return .failed(error, interim: interim, bytesSent: appended.bytesSent)
+        case .takeOver(let head, let racer):
+            probe = nil
+            if let connectTime = racer.connectTime { wait.recordConnectTime(connectTime) }
+            takeOver = head
+            let error = DownloadError.networkConnectionLost.with(description:
+                "the upload's connection went silent; a new connection continues from the server's offset")
+            handlers.event(.interrupted(error))
+            return .failed(error, interim: interim, bytesSent: appended.bytesSent)
+        }
     }
 
     /// What an attempt showed of the server, for the host's wait and the next offset question.

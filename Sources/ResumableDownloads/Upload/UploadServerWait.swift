@@ -1,5 +1,6 @@
 import FoundationEssentials
 import LinuxReachability
+import Synchronization
 
 /// An upload's place in its host's server wait: the same `ServerProbeCoordinator` downloads use,
 /// so an upload whose server resets or drops probes it at the downloads' pace (a quick first
@@ -26,6 +27,8 @@ final class UploadServerWait: Sendable {
 
     let id = UUID()
     let host: String
+    /// Race turns asked so far (each a new attempt number for the scheduler).
+    private let races = Atomic<Int>(0)
     private let coordinator: ServerProbeCoordinator
     let wakes: AsyncStream<Wake>
     private let wake: AsyncStream<Wake>.Continuation
@@ -63,6 +66,35 @@ final class UploadServerWait: Sendable {
 
     /// Leaves the host's wait (the path went; the upload waits for one).
     func leave() { coordinator.leave(id) }
+
+    /// Waits for the host's turn to race a silent append (shared with downloads: one race at a
+    /// time per host, at most two started a second): true when granted (then `finishRace`),
+    /// false when refused (the host is waited for, or its last racer could not connect), nil
+    /// when the task is cancelled first.
+    func raceTurn() async -> Bool? {
+        let (turns, turn) = AsyncStream.makeStream(of: Bool.self)
+        let attempt = races.add(1, ordering: .relaxed).newValue
+        coordinator.requestRace(id, attempt: attempt, host: host) { input in
+            switch input {
+            case .raceGranted: turn.yield(true)
+            case .raceRefused: turn.yield(false)
+            default: return
+            }
+            turn.finish()
+        }
+        let coordinator = coordinator, id = id
+        return await withTaskCancellationHandler {
+            for await granted in turns { return granted }
+            return nil
+        } onCancel: {
+            turn.finish()
+            coordinator.finishRace(id, attempt: attempt, reachable: nil)
+        }
+    }
+
+    /// The race turn is over; `reachable` is what the racer learned (false refuses the host's
+    /// other waiting races).
+    func finishRace(reachable: Bool?) { coordinator.finishRace(id, reachable: reachable) }
 }
 
 extension DownloadAgent {
