@@ -72,6 +72,9 @@ final class SourceLedger: Sendable {
         var pieceFailures = 0
         /// Sources whose bytes agreed across a seam with the first source's, or with one that did.
         var corroborated: Set<Int> = [0]
+        /// Each mirror's own strong validator, bound by its first answer (mirrors proven by a
+        /// SHA-256 need not agree with each other, but each must keep its own).
+        var validators: [Int: String] = [:]
     }
     private let state = Mutex(State())
 
@@ -113,6 +116,19 @@ final class SourceLedger: Sendable {
             if !state.corroborated.isDisjoint(with: known) { state.corroborated.formUnion(known) }
         }
     }
+
+    /// Binds `source`'s strong validator on its first answer; the validator its requests carry
+    /// from then on (nil when it sent none).
+    @discardableResult
+    func bindValidator(_ validator: String?, of source: Int) -> String? {
+        state.withLock { state in
+            if state.validators[source] == nil, let validator { state.validators[source] = validator }
+            return state.validators[source]
+        }
+    }
+
+    /// The validator `source` answered with first, when it sent one.
+    func validator(of source: Int) -> String? { state.withLock { $0.validators[source] } }
 
     /// The sources corroborated so far.
     var corroborated: Set<Int> { state.withLock { $0.corroborated.subtracting($0.dropped.keys) } }

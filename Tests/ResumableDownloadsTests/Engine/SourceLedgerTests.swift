@@ -30,6 +30,15 @@ import Testing
         #expect(ledger.corroborated == [0, 1, 2])
     }
 
+    @Test func eachMirrorKeepsTheValidatorOfItsFirstAnswer() {
+        let ledger = SourceLedger(urls: Self.urls, pieces: nil)
+        #expect(ledger.bindValidator(nil, of: 1) == nil, "a mirror that sent none is held to none")
+        #expect(ledger.bindValidator("\"m1-a\"", of: 1) == "\"m1-a\"")
+        #expect(ledger.bindValidator("\"m1-b\"", of: 1) == "\"m1-a\"", "a later answer does not rebind it")
+        #expect(ledger.bindValidator("\"m2\"", of: 2) == "\"m2\"", "mirrors need not agree with each other")
+        #expect(ledger.validator(of: 1) == "\"m1-a\"" && ledger.validator(of: 0) == nil)
+    }
+
     @Test func droppingForgetsTheSourcesBytesButVerifiedPieces() throws {
         let pieces = try #require(PieceHashes(length: 100, sha256: Array(repeating: Self.hash, count: 4), fileLength: 350))
         let ledger = SourceLedger(urls: Self.urls, pieces: pieces)
