@@ -188,11 +188,14 @@ enum SourceVerdict {
     /// The sources on the sides of a seam whose bytes differ: nothing to drop when one source
     /// wrote both (a server that serves other versions on other connections: the download's
     /// usual restart) or when every one of them is corroborated (agreed with the first source);
-    /// else the least trusted: one not corroborated, the URL given last among those. A whole-file
-    /// SHA-256 is the judge at the end (docs/download-command.md, "Mirrors at once").
-    static func blameForSeam(sources: [Int?], corroborated: Set<Int>) -> Int? {
+    /// else the least trusted: one not corroborated, the URL given last among those. When
+    /// `isHashGuarded` (a SHA-256 will judge the file), sources that were all corroborated still
+    /// cannot all be right: the URL given last is dropped and its bytes fetched again, cheaper
+    /// than restarting the file. A whole-file SHA-256 is the judge at the end
+    /// (docs/download-command.md, "Mirrors at once").
+    static func blameForSeam(sources: [Int?], corroborated: Set<Int>, isHashGuarded: Bool = false) -> Int? {
         let known = Set(sources.compactMap { $0 })
         guard known.count > 1 else { return nil }
-        return known.subtracting(corroborated).max()
+        return known.subtracting(corroborated).max() ?? (isHashGuarded ? known.max() : nil)
     }
 }

@@ -68,7 +68,9 @@ extension TransferEngine {
         guard let sources = group.segmentation.sources else { return false }
         recordWrites(group)
         guard let blamed = SourceVerdict.blameForSeam(sources: [source, sources.writer(at: offset - 1), sources.writer(at: offset)],
-                                                      corroborated: sources.corroborated) else { return false }
+                                                      corroborated: sources.corroborated,
+                                                      isHashGuarded: group.segmentation.hasExpectedDigest || sources.pieces != nil)
+        else { return false }
         let reason = "its bytes at offset \(offset) differ from another source's"
         guard sources.drop(blamed, reason: reason) else { return false }
         group.callbacks.events(.sourceDropped(sources.urls[blamed], reason: reason))

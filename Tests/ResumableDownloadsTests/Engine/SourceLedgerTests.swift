@@ -19,6 +19,10 @@ import Testing
         #expect(SourceVerdict.blameForSeam(sources: [nil, 1, 2], corroborated: [0, 2]) == 1, "2 agreed with the first source")
         #expect(SourceVerdict.blameForSeam(sources: [nil, 1, 2], corroborated: [0]) == 2, "neither: the URL given last")
         #expect(SourceVerdict.blameForSeam(sources: [nil, 0, 1], corroborated: [0, 1]) == nil, "both corroborated")
+        #expect(SourceVerdict.blameForSeam(sources: [nil, 0, 1], corroborated: [0, 1], isHashGuarded: true) == 1,
+                "both corroborated, a SHA-256 judges: the URL given last, not the file, is fetched again")
+        #expect(SourceVerdict.blameForSeam(sources: [2, 2, nil], corroborated: [0], isHashGuarded: true) == nil,
+                "one source on both sides: its server serves two versions")
     }
 
     @Test func agreementSpreadsFromTheFirstSource() {
