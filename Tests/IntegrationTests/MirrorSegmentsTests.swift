@@ -110,6 +110,114 @@ struct MirrorSegmentsTests: DownloadScenarios {
         _ = agent.terminate()
     }
 
+    /// The same three mirrors, each an nginx in its own namespace behind a veth pair to the
+    /// client's namespace (10.34.N.1 mirror, 10.34.N.2 client), the slow one shaped on its link
+    /// with `tc tbf` instead of `limit_rate`: the bytes cross real links, not loopback.
+    final class NamespacedMirrors: Sendable {
+        let lab = NetworkLab()
+        let client: String
+        let content: Data
+        let directory: F.Directory
+        /// (name, subnet, nginx `limit_rate`, tbf rate on the mirror's end of its link)
+        static let layout = [("fast", 1, "4m", nil), ("slow", 2, "0", "8mbit"), ("bad", 3, "2m", nil)] as [(String, Int, String, String?)]
+
+        init(seed: UInt64, size: Int = 24 << 20) throws {
+            content = F.randomData(count: size, seed: seed)
+            directory = try F.Directory("mirr34n")
+            client = try lab.namespace("c")
+            do {
+                // Every byte differs: with one byte in 4096 changed, a seam's overlap that misses
+                // the changed bytes "agrees", corroborating the bad mirror (seen: then a later
+                // mismatch blames no one and the whole file restarts from zero).
+                let other = Data(content.map { $0 ^ 0x5A })
+                for (name, subnet, rate, shaped) in Self.layout {
+                    let namespace = try lab.namespace(name)
+                    try ip("link add m\(subnet) netns \(client) type veth peer name eth0 netns \(namespace)")
+                    try ip("-n \(namespace) addr add 10.34.\(subnet).1/24 dev eth0")
+                    try ip("-n \(namespace) link set eth0 up")
+                    try ip("-n \(client) addr add 10.34.\(subnet).2/24 dev m\(subnet)")
+                    try ip("-n \(client) link set m\(subnet) up")
+                    if let shaped {
+                        try sh(["ip", "netns", "exec", namespace, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
+                                "rate", shaped, "burst", "32kb", "latency", "50ms"])
+                    }
+                    try startNginx(name, in: namespace, subnet: subnet, rate: rate, serving: name == "bad" ? other : content)
+                }
+                // A default route, so the client's path monitor sees the network up.
+                try ip("-n \(client) route add default via 10.34.1.1 dev m1")
+            } catch { lab.close(); throw error }
+        }
+
+        private func startNginx(_ name: String, in namespace: String, subnet: Int, rate: String, serving data: Data) throws {
+            let prefix = directory.file(name).path
+            try FileManager.default.createDirectory(atPath: prefix + "/tmp", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: prefix + "/www", withIntermediateDirectories: true)
+            try data.write(to: directory.file("\(name)/www/f.bin"))
+            // Another modification time on every copy, as on mirrors that copied the file at
+            // different times: nginx's ETag is mtime-length, so each mirror has its own ETag (the
+            // SHA-256 proves the bytes; each mirror is held to its own validator).
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: 1_790_000_000 + Double(subnet) * 7)],
+                                                  ofItemAtPath: directory.file("\(name)/www/f.bin").path)
+            try """
+            \(DownloadFixtures.nginxPrelude(prefix: prefix, workerConnections: 256))
+            http {
+                log_format requests '$status $body_bytes_sent $http_range';
+                access_log \(prefix)/access.log requests;
+            \(DownloadFixtures.nginxTemporaryPaths(prefix: prefix))
+                default_type application/octet-stream;
+                sendfile on;
+                server {
+                    listen 10.34.\(subnet).1:80;
+                    root \(prefix)/www;
+                    limit_rate \(rate);
+                }
+            }
+            """.write(toFile: prefix + "/nginx.conf", atomically: true, encoding: .utf8)
+            // `ip netns exec` execs nginx, so the lab's SIGKILL at close reaches nginx itself.
+            let process = try lab.spawn(["ip", "netns", "exec", namespace, "/usr/sbin/nginx", "-c", prefix + "/nginx.conf",
+                                         "-p", prefix + "/", "-e", prefix + "/error.log"])
+            let listening = { !((try? sh(["ip", "netns", "exec", namespace, "ss", "-Hltn", "sport = :80"]))?.isEmpty ?? true) }
+            _ = DownloadFixtures.waitSync(timeout: .seconds(10)) { !process.isRunning || listening() }
+            guard process.isRunning, listening() else {
+                let log = (try? String(contentsOfFile: prefix + "/error.log", encoding: .utf8)) ?? ""
+                throw LabCommandFailure(description: "nginx did not start in \(namespace): \(log)")
+            }
+        }
+
+        func url(_ name: String) -> String {
+            "http://10.34.\(Self.layout.first { $0.0 == name }!.1).1/f.bin"
+        }
+
+        /// Body bytes mirror `name` sent, from its access log (`status bytes range` lines).
+        func bytesSent(_ name: String) -> Int {
+            let text = (try? String(contentsOf: directory.file("\(name)/access.log"), encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").reduce(0) { $0 + (Int($1.split(separator: " ").dropFirst().first ?? "") ?? 0) }
+        }
+
+        func close() { lab.close() }
+    }
+
+    @Test(.needsRoot) func inNamespacesTheFastMirrorCarriesMostAndTheBadOneIsDropped() async throws {
+        let mirrors = try NamespacedMirrors(seed: 3425)
+        defer { mirrors.close() }
+        let directory = mirrors.directory
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path, "-o", "f.bin",
+                                  "--sha256", F.sha256(mirrors.content), mirrors.url("fast"),
+                                  "--mirror", mirrors.url("slow"), "--mirror", mirrors.url("bad")],
+                                 namespace: mirrors.client, directory: directory.url)
+        #expect(await run.waitForExit(timeout: .seconds(60)) == 0, "\(run.transcript)")
+        #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content), "the bad mirror's bytes never stay in the file")
+        let dropped = run.events.filter { $0["event"] as? String == "sourceDropped" }
+        let (fast, slow, bad) = (mirrors.bytesSent("fast"), mirrors.bytesSent("slow"), mirrors.bytesSent("bad"))
+        #expect(dropped.allSatisfy { $0["source"] as? String == mirrors.url("bad") }, "only the bad mirror is dropped: \(run.transcript)")
+        #expect(dropped.count == 1, "bad mirror sent \(bad) bytes, \(dropped.count) dropped: \(run.transcript)")
+        #expect(run.count("completed") == 1 && run.count("failed") == 0 && run.count("sourceChanged") == 0, "\(run.transcript)")
+        #expect(fast > slow && fast > bad && fast > mirrors.content.count / 2,
+                "fast \(fast), slow \(slow), bad \(bad) bytes sent of \(mirrors.content.count)")
+        let problems = run.lines.flatMap(EventSchemaValidator.problems)
+        #expect(problems.isEmpty, "\(problems)")
+    }
+
     private func check(_ run: CLIProcess, _ mirrors: Mirrors, _ directory: F.Directory, reason: String? = nil,
                        mustReachBad: Bool = false) throws {
         #expect(F.sha256(fileAt: directory.file("f.bin")) == F.sha256(mirrors.content), "the bad mirror's bytes never stay in the file")

@@ -121,6 +121,20 @@ final class SegmentGroup {
         return TransferConnections(count: planner.connectionCount, paths: shares)
     }
 
+    /// What of `acceptance` the partial file records: a hash-guarded mirror's validators are its
+    /// own, bound in the ledger, and never replace the first source's in the record (the next
+    /// request to the first source would carry the mirror's ETag and restart the file).
+    func recordedAcceptance(of member: Int, _ acceptance: ResponseStateMachine.Acceptance) -> ResponseStateMachine.Acceptance {
+        guard let sources = segmentation.sources, let source = members[member]?.path.source, source != 0,
+              segmentation.hasExpectedDigest || sources.pieces != nil else { return acceptance }
+        sources.bindValidator(acceptance.entityTag, of: source)
+        var recorded = acceptance
+        recorded.entityTag = nil
+        recorded.lastModified = nil
+        recorded.observedEntityTag = nil
+        return recorded
+    }
+
     /// The request for a member fetching `range` (or checking the seam at `seam`): the template's
     /// URL, validators and settings, bound to the path, with the resume overlap before its start
     /// when those bytes are on disk, and the seam overlap after its end.
@@ -149,6 +163,13 @@ final class SegmentGroup {
         request.observedEntityTag = validators ? record.observedEntityTag : nil
         request.knownTotalLength = total
         request.ifRange = validators ? record.validator : nil
+        if let sources = segmentation.sources, planned.path.source != 0, guarded, !validators,
+           let own = sources.validator(of: planned.path.source) {
+            // A mirror proven by a hash is held to its own ETag (bound by its first answer): it
+            // may differ from the first source's (nginx's is mtime-length), never change.
+            request.entityTag = own
+            request.ifRange = own
+        }
         if seam != nil {
             // Every byte compared, none written: the "resume point" is the check's end.
             request.offset = end

@@ -72,6 +72,9 @@ final class SourceLedger: Sendable {
         var pieceFailures = 0
         /// Sources whose bytes agreed across a seam with the first source's, or with one that did.
         var corroborated: Set<Int> = [0]
+        /// Each mirror's own strong validator, bound by its first answer (mirrors proven by a
+        /// SHA-256 need not agree with each other, but each must keep its own).
+        var validators: [Int: String] = [:]
     }
     private let state = Mutex(State())
 
@@ -113,6 +116,19 @@ final class SourceLedger: Sendable {
             if !state.corroborated.isDisjoint(with: known) { state.corroborated.formUnion(known) }
         }
     }
+
+    /// Binds `source`'s strong validator on its first answer; the validator its requests carry
+    /// from then on (nil when it sent none).
+    @discardableResult
+    func bindValidator(_ validator: String?, of source: Int) -> String? {
+        state.withLock { state in
+            if state.validators[source] == nil, let validator { state.validators[source] = validator }
+            return state.validators[source]
+        }
+    }
+
+    /// The validator `source` answered with first, when it sent one.
+    func validator(of source: Int) -> String? { state.withLock { $0.validators[source] } }
 
     /// The sources corroborated so far.
     var corroborated: Set<Int> { state.withLock { $0.corroborated.subtracting($0.dropped.keys) } }
@@ -172,11 +188,14 @@ enum SourceVerdict {
     /// The sources on the sides of a seam whose bytes differ: nothing to drop when one source
     /// wrote both (a server that serves other versions on other connections: the download's
     /// usual restart) or when every one of them is corroborated (agreed with the first source);
-    /// else the least trusted: one not corroborated, the URL given last among those. A whole-file
-    /// SHA-256 is the judge at the end (docs/download-command.md, "Mirrors at once").
-    static func blameForSeam(sources: [Int?], corroborated: Set<Int>) -> Int? {
+    /// else the least trusted: one not corroborated, the URL given last among those. When
+    /// `isHashGuarded` (a SHA-256 will judge the file), sources that were all corroborated still
+    /// cannot all be right: the URL given last is dropped and its bytes fetched again, cheaper
+    /// than restarting the file. A whole-file SHA-256 is the judge at the end
+    /// (docs/download-command.md, "Mirrors at once").
+    static func blameForSeam(sources: [Int?], corroborated: Set<Int>, isHashGuarded: Bool = false) -> Int? {
         let known = Set(sources.compactMap { $0 })
         guard known.count > 1 else { return nil }
-        return known.subtracting(corroborated).max()
+        return known.subtracting(corroborated).max() ?? (isHashGuarded ? known.max() : nil)
     }
 }

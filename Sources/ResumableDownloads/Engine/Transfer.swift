@@ -155,7 +155,7 @@ final class TransferContext {
                         "the server sent the whole resource instead of the range: it changed, or it ignores ranges")
                     return false
                 }
-                begin(acceptance)
+                begin(transfer.group?.recordedAcceptance(of: transfer.member, acceptance) ?? acceptance)
                 transfer.group?.accepted(transfer, acceptance)
             }
             return true

@@ -129,8 +129,16 @@ extension TransferEngine {
 
     /// A member's transfer ended (its handle is already gone; its bytes handed to the file).
     func memberEnded(_ transfer: Transfer, result: AttemptResult) {
-        // What the callbacks learned first (a seam verified by this member's last bytes).
-        if let group = transfer.group { settleInputs(group) }
+        // What the callbacks learned first (a seam verified by this member's last bytes). Its
+        // bytes go in the ledger before: its transfer is gone from `transfers`, and a seam it
+        // found different must know who wrote the side before it (else no source is blamed and
+        // the whole file restarts).
+        if let group = transfer.group {
+            if let memberID = group.memberOfTransfer[transfer.id], let member = group.members[memberID] {
+                recordWrites(group, member, transfer)
+            }
+            settleInputs(group)
+        }
         guard let group = transfer.group, !group.isFinishing,
               let memberID = group.memberOfTransfer.removeValue(forKey: transfer.id) else { return }
         group.bytesReceived += transfer.bytesReceived
@@ -161,6 +169,13 @@ extension TransferEngine {
                 inputs.append(.ended(connection: memberID, ending(of: transfer, result: result, in: group)))
             }
         } else if case .restartFromZero(let reason) = result, case .entityChanged? = transfer.primary.machine.refusal {
+            // A mirror whose own validator changed is dropped and its bytes (maybe the old
+            // version's) fetched again in a new attempt, as for a seam it lost; the first
+            // source's changing is a new version of the file.
+            if refusesMirror(group, member: member, ending: .fatal, result: result, forgettingWrites: true) {
+                finishGroup(group, .aborted(.pathChanged))
+                return
+            }
             finishGroup(group, .restartFromZero(reason: reason), disablesSegments: true)
             return
         } else if case .restartFromZero = result, transfer.primary.machine.refusal == nil, transfer.request.overlap > 0,

@@ -68,7 +68,9 @@ extension TransferEngine {
         guard let sources = group.segmentation.sources else { return false }
         recordWrites(group)
         guard let blamed = SourceVerdict.blameForSeam(sources: [source, sources.writer(at: offset - 1), sources.writer(at: offset)],
-                                                      corroborated: sources.corroborated) else { return false }
+                                                      corroborated: sources.corroborated,
+                                                      isHashGuarded: group.segmentation.hasExpectedDigest || sources.pieces != nil)
+        else { return false }
         let reason = "its bytes at offset \(offset) differ from another source's"
         guard sources.drop(blamed, reason: reason) else { return false }
         group.callbacks.events(.sourceDropped(sources.urls[blamed], reason: reason))
@@ -88,7 +90,7 @@ extension TransferEngine {
     /// an HTTP error) is not serving this file: it is dropped and the others go on. True when
     /// it was.
     func refusesMirror(_ group: SegmentGroup, member: SegmentGroup.Member, ending: SegmentPlanner.Ending,
-                       result: AttemptResult) -> Bool {
+                       result: AttemptResult, forgettingWrites: Bool = false) -> Bool {
         guard let sources = group.segmentation.sources, member.seam == nil,
               ending == .rangeRefused || ending == .fatal,
               member.path.source != sources.liveSources.first else { return false }
@@ -97,7 +99,7 @@ extension TransferEngine {
         case .restartFromZero(let why): "it does not serve the same file (\(why))"
         default: "it does not serve the range asked for as the first source does"
         }
-        guard sources.drop(member.path.source, reason: reason, keepingWrites: true) else { return false }
+        guard sources.drop(member.path.source, reason: reason, keepingWrites: !forgettingWrites) else { return false }
         group.callbacks.events(.sourceDropped(sources.urls[member.path.source], reason: reason))
         return true
     }

@@ -19,6 +19,10 @@ import Testing
         #expect(SourceVerdict.blameForSeam(sources: [nil, 1, 2], corroborated: [0, 2]) == 1, "2 agreed with the first source")
         #expect(SourceVerdict.blameForSeam(sources: [nil, 1, 2], corroborated: [0]) == 2, "neither: the URL given last")
         #expect(SourceVerdict.blameForSeam(sources: [nil, 0, 1], corroborated: [0, 1]) == nil, "both corroborated")
+        #expect(SourceVerdict.blameForSeam(sources: [nil, 0, 1], corroborated: [0, 1], isHashGuarded: true) == 1,
+                "both corroborated, a SHA-256 judges: the URL given last, not the file, is fetched again")
+        #expect(SourceVerdict.blameForSeam(sources: [2, 2, nil], corroborated: [0], isHashGuarded: true) == nil,
+                "one source on both sides: its server serves two versions")
     }
 
     @Test func agreementSpreadsFromTheFirstSource() {
@@ -28,6 +32,15 @@ import Testing
         ledger.noteAgreement([0, 2])
         ledger.noteAgreement([2, 1])
         #expect(ledger.corroborated == [0, 1, 2])
+    }
+
+    @Test func eachMirrorKeepsTheValidatorOfItsFirstAnswer() {
+        let ledger = SourceLedger(urls: Self.urls, pieces: nil)
+        #expect(ledger.bindValidator(nil, of: 1) == nil, "a mirror that sent none is held to none")
+        #expect(ledger.bindValidator("\"m1-a\"", of: 1) == "\"m1-a\"")
+        #expect(ledger.bindValidator("\"m1-b\"", of: 1) == "\"m1-a\"", "a later answer does not rebind it")
+        #expect(ledger.bindValidator("\"m2\"", of: 2) == "\"m2\"", "mirrors need not agree with each other")
+        #expect(ledger.validator(of: 1) == "\"m1-a\"" && ledger.validator(of: 0) == nil)
     }
 
     @Test func droppingForgetsTheSourcesBytesButVerifiedPieces() throws {
