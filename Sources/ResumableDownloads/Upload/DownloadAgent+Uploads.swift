@@ -23,7 +23,7 @@ package struct UploadOptions: Sendable {
     /// Failures in a row without new acknowledged bytes (server errors, timeouts) that end the
     /// upload with its resume data: 30 by default. Connection failures, which wait for the
     /// host's probes, end it after 120 (about a minute of a silent server) or this many if more.
-    package var maximumFailuresWithoutProgress = 30
+    package var maximumFailuresWithoutProgress = UploadStateMachine.maximumFailuresWithoutProgress
 
     /// The defaults: protocol from the server, `POST`, no plain retry, 5 s idle timeout.
     package init() {}
