@@ -50,6 +50,7 @@ import argparse
 import hashlib
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -154,7 +155,7 @@ daemon off; master_process off; worker_processes 1;
 error_log {p}/error.log warn; pid {p}/nginx.pid;
 events {{ worker_connections 64; }}
 http {{
-  log_format bytes '$remote_addr $status $body_bytes_sent';
+  log_format bytes '$remote_addr $status $body_bytes_sent $msec $request_time "$http_range"';
   access_log {p}/access.log bytes;
   client_body_temp_path {p}/tmp/b; proxy_temp_path {p}/tmp/p; fastcgi_temp_path {p}/tmp/f;
   uwsgi_temp_path {p}/tmp/u; scgi_temp_path {p}/tmp/s;
@@ -216,9 +217,22 @@ http {{
         with open(f"{self.workdir}/nginx/access.log") as f:
             for line in f:
                 fields = line.split()
-                if len(fields) == 3:
+                if len(fields) >= 3:
                     total += int(fields[2])
         return total
+
+    def requests(self):
+        """(logged at, seconds, status, body bytes sent, first byte asked) of every logged request."""
+        rows = []
+        with open(f"{self.workdir}/nginx/access.log") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) < 6:
+                    continue
+                match = re.match(r'"bytes=(\d+)-', fields[5])
+                rows.append((float(fields[3]), float(fields[4]), int(fields[1]), int(fields[2]),
+                             int(match.group(1)) if match else 0))
+        return rows
 
     def close(self):
         self.stop_nginx()
@@ -338,6 +352,8 @@ def run_one(index, tool, case, args, content, digest):
         ok = proc.returncode == 0 and os.path.exists(out) and sha256_file(out) == digest
         logged = lab.bytes_sent_when_idle(timeout=5)
         sent = lab.payload_received()
+        if args.trace:
+            trace_requests(lab.requests(), cut - start, restored - start, start)
         if not ok:
             print(f"# {tool} {scenario}: exit {proc.returncode}: {proc.stderr.read().decode(errors='replace')[-600:]}",
                   file=sys.stderr, flush=True)
@@ -352,6 +368,21 @@ def run_one(index, tool, case, args, content, digest):
     finally:
         lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def trace_requests(rows, cut, restored, start):
+    """Each logged request (when it began and ended against the cut and the restore, the span it
+    was sent) and the bytes another request had been sent before it: where the bytes sent twice
+    went, by nginx's count (it counts what it wrote into its socket, not what crossed the wire)."""
+    wall_start = time.time() - (time.monotonic() - start)
+    spans = []
+    for logged, seconds, status, sent, first in sorted(rows, key=lambda row: row[0] - row[1]):
+        began, ended = logged - seconds - wall_start, logged - wall_start
+        twice = sum(max(0, min(first + sent, e) - max(first, s)) for s, e in spans)
+        spans.append((first, first + sent))
+        print(f"#   {began:7.3f}-{ended:7.3f} s {status} [{first}, {first + sent}) {sent / 1048576:7.3f} MiB, "
+              f"{twice / 1024:7.1f} KiB sent before (cut at {cut:.3f}, restored at {restored:.3f})",
+              file=sys.stderr, flush=True)
 
 
 def fmt(value, digits=2, unit=" s"):
@@ -377,6 +408,8 @@ def main():
     parser.add_argument("--tools", default="reachability,curl,wget,aria2c")
     parser.add_argument("--seed", type=int, default=None, help="for the phases and lengths (default: random)")
     parser.add_argument("--timeout", type=float, default=240, help="per run, after the restore")
+    parser.add_argument("--trace", action="store_true", help="print every request nginx logged per run: its span and "
+                        "the bytes of it another request had been sent before")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces)")

@@ -665,6 +665,19 @@ def rx_bytes(lab, name):
     return int(sh("ip", "netns", "exec", lab.client, "cat", f"/sys/class/net/{name}/statistics/rx_bytes"))
 
 
+# Ethernet (14), IPv4 (20) and TCP with timestamps (32) per received packet (a GRO-merged packet
+# counts once), as outage_bench.py: rx_bytes less this per rx_packets is the TCP payload.
+HEADER_BYTES = 14 + 20 + 32
+
+
+def rx_payload(lab, name):
+    """TCP payload (HTTP heads included) the client's uplink `name` received so far."""
+    out = sh("ip", "netns", "exec", lab.client, "cat", f"/sys/class/net/{name}/statistics/rx_bytes",
+             f"/sys/class/net/{name}/statistics/rx_packets")
+    received, packets = (int(x) for x in out.split())
+    return received - HEADER_BYTES * packets
+
+
 def coverage(rows):
     """[start, end) of the body bytes each logged request was sent (from its Range)."""
     spans = []
@@ -725,6 +738,7 @@ def measure_kills(args):
                     argv = tool_command(tool, args, url, out, state)
                 phase = generator.uniform(0.1, 0.9)
                 base = rx_bytes(lab, "eth1")
+                wire_base = rx_payload(lab, "eth1")
                 proc = subprocess.Popen(["ip", "netns", "exec", lab.client] + argv, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True)
                 # Killed once the client has received a random share of the file (its rx counter).
@@ -741,30 +755,40 @@ def measure_kills(args):
                 lab.wait_idle()
                 rows = lab.log()
                 sent = sum(row[2] for row in rows)
+                # On the wire: nginx's log also counts what it had written into its socket and never
+                # sent (the killed client's kernel answered with a reset).
+                wire = rx_payload(lab, "eth1") - wire_base - size
                 # Sent again because of the kill: what the killed run was sent that the rerun was
                 # sent again (bytes one run fetched twice, a tail piece, are not the kill's).
                 again = overlap(coverage(killed), coverage(rows[len(killed):]))
                 ok = proc2.returncode == 0 and sha256_file(out) == digest
                 if not ok:
                     print(f"# kills {tool} trial {trial}: exit {proc2.returncode}: {proc2.stderr[-400:]}", file=sys.stderr)
-                results.append({"tool": tool, "ok": ok, "wasted": sent - size, "again": again, "connections": at_kill,
+                results.append({"tool": tool, "ok": ok, "wasted": sent - size, "wire": wire, "again": again, "connections": at_kill,
                                 "completed_before_kill": first == 0, "load": os.getloadavg()[0]})
+                if args.trace:
+                    for label, part in (("killed", killed), ("rerun", rows[len(killed):])):
+                        for _, status, count, _, rng in part:
+                            print(f"#   {label} {status} {rng} {count}", file=sys.stderr)
                 print(f"# kills {tool} {trial}: killed at {phase * 100:.0f} % with {at_kill} connections, re-fetched "
-                      f"{(sent - size) / 1048576:.2f} MiB ({again / 1048576:.2f} MiB of the killed run's), ok={ok}, "
+                      f"{(sent - size) / 1048576:.2f} MiB ({again / 1048576:.2f} MiB of the killed run's; on the wire "
+                      f"{wire / 1048576:.2f} MiB), ok={ok}, "
                       f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     finally:
         lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n## kills: SIGKILL once a random share (10-90 %) of the file has arrived, then the same command; {args.trials} trials "
           f"per tool, {args.kill_mib} MiB, nginx limit_rate {args.rate}, seed {args.seed}\n")
-    print("| tool | completed right | sent twice per kill: worst | median | best | of which the killed run's, sent again: worst | median | best | connections at the kill, median | load (max) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| tool | completed right | sent twice per kill (nginx's log): worst | median | best | of which the killed run's, sent again: worst | median | best | on the wire: worst | median | best | connections at the kill, median | load (max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for tool in dict.fromkeys(r["tool"] for r in results):
         rows = [r for r in results if r["tool"] == tool]
         wasted = [r["wasted"] / 1048576 for r in rows]
         again = [r["again"] / 1048576 for r in rows]
+        wire = [r["wire"] / 1048576 for r in rows]
         print(f"| {tool} | {sum(r['ok'] for r in rows)}/{len(rows)} | {max(wasted):.2f} MiB | {statistics.median(wasted):.2f} MiB "
               f"| {min(wasted):.2f} MiB | {max(again):.2f} MiB | {statistics.median(again):.2f} MiB | {min(again):.2f} MiB "
+              f"| {max(wire):.2f} MiB | {statistics.median(wire):.2f} MiB | {min(wire):.2f} MiB "
               f"| {statistics.median(r['connections'] for r in rows):g} | {max(r['load'] for r in rows):.1f} |")
 
 
