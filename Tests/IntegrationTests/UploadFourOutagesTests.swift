@@ -89,6 +89,14 @@ struct UploadFourOutagesTests {
 
         func linkDown(_ index: Int) throws { try ip("-n \(client) link set eth\(index) down") }
 
+        /// Uplink `index` up with a route to the server alone and no default route (a LAN, a
+        /// lab): the primary path is unsatisfied, the route to the server is not.
+        func routeOnlyToTheServer(over index: Int) throws {
+            try ip("-n \(client) link set eth\(index) up")
+            _ = try? ip("-n \(client) route del default")
+            try ip("-n \(client) route replace \(UploadFourOutagesTests.serverAddress)/32 via 10.86.\(index).1 dev eth\(index)")
+        }
+
         func startServer(_ kind: Server) throws {
             let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
                 .appendingPathComponent("Servers/\(kind.script)").path
@@ -201,6 +209,53 @@ struct UploadFourOutagesTests {
         let started = await upload.waitForLine(timeout: .seconds(30)) { (sent($0) ?? 0) >= cutAt }
         #expect(started != nil, "the upload did not start at \(cutAt >> 10) KiB: \(upload.transcript)")
         return (content, file, upload, cutAt)
+    }
+
+    /// A server reached by a route of its own, with no default route (issue 28, as issue 34 did
+    /// for the download's own exchanges): the upload starts at once, and after an outage
+    /// mid-upload (a server reset with the route up; the link, and with it the route, going for
+    /// 1 s) it probes the server or waits for its route and resumes from the server's offset,
+    /// instead of waiting for a default route that never comes (before: the command waited
+    /// from the start; with the route followed only by each request, from the outage on).
+    @Test(arguments: [Outage.reset, Outage.linkDown])
+    func anUploadFollowsTheRouteToItsServer(outage: Outage) async throws {
+        let lab = try Lab(uplinks: 1)
+        try lab.routeOnlyToTheServer(over: 1)
+        try lab.startServer(.ietf)
+        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, .ietf, name: "route-\(outage.rawValue).bin")
+        defer { upload.kill() }
+        let resetRule = ["OUTPUT", "-p", "tcp", "--dport", String(Self.port), "!", "--tcp-flags", "RST", "RST",
+                         "-j", "REJECT", "--reject-with", "tcp-reset"]
+        let restoredAt: ContinuousClock.Instant
+        switch outage {
+        case .reset:
+            _ = try sh(["ip", "netns", "exec", lab.client, "iptables", "-A"] + resetRule)
+            let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+            #expect(interrupted != nil, "\(upload.transcript)")
+            restoredAt = .now
+            _ = try sh(["ip", "netns", "exec", lab.client, "iptables", "-D"] + resetRule)
+        default:
+            try lab.linkDown(1)
+            let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
+            #expect(interrupted?.text.contains("-1005") == true, "\(upload.transcript)")
+            try await holdOutage(for: .seconds(1))
+            restoredAt = .now
+            try lab.routeOnlyToTheServer(over: 1)
+        }
+        let resumed = await upload.waitForLine(timeout: .seconds(20)) { $0.contains("\"resumed\"") }
+        #expect(resumed != nil, "no resumed event: \(upload.transcript)")
+        let status = await upload.waitForExit(timeout: .seconds(30))
+        #expect(status == 0, "\(upload.transcript)")
+        let flowing = (resumed?.arrival ?? .now) - restoredAt
+        let readTwice = lab.bodyBytesRead - content.count
+        print("upload by the server's route: \(outage) cut at \(cutAt >> 10) KiB: flowing \(flowing) after the restore; the server read \(readTwice) bytes twice")
+        #expect((try? Data(contentsOf: Self.storedFile(lab, .ietf, upload, file))) == content, "the server's file differs: \(upload.transcript)")
+        #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
+        #expect(flowing <= outage.flowingBound, "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
+        if outage == .reset {
+            // The route to the server never went: nothing waited for a path.
+            #expect(!upload.texts.contains { $0.contains("\"waiting\"") }, "\(upload.transcript)")
+        }
     }
 
     /// A blackhole mid-append (the server namespace drops everything from the client, whose path

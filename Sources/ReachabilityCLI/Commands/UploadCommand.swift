@@ -88,11 +88,13 @@ struct UploadCommand: Command {
         let source = try monitor.startPathSource(in: context)
         defer { source.cancel() }
         // Uploads keep no state on disk; the agent opens its state directory only for downloads.
+        // The route to the server gates the upload, as it gates a download: a server reached by
+        // a route of its own is uploaded to on a machine without a default route.
         let agent: DownloadAgent
         do {
             agent = try DownloadAgent(configuration: .init(stateDirectory: URL(fileURLWithPath: "/nonexistent/reachability-upload"),
                                                            initialBackoff: .milliseconds(100), maximumBackoff: .seconds(1)),
-                                      paths: source.paths)
+                                      paths: source.paths, hostPaths: { source.paths(to: $0) })
         } catch {
             throw CommandFailure(message: "cannot start the upload engine: \(error)", exitCode: .failure)
         }

@@ -107,13 +107,20 @@ extension DownloadAgent {
                         resuming state: UploadResumeState? = nil,
                         handlers: UploadHandlers = UploadHandlers()) async throws(UploadFailure) -> UploadResult {
         let opened = try Self.uploadableStatus(of: descriptor, path: path, resuming: state)
+        // The route to the server (or proxy) gates the upload between its requests too, as it
+        // gates downloads and each exchange: a server reached by a route of its own is waited
+        // for and probed without a default route. Followed for the whole upload, so a wait
+        // between attempts reads the host's route, not a forgotten one.
+        let gate = gateHost(for: state?.url ?? url, proxy: configuration.proxy)
+        if let gate { retainHostPaths(gate) }
+        defer { if let gate { releaseHostPaths(gate) } }
         let fileName = path.split(separator: "/").last.map(String.init) ?? "file"
         var run = UploadRun(machine: UploadStateMachine(
             url: state?.url ?? url, fileName: fileName, length: opened.size, method: options.method,
             protocol: options.protocolChoice, allowsPlainRetry: options.allowsPlainRetry,
             maximumFailures: options.maximumFailuresWithoutProgress, resuming: state),
                             descriptor: descriptor, opened: opened, path: path, options: options, handlers: handlers,
-                            wait: UploadServerWait(url: state?.url ?? url, coordinator: probes))
+                            wait: UploadServerWait(url: state?.url ?? url, coordinator: probes), gateHost: gate)
         let watcher = watchPaths(for: run.wait)
         defer {
             watcher.cancel()
@@ -131,7 +138,7 @@ extension DownloadAgent {
                 let backoff = Backoff(initial: configuration.initialBackoff, maximum: min(configuration.maximumBackoff, .seconds(1)),
                                       maximumRetryAfter: configuration.maximumRetryAfter)
                 do {
-                    if hasUsablePath { try await Task.sleep(for: backoff.delay(afterFailures: failures, jitter: Double.random(in: 0.5...1))) }
+                    if hasUsablePath(toward: run.gateHost) { try await Task.sleep(for: backoff.delay(afterFailures: failures, jitter: Double.random(in: 0.5...1))) }
                 } catch {
                     throw run.failure(.cancelled)
                 }
@@ -206,11 +213,14 @@ extension DownloadAgent {
         return nil
     }
 
-    /// Waits for a usable path when there is none (announcing it).
+    /// Waits for a usable path to the upload's server when there is none (announcing it).
     private func waitForPathIfNeeded(_ run: inout UploadRun) async throws(UploadFailure) {
-        guard !hasUsablePath else { return }
+        do { try await waitForHostAnswer(run.gateHost) } catch { throw run.failure(.cancelled) }
+        guard !hasUsablePath(toward: run.gateHost) else { return }
         run.handlers.event(.waitingForConnectivity)
-        do { try await waitForUsablePath() } catch { throw run.failure(.cancelled) }
+        while !hasUsablePath(toward: run.gateHost) {
+            guard await waitForNextPath() else { throw run.failure(.cancelled) }
+        }
     }
 
     /// After a connection failure: a new path is tried at once (a fresh connection); on the same
@@ -218,15 +228,15 @@ extension DownloadAgent {
     private func waitForServerTurn(_ run: inout UploadRun,
                                    _ wakes: inout AsyncStream<UploadServerWait.Wake>.Iterator) async throws(UploadFailure) {
         run.probe = nil
-        let current = PathKey(pathWaiters.path)
-        if !hasUsablePath || current != run.attemptPath {
+        let current = PathKey(pathWaiters.gatingPath(host: run.gateHost))
+        if !hasUsablePath(toward: run.gateHost) || current != run.attemptPath {
             run.wait.leave()
             try await waitForPathIfNeeded(&run)
             run.probe = .fresh(connectTimeout: nil)
             return
         }
         let turn: UploadServerWait.Turn
-        do { turn = try await nextTurn(of: run.wait, wakes: &wakes, startedOn: current) } catch { throw run.failure(.cancelled) }
+        do { turn = try await nextTurn(of: run.wait, wakes: &wakes, startedOn: current, gateHost: run.gateHost) } catch { throw run.failure(.cancelled) }
         switch turn {
         case .probe(let connectTimeout): run.probe = .fresh(connectTimeout: connectTimeout)
         case .released: run.probe = .fresh(connectTimeout: nil)
@@ -243,7 +253,7 @@ extension DownloadAgent {
     private func send(_ plan: UploadStateMachine.Request, run: inout UploadRun,
                       announced: AnnouncedUploadURL? = nil) async -> (UploadStateMachine.Event, ExchangeResponse?) {
         let request = run.exchangeRequest(for: plan)
-        run.attemptPath = PathKey(pathWaiters.path)
+        run.attemptPath = PathKey(pathWaiters.gatingPath(host: run.gateHost))
         let handlers = run.handlers
         let interim = Mutex<[ResponseHead]>([])
         let base = plan.bodyOffset ?? 0
@@ -314,17 +324,20 @@ struct UploadRun {
     let options: UploadOptions
     let handlers: UploadHandlers
     let wait: UploadServerWait
+    /// Where the upload's traffic goes first (its server, or the proxy), whose route gates it;
+    /// nil when the agent follows only the primary path.
+    let gateHost: String?
     var chosen: UploadProtocol?
     /// Offset questions that timed out in a row: each next one waits twice as long (up to 60 s).
     var slowOffsetAnswers = 0
     var probe: Probe?
     /// The offset a racer got while the last append was silent: the answer to the next question.
     var takeOver: ResponseHead?
-    /// The path the last attempt started on.
+    /// The path (to `gateHost`) the last attempt started on.
     var attemptPath = PathKey(nil)
 
     init(machine: UploadStateMachine, descriptor: FileDescriptor, opened: FileStatus, path: String,
-         options: UploadOptions, handlers: UploadHandlers, wait: UploadServerWait) {
+         options: UploadOptions, handlers: UploadHandlers, wait: UploadServerWait, gateHost: String?) {
         self.machine = machine
         self.descriptor = descriptor
         self.opened = opened
@@ -333,6 +346,7 @@ struct UploadRun {
         self.options = options
         self.handlers = handlers
         self.wait = wait
+        self.gateHost = gateHost
     }
 
     /// Reports the protocol once it is known, and when it changes.

@@ -98,10 +98,10 @@ final class UploadServerWait: Sendable {
 }
 
 extension DownloadAgent {
-    /// Waits for `wait`'s next turn: the host's probe, a release, or a path other than `startedOn`.
-    /// Throws `cancelled` when the task is cancelled first.
+    /// Waits for `wait`'s next turn: the host's probe, a release, or a path to `gateHost` other
+    /// than `startedOn`. Throws `cancelled` when the task is cancelled first.
     func nextTurn(of wait: UploadServerWait, wakes: inout AsyncStream<UploadServerWait.Wake>.Iterator,
-                  startedOn: PathKey) async throws(DownloadError) -> UploadServerWait.Turn {
+                  startedOn: PathKey, gateHost: String?) async throws(DownloadError) -> UploadServerWait.Turn {
         wait.join()
         while true {
             guard let wake = await wakes.next(isolation: self), !Task.isCancelled else {
@@ -114,7 +114,7 @@ extension DownloadAgent {
             case .server: continue
             case .path:
                 // A path read again unchanged (an address event elsewhere) is no reason to try.
-                guard PathKey(pathWaiters.path) != startedOn || !hasUsablePath else { continue }
+                guard PathKey(pathWaiters.gatingPath(host: gateHost)) != startedOn || !hasUsablePath(toward: gateHost) else { continue }
                 wait.leave()
                 return .pathChanged
             }
