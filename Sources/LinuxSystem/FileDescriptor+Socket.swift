@@ -185,6 +185,14 @@ extension FileDescriptor {
         try setOption(level: SOL_SOCKET, name: SO_LINGER, value: &option)
     }
 
+    /// SO_RCVBUF: the kernel keeps at most about `bytes` received and unread for this socket (it
+    /// doubles the value for its bookkeeping and holds it to `net.core.rmem_max`), so the TCP
+    /// window the peer may fill is about that much; receive autotuning stops for the socket.
+    package func setReceiveBufferSize(_ bytes: Int) throws(Errno) {
+        var value = Int32(clamping: bytes)
+        try setOption(level: SOL_SOCKET, name: SO_RCVBUF, value: &value)
+    }
+
     /// setsockopt(2) with `value`'s bytes.
     package func setOption<Value>(level: Int32, name: Int32, value: inout Value) throws(Errno) {
         try withUnsafeBytes(of: &value) { raw in

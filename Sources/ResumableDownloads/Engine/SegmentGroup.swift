@@ -182,17 +182,19 @@ final class SegmentGroup {
         // The first connection of an attempt is an ordinary request or resume (a 200 to it means
         // the entity changed); every other one fetches a range beside others.
         request.isSegment = planner.connectionCount > 1 || planner.capability == .shown
-        // The bytes before the start, when they are on disk, are fetched again and compared: the
-        // resume rule (up to 64 KiB) for the first connection, which proves the entity on disk is
-        // still the server's; a range beside it (whose 206 carries the same validator) compares
-        // a seam's 16 KiB, as at its end, so a kill with six ranges open costs 240 KiB less.
-        let most = request.isSegment ? min(segmentation.overlap, segmentation.configuration.seamOverlap) : segmentation.overlap
+        // The bytes before the start, when they are on disk, are fetched again and compared: up
+        // to 16 KiB for the first connection (the resume rule's proof that the entity on disk is
+        // still the server's, beside the validator every group has), a seam's 4 KiB for a range
+        // beside it (whose 206 carries the same validator), as at its end: every byte compared
+        // after a kill or an outage is a byte sent twice.
+        let configuration = segmentation.configuration
+        let most = min(segmentation.overlap, request.isSegment ? configuration.seamOverlap : configuration.firstOverlap)
         let overlap = start > 0 ? ResumeOverlapRule.overlap(before: start, in: file, atMost: most) : 0
         request.offset = start
         request.overlap = overlap
         request.requiresValidator = request.isSegment && !guarded
         if let total, end < total {
-            request.rangeEnd = min(total, end + segmentation.configuration.seamOverlap)
+            request.rangeEnd = min(total, end + configuration.seamOverlap)
         } else {
             request.rangeEnd = nil
         }

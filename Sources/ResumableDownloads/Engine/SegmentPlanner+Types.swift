@@ -72,8 +72,25 @@ extension SegmentPlanner {
         /// In the tail, pieces under `minimumSegment` are taken only from a holder still busy for
         /// longer than this (and than a window).
         var tailSteal: Duration = .milliseconds(500)
-        /// Bytes compared across a seam on each side.
-        var seamOverlap: Int64 = 16 << 10
+        /// Bytes compared across a seam on each side: the resume rule's floor
+        /// (`ResumeOverlap.minimum`), enough to tell two versions apart. Every range restarted
+        /// after a kill or an outage compares them on both sides; 16 KiB each side was 160 of
+        /// the 224 KiB a kill with six ranges fetched again for nothing (issue 30).
+        var seamOverlap: Int64 = 4 << 10
+        /// Bytes the group's first connection compares before its start when they are on disk
+        /// (the resume proof; a plain resume without a group compares up to 64 KiB): a group
+        /// exists only for a strong validator or a SHA-256, which prove the entity too.
+        var firstOverlap: Int64 = 16 << 10
+        /// A connection on a path seen capping each connection gets a receive buffer (SO_RCVBUF)
+        /// of the cap's rate over this span (or four round trips, when longer), within
+        /// `smallestReceiveBuffer`...`largestReceiveBuffer`: what the server has in flight is at
+        /// most that window, and it is what a kill, a reset or a cut throws away (issue 30: with
+        /// autotuned buffers a 2-4 s server reset cost up to 2.5 MiB on the wire for six
+        /// connections). nginx's `limit_rate` keeps the credit a slow reader leaves unused, so a
+        /// capped connection loses no throughput to a short window.
+        var receiveSpan: Duration = .milliseconds(25)
+        var smallestReceiveBuffer = 64 << 10
+        var largestReceiveBuffer = 1 << 20
         /// How long new connections deliver before their round is judged, until the round trip
         /// is known (then eight round trips within `minimumWindow`...`maximumWindow`).
         var evaluationWindow: Duration = .milliseconds(300)

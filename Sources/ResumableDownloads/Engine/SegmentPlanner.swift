@@ -341,6 +341,21 @@ struct SegmentPlanner: Sendable {
         connection.meter.bytesPerSecond(over: window * 2, at: now)
     }
 
+    /// The receive buffer for connection `id` (`Configuration.receiveSpan`): nil while its path
+    /// has not shown a per-connection cap (an uncapped connection keeps the kernel's autotuning,
+    /// which a fast path needs) or no connection on it has a rate yet. The cap is the fastest
+    /// connection's rate on the path, so a connection still ramping gets the window of the
+    /// others.
+    func receiveBuffer(for id: Int, at now: Instant) -> Int? {
+        guard let connection = connections[id], !connection.isSeamCheck, cappedPaths.contains(connection.path) else { return nil }
+        let cap = connections.values.filter { $0.path == connection.path && !$0.isSeamCheck }
+            .map { rate(of: $0, at: now) }.max() ?? 0
+        guard cap > 0 else { return nil }
+        let span = max(configuration.receiveSpan, (roundTrip ?? .zero) * 4)
+        let bytes = cap * span.timeInterval
+        return Int(min(Double(configuration.largestReceiveBuffer), max(Double(configuration.smallestReceiveBuffer), bytes)))
+    }
+
     // MARK: opening
 
     /// Opens connections until every path holds its target (within the maximum): free ranges

@@ -50,6 +50,9 @@ final class Transfer {
     var seamUnchecked = false
     /// When gathered bytes are handed to the file (and so journaled): by bytes and by time.
     var journalRule = SegmentJournalRule.single
+    /// The receive buffer set on a member's socket (`SegmentPlanner.receiveBuffer`), nil while
+    /// the kernel autotunes it.
+    var receiveBuffer: Int?
     var stallTimeout: Duration { request.settings.stallTimeout }
 
     init(id: UInt64, request: TransferRequest, file: PartialFile, callbacks: TransferCallbacks, stall: StallDetector) {

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import LinuxSystem
 import ReachabilityBase
 
 /// The engine's side of segment groups (`SegmentGroup`): starting members for the planner's
@@ -349,9 +350,26 @@ extension TransferEngine {
                     apply(group.planner.handle(.writerPaused, now: now), to: group)
                 }
                 apply(group.planner.handle(.tick, now: now), to: group)
+                if !group.isFinishing { sizeReceiveBuffers(group, now: now) }
             }
         }
         return Int(Self.groupTick.milliseconds)
+    }
+
+    /// Gives each member on a path seen capping each connection the receive buffer its cap needs
+    /// (`SegmentPlanner.receiveBuffer`): what the server has in flight on it, which a kill, a
+    /// server reset or a cut response throws away, stays about a window of the cap. Set again
+    /// only when the size moved by a quarter. A connection libcurl pools keeps its buffer for the
+    /// next request to the same server (which caps it too).
+    private func sizeReceiveBuffers(_ group: SegmentGroup, now: ContinuousClock.Instant) {
+        for member in group.members.values {
+            guard let transfer = transfers[member.engineID], let size = group.planner.receiveBuffer(for: member.id, at: now),
+                  let socket = transfer.primary.easy?.activeSocket else { continue }
+            if let current = transfer.receiveBuffer, abs(size - current) * 4 < current { continue }
+            // A refusal (a socket libcurl already closed) leaves the kernel's autotuning: no harm.
+            guard (try? FileDescriptor(rawValue: socket).setReceiveBufferSize(size)) != nil else { continue }
+            transfer.receiveBuffer = size
+        }
     }
 
     /// Tells the owner when the connections (count or paths) changed, and the file how many write.

@@ -451,6 +451,41 @@ struct SegmentPlannerTests {
         #expect(simulation.roundsUndone == 0)
     }
 
+    /// Issue 30: a connection to a server capping each connection gets a receive buffer of its
+    /// cap's 25 ms (what a kill or a server reset throws away is at most that window), only once
+    /// the cap was seen: the first connection, alone and untested, keeps the kernel's autotuning.
+    @Test func aCappedConnectionGetsAReceiveBufferOfItsCap() {
+        var simulation = Simulation(total: 1024 * Self.mib, maximumConnections: 6)
+        simulation.perConnectionCap = 4e6
+        simulation.begin()
+        simulation.run(for: .milliseconds(200))
+        #expect(simulation.planner.connectionCount == 1)
+        #expect(simulation.planner.receiveBuffer(for: 1, at: simulation.now) == nil, "before the cap was seen")
+        simulation.run(for: .seconds(4))
+        #expect(simulation.planner.connectionCount == 6)
+        for id in simulation.planner.connections.keys {
+            let size = simulation.planner.receiveBuffer(for: id, at: simulation.now) ?? 0
+            // 4 MB/s over 25 ms: 100 kB, whatever connection asks.
+            #expect(size >= 90_000 && size <= 110_000, "connection \(id): \(size)")
+        }
+    }
+
+    @Test func anUncappedConnectionKeepsTheKernelsReceiveBuffer() {
+        var simulation = Simulation(total: 256 * Self.mib, capacity: [.routingTable: 100e6])
+        simulation.begin()
+        simulation.run(for: .seconds(1))
+        #expect(simulation.planner.receiveBuffer(for: 1, at: simulation.now) == nil)
+    }
+
+    @Test func aSlowCapGetsTheSmallestReceiveBuffer() {
+        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: 6)
+        simulation.perConnectionCap = 1e6   // nginx limit_rate 1m: 25 kB over 25 ms
+        simulation.begin()
+        simulation.run(for: .seconds(6))
+        #expect(simulation.planner.connectionCount == 6)
+        #expect(simulation.planner.receiveBuffer(for: 1, at: simulation.now) == 64 << 10)
+    }
+
     /// `--connections N` (issue 30): the test connection goes out as soon as bytes flow, and once
     /// its 206 is back all N open at once and stay, as `aria2c -x N`, whatever the server's pace
     /// (nginx `limit_rate 4m` sends 2 MiB then sleeps 500 ms; a default ramp judges over bursts).
