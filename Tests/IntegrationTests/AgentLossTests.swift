@@ -135,6 +135,69 @@ struct AgentLossTests: DownloadScenarios {
         _ = second.terminate()
     }
 
+    /// Background task creations arriving together share their session record's fsync, and each
+    /// is answered only once it is durable (issue 29): an attached session pipelines 400 tasks
+    /// (each `createTask` then `resume`, as ResumableURLSession sends them), the agent SIGKILLed
+    /// the moment the 150th creation's reply is read; after a restart the session holds every
+    /// task whose creation was answered, resumed when its resume was answered.
+    @Test func aRepliedBackgroundTaskCreationSurvivesASigkillRightAfterItsReply() throws {
+        let namespace = try ConnectedNamespace()
+        let directory = try F.Directory("agent")
+        let state = directory.file("state")
+        var first: AgentProcess? = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        // The tasks wait an hour (earliestBeginDate): nothing is fetched, the records are what is measured.
+        let script = """
+        import json, os, signal, socket, sys, threading, time
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sys.argv[1])
+        reader = s.makefile("rb")
+        def request(id, command, **fields):
+            return json.dumps({"version": 1, "id": id, "command": command, "session": "kill-after-create", **fields}).encode() + b"\\n"
+        s.sendall(request(1, "attach", settings={"sendsLaunchEvents": False}))
+        assert json.loads(reader.readline()).get("ok")
+        later = time.time() + 3600
+        lines = b"".join(request(10 + 2 * i, "createTask", task={"taskIdentifier": i, "url": "http://127.0.0.1:9/t%d" % i,
+                                                                   "earliestBeginDate": later})
+                         + request(11 + 2 * i, "taskAction", taskIdentifier=i, action="resume") for i in range(1, 401))
+        threading.Thread(target=lambda: s.sendall(lines), daemon=True).start()
+        created, resumed = [], []
+        while len(created) < 150:
+            reply = json.loads(reader.readline())
+            if not reply.get("ok") or not isinstance(reply.get("id"), int): continue
+            (created if reply["id"] % 2 == 0 else resumed).append((reply["id"] - 10) // 2)
+        os.kill(int(sys.argv[2]), signal.SIGKILL)
+        print(json.dumps({"created": created, "resumed": resumed}))
+        """
+        let result = try ChildProcess.run("/usr/bin/python3", ["-c", script, state.appendingPathComponent("agent.sock").path,
+                                                               String(first!.process.processIdentifier)])
+        #expect(result.status == 0, "\(result)")
+        let answered = try #require(try JSONSerialization.jsonObject(with: Data(result.standardOutput.utf8)) as? [String: [Int]],
+                                    "\(result)")
+        let created = answered["created"] ?? [], resumed = answered["resumed"] ?? []
+        #expect(created.count == 150, "\(result)")
+        #expect(F.waitSync(timeout: .seconds(10)) { !first!.process.isRunning })
+        first = nil
+
+        let second = try AgentProcess(stateDirectory: state, arguments: ["--netns", namespace.name])
+        let reattach = """
+        import json, socket, sys
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(sys.argv[1])
+        s.sendall(json.dumps({"version": 1, "id": 1, "command": "attach", "session": "kill-after-create",
+                              "settings": {"sendsLaunchEvents": False}}).encode() + b"\\n")
+        reply = json.loads(s.makefile("rb").readline())
+        print(json.dumps({str(t["taskIdentifier"]): t["state"] for t in reply["attachment"]["tasks"]}))
+        """
+        let held = try #require(try JSONSerialization.jsonObject(
+            with: Data((try Self.python(reattach, socket: state.appendingPathComponent("agent.sock").path).last ?? "").utf8))
+            as? [String: String])
+        let lost = created.filter { held[String($0)] == nil }
+        #expect(lost.isEmpty, "\(lost.count) of \(created.count) answered creations lost: \(lost.prefix(5)); held \(held.count)")
+        let notResumed = resumed.filter { held[String($0)] != "running" }
+        #expect(notResumed.isEmpty, "\(notResumed.count) of \(resumed.count) answered resumes lost: \(notResumed.prefix(5))")
+        _ = second.terminate()
+    }
+
     /// An add repeated with the same client key (the first one's connection was reset before its
     /// reply was read) is answered with the first job; there is one job, not two.
     @Test func aRetriedAddWithItsClientKeyIsAnsweredWithTheFirstJob() throws {

@@ -40,7 +40,7 @@ extension BackgroundRegistry {
             session.record.tasks.append(record)
             session.record.nextTaskIdentifier = max(session.record.nextTaskIdentifier, spec.taskIdentifier + 1)
         }
-        return .success([.persistSoon(key)])
+        return .success([.persist(key)])
     }
 
     /// Changes a task's description, date, expected size or priority; a date or size that now
@@ -59,7 +59,7 @@ extension BackgroundRegistry {
         spec.priority = changes.priority
         if let problem = spec.problem { return .failure(.invalidArgument(problem)) }
         update(key) { $0.record.tasks[position].spec = spec }
-        var actions: [Action] = [.persistSoon(key)]
+        var actions: [Action] = [.persist(key)]
         if sessions[key]?.waiting[identifier] != nil {
             actions += schedule(identifier, in: key, now: now, availableBytes: availableBytes) + nextWake(now: now)
         }

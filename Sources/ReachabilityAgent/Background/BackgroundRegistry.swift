@@ -64,11 +64,9 @@ package struct BackgroundRegistry: Sendable {
     /// What the agent does, in order.
     package enum Action: Sendable, Hashable {
         /// Write the session's record now, before the actions that follow (an event is on disk
-        /// before it is sent; a transfer's session before the transfer exists).
+        /// before it is sent; a transfer's session before the transfer exists). Inside a run of
+        /// pipelined requests, once for the run, before its replies (`RunCommit`).
         case persist(BackgroundSessionKey)
-        /// Write it soon (coalesced): what a crash may lose without harm (a task not resumed
-        /// yet, or its description).
-        case persistSoon(BackgroundSessionKey)
         /// Remove the session's record (invalidated, every event acknowledged).
         case removeSession(BackgroundSessionKey)
         /// Push a live event to a connection.

@@ -93,6 +93,8 @@ package final class BackgroundStore: Sendable {
     /// when the log cannot say the change, or once the log is larger than the record.
     package func save(_ record: BackgroundSessionRecord) throws(FileTrustError) {
         let last = written.withLock { $0[record.key] }
+        // Written already (a run's commit wrote it before the action that asks again).
+        if let last, last.record == record { return }
         if let last, let change = BackgroundSessionChange(from: last.record, to: record, serial: last.serial + 1) {
             let line = ControlCodec.encode(change) + [UInt8(ascii: "\n")]
             if last.logBytes + line.count <= max(Self.foldingThreshold, last.recordBytes) {

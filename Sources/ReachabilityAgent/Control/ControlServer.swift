@@ -183,9 +183,9 @@ package final class ControlServer: Sendable {
 
     /// Carries out and answers the requests that arrived together; false when the connection
     /// must close (the peer asked to, or a reply could not be written to a plain connection).
-    /// Adds that arrived together are carried out in order, and answered in order once their
-    /// records are durable: their fsyncs are shared (a group commit). Any other request waits
-    /// until the adds before it are answered.
+    /// Adds (and a background session's task requests) that arrived together are carried out
+    /// in order, and answered in order once their records are durable: their fsyncs are shared
+    /// (a group commit). Any other request waits until the run before it is answered.
     private func carryOut(_ actions: [ControlConnectionStateMachine.Action], for peer: ControlPeer,
                           arrivedAt: ContinuousClock.Instant) -> Bool {
         let credentials = peer.credentials
@@ -200,16 +200,16 @@ package final class ControlServer: Sendable {
             index += 1
             switch action {
             case .handle(let id, let command):
-                if case .add = command {
+                if Self.joinsARun(command) {
                     observer(.request(command, credentials))
-                    // The adds that follow it are carried out in the same task, in order.
+                    // The requests of the kind that follow it are carried out in the same task, in order.
                     var run = [(id, command)]
-                    while index < actions.endIndex, case .handle(let nextID, let next) = actions[index], case .add = next {
+                    while index < actions.endIndex, case .handle(let nextID, let next) = actions[index], Self.joinsARun(next) {
                         observer(.request(next, credentials))
                         run.append((nextID, next))
                         index += 1
                     }
-                    for (response, writes) in carryOutAdds(run, for: peer) { adds.append(response, writes) }
+                    for (response, writes) in carryOutRun(run, for: peer) { adds.append(response, writes) }
                     continue
                 }
                 guard adds.answer(reply) else { return false }
@@ -238,18 +238,35 @@ package final class ControlServer: Sendable {
         return adds.answer(reply)
     }
 
-    /// Carries out a run of adds in one task, in order: one hand-over between this thread and
-    /// the pool per run of adds, not per add (on 2 loaded cores each hand-over waited for a
-    /// CPU: 101 adds/s). Each reply comes with the writes it must wait for.
-    private func carryOutAdds(_ run: [(ControlRequestID?, ControlCommand)], for peer: ControlPeer)
+    /// Whether `command` is carried out in a run with the like requests that arrived beside it:
+    /// adds, and a background session's task requests (create, change, resume/suspend/cancel,
+    /// acknowledge), whose session record writes the run shares (`RunCommit`).
+    static func joinsARun(_ command: ControlCommand) -> Bool {
+        switch command {
+        case .add, .createTask, .updateTask, .taskAction, .acknowledge: true
+        default: false
+        }
+    }
+
+    /// Carries out a run of requests in one task, in order: one hand-over between this thread
+    /// and the pool per run, not per request (on 2 loaded cores each hand-over waited for a CPU:
+    /// 101 adds/s). The writes the run put off (`RunCommit`) are made durable before this
+    /// returns; each reply comes with the writes of its own it must still wait for (an add's
+    /// record, group-committed on a thread of its own).
+    private func carryOutRun(_ run: [(ControlRequestID?, ControlCommand)], for peer: ControlPeer)
         -> [(ControlResponse?, DurableWrites)] {
         wait { () -> [(ControlResponse?, DurableWrites)] in
-            var carried: [(ControlResponse?, DurableWrites)] = []
-            for (id, command) in run {
-                let writes = DurableWrites()
-                let response = await DurableWrites.$collecting.withValue(writes) { await self.handler(command, id, peer) }
-                carried.append((response, writes))
+            let commit = RunCommit()
+            let carried = await RunCommit.$collecting.withValue(commit) { () -> [(ControlResponse?, DurableWrites)] in
+                var carried: [(ControlResponse?, DurableWrites)] = []
+                for (id, command) in run {
+                    let writes = DurableWrites()
+                    let response = await DurableWrites.$collecting.withValue(writes) { await self.handler(command, id, peer) }
+                    carried.append((response, writes))
+                }
+                return carried
             }
+            await commit.commit()
             return carried
         }
     }

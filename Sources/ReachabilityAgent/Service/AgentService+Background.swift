@@ -202,9 +202,34 @@ extension AgentService {
     // MARK: carrying out the registry's actions
 
     /// Applies `actions` in order; returns the resume state a transfer stop produced for a
-    /// `cancel(byProducingResumeData:)`, if one was asked for.
+    /// `cancel(byProducingResumeData:)`, if one was asked for. Inside a run of pipelined
+    /// requests (`RunCommit`), actions that only write records and start what follows from them
+    /// wait for the run's end, when one write per session covers them all (issue 29: 3,000
+    /// task creations each waited for an fdatasync of their own); anything else, or any call
+    /// outside the run, first carries out what waits.
     @discardableResult
     func applyBackground(_ actions: [BackgroundRegistry.Action]) async -> ResumeState? {
+        if let run = RunCommit.collecting, actions.allSatisfy(\.mayWaitForTheRunsEnd) {
+            for action in actions {
+                if case .persist(let key) = action { backgroundDirty.insert(key) } else { backgroundPutOff.append(action) }
+            }
+            if !actions.isEmpty { run.putOff { [weak self] in await self?.flushBackgroundSessions() } }
+            return nil
+        }
+        await flushBackgroundSessions()
+        return await carryOutBackground(actions)
+    }
+
+    /// Writes every session a run put off (also at shutdown), then carries out the actions that
+    /// waited for those writes, in order.
+    func flushBackgroundSessions() async {
+        let waiting = backgroundPutOff
+        backgroundPutOff = []
+        for key in backgroundDirty.sorted() { save(key) }
+        if !waiting.isEmpty { await carryOutBackground(waiting) }
+    }
+
+    private func carryOutBackground(_ actions: [BackgroundRegistry.Action]) async -> ResumeState? {
         // Each session once, first: the registry has already decided, so its records are what
         // the actions below will have done (an event on disk before it is sent, a session
         // before its transfer exists). A batch that cancels 4096 tasks writes once, not 4096 times.
@@ -216,8 +241,6 @@ extension AgentService {
             switch action {
             case .persist:
                 break
-            case .persistSoon(let key):
-                if !written.contains(key) { saveSoon(key) }
             case .removeSession(let key):
                 backgroundDirty.remove(key)
                 backgroundStore?.remove(key)
@@ -262,22 +285,6 @@ extension AgentService {
         } catch {
             emitBackground("error", key, [.init(key: "message", value: .string("cannot save the session: \(error)"))])
         }
-    }
-
-    /// Writes `key` within 200 ms, with whatever else changed meanwhile.
-    private func saveSoon(_ key: BackgroundSessionKey) {
-        backgroundDirty.insert(key)
-        guard backgroundFlush == nil else { return }
-        backgroundFlush = Task { [weak self] in
-            try? await Task.sleep(for: .milliseconds(200))
-            await self?.flushBackgroundSessions()
-        }
-    }
-
-    /// Writes every session waiting to be written (also at shutdown).
-    func flushBackgroundSessions() {
-        backgroundFlush = nil
-        for key in backgroundDirty.sorted() { save(key) }
     }
 
     /// Pushes pending event `sequence`, a `finished` one with a fresh hard link of the file (the
@@ -538,5 +545,17 @@ extension AgentService {
         environment.emit(EventSchema.line(.background, event, at: environment.now(),
                                           [.init(key: "session", value: .string(key.identifier)),
                                            .init(key: "uid", value: .integer(Int(key.uid)))] + fields))
+    }
+}
+
+extension BackgroundRegistry.Action {
+    /// Whether, inside a run of pipelined requests, the action may wait for the run's end: a
+    /// record write, or what must only follow one (a transfer's start, files an acknowledgement
+    /// frees, the wake timer). Pushes, deliveries and stops go out at once, after what waits.
+    var mayWaitForTheRunsEnd: Bool {
+        switch self {
+        case .persist, .startTransfer, .removeFiles, .wake: true
+        default: false
+        }
     }
 }

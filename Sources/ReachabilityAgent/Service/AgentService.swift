@@ -107,9 +107,10 @@ package actor AgentService {
     var backgroundStore: BackgroundStore?
     var backgroundRecords: CheckedDirectory?
     var backgroundWake: (at: Date, task: Task<Void, Never>)?
-    /// Sessions to write soon, and the task that will.
+    /// Sessions whose writes a run of pipelined requests put off to its end (`RunCommit`), and
+    /// the actions that wait for those writes.
     var backgroundDirty: Set<BackgroundSessionKey> = []
-    var backgroundFlush: Task<Void, Never>?
+    var backgroundPutOff: [BackgroundRegistry.Action] = []
     var launcher: ProgramLauncher
     /// Upload jobs (`queue add --upload`; AgentService+UploadJobs.swift).
     let uploadJobs = UploadJobTable()
@@ -230,7 +231,7 @@ package actor AgentService {
     package func shutdown() async {
         backgroundWake?.task.cancel()
         stopPowerWatch()
-        flushBackgroundSessions()
+        await flushBackgroundSessions()
         await stopUploadJobs()
         await stopBackgroundUploads()
         await agent.shutdown()
