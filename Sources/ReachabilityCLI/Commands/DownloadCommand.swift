@@ -45,13 +45,13 @@ struct DownloadCommand: Command {
     static let header = Option.repeating(
         "header", short: "H", valueName: "name: value",
         help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own.")
-    static let limitRate = TransportOptions.limitRate
-    static let certificateAuthorities = TransportOptions.certificateAuthorities
+    static let limitRate = TransportOptions.option("limit-rate")
+    static let certificateAuthorities = TransportOptions.option("cacert")
     static let insecure = Option.flag(
         "insecure", short: "k",
         help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
-    static let proxy = TransportOptions.proxy
-    static let noProxy = TransportOptions.noProxy
+    static let proxy = TransportOptions.option("proxy")
+    static let noProxy = TransportOptions.option("no-proxy")
     static let mirror = MirrorOptions.mirror
     static let sameFile = MirrorOptions.sameFile
     static let waitForSpace = Option.flag(
@@ -59,8 +59,8 @@ struct DownloadCommand: Command {
         help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
     static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, waitForSpace] + EventOutputOptions.all + [header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
-        + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
+                          maximumOutage, waitForSpace] + EventOutputOptions.options + [header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
+        + MonitorOptions.options.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
         Each file is written to NAME.part and moved to NAME only once it is complete (and matches \
@@ -179,14 +179,14 @@ struct DownloadCommand: Command {
         }
         stateDirectoryOverride = try arguments.nonEmptyValue(Self.stateDirectory, expected: "a directory")
         maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
-        let events = EventOutputOptions(arguments: arguments)
+        let events = try EventOutputOptions(arguments: arguments)
         (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
         headers = try arguments.headerLines(Self.header, reserved: HeaderValidation.reservedNames)
         transport = try TransportOptions(arguments: arguments)
         verifiesCertificates = !arguments.isSet(Self.insecure)
         monitor = try MonitorOptions(arguments: arguments)
         if writesToStandardOutput && isJSON {
-            throw UsageError("'\(Self.output.synopsis)' '-' and '\(EventOutputOptions.json.synopsis)' both write to stdout; use one")
+            throw UsageError("'\(Self.output.synopsis)' '-' and '\(EventOutputOptions.option("json").synopsis)' both write to stdout; use one")
         }
         if explicitOutput == nil || explicitOutput == "-" {
             for url in (sources.isSameFile ? Array(urls.prefix(1)) : urls) where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
