@@ -14,9 +14,6 @@ struct MonitorOptions: OptionTable, Equatable {
                 into: \.connectivity.response, read: connectivityResponse),
     ]
 
-    /// `--netns`, for the commands that say what it means for them (`download`).
-    static let networkNamespace = option("netns")
-
     /// Help paragraph on the classify.conf files every monitor command reads.
     static let discussion = """
         Classification overrides are also read from /etc/reachability/classify.conf and \

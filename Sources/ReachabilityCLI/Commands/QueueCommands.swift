@@ -99,13 +99,13 @@ struct QueueAddCommand: Command {
         --cacert with the server's certificate instead.
         """ + "\n\n" + ControlOptions.discussion
     static let refusedOptions = [
-        RefusedOption(option: DownloadCommand.header,
+        RefusedOption(option: DownloadCommand.option("header"),
                       reason: "headers usually carry credentials or tokens, and the agent would have to keep them on disk to resume the download after a restart; use 'reachability download -H ...', which keeps them in memory only"),
         RefusedOption(option: TransportOptions.option("limit-rate"),
                       reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --limit-rate SPEED'"),
         RefusedOption(option: TransportOptions.option("cacert"),
                       reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --cacert FILE'"),
-        RefusedOption(option: DownloadCommand.insecure,
+        RefusedOption(option: DownloadCommand.option("insecure"),
                       reason: "queued downloads always check the server's certificate; start the agent with '--cacert FILE' holding the server's certificate instead"),
     ]
 

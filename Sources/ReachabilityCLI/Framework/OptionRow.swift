@@ -64,6 +64,12 @@ struct OptionRow<Target>: Sendable {
         OptionRow(option: nil, store: body)
     }
 
+    /// An option listed here (in help order) but read by a `then` row with the values it
+    /// depends on (`download`'s `--mirror`, read with the URLs).
+    static func listed(_ option: Option) -> OptionRow {
+        OptionRow(option: option) { _, _ in }
+    }
+
     /// The same reading, storing into the `Target` a command keeps at `path` (an included group).
     func lifted<Outer>(to path: WritableKeyPath<Outer, Target> & Sendable) -> OptionRow<Outer> {
         let store = store
