@@ -6,24 +6,24 @@ import ResumableDownloads
 import ReachabilityAgent
 
 /// `reachability agent`: the long-running download agent with a control socket.
-struct AgentCommand: Command {
+struct AgentCommand: Command, OptionTable {
     static let name = "agent"
     static let abstract = "Run the download agent: resume unfinished downloads, follow the network path, accept queue commands."
-    static let stateDirectory = Option.stateDirectory(holding: "socket, lock, log, resume records")
-    static let maximumConcurrent = Option.value(
-        "max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4).")
-    static let connections = Option.value(
-        "connections", valueName: "n",
-        help: "Open at most this many connections to one server at once, over every download (1-\(DownloadAgent.maximumConnectionsPerHostLimit), default \(DownloadAgent.defaultConnectionsPerHost)); see 'reachability help download'.")
-    static let noExpensive = Option.flag(
-        "no-expensive", help: "Keep new downloads off expensive paths (cellular-like, or metered per NetworkManager): they pin to a cheaper interface or wait, and stop (checkpointed) when their path turns expensive.")
-    static let noRoaming = Option.flag(
-        "no-roaming", help: "Keep new downloads off modems registered on a visited network (roaming, per ModemManager).")
-    static let logSize = Option.value(
-        "log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1m; k, m, g, t suffixes); three old files are kept.")
+    static let table: [OptionRow<Self>] = ControlOptions.rows(at: \.control) + [
+        .custom(.value("max-concurrent", valueName: "n", help: "Downloads transferring at once (1...64, default 4)."),
+                into: \.settings.maximumConcurrentDownloads) { try $0.value($1, as: AgentSettings.concurrency) ?? 4 },
+        .custom(.value("connections", valueName: "n", help: "Open at most this many connections to one server at once, over every download (1-\(DownloadAgent.maximumConnectionsPerHostLimit), default \(DownloadAgent.defaultConnectionsPerHost)); see 'reachability help download'."),
+                into: \.settings.maximumConnectionsPerHost) { try $0.value($1, as: DownloadAgent.connectionsPerHostValue) ?? DownloadAgent.defaultConnectionsPerHost },
+        .flag("no-expensive", help: "Keep new downloads off expensive paths (cellular-like, or metered per NetworkManager): they pin to a cheaper interface or wait, and stop (checkpointed) when their path turns expensive.",
+              clears: \.settings.allowsExpensive),
+        .flag("no-roaming", help: "Keep new downloads off modems registered on a visited network (roaming, per ModemManager).",
+              clears: \.settings.allowsRoaming),
+        .custom(.value("log-size", valueName: "bytes", help: "Rotate agent.log at this size (default 1m; k, m, g, t suffixes); three old files are kept."),
+                into: \.logSizeLimit) { Int(try $0.value($1, as: logSizeValue) ?? 1 << 20) },
+    ] + TransportOptions.rows(at: \.transport) + MetricsOptions.rows(at: \.metrics) + MonitorOptions.rows(at: \.monitor) + [
+        .then { _, command in command.settings.proxy = command.transport.proxy },
+    ]
     static let logSizeValue = ByteCount(1024...(1 << 40))
-    static let options = [stateDirectory, maximumConcurrent, connections, noExpensive, noRoaming, logSize] + TransportOptions.all
-        + MetricsOptions.all + MonitorOptions.all
     /// `agent.conf`'s keys as the help lists them, from the table its parser reads.
     static let agentConfigurationLines = AgentSettings.fileKeys.map { "'\($0.name)=\($0.form)'" }.joined(separator: ", ")
     static let discussion: String? = """
@@ -54,28 +54,14 @@ struct AgentCommand: Command {
         writable by others: the message says how to fix it).
         """ + "\n\n" + MetricsOptions.discussion + "\n\n" + MonitorOptions.discussion
 
-    var stateDirectoryArgument: String?
-    var settings: AgentSettings
-    var logSizeLimit: Int
-    var monitor: MonitorOptions
-    var metrics: MetricsOptions
+    /// `--state-dir`, as the control commands take it.
+    var control = ControlOptions()
+    var settings = AgentSettings(maximumConcurrentDownloads: 4, allowsExpensive: true, allowsRoaming: true)
+    var logSizeLimit = 1 << 20
+    var monitor = MonitorOptions()
+    var metrics = MetricsOptions()
     /// `--limit-rate`, `--cacert`, `--proxy`: for every download, restored ones too.
-    var transport: TransportOptions
-
-    init(arguments: ParsedArguments) throws {
-        stateDirectoryArgument = arguments.value(Self.stateDirectory)
-        settings = AgentSettings(
-            maximumConcurrentDownloads: try arguments.value(Self.maximumConcurrent, as: AgentSettings.concurrency) ?? 4,
-            allowsExpensive: !arguments.isSet(Self.noExpensive),
-            allowsRoaming: !arguments.isSet(Self.noRoaming))
-        settings.maximumConnectionsPerHost = try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue)
-            ?? DownloadAgent.defaultConnectionsPerHost
-        logSizeLimit = Int(try arguments.value(Self.logSize, as: Self.logSizeValue) ?? 1 << 20)
-        monitor = try MonitorOptions(arguments: arguments)
-        metrics = try MetricsOptions(arguments: arguments)
-        transport = try TransportOptions(arguments: arguments)
-        settings.proxy = transport.proxy
-    }
+    var transport = TransportOptions()
 
     /// Hands the parsed options to `AgentDaemon.run`, which owns the agent's whole life, with this
     /// context's seams (scripted paths, clocks, signals and files in tests); the CLI-only parts
@@ -90,7 +76,7 @@ struct AgentCommand: Command {
             ? Logger(label: "agent", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) }) : Logger.silent
         let (monitor, transport, metrics, workingDirectory) = (monitor, transport, metrics, context.currentDirectory)
         let options = AgentDaemon.Options(
-            stateDirectory: stateDirectoryArgument, settings: settings, logSizeLimit: logSizeLimit, logger: logger,
+            stateDirectory: control.stateDirectoryArgument, settings: settings, logSizeLimit: logSizeLimit, logger: logger,
             startPaths: {
                 let source = try monitor.startPathSource(in: context)
                 return AgentDaemon.PathFeed(paths: { source.paths }, hostPaths: { source.paths(to: $0) }, cancel: { source.cancel() })

@@ -2,10 +2,12 @@ import ReachabilityAgent
 import ReachabilityBase
 
 /// `reachability agent limit RATE|none`: the agent's one bandwidth limit, changed while it runs.
-struct AgentLimitCommand: Command {
+struct AgentLimitCommand: Command, OptionTable {
     static let name = "agent limit"
     static let abstract = "Set the running agent's one bandwidth limit over all its downloads (or none)."
-    static let options = [ControlOptions.stateDirectory]
+    static let table: [OptionRow<Self>] = ControlOptions.rows(at: \.control) + [
+        .then { arguments, command in command.bytesPerSecond = try rate(arguments.positional(positionals[0])[0]) },
+    ]
     static let positionals = [Positional(name: "rate", help: "Bytes per second over every download together, with k, m, g suffixes (1k = 1024), or none.")]
     static let discussion: String? = """
         The limit is shared by every connection of every download (segments included), higher \
@@ -17,18 +19,16 @@ struct AgentLimitCommand: Command {
 
     /// Bytes per second; nil is `none`.
     var bytesPerSecond: Int64?
-    var control: ControlOptions
+    var control = ControlOptions()
 
-    init(arguments: ParsedArguments) throws {
-        let text = arguments.positional(Self.positionals[0])[0]
-        if text.lowercased() != "none" {
-            do {
-                bytesPerSecond = try AgentRateLimitPolicy.rate.parse(text)
-            } catch {
-                throw UsageError("The value '\(text)' is invalid for '\(Self.positionals[0].synopsis)': expected \(AgentRateLimitPolicy.rate.expectation), or none")
-            }
+    /// The positional rate: bytes per second, or nil for `none`.
+    private static func rate(_ text: String) throws -> Int64? {
+        guard text.lowercased() != "none" else { return nil }
+        do {
+            return try AgentRateLimitPolicy.rate.parse(text)
+        } catch {
+            throw UsageError("The value '\(text)' is invalid for '\(positionals[0].synopsis)': expected \(AgentRateLimitPolicy.rate.expectation), or none")
         }
-        control = ControlOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {

@@ -34,8 +34,8 @@ extension DownloadCommand {
                 throw UsageError.invalidValue(URLRedaction.redacted(path), for: metalink, "expected a Metalink file or an http or https URL")
             }
         }
-        if try arguments.isSet(sameFile) || !arguments.values(mirror).isEmpty {
-            throw UsageError("'\(metalink.synopsis)' takes its sources from the Metalink; '\(mirror.synopsis)' and '\(sameFile.synopsis)' cannot be added")
+        if try arguments.isSet(MirrorOptions.sameFile) || !arguments.values(MirrorOptions.mirror).isEmpty {
+            throw UsageError("'\(metalink.synopsis)' takes its sources from the Metalink; '\(MirrorOptions.mirror.synopsis)' and '\(MirrorOptions.sameFile.synopsis)' cannot be added")
         }
         return path
     }

@@ -8,59 +8,103 @@ import Synchronization
 
 /// `reachability download`: fetch URLs with resume data, pausing while the network is unusable
 /// and continuing from the stored offset when it comes back (or when the command is run again).
-struct DownloadCommand: Command {
+struct DownloadCommand: Command, OptionTable {
     static let name = "download"
     static let abstract = "Download URLs, waiting out network outages and resuming where they stopped."
-    static let output = Option.value(
-        "output", short: "o", valueName: "file",
-        help: "Write the file here (one URL only); '-' writes it to stdout once it is complete and verified. Default: the URL's last path component.")
-    static let directory = Option.value(
-        "directory", short: "d", valueName: "dir",
-        help: "Put downloaded files in this directory (default: the current directory).")
-    /// `--netns` for download: the transfers run in the namespace too, not only the path monitor.
-    static let networkNamespace = Option.value(
-        "netns", valueName: "name",
-        help: "Download inside the named network namespace (see 'ip netns'), watching its path. Needs root and iproute2.")
-    static let sha256 = Option.value(
-        "sha256", valueName: "hex",
-        help: "The SHA-256 (64 hex digits) the file must have; with several URLs it applies to each.")
-    static let noExpensive = Option.flag(
-        "no-expensive", help: "Never use an expensive path (cellular-like, or a link NetworkManager reports metered such as a phone's hotspot); a transfer stops, checkpointed, the moment its path turns expensive and waits for another one.")
-    static let noRoaming = Option.flag(
-        "no-roaming", help: "Never use a modem registered on a visited network (roaming, per ModemManager); wait for another path.")
-    static let connections = Option.value(
-        "connections", valueName: "n",
-        help: "Open this many connections to one server (1-\(DownloadAgent.maximumConnectionsPerHostLimit)): all of them as soon as the server has answered a range request with a 206, as aria2c -x N. Without it: up to \(DownloadAgent.defaultConnectionsPerHost) (as a web browser), added only while each added one makes the download faster. More than one only when the server answers ranges with a validator (or --sha256 is given).")
-    static let interface = Option.repeating(
-        "interface", valueName: "name",
-        help: "Download over this interface only (repeatable: the connections are spread over all those named). Default: every usable uplink when there are several, else the routing table's choice.")
-    static let expensiveAsFallback = Option.flag(
-        "expensive-as-fallback",
-        help: "Use an expensive path only while no other path is usable (by default it is also used beside them, while it adds throughput).")
-    static let stateDirectory = Option.stateDirectory(holding: "resume data")
-    static let maximumOutage = Option.value(
-        "max-outage", valueName: "seconds",
-        help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx (fractions allowed; 'inf', or more than 100 years, waits forever). Default: wait forever.")
-    static let maximumOutageValue = SecondsOrForever()
-    static let header = Option.repeating(
-        "header", short: "H", valueName: "name: value",
-        help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own.")
-    static let limitRate = TransportOptions.limitRate
-    static let certificateAuthorities = TransportOptions.certificateAuthorities
-    static let insecure = Option.flag(
-        "insecure", short: "k",
-        help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).")
-    static let proxy = TransportOptions.proxy
-    static let noProxy = TransportOptions.noProxy
-    static let mirror = MirrorOptions.mirror
-    static let sameFile = MirrorOptions.sameFile
-    static let waitForSpace = Option.flag(
-        "wait-for-space",
-        help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.")
+    // One row per option, in help order; the first row reads the URLs (or the Metalink) and
+    // the sources, which the options below are checked against.
+    static let table: [OptionRow<Self>] = [
+        .then { arguments, command in
+            command.metalinkFile = try metalinkPath(arguments.positional(urls), arguments: arguments)
+            command.urls = command.metalinkFile != nil ? [] : try arguments.positional(urls).map(parseURL)
+            command.sources = try MirrorOptions(arguments: arguments, urls: command.urls)
+        },
+        .reading(.value("output", short: "o", valueName: "file", help: "Write the file here (one URL only); '-' writes it to stdout once it is complete and verified. Default: the URL's last path component.")) {
+            arguments, option, command in
+            command.explicitOutput = arguments.value(option)
+        },
+        .path("directory", short: "d", valueName: "dir", expected: "a directory", help: "Put downloaded files in this directory (default: the current directory).",
+              into: \.directory),
+        .then { _, command in try command.checkOutput() },
+        .custom(.value("sha256", valueName: "hex", help: "The SHA-256 (64 hex digits) the file must have; with several URLs it applies to each."),
+                into: \.expectedSHA256) { try $0.sha256Digest($1) },
+        .flag("no-expensive", help: "Never use an expensive path (cellular-like, or a link NetworkManager reports metered such as a phone's hotspot); a transfer stops, checkpointed, the moment its path turns expensive and waits for another one.",
+              clears: \.allowsExpensive),
+        .flag("no-roaming", help: "Never use a modem registered on a visited network (roaming, per ModemManager); wait for another path.",
+              clears: \.allowsRoaming),
+        .value("connections", valueName: "n", help: "Open this many connections to one server (1-\(DownloadAgent.maximumConnectionsPerHostLimit)): all of them as soon as the server has answered a range request with a 206, as aria2c -x N. Without it: up to \(DownloadAgent.defaultConnectionsPerHost) (as a web browser), added only while each added one makes the download faster. More than one only when the server answers ranges with a validator (or --sha256 is given).",
+               as: DownloadAgent.connectionsPerHostValue, into: \.maximumConnections),
+        .custom(.repeating("interface", valueName: "name", help: "Download over this interface only (repeatable: the connections are spread over all those named). Default: every usable uplink when there are several, else the routing table's choice."),
+                into: \.interfaces) { arguments, option in
+            try arguments.values(option).map { name in
+                guard NetworkInterface.isValidName(name) else {
+                    throw UsageError.invalidValue(name, for: option, "expected an interface name (1-15 visible characters, no '/' or ':')")
+                }
+                return name
+            }
+        },
+        .reading(.flag("expensive-as-fallback", help: "Use an expensive path only while no other path is usable (by default it is also used beside them, while it adds throughput).")) {
+            arguments, option, command in
+            command.usesExpensivePathsOnlyAsFallback = arguments.isSet(option)
+            if command.usesExpensivePathsOnlyAsFallback && !command.allowsExpensive {
+                throw UsageError("'\(option.synopsis)' and '\(Self.option("no-expensive").synopsis)' contradict each other; use one")
+            }
+        },
+        .custom(.stateDirectory(holding: "resume data"), into: \.stateDirectoryOverride) { try $0.nonEmptyValue($1, expected: "a directory") },
+        .custom(.value("max-outage", valueName: "seconds", help: "Give up (keeping the resume data, exit 75) after waiting this long for a usable path, a server that does not answer, or one that keeps answering 5xx (fractions allowed; 'inf', or more than 100 years, waits forever). Default: wait forever."),
+                into: \.maximumOutageWait) { try $0.value($1, as: SecondsOrForever())?.duration },
+        .flag("wait-for-space", help: "When the file would leave less than the larger of 1 GiB and 5 % of its file system free, or the disk fills, wait (checkpointed, checked every 2 s) until space returns instead of failing with exit 74.",
+              sets: \.waitsForSpace),
+    ] + EventOutputOptions.rows(at: \.events) + [
+        .custom(.repeating("header", short: "H", valueName: "name: value", help: "Send this request header (repeatable). Range, If-Range and Accept-Encoding are the downloader's own."),
+                into: \.headers) { try $0.headerLines($1, reserved: HeaderValidation.reservedNames) },
+    ] + transportRows(insecure: .flag("insecure", short: "k", help: "Do not check the server's certificate (anyone on the path can then change the file; use --sha256).",
+                                      clears: \.verifiesCertificates)) + [
+        // Read with the URLs by the first row.
+        .listed(MirrorOptions.mirror), .listed(MirrorOptions.sameFile), .listed(metalink),
+    ] + MonitorOptions.rows(at: \.monitor).map {
+        // `--netns` for download: the transfers run in the namespace too, not only the path monitor.
+        $0.option?.name != "netns" ? $0
+            : $0.described(as: "Download inside the named network namespace (see 'ip netns'), watching its path. Needs root and iproute2.")
+    } + [
+        .then { _, command in try command.checkStandardOutput() },
+    ]
+
+    /// The transport group's rows with `--insecure` among them, where `download --help` lists it.
+    private static func transportRows(insecure: OptionRow<Self>) -> [OptionRow<Self>] {
+        let transport = TransportOptions.rows(at: \Self.transport)
+        return Array(transport.prefix(2)) + [insecure] + transport.dropFirst(2)
+    }
+
+    /// `-o` against the URLs and `-d`.
+    private func checkOutput() throws {
+        let (output, directory) = (Self.option("output"), Self.option("directory"))
+        guard let explicitOutput else { return }
+        if urls.count > 1, !sources.isSameFile {
+            throw UsageError("'\(output.synopsis)' names one file but \(urls.count) URLs were given; use '\(directory.synopsis)' instead")
+        }
+        if self.directory != nil {
+            throw UsageError("'\(output.synopsis)' and '\(directory.synopsis)' cannot be used together")
+        }
+        if explicitOutput.isEmpty || (explicitOutput.hasSuffix("/") && explicitOutput != "-") {
+            throw UsageError.invalidValue(explicitOutput, for: output, "expected a file name")
+        }
+    }
+
+    /// `-o -` against `--json`, and a file name for every URL without `-o`.
+    private func checkStandardOutput() throws {
+        let output = Self.option("output")
+        if writesToStandardOutput && isJSON {
+            throw UsageError("'\(output.synopsis)' '-' and '\(EventOutputOptions.option("json").synopsis)' both write to stdout; use one")
+        }
+        if explicitOutput == nil || explicitOutput == "-" {
+            for url in (sources.isSameFile ? Array(urls.prefix(1)) : urls) where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
+                throw UsageError("Cannot name a file after '\(URLRedaction.redacted(url))' (no file name in its path); use '\(output.synopsis)'")
+            }
+        }
+    }
+
     static let urls = Positional(name: "url", help: "http or https URLs to download.", isRepeating: true)
-    static let options = [output, directory, sha256, noExpensive, noRoaming, connections, interface, expensiveAsFallback, stateDirectory,
-                          maximumOutage, waitForSpace] + EventOutputOptions.all + [header, limitRate, certificateAuthorities, insecure, proxy, noProxy, mirror, sameFile, metalink]
-        + MonitorOptions.all.map { $0.name == MonitorOptions.networkNamespace.name ? networkNamespace : $0 }
     static let positionals = [urls]
     static let discussion: String? = """
         Each file is written to NAME.part and moved to NAME only once it is complete (and matches \
@@ -108,30 +152,32 @@ struct DownloadCommand: Command {
     /// Downloads transferring at once (the agent's default); further URLs wait for a slot.
     static let maximumConcurrentDownloads = 4
 
-    var urls: [URL]
+    var urls: [URL] = []
     /// `--mirror` and `--same-file`: the positional URLs (or the one with its mirrors) are one file.
-    var sources: MirrorOptions
+    var sources = MirrorOptions()
     var explicitOutput: String?
     var directory: String?
     var expectedSHA256: String?
-    var allowsExpensive: Bool
-    var allowsRoaming: Bool
+    var allowsExpensive = true
+    var allowsRoaming = true
     /// `--wait-for-space`: the free-space rule instead of exit 74 on a full disk.
-    var waitsForSpace: Bool
+    var waitsForSpace = false
     /// `--connections`: nil keeps the agent's default.
     var maximumConnections: Int?
     /// `--interface`, in the order given.
-    var interfaces: [String]
-    var usesExpensivePathsOnlyAsFallback: Bool
+    var interfaces: [String] = []
+    var usesExpensivePathsOnlyAsFallback = false
     var stateDirectoryOverride: String?
     var maximumOutageWait: Duration?
-    var isJSON: Bool
-    var isQuiet: Bool
-    var headers: [String]
+    /// `--json`, `--quiet`.
+    var events = EventOutputOptions()
+    var isJSON: Bool { events.isJSON }
+    var isQuiet: Bool { events.isQuiet }
+    var headers: [String] = []
     /// `--limit-rate`, `--cacert`, `--proxy`, `--no-proxy`: set on each engine the command starts.
-    var transport: TransportOptions
-    var verifiesCertificates: Bool
-    var monitor: MonitorOptions
+    var transport = TransportOptions()
+    var verifiesCertificates = true
+    var monitor = MonitorOptions()
     /// `--metalink`: the Metalink file given instead of URLs (read by `resolvingMetalink`).
     var metalinkFile: String?
     /// The Metalink's SHA-256 pieces, checked when it gives no whole-file SHA-256.
@@ -144,56 +190,7 @@ struct DownloadCommand: Command {
     /// `-o -`.
     var writesToStandardOutput: Bool { explicitOutput == "-" }
 
-    // Over 60 lines on purpose: every option of `download` read once, with the checks between options beside them.
-    init(arguments: ParsedArguments) throws {
-        metalinkFile = try Self.metalinkPath(arguments.positional(Self.urls), arguments: arguments)
-        urls = metalinkFile != nil ? [] : try arguments.positional(Self.urls).map(Self.parseURL)
-        sources = try MirrorOptions(arguments: arguments, urls: urls)
-        explicitOutput = arguments.value(Self.output)
-        directory = try arguments.nonEmptyValue(Self.directory, expected: "a directory")
-        if let explicitOutput {
-            if urls.count > 1, !sources.isSameFile {
-                throw UsageError("'\(Self.output.synopsis)' names one file but \(urls.count) URLs were given; use '\(Self.directory.synopsis)' instead")
-            }
-            if directory != nil {
-                throw UsageError("'\(Self.output.synopsis)' and '\(Self.directory.synopsis)' cannot be used together")
-            }
-            if explicitOutput.isEmpty || (explicitOutput.hasSuffix("/") && explicitOutput != "-") {
-                throw UsageError.invalidValue(explicitOutput, for: Self.output, "expected a file name")
-            }
-        }
-        expectedSHA256 = try arguments.sha256Digest(Self.sha256)
-        allowsExpensive = !arguments.isSet(Self.noExpensive)
-        waitsForSpace = arguments.isSet(Self.waitForSpace)
-        allowsRoaming = !arguments.isSet(Self.noRoaming)
-        maximumConnections = try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue)
-        interfaces = try arguments.values(Self.interface).map { name in
-            guard NetworkInterface.isValidName(name) else {
-                throw UsageError.invalidValue(name, for: Self.interface, "expected an interface name (1-15 visible characters, no '/' or ':')")
-            }
-            return name
-        }
-        usesExpensivePathsOnlyAsFallback = arguments.isSet(Self.expensiveAsFallback)
-        if usesExpensivePathsOnlyAsFallback && !allowsExpensive {
-            throw UsageError("'\(Self.expensiveAsFallback.synopsis)' and '\(Self.noExpensive.synopsis)' contradict each other; use one")
-        }
-        stateDirectoryOverride = try arguments.nonEmptyValue(Self.stateDirectory, expected: "a directory")
-        maximumOutageWait = try arguments.value(Self.maximumOutage, as: Self.maximumOutageValue)?.duration
-        let events = EventOutputOptions(arguments: arguments)
-        (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
-        headers = try arguments.headerLines(Self.header, reserved: HeaderValidation.reservedNames)
-        transport = try TransportOptions(arguments: arguments)
-        verifiesCertificates = !arguments.isSet(Self.insecure)
-        monitor = try MonitorOptions(arguments: arguments)
-        if writesToStandardOutput && isJSON {
-            throw UsageError("'\(Self.output.synopsis)' '-' and '\(EventOutputOptions.json.synopsis)' both write to stdout; use one")
-        }
-        if explicitOutput == nil || explicitOutput == "-" {
-            for url in (sources.isSameFile ? Array(urls.prefix(1)) : urls) where explicitOutput == nil && Self.defaultFileName(for: url) == nil {
-                throw UsageError("Cannot name a file after '\(URLRedaction.redacted(url))' (no file name in its path); use '\(Self.output.synopsis)'")
-            }
-        }
-    }
+    init() {}
 
     /// Only absolute http/https URLs with a host; anything else is a usage error.
     static func parseURL(_ text: String) throws -> URL {
@@ -250,7 +247,7 @@ struct DownloadCommand: Command {
         }
         var seen: Set<String> = []
         for job in jobs where !seen.insert(job.destination.path).inserted {
-            throw UsageError("Two URLs would be saved as '\(job.destination.path)'; download them separately with '\(Self.output.synopsis)'")
+            throw UsageError("Two URLs would be saved as '\(job.destination.path)'; download them separately with '\(Self.option("output").synopsis)'")
         }
         return jobs
     }

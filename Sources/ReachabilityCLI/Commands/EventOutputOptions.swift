@@ -1,22 +1,15 @@
 /// `--json` and `--quiet` of the commands that report a transfer's events (`download`, `upload`):
 /// declared and read once, so the two commands mean the same by them.
-struct EventOutputOptions: Sendable, Equatable {
-    static let json = Option.flag(
-        "json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.")
-    static let quiet = Option.flag(
-        "quiet", short: "q", help: "Print no events and no progress bars; errors are still printed.")
-    /// The two, for an option table.
-    static let all = [json, quiet]
+struct EventOutputOptions: OptionTable, Equatable {
+    static let table: [OptionRow<Self>] = [
+        .flag("json", help: "Print one JSON object per event on stdout (NDJSON, docs/events.md) instead of text lines on stderr.", sets: \.isJSON),
+        .flag("quiet", short: "q", help: "Print no events and no progress bars; errors are still printed.", sets: \.isQuiet),
+    ]
 
     /// `--json`.
-    var isJSON: Bool
+    var isJSON = false
     /// `--quiet`.
-    var isQuiet: Bool
-
-    init(arguments: ParsedArguments) {
-        isJSON = arguments.isSet(Self.json)
-        isQuiet = arguments.isSet(Self.quiet)
-    }
+    var isQuiet = false
 }
 
 extension Option {

@@ -1,23 +1,18 @@
 import LinuxReachability
 
 /// Options shared by every command that runs a `PathMonitor`, and how they become its configuration.
-struct MonitorOptions: Sendable, Equatable {
-    static let networkNamespace = Option.value(
-        "netns", valueName: "name",
-        help: "Use the network namespace NAME (see 'ip netns list') instead of the current one. Needs CAP_SYS_ADMIN (root).")
-    static let classify = Option.repeating(
-        "classify", valueName: "pattern=type",
-        help: "Report interfaces whose name matches the glob PATTERN as TYPE (wired, wifi, cellular, loopback, other). Repeatable; wins over classify.conf.")
-    static let verbose = Option.flag("verbose", help: "Log the monitor's diagnostics to stderr.")
-    static let connectivityURL = Option.value(
-        "connectivity-url", valueName: "url",
-        help: "Also check the Internet beyond the route with an HTTP GET of URL (http:// only; 'none' turns off a check from the config files): full on 204, or on 200 with --connectivity-response's text; portal on a redirect or another page; limited on no answer.")
-    static let connectivityResponse = Option.value(
-        "connectivity-response", valueName: "text",
-        help: "The text a 200 answer to --connectivity-url must start with (default: expect 204 No Content).")
-
-    /// The shared options, for a command's option table.
-    static let all = [networkNamespace, classify, verbose, connectivityURL, connectivityResponse]
+struct MonitorOptions: OptionTable, Equatable {
+    static let table: [OptionRow<Self>] = [
+        .custom(.value("netns", valueName: "name", help: "Use the network namespace NAME (see 'ip netns list') instead of the current one. Needs CAP_SYS_ADMIN (root)."),
+                into: \.networkNamespace, read: namespaceName),
+        .custom(.repeating("classify", valueName: "pattern=type", help: "Report interfaces whose name matches the glob PATTERN as TYPE (wired, wifi, cellular, loopback, other). Repeatable; wins over classify.conf."),
+                into: \.overrides, read: classifyRules),
+        .flag("verbose", help: "Log the monitor's diagnostics to stderr.", sets: \.isVerbose),
+        .custom(.value("connectivity-url", valueName: "url", help: "Also check the Internet beyond the route with an HTTP GET of URL (http:// only; 'none' turns off a check from the config files): full on 204, or on 200 with --connectivity-response's text; portal on a redirect or another page; limited on no answer."),
+                into: \.connectivity, read: connectivityURL),
+        .custom(.value("connectivity-response", valueName: "text", help: "The text a 200 answer to --connectivity-url must start with (default: expect 204 No Content)."),
+                into: \.connectivity.response, read: connectivityResponse),
+    ]
 
     /// Help paragraph on the classify.conf files every monitor command reads.
     static let discussion = """
@@ -35,52 +30,62 @@ struct MonitorOptions: Sendable, Equatable {
     /// `--netns`, validated.
     var networkNamespace: String?
     /// `--classify` rules, in command-line order.
-    var overrides: [ClassificationOverride]
+    var overrides: [ClassificationOverride] = []
     /// `--verbose`.
-    var isVerbose: Bool
+    var isVerbose = false
     /// Set by commands that show every interface (`--all-interfaces`, `status --explain`).
     var includesAllInterfaces = false
     /// `--connectivity-url` / `--connectivity-response`.
     var connectivity = ConnectivitySettings()
 
     /// `--all-interfaces`, for the commands that print paths.
-    static let allInterfaces = Option.flag(
-        "all-interfaces", help: "List every interface in --json output, not only the usable ones (and print a line when any of them changes).")
+    static func allInterfaces<Command>(sets path: WritableKeyPath<Command, Bool> & Sendable) -> OptionRow<Command> {
+        .flag("all-interfaces", help: "List every interface in --json output, not only the usable ones (and print a line when any of them changes).",
+              sets: path)
+    }
 
-    /// Reads and validates the shared options.
-    init(arguments: ParsedArguments) throws {
-        if let name = arguments.value(Self.networkNamespace) {
-            // ip-netns keeps namespaces as files under /run/netns, so a name is one path component.
-            guard !name.isEmpty, name != ".", name != "..", !name.contains("/") else {
-                throw UsageError.invalidValue(name, for: Self.networkNamespace, "expected a namespace name as listed by 'ip netns'")
-            }
-            networkNamespace = name
+    init() {}
+
+    /// `--netns NAME`: ip-netns keeps namespaces as files under /run/netns, so a name is one path component.
+    private static func namespaceName(_ arguments: ParsedArguments, _ option: Option) throws -> String? {
+        guard let name = arguments.value(option) else { return nil }
+        guard !name.isEmpty, name != ".", name != "..", !name.contains("/") else {
+            throw UsageError.invalidValue(name, for: option, "expected a namespace name as listed by 'ip netns'")
         }
-        overrides = try arguments.values(Self.classify).map { rule in
+        return name
+    }
+
+    private static func classifyRules(_ arguments: ParsedArguments, _ option: Option) throws -> [ClassificationOverride] {
+        try arguments.values(option).map { rule in
             do throws(ClassifyRules.RuleError) {
                 return try ClassifyRules.parseRule(rule, source: "--classify")
             } catch {
-                throw UsageError.invalidValue(rule, for: Self.classify, error.reason)
+                throw UsageError.invalidValue(rule, for: option, error.reason)
             }
         }
-        isVerbose = arguments.isSet(Self.verbose)
-        if let url = arguments.value(Self.connectivityURL) {
-            connectivity.url = url
-            connectivity.source = "--connectivity-url"
-            if !["", "none", "off"].contains(url) {
-                do {
-                    _ = try ConnectivityCheck(url: url)
-                } catch {
-                    throw UsageError.invalidValue(url, for: Self.connectivityURL, error.description)
-                }
+    }
+
+    private static func connectivityURL(_ arguments: ParsedArguments, _ option: Option) throws -> ConnectivitySettings {
+        var connectivity = ConnectivitySettings()
+        guard let url = arguments.value(option) else { return connectivity }
+        connectivity.url = url
+        connectivity.source = "--connectivity-url"
+        if !["", "none", "off"].contains(url) {
+            do {
+                _ = try ConnectivityCheck(url: url)
+            } catch {
+                throw UsageError.invalidValue(url, for: option, error.description)
             }
         }
-        if let response = arguments.value(Self.connectivityResponse) {
-            guard response.utf8.count <= 4096 else {
-                throw UsageError.invalidValue(response, for: Self.connectivityResponse, "longer than 4096 bytes")
-            }
-            connectivity.response = response
+        return connectivity
+    }
+
+    private static func connectivityResponse(_ arguments: ParsedArguments, _ option: Option) throws -> String? {
+        guard let response = arguments.value(option) else { return nil }
+        guard response.utf8.count <= 4096 else {
+            throw UsageError.invalidValue(response, for: option, "longer than 4096 bytes")
         }
+        return response
     }
 
     /// The monitor configuration: checks namespace privilege and loads classify.conf files.

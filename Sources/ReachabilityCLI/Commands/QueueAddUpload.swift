@@ -11,7 +11,7 @@ struct QueueAddUpload: Sendable {
     static let upload = Option.value(
         "upload", valueName: "file",
         help: "Upload this regular file to URL as a job of the agent, instead of downloading URL: it survives this command, follows the path, and continues from the server's offset after an agent restart. The file is opened here and handed to the agent, which sends only what you can read.")
-    static let options = [upload, UploadCommand.protocolOption, UploadCommand.method, UploadCommand.restartPlain]
+    static let options = [upload] + ["protocol", "method", "restart-plain"].map(UploadCommand.option)
     /// Download options that mean nothing for an upload.
     static let downloadOnly = [QueueAddCommand.output, QueueAddCommand.sha256, QueueAddCommand.replace,
                                QueueAddCommand.connections, QueueAddCommand.noConstrained, QueueAddCommand.priority]
@@ -21,7 +21,7 @@ struct QueueAddUpload: Sendable {
 
     /// The upload part of `queue add`'s arguments; nil without `--upload` (then the upload-only
     /// options are a usage error).
-    init?(arguments: ParsedArguments) throws(UsageError) {
+    init?(arguments: ParsedArguments) throws {
         guard let path = arguments.value(Self.upload) else {
             for option in Self.options.dropFirst() where arguments.isSet(option) || arguments.value(option) != nil {
                 throw UsageError("--\(option.name) needs --upload FILE")
@@ -32,23 +32,10 @@ struct QueueAddUpload: Sendable {
         for option in Self.downloadOnly where arguments.isSet(option) || arguments.value(option) != nil {
             throw UsageError("--\(option.name) is for downloads; an upload job takes --protocol, --method and --restart-plain")
         }
-        var choice = UploadProtocol.auto
-        if let name = arguments.value(UploadCommand.protocolOption) {
-            guard let parsed = UploadProtocol(rawValue: name.lowercased()) else {
-                throw UsageError.invalidValue(name, for: UploadCommand.protocolOption, "expected auto, ietf, tus or put")
-            }
-            choice = parsed
-        }
-        var method: HTTPMethod?
-        if let text = arguments.value(UploadCommand.method) {
-            guard let parsed = HTTPMethod(text) else {
-                throw UsageError.invalidValue(text, for: UploadCommand.method, "expected an HTTP method such as POST or PUT")
-            }
-            method = parsed
-        }
         self.path = path
-        request = UploadJobRequest(file: path, protocol: choice, method: method,
-                                   restartPlain: arguments.isSet(UploadCommand.restartPlain))
+        request = UploadJobRequest(file: path, protocol: try UploadCommand.protocolChoice(arguments, Self.options[1]) ?? .auto,
+                                   method: try UploadCommand.method(arguments, Self.options[2]),
+                                   restartPlain: arguments.isSet(Self.options[3]))
     }
 
     /// Opens the file, checks it is a regular file, and hands it to the agent with the request.

@@ -5,14 +5,12 @@ import ReachabilityBase
 import ResumableDownloads
 
 /// `--state-dir` shared by the control commands, and the request round trip they all make.
-struct ControlOptions: Sendable {
-    static let stateDirectory = AgentCommand.stateDirectory
+struct ControlOptions: OptionTable {
+    static let table: [OptionRow<Self>] = [
+        .custom(.stateDirectory(holding: "socket, lock, log, resume records"), into: \.stateDirectoryArgument) { $0.value($1) },
+    ]
 
     var stateDirectoryArgument: String?
-
-    init(arguments: ParsedArguments) {
-        stateDirectoryArgument = arguments.value(Self.stateDirectory)
-    }
 
     /// Sends `command` to the agent and returns its successful reply; a failure is an
     /// `AgentClientError` (77 when the agent belongs to another user, 1 otherwise).
@@ -85,7 +83,7 @@ struct QueueAddCommand: Command {
     static let metalink = Option.flag(
         "metalink", help: "The argument is a local Metalink 4 file (.meta4) of one file: its URLs become the source and mirrors, its SHA-256 and piece hashes the checks.")
     static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority, deadline, noProgressTimeout,
-                          onComplete, mirror, metalink, TransportOptions.proxy, TransportOptions.noProxy] + QueueAddUpload.options + [ControlOptions.stateDirectory]
+                          onComplete, mirror, metalink, TransportOptions.option("proxy"), TransportOptions.option("no-proxy")] + QueueAddUpload.options + ControlOptions.options
     static let positionals = [Positional(name: "url", help: "An http or https URL (with --upload: where the file goes).")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -101,13 +99,13 @@ struct QueueAddCommand: Command {
         --cacert with the server's certificate instead.
         """ + "\n\n" + ControlOptions.discussion
     static let refusedOptions = [
-        RefusedOption(option: DownloadCommand.header,
+        RefusedOption(option: DownloadCommand.option("header"),
                       reason: "headers usually carry credentials or tokens, and the agent would have to keep them on disk to resume the download after a restart; use 'reachability download -H ...', which keeps them in memory only"),
-        RefusedOption(option: TransportOptions.limitRate,
+        RefusedOption(option: TransportOptions.option("limit-rate"),
                       reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --limit-rate SPEED'"),
-        RefusedOption(option: TransportOptions.certificateAuthorities,
+        RefusedOption(option: TransportOptions.option("cacert"),
                       reason: "it is the agent's setting for all its downloads: start the agent with 'reachability agent --cacert FILE'"),
-        RefusedOption(option: DownloadCommand.insecure,
+        RefusedOption(option: DownloadCommand.option("insecure"),
                       reason: "queued downloads always check the server's certificate; start the agent with '--cacert FILE' holding the server's certificate instead"),
     ]
 
@@ -152,13 +150,13 @@ struct QueueAddCommand: Command {
                 throw UsageError("'\(Self.mirror.synopsis)' is for downloads, not '--upload'")
             }
             if upload != nil, job.proxy != nil {
-                throw UsageError("'\(TransportOptions.proxy.synopsis)' and '\(TransportOptions.noProxy.synopsis)' are for downloads, not '--upload'")
+                throw UsageError("'\(TransportOptions.option("proxy").synopsis)' and '\(TransportOptions.option("no-proxy").synopsis)' are for downloads, not '--upload'")
             }
             url = try DownloadCommand.parseURL(positional)
         }
         outputPath = try arguments.nonEmptyValue(Self.output, expected: "a file path")
         expectedSHA256 = try arguments.sha256Digest(Self.sha256)
-        control = ControlOptions(arguments: arguments)
+        control = try ControlOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
@@ -191,12 +189,13 @@ struct QueueAddCommand: Command {
 }
 
 /// `reachability queue list [--json]`.
-struct QueueListCommand: Command {
+struct QueueListCommand: Command, OptionTable {
     static let name = "queue list"
     static let abstract = "List the agent's downloads."
-    static let json = Option.flag("json", help: "Print one JSON object per download (NDJSON).")
-    static let all = Option.flag("all", help: "List every download, not only the first \(rows) unfinished and the latest \(rows) finished.")
-    static let options = [json, all, ControlOptions.stateDirectory]
+    static let table: [OptionRow<Self>] = [
+        .flag("json", help: "Print one JSON object per download (NDJSON).", sets: \.isJSON),
+        .flag("all", help: "List every download, not only the first \(rows) unfinished and the latest \(rows) finished.", sets: \.isAll),
+    ] + ControlOptions.rows(at: \.control)
     static let discussion: String? = """
         Text columns: short ID (any unique prefix works for pause/resume/cancel), state, bytes, URL -> file, \
         then the job's own choices in brackets when it has any ([priority low, at most 2 connections, no constrained paths]). \
@@ -207,15 +206,9 @@ struct QueueListCommand: Command {
     /// Rows of each kind without `--all` (aria2c's `tellStopped` pages the same way).
     static let rows = 100
 
-    var isJSON: Bool
-    var isAll: Bool
-    var control: ControlOptions
-
-    init(arguments: ParsedArguments) throws {
-        isJSON = arguments.isSet(Self.json)
-        isAll = arguments.isSet(Self.all)
-        control = ControlOptions(arguments: arguments)
-    }
+    var isJSON = false
+    var isAll = false
+    var control = ControlOptions()
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let response = try await control.send(.list(rows: isAll ? nil : Self.rows), in: context)
@@ -232,20 +225,17 @@ struct QueueListCommand: Command {
 
 /// `queue pause|resume|cancel ID`: one command, its verb a type parameter (the command list
 /// names types), so the three share everything but the row of `QueueVerb` they read.
-struct QueueControlCommand<Verb: QueueVerbName>: Command {
+struct QueueControlCommand<Verb: QueueVerbName>: Command, OptionTable {
     static var name: String { "queue \(Verb.verb.rawValue)" }
     static var abstract: String { Verb.verb.abstract }
-    static var options: [Option] { [ControlOptions.stateDirectory] }
+    static var table: [OptionRow<Self>] {
+        ControlOptions.rows(at: \.control) + [.then { arguments, command in command.id = arguments.positional(positionals[0])[0] }]
+    }
     static var positionals: [Positional] { [Positional(name: "id", help: "A download ID or a unique prefix of one (see 'queue list').")] }
     static var discussion: String? { ControlOptions.discussion }
 
-    var id: String
-    var control: ControlOptions
-
-    init(arguments: ParsedArguments) throws {
-        id = arguments.positional(Self.positionals[0])[0]
-        control = ControlOptions(arguments: arguments)
-    }
+    var id = ""
+    var control = ControlOptions()
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let response = try await control.send(Verb.verb.command(id), in: context)
@@ -288,20 +278,16 @@ typealias QueueResumeCommand = QueueControlCommand<QueueResume>
 typealias QueueCancelCommand = QueueControlCommand<QueueCancel>
 
 /// `reachability agent status [--json]`.
-struct AgentStatusCommand: Command {
+struct AgentStatusCommand: Command, OptionTable {
     static let name = "agent status"
     static let abstract = "Show the running agent's path, limits and download counts."
-    static let json = Option.flag("json", help: "Print the status as one JSON object.")
-    static let options = [json, ControlOptions.stateDirectory]
+    static let table: [OptionRow<Self>] = [
+        .flag("json", help: "Print the status as one JSON object.", sets: \.isJSON),
+    ] + ControlOptions.rows(at: \.control)
     static let discussion: String? = ControlOptions.discussion
 
-    var isJSON: Bool
-    var control: ControlOptions
-
-    init(arguments: ParsedArguments) throws {
-        isJSON = arguments.isSet(Self.json)
-        control = ControlOptions(arguments: arguments)
-    }
+    var isJSON = false
+    var control = ControlOptions()
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let response = try await control.send(.status, in: context)

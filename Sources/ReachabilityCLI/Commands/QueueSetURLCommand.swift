@@ -3,10 +3,15 @@ import ReachabilityAgent
 
 /// `reachability queue set-url ID URL`: an expired link replaced, the bytes kept (issue 34;
 /// BITS' `SetRemoteName`).
-struct QueueSetURLCommand: Command {
+struct QueueSetURLCommand: Command, OptionTable {
     static let name = "queue set-url"
     static let abstract = "Fetch a queued download from a new URL, keeping the bytes it has (an expired link replaced)."
-    static let options = [ControlOptions.stateDirectory]
+    static let table: [OptionRow<Self>] = ControlOptions.rows(at: \.control) + [
+        .then { arguments, command in
+            command.id = arguments.positional(positionals[0])[0]
+            command.url = try DownloadCommand.parseURL(arguments.positional(positionals[1])[0])
+        },
+    ]
     static let positionals = [Positional(name: "id", help: "A download ID or a unique prefix of one (see 'queue list')."),
                               Positional(name: "url", help: "The new http or https URL of the same file.")]
     static let discussion: String? = """
@@ -19,15 +24,10 @@ struct QueueSetURLCommand: Command {
         a paused one stays paused. Prints the job's line.
         """ + "\n\n" + ControlOptions.discussion
 
-    var id: String
-    var url: URL
-    var control: ControlOptions
-
-    init(arguments: ParsedArguments) throws {
-        id = arguments.positional(Self.positionals[0])[0]
-        url = try DownloadCommand.parseURL(arguments.positional(Self.positionals[1])[0])
-        control = ControlOptions(arguments: arguments)
-    }
+    var id = ""
+    /// Replaced by the positional URL before the command runs.
+    var url = URL(fileURLWithPath: "/")
+    var control = ControlOptions()
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let response = try await control.send(.setURL(id, url: url), in: context)

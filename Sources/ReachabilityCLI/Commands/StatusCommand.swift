@@ -1,30 +1,27 @@
 import LinuxReachability
 
 /// `reachability status`: print the current path once; exit 0 when satisfied, 1 when not.
-struct StatusCommand: Command {
+struct StatusCommand: Command, OptionTable {
     static let name = "status"
     static let abstract = "Print whether and how the network is reachable now."
-    static let json = Option.flag("json", help: "Print one JSON object instead of text.")
-    static let explain = Option.flag(
-        "explain", help: "Also print the routes and every interface with its type, the evidence for it, state and addresses.")
-    static let options = [json, explain, MonitorOptions.allInterfaces] + MonitorOptions.all
+    static let table: [OptionRow<Self>] = [
+        .flag("json", help: "Print one JSON object instead of text.", sets: \.isJSON),
+        .flag("explain", help: "Also print the routes and every interface with its type, the evidence for it, state and addresses.",
+              sets: \.isExplaining),
+        MonitorOptions.allInterfaces(sets: \.monitor.includesAllInterfaces),
+    ] + MonitorOptions.rows(at: \.monitor) + [
+        // --explain shows every interface with its evidence.
+        .then { _, command in command.monitor.includesAllInterfaces = command.monitor.includesAllInterfaces || command.isExplaining },
+    ]
     static let discussion: String? = """
         EXIT STATUS: 0 when the network is reachable, 1 when it is not or the monitor failed, \
         64 for a usage error, 66 when --netns names no namespace, 77 when --netns lacks privilege, \
         78 for a bad classify.conf line.
         """ + "\n\n" + MonitorOptions.discussion
 
-    var isJSON: Bool
-    var isExplaining: Bool
-    var monitor: MonitorOptions
-
-    init(arguments: ParsedArguments) throws {
-        isJSON = arguments.isSet(Self.json)
-        isExplaining = arguments.isSet(Self.explain)
-        monitor = try MonitorOptions(arguments: arguments)
-        // --explain shows every interface with its evidence.
-        monitor.includesAllInterfaces = isExplaining || arguments.isSet(MonitorOptions.allInterfaces)
-    }
+    var isJSON = false
+    var isExplaining = false
+    var monitor = MonitorOptions()
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let (source, configuration) = try monitor.startPathSource(in: context, validate: { _ in })

@@ -9,26 +9,30 @@ import Synchronization
 /// `reachability upload FILE URL`: send a file, stopping the moment the path goes and continuing
 /// from the server's offset when it is back (IETF resumable-upload draft or tus), or one plain
 /// `PUT`/`POST` for servers without resumption.
-struct UploadCommand: Command {
+struct UploadCommand: Command, OptionTable {
     static let name = "upload"
     static let abstract = "Upload a file, resuming from the server's offset after network outages."
-    static let protocolOption = Option.value(
-        "protocol", valueName: "name",
-        help: "auto (ask the server: tus when it answers Tus-Resumable, else the IETF resumable-upload draft, which a plain server takes as one POST), ietf, tus or put (one plain PUT, no resumption). Default: auto.")
-    static let method = Option.value(
-        "method", short: "X", valueName: "method",
-        help: "The method of the creation request (IETF draft) or of the plain upload. Default: POST, or PUT with --protocol put.")
-    static let header = Option.repeating(
-        "header", short: "H", valueName: "name: value",
-        help: "Send this header with the creation or plain request (repeatable), e.g. 'Content-Type: image/jpeg'.")
-    static let restartPlain = Option.flag(
-        "restart-plain", help: "With a plain PUT, send the file again from the start after a failure (a POST is never sent twice).")
-    static let idleTimeout = Option.value(
-        "idle-timeout", valueName: "seconds",
-        help: "End an attempt when nothing was sent or received for this long, and resume it (a server that stopped answering). Default: 5.")
+    static let table: [OptionRow<Self>] = [
+        .custom(.value("protocol", valueName: "name", help: "auto (ask the server: tus when it answers Tus-Resumable, else the IETF resumable-upload draft, which a plain server takes as one POST), ietf, tus or put (one plain PUT, no resumption). Default: auto."),
+                into: \.uploadOptions.protocolChoice) { try protocolChoice($0, $1) ?? .auto },
+        .reading(.value("method", short: "X", valueName: "method", help: "The method of the creation request (IETF draft) or of the plain upload. Default: POST, or PUT with --protocol put.")) {
+            arguments, option, command in
+            command.uploadOptions.method = try method(arguments, option) ?? (command.uploadOptions.protocolChoice == .put ? .put : .post)
+        },
+        .custom(.repeating("header", short: "H", valueName: "name: value", help: "Send this header with the creation or plain request (repeatable), e.g. 'Content-Type: image/jpeg'."),
+                into: \.uploadOptions.headerFields) { try $0.headerLines($1, reserved: ExchangeRequest.reservedHeaderNames) },
+        .flag("restart-plain", help: "With a plain PUT, send the file again from the start after a failure (a POST is never sent twice).",
+              sets: \.uploadOptions.allowsPlainRetry),
+        .custom(.value("idle-timeout", valueName: "seconds", help: "End an attempt when nothing was sent or received for this long, and resume it (a server that stopped answering). Default: 5."),
+                into: \.uploadOptions.idleTimeout) { try $0.value($1, as: idleTimeoutValue) ?? UploadOptions().idleTimeout },
+    ] + EventOutputOptions.rows(at: \.events) + MonitorOptions.rows(at: \.monitor) + [
+        .then { arguments, command in
+            command.path = arguments.positional(file)[0]
+            command.target = try DownloadCommand.parseURL(arguments.positional(url)[0])
+        },
+    ]
     static let file = Positional(name: "file", help: "The regular file to upload.")
     static let url = Positional(name: "url", help: "The http or https URL to upload to.")
-    static let options = [protocolOption, method, header, restartPlain, idleTimeout] + EventOutputOptions.all + MonitorOptions.all
     static let positionals = [file, url]
     static let discussion: String? = """
         The file is read as it is sent; if it changes meanwhile (size, modification time or \
@@ -46,41 +50,31 @@ struct UploadCommand: Command {
 
     static let idleTimeoutValue = Seconds(.milliseconds(100)...Duration.seconds(3600))
 
-    var path: String
-    var target: URL
-    var uploadOptions: UploadOptions
-    var isJSON: Bool
-    var isQuiet: Bool
-    var monitor: MonitorOptions
+    var path = ""
+    /// Replaced by the positional URL before the command runs.
+    var target = URL(fileURLWithPath: "/")
+    var uploadOptions = UploadOptions()
+    var events = EventOutputOptions()
+    var isJSON: Bool { events.isJSON }
+    var isQuiet: Bool { events.isQuiet }
+    var monitor = MonitorOptions()
 
-    init(arguments: ParsedArguments) throws {
-        guard let path = arguments.positional(Self.file).first, let url = arguments.positional(Self.url).first else {
-            throw UsageError("'\(Self.commandPath)' needs a file and a URL")
+    /// `--protocol` of `upload` and `queue add --upload`; nil when not given.
+    static func protocolChoice(_ arguments: ParsedArguments, _ option: Option) throws -> UploadProtocol? {
+        guard let name = arguments.value(option) else { return nil }
+        guard let choice = UploadProtocol(rawValue: name.lowercased()) else {
+            throw UsageError.invalidValue(name, for: option, "expected auto, ietf, tus or put")
         }
-        self.path = path
-        target = try DownloadCommand.parseURL(url)
-        uploadOptions = UploadOptions()
-        if let name = arguments.value(Self.protocolOption) {
-            guard let choice = UploadProtocol(rawValue: name.lowercased()) else {
-                throw UsageError.invalidValue(name, for: Self.protocolOption, "expected auto, ietf, tus or put")
-            }
-            uploadOptions.protocolChoice = choice
+        return choice
+    }
+
+    /// `-X, --method` of `upload` and `queue add --upload`; nil when not given.
+    static func method(_ arguments: ParsedArguments, _ option: Option) throws -> HTTPMethod? {
+        guard let text = arguments.value(option) else { return nil }
+        guard let method = HTTPMethod(text) else {
+            throw UsageError.invalidValue(text, for: option, "expected an HTTP method such as POST or PUT")
         }
-        if uploadOptions.protocolChoice == .put { uploadOptions.method = .put }
-        if let text = arguments.value(Self.method) {
-            guard let method = HTTPMethod(text) else {
-                throw UsageError.invalidValue(text, for: Self.method, "expected an HTTP method such as POST or PUT")
-            }
-            uploadOptions.method = method
-        }
-        uploadOptions.headerFields = try arguments.headerLines(Self.header, reserved: ExchangeRequest.reservedHeaderNames)
-        uploadOptions.allowsPlainRetry = arguments.isSet(Self.restartPlain)
-        if let seconds = try arguments.value(Self.idleTimeout, as: Self.idleTimeoutValue) {
-            uploadOptions.idleTimeout = seconds
-        }
-        let events = EventOutputOptions(arguments: arguments)
-        (isJSON, isQuiet) = (events.isJSON, events.isQuiet)
-        monitor = try MonitorOptions(arguments: arguments)
+        return method
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {

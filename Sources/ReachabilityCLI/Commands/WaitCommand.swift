@@ -6,40 +6,67 @@ import ReachabilityEvents
 /// `reachability wait`: exit 0 as soon as every condition holds, 1 on timeout; while waiting, say
 /// every 5 s what is still missing. Built to run at boot as a wait-online service
 /// (packaging/reachability-wait-online.service).
-struct WaitCommand: Command {
+struct WaitCommand: Command, OptionTable {
     static let name = "wait"
     static let abstract = "Exit 0 once the network is online as asked, 1 on timeout."
-    static let timeout = Option.value(
-        "timeout", valueName: "seconds",
-        help: "Give up after this many seconds (fractions allowed; 0 or 'inf' waits for ever). Default: 120.")
-    static let interface = Option.repeating(
-        "interface", valueName: "name[:state]",
-        help: "Wait for this interface to reach STATE: carrier, address (any address, link-local too) or routable (an address beyond the link; the default). Repeatable: all of them, or one with --any.")
-    static let any = Option.flag("any", help: "One of the --interface conditions is enough.")
-    static let ipv4 = Option.flag("ipv4", help: "Wait for an IPv4 default route (and count only IPv4 addresses for --interface).")
-    static let ipv6 = Option.flag("ipv6", help: "Wait for an IPv6 default route (and count only IPv6 addresses for --interface).")
-    static let dns = Option.flag(
-        "dns", help: "Also wait until a resolver of /etc/resolv.conf answers a query (NOERROR or NXDOMAIN).")
-    static let dnsName = Option.value(
-        "dns-name", valueName: "name",
-        help: "The name --dns asks for (implies --dns). Default: the connectivity check's host when one is configured, else the root's NS records.")
-    static let ignore = Option.repeating(
-        "ignore", valueName: "glob",
-        help: "A default route through an interface whose name matches the glob does not count (docker0, virbr*). Repeatable.")
-    static let require = Option.value(
-        "require", valueName: "kind",
-        help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any; 'internet' needs the connectivity check to read full. Default: any.")
-    static let notExpensive = Option.flag(
-        "not-expensive", help: "Only a path that is not expensive (cellular-like, or metered per NetworkManager) qualifies.")
-    static let notRoaming = Option.flag(
-        "not-roaming", help: "Only a path that is not over a roaming modem (per ModemManager) qualifies.")
-    static let host = Option.value(
-        "host", valueName: "name",
-        help: "Wait for the route to this host (a name or an IP address) instead of the default route, as SCNetworkReachability did for a name: a server on the local network, a link-local address or this host needs no default route.")
-    static let json = Option.flag(
-        "json", help: "Print the waiting, online and timedOut events as NDJSON on stdout (docs/events.md, type wait).")
-    static let options = [timeout, interface, any, ipv4, ipv6, dns, dnsName, ignore, require, notExpensive, notRoaming, host, json]
-        + MonitorOptions.all
+    static let table: [OptionRow<Self>] = [
+        .custom(.value("timeout", valueName: "seconds", help: "Give up after this many seconds (fractions allowed; 0 or 'inf' waits for ever). Default: 120."),
+                into: \.timeoutDuration) { arguments, option in
+            guard let limit = try arguments.value(option, as: SecondsOrForever()) else { return defaultTimeout }
+            // 0 waits for ever, as systemd-networkd-wait-online's --timeout=0 does.
+            return limit.duration == .zero ? nil : limit.duration
+        },
+        .custom(.repeating("interface", valueName: "name[:state]", help: "Wait for this interface to reach STATE: carrier, address (any address, link-local too) or routable (an address beyond the link; the default). Repeatable: all of them, or one with --any."),
+                into: \.plan.interfaces, read: interfaceConditions),
+        .flag("any", help: "One of the --interface conditions is enough.", sets: \.plan.needsAnyInterface),
+        .reading(.flag("ipv4", help: "Wait for an IPv4 default route (and count only IPv4 addresses for --interface).")) { arguments, option, command in
+            if arguments.isSet(option) { command.plan.families.append(.ipv4) }
+        },
+        .reading(.flag("ipv6", help: "Wait for an IPv6 default route (and count only IPv6 addresses for --interface).")) { arguments, option, command in
+            if arguments.isSet(option) { command.plan.families.append(.ipv6) }
+        },
+        .flag("dns", help: "Also wait until a resolver of /etc/resolv.conf answers a query (NOERROR or NXDOMAIN).", sets: \.plan.checksDNS),
+        .reading(.value("dns-name", valueName: "name", help: "The name --dns asks for (implies --dns). Default: the connectivity check's host when one is configured, else the root's NS records.")) {
+            arguments, option, command in
+            guard let name = arguments.value(option) else { return }
+            guard ResolverProbe.query(identifier: 1, name: name) != nil,
+                  !name.contains(where: { $0.isWhitespace || $0.isASCII && $0.asciiValue! < 0x20 }) else {
+                throw UsageError.invalidValue(name, for: option, "expected a DNS name (labels of 1 to 63 bytes, at most 253 in all), or '.' for the root")
+            }
+            command.plan.dnsName = name
+            command.plan.checksDNS = true
+        },
+        .custom(.repeating("ignore", valueName: "glob", help: "A default route through an interface whose name matches the glob does not count (docker0, virbr*). Repeatable."),
+                into: \.plan.ignored, read: ignoredGlobs),
+        .custom(.value("require", valueName: "kind", help: "Only a path over this kind of link qualifies: wired, wifi, cellular or any; 'internet' needs the connectivity check to read full. Default: any."),
+                into: \.plan.requirement.connection) { arguments, option in
+            guard let kind = arguments.value(option) else { return .any }
+            guard let connection = PathRequirement.Connection(rawValue: kind.lowercased()) else {
+                throw UsageError.invalidValue(kind, for: option, "expected one of wired, wifi, cellular, any, internet")
+            }
+            return connection
+        },
+        .flag("not-expensive", help: "Only a path that is not expensive (cellular-like, or metered per NetworkManager) qualifies.",
+              clears: \.plan.requirement.allowsExpensive),
+        .flag("not-roaming", help: "Only a path that is not over a roaming modem (per ModemManager) qualifies.",
+              clears: \.plan.requirement.allowsRoaming),
+        .reading(.value("host", valueName: "name", help: "Wait for the route to this host (a name or an IP address) instead of the default route, as SCNetworkReachability did for a name: a server on the local network, a link-local address or this host needs no default route.")) {
+            arguments, option, command in
+            guard let host = arguments.value(option) else { return }
+            guard HostPath.isValidHost(host) else {
+                throw UsageError.invalidValue(host, for: option, "expected a host name or an IP address")
+            }
+            guard command.plan.requirement.connection != .internet else {
+                throw UsageError.invalidValue(host, for: option,
+                                              "--require internet asks about the default route's Internet; with --host, require wired, wifi, cellular or any")
+            }
+            command.plan.requirement.host = host
+        },
+        .flag("json", help: "Print the waiting, online and timedOut events as NDJSON on stdout (docs/events.md, type wait).", sets: \.isJSON),
+    ] + MonitorOptions.rows(at: \.monitor) + [
+        // Interface conditions read interfaces without carrier or address too.
+        .then { _, command in command.monitor.includesAllInterfaces = !command.plan.interfaces.isEmpty },
+    ]
     static let discussion: String? = """
         Conditions combine with AND. With none, wait for a routable default path: any interface, \
         either family, as networkd-wait-online --any means it. An unplugged second interface never \
@@ -61,68 +88,31 @@ struct WaitCommand: Command {
     /// Used when `--timeout` is not given: a Pi joining wifi at boot can take a minute.
     static let defaultTimeout = Duration.seconds(120)
 
-    var plan: WaitPlan
+    var plan = WaitPlan()
     /// nil waits for ever.
-    var timeoutDuration: Duration?
-    var isJSON: Bool
-    var monitor: MonitorOptions
+    var timeoutDuration: Duration? = defaultTimeout
+    var isJSON = false
+    var monitor = MonitorOptions()
 
     /// `--require` and friends, part of the plan.
     var requirement: PathRequirement { plan.requirement }
 
-    init(arguments: ParsedArguments) throws {
-        plan = WaitPlan()
-        var requirement = PathRequirement()
-        if let kind = arguments.value(Self.require) {
-            guard let connection = PathRequirement.Connection(rawValue: kind.lowercased()) else {
-                throw UsageError.invalidValue(kind, for: Self.require, "expected one of wired, wifi, cellular, any, internet")
-            }
-            requirement.connection = connection
-        }
-        requirement.allowsExpensive = !arguments.isSet(Self.notExpensive)
-        requirement.allowsRoaming = !arguments.isSet(Self.notRoaming)
-        if let host = arguments.value(Self.host) {
-            guard HostPath.isValidHost(host) else {
-                throw UsageError.invalidValue(host, for: Self.host, "expected a host name or an IP address")
-            }
-            guard requirement.connection != .internet else {
-                throw UsageError.invalidValue(host, for: Self.host,
-                                              "--require internet asks about the default route's Internet; with --host, require wired, wifi, cellular or any")
-            }
-            requirement.host = host
-        }
-        plan.requirement = requirement
-        for text in arguments.values(Self.interface) {
+    private static func interfaceConditions(_ arguments: ParsedArguments, _ option: Option) throws -> [WaitPlan.InterfaceCondition] {
+        try arguments.values(option).map { text in
             switch WaitPlan.InterfaceCondition.parse(text) {
-            case .success(let condition): plan.interfaces.append(condition)
-            case .failure(let error): throw UsageError.invalidValue(text, for: Self.interface, error.reason)
+            case .success(let condition): return condition
+            case .failure(let error): throw UsageError.invalidValue(text, for: option, error.reason)
             }
         }
-        plan.needsAnyInterface = arguments.isSet(Self.any)
-        plan.families = (arguments.isSet(Self.ipv4) ? [.ipv4] : []) + (arguments.isSet(Self.ipv6) ? [.ipv6] : [])
-        for glob in arguments.values(Self.ignore) {
+    }
+
+    private static func ignoredGlobs(_ arguments: ParsedArguments, _ option: Option) throws -> [String] {
+        try arguments.values(option).map { glob in
             guard !glob.isEmpty, glob.utf8.count <= 64, !glob.contains(where: { $0 == "/" || $0.isWhitespace }) else {
-                throw UsageError.invalidValue(glob, for: Self.ignore, "expected a glob over interface names (at most 64 bytes, no '/' or spaces)")
+                throw UsageError.invalidValue(glob, for: option, "expected a glob over interface names (at most 64 bytes, no '/' or spaces)")
             }
-            plan.ignored.append(glob)
+            return glob
         }
-        if let name = arguments.value(Self.dnsName) {
-            guard ResolverProbe.query(identifier: 1, name: name) != nil,
-                  !name.contains(where: { $0.isWhitespace || $0.isASCII && $0.asciiValue! < 0x20 }) else {
-                throw UsageError.invalidValue(name, for: Self.dnsName, "expected a DNS name (labels of 1 to 63 bytes, at most 253 in all), or '.' for the root")
-            }
-            plan.dnsName = name
-        }
-        plan.checksDNS = arguments.isSet(Self.dns) || plan.dnsName != nil
-        timeoutDuration = Self.defaultTimeout
-        if let limit = try arguments.value(Self.timeout, as: SecondsOrForever()) {
-            // 0 waits for ever, as systemd-networkd-wait-online's --timeout=0 does.
-            timeoutDuration = limit.duration == .zero ? nil : limit.duration
-        }
-        isJSON = arguments.isSet(Self.json)
-        monitor = try MonitorOptions(arguments: arguments)
-        // Interface conditions read interfaces without carrier or address too.
-        monitor.includesAllInterfaces = !plan.interfaces.isEmpty
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {

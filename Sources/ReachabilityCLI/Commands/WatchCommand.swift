@@ -4,11 +4,13 @@ import ReachabilityEvents
 
 /// `reachability watch`: print the current path, then one timestamped line per change, until
 /// SIGINT/SIGTERM (exit 0).
-struct WatchCommand: Command {
+struct WatchCommand: Command, OptionTable {
     static let name = "watch"
     static let abstract = "Print the path, then a timestamped line per change."
-    static let json = Option.flag("json", help: "Print one JSON object per line (NDJSON).")
-    static let options = [json, MonitorOptions.allInterfaces] + MetricsOptions.all + MonitorOptions.all
+    static let table: [OptionRow<Self>] = [
+        .flag("json", help: "Print one JSON object per line (NDJSON).", sets: \.isJSON),
+        MonitorOptions.allInterfaces(sets: \.monitor.includesAllInterfaces),
+    ] + MetricsOptions.rows(at: \.metrics) + MonitorOptions.rows(at: \.monitor)
     static let discussion: String? = """
         Lines are written as they happen, so the output can be piped. SIGINT or SIGTERM ends the \
         watch with exit status 0; if the monitor stops on its own, the exit status is 1; 66 when \
@@ -16,16 +18,9 @@ struct WatchCommand: Command {
         cannot be used.
         """ + "\n\n" + MetricsOptions.discussion + "\n\n" + MonitorOptions.discussion
 
-    var isJSON: Bool
-    var monitor: MonitorOptions
-    var metrics: MetricsOptions
-
-    init(arguments: ParsedArguments) throws {
-        isJSON = arguments.isSet(Self.json)
-        monitor = try MonitorOptions(arguments: arguments)
-        monitor.includesAllInterfaces = arguments.isSet(MonitorOptions.allInterfaces)
-        metrics = try MetricsOptions(arguments: arguments)
-    }
+    var isJSON = false
+    var monitor = MonitorOptions()
+    var metrics = MetricsOptions()
 
     func run(in context: CommandContext) async throws -> ExitCode {
         let metricsFile = try metrics.open(in: context)

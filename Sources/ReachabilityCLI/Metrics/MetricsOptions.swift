@@ -2,16 +2,18 @@ import FoundationEssentials
 import ReachabilityBase
 
 /// `--metrics-file` and `--metrics-interval`, shared by `watch` and `agent`.
-struct MetricsOptions: Sendable, Equatable {
-    static let file = Option.value(
-        "metrics-file", valueName: "path",
-        help: "Keep metrics in this file for node_exporter's textfile collector (Prometheus text format; name it *.prom), replaced atomically.")
-    static let interval = Option.value(
-        "metrics-interval", valueName: "seconds",
-        help: "Rewrite the metrics file at least this often (default 15), besides on every path change.")
-
-    /// Both options, for a command's option table.
-    static let all = [file, interval]
+struct MetricsOptions: OptionTable, Equatable {
+    static let table: [OptionRow<Self>] = [
+        .path("metrics-file", valueName: "path", expected: "a file path", help: "Keep metrics in this file for node_exporter's textfile collector (Prometheus text format; name it *.prom), replaced atomically.",
+              into: \.path),
+        .value("metrics-interval", valueName: "seconds", help: "Rewrite the metrics file at least this often (default 15), besides on every path change.",
+               as: Seconds(.seconds(1)...Duration.seconds(86_400)), into: \.givenInterval),
+        .then { _, options in
+            guard options.givenInterval == nil || options.path != nil else {
+                throw UsageError("'\(option("metrics-interval").synopsis)' needs '\(option("metrics-file").synopsis)'")
+            }
+        },
+    ]
 
     /// Help paragraph for commands that take them.
     static let discussion = """
@@ -25,19 +27,12 @@ struct MetricsOptions: Sendable, Equatable {
 
     /// `--metrics-file` as given, nil when absent.
     var path: String?
-    /// `--metrics-interval`.
-    var interval: Duration
+    /// `--metrics-interval` as given (only with `--metrics-file`).
+    var givenInterval: Duration?
+    /// How often the file is rewritten.
+    var interval: Duration { givenInterval ?? .seconds(15) }
 
-    init(arguments: ParsedArguments) throws {
-        path = try arguments.nonEmptyValue(Self.file, expected: "a file path")
-        interval = .seconds(15)
-        if let given = try arguments.value(Self.interval, as: Seconds(.seconds(1)...Duration.seconds(86_400))) {
-            guard path != nil else {
-                throw UsageError("'\(Self.interval.synopsis)' needs '\(Self.file.synopsis)'")
-            }
-            interval = given
-        }
-    }
+    init() {}
 
     /// Opens and checks the file's directory (relative paths against the working directory) and
     /// prints its warnings; nil without `--metrics-file`. Throws `CommandFailure` (exit 73).
