@@ -116,6 +116,16 @@ static inline CURLcode ccurl_easy_setopt_xferinfo_callback(const ccurl_api *api,
     return api->easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
 }
 
+/* CURLOPT_SOCKOPTFUNCTION: called with each socket libcurl makes for a connection, before it
+ * connects (options such as SO_RCVBUF set here shape the TCP handshake's window scale); returns
+ * CURL_SOCKOPT_OK. CURLINFO_ACTIVESOCKET cannot stand in: it answers only once a transfer is done. */
+typedef int (*ccurl_sockopt_callback)(void *userdata, curl_socket_t socket, curlsocktype purpose);
+
+static inline CURLcode ccurl_easy_setopt_sockopt_callback(const ccurl_api *api, CURL *handle,
+                                                          ccurl_sockopt_callback callback) {
+    return api->easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, callback);
+}
+
 /* --- curl_easy_getinfo, one helper per result type --- */
 
 static inline CURLcode ccurl_easy_getinfo_long(const ccurl_api *api, CURL *handle, CURLINFO info, long *value) {

@@ -123,6 +123,13 @@ final class CurlEasy {
             }
         }
         setPointer(CURLOPT_WRITEDATA, userdata)
+        // The connection's socket, for a receive buffer sized to a capped server (segments).
+        ccurl_easy_setopt_sockopt_callback(api, handle) { userdata, socket, purpose in
+            guard let userdata, purpose == CURLSOCKTYPE_IPCXN else { return Int32(CURL_SOCKOPT_OK) }
+            Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue().didOpenSocket(Int32(socket))
+            return Int32(CURL_SOCKOPT_OK)
+        }
+        setPointer(CURLOPT_SOCKOPTDATA, userdata)
     }
 
     /// Creates and configures a one-shot exchange's handle (`HTTPExchange`): its method, its

@@ -86,6 +86,9 @@ final class TransferContext {
     var machine: ResponseStateMachine
     var headers = HeaderAccumulator()
     var easy: CurlEasy?
+    /// The socket libcurl made for this handle's connection (nil for a pooled one it reused);
+    /// valid while the handle's transfer runs.
+    var socket: Int32?
     var abortReason: AbortReason?
     /// Lost a race: callbacks refuse everything, the engine frees the handle.
     var isDiscarded = false

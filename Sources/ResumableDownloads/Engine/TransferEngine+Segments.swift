@@ -89,6 +89,8 @@ extension TransferEngine {
                             segmentEnd: seam == nil ? planned.range.upperBound : Int64.max)
         if started {
             transfers[engineID]?.journalRule = .forConnections(group.planner.connectionCount)
+            // Set on its socket before it connects (`TransferContext.didOpenSocket`).
+            transfers[engineID]?.receiveBuffer = group.planner.receiveBuffer(for: planned.connection, at: .now)
         } else {
             group.members[planned.connection] = nil
             group.memberOfTransfer[engineID] = nil
@@ -364,9 +366,9 @@ extension TransferEngine {
     private func sizeReceiveBuffers(_ group: SegmentGroup, now: ContinuousClock.Instant) {
         for member in group.members.values {
             guard let transfer = transfers[member.engineID], let size = group.planner.receiveBuffer(for: member.id, at: now),
-                  let socket = transfer.primary.easy?.activeSocket else { continue }
+                  let socket = transfer.primary.socket else { continue }
             if let current = transfer.receiveBuffer, abs(size - current) * 4 < current { continue }
-            // A refusal (a socket libcurl already closed) leaves the kernel's autotuning: no harm.
+            // A refusal leaves the kernel's autotuning: no harm.
             guard (try? FileDescriptor(rawValue: socket).setReceiveBufferSize(size)) != nil else { continue }
             transfer.receiveBuffer = size
         }
@@ -389,6 +391,15 @@ extension TransferEngine {
 }
 
 extension TransferContext {
+    /// libcurl made the socket of this handle's connection (before connecting it): kept for
+    /// the receive buffer's later changes, and given the one the member's path needs now.
+    func didOpenSocket(_ socket: Int32) {
+        guard role == .primary else { return }
+        self.socket = socket
+        guard let size = transfer.receiveBuffer else { return }
+        if (try? FileDescriptor(rawValue: socket).setReceiveBufferSize(size)) == nil { transfer.receiveBuffer = nil }
+    }
+
     /// The write path of a segment group's member: bytes up to the member's end are stored
     /// (the planner may extend the end in place when it is reached), the bytes past it are
     /// compared with what the neighbour stored (the seam; skipped where the neighbour's bytes
