@@ -16,6 +16,7 @@
 #include <linux/filter.h>
 #include <sys/syscall.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* linux/fs.h: fail with EEXIST instead of replacing the target (Linux 3.15; ext4, xfs, btrfs,
@@ -60,6 +61,19 @@ static inline int clinux_accept_cloexec(int descriptor) {
  * with _GNU_SOURCE). 0x40000000 is CLONE_NEWNET. */
 static inline int clinux_setns_net(int descriptor) {
     return (int)syscall(SYS_setns, descriptor, 0x40000000);
+}
+
+/* setpriority(2) of the calling thread alone: Linux keeps the nice value per thread (a thread
+ * id is a PRIO_PROCESS `who`), and threads it starts inherit it. glibc's gettid needs
+ * _GNU_SOURCE and 2.30, hence the raw system call. */
+static inline int clinux_set_thread_nice(int nice) {
+    return setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), nice);
+}
+
+/* getpriority(2) of the calling thread: its nice value (cannot fail for the calling thread, so
+ * -1 is a nice value here, not an error). */
+static inline int clinux_thread_nice(void) {
+    return getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
 }
 
 /* eventfd(2), close-on-exec (Glibc's Swift module does not export <sys/eventfd.h>). */

@@ -42,6 +42,14 @@ package enum CurrentProcess {
         return nil
     }
 
+    /// Sets the calling thread's nice value (-20 ... 19; Linux keeps it per thread, and the
+    /// threads this one starts from now on inherit it). Below 0 needs CAP_SYS_NICE or a
+    /// matching RLIMIT_NICE (systemd's `LimitNICE=`): EACCES otherwise.
+    package static func setCurrentThreadNice(_ value: Int32) throws(Errno) { try Syscall.setThreadNice(value) }
+
+    /// The calling thread's nice value.
+    package static var currentThreadNice: Int32 { Syscall.threadNice }
+
     /// Bounds glibc's heap for a long-running process with many short-lived threads: at most
     /// `arenas` malloc arenas (glibc's default is 8 per core, each keeping the free memory of the
     /// threads that used it), and blocks of `mapThreshold` bytes or more mapped and unmapped on

@@ -78,6 +78,12 @@ extension Syscall {
     /// Blocks the calling thread (never a task's: use Task.sleep there).
     static func sleep(microseconds: UInt32) { _ = usleep(microseconds) }
 
+    static var threadNice: Int32 { clinux_thread_nice() }
+
+    static func setThreadNice(_ value: Int32) throws(Errno) {
+        _ = try valueOrErrno { clinux_set_thread_nice(value) }
+    }
+
     static func kill(_ process: Int32, _ signal: Int32) throws(Errno) {
         try valueOrErrno { Glibc.kill(process, signal) }
     }

@@ -34,17 +34,24 @@ package final class ControlServer: Sendable {
     private let observer: Observer
     private let nextPeerID = Atomic<UInt64>(0)
     private let isStopped = Atomic<Bool>(false)
+    /// The nice value the accept thread started with (the process's), for work handed to the pool.
+    private let normalNice = Atomic<Int32>(0)
     private let admission = AdmissionBox()
     /// A request line must arrive whole within this time from its first byte (a peer dripping a
     /// byte at a time cannot hold a connection by restarting a per-read timeout).
     package let requestDeadline: Duration
     /// A connection with no request in progress is closed after this long.
     package let idleTimeout: Duration
+    /// The nice value of the accept thread and the connection threads it starts (nil: left
+    /// as is). A `status` or a page is under a millisecond of CPU; under load its latency was
+    /// the time its thread waited for a CPU beside the downloads' threads (issue 29).
+    package let threadNice: Int32?
 
     /// Binds the socket (mode 0600) at `path`, replacing a stale one, and starts accepting.
     /// The caller must hold the state directory's lock, so the file cannot be another agent's.
     package convenience init(path: String, requestDeadline: Duration = .seconds(10), idleTimeout: Duration = .seconds(60),
-                             immediate: Immediate? = nil, handler: @escaping Handler, closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
+                             threadNice: Int32? = nil, immediate: Immediate? = nil, handler: @escaping Handler,
+                             closed: @escaping Closed = { _ in }, observer: @escaping Observer) throws(Errno) {
         try FileSystem.remove(path)
         let socket = try FileDescriptor.unixSocket()
         do {
@@ -54,13 +61,15 @@ package final class ControlServer: Sendable {
             throw error
         }
         self.init(listener: socket, path: path, isInherited: false, requestDeadline: requestDeadline,
-                  idleTimeout: idleTimeout, immediate: immediate, handler: handler, closed: closed, observer: observer)
+                  idleTimeout: idleTimeout, threadNice: threadNice, immediate: immediate, handler: handler, closed: closed,
+                  observer: observer)
     }
 
     /// Serves a listening socket bound at `path`: one systemd passed (`isInherited`), or one
     /// this process bound.
     package init(listener: FileDescriptor, path: String, isInherited: Bool, requestDeadline: Duration = .seconds(10),
-                 idleTimeout: Duration = .seconds(60), immediate: Immediate? = nil, handler: @escaping Handler,
+                 idleTimeout: Duration = .seconds(60), threadNice: Int32? = nil, immediate: Immediate? = nil,
+                 handler: @escaping Handler,
                  closed: @escaping Closed = { _ in },
                  observer: @escaping Observer) {
         self.path = path
@@ -68,6 +77,7 @@ package final class ControlServer: Sendable {
         self.isInherited = isInherited
         self.requestDeadline = requestDeadline
         self.idleTimeout = idleTimeout
+        self.threadNice = threadNice
         self.handler = handler
         self.immediate = immediate
         self.closed = closed
@@ -87,6 +97,16 @@ package final class ControlServer: Sendable {
     }
 
     private func acceptLoop() {
+        if let threadNice {
+            normalNice.store(CurrentProcess.currentThreadNice, ordering: .relaxed)
+            // Inherited by every connection thread started from here.
+            do {
+                try CurrentProcess.setCurrentThreadNice(threadNice)
+                observer(.threadPriority(nice: threadNice, refused: nil))
+            } catch {
+                observer(.threadPriority(nice: threadNice, refused: error))
+            }
+        }
         while !isStopped.load(ordering: .acquiring) {
             let connection: FileDescriptor
             do {
@@ -275,11 +295,15 @@ package final class ControlServer: Sendable {
     private func wait<Result: Sendable>(_ work: @escaping @Sendable () async -> Result) -> Result {
         let semaphore = DispatchSemaphore(value: 0)
         let result = Mutex<Result?>(nil)
+        // Enqueued at the process's own priority: a pool thread this starts would inherit
+        // this thread's raised one, and the downloads' work would run at it.
+        if threadNice != nil { try? CurrentProcess.setCurrentThreadNice(normalNice.load(ordering: .relaxed)) }
         Task {
             let response = await work()
             result.withLock { $0 = response }
             semaphore.signal()
         }
+        if let threadNice { try? CurrentProcess.setCurrentThreadNice(threadNice) }
         semaphore.wait()
         // Set before the signal.
         return result.withLock { $0 }!
@@ -359,4 +383,6 @@ package enum ControlServerEvent: Sendable {
     case rejected(ControlError, PeerCredentials)
     /// Something went wrong with the socket itself.
     case error(String)
+    /// The control threads' nice value was set, or refused (`refused`: they keep the process's).
+    case threadPriority(nice: Int32, refused: Errno?)
 }

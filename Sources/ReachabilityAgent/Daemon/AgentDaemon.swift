@@ -17,6 +17,8 @@ struct AgentPlan: Sendable {
     var settings: AgentSettings
     var metricsFile: (any AgentMetricsTarget)?
     var requestDeadline: Duration
+    /// The control server's threads' nice value (nil: as the process's).
+    var controlThreadNice: Int32?
     /// Other spellings of the state directory (`AgentService.Environment.directoryAliases`).
     var directoryAliases: [String: String]
     /// A listening socket systemd passed (a .socket unit), served instead of binding agent.sock.
@@ -31,6 +33,12 @@ struct AgentPlan: Sendable {
             requestDeadline = try AgentDaemon.requestDeadline.value(in: host.environment) ?? .seconds(10)
         } catch {
             throw AgentFailure(error.message(for: AgentDaemon.requestDeadline.name), kind: .configuration)
+        }
+        let controlPriority: Int
+        do {
+            controlPriority = try AgentDaemon.controlPriority.value(in: host.environment) ?? 10
+        } catch {
+            throw AgentFailure(error.message(for: AgentDaemon.controlPriority.name), kind: .configuration)
         }
         let requested = try AgentStateDirectory.resolve(options.stateDirectory, environment: host.environment,
                                                         system: .current(effectiveUserID: host.effectiveUserID,
@@ -51,7 +59,8 @@ struct AgentPlan: Sendable {
             throw AgentFailure(message, kind: .configuration)
         }
         return AgentPlan(directory: directory, lock: lock, settings: settings, metricsFile: metricsFile,
-                         requestDeadline: requestDeadline, directoryAliases: aliases, activation: activation)
+                         requestDeadline: requestDeadline, controlThreadNice: controlPriority == 0 ? nil : -Int32(controlPriority),
+                         directoryAliases: aliases, activation: activation)
     }
 }
 
@@ -66,6 +75,9 @@ package final class AgentDaemon: Sendable {
     static let killPointVariable = "REACHABILITY_AGENT_TEST_KILL_AT"
     /// Test knob (not in --help): how long a control request may take from its first byte.
     static let requestDeadline = EnvironmentValue("REACHABILITY_CONTROL_REQUEST_DEADLINE", Seconds.positive(upTo: .seconds(86_400)))
+    /// Tuning knob (not in --help): how many nice steps above the process the control server's
+    /// threads run (nice -N; 0: as the process). Default 10, where permitted.
+    static let controlPriority = EnvironmentValue("REACHABILITY_CONTROL_PRIORITY", Count(0...20, of: "nice steps"))
 
     let options: Options
     let plan: AgentPlan
@@ -208,10 +220,10 @@ package final class AgentDaemon: Sendable {
         }
         if case .listener(let descriptor, let path) = plan.activation {
             return ControlServer(listener: descriptor, path: path, isInherited: true, requestDeadline: plan.requestDeadline,
-                                 immediate: immediate, handler: handler, closed: closed, observer: observer)
+                                 threadNice: plan.controlThreadNice, immediate: immediate, handler: handler, closed: closed, observer: observer)
         }
         do {
-            return try ControlServer(path: socket, requestDeadline: plan.requestDeadline,
+            return try ControlServer(path: socket, requestDeadline: plan.requestDeadline, threadNice: plan.controlThreadNice,
                                      immediate: immediate, handler: handler, closed: closed, observer: observer)
         } catch {
             throw AgentFailure("cannot listen on \(socket): \(error)", kind: .unavailable)
@@ -321,6 +333,13 @@ package final class AgentDaemon: Sendable {
                                  .init(key: "message", value: .string(error.message)), .init(key: "uid", value: .integer(Int(peer.uid)))])
         case .error(let message):
             return ("error", [.init(key: "message", value: .string(message))])
+        case .threadPriority(let nice, let refused):
+            var fields: [JSONValue.Member] = [.init(key: "nice", value: .integer(Int(nice)))]
+            if let refused {
+                fields.append(.init(key: "message", value: .string(
+                    "setpriority: \(refused); the control server's threads keep the normal priority (a nice value below 0 needs CAP_SYS_NICE, or LimitNICE= in the agent's unit; \(controlPriority.name)=0 stops trying)")))
+            }
+            return ("controlPriority", fields)
         }
     }
 }

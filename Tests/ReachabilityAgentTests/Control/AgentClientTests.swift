@@ -104,6 +104,38 @@ struct AgentClientTests {
         #expect(error?.agentCode == .notFound)
     }
 
+    /// The control server's threads run at their own nice value (issue 29: a `status` under
+    /// load waited for a CPU beside the downloads' threads): a request answered at once runs at
+    /// it, on the connection's thread; work handed to the pool does not take it along.
+    @Test func theControlThreadsRunAtTheirOwnNiceValue() async throws {
+        let directory = try ScratchDirectory("ac", permissions: 0o700)
+        // Below 0 needs root (CAP_SYS_NICE); above, any user may.
+        let nice: Int32 = CurrentProcess.effectiveUserID == 0 ? -5 : 5
+        let processNice = CurrentProcess.currentThreadNice
+        let seen = Mutex<(immediate: Int32?, handler: Int32?, priority: [Int32])>((nil, nil, []))
+        let server = try ControlServer(path: AgentStateDirectory.socketPath(in: directory.path), threadNice: nice, immediate: { command, id, _ in
+            guard case .status = command else { return nil }
+            seen.withLock { $0.immediate = CurrentProcess.currentThreadNice }
+            return .success(id: id, status: AgentStatus(
+                pid: 7, stateDirectory: "/s", startedAt: "2026-12-01T00:00:00.000Z", maximumConcurrentDownloads: 4,
+                allowsExpensive: true, pathStatus: "satisfied", connection: "wired", interface: "eth0", isExpensive: false,
+                counts: [:], summary: "idle"))
+        }, handler: { _, id, _ in
+            seen.withLock { $0.handler = CurrentProcess.currentThreadNice }
+            return .success(id: id, downloads: [])
+        }, observer: { event in
+            if case .threadPriority(let value, nil) = event { seen.withLock { $0.priority.append(value) } }
+        })
+        defer { server.stop() }
+        let client = AgentClient(stateDirectory: directory.path)
+        _ = try await client.status()
+        _ = try await client.downloads()
+        let observed = seen.withLock { $0 }
+        #expect(observed.priority == [nice], "the controlPriority event")
+        #expect(observed.immediate == nice, "a status is answered on a thread at the control server's nice value")
+        #expect(observed.handler == processNice, "the pool's threads keep the process's")
+    }
+
     @Test func refusalsCarryTheAgentsReason() async throws {
         let directory = try ScratchDirectory("ac", permissions: 0o700)
         let server = try Self.server(in: directory)
