@@ -42,7 +42,8 @@ final class BackgroundSessionLink: Sendable {
         var received: Set<UInt64> = []
         var handled: Set<UInt64> = []
         var isClosing = false
-        var reconnectDelay = Duration.milliseconds(50)
+        /// The last reconnect's wait; nil until one fails after an attach (`reconnectBackoff`).
+        var lastReconnectDelay: Duration?
         var directory: SessionDirectory?
     }
 
@@ -97,11 +98,15 @@ final class BackgroundSessionLink: Sendable {
         }
     }
 
+    /// Reconnects to a lost agent: 50 ms, doubling to 2 s, the package's one back-off.
+    static let reconnectBackoff = ExponentialBackoff(initial: .milliseconds(50), maximum: .seconds(2))
+
     private func reconnectLater() {
         let delay = state.withLock { state -> Duration? in
             guard !state.isClosing, case .connecting = state.phase else { return nil }
-            defer { state.reconnectDelay = min(state.reconnectDelay * 2, .seconds(2)) }
-            return state.reconnectDelay
+            let delay = Self.reconnectBackoff.delay(after: state.lastReconnectDelay)
+            state.lastReconnectDelay = delay
+            return delay
         }
         guard let delay else { return }
         SystemThread.detach(name: "bg-session") { [self] in
@@ -125,7 +130,7 @@ final class BackgroundSessionLink: Sendable {
         let (session, known, wasFirst) = state.withLock { state -> (ResumableURLSession?, [Int: ResumableDownloadTask], Bool) in
             state.phase = .attached
             state.connection = connection
-            state.reconnectDelay = .milliseconds(50)
+            state.lastReconnectDelay = nil
             state.nextIdentifier = max(state.nextIdentifier, attachment.nextTaskIdentifier)
             if state.directory == nil { state.directory = directory }
             // With events to replay, the first outcome waits for their end (`finishedEvents`).

@@ -3,17 +3,19 @@
 /// `GetManagedObjects` and kept current from signals; pure, with the same checks as
 /// `NetworkManagerModel`.
 struct ModemManagerModel: SystemServiceModel, Sendable {
-    static let busName = "org.freedesktop.ModemManager1"
-    static let objectManagerPath = "/org/freedesktop/ModemManager1"
     static let modemInterface = "org.freedesktop.ModemManager1.Modem"
     static let modem3gppInterface = "org.freedesktop.ModemManager1.Modem.Modem3gpp"
     static let modemCdmaInterface = "org.freedesktop.ModemManager1.Modem.ModemCdma"
 
-    static let wanted: [String: Set<String>] = [
-        modemInterface: ["Ports", "AccessTechnologies"],
-        modem3gppInterface: ["RegistrationState", "OperatorName"],
-        modemCdmaInterface: ["Cdma1xRegistrationState", "EvdoRegistrationState"],
-    ]
+    /// ModemManager serves its ObjectManager at its own root, its modems below it.
+    static let bus = SystemServiceBus(
+        name: "org.freedesktop.ModemManager1", objectManagerPath: "/org/freedesktop/ModemManager1",
+        objectsPath: "/org/freedesktop/ModemManager1",
+        wanted: [
+            modemInterface: ["Ports", "AccessTechnologies"],
+            modem3gppInterface: ["RegistrationState", "OperatorName"],
+            modemCdmaInterface: ["Cdma1xRegistrationState", "EvdoRegistrationState"],
+        ])
 
     /// Modems kept at most.
     static let maximumModems = 64
@@ -70,14 +72,13 @@ struct ModemManagerModel: SystemServiceModel, Sendable {
     }
 
     mutating func update(path: String, interface: String, properties: [String: DBusValue]) -> [SystemServiceProblem] {
-        guard Self.wanted[interface] != nil, path.hasPrefix(Self.objectManagerPath + "/") else { return [] }
+        guard Self.bus.wanted[interface] != nil, path.hasPrefix(Self.bus.objectsPath + "/") else { return [] }
         var problems: [SystemServiceProblem] = []
         func refuse(_ property: String, _ value: DBusValue, _ expected: String) {
             problems.append(.refused(.modemManager, path, property, value, expected))
         }
-        if modems[path] == nil, modems.count >= Self.maximumModems {
-            return [SystemServiceProblem(service: .modemManager, object: path, property: "",
-                                         detail: "more than \(Self.maximumModems) modems; this one is ignored")]
+        if let problem = SystemServiceProblem.admitting(path, to: modems, atMost: Self.maximumModems, .modemManager, "modems") {
+            return [problem]
         }
         var modem = modems[path] ?? Modem()
         for (name, value) in properties {

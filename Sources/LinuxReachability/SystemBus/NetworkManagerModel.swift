@@ -3,21 +3,21 @@
 /// `InterfacesRemoved`. Pure: every value is checked here once; a value of the wrong type or out
 /// of range is reported as a `SystemServiceProblem` and the last good one is kept.
 struct NetworkManagerModel: SystemServiceModel, Sendable {
-    static let busName = "org.freedesktop.NetworkManager"
-    /// Where NetworkManager (>= 1.12) serves org.freedesktop.DBus.ObjectManager.
-    static let objectManagerPath = "/org/freedesktop"
     static let managerPath = "/org/freedesktop/NetworkManager"
     static let managerInterface = "org.freedesktop.NetworkManager"
     static let deviceInterface = "org.freedesktop.NetworkManager.Device"
     static let dhcp4Interface = "org.freedesktop.NetworkManager.DHCP4Config"
 
-    /// What is decoded from NetworkManager's messages; everything else is skipped unread.
-    static let wanted: [String: Set<String>] = [
-        managerInterface: ["Metered", "Connectivity", "ConnectivityCheckAvailable", "ConnectivityCheckEnabled", "Version"],
-        deviceInterface: ["Interface", "IpInterface", "DeviceType", "Metered", "Ip4Connectivity", "Ip6Connectivity",
-                          "Dhcp4Config"],
-        dhcp4Interface: ["Options"],
-    ]
+    /// NetworkManager (>= 1.12) serves org.freedesktop.DBus.ObjectManager at /org/freedesktop;
+    /// its objects live under its manager's path.
+    static let bus = SystemServiceBus(
+        name: "org.freedesktop.NetworkManager", objectManagerPath: "/org/freedesktop", objectsPath: managerPath,
+        wanted: [
+            managerInterface: ["Metered", "Connectivity", "ConnectivityCheckAvailable", "ConnectivityCheckEnabled", "Version"],
+            deviceInterface: ["Interface", "IpInterface", "DeviceType", "Metered", "Ip4Connectivity", "Ip6Connectivity",
+                              "Dhcp4Config"],
+            dhcp4Interface: ["Options"],
+        ])
 
     /// A hotspot's way of saying "metered" in DHCP option 43 (vendor-encapsulated options), which
     /// NetworkManager turns into Metered=guess-yes; shown as the evidence when the lease has it.
@@ -91,9 +91,8 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
             }
         case Self.deviceInterface:
             guard path.hasPrefix(Self.managerPath + "/") else { return [] }
-            if devices[path] == nil, devices.count >= Self.maximumDevices {
-                return [SystemServiceProblem(service: .networkManager, object: path, property: "",
-                                             detail: "more than \(Self.maximumDevices) devices; this one is ignored")]
+            if let problem = SystemServiceProblem.admitting(path, to: devices, atMost: Self.maximumDevices, .networkManager, "devices") {
+                return [problem]
             }
             var device = devices[path] ?? Device()
             for (name, value) in properties {
@@ -188,6 +187,16 @@ struct SystemServiceProblem: Sendable, Equatable, CustomStringConvertible {
                         _ expected: String) -> SystemServiceProblem {
         SystemServiceProblem(service: service, object: object, property: property,
                              detail: "\(value.typedDescription) is not \(expected)")
+    }
+
+    /// Nil when `table` holds `object` or has room for it; else the problem saying it is ignored
+    /// (each model keeps at most `bound` objects, so a host with thousands of them, containers'
+    /// veths say, costs bounded memory).
+    static func admitting<Value>(_ object: String, to table: [String: Value], atMost bound: Int,
+                                 _ service: FactSource.Service, _ noun: String) -> SystemServiceProblem? {
+        guard table[object] == nil, table.count >= bound else { return nil }
+        return SystemServiceProblem(service: service, object: object, property: "",
+                                    detail: "more than \(bound) \(noun); this one is ignored")
     }
 
     var description: String {

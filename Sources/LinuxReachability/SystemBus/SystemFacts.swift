@@ -113,9 +113,24 @@ public struct ManagerEvidence: Sendable, Hashable {
     }
 }
 
+/// Where a service lives on the system bus and what of it is read: the one description the
+/// client subscribes, asks and decodes by, whichever service it is.
+struct SystemServiceBus: Sendable {
+    /// The well-known name, e.g. `org.freedesktop.NetworkManager`.
+    let name: String
+    /// Where the service serves org.freedesktop.DBus.ObjectManager.
+    let objectManagerPath: String
+    /// The path namespace of its objects (and of their PropertiesChanged signals).
+    let objectsPath: String
+    /// The interfaces and properties decoded from its messages; everything else is skipped unread.
+    let wanted: [String: Set<String>]
+}
+
 /// A service's objects as the monitor keeps them: built by `update` one interface at a time,
 /// whether the properties come from GetManagedObjects, InterfacesAdded or PropertiesChanged.
 protocol SystemServiceModel: Equatable {
+    /// Where the service is on the bus and what of it the model reads.
+    static var bus: SystemServiceBus { get }
     init()
     mutating func update(path: String, interface: String, properties: [String: DBusValue]) -> [SystemServiceProblem]
 }

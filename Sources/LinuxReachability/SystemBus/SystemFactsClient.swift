@@ -72,11 +72,8 @@ final class SystemFactsClient {
         var problems = 0
         var lastProblem: String?
 
-        var busName: String {
-            service == .networkManager ? NetworkManagerModel.busName : ModemManagerModel.busName
-        }
-        var objectManagerPath: String {
-            service == .networkManager ? NetworkManagerModel.objectManagerPath : ModemManagerModel.objectManagerPath
+        var bus: SystemServiceBus {
+            service == .networkManager ? NetworkManagerModel.bus : ModemManagerModel.bus
         }
         var owner: String? {
             switch phase {
@@ -208,17 +205,16 @@ final class SystemFactsClient {
     private func connect() {
         do {
             let connection = try SystemBusConnection(address: settings.address,
-                                                     wanted: NetworkManagerModel.wanted.merging(ModemManagerModel.wanted) { a, _ in a })
+                                                     wanted: NetworkManagerModel.bus.wanted.merging(ModemManagerModel.bus.wanted) { a, _ in a })
             self.connection = connection
             for index in trackers.indices {
-                let name = trackers[index].busName
-                let prefix = trackers[index].objectManagerPath == NetworkManagerModel.objectManagerPath
-                    ? NetworkManagerModel.managerPath : ModemManagerModel.objectManagerPath
+                let bus = trackers[index].bus
+                let (name, prefix) = (bus.name, bus.objectsPath)
                 // Matches first, then the owner question: the bus handles both in order, so no
                 // change can fall between the answer and the subscription.
                 try connection.addMatch("type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(name)'")
                 try connection.addMatch("type='signal',sender='\(name)',interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',path_namespace='\(prefix)'")
-                try connection.addMatch("type='signal',sender='\(name)',interface='org.freedesktop.DBus.ObjectManager',path='\(trackers[index].objectManagerPath)'")
+                try connection.addMatch("type='signal',sender='\(name)',interface='org.freedesktop.DBus.ObjectManager',path='\(bus.objectManagerPath)'")
                 try probe(index, target: name)
             }
             settings.logger.debug("system bus connected", metadata: ["address": settings.address])
@@ -260,7 +256,7 @@ final class SystemFactsClient {
         switch event {
         case .nameOwnerChanged(let sender, let name, let newOwner):
             // Only the bus driver speaks for names; a peer may send this signal straight to us.
-            guard sender == "org.freedesktop.DBus", let index = trackers.firstIndex(where: { $0.busName == name }) else { return }
+            guard sender == "org.freedesktop.DBus", let index = trackers.firstIndex(where: { $0.bus.name == name }) else { return }
             guard newOwner != trackers[index].owner else { return }
             ownerChanged(index, to: newOwner)
         case .propertiesChanged(let sender, let path, let interface, let changed):
@@ -343,7 +339,7 @@ final class SystemFactsClient {
         }
         try send(.processID, for: index, destination: bus.destination, path: bus.path, interface: bus.interface,
                  member: "GetConnectionUnixProcessID", argument: target, shape: .uint32)
-        try send(.objects, for: index, destination: target, path: trackers[index].objectManagerPath,
+        try send(.objects, for: index, destination: target, path: trackers[index].bus.objectManagerPath,
                  interface: "org.freedesktop.DBus.ObjectManager", member: "GetManagedObjects", shape: .objects)
     }
 

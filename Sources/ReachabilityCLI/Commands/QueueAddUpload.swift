@@ -13,8 +13,7 @@ struct QueueAddUpload: Sendable {
         help: "Upload this regular file to URL as a job of the agent, instead of downloading URL: it survives this command, follows the path, and continues from the server's offset after an agent restart. The file is opened here and handed to the agent, which sends only what you can read.")
     static let options = [upload] + ["protocol", "method", "restart-plain"].map(UploadCommand.option)
     /// Download options that mean nothing for an upload.
-    static let downloadOnly = [QueueAddCommand.output, QueueAddCommand.sha256, QueueAddCommand.replace,
-                               QueueAddCommand.connections, QueueAddCommand.noConstrained, QueueAddCommand.priority]
+    static let downloadOnly = ["output", "sha256", "replace", "connections", "no-constrained", "priority"].map(QueueAddCommand.option)
 
     var path: String
     var request: UploadJobRequest

@@ -59,31 +59,40 @@ enum DownloadLine {
 }
 
 /// `reachability queue add URL [-o FILE] [--sha256 HEX] [--connections N] [--no-constrained] [--priority CLASS]`.
-struct QueueAddCommand: Command {
+struct QueueAddCommand: Command, OptionTable {
     static let name = "queue add"
     static let abstract = "Queue a download in the running agent."
-    static let output = Option.value("output", short: "o", valueName: "file",
-                                     help: "Where the finished file goes (relative to the current directory); it must be in STATE_DIR/files or a download-dir= of agent.conf. Default: STATE_DIR/files/NAME.")
-    static let sha256 = Option.value("sha256", valueName: "hex", help: "Expected SHA-256 of the file; a mismatch fails the download.")
-    static let replace = Option.flag("replace", help: "Replace a file that exists at the destination (otherwise the request is refused).")
-    static let connections = Option.value(
-        "connections", valueName: "n",
-        help: "Open this many connections for this job (1-\(DownloadAgent.maximumConnectionsPerHostLimit)), all once the server has answered a range; the agent's own per-server bound (--connections of 'reachability agent') still applies. Default: up to that bound, added while each helps.")
-    static let noConstrained = Option.flag(
-        "no-constrained", help: "Keep this job off constrained paths (a connection the user asked to save data on, NetworkManager Metered=yes): it waits for another path.")
-    static let priority = Option.value(
-        "priority", valueName: "class",
-        help: "The job's class for the agent's transfer slots: foreground, high, normal (default) or low, as BITS has them. Higher classes start first; within one, first come first served. A foreground job starts at once, taking a slot from the latest started job of the lowest class (which is checkpointed and queued again, nothing lost).")
-    static let priorityValue = Choice<DownloadPriority>()
-    static let notOnBattery = Option.flag(
-        "not-on-battery", help: "Wait for AC power: while the machine runs on battery (UPower) the job stays queued, and a transfer is checkpointed when the battery takes over.")
-    static let mirror = Option.repeating(
-        "mirror", valueName: "url",
-        help: "Another http(s) source of the same file (repeatable): ranges are fetched from every source at once while they are proven the same file (--sha256, the Metalink's hashes, or each range carrying the first source's validator and length); a mirror whose bytes prove wrong is dropped.")
-    static let metalink = Option.flag(
-        "metalink", help: "The argument is a local Metalink 4 file (.meta4) of one file: its URLs become the source and mirrors, its SHA-256 and piece hashes the checks.")
-    static let options = [output, sha256, replace, connections, noConstrained, notOnBattery, priority, deadline, noProgressTimeout,
-                          onComplete, mirror, metalink, TransportOptions.option("proxy"), TransportOptions.option("no-proxy")] + QueueAddUpload.options + ControlOptions.options
+    // One row per option, in help order; `--upload` and its options are read first
+    // (`QueueAddUpload`), the URL (or the Metalink) last.
+    static let table: [OptionRow<Self>] = [
+        .then { arguments, command in command.upload = try QueueAddUpload(arguments: arguments) },
+        .path("output", short: "o", valueName: "file", expected: "a file path", help: "Where the finished file goes (relative to the current directory); it must be in STATE_DIR/files or a download-dir= of agent.conf. Default: STATE_DIR/files/NAME.",
+              into: \.outputPath),
+        .custom(.value("sha256", valueName: "hex", help: "Expected SHA-256 of the file; a mismatch fails the download."),
+                into: \.expectedSHA256) { try $0.sha256Digest($1) },
+        .flag("replace", help: "Replace a file that exists at the destination (otherwise the request is refused).", sets: \.replacesExistingFile),
+        .value("connections", valueName: "n", help: "Open this many connections for this job (1-\(DownloadAgent.maximumConnectionsPerHostLimit)), all once the server has answered a range; the agent's own per-server bound (--connections of 'reachability agent') still applies. Default: up to that bound, added while each helps.",
+               as: DownloadAgent.connectionsPerHostValue, into: \.job.connections),
+        .flag("no-constrained", help: "Keep this job off constrained paths (a connection the user asked to save data on, NetworkManager Metered=yes): it waits for another path.",
+              clears: \.job.allowsConstrained),
+        .flag("not-on-battery", help: "Wait for AC power: while the machine runs on battery (UPower) the job stays queued, and a transfer is checkpointed when the battery takes over.",
+              sets: \.job.waitsForACPower),
+        .custom(.value("priority", valueName: "class", help: "The job's class for the agent's transfer slots: foreground, high, normal (default) or low, as BITS has them. Higher classes start first; within one, first come first served. A foreground job starts at once, taking a slot from the latest started job of the lowest class (which is checkpointed and queued again, nothing lost)."),
+                into: \.job.priority) { try $0.value($1, as: Choice<DownloadPriority>()) ?? .normal },
+    ] + timeLimitRows + [
+        .custom(.repeating("mirror", valueName: "url", help: "Another http(s) source of the same file (repeatable): ranges are fetched from every source at once while they are proven the same file (--sha256, the Metalink's hashes, or each range carrying the first source's validator and length); a mirror whose bytes prove wrong is dropped."),
+                into: \.job.mirrors) { arguments, option in
+            let mirrors = try arguments.urls(option)
+            guard mirrors.count <= DownloadAgent.maximumMirrors else {
+                throw UsageError("'\(option.synopsis)' was given \(mirrors.count) times; at most \(DownloadAgent.maximumMirrors) mirrors")
+            }
+            return mirrors
+        },
+        // Read with the URL by the last row.
+        .listed(.flag("metalink", help: "The argument is a local Metalink 4 file (.meta4) of one file: its URLs become the source and mirrors, its SHA-256 and piece hashes the checks.")),
+    ] + TransportOptions.proxyRows(into: \.job.proxy) + QueueAddUpload.options.map(OptionRow.listed) + ControlOptions.rows(at: \.control) + [
+        .then { arguments, command in try command.readURL(arguments.positional(positionals[0])[0], arguments: arguments) },
+    ]
     static let positionals = [Positional(name: "url", help: "An http or https URL (with --upload: where the file goes).")]
     static let discussion: String? = """
         Prints the new download's line (its ID first).
@@ -109,54 +118,42 @@ struct QueueAddCommand: Command {
                       reason: "queued downloads always check the server's certificate; start the agent with '--cacert FILE' holding the server's certificate instead"),
     ]
 
-    var url: URL
+    /// Replaced by the positional URL before the command runs.
+    var url = URL(fileURLWithPath: "/")
     /// `--metalink FILE`: read at run time, its sources and hashes replace `url`'s.
     var metalinkFile: String?
     var outputPath: String?
     var expectedSHA256: String?
-    var replacesExistingFile: Bool
-    var job: QueueJobOptions
-    var control: ControlOptions
+    var replacesExistingFile = false
+    var job = QueueJobOptions()
+    var control = ControlOptions()
     /// `--upload FILE`: an upload job instead of a download (QueueAddUpload.swift).
     var upload: QueueAddUpload?
 
-    init(arguments: ParsedArguments) throws {
-        upload = try QueueAddUpload(arguments: arguments)
-        replacesExistingFile = arguments.isSet(Self.replace)
-        job = QueueJobOptions(connections: try arguments.value(Self.connections, as: DownloadAgent.connectionsPerHostValue),
-                              allowsConstrained: !arguments.isSet(Self.noConstrained),
-                              priority: try arguments.value(Self.priority, as: Self.priorityValue) ?? .normal,
-                              waitsForACPower: arguments.isSet(Self.notOnBattery),
-                              deadline: try arguments.value(Self.deadline, as: JobTimeLimits.seconds),
-                              noProgressTimeout: try arguments.value(Self.noProgressTimeout, as: JobTimeLimits.seconds))
-        job.onComplete = try Self.onCompleteCommand(arguments)
-        job.proxy = try TransportOptions.proxySetting(arguments)
-        let positional = try arguments.positional(Self.positionals[0])[0]
-        job.mirrors = try arguments.urls(Self.mirror)
-        guard job.mirrors.count <= DownloadAgent.maximumMirrors else {
-            throw UsageError("'\(Self.mirror.synopsis)' was given \(job.mirrors.count) times; at most \(DownloadAgent.maximumMirrors) mirrors")
-        }
-        if arguments.isSet(Self.metalink) {
+    init() {}
+
+    /// The positional argument: the URL, or with `--metalink` the Metalink file; checked against
+    /// `--mirror`, `--upload` and the proxy options.
+    private mutating func readURL(_ positional: String, arguments: ParsedArguments) throws {
+        let (metalink, mirror) = (Self.option("metalink"), Self.option("mirror"))
+        if arguments.isSet(metalink) {
             guard upload == nil, job.mirrors.isEmpty else {
-                throw UsageError("'\(Self.metalink.synopsis)' takes the sources from the Metalink; '\(Self.mirror.synopsis)' and '--upload' cannot be added")
+                throw UsageError("'\(metalink.synopsis)' takes the sources from the Metalink; '\(mirror.synopsis)' and '--upload' cannot be added")
             }
             guard !positional.isEmpty, DownloadCommand.metalinkURL(positional) == nil else {
-                throw UsageError.invalidValue(URLRedaction.redacted(positional), for: Self.metalink, "expected a local Metalink file (fetch one by URL with 'reachability download --metalink URL')")
+                throw UsageError.invalidValue(URLRedaction.redacted(positional), for: metalink, "expected a local Metalink file (fetch one by URL with 'reachability download --metalink URL')")
             }
             metalinkFile = positional
             url = URL(string: "http://metalink.invalid/")!   // replaced at run time
         } else {
             if upload != nil, !job.mirrors.isEmpty {
-                throw UsageError("'\(Self.mirror.synopsis)' is for downloads, not '--upload'")
+                throw UsageError("'\(mirror.synopsis)' is for downloads, not '--upload'")
             }
             if upload != nil, job.proxy != nil {
                 throw UsageError("'\(TransportOptions.option("proxy").synopsis)' and '\(TransportOptions.option("no-proxy").synopsis)' are for downloads, not '--upload'")
             }
             url = try DownloadCommand.parseURL(positional)
         }
-        outputPath = try arguments.nonEmptyValue(Self.output, expected: "a file path")
-        expectedSHA256 = try arguments.sha256Digest(Self.sha256)
-        control = try ControlOptions(arguments: arguments)
     }
 
     func run(in context: CommandContext) async throws -> ExitCode {
