@@ -1,4 +1,8 @@
+import ReachabilityBase
+
 /// A failure of the path monitor, with a readable description.
+///
+/// Errors compare by kind, so `error == .namespaceNotFound` works whatever the message.
 public struct ReachabilityError: Error, Sendable, Hashable, CustomStringConvertible {
     enum Code: Hashable, Sendable {
         case netlink
@@ -9,13 +13,14 @@ public struct ReachabilityError: Error, Sendable, Hashable, CustomStringConverti
         case systemBus
     }
 
-    let code: Code
+    /// The kind, and what went wrong for people; the error compares and hashes as its kind.
+    let kind: ErrorKind<Code>
     /// What went wrong, for people.
-    public let description: String
+    public var description: String { kind.description }
+    var code: Code { kind.code }
 
     init(_ code: Code, _ description: String) {
-        self.code = code
-        self.description = description
+        kind = ErrorKind(code, description)
     }
 
     /// Opening or talking to the netlink socket failed.
@@ -29,8 +34,4 @@ public struct ReachabilityError: Error, Sendable, Hashable, CustomStringConverti
     /// The D-Bus system bus (NetworkManager's and ModemManager's facts) could not be used; the
     /// monitor goes on with kernel facts alone and never throws this from `start()`.
     public static let systemBus = ReachabilityError(.systemBus, "system bus failure")
-
-    /// Errors compare by kind, so `error == .namespaceNotFound` works whatever the message.
-    public static func == (lhs: ReachabilityError, rhs: ReachabilityError) -> Bool { lhs.code == rhs.code }
-    public func hash(into hasher: inout Hasher) { hasher.combine(code) }
 }

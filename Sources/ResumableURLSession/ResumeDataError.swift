@@ -1,4 +1,5 @@
 import Foundation
+import ReachabilityBase
 
 /// Why resume data was refused. Delivered as the underlying error (`NSUnderlyingErrorKey`) of
 /// the `URLError` a task created with `downloadTask(withResumeData:)` completes with; that
@@ -11,13 +12,14 @@ public struct ResumeDataError: Error, Sendable, Hashable, CustomStringConvertibl
         case malformed, unsupportedVersion, notAuthentic, stale, inUse, unsafeFile
     }
 
-    let code: Code
+    /// The kind, and what was wrong for people; the error compares and hashes as its kind.
+    let kind: ErrorKind<Code>
     /// What was wrong, for people.
-    public let description: String
+    public var description: String { kind.description }
+    var code: Code { kind.code }
 
     init(_ code: Code, _ description: String) {
-        self.code = code
-        self.description = description
+        kind = ErrorKind(code, description)
     }
 
     /// Not resume data made by `ResumableURLSession`, or damaged (truncated, wrong fields).
@@ -35,11 +37,6 @@ public struct ResumeDataError: Error, Sendable, Hashable, CustomStringConvertibl
     /// The partial file is not a plain file of this user with a single link (a symlink or hard
     /// link planted in the state directory, say).
     public static let unsafeFile = ResumeDataError(.unsafeFile, "the partial file is not a regular file owned by this user")
-
-    /// Equal when the kinds match.
-    public static func == (lhs: ResumeDataError, rhs: ResumeDataError) -> Bool { lhs.code == rhs.code }
-    /// Hashes the kind, consistently with `==`.
-    public func hash(into hasher: inout Hasher) { hasher.combine(code) }
 
     /// A copy with a more specific message.
     func with(_ detail: String) -> ResumeDataError { ResumeDataError(code, detail) }
