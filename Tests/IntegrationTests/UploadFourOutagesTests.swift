@@ -295,11 +295,18 @@ struct UploadFourOutagesTests {
         #expect(noticed < .milliseconds(4200), "interrupted \(noticed) after the blackhole (the idle timeout is 5 s)")
         #expect((try? Data(contentsOf: Self.storedFile(lab, server, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
-        // The rule goes the moment the upload is interrupted, while the dropped append may still
-        // be alive on the server's side: 1 of 20 runs (tus, load 10.7) flowed 1.54 s after the
-        // restore, the others within 0.12 s (not traced yet). What this test holds is the
-        // interruption; the restore's bound is aLongServerOutageIsProbedAtTwoAttemptsASecond's.
-        #expect(flowing <= .seconds(2), "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
+        // The rule goes the moment the upload is interrupted, which is when its wait for the
+        // server begins: the host's quick first probe, 100 ms later, finds the server back, and
+        // the upload flows within the goal's 0.3 s. When the test's own `iptables -D` ends after
+        // that probe's SYN (a loaded machine: once at load 10.7), the SYN is lost and the next
+        // probe is the schedule's second, 1.5 s + the wait's phase (at most 50 ms) after the
+        // failure, which keeps the host at two attempts a second with the quick one paid back:
+        // traced with the rule removed 150 ms after the interruption, the first probe timed out
+        // and the second flowed 1.39 s after the restore (tus and draft alike). That case is
+        // held to the schedule, not to the goal.
+        let probes = upload.standardError.components(separatedBy: "turn=probe(").count - 1
+        let bound: Duration = probes <= 1 ? .milliseconds(300) : .milliseconds(1750)
+        #expect(flowing <= bound, "bytes flowed again \(flowing) after the restore, \(probes) probes: \(Self.trace(upload, restoredAt: restoredWall))")
     }
 
     /// The append's own connection goes silent (the server namespace drops only its packets)
