@@ -134,12 +134,14 @@ struct UploadFourOutagesTests {
         }
         let lab = try Lab(uplinks: outage == .pathSwitch ? 2 : 1)
         try lab.startServer(server)
-        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, server, name: "four-\(outage.rawValue).bin")
+        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, server, name: "four-\(outage.rawValue).bin",
+                                                                                traced: true)
         defer { upload.kill() }
         let resetRule = ["OUTPUT", "-p", "tcp", "--dport", String(Self.port), "!", "--tcp-flags", "RST", "RST",
                          "-j", "REJECT", "--reject-with", "tcp-reset"]
         let dropRule = ["INPUT", "-s", "10.86.1.2", "-j", "DROP"]
         let restoredAt: ContinuousClock.Instant
+        var restoredWall = Date()
         // The path's loss is seen by the kernel: the attempt ends at once with -1005.
         var cutToInterrupted: Duration?
         switch outage {
@@ -151,10 +153,12 @@ struct UploadFourOutagesTests {
             cutToInterrupted = (interrupted?.arrival ?? .now) - cut
             try await holdOutage(for: .seconds(1))
             restoredAt = .now
+            restoredWall = Date()
             try lab.linkUp(1)
         case .pathSwitch:
             // Taken before the command: its own run time counts against the upload.
             restoredAt = .now
+            restoredWall = Date()
             try lab.linkDown(1)
             let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
             #expect(interrupted?.text.contains("-1005") == true, "the path moved: \(upload.transcript)")
@@ -164,6 +168,7 @@ struct UploadFourOutagesTests {
             let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
             #expect(interrupted?.text.contains("-1001") == true, "\(upload.transcript)")
             restoredAt = .now
+            restoredWall = Date()
             _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + dropRule)
         case .reset:
             _ = try sh(["ip", "netns", "exec", lab.client, "iptables", "-A"] + resetRule)
@@ -172,6 +177,7 @@ struct UploadFourOutagesTests {
             // dead before its answer (between tus pieces) is retried once on a new one, refused.
             #expect(["-1005", "-1004"].contains { interrupted?.text.contains($0) == true }, "\(upload.transcript)")
             restoredAt = .now
+            restoredWall = Date()
             _ = try sh(["ip", "netns", "exec", lab.client, "iptables", "-D"] + resetRule)
         }
         let resumed = await upload.waitForLine(timeout: .seconds(30)) { $0.contains("\"resumed\"") }
@@ -185,10 +191,15 @@ struct UploadFourOutagesTests {
             .flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         let handedTwice = completed?["bytes_resent"] as? Int ?? -1
         let interruptedText = cutToInterrupted.map { "interrupted \($0) after the cut; " } ?? ""
+        if flowing > .milliseconds(100) { print("upload four outages: slow restore, trace:\n\(Self.trace(upload, restoredAt: restoredWall))") }
         print("upload four outages: \(outage) \(server) cut at \(cutAt >> 10) KiB: \(interruptedText)flowing \(flowing) after the restore; the server read \(readTwice) bytes twice, \(handedTwice) handed to the socket twice")
         #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
         // Socket buffers and a tus piece cut off: never the file again.
-        #expect(handedTwice >= 0 && handedTwice <= 2 << 20, "\(handedTwice) bytes handed to the socket twice: \(upload.transcript)")
+        // At 256 Mbit/s (RCH_UPLOAD_TEST_MIB=256) the kernel grows the send buffer towards its
+        // tcp_wmem maximum (4 MiB): a blackhole strands up to that much in it (2.4-2.8 MiB seen,
+        // with 0 bytes read twice by the server).
+        let handedBound = Self.rateMbit > 64 ? 4 << 20 : 2 << 20
+        #expect(handedTwice >= 0 && handedTwice <= handedBound, "\(handedTwice) bytes handed to the socket twice: \(upload.transcript)")
         #expect(upload.texts.contains { $0.contains("\"protocol\":\"\(server.rawValue)\"") }, "chose \(server): \(upload.transcript)")
         if let cutToInterrupted { #expect(cutToInterrupted < .seconds(1), "-1005 \(cutToInterrupted) after the cut") }
         #expect(flowing <= outage.flowingBound, "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
@@ -349,17 +360,23 @@ struct UploadFourOutagesTests {
     /// The upload's trace (`--verbose`) from 1.5 s before `restored` on, each line led by its
     /// time after the restore: where a slow restore's time went.
     static func trace(_ upload: LineProcess, restoredAt restored: Date) -> String {
-        let secondOfDay = restored.timeIntervalSince1970.truncatingRemainder(dividingBy: 86_400)
-        return upload.standardError.split(separator: "\n").compactMap { line -> String? in
+        traceLines(upload, relativeTo: restored).filter { $0.offset >= -1.5 }
+            .map { String(format: "%+6.0f ms ", $0.offset * 1000) + $0.text }.joined(separator: "\n")
+    }
+
+    /// The upload's trace lines, each with its time in seconds after `instant` (by their
+    /// millisecond timestamps).
+    static func traceLines(_ upload: LineProcess, relativeTo instant: Date) -> [(offset: Double, text: Substring)] {
+        let secondOfDay = instant.timeIntervalSince1970.truncatingRemainder(dividingBy: 86_400)
+        return upload.standardError.split(separator: "\n").compactMap { line -> (offset: Double, text: Substring)? in
             // "2026-12-04T17:05:01.123Z debug reachability.upload: ..."
             let clock = line.dropFirst(11).prefix(12).split(separator: ":")
             guard line.count > 25, line.dropFirst(10).first == "T", clock.count == 3,
                   let hours = Double(clock[0]), let minutes = Double(clock[1]), let seconds = Double(clock[2]) else { return nil }
             var offset = hours * 3600 + minutes * 60 + seconds - secondOfDay
             if offset > 43_200 { offset -= 86_400 } else if offset < -43_200 { offset += 86_400 }
-            guard offset >= -1.5 else { return nil }
-            return String(format: "%+6.0f ms ", offset * 1000) + line.dropFirst(25)
-        }.joined(separator: "\n")
+            return (offset, line.dropFirst(25))
+        }
     }
 
     /// Where the server stored the upload of `file`.
@@ -404,6 +421,7 @@ struct UploadFourOutagesTests {
                             "-j", "REJECT", "--reject-with", "tcp-reset"])
             : (lab.server, ["INPUT", "-s", "10.86.1.2", "-j", "DROP"])
         let began = ContinuousClock.now
+        let beganWall = Date()
         _ = try sh(["ip", "netns", "exec", rule.namespace, "iptables", "-A"] + rule.rule)
         // The outage itself: a span of time, sampled every 50 ms for the attempts' times. Its
         // length is random within one probe spacing, so the restore falls anywhere between two.
@@ -444,10 +462,17 @@ struct UploadFourOutagesTests {
         // The mean spacing has the sampling's error only at its two ends.
         let meanGap = settled.count >= 2 ? (settled.last! - settled.first!) / (settled.count - 1) : .zero
         print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap), \(meanGap) on average), flowing \(flowing) after the restore (rule gone at \(removed), next SYN seen by \(nextSYN.map { "\($0)" } ?? "none"), SYNs by the flow \((Self.synCount(lab, comment: comment) ?? -1) - attempts))")
+        // The probes' own spacing, from the upload's trace (millisecond timestamps of each grant),
+        // free of the SYN counter's sampling (a listing every 50 ms, slower on a loaded machine).
+        let restoredOffset = restoredWall.timeIntervalSince(beganWall)
+        let probes = Self.traceLines(upload, relativeTo: beganWall)
+            .filter { $0.text.contains("turn=probe(") && $0.offset >= 2 && $0.offset <= restoredOffset }.map(\.offset)
+        let probeGaps = zip(probes, probes.dropFirst()).map { $1 - $0 }
+        print("upload long outage: \(outage): settled probes by the trace: \(probes.count), gaps \(String(format: "%.3f-%.3f", probeGaps.min() ?? 0, probeGaps.max() ?? 0)) s")
         print("upload long outage: \(outage): trace around the restore:\n\(Self.trace(upload, restoredAt: restoredWall))")
         #expect((try? Data(contentsOf: Self.storedFile(lab, .ietf, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(attempts >= 0 && rate <= 2.1, "\(attempts) connection attempts in \(outageLength)")
-        #expect(settled.count >= 2 && widestGap <= .milliseconds(700), "attempts \(widestGap) apart during the outage")
+        #expect(probes.count >= 2 && (probeGaps.max() ?? 1) <= 0.6, "probes \(probeGaps) s apart during the outage (sampled SYNs: at most \(widestGap))")
         #expect(flowing <= .milliseconds(750), "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
     }
 }
