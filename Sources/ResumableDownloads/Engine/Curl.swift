@@ -236,6 +236,14 @@ final class CurlEasy {
         setPointer(CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))
     }
 
+    /// Whether the response being received came over HTTP/1.x, one request per connection at a
+    /// time (false before a response, and for HTTP/2 and 3, which multiplex requests on one).
+    var isOneRequestPerConnection: Bool {
+        var version = 0
+        guard ccurl_easy_getinfo_long(api, handle, CURLINFO_HTTP_VERSION, &version) == CURLE_OK else { return false }
+        return version == Int(CURL_HTTP_VERSION_1_0) || version == Int(CURL_HTTP_VERSION_1_1)
+    }
+
     /// The status code of the response being received (valid inside callbacks).
     var responseCode: Int {
         var code = 0

@@ -365,8 +365,10 @@ extension TransferEngine {
     /// next request to the same server (which caps it too).
     private func sizeReceiveBuffers(_ group: SegmentGroup, now: ContinuousClock.Instant) {
         for member in group.members.values {
+            // HTTP/2 may carry several members on one connection: a window sized to one would
+            // hold them all to it.
             guard let transfer = transfers[member.engineID], let size = group.planner.receiveBuffer(for: member.id, at: now),
-                  let socket = transfer.primary.socket else { continue }
+                  let socket = transfer.primary.socket, transfer.primary.easy?.isOneRequestPerConnection == true else { continue }
             if let current = transfer.receiveBuffer, abs(size - current) * 4 < current { continue }
             // A refusal leaves the kernel's autotuning: no harm.
             guard (try? FileDescriptor(rawValue: socket).setReceiveBufferSize(size)) != nil else { continue }
@@ -396,7 +398,12 @@ extension TransferContext {
     func didOpenSocket(_ socket: Int32) {
         guard role == .primary else { return }
         self.socket = socket
-        guard let size = transfer.receiveBuffer else { return }
+        // Over TLS the protocol is known only after the handshake (HTTP/2 would multiplex other
+        // members on this connection): the engine's tick sizes it once a response shows HTTP/1.x.
+        guard let size = transfer.receiveBuffer, transfer.request.url.scheme?.lowercased() == "http" else {
+            transfer.receiveBuffer = nil
+            return
+        }
         if (try? FileDescriptor(rawValue: socket).setReceiveBufferSize(size)) == nil { transfer.receiveBuffer = nil }
     }
 
