@@ -19,19 +19,23 @@ extension BackgroundRegistry {
     /// continues resume data (which names its own).
     package mutating func createTask(_ spec: BackgroundTaskSpec, in key: BackgroundSessionKey, connection: ConnectionID,
                                      transfer: UUID) -> Result<[Action], ControlError> {
-        guard let session = attached(key, connection) else { return .failure(Self.notAttached(key)) }
-        if let problem = spec.problem { return .failure(.invalidArgument(problem)) }
-        guard session.task(spec.taskIdentifier) == nil,
-              !session.record.pending.contains(where: { $0.task.taskIdentifier == spec.taskIdentifier }) else {
-            return .failure(.invalidArgument("task \(spec.taskIdentifier) already exists in background session '\(key.identifier)'"))
-        }
-        guard session.record.tasks.count < BackgroundSessionRecord.maximumTasks else {
-            return .failure(.invalidArgument("background session '\(key.identifier)' already has \(BackgroundSessionRecord.maximumTasks) tasks"))
-        }
         let id = spec.resumeState?.id ?? transfer
-        if spec.resumeState != nil, transfers[id] != nil
-            || session.record.tasks.contains(where: { $0.transfer == id }) {
-            return .failure(.sessionInUse("another task is already resuming this download"))
+        // A scope of its own: the copy of the session must be gone before `update` appends, or
+        // the append copies every task (perf, issue 29).
+        do {
+            guard let session = attached(key, connection) else { return .failure(Self.notAttached(key)) }
+            if let problem = spec.problem { return .failure(.invalidArgument(problem)) }
+            guard session.task(spec.taskIdentifier) == nil,
+                  !session.record.pending.contains(where: { $0.task.taskIdentifier == spec.taskIdentifier }) else {
+                return .failure(.invalidArgument("task \(spec.taskIdentifier) already exists in background session '\(key.identifier)'"))
+            }
+            guard session.record.tasks.count < BackgroundSessionRecord.maximumTasks else {
+                return .failure(.invalidArgument("background session '\(key.identifier)' already has \(BackgroundSessionRecord.maximumTasks) tasks"))
+            }
+            if spec.resumeState != nil, transfers[id] != nil
+                || session.record.tasks.contains(where: { $0.transfer == id }) {
+                return .failure(.sessionInUse("another task is already resuming this download"))
+            }
         }
         var record = BackgroundTaskRecord(spec: spec, transfer: id)
         // Made from resume data: the server holds the upload already (its offset is asked).
@@ -109,8 +113,7 @@ extension BackgroundRegistry {
     }
 
     private mutating func resume(_ identifier: Int, in key: BackgroundSessionKey, now: Date, availableBytes: () -> Int64?) -> [Action] {
-        guard let session = sessions[key], let position = session.index(of: identifier) else { return [] }
-        let task = session.record.tasks[position]
+        guard let position = sessions[key]?.index(of: identifier), let task = sessions[key]?.record.tasks[position] else { return [] }
         guard task.phase == .created || task.phase == .suspended else { return [] }
         let wasSuspended = task.phase == .suspended
         update(key) { session in

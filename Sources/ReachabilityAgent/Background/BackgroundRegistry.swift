@@ -55,6 +55,13 @@ package struct BackgroundRegistry: Sendable {
 
         func index(of identifier: Int) -> Int? { record.tasks.firstIndex { $0.spec.taskIdentifier == identifier } }
 
+        /// How many tasks have not completed (without `liveTasks`' sorted copy: `status` asks).
+        var liveTaskCount: Int {
+            var count = 0
+            for index in record.tasks.indices where record.tasks[index].phase != .completed { count += 1 }
+            return count
+        }
+
         /// Tasks that have not completed, in identifier order.
         var liveTasks: [BackgroundTaskRecord] {
             record.tasks.filter { $0.phase != .completed }.sorted { $0.spec.taskIdentifier < $1.spec.taskIdentifier }
@@ -356,10 +363,12 @@ package struct BackgroundRegistry: Sendable {
         var earliest: Date?
         func consider(_ date: Date) { earliest = min(earliest ?? date, date) }
         for session in sessions.values {
-            // Not `liveTasks`: sorting a copy per resume made 3,000 creations quadratic in copies.
-            for task in session.record.tasks where task.phase != .completed && task.phase != .created {
-                if let deadline = task.deadline { consider(Date(timeIntervalSince1970: deadline)) }
-                switch session.waiting[task.spec.taskIdentifier] {
+            // Not `liveTasks`, and by index: a sorted copy, or a copy of each task, per resume
+            // made 3,000 creations quadratic in copies (perf, issue 29).
+            let tasks = session.record.tasks
+            for index in tasks.indices where tasks[index].phase != .completed && tasks[index].phase != .created {
+                if let deadline = tasks[index].deadline { consider(Date(timeIntervalSince1970: deadline)) }
+                switch session.waiting[tasks[index].spec.taskIdentifier] {
                 case .notBefore(let date): consider(date)
                 case .lowDiskSpace: consider(now.addingTimeInterval(Self.diskRecheckInterval))
                 default: break

@@ -511,7 +511,7 @@ extension AgentService {
             let settings = session.record.settings
             return BackgroundSessionStatus(
                 identifier: key.identifier, uid: key.uid, attachedPID: session.attachment?.pid,
-                tasks: session.liveTasks.count, pendingEvents: session.record.pending.count,
+                tasks: session.liveTaskCount, pendingEvents: session.record.pending.count,
                 launcher: settings.sendsLaunchEvents ? ProgramLauncher.describe(settings) : nil,
                 launches: session.launch.launches, consecutiveLaunchFailures: session.launch.consecutiveFailures,
                 lastLaunchFailure: session.launch.lastFailure, nextLaunch: session.launch.nextAttempt.map(Timestamp.iso8601))
