@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import ReachabilityBase
 import Testing
 import TestSupport
@@ -67,6 +68,49 @@ struct SegmentedKillNginxTests: DownloadScenarios {
                 + "next run: \(rerun)"
             #expect(again <= overlaps, "\(story)")
             #expect(twice <= 8 << 20, "\(story)")
+        }
+    }
+
+    /// What a kill or a server reset throws away on a connection is what the server had in
+    /// flight: at most the TCP window, which the kernel's autotuning grew to 1.4 MB per
+    /// connection against nginx's `limit_rate` bursts. Each connection to a server seen capping
+    /// each connection gets a receive buffer of its cap's 40 ms instead
+    /// (`SegmentPlanner.receiveBuffer`): at 2 MB/s about 84 kB, which the kernel doubles (`rb` in
+    /// `ss -m`). Without it the sockets here read rb 0.4-1.7 MB.
+    @Test func cappedConnectionsKeepASmallReceiveWindow() async throws {
+        let content = F.randomData(count: 64 << 20, seed: 3002)
+        let nginx = try DownloadTestNginx(slowRate: "2m", accessLog: true)
+        defer { nginx.stop() }
+        try nginx.serve(content, at: "slow/file.bin")
+        let directory = try F.Directory("segrcvbuf")
+        let run = try CLIProcess(["download", "--json", "--state-dir", directory.file("state").path,
+                                  "-o", directory.file("out.bin").path, nginx.url("slow/file.bin").absoluteString],
+                                 directory: directory.url)
+        defer { run.kill() }
+        // Past the test connection (the default goes 1, 2, then 6 once the cap showed).
+        let grown = await F.wait(timeout: .seconds(30)) { (run.events.compactMap { $0["connections"] as? Int }.last ?? 1) >= 3 }
+        #expect(grown, "\(run.transcript)")
+        // 2 x (2 MB/s x 40 ms) is 168 kB; a cap measured a little high gets somewhat more.
+        // Autotuned, they were 0.4-1.7 MB here. Set within a tick once the oldest connection
+        // delivered for 2 s.
+        let seen = Mutex<[Int]>([])
+        let small = await F.wait(timeout: .seconds(8)) {
+            let buffers = Self.receiveBuffers(toPort: nginx.port)
+            if !buffers.isEmpty { seen.withLock { $0 = buffers } }
+            return buffers.count >= 3 && buffers.allSatisfy { $0 <= 2 * 120_000 }
+        }
+        #expect(small, "\(seen.withLock { $0 })")
+        #expect(await run.waitForExit() == 0, "\(run.transcript)")
+        #expect(F.sha256(fileAt: directory.file("out.bin")) == F.sha256(content))
+    }
+
+    /// The receive buffers (`rb` of `ss -m`, what the kernel allows) of the established TCP
+    /// connections to `port`.
+    static func receiveBuffers(toPort port: UInt16) -> [Int] {
+        let sockets = (try? ChildProcess.run("ss", ["-Htmn", "state", "established", "dport", "=", ":\(port)"]))?.standardOutput ?? ""
+        return sockets.split(separator: "\n").compactMap { line -> Int? in
+            guard let field = line.split(separator: ",").first(where: { $0.hasPrefix("rb") }) else { return nil }
+            return Int(field.dropFirst(2))
         }
     }
 

@@ -196,14 +196,15 @@ struct UploadFourOutagesTests {
 
     /// Starts uploading a new random file to `server` and returns once a random 2 MiB to two
     /// thirds of it have been handed to the socket: the outage's moment.
-    static func uploadUntilTheCut(_ lab: Lab, _ server: Server, name: String,
-                                  idleTimeout: String? = "1") async throws -> (Data, URL, LineProcess, cutAt: Int) {
+    static func uploadUntilTheCut(_ lab: Lab, _ server: Server, name: String, idleTimeout: String? = "1",
+                                  traced: Bool = false) async throws -> (Data, URL, LineProcess, cutAt: Int) {
         let cutAt = Int.random(in: (2 << 20)...(length * 2 / 3))
         let content = F.randomData(count: length, seed: UInt64(cutAt))
         let file = lab.clientDirectory.url(name)
         try content.write(to: file)
         // The blackhole is noticed by the idle timeout: 1 s keeps the test short.
         let upload = try LineProcess("reachability", ["upload", "--json"] + (idleTimeout.map { ["--idle-timeout", $0] } ?? [])
+                                         + (traced ? ["--verbose"] : [])
                                          + [file.path, "http://\(serverAddress):\(port)/\(server.path)"],
                                      namespace: lab.client)
         let started = await upload.waitForLine(timeout: .seconds(30)) { (sent($0) ?? 0) >= cutAt }
@@ -272,7 +273,8 @@ struct UploadFourOutagesTests {
         }
         let lab = try Lab(uplinks: 1)
         try lab.startServer(server)
-        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, server, name: "silent.bin", idleTimeout: nil)
+        let (content, file, upload, cutAt) = try await Self.uploadUntilTheCut(lab, server, name: "silent.bin", idleTimeout: nil,
+                                                                                traced: true)
         defer { upload.kill() }
         let dropRule = ["INPUT", "-s", "10.86.1.2", "-j", "DROP"]
         let cut = ContinuousClock.now
@@ -280,6 +282,7 @@ struct UploadFourOutagesTests {
         let interrupted = await upload.waitForLine(timeout: .seconds(10)) { $0.contains("\"interrupted\"") }
         let noticed = (interrupted?.arrival ?? .now) - cut
         let restoredAt = ContinuousClock.now
+        let restoredWall = Date()
         _ = try sh(["ip", "netns", "exec", lab.server, "iptables", "-D"] + dropRule)
         let resumed = await upload.waitForLine(timeout: .seconds(30)) { $0.contains("\"resumed\"") }
         let status = await upload.waitForExit(timeout: .seconds(60))
@@ -287,15 +290,23 @@ struct UploadFourOutagesTests {
         let flowing = (resumed?.arrival ?? .now) - restoredAt
         let readTwice = lab.bodyBytesRead - content.count
         print("upload silent append: \(server) cut at \(cutAt >> 10) KiB: interrupted \(noticed) after the blackhole (\(interrupted?.text ?? "none")), flowing \(flowing) after the restore; the server read \(readTwice) bytes twice")
+        if flowing > .milliseconds(300) { print("upload silent append: slow restore, trace:\n\(Self.trace(upload, restoredAt: restoredWall))") }
         #expect(interrupted?.text.contains("a new connection to it could not be made") == true, "\(upload.transcript)")
         #expect(noticed < .milliseconds(4200), "interrupted \(noticed) after the blackhole (the idle timeout is 5 s)")
         #expect((try? Data(contentsOf: Self.storedFile(lab, server, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
-        // The rule goes the moment the upload is interrupted, while the dropped append may still
-        // be alive on the server's side: 1 of 20 runs (tus, load 10.7) flowed 1.54 s after the
-        // restore, the others within 0.12 s (not traced yet). What this test holds is the
-        // interruption; the restore's bound is aLongServerOutageIsProbedAtTwoAttemptsASecond's.
-        #expect(flowing <= .seconds(2), "bytes flowed again \(flowing) after the restore: \(upload.transcript)")
+        // The rule goes the moment the upload is interrupted, which is when its wait for the
+        // server begins: the host's quick first probe, 100 ms later, finds the server back, and
+        // the upload flows within the goal's 0.3 s. When the test's own `iptables -D` ends after
+        // that probe's SYN (a loaded machine: once at load 10.7), the SYN is lost and the next
+        // probe is the schedule's second, 1.5 s + the wait's phase (at most 50 ms) after the
+        // failure, which keeps the host at two attempts a second with the quick one paid back:
+        // traced with the rule removed 150 ms after the interruption, the first probe timed out
+        // and the second flowed 1.39 s after the restore (tus and draft alike). That case is
+        // held to the schedule, not to the goal.
+        let probes = upload.standardError.components(separatedBy: "turn=probe(").count - 1
+        let bound: Duration = probes <= 1 ? .milliseconds(300) : .milliseconds(1750)
+        #expect(flowing <= bound, "bytes flowed again \(flowing) after the restore, \(probes) probes: \(Self.trace(upload, restoredAt: restoredWall))")
     }
 
     /// The append's own connection goes silent (the server namespace drops only its packets)
@@ -335,6 +346,22 @@ struct UploadFourOutagesTests {
         #expect(readTwice >= 0 && readTwice <= 1 << 20, "the server read \(readTwice) bytes twice")
     }
 
+    /// The upload's trace (`--verbose`) from 1.5 s before `restored` on, each line led by its
+    /// time after the restore: where a slow restore's time went.
+    static func trace(_ upload: LineProcess, restoredAt restored: Date) -> String {
+        let secondOfDay = restored.timeIntervalSince1970.truncatingRemainder(dividingBy: 86_400)
+        return upload.standardError.split(separator: "\n").compactMap { line -> String? in
+            // "2026-12-04T17:05:01.123Z debug reachability.upload: ..."
+            let clock = line.dropFirst(11).prefix(12).split(separator: ":")
+            guard line.count > 25, line.dropFirst(10).first == "T", clock.count == 3,
+                  let hours = Double(clock[0]), let minutes = Double(clock[1]), let seconds = Double(clock[2]) else { return nil }
+            var offset = hours * 3600 + minutes * 60 + seconds - secondOfDay
+            if offset > 43_200 { offset -= 86_400 } else if offset < -43_200 { offset += 86_400 }
+            guard offset >= -1.5 else { return nil }
+            return String(format: "%+6.0f ms ", offset * 1000) + line.dropFirst(25)
+        }.joined(separator: "\n")
+    }
+
     /// Where the server stored the upload of `file`.
     static func storedFile(_ lab: Lab, _ server: Server, _ upload: LineProcess, _ file: URL) throws -> URL {
         guard server == .ietf else {
@@ -367,7 +394,7 @@ struct UploadFourOutagesTests {
             .map { min(max($0, 2), 120) } ?? 10
         let lab = try Lab(uplinks: 1)
         try lab.startServer(.ietf)
-        let (content, file, upload, _) = try await Self.uploadUntilTheCut(lab, .ietf, name: "long-\(outage.rawValue).bin")
+        let (content, file, upload, _) = try await Self.uploadUntilTheCut(lab, .ietf, name: "long-\(outage.rawValue).bin", traced: true)
         defer { upload.kill() }
         let comment = "up28e-syn-\(getpid())"
         _ = try sh(["ip", "netns", "exec", lab.client, "iptables", "-I", "OUTPUT", "1", "-p", "tcp", "--syn",
@@ -392,6 +419,7 @@ struct UploadFourOutagesTests {
         }
         attempts = Self.synCount(lab, comment: comment) ?? -1
         let restoredAt = ContinuousClock.now
+        let restoredWall = Date()
         _ = try sh(["ip", "netns", "exec", rule.namespace, "iptables", "-D"] + rule.rule)
         let removed = ContinuousClock.now - restoredAt
         // Where the time after the restore goes: the wait for the next connection attempt (a SYN
@@ -416,6 +444,7 @@ struct UploadFourOutagesTests {
         // The mean spacing has the sampling's error only at its two ends.
         let meanGap = settled.count >= 2 ? (settled.last! - settled.first!) / (settled.count - 1) : .zero
         print("upload long outage: \(outage) \(outageLength): \(attempts) connection attempts (\(String(format: "%.2f", rate))/s, settled gaps at most \(widestGap), \(meanGap) on average), flowing \(flowing) after the restore (rule gone at \(removed), next SYN seen by \(nextSYN.map { "\($0)" } ?? "none"), SYNs by the flow \((Self.synCount(lab, comment: comment) ?? -1) - attempts))")
+        print("upload long outage: \(outage): trace around the restore:\n\(Self.trace(upload, restoredAt: restoredWall))")
         #expect((try? Data(contentsOf: Self.storedFile(lab, .ietf, upload, file))) == content, "the server's file differs: \(upload.transcript)")
         #expect(attempts >= 0 && rate <= 2.1, "\(attempts) connection attempts in \(outageLength)")
         #expect(settled.count >= 2 && widestGap <= .milliseconds(700), "attempts \(widestGap) apart during the outage")

@@ -299,5 +299,8 @@ public final class LineProcess: Sendable {
         collected.output.withLock { "stdout:\n\($0.lines.map(\.text).joined(separator: "\n"))\nstderr:\n\($0.errors)" }
     }
 
+    /// What it printed on stderr so far (a `--verbose` trace).
+    public var standardError: String { collected.output.withLock { $0.errors } }
+
     deinit { kill() }
 }

@@ -272,6 +272,7 @@ package struct BackgroundRegistry: Sendable {
         guard let position = session.record.pending.firstIndex(where: { $0.sequence == sequence }) else {
             return .success([])   // acknowledged already (a replay the process had handled)
         }
+        sessions[key] = nil   // put back below; a copy left in the table would make the removal copy every event
         let event = session.record.pending.remove(at: position)
         var names: [String] = []
         if event.kind == .finished {
@@ -285,7 +286,7 @@ package struct BackgroundRegistry: Sendable {
         var actions: [Action] = names.isEmpty ? [] : [.removeFiles(names)]
         if session.record.pending.isEmpty { session.launch.drained() }
         sessions[key] = session
-        if session.record.isInvalidated, session.record.pending.isEmpty, session.liveTasks.isEmpty {
+        if session.record.isInvalidated, session.record.pending.isEmpty, !session.record.tasks.contains(where: { $0.phase != .completed }) {
             sessions[key] = nil
             actions.append(.removeSession(key))
         } else {
@@ -355,7 +356,8 @@ package struct BackgroundRegistry: Sendable {
         var earliest: Date?
         func consider(_ date: Date) { earliest = min(earliest ?? date, date) }
         for session in sessions.values {
-            for task in session.liveTasks where task.phase != .created {
+            // Not `liveTasks`: sorting a copy per resume made 3,000 creations quadratic in copies.
+            for task in session.record.tasks where task.phase != .completed && task.phase != .created {
                 if let deadline = task.deadline { consider(Date(timeIntervalSince1970: deadline)) }
                 switch session.waiting[task.spec.taskIdentifier] {
                 case .notBefore(let date): consider(date)
@@ -384,8 +386,11 @@ package struct BackgroundRegistry: Sendable {
     /// `TRANSFER.download`: where the engine puts a finished file.
     package static func finishedFileName(_ transfer: UUID) -> String { transfer.uuidString + ".download" }
 
+    /// Changes session `key` in place. Taken out of the table while it changes: a copy left
+    /// in it would share the tasks' array, and the change would copy all of it (at 3,000 tasks
+    /// each creation copied the session's tasks twice: over half of the agent's CPU, perf).
     mutating func update(_ key: BackgroundSessionKey, _ body: (inout Session) -> Void) {
-        guard var session = sessions[key] else { return }
+        guard var session = sessions.removeValue(forKey: key) else { return }
         body(&session)
         sessions[key] = session
     }
@@ -403,7 +408,8 @@ package struct BackgroundRegistry: Sendable {
     /// delivered now when attached, else by a launch when the session wants them.
     mutating func addEvent(_ kind: BackgroundEvent.Kind, task: BackgroundTaskRecord, failure: BackgroundFailure?,
                            response: BackgroundUploadResponse? = nil, in key: BackgroundSessionKey, now: Date) -> [Action] {
-        guard var session = sessions[key] else { return [] }
+        // Taken out while it changes (see `update`).
+        guard var session = sessions.removeValue(forKey: key) else { return [] }
         let sequence = session.record.nextSequence
         session.record.nextSequence += 1
         var snapshot = task.snapshot(waitingReason: nil)

@@ -203,17 +203,17 @@ extension AgentService {
 
     /// Applies `actions` in order; returns the resume state a transfer stop produced for a
     /// `cancel(byProducingResumeData:)`, if one was asked for. Inside a run of pipelined
-    /// requests (`RunCommit`), actions that only write records and start what follows from them
+    /// requests (`RunCommit`), actions that only write records (and what only follows a write)
     /// wait for the run's end, when one write per session covers them all (issue 29: 3,000
     /// task creations each waited for an fdatasync of their own); anything else, or any call
     /// outside the run, first carries out what waits.
     @discardableResult
     func applyBackground(_ actions: [BackgroundRegistry.Action]) async -> ResumeState? {
-        if let run = RunCommit.collecting, actions.allSatisfy(\.mayWaitForTheRunsEnd) {
+        if !actions.isEmpty, actions.allSatisfy(\.mayWaitForTheRunsEnd), let run = RunCommit.collecting,
+           run.putOff({ [weak self] in await self?.flushBackgroundSessions() }) {
             for action in actions {
                 if case .persist(let key) = action { backgroundDirty.insert(key) } else { backgroundPutOff.append(action) }
             }
-            if !actions.isEmpty { run.putOff { [weak self] in await self?.flushBackgroundSessions() } }
             return nil
         }
         await flushBackgroundSessions()
@@ -550,11 +550,14 @@ extension AgentService {
 
 extension BackgroundRegistry.Action {
     /// Whether, inside a run of pipelined requests, the action may wait for the run's end: a
-    /// record write, or what must only follow one (a transfer's start, files an acknowledgement
-    /// frees, the wake timer). Pushes, deliveries and stops go out at once, after what waits.
+    /// record write, or what must only follow one (files an acknowledgement frees, the wake
+    /// timer). Anything else goes out at once, after what waits: pushes, deliveries, stops, and
+    /// a transfer's start (the registry decides the next request of the run by whether the
+    /// engine has the transfer: a duplicate task joins a started transfer, a suspended one
+    /// pauses it).
     var mayWaitForTheRunsEnd: Bool {
         switch self {
-        case .persist, .startTransfer, .removeFiles, .wake: true
+        case .persist, .removeFiles, .wake: true
         default: false
         }
     }

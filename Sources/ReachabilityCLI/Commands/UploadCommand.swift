@@ -85,9 +85,15 @@ struct UploadCommand: Command, OptionTable {
         // The route to the server gates the upload, as it gates a download: a server reached by
         // a route of its own is uploaded to on a machine without a default route.
         let agent: DownloadAgent
+        let errorOutput = context.errorOutput
+        // --verbose also traces each attempt of the upload (what it sent, what ended it, what it waited for).
+        let logger = monitor.isVerbose
+            ? Logger(label: "reachability.upload", minimumLevel: .debug, sink: { errorOutput.line(TerminalText.escaped($0)) })
+            : .silent
         do {
             agent = try DownloadAgent(configuration: .init(stateDirectory: URL(fileURLWithPath: "/nonexistent/reachability-upload"),
-                                                           initialBackoff: .milliseconds(100), maximumBackoff: .seconds(1)),
+                                                           initialBackoff: .milliseconds(100), maximumBackoff: .seconds(1),
+                                                           logger: logger),
                                       paths: source.paths, hostPaths: { source.paths(to: $0) })
         } catch {
             throw CommandFailure(message: "cannot start the upload engine: \(error)", exitCode: .failure)

@@ -86,9 +86,10 @@ extension SegmentPlanner {
         /// `smallestReceiveBuffer`...`largestReceiveBuffer`: what the server has in flight is at
         /// most that window, and it is what a kill, a reset or a cut throws away (issue 30: with
         /// autotuned buffers a 2-4 s server reset cost up to 2.5 MiB on the wire for six
-        /// connections). nginx's `limit_rate` keeps the credit a slow reader leaves unused, so a
-        /// capped connection loses no throughput to a short window.
-        var receiveSpan: Duration = .milliseconds(25)
+        /// connections). nginx's `limit_rate` waits a send's worth of its rate after every send,
+        /// so the window must drain within that wait: 25 ms cost `--connections 16` 3.7 % at load
+        /// 8 (4.73 against 4.56 s), 40 ms holds a kill's loss to about 100 KiB a connection.
+        var receiveSpan: Duration = .milliseconds(40)
         var smallestReceiveBuffer = 64 << 10
         var largestReceiveBuffer = 1 << 20
         /// How long new connections deliver before their round is judged, until the round trip

@@ -343,13 +343,16 @@ struct SegmentPlanner: Sendable {
 
     /// The receive buffer for connection `id` (`Configuration.receiveSpan`): nil while its path
     /// has not shown a per-connection cap (an uncapped connection keeps the kernel's autotuning,
-    /// which a fast path needs) or no connection on it has a rate yet. The cap is the fastest
-    /// connection's rate on the path, so a connection still ramping gets the window of the
-    /// others.
+    /// which a fast path needs) or no connection on it delivered for two seconds yet. The cap is
+    /// the rate of the path's longest-delivering connection after its first second, over at most
+    /// the last 4 s: nginx's `limit_rate` gives a new connection a second's worth at once, which
+    /// over a short window read 10 times the cap (a 2 MB/s cap measured 22 MB/s on loopback).
     func receiveBuffer(for id: Int, at now: Instant) -> Int? {
         guard let connection = connections[id], !connection.isSeamCheck, cappedPaths.contains(connection.path) else { return nil }
-        let cap = connections.values.filter { $0.path == connection.path && !$0.isSeamCheck }
-            .map { rate(of: $0, at: now) }.max() ?? 0
+        let oldest = connections.values.filter { $0.path == connection.path && !$0.isSeamCheck && $0.firstByteAt != nil }
+            .min { $0.firstByteAt! < $1.firstByteAt! }
+        guard let oldest, let first = oldest.firstByteAt, now - first >= .seconds(2) else { return nil }
+        let cap = oldest.meter.bytesPerSecond(over: min(ThroughputWindow.span, now - first - .seconds(1)), at: now)
         guard cap > 0 else { return nil }
         let span = max(configuration.receiveSpan, (roundTrip ?? .zero) * 4)
         let bytes = cap * span.timeInterval

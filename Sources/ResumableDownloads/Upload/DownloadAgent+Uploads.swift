@@ -235,8 +235,10 @@ extension DownloadAgent {
             run.probe = .fresh(connectTimeout: nil)
             return
         }
+        configuration.logger.debug("upload waits for its server's turn", metadata: ["host": run.wait.host])
         let turn: UploadServerWait.Turn
         do { turn = try await nextTurn(of: run.wait, wakes: &wakes, startedOn: current, gateHost: run.gateHost) } catch { throw run.failure(.cancelled) }
+        configuration.logger.debug("upload's turn", metadata: ["turn": "\(turn)"])
         switch turn {
         case .probe(let connectTimeout): run.probe = .fresh(connectTimeout: connectTimeout)
         case .released: run.probe = .fresh(connectTimeout: nil)
@@ -272,6 +274,10 @@ extension DownloadAgent {
             },
             bytesSent: { sent, _ in handlers.progress(base + sent, length) },
             waitingForConnectivity: { handlers.event(.waitingForConnectivity) })
+        configuration.logger.debug("upload attempt", metadata: [
+            "method": plan.method.rawValue, "offset": plan.bodyOffset.map(String.init) ?? "-",
+            "connection": request.freshConnection ? "fresh" : "reused",
+            "connect-timeout": request.connectTimeout.map { "\($0)" } ?? "-"])
         let outcome: ExchangeOutcome
         if UploadAppendRace.isRaced(plan, protocol: run.machine.protocolInUse, idleTimeout: request.idleTimeout) {
             let silence = AppendSilence(maximum: request.idleTimeout)
@@ -287,7 +293,11 @@ extension DownloadAgent {
             case .success(let ended): outcome = ended
             case .failure(let error): return (.failed(error, interim: [], bytesSent: 0), nil)
             }
-            if let event = run.decide(verdict, appended: outcome, interim: interim.withLock { $0 }) { return (event, nil) }
+            if let event = run.decide(verdict, appended: outcome, interim: interim.withLock { $0 }) {
+                configuration.logger.debug("upload attempt ended by its racer", metadata: [
+                    "verdict": "\(verdict)", "sent": String(outcome.bytesSent)])
+                return (event, nil)
+            }
         } else {
             do {
                 outcome = try await exchangeReport(request, waitsForConnectivity: run.options.waitsForConnectivity,
@@ -297,6 +307,9 @@ extension DownloadAgent {
             }
         }
         run.noteOutcome(outcome, of: plan)
+        configuration.logger.debug("upload attempt ended", metadata: [
+            "method": plan.method.rawValue, "result": outcome.result.traced, "sent": String(outcome.bytesSent),
+            "connected": outcome.didConnect ? "yes" : "no", "connect-time": outcome.connectTime.map { "\($0)" } ?? "-"])
         switch outcome.result {
         case .success(let response):
             return (.answered(response.head, interim: response.interimHeads, bytesSent: outcome.bytesSent), response)
@@ -427,6 +440,16 @@ struct UploadRun {
             wait.report(reachable: true)
         } else if let failure, RetryClass(failure.urlCode) == .connectionLevel {
             wait.report(reachable: false)
+        }
+    }
+}
+
+extension Result<ExchangeResponse, DownloadError> {
+    /// The status or the error code, for trace lines.
+    var traced: String {
+        switch self {
+        case .success(let response): String(response.head.statusCode)
+        case .failure(let error): "\(error.errorCode) \(error.description)"
         }
     }
 }

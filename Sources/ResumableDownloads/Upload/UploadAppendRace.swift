@@ -1,4 +1,5 @@
 import FoundationEssentials
+import ReachabilityBase
 import Synchronization
 
 /// An append (a `PATCH`, or the draft's creation request once its `104` named the upload) that
@@ -108,8 +109,12 @@ extension DownloadAgent {
             do { try await Task.sleep(until: silence.deadline, clock: .continuous) } catch { return .none }
         }
         guard let plan = UploadAppendRace.offsetQuestion(machine, interim: interim()) else { return .none }
+        configuration.logger.debug("upload append silent: asking for a race turn", metadata: ["host": wait.host])
         guard let granted = await wait.raceTurn() else { return .none }
-        guard granted else { return .serverGone(racer: nil) }
+        guard granted else {
+            configuration.logger.debug("upload race turn refused: the server is gone on this path")
+            return .serverGone(racer: nil)
+        }
         var question = ExchangeRequest(method: .head, url: plan.url, headerFields: plan.headerFields, body: .empty,
                                        idleTimeout: UploadAppendRace.answerTimeout)
         question.freshConnection = true
@@ -122,6 +127,9 @@ extension DownloadAgent {
             wait.finishRace(reachable: nil)
             return .none
         }
+        configuration.logger.debug("upload racer ended", metadata: [
+            "result": outcome.result.traced, "connected": outcome.didConnect ? "yes" : "no",
+            "connect-timeout": "\(question.connectTimeout.map { "\($0)" } ?? "-")"])
         if Task.isCancelled {
             wait.finishRace(reachable: outcome.didConnect ? true : nil)
             return .none
