@@ -11,7 +11,7 @@
 ///    `ipheth`-tethered phone, which NetworkManager takes for plain Ethernet).
 enum InterfaceCost {
     static func decide(_ classification: Classification, facts: SystemFacts.Interface?) -> (isExpensive: Bool, reason: String) {
-        let metered = facts?.metered
+        let metered = facts?.networkManager?.metered
         let networkManager = metered.map { "NetworkManager: Metered=\($0.rawValue)" }
         if classification.isOverride {
             let unused = networkManager.map { " (\($0) not used)" } ?? ""

@@ -154,7 +154,7 @@ enum PathEvaluator {
             name: link.name, index: link.index, type: classification.type,
             classificationReason: classification.reason, isUp: link.isUp, hasCarrier: link.hasCarrier,
             addresses: table.usableAddresses(of: link.index).map(\.presentation),
-            isExpensive: cost.isExpensive, costReason: cost.reason, metered: facts?.metered, cellular: facts?.cellular)
+            isExpensive: cost.isExpensive, costReason: cost.reason, metered: facts?.networkManager?.metered, cellular: facts?.cellular)
     }
 
     static func evaluate(table: LinkTable, classifications: [Int32: Classification],

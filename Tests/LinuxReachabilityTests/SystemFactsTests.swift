@@ -35,10 +35,10 @@ struct SystemFactsTests {
         #expect(model.load(Self.nmObjects()).isEmpty)
         let facts = SystemFacts(networkManager: model, modemManager: nil, sources: Self.used)
         let wifi = facts.interfaces["wlp2s0"]
-        #expect(wifi?.metered == .guessYes)
+        #expect(wifi?.networkManager?.metered == .guessYes)
         #expect(wifi?.meteredHint == "DHCP ANDROID_METERED")
         #expect(wifi?.evidence == ManagerEvidence(type: .wifi, reason: "NetworkManager DeviceType=wifi"))
-        #expect(wifi?.ipv4Connectivity == .portal)
+        #expect(wifi?.networkManager?.ipv4Connectivity == .portal)
         #expect(facts.globalMetered == .guessYes && facts.connectivity == .full)
         #expect(model.summary == "version 1.42.4, 1 device, Metered=guess-yes, Connectivity=full")
         let cost = InterfaceCost.decide(Classification(type: .wifi, reason: "uevent DEVTYPE=wlan"), facts: wifi)
@@ -169,7 +169,7 @@ struct SystemFactsTests {
     func cost(type: InterfaceType, isOverride: Bool, metered: Metered?, isExpensive: Bool, reason: String) {
         var classification = Classification(type: type, reason: isOverride ? "override 'x=\(type.rawValue)' from test" : "test")
         classification.isOverride = isOverride
-        let facts = metered.map { SystemFacts.Interface(metered: $0) }
+        let facts = metered.map { SystemFacts.Interface(networkManager: .init(metered: $0)) }
         let decision = InterfaceCost.decide(classification, facts: facts)
         #expect(decision.isExpensive == isExpensive)
         #expect(decision.reason == reason)
@@ -186,17 +186,17 @@ struct SystemFactsTests {
 
     @Test func connectivityComesFromThePrimaryDeviceThenTheGlobalAnswer() {
         let path = Self.wifiPath
-        var facts = SystemFacts(interfaces: ["wlp2s0": .init(devicePath: Self.device, ipv4Connectivity: .portal)], connectivity: .full)
+        var facts = SystemFacts(interfaces: ["wlp2s0": .init(devicePath: Self.device, networkManager: .init(ipv4Connectivity: .portal))], connectivity: .full)
         #expect(facts.connectivity(for: path)?.connectivity == .portal)
         #expect(facts.connectivity(for: path)?.answer == "NetworkManager: Ip4Connectivity=portal on wlp2s0")
-        facts.interfaces["wlp2s0"]?.ipv4Connectivity = nil
+        facts.interfaces["wlp2s0"]?.networkManager?.ipv4Connectivity = nil
         #expect(facts.connectivity(for: path)?.answer == "NetworkManager: Connectivity=full (global)")
-        facts.interfaces["wlp2s0"]?.ipv4Connectivity = .offline
+        facts.interfaces["wlp2s0"]?.networkManager?.ipv4Connectivity = .offline
         #expect(facts.connectivity(for: path) == nil, "NetworkManager does not route through it: no answer")
         facts.interfaces = [:]
         #expect(facts.connectivity(for: path) == nil, "not NetworkManager's device: its global answer is about another one")
         #expect(facts.connectivity(for: .unsatisfied(.noRoute)) == nil)
-        let applied = SystemFacts(interfaces: ["wlp2s0": .init(devicePath: Self.device, ipv4Connectivity: .limited)], sources: Self.used)
+        let applied = SystemFacts(interfaces: ["wlp2s0": .init(devicePath: Self.device, networkManager: .init(ipv4Connectivity: .limited))], sources: Self.used)
             .apply(to: path, receivedAt: .init(timeIntervalSince1970: 0))
         #expect(applied.connectivity == .limited && applied.connectivityEvidence?.source == .networkManager)
         #expect(applied.factSources == Self.used)

@@ -34,9 +34,9 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
         /// The IP interface, when it differs (a modem's `wwan0`, a Bluetooth `bnep0`); empty otherwise.
         var ipInterface: String?
         var deviceType: UInt32?
-        var metered: Metered?
-        var ipv4Connectivity: Connectivity?
-        var ipv6Connectivity: Connectivity?
+        /// What it says of the device's cost and connectivity, carried as they are into
+        /// `SystemFacts.Interface`.
+        var facts = DeviceFacts()
         /// The device's DHCPv4 lease object, nil for none (`/`).
         var dhcp4Config: String?
 
@@ -45,6 +45,13 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
             if let ipInterface, !ipInterface.isEmpty { return ipInterface }
             return interface.flatMap { $0.isEmpty ? nil : $0 }
         }
+    }
+
+    /// A device's Metered and per-family connectivity (NetworkManager >= 1.16 for those).
+    struct DeviceFacts: Sendable, Equatable {
+        var metered: Metered?
+        var ipv4Connectivity: Connectivity?
+        var ipv6Connectivity: Connectivity?
     }
 
     private(set) var devices: [String: Device] = [:]
@@ -104,11 +111,11 @@ struct NetworkManagerModel: SystemServiceModel, Sendable {
                 case "DeviceType":
                     if let type = value.uint32 { device.deviceType = type } else { refuse(name, value, "a DeviceType (u)") }
                 case "Metered":
-                    if let metered = value.uint32.flatMap(Metered.init(networkManagerValue:)) { device.metered = metered } else { refuse(name, value, "a Metered value (u, 0-4)") }
+                    if let metered = value.uint32.flatMap(Metered.init(networkManagerValue:)) { device.facts.metered = metered } else { refuse(name, value, "a Metered value (u, 0-4)") }
                 case "Ip4Connectivity":
-                    if let connectivity = value.uint32.flatMap(Self.connectivity) { device.ipv4Connectivity = connectivity } else { refuse(name, value, "a Connectivity value (u, 0-4)") }
+                    if let connectivity = value.uint32.flatMap(Self.connectivity) { device.facts.ipv4Connectivity = connectivity } else { refuse(name, value, "a Connectivity value (u, 0-4)") }
                 case "Ip6Connectivity":
-                    if let connectivity = value.uint32.flatMap(Self.connectivity) { device.ipv6Connectivity = connectivity } else { refuse(name, value, "a Connectivity value (u, 0-4)") }
+                    if let connectivity = value.uint32.flatMap(Self.connectivity) { device.facts.ipv6Connectivity = connectivity } else { refuse(name, value, "a Connectivity value (u, 0-4)") }
                 case "Dhcp4Config":
                     if let object = value.objectPath { device.dhcp4Config = object == "/" ? nil : object } else { refuse(name, value, "an object path") }
                 default:

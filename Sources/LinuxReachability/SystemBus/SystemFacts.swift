@@ -160,13 +160,10 @@ struct SystemFacts: Sendable, Equatable {
         var devicePath: String?
         /// Type evidence (NetworkManager DeviceType, ModemManager net port).
         var evidence: ManagerEvidence?
-        /// NetworkManager's per-device Metered.
-        var metered: Metered?
+        /// NetworkManager's per-device Metered and connectivity, nil when it has no device here.
+        var networkManager: NetworkManagerModel.DeviceFacts?
         /// Why NetworkManager guessed metered, when it shows (DHCP `ANDROID_METERED`).
         var meteredHint: String?
-        /// NetworkManager's per-device connectivity, IPv4 and IPv6 (NM >= 1.16).
-        var ipv4Connectivity: Connectivity?
-        var ipv6Connectivity: Connectivity?
         /// ModemManager's view of the modem behind it.
         var cellular: CellularStatus?
     }
@@ -204,12 +201,10 @@ extension SystemFacts {
                 var facts = interfaces[name] ?? Interface()
                 facts.devicePath = path
                 facts.evidence = device.deviceType.flatMap(NetworkManagerModel.evidence(forDeviceType:))
-                facts.metered = device.metered
+                facts.networkManager = device.facts
                 if let lease = device.dhcp4Config, networkManager.androidMeteredLeases.contains(lease) {
                     facts.meteredHint = "DHCP \(NetworkManagerModel.androidMeteredOption)"
                 }
-                facts.ipv4Connectivity = device.ipv4Connectivity
-                facts.ipv6Connectivity = device.ipv6Connectivity
                 interfaces[name] = facts
             }
         }
@@ -243,7 +238,7 @@ extension SystemFacts {
         guard networkManagerChecks, path.isSatisfied, let primary = path.primaryInterface, let device = interfaces[primary.name],
               device.devicePath != nil else { return nil }
         let family = path.primaryRoute?.family ?? .ipv4
-        let perDevice = family == .ipv4 ? device.ipv4Connectivity : device.ipv6Connectivity
+        let perDevice = family == .ipv4 ? device.networkManager?.ipv4Connectivity : device.networkManager?.ipv6Connectivity
         let candidates: [(Connectivity?, String)] = [
             (perDevice, "NetworkManager: \(family == .ipv4 ? "Ip4" : "Ip6")Connectivity=\(perDevice?.rawValue ?? "") on \(primary.name)"),
             (connectivity, "NetworkManager: Connectivity=\(connectivity?.rawValue ?? "") (global)"),

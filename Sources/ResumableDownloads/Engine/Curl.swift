@@ -3,6 +3,7 @@
 import CCurl
 import FoundationEssentials
 import Glibc
+import ReachabilityBase
 
 /// Process-wide libcurl setup: the library is loaded on first use (see CCurl/shim.h).
 enum Curl {
@@ -55,7 +56,10 @@ struct CurlTransferInfo: Sendable {
     var localAddress: String?
 }
 
-/// Options for one request, already decided by the engine.
+/// Options for one request, already decided by the engine: what is this request's own (its
+/// range, interface, connection, connect timeout) beside the engine's `TransferSettings`, which
+/// the handle reads as they are, so the knobs have one home and are converted to libcurl's units
+/// only here.
 struct CurlRequestOptions {
     var url: String
     var rangeStart: Int64
@@ -68,17 +72,17 @@ struct CurlRequestOptions {
     /// `if!name` pins to an interface (SO_BINDTODEVICE); nil lets the kernel route.
     var interface: String?
     var freshConnection: Bool
-    var connectTimeoutMilliseconds: Int
-    var lowSpeedLimitBytesPerSecond: Int
-    var lowSpeedTimeSeconds: Int
-    var maximumRedirects: Int
-    var keepAliveIdleSeconds: Int
+    /// Redirects, stall bound, keep-alive, user agent, TLS, proxy and the added header lines.
+    var settings: TransferSettings
+    /// The settings' connect timeout, or a shorter one this request asks for.
+    var connectTimeout: Duration
+    /// Whether libcurl aborts a transfer slower than the settings' stall bound
+    /// (CURLOPT_LOW_SPEED_*); an exchange has its own idle timeout instead.
+    var abortsStalls = true
+    /// The settings' receive buffer, or a smaller one under a receive limit.
     var receiveBufferSize: Int
-    var userAgent: String
-    var certificateAuthorityFile: String?
-    var additionalHeaders: [String] = []
-    var verifiesCertificates = true
-    var proxy: String?
+    /// Header lines this request adds to the settings' ones (an exchange's fields).
+    var headerFields: [String] = []
 }
 
 /// What an exchange's handle needs beyond `CurlRequestOptions`, decided by the engine.
@@ -197,16 +201,21 @@ final class CurlEasy {
         setString(CURLOPT_URL, options.url)
         setString(CURLOPT_PROTOCOLS_STR, "http,https")
         setLong(CURLOPT_FOLLOWLOCATION, 1)
-        setLong(CURLOPT_MAXREDIRS, options.maximumRedirects)
+        let settings = options.settings
+        setLong(CURLOPT_MAXREDIRS, settings.maximumRedirects)
         setString(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        setLong(CURLOPT_CONNECTTIMEOUT_MS, options.connectTimeoutMilliseconds)
-        setLong(CURLOPT_LOW_SPEED_LIMIT, options.lowSpeedLimitBytesPerSecond)
-        setLong(CURLOPT_LOW_SPEED_TIME, options.lowSpeedTimeSeconds)
+        setLong(CURLOPT_CONNECTTIMEOUT_MS, max(1, Int(options.connectTimeout.milliseconds)))
+        if options.abortsStalls {
+            // libcurl counts whole seconds: a stall bound is rounded up, never to zero (off).
+            setLong(CURLOPT_LOW_SPEED_LIMIT, settings.stallBytesPerSecond)
+            setLong(CURLOPT_LOW_SPEED_TIME, max(1, Int((settings.stallTimeout.milliseconds + 999) / 1000)))
+        }
+        let keepAliveIdleSeconds = max(1, Int(settings.keepAliveIdle.milliseconds / 1000))
         setLong(CURLOPT_TCP_KEEPALIVE, 1)
-        setLong(CURLOPT_TCP_KEEPIDLE, options.keepAliveIdleSeconds)
-        setLong(CURLOPT_TCP_KEEPINTVL, max(1, options.keepAliveIdleSeconds / 2))
+        setLong(CURLOPT_TCP_KEEPIDLE, keepAliveIdleSeconds)
+        setLong(CURLOPT_TCP_KEEPINTVL, max(1, keepAliveIdleSeconds / 2))
         setLong(CURLOPT_BUFFERSIZE, options.receiveBufferSize)
-        setString(CURLOPT_USERAGENT, options.userAgent)
+        setString(CURLOPT_USERAGENT, settings.userAgent)
         if options.freshConnection {
             // After a path change neither pooled connections nor cached DNS answers (split-horizon
             // DNS differs between networks) can be trusted.
@@ -214,12 +223,12 @@ final class CurlEasy {
             setLong(CURLOPT_DNS_CACHE_TIMEOUT, 0)
         }
         if let interface = options.interface { setString(CURLOPT_INTERFACE, interface) }
-        if let authorities = options.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
-        if !options.verifiesCertificates {
+        if let authorities = settings.certificateAuthorityFile { setString(CURLOPT_CAINFO, authorities) }
+        if !settings.verifiesCertificates {
             setLong(CURLOPT_SSL_VERIFYPEER, 0)
             setLong(CURLOPT_SSL_VERIFYHOST, 0)
         }
-        if let proxy = options.proxy { setString(CURLOPT_PROXY, proxy) }
+        if let proxy = settings.proxy { setString(CURLOPT_PROXY, proxy) }
         if options.sendsRange {
             setString(CURLOPT_RANGE, options.rangeEnd.map { "\(options.rangeStart)-\($0 - 1)" } ?? "\(options.rangeStart)-")
         }
@@ -230,7 +239,7 @@ final class CurlEasy {
         if let ifRange = options.ifRange, options.sendsRange { headers.append("If-Range: \(ifRange)") }
         // A CR or LF would let a header value start another header (or end the head) on the wire;
         // HeaderValidation refuses them up front, and this keeps them off the wire regardless.
-        headers += options.additionalHeaders.filter { HeaderValidation.isSafeOnTheWire($0) }
+        headers += (settings.additionalHeaders + options.headerFields).filter { HeaderValidation.isSafeOnTheWire($0) }
         headers += extraHeaders
         for header in headers { headerList = api.pointee.slist_append(headerList, header) }
         setPointer(CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))

@@ -151,15 +151,10 @@ extension TransferEngine {
         let options = CurlRequestOptions(
             url: request.url.absoluteString, rangeStart: 0, sendsRange: false, ifRange: nil,
             interface: request.interfaceName.map { "if!\($0)" }, freshConnection: request.freshConnection,
-            connectTimeoutMilliseconds: max(1, Int(min(settings.connectTimeout, request.connectTimeout ?? settings.connectTimeout).milliseconds)),
+            settings: settings, connectTimeout: min(settings.connectTimeout, request.connectTimeout ?? settings.connectTimeout),
             // The idle timeout below does this job for exchanges; a slow server is not a stall.
-            lowSpeedLimitBytesPerSecond: 0, lowSpeedTimeSeconds: 0,
-            maximumRedirects: settings.maximumRedirects,
-            keepAliveIdleSeconds: max(1, Int(settings.keepAliveIdle.milliseconds / 1000)),
-            receiveBufferSize: settings.receiveBufferSize, userAgent: settings.userAgent,
-            certificateAuthorityFile: settings.certificateAuthorityFile,
-            additionalHeaders: settings.additionalHeaders + request.headerFields,
-            verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy)
+            abortsStalls: false,
+            receiveBufferSize: settings.receiveBufferSize, headerFields: request.headerFields)
         let hasBody: Bool = switch request.body { case .empty: request.method == .post; default: true }
         let exchange = CurlExchangeOptions(method: request.method.rawValue, bodyLength: hasBody ? request.body.length : nil,
                                            followsRedirects: request.followsRedirects && !hasBody)

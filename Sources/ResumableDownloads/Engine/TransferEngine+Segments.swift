@@ -188,6 +188,14 @@ extension TransferEngine {
         } else {
             inputs.append(.ended(connection: memberID, ending(of: transfer, result: result, in: group)))
         }
+        feedEnding(inputs, of: member, result: result, to: group)
+    }
+
+    /// Hands the planner what a member's ending taught, in order, stopping once the group
+    /// finishes: a seam the member found different is first weighed against the sources, and a
+    /// mirror the ending refuses is closed instead of retried.
+    func feedEnding(_ inputs: [SegmentPlanner.Input], of member: SegmentGroup.Member, result: AttemptResult,
+                    to group: SegmentGroup) {
         for input in inputs {
             guard !group.isFinishing else { return }
             switch input {

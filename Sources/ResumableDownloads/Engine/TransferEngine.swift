@@ -277,17 +277,10 @@ final class TransferEngine: @unchecked Sendable {
             url: request.url.absoluteString, rangeStart: rangeStart, sendsRange: sendsRange,
             rangeEnd: sendsRange ? request.rangeEnd : nil, ifRange: ifRange,
             interface: request.interfaceName.map { "if!\($0)" }, freshConnection: freshConnection,
-            connectTimeoutMilliseconds: max(1, Int(connectTimeout.milliseconds)),
-            lowSpeedLimitBytesPerSecond: settings.stallBytesPerSecond,
-            lowSpeedTimeSeconds: max(1, Int((settings.stallTimeout.milliseconds + 999) / 1000)),
-            maximumRedirects: settings.maximumRedirects,
-            keepAliveIdleSeconds: max(1, Int(settings.keepAliveIdle.milliseconds / 1000)),
+            settings: settings, connectTimeout: connectTimeout,
             receiveBufferSize: settings.maximumBytesPerSecond.map {
                 ReceiveRateLimiter.receiveBufferSize(bytesPerSecond: $0, maximum: settings.receiveBufferSize)
-            } ?? settings.receiveBufferSize,
-            userAgent: settings.userAgent, certificateAuthorityFile: settings.certificateAuthorityFile,
-            additionalHeaders: settings.additionalHeaders,
-            verifiesCertificates: settings.verifiesCertificates, proxy: settings.proxy)
+            } ?? settings.receiveBufferSize)
         guard let easy = CurlEasy(options: options, context: Unmanaged.passUnretained(context)) else { return nil }
         guard multi.add(easy) else {
             easy.cleanup()
