@@ -196,6 +196,68 @@ struct ArchitectureTests {
         #expect(Self.imports(of: text) == ["Glibc", "ReachabilityBase", "Dispatch", "LinuxSystem", "FoundationEssentials", "Musl"])
     }
 
+    // MARK: Function length
+
+    /// Issue 31: a function or initialiser over `limit` lines needs a reason, a comment line above
+    /// it saying "Over 60 lines" and why. Returns "path:line name (N lines)" for each one without.
+    /// Braces are counted on each line with string literals and `//` comments taken out (the
+    /// count scripts/long-functions.py makes, which also lists the ones with a reason).
+    static func longFunctionsWithoutReason(in text: String, path: String, limit: Int = 60) -> [String] {
+        let declaration = try! NSRegularExpression(pattern:
+            #"^\s*(?:@\w+(?:\([^)]*\))?\s+)*(?:(?:public|package|private|fileprivate|internal|static|class|override|mutating|nonmutating|nonisolated|final|convenience|required)\s+)*(func\s+[^\s(<]+|init[?!]?|deinit)\b"#)
+        let literal = try! NSRegularExpression(pattern: #""(?:\\.|[^"\\])*""#)
+        let lines = text.components(separatedBy: "\n")
+        let code = lines.map { line -> String in
+            let plain = literal.stringByReplacingMatches(in: line, range: NSRange(line.startIndex..., in: line), withTemplate: "\"\"")
+            return plain.components(separatedBy: "//")[0]
+        }
+        var found: [String] = []
+        for (start, line) in lines.enumerated() {
+            guard let match = declaration.firstMatch(in: line, range: NSRange(line.startIndex..., in: line)),
+                  let name = Range(match.range(at: 1), in: line) else { continue }
+            var depth = 0, opened = false, end: Int?
+            for index in start..<min(lines.count, start + 2000) {
+                for character in code[index] {
+                    if character == "{" { depth += 1; opened = true } else if character == "}" { depth -= 1 }
+                }
+                if opened && depth <= 0 { end = index; break }
+                if !opened && index > start + 15 { break }
+            }
+            guard let end, end - start + 1 > limit else { continue }
+            var above = start - 1
+            while above >= 0, lines[above].trimmingCharacters(in: .whitespaces).hasPrefix("@") { above -= 1 }
+            var hasReason = false
+            while above >= 0, lines[above].trimmingCharacters(in: .whitespaces).hasPrefix("//") {
+                hasReason = hasReason || lines[above].lowercased().contains("over 60 lines")
+                above -= 1
+            }
+            if !hasReason { found.append("\(path):\(start + 1) \(line[name]) (\(end - start + 1) lines)") }
+        }
+        return found
+    }
+
+    @Test("no function under Sources/ is over 60 lines without a one-line reason above it")
+    func longFunctionsGiveTheirReason() throws {
+        let sources = Self.packageRoot.appendingPathComponent("Sources")
+        var found: [String] = []
+        for path in try Self.sourceModules().values.joined().sorted() {
+            let text = try String(contentsOf: sources.appendingPathComponent(path), encoding: .utf8)
+            found += Self.longFunctionsWithoutReason(in: text, path: path)
+        }
+        #expect(found == [], "split these where a piece has its own name, or say why above them (// Over 60 lines: ...)")
+    }
+
+    @Test("the length reader counts a function's lines, skips braces in strings and comments, and sees a reason")
+    func lengthReader() {
+        let body = Array(repeating: "        x += 1", count: 59).joined(separator: "\n")
+        let long = "    func long() {\n        let brace = \"}\" // }\n\(body)\n    }"
+        #expect(Self.longFunctionsWithoutReason(in: long, path: "A.swift") == ["A.swift:1 func long (62 lines)"])
+        #expect(Self.longFunctionsWithoutReason(in: "    /// Doc.\n    // Over 60 lines: one table.\n    @inline(never)\n" + long,
+                                                path: "A.swift") == [])
+        let short = "    init() {\n\(Array(repeating: "        x += 1", count: 58).joined(separator: "\n"))\n    }"
+        #expect(Self.longFunctionsWithoutReason(in: short, path: "A.swift") == [])
+    }
+
     @Test("the table reader reads the document's form")
     func tableReader() {
         let text = """

@@ -135,6 +135,35 @@ final class SegmentGroup {
         return recorded
     }
 
+    /// Points `request` at `source` (its URL) with the validators a member of that source
+    /// carries: the first source's, a hash-proven mirror's own ETag, or none. Returns whether the
+    /// bytes are guarded by a hash (then a segment's 206 need not carry the validator).
+    private func bind(_ request: inout TransferRequest, toSource source: Int) -> Bool {
+        let record = file.record
+        var validators = segmentation.usesValidators
+        var guarded = segmentation.hasExpectedDigest
+        if let sources = segmentation.sources, sources.urls.indices.contains(source) {
+            request.url = sources.urls[source]
+            // Mirrors proven by a hash carry no validator (each server has its own ETag); without
+            // one, If-Range with the first source's validator is the proof: another answers 200.
+            if segmentation.hasExpectedDigest || sources.pieces != nil {
+                guarded = true
+                if source != 0 { validators = false }
+            }
+        }
+        request.entityTag = validators ? record.entityTag : nil
+        request.lastModified = validators ? record.lastModified : nil
+        request.observedEntityTag = validators ? record.observedEntityTag : nil
+        request.ifRange = validators ? record.validator : nil
+        if let sources = segmentation.sources, source != 0, guarded, !validators, let own = sources.validator(of: source) {
+            // A mirror proven by a hash is held to its own ETag (bound by its first answer): it
+            // may differ from the first source's (nginx's is mtime-length), never change.
+            request.entityTag = own
+            request.ifRange = own
+        }
+        return guarded
+    }
+
     /// The request for a member fetching `range` (or checking the seam at `seam`): the template's
     /// URL, validators and settings, bound to the path, with the resume overlap before its start
     /// when those bytes are on disk, and the seam overlap after its end.
@@ -147,29 +176,8 @@ final class SegmentGroup {
         let end = planned.range.upperBound
         request.interfaceName = planned.path.interface ?? template.interfaceName
         request.freshConnection = false
-        var validators = segmentation.usesValidators
-        var guarded = segmentation.hasExpectedDigest
-        if let sources = segmentation.sources, sources.urls.indices.contains(planned.path.source) {
-            request.url = sources.urls[planned.path.source]
-            // Mirrors proven by a hash carry no validator (each server has its own ETag); without
-            // one, If-Range with the first source's validator is the proof: another answers 200.
-            if segmentation.hasExpectedDigest || sources.pieces != nil {
-                guarded = true
-                if planned.path.source != 0 { validators = false }
-            }
-        }
-        request.entityTag = validators ? record.entityTag : nil
-        request.lastModified = validators ? record.lastModified : nil
-        request.observedEntityTag = validators ? record.observedEntityTag : nil
         request.knownTotalLength = total
-        request.ifRange = validators ? record.validator : nil
-        if let sources = segmentation.sources, planned.path.source != 0, guarded, !validators,
-           let own = sources.validator(of: planned.path.source) {
-            // A mirror proven by a hash is held to its own ETag (bound by its first answer): it
-            // may differ from the first source's (nginx's is mtime-length), never change.
-            request.entityTag = own
-            request.ifRange = own
-        }
+        let guarded = bind(&request, toSource: planned.path.source)
         if seam != nil {
             // Every byte compared, none written: the "resume point" is the check's end.
             request.offset = end

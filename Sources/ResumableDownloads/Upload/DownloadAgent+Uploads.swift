@@ -248,21 +248,16 @@ extension DownloadAgent {
         }
     }
 
-    /// Sends one request of an upload; the event for the machine and the response when there was one.
-    /// `announced`, for an IETF creation: a `104`'s upload resource is reported (`created`) the
-    /// moment it arrives, while the body still goes out, so an owner that keeps it (the agent's
-    /// job record) can continue from the server's offset even if it dies before the request ends.
-    private func send(_ plan: UploadStateMachine.Request, run: inout UploadRun,
-                      announced: AnnouncedUploadURL? = nil) async -> (UploadStateMachine.Event, ExchangeResponse?) {
-        let request = run.exchangeRequest(for: plan)
-        run.attemptPath = PathKey(pathWaiters.gatingPath(host: run.gateHost))
-        let handlers = run.handlers
-        let interim = Mutex<[ResponseHead]>([])
+    /// The exchange handlers of one upload request: each interim answer recorded (and, with
+    /// `announced`, a `104`'s upload resource reported once, as it arrives), progress counted
+    /// from the request's body offset, a wait for connectivity reported.
+    private func uploadHandlers(for plan: UploadStateMachine.Request, handlers: UploadHandlers, length: Int64,
+                                announced: AnnouncedUploadURL?,
+                                recordInterim: @escaping @Sendable (ResponseHead) -> Void) -> ExchangeHandlers {
         let base = plan.bodyOffset ?? 0
-        let length = run.opened.size
-        let exchangeHandlers = ExchangeHandlers(
+        return ExchangeHandlers(
             interimResponse: { head in
-                interim.withLock { $0.append(head) }
+                recordInterim(head)
                 guard let announced, head.statusCode == 104, let location = head["location"],
                       let resolved = URL(string: location, relativeTo: plan.url)?.absoluteURL else { return }
                 let isFirst = announced.url.withLock { known -> Bool in
@@ -274,6 +269,21 @@ extension DownloadAgent {
             },
             bytesSent: { sent, _ in handlers.progress(base + sent, length) },
             waitingForConnectivity: { handlers.event(.waitingForConnectivity) })
+    }
+
+    /// Sends one request of an upload; the event for the machine and the response when there was one.
+    /// `announced`, for an IETF creation: a `104`'s upload resource is reported (`created`) the
+    /// moment it arrives, while the body still goes out, so an owner that keeps it (the agent's
+    /// job record) can continue from the server's offset even if it dies before the request ends.
+    private func send(_ plan: UploadStateMachine.Request, run: inout UploadRun,
+                      announced: AnnouncedUploadURL? = nil) async -> (UploadStateMachine.Event, ExchangeResponse?) {
+        let request = run.exchangeRequest(for: plan)
+        run.attemptPath = PathKey(pathWaiters.gatingPath(host: run.gateHost))
+        let handlers = run.handlers
+        let interim = Mutex<[ResponseHead]>([])
+        let exchangeHandlers = uploadHandlers(for: plan, handlers: handlers, length: run.opened.size, announced: announced) { head in
+            interim.withLock { $0.append(head) }
+        }
         configuration.logger.debug("upload attempt", metadata: [
             "method": plan.method.rawValue, "offset": plan.bodyOffset.map(String.init) ?? "-",
             "connection": request.freshConnection ? "fresh" : "reused",
