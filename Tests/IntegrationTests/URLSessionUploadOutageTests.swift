@@ -17,9 +17,7 @@ struct URLSessionUploadOutageTests: DownloadScenarios {
 
     /// The probe uploading a fresh 16 MiB file, and the file.
     static func upload(_ lab: Lab, seed: UInt64, _ extra: [String] = []) throws -> (ProbeProcess, Data) {
-        let content = F.randomData(count: length, seed: seed)
-        let file = lab.clientDirectory.url("storm-\(seed).jpg")
-        try content.write(to: file)
+        let (file, content) = try lab.clientDirectory.randomFile("storm-\(seed).jpg", count: length, seed: seed)
         let probe = try ProbeProcess(["--state-dir", lab.clientDirectory.url("session").path,
                                       "--url", url, "--upload", file.path] + extra,
                                      namespace: lab.client)

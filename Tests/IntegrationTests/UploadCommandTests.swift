@@ -11,9 +11,7 @@ struct UploadCommandTests: DownloadScenarios {
     @Test func uploadsOverTheDraftAndPrintsEvents() throws {
         let server = try UploadTestServer()
         let directory = try ScratchDirectory("upload-command")
-        let content = F.randomData(count: 2 << 20, seed: 11)
-        let file = directory.url("storm.jpg")
-        try content.write(to: file)
+        let (file, content) = try directory.randomFile("storm.jpg", count: 2 << 20, seed: 11)
         let result = try BuiltProducts.run("reachability", ["upload", "--json", file.path, server.url("ietf/").absoluteString])
         #expect(result.status == 0, "\(result)")
         let events = result.standardOutput.split(separator: "\n").compactMap {
@@ -28,9 +26,7 @@ struct UploadCommandTests: DownloadScenarios {
     @Test func aPlainPutStoresTheFile() throws {
         let server = try UploadTestServer()
         let directory = try ScratchDirectory("upload-command")
-        let content = F.randomData(count: 1 << 20, seed: 12)
-        let file = directory.url("log.tar")
-        try content.write(to: file)
+        let (file, content) = try directory.randomFile("log.tar", count: 1 << 20, seed: 12)
         let result = try BuiltProducts.run("reachability", ["upload", "--protocol", "put", "-q", file.path,
                                                             server.url("plain/log.tar").absoluteString])
         #expect(result.status == 0, "\(result)")

@@ -210,9 +210,7 @@ struct UploadFourOutagesTests {
     static func uploadUntilTheCut(_ lab: Lab, _ server: Server, name: String, idleTimeout: String? = "1",
                                   traced: Bool = false) async throws -> (Data, URL, LineProcess, cutAt: Int) {
         let cutAt = Int.random(in: (2 << 20)...(length * 2 / 3))
-        let content = F.randomData(count: length, seed: UInt64(cutAt))
-        let file = lab.clientDirectory.url(name)
-        try content.write(to: file)
+        let (file, content) = try lab.clientDirectory.randomFile(name, count: length, seed: UInt64(cutAt))
         // The blackhole is noticed by the idle timeout: 1 s keeps the test short.
         let upload = try LineProcess("reachability", ["upload", "--json"] + (idleTimeout.map { ["--idle-timeout", $0] } ?? [])
                                          + (traced ? ["--verbose"] : [])

@@ -28,10 +28,7 @@ struct UploadLoopbackTests: DownloadScenarios {
     }
 
     static func file(_ fixture: Fixture, _ name: String, count: Int, seed: UInt64) throws -> (URL, Data) {
-        let content = F.randomData(count: count, seed: seed)
-        let url = fixture.state.url(name)
-        try content.write(to: url)
-        return (url, content)
+        try fixture.state.randomFile(name, count: count, seed: seed)
     }
 
     /// Starts `upload`, cuts the path once `sent` bytes went out, restores it after `outage`.

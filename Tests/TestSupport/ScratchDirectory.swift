@@ -23,5 +23,14 @@ public final class ScratchDirectory: Sendable {
     /// The path of `name` (a relative path) inside it.
     public func path(_ name: String) -> String { url(name).path }
 
+    /// Writes `count` random bytes (`DownloadFixtures.randomData` from `seed`) to `name` inside it:
+    /// the file a test sends, and the content to compare the server's copy with.
+    public func randomFile(_ name: String, count: Int, seed: UInt64) throws -> (url: URL, content: Data) {
+        let content = DownloadFixtures.randomData(count: count, seed: seed)
+        let file = url(name)
+        try content.write(to: file)
+        return (file, content)
+    }
+
     deinit { try? FileManager.default.removeItem(at: url) }
 }

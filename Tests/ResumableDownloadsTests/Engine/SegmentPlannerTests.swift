@@ -90,13 +90,14 @@ struct SegmentPlannerTests {
         var seamOrderViolations = 0
 
         init(total: Int64, capacity: [P.Path: Double] = [.routingTable: 1e9], maximumConnections: Int = 8,
-             configure: (inout P.Configuration) -> Void = { _ in }) {
+             perConnectionCap: Double = .infinity, configure: (inout P.Configuration) -> Void = { _ in }) {
             var configuration = P.Configuration(maximumConnections: maximumConnections)
             configure(&configuration)
             planner = P(configuration: configuration)
             now = start
             self.total = total
             self.capacity = capacity
+            self.perConnectionCap = perConnectionCap
         }
 
         var paths: [P.Path] { Array(capacity.keys).sorted { ($0.isExpensive ? 1 : 0, $0.description) < ($1.isExpensive ? 1 : 0, $1.description) } }
@@ -275,8 +276,7 @@ struct SegmentPlannerTests {
         /// A download from a server capping each connection at 4 MB/s, run for 3 s: several
         /// connections flow.
         static func flowing(total: Int64) -> Simulation {
-            var simulation = Simulation(total: total)
-            simulation.perConnectionCap = 4e6
+            var simulation = Simulation(total: total, perConnectionCap: 4e6)
             simulation.begin()
             simulation.run(for: .seconds(3))
             return simulation
@@ -355,8 +355,7 @@ struct SegmentPlannerTests {
     @Test func aBurstyFastCapIsStillTested() {
         // nginx `limit_rate 40m`: a chunk every 250 ms, silent between. A cap's sign: the test
         // connection comes, the cap is seen, and every allowed connection follows.
-        var simulation = Simulation(total: 1024 * Self.mib, maximumConnections: 6)
-        simulation.perConnectionCap = 40e6
+        var simulation = Simulation(total: 1024 * Self.mib, maximumConnections: 6, perConnectionCap: 40e6)
         simulation.burstPeriod = .milliseconds(250)
         simulation.begin()
         let reached = simulation.run(for: .seconds(10)) { $0.planner.connectionCount >= 6 }
@@ -376,8 +375,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func noSecondConnectionWithoutAValidatorOrChecksum() {
-        var simulation = Simulation(total: 64 * Self.mib)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 64 * Self.mib, perConnectionCap: 4e6)
         simulation.validates = false
         simulation.begin()
         simulation.run(for: .seconds(5))
@@ -387,8 +385,7 @@ struct SegmentPlannerTests {
 
     @Test func aShortRemainderAddsNoConnection() {
         // 8 MiB at 4 MB/s: about 2 s, so after the first window less than 3 s remain.
-        var simulation = Simulation(total: 8 * Self.mib) { $0.minimumRemainingTime = .seconds(3) }
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 8 * Self.mib, perConnectionCap: 4e6) { $0.minimumRemainingTime = .seconds(3) }
         simulation.begin()
         simulation.run()
         #expect(simulation.isComplete)
@@ -396,8 +393,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func backpressureHoldsTheConnectionCount() {
-        var simulation = Simulation(total: 256 * Self.mib)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 256 * Self.mib, perConnectionCap: 4e6)
         simulation.begin()
         simulation.run(for: .seconds(4))
         // The same with the writer pausing the transfer every step: never more than one.
@@ -415,8 +411,7 @@ struct SegmentPlannerTests {
     // MARK: per-connection caps
 
     @Test func aPerConnectionCapGrowsToTheMaximumAndFinishesInTime() {
-        var simulation = Simulation(total: 512 * Self.mib, maximumConnections: 16)
-        simulation.perConnectionCap = 4.19e6   // nginx limit_rate 4m
+        var simulation = Simulation(total: 512 * Self.mib, maximumConnections: 16, perConnectionCap: 4.19e6)   // nginx limit_rate 4m
         simulation.begin()
         simulation.run()
         #expect(simulation.isComplete)
@@ -436,8 +431,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func aPerConnectionCapGoesToTheMaximumAtOnce() {
-        var simulation = Simulation(total: 1024 * Self.mib, maximumConnections: 16)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 1024 * Self.mib, maximumConnections: 16, perConnectionCap: 4e6)
         simulation.begin()
         var counts: [Int] = []
         simulation.run(for: .seconds(6)) { simulation in
@@ -455,8 +449,7 @@ struct SegmentPlannerTests {
     /// cap's 40 ms (what a kill or a server reset throws away is at most that window), only once
     /// the cap was seen: the first connection, alone and untested, keeps the kernel's autotuning.
     @Test func aCappedConnectionGetsAReceiveBufferOfItsCap() {
-        var simulation = Simulation(total: 1024 * Self.mib, maximumConnections: 6)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 1024 * Self.mib, maximumConnections: 6, perConnectionCap: 4e6)
         simulation.begin()
         simulation.run(for: .milliseconds(200))
         #expect(simulation.planner.connectionCount == 1)
@@ -478,8 +471,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func aSlowCapGetsTheSmallestReceiveBuffer() {
-        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: 6)
-        simulation.perConnectionCap = 1e6   // nginx limit_rate 1m: 40 kB over 40 ms
+        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: 6, perConnectionCap: 1e6)   // nginx limit_rate 1m: 40 kB over 40 ms
         simulation.begin()
         simulation.run(for: .seconds(6))
         #expect(simulation.planner.connectionCount == 6)
@@ -491,8 +483,7 @@ struct SegmentPlannerTests {
     /// (nginx `limit_rate 4m` sends 2 MiB then sleeps 500 ms; a default ramp judges over bursts).
     @Test(arguments: [nil, .milliseconds(500)] as [Duration?], [6, 16])
     func anAskedForCountOpensAllOnceTheFirstRangeIsBack(_ burst: Duration?, _ maximum: Int) {
-        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: maximum) { $0.opensAllAtOnce = true }
-        simulation.perConnectionCap = 4.19e6
+        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: maximum, perConnectionCap: 4.19e6) { $0.opensAllAtOnce = true }
         simulation.burstPeriod = burst
         simulation.begin()
         var counts: [Int] = []
@@ -526,8 +517,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func anAskedForCountFromAServerIgnoringRangesKeepsOne() {
-        var simulation = Simulation(total: 64 * Self.mib, maximumConnections: 16) { $0.opensAllAtOnce = true }
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 64 * Self.mib, maximumConnections: 16, perConnectionCap: 4e6) { $0.opensAllAtOnce = true }
         simulation.server = .ignoresRanges
         simulation.begin()
         simulation.run()
@@ -547,8 +537,7 @@ struct SegmentPlannerTests {
     ] as [(Duration?, (Duration, Duration)?)], [6, 16])
     func aCappedServerIsRampedThroughBurstsAndWriterPauses(_ shape: (burst: Duration?, pause: (Duration, Duration)?), _ maximum: Int) {
         let (burst, pause) = shape
-        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: maximum)
-        simulation.perConnectionCap = 4.19e6   // nginx limit_rate 4m
+        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: maximum, perConnectionCap: 4.19e6)   // nginx limit_rate 4m
         simulation.burstPeriod = burst
         simulation.writerPause = pause.map { (every: $0.0, length: $0.1) }
         simulation.begin()
@@ -579,8 +568,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func aServerIgnoringRangesKeepsTheFirstConnectionWhichExtendsInPlace() {
-        var simulation = Simulation(total: 64 * Self.mib)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 64 * Self.mib, perConnectionCap: 4e6)
         simulation.server = .ignoresRanges
         simulation.begin()
         simulation.run()
@@ -593,8 +581,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func aBusyServerIsHeldAtWhatItServes() {
-        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: 16)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: 16, perConnectionCap: 4e6)
         simulation.server = .busyAbove(3)
         simulation.begin()
         simulation.run()
@@ -609,8 +596,7 @@ struct SegmentPlannerTests {
 
     @Test func theTailNeverWaitsOnOneSlowConnection() {
         // Connection 1 slows to a crawl half way: the others take its range.
-        var simulation = Simulation(total: 128 * Self.mib, maximumConnections: 4)
-        simulation.perConnectionCap = 8e6
+        var simulation = Simulation(total: 128 * Self.mib, maximumConnections: 4, perConnectionCap: 8e6)
         simulation.begin()
         simulation.run(for: .seconds(3))
         #expect(simulation.planner.connectionCount == 4)
@@ -627,8 +613,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func stealingSplitsByRateAtBlockBoundaries() {
-        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: 8)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 256 * Self.mib, maximumConnections: 8, perConnectionCap: 4e6)
         simulation.begin()
         simulation.run()
         for request in simulation.opened where request.range.lowerBound > 0 {
@@ -695,8 +680,7 @@ struct SegmentPlannerTests {
     }
 
     @Test func theSeamSetIsAnnouncedBeforeTheRangesThatGrowIt() {
-        var simulation = Simulation(total: 128 * Self.mib)
-        simulation.perConnectionCap = 4e6
+        var simulation = Simulation(total: 128 * Self.mib, perConnectionCap: 4e6)
         simulation.begin()
         simulation.run()
         #expect(simulation.seamOrderViolations == 0)
