@@ -92,12 +92,14 @@ struct SegmentedKillNginxTests: DownloadScenarios {
         #expect(grown, "\(run.transcript)")
         // 2 x (2 MB/s x 40 ms) is 168 kB; a cap measured a little high gets somewhat more.
         // Autotuned, they were 0.4-1.7 MB here. Set within a tick once the oldest connection
-        // delivered for 2 s.
+        // delivered for 2 s, on each connection made after that: the first connection, opened
+        // before any cap could be seen, keeps the kernel's autotuning (SegmentPlanner's rule; CI
+        // at dcc5203 read [1552026, 165132, 157254] when it was still open), so one may be large.
         let seen = Mutex<[Int]>([])
         let small = await F.wait(timeout: .seconds(8)) {
             let buffers = Self.receiveBuffers(toPort: nginx.port)
             if !buffers.isEmpty { seen.withLock { $0 = buffers } }
-            return buffers.count >= 3 && buffers.allSatisfy { $0 <= 2 * 120_000 }
+            return buffers.count >= 3 && buffers.sorted().dropLast().allSatisfy { $0 <= 2 * 120_000 }
         }
         #expect(small, "\(seen.withLock { $0 })")
         #expect(await run.waitForExit() == 0, "\(run.transcript)")
